@@ -1,0 +1,115 @@
+// Command rover is Rover's one binary: the node agent (`rover run`, also when
+// invoked as dlrover-run), the job master (`rover master`), job status and
+// benchmarks. main only parses flags into typed configs and calls Run.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+const usage = `rover: elastic, fault-tolerant distributed training
+
+Usage:
+  rover run [options] SCRIPT [ARGS...]   start this node's agent and workers (torchrun-compatible)
+  rover master [options]                 run a job's master (control plane)
+  rover status --master HOST:PORT        print a job's status
+  rover bench rendezvous --nodes N       benchmark the rendezvous at scale
+  rover version                          print the version
+
+"rover COMMAND --help" tells more. Invoked as dlrover-run, rover behaves as "rover run".
+`
+
+// usageError is a bad command line: exit code 2.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+// signalError is the cause of a context cancelled by a signal.
+type signalError struct{ sig syscall.Signal }
+
+func (e signalError) Error() string { return fmt.Sprintf("received %s", e.sig) }
+
+func main() {
+	os.Exit(run(os.Args, os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	ctx, stop := signalContext()
+	defer stop()
+	name := filepath.Base(args[0])
+	var cmd string
+	rest := args[1:]
+	if name == "dlrover-run" {
+		cmd = "run"
+	} else if len(rest) > 0 {
+		cmd, rest = rest[0], rest[1:]
+	}
+	var err error
+	switch cmd {
+	case "run":
+		err = runAgent(ctx, rest, stdout, stderr)
+	case "master":
+		err = runMaster(ctx, rest, stdout, stderr)
+	case "status":
+		err = runStatus(ctx, rest, stdout, stderr)
+	case "bench":
+		err = runBench(ctx, rest, stdout, stderr)
+	case "version", "--version":
+		fmt.Fprintln(stdout, "rover", version)
+		return 0
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	case "":
+		fmt.Fprint(stderr, usage)
+		return 2
+	default:
+		fmt.Fprintf(stderr, "rover: unknown command %q\n\n%s", cmd, usage)
+		return 2
+	}
+	return exitCode(ctx, err, stderr)
+}
+
+// exitCode prints err and maps it to the documented exit codes.
+func exitCode(ctx context.Context, err error, stderr io.Writer) int {
+	var sig signalError
+	if errors.As(context.Cause(ctx), &sig) && (err == nil || errors.Is(err, context.Canceled) || errors.As(err, &sig)) {
+		fmt.Fprintf(stderr, "rover: stopped: %v\n", sig)
+		return 128 + int(sig.sig)
+	}
+	if err == nil {
+		return 0
+	}
+	var ue usageError
+	if errors.As(err, &ue) {
+		fmt.Fprintf(stderr, "rover: %v\n", err)
+		return 2
+	}
+	fmt.Fprintf(stderr, "rover: %v\n", err)
+	return codeOf(err)
+}
+
+// signalContext returns a context cancelled, with a signalError cause, by the
+// first SIGINT or SIGTERM.
+func signalContext() (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM)
+	go func() {
+		if s, ok := <-ch; ok {
+			cancel(signalError{sig: s.(syscall.Signal)})
+		}
+	}()
+	return ctx, func() { signal.Stop(ch); cancel(nil) }
+}

@@ -1,0 +1,41 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+
+	"github.com/roverml/rover/internal/agent"
+	"github.com/roverml/rover/internal/runconfig"
+)
+
+func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cfg, err := runconfig.Parse(args, os.Getenv)
+	if errors.Is(err, runconfig.ErrHelp) {
+		fmt.Fprint(stdout, runconfig.Usage())
+		return nil
+	}
+	if err != nil {
+		return usageError{err}
+	}
+	return agent.Run(ctx, cfg, agent.Options{Stdout: stdout, Stderr: stderr, Logger: newLogger(stderr)})
+}
+
+func newLogger(w io.Writer) *slog.Logger {
+	level := slog.LevelInfo
+	if os.Getenv("ROVER_LOG_LEVEL") == "debug" {
+		level = slog.LevelDebug
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level}))
+}
+
+func codeOf(err error) int {
+	var ae *agent.ExitError
+	if errors.As(err, &ae) {
+		return ae.Code
+	}
+	return agent.ExitCode(err)
+}

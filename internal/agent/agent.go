@@ -1,0 +1,405 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+	roverv1 "github.com/roverml/rover/api/rover/v1"
+	"github.com/roverml/rover/api/rover/v1/roverv1connect"
+	"github.com/roverml/rover/internal/master"
+	"github.com/roverml/rover/internal/proc"
+	"github.com/roverml/rover/internal/runconfig"
+	"golang.org/x/sync/errgroup"
+)
+
+// Options carries what Run needs besides the command line.
+type Options struct {
+	Stdout, Stderr io.Writer
+	Logger         *slog.Logger
+	// Getenv defaults to os.Getenv.
+	Getenv func(string) string
+	// PythonExec is the interpreter for script entrypoints (torchrun's
+	// PYTHON_EXEC); default: $PYTHON_EXEC, else "python3".
+	PythonExec string
+}
+
+type agent struct {
+	cfg     *runconfig.Config
+	opts    Options
+	log     *slog.Logger
+	client  roverv1connect.MasterServiceClient
+	nodeID  string
+	host    string
+	argv    []string
+	logDir  string
+	tempDir bool
+	out     io.Writer
+	errOut  io.Writer
+
+	joinedRound int
+	nodeRank    int
+	views       *latestView
+}
+
+// Run runs the node agent until the job ends or ctx is cancelled. Its error
+// maps to the process exit code through ExitCode.
+func Run(ctx context.Context, cfg *runconfig.Config, opts Options) error {
+	if opts.Stdout == nil {
+		opts.Stdout = os.Stdout
+	}
+	if opts.Stderr == nil {
+		opts.Stderr = os.Stderr
+	}
+	if opts.Getenv == nil {
+		opts.Getenv = os.Getenv
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.NewTextHandler(opts.Stderr, nil))
+	}
+	if opts.PythonExec == "" {
+		opts.PythonExec = opts.Getenv("PYTHON_EXEC")
+	}
+	if opts.PythonExec == "" {
+		opts.PythonExec = "python3"
+	}
+	a := &agent{
+		cfg:    cfg,
+		opts:   opts,
+		argv:   cfg.WorkerArgv(opts.PythonExec),
+		out:    proc.NewSyncWriter(opts.Stdout),
+		errOut: proc.NewSyncWriter(opts.Stderr),
+		views:  newLatestView(),
+	}
+	addr, token, stopMaster, err := a.connectMaster(ctx)
+	if err != nil {
+		return err
+	}
+	defer stopMaster()
+	httpClient := master.NewHTTPClient()
+	defer httpClient.CloseIdleConnections()
+	a.client = master.NewClient(httpClient, addr, token)
+	a.nodeID = a.defaultNodeID()
+	a.host = cfg.LocalAddr
+	if a.host == "" {
+		a.host = routeAddr(addr)
+	}
+	a.log = opts.Logger.With("component", "agent", "job", cfg.RunID, "node", a.nodeID)
+	if err := a.openLogDir(); err != nil {
+		return err
+	}
+	if needsOMPWarning(cfg.NprocPerNode) {
+		a.log.Warn("setting OMP_NUM_THREADS=1 for each worker to avoid overloading the node; tune it for best performance")
+	}
+	if err := a.join(ctx, 0); err != nil {
+		return err
+	}
+	bg, bgctx := errgroup.WithContext(ctx)
+	bgctx, stopBackground := context.WithCancel(bgctx)
+	bg.Go(func() error { a.watchLoop(bgctx); return nil })
+	bg.Go(func() error { a.heartbeatLoop(bgctx); return nil })
+	err = a.loop(ctx)
+	stopBackground()
+	_ = bg.Wait()
+	if err == nil && a.tempDir {
+		os.RemoveAll(a.logDir)
+	}
+	return err
+}
+
+// connectMaster returns the master's address and token, starting an embedded
+// master for a standalone job.
+func (a *agent) connectMaster(ctx context.Context) (addr, token string, stop func(), err error) {
+	cfg := a.cfg
+	if cfg.Standalone {
+		token = master.NewToken()
+		preset := &master.RendezvousPreset{}
+		*preset = presetOf(cfg)
+		m, err := master.New(ctx, master.Config{
+			Listen: "127.0.0.1:0", Job: cfg.RunID, Token: token, Preset: preset,
+			Logger: a.opts.Logger,
+		})
+		if err != nil {
+			return "", "", nil, exitErr(ExitRendezvous, "start the embedded master: %w", err)
+		}
+		mctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_ = m.Run(mctx)
+		}()
+		return m.Addr(), token, func() { cancel(); <-done }, nil
+	}
+	token, err = a.token()
+	if err != nil {
+		return "", "", nil, err
+	}
+	return cfg.RdzvEndpoint, token, func() {}, nil
+}
+
+func (a *agent) token() (string, error) {
+	if t := strings.TrimSpace(a.opts.Getenv("ROVER_TOKEN")); t != "" {
+		return t, nil
+	}
+	path := a.cfg.TokenFile
+	if path == "" {
+		return "", exitErr(ExitUsage, "joining the master at %s needs the job's token: pass --token-file PATH (the file the master wrote) or set ROVER_TOKEN", a.cfg.RdzvEndpoint)
+	}
+	t, err := master.ReadToken(path)
+	if err != nil {
+		return "", exitErr(ExitUsage, "%w", err)
+	}
+	return t, nil
+}
+
+func (a *agent) defaultNodeID() string {
+	if a.cfg.NodeID != "" {
+		return a.cfg.NodeID
+	}
+	host, _ := os.Hostname()
+	if host == "" {
+		host = "node"
+	}
+	if a.cfg.NodeRank >= 0 {
+		return fmt.Sprintf("%s-rank%d", host, a.cfg.NodeRank)
+	}
+	return fmt.Sprintf("%s-%d", host, os.Getpid())
+}
+
+func (a *agent) openLogDir() error {
+	if a.cfg.LogDir != "" {
+		dir := filepath.Join(a.cfg.LogDir, a.cfg.RunID, a.nodeID)
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return exitErr(ExitUsage, "create --log-dir: %w", err)
+		}
+		a.logDir = dir
+		return nil
+	}
+	dir, err := os.MkdirTemp("", "rover-"+sanitize(a.cfg.RunID)+"-")
+	if err != nil {
+		return fmt.Errorf("create a log directory: %w", err)
+	}
+	a.logDir, a.tempDir = dir, true
+	return nil
+}
+
+func sanitize(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r == '/' || r == os.PathSeparator || r < ' ' {
+			return '_'
+		}
+		return r
+	}, s)
+}
+
+// routeAddr returns this host's address on the route to the master: where
+// workers on other nodes can reach this node.
+func routeAddr(masterAddr string) string {
+	c, err := net.Dial("udp", masterAddr)
+	if err != nil {
+		host, _ := os.Hostname()
+		return host
+	}
+	defer c.Close()
+	return c.LocalAddr().(*net.UDPAddr).IP.String()
+}
+
+func presetOf(cfg *runconfig.Config) master.RendezvousPreset {
+	var p master.RendezvousPreset
+	p.Rendezvous.MinNodes = cfg.MinNodes
+	p.Rendezvous.MaxNodes = cfg.MaxNodes
+	p.Rendezvous.NodeUnit = cfg.NodeUnit
+	p.Rendezvous.MaxRestarts = cfg.MaxRestarts
+	p.Rendezvous.LastCall = cfg.LastCallTimeout
+	p.Rendezvous.JoinTimeout = cfg.JoinTimeout
+	p.Nodes.HeartbeatTimeout = cfg.HeartbeatTimeout
+	p.Nodes.DisconnectGrace = cfg.DisconnectGrace
+	return p
+}
+
+func (a *agent) rendezvousProto() *roverv1.RendezvousConfig {
+	c := a.cfg
+	return &roverv1.RendezvousConfig{
+		MinNodes:               int32(c.MinNodes),
+		MaxNodes:               int32(c.MaxNodes),
+		NodeUnit:               int32(c.NodeUnit),
+		MaxRestarts:            int32(c.MaxRestarts),
+		LastCallMillis:         c.LastCallTimeout.Milliseconds(),
+		JoinTimeoutMillis:      c.JoinTimeout.Milliseconds(),
+		HeartbeatTimeoutMillis: c.HeartbeatTimeout.Milliseconds(),
+		DisconnectGraceMillis:  c.DisconnectGrace.Milliseconds(),
+	}
+}
+
+// join joins round (0: a fresh agent), retrying while the master is
+// unreachable, until the join timeout.
+func (a *agent) join(ctx context.Context, round int) error {
+	req := &roverv1.JoinRequest{
+		NodeId:         a.nodeID,
+		RequestedRank:  int32(a.cfg.NodeRank),
+		LocalWorldSize: int32(a.cfg.NprocPerNode),
+		Addr:           a.host,
+		Round:          int64(round),
+		Rendezvous:     a.rendezvousProto(),
+		RunId:          a.cfg.RunID,
+	}
+	var resp *connect.Response[roverv1.JoinResponse]
+	err := retry(ctx, a.cfg.JoinTimeout, func(ctx context.Context) error {
+		var err error
+		resp, err = a.client.Join(ctx, connect.NewRequest(req))
+		if err != nil && master.Retryable(err) {
+			a.log.Debug("master not reachable yet", "err", err)
+		}
+		return err
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return context.Cause(ctx)
+		}
+		if master.Retryable(err) {
+			return exitErr(ExitRendezvous, "could not reach the master at %s within the join timeout (%s): %w; check that `rover master` runs there and that --rdzv-endpoint is right", a.cfg.RdzvEndpoint, a.cfg.JoinTimeout, err)
+		}
+		return exitErr(ExitRendezvous, "join the job: %w", err)
+	}
+	a.joinedRound = int(resp.Msg.GetRound())
+	if a.nodeRank != int(resp.Msg.GetNodeRank()) || round == 0 {
+		a.log = a.log.With("node_rank", resp.Msg.GetNodeRank())
+	}
+	a.nodeRank = int(resp.Msg.GetNodeRank())
+	a.log.Info("joined rendezvous", "round", a.joinedRound)
+	return nil
+}
+
+// retry calls f until it succeeds, fails with a non-retryable error, or the
+// timeout passes; with exponential backoff from 100ms to 3s.
+func retry(ctx context.Context, timeout time.Duration, f func(context.Context) error) error {
+	deadline := time.Now().Add(timeout)
+	backoff := 100 * time.Millisecond
+	for {
+		err := f(ctx)
+		if err == nil || !master.Retryable(err) || ctx.Err() != nil {
+			return err
+		}
+		if time.Now().Add(backoff).After(deadline) {
+			return err
+		}
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+			return err
+		}
+		backoff = min(backoff*2, 3*time.Second)
+	}
+}
+
+// latestView holds the newest view from the master; readers are woken
+// through a channel of size one, so a slow reader only ever sees the latest.
+type latestView struct {
+	mu     sync.Mutex
+	view   *roverv1.NodeView
+	err    error
+	notify chan struct{}
+}
+
+func newLatestView() *latestView { return &latestView{notify: make(chan struct{}, 1)} }
+
+func (l *latestView) publish(v *roverv1.NodeView, err error) {
+	l.mu.Lock()
+	if v != nil {
+		l.view = v
+	}
+	l.err = err
+	l.mu.Unlock()
+	select {
+	case l.notify <- struct{}{}:
+	default:
+	}
+}
+
+func (l *latestView) get() (*roverv1.NodeView, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.view, l.err
+}
+
+// watchLoop keeps a push stream open and publishes every view. When the
+// master stays unreachable past the heartbeat timeout, it publishes an error.
+func (a *agent) watchLoop(ctx context.Context) {
+	lastOK := time.Now()
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		stream, err := a.client.Watch(ctx, connect.NewRequest(&roverv1.WatchRequest{NodeId: a.nodeID}))
+		if err == nil {
+			for stream.Receive() {
+				lastOK, backoff = time.Now(), 100*time.Millisecond
+				a.views.publish(stream.Msg(), nil)
+			}
+			err = stream.Err()
+			stream.Close()
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if connect.CodeOf(err) == connect.CodeNotFound {
+			// A master that lost its state no longer knows this node: join again.
+			a.log.Warn("the master does not know this node; joining again", "err", err)
+			if jerr := a.join(ctx, 0); jerr != nil {
+				a.views.publish(nil, jerr)
+				return
+			}
+			continue
+		}
+		if err != nil && !master.Retryable(err) {
+			a.views.publish(nil, exitErr(ExitMasterLost, "watch the job: %w", err))
+			return
+		}
+		if time.Since(lastOK) > a.cfg.HeartbeatTimeout {
+			a.views.publish(nil, exitErr(ExitMasterLost, "lost the master at %s for %s: %v", a.cfg.RdzvEndpoint, a.cfg.HeartbeatTimeout, err))
+			return
+		}
+		a.log.Debug("watch stream ended; reconnecting", "err", err)
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+			return
+		}
+		backoff = min(backoff*2, 2*time.Second)
+	}
+}
+
+func (a *agent) heartbeatLoop(ctx context.Context) {
+	t := time.NewTicker(a.cfg.HeartbeatInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if _, err := a.client.Heartbeat(ctx, connect.NewRequest(&roverv1.HeartbeatRequest{NodeId: a.nodeID})); err != nil && ctx.Err() == nil {
+				a.log.Debug("heartbeat failed", "err", err)
+			}
+		}
+	}
+}
+
+// call retries a report to the master a few times.
+func (a *agent) call(ctx context.Context, what string, f func(context.Context) error) {
+	if err := retry(ctx, 30*time.Second, f); err != nil && ctx.Err() == nil {
+		a.log.Warn("could not "+what, "err", err)
+	}
+}
+
+// leave tells the master this node is going away; best effort.
+func (a *agent) leave(reason string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_, _ = a.client.Leave(ctx, connect.NewRequest(&roverv1.LeaveRequest{NodeId: a.nodeID, Reason: reason}))
+}

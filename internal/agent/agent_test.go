@@ -1,0 +1,323 @@
+package agent_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/roverml/rover/internal/agent"
+	"github.com/roverml/rover/internal/master"
+	"github.com/roverml/rover/internal/runconfig"
+)
+
+var fakeWorker string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "rover-agent-test-")
+	if err != nil {
+		panic(err)
+	}
+	fakeWorker = filepath.Join(dir, "fakeworker")
+	out, err := exec.Command("go", "build", "-o", fakeWorker, "github.com/roverml/rover/test/fakeworker").CombinedOutput()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "build fakeworker: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+const token = "test-token"
+
+// startMaster runs a real master on loopback.
+func startMaster(t *testing.T) string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	m, err := master.New(ctx, master.Config{Listen: "127.0.0.1:0", Job: "test", Token: token,
+		Logger: slog.New(slog.NewTextHandler(testWriter{t}, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = m.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return m.Addr()
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// syncBuffer is a goroutine-safe bytes.Buffer.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+type agentRun struct {
+	err    error
+	stdout *syncBuffer
+	stderr *syncBuffer
+}
+
+// runAgent parses a `rover run` command line and runs the agent.
+func runAgent(ctx context.Context, t *testing.T, args ...string) agentRun {
+	t.Helper()
+	env := map[string]string{"ROVER_TOKEN": token}
+	cfg, err := runconfig.Parse(args, func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatalf("parse %q: %v", args, err)
+	}
+	r := agentRun{stdout: &syncBuffer{}, stderr: &syncBuffer{}}
+	r.err = agent.Run(ctx, cfg, agent.Options{
+		Stdout: r.stdout, Stderr: r.stderr,
+		Getenv: func(k string) string { return env[k] },
+		Logger: slog.New(slog.NewTextHandler(r.stderr, nil)),
+	})
+	return r
+}
+
+// runAgents runs several agents concurrently and returns their results in order.
+func runAgents(ctx context.Context, t *testing.T, cmdlines ...[]string) []agentRun {
+	t.Helper()
+	out := make([]agentRun, len(cmdlines))
+	var wg sync.WaitGroup
+	for i, args := range cmdlines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out[i] = runAgent(ctx, t, args...)
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+func nodeArgs(addr, id string, extra ...string) []string {
+	args := []string{"--nnodes", "2", "--nproc-per-node", "2", "--rdzv-endpoint", addr, "--node-id", id,
+		"--rdzv-conf", "last_call_timeout=200ms,join_timeout=20s,heartbeat_timeout=20s,disconnect_grace=1s",
+		"--stop-grace-period", "2s", "--heartbeat-interval", "500ms", "--no-python", fakeWorker}
+	return append(args, extra...)
+}
+
+func readEnvs(t *testing.T, dir string) []map[string]string {
+	t.Helper()
+	files, _ := filepath.Glob(filepath.Join(dir, "env-*.json"))
+	var out []map[string]string
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m map[string]string
+		if err := json.Unmarshal(b, &m); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+func TestStandaloneSucceeds(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	envDir := t.TempDir()
+	r := runAgent(ctx, t, "--standalone", "--nproc-per-node", "3", "--no-python", fakeWorker, "--env-dir", envDir)
+	if r.err != nil {
+		t.Fatalf("agent: %v\n%s", r.err, r.stderr)
+	}
+	envs := readEnvs(t, envDir)
+	if len(envs) != 3 {
+		t.Fatalf("%d workers wrote their environment, want 3", len(envs))
+	}
+	if !strings.Contains(r.stdout.String(), "[default0]:fakeworker rank 0 restart 0 started") {
+		t.Errorf("stdout lacks rank 0's prefixed line:\n%s", r.stdout)
+	}
+}
+
+// TestEnvContract checks every torchrun variable on two nodes of two workers.
+func TestEnvContract(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	addr := startMaster(t)
+	envDir := t.TempDir()
+	rs := runAgents(ctx, t,
+		nodeArgs(addr, "n0", "--env-dir", envDir),
+		nodeArgs(addr, "n1", "--env-dir", envDir))
+	for i, r := range rs {
+		if r.err != nil {
+			t.Fatalf("agent %d: %v\n%s", i, r.err, r.stderr)
+		}
+	}
+	envs := readEnvs(t, envDir)
+	if len(envs) != 4 {
+		t.Fatalf("%d workers wrote their environment, want 4", len(envs))
+	}
+	ranks := map[string]bool{}
+	for _, e := range envs {
+		for _, k := range []string{"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
+			"ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT",
+			"TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE",
+			"TORCH_NCCL_ASYNC_ERROR_HANDLING", "OMP_NUM_THREADS"} {
+			if _, ok := e[k]; !ok {
+				t.Errorf("rank %s: %s is not set", e["RANK"], k)
+			}
+		}
+		var rank, local, group int
+		fmt.Sscan(e["RANK"], &rank)
+		fmt.Sscan(e["LOCAL_RANK"], &local)
+		fmt.Sscan(e["GROUP_RANK"], &group)
+		if rank != group*2+local {
+			t.Errorf("RANK %d != GROUP_RANK %d * 2 + LOCAL_RANK %d", rank, group, local)
+		}
+		want := map[string]string{"WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2", "GROUP_WORLD_SIZE": "2", "ROLE_WORLD_SIZE": "4",
+			"ROLE_RANK": e["RANK"], "ROLE_NAME": "default", "TORCHELASTIC_USE_AGENT_STORE": "False",
+			"TORCHELASTIC_RESTART_COUNT": "0", "TORCHELASTIC_MAX_RESTARTS": "0", "TORCHELASTIC_RUN_ID": "none",
+			"MASTER_ADDR": envs[0]["MASTER_ADDR"], "MASTER_PORT": envs[0]["MASTER_PORT"], "OMP_NUM_THREADS": "1"}
+		for k, v := range want {
+			if e[k] != v {
+				t.Errorf("rank %s: %s=%q, want %q", e["RANK"], k, e[k], v)
+			}
+		}
+		if !strings.HasSuffix(e["TORCHELASTIC_ERROR_FILE"], "error.json") {
+			t.Errorf("rank %s: TORCHELASTIC_ERROR_FILE=%q", e["RANK"], e["TORCHELASTIC_ERROR_FILE"])
+		}
+		ranks[e["RANK"]] = true
+	}
+	if len(ranks) != 4 {
+		t.Errorf("ranks %v are not 4 distinct ones", ranks)
+	}
+}
+
+func TestFailureRestartsEveryNode(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	addr := startMaster(t)
+	envDir := t.TempDir()
+	marker := filepath.Join(t.TempDir(), "failed")
+	// Rank 3 fails once, quickly, with a torch-style error file; the others
+	// would run for 90s. The job ending well within that proves the master
+	// stopped them on both nodes instead of waiting for them.
+	args := func(id string) []string {
+		return append([]string{"--max-restarts", "1"}, nodeArgs(addr, id,
+			"--env-dir", envDir, "--run-time", "90s", "--restarted-run-time", "100ms",
+			"--exit-code", "3", "--fail-rank", "3", "--fail-after", "300ms",
+			"--fail-once-marker", marker, "--error-message", "ValueError: injected")...)
+	}
+	start := time.Now()
+	rs := runAgents(ctx, t, args("n0"), args("n1"))
+	for i, r := range rs {
+		if r.err != nil {
+			t.Fatalf("agent %d: %v\n%s", i, r.err, r.stderr)
+		}
+	}
+	if d := time.Since(start); d > 60*time.Second {
+		t.Errorf("the job took %s: the healthy workers were not stopped after the failure", d)
+	}
+	restarted := 0
+	for _, e := range readEnvs(t, envDir) {
+		if e["TORCHELASTIC_RESTART_COUNT"] == "1" {
+			restarted++
+		}
+	}
+	if restarted != 4 {
+		t.Errorf("%d workers ran with TORCHELASTIC_RESTART_COUNT=1, want 4", restarted)
+	}
+}
+
+func TestRestartBudgetExhausted(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	addr := startMaster(t)
+	args := func(id string) []string {
+		return append([]string{"--max-restarts", "1"}, nodeArgs(addr, id,
+			"--run-time", "90s", "--exit-code", "5", "--fail-rank", "1", "--fail-after", "200ms",
+			"--error-message", "RuntimeError: always broken")...)
+	}
+	rs := runAgents(ctx, t, args("n0"), args("n1"))
+	for i, r := range rs {
+		if code := agent.ExitCode(r.err); code != agent.ExitJobFailed {
+			t.Errorf("agent %d: exit code %d (%v), want %d", i, code, r.err, agent.ExitJobFailed)
+		}
+		report := r.stderr.String()
+		for _, want := range []string{"FAILED", "Root Cause", "rank      : 1 (local_rank: 1", "exitcode  : 5", "RuntimeError: always broken"} {
+			if !strings.Contains(report, want) {
+				t.Errorf("agent %d: report lacks %q:\n%s", i, want, report)
+			}
+		}
+	}
+}
+
+func TestUnreachableMaster(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	r := runAgent(ctx, t, "--nnodes", "2", "--rdzv-endpoint", "127.0.0.1:1", "--node-id", "x",
+		"--rdzv-conf", "join_timeout=1s", "--no-python", fakeWorker)
+	if code := agent.ExitCode(r.err); code != agent.ExitRendezvous {
+		t.Fatalf("exit code %d (%v), want %d", code, r.err, agent.ExitRendezvous)
+	}
+	if !strings.Contains(r.err.Error(), "could not reach the master") {
+		t.Errorf("error %q does not say the master is unreachable", r.err)
+	}
+}
+
+func TestAgentStopsWorkersOnCancel(t *testing.T) {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	envDir := t.TempDir()
+	done := make(chan agentRun, 1)
+	go func() {
+		done <- runAgent(ctx, t, "--standalone", "--nproc-per-node", "2", "--stop-grace-period", "300ms",
+			"--no-python", fakeWorker, "--hang", "--ignore-sigterm", "--env-dir", envDir)
+	}()
+	// Wait until both workers run, then stop the agent.
+	deadline := time.Now().Add(30 * time.Second)
+	for len(readEnvs(t, envDir)) < 2 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	envs := readEnvs(t, envDir)
+	if len(envs) != 2 {
+		t.Fatalf("%d workers started, want 2", len(envs))
+	}
+	stopErr := errors.New("test stop")
+	cancel(stopErr)
+	r := <-done
+	if !errors.Is(r.err, stopErr) {
+		t.Errorf("agent returned %v, want the cancel cause", r.err)
+	}
+	for _, e := range envs {
+		var pid int
+		fmt.Sscan(e["PID"], &pid)
+		if err := syscallKill0(pid); err == nil {
+			t.Errorf("worker pid %d still runs after the agent stopped", pid)
+		}
+	}
+}
+
+func syscallKill0(pid int) error { return syscall.Kill(pid, 0) }

@@ -1,0 +1,237 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/roverml/rover/internal/proc"
+	"github.com/roverml/rover/internal/runconfig"
+)
+
+// groupSpec is what a worker group of one round needs.
+type groupSpec struct {
+	Argv       []string
+	Placement  placement // node-level fields; local ranks are filled per worker
+	Dir        string    // this round's log directory
+	Redirects  runconfig.StdSpec
+	Tee        runconfig.StdSpec
+	Filter     []int // local ranks shown on the console; nil = all
+	ConsoleOut io.Writer
+	ConsoleErr io.Writer
+	StopGrace  time.Duration
+	Host       string
+	// Rendezvous resolves MASTER_ADDR and MASTER_PORT for the round.
+	Rendezvous func(ctx context.Context) (string, int, error)
+}
+
+// groupResult is how a worker group ended.
+type groupResult struct {
+	Round     int
+	Succeeded bool
+	// Stopped is true when the agent stopped the group.
+	Stopped  bool
+	Failures []proc.Failure
+	// Err is a failure to start the group at all.
+	Err error
+}
+
+// group is a running worker group.
+type group struct {
+	round  int
+	cancel context.CancelFunc
+	done   chan groupResult // size 1: written once by run, read by the agent
+}
+
+// startGroup starts the group's goroutine. Cancelling the group (stop) stops
+// the workers with the grace period; the result arrives on done either way.
+func startGroup(ctx context.Context, spec groupSpec) *group {
+	ctx, cancel := context.WithCancel(ctx)
+	g := &group{round: spec.Placement.Round, cancel: cancel, done: make(chan groupResult, 1)}
+	go func() { g.done <- runGroup(ctx, spec) }()
+	return g
+}
+
+// stop stops the workers and waits for the group's result.
+func (g *group) stop() groupResult {
+	g.cancel()
+	return <-g.done
+}
+
+type worker struct {
+	local   int
+	rank    int
+	proc    *proc.Process
+	out     *proc.Output
+	errFile string
+	errTail *lineRing
+	logDir  string
+}
+
+func runGroup(ctx context.Context, spec groupSpec) groupResult {
+	res := groupResult{Round: spec.Placement.Round}
+	addr, port, err := spec.Rendezvous(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			res.Stopped = true
+			return res
+		}
+		res.Err = fmt.Errorf("resolve MASTER_ADDR/MASTER_PORT of round %d: %w", spec.Placement.Round, err)
+		return res
+	}
+	p := spec.Placement
+	p.MasterAddr, p.MasterPort = addr, port
+	workers := make([]*worker, 0, p.LocalWorldSize)
+	for local := 0; local < p.LocalWorldSize; local++ {
+		w, err := startWorker(spec, p, local)
+		if err != nil {
+			res.Err = err
+			stopAll(workers, 0)
+			closeAll(workers)
+			return res
+		}
+		workers = append(workers, w)
+	}
+	res.Succeeded, res.Stopped, res.Failures = supervise(ctx, spec, workers)
+	closeAll(workers)
+	return res
+}
+
+func startWorker(spec groupSpec, p placement, local int) (*worker, error) {
+	w := &worker{local: local, rank: p.Rank + local, errTail: newLineRing(20)}
+	w.logDir = filepath.Join(spec.Dir, strconv.Itoa(local))
+	if err := os.MkdirAll(w.logDir, 0o700); err != nil {
+		return nil, fmt.Errorf("create log directory of local rank %d: %w", local, err)
+	}
+	w.errFile = filepath.Join(w.logDir, "error.json")
+	_ = os.Remove(w.errFile)
+	out, err := proc.OpenOutput(proc.OutputSpec{
+		Dir:        w.logDir,
+		Redirect:   proc.Std(spec.Redirects.For(local)),
+		Tee:        proc.Std(spec.Tee.For(local)),
+		Console:    spec.Filter == nil || slices.Contains(spec.Filter, local),
+		Prefix:     fmt.Sprintf("[%s%d]:", p.Role, w.rank),
+		ConsoleOut: spec.ConsoleOut,
+		ConsoleErr: spec.ConsoleErr,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("open output of local rank %d: %w", local, err)
+	}
+	w.out = out
+	wp := p
+	wp.LocalRank, wp.Rank, wp.ErrorFile = local, w.rank, w.errFile
+	pr, err := proc.Start(proc.Spec{
+		Argv:   spec.Argv,
+		Env:    workerEnv(os.Environ(), wp),
+		Stdout: out.Stdout(),
+		Stderr: orDiscardTee(out.Stderr(), w.errTail),
+	})
+	if err != nil {
+		out.Close()
+		return nil, fmt.Errorf("start worker of local rank %d (%s): %w", local, spec.Argv[0], err)
+	}
+	w.proc = pr
+	return w, nil
+}
+
+// supervise waits until every worker succeeded, one failed, or ctx ended. On
+// a failure or a stop it stops the remaining workers.
+func supervise(ctx context.Context, spec groupSpec, workers []*worker) (succeeded, stopped bool, failures []proc.Failure) {
+	exited := make(chan *worker, len(workers)) // buffered: every worker's watcher sends once
+	for _, w := range workers {
+		go func() {
+			<-w.proc.Done()
+			exited <- w
+		}()
+	}
+	remaining := len(workers)
+	for remaining > 0 {
+		select {
+		case <-ctx.Done():
+			stopAll(workers, spec.StopGrace)
+			return false, true, nil
+		case w := <-exited:
+			remaining--
+			if w.proc.Exit().Success() {
+				continue
+			}
+			failures = append(failures, failureOf(spec, w))
+			// Collect the workers that failed at about the same time, then stop the rest.
+			for drained := false; !drained; {
+				select {
+				case o := <-exited:
+					remaining--
+					if !o.proc.Exit().Success() {
+						failures = append(failures, failureOf(spec, o))
+					}
+				default:
+					drained = true
+				}
+			}
+			stopAll(workers, spec.StopGrace)
+			return false, false, failures
+		}
+	}
+	return true, false, nil
+}
+
+func failureOf(spec groupSpec, w *worker) proc.Failure {
+	ex := w.proc.Exit()
+	f := proc.Failure{
+		Time:      ex.Time,
+		Host:      spec.Host,
+		Node:      spec.Placement.NodeRank,
+		Rank:      w.rank,
+		LocalRank: w.local,
+		Pid:       w.proc.Pid(),
+		Exit:      ex,
+	}
+	rec, err := proc.ReadErrorFile(w.errFile)
+	switch {
+	case err == nil:
+		f.Error, f.ErrorFile = rec, w.errFile
+		if !rec.Time.IsZero() {
+			f.Time = rec.Time
+		}
+	case errors.Is(err, os.ErrNotExist):
+	default:
+		f.ErrorFile = w.errFile
+	}
+	if f.Error == nil {
+		f.LogTail = w.errTail.String()
+	}
+	return f
+}
+
+func stopAll(workers []*worker, grace time.Duration) {
+	var wg sync.WaitGroup
+	for _, w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w.proc.Stop(grace)
+		}()
+	}
+	wg.Wait()
+}
+
+func closeAll(workers []*worker) {
+	for _, w := range workers {
+		w.out.Close()
+	}
+}
+
+// orDiscardTee writes to w (when the stream goes anywhere) and to tail.
+func orDiscardTee(w io.Writer, tail io.Writer) io.Writer {
+	if w == nil {
+		return tail
+	}
+	return io.MultiWriter(w, tail)
+}

@@ -1,0 +1,272 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"connectrpc.com/connect"
+	roverv1 "github.com/roverml/rover/api/rover/v1"
+	"github.com/roverml/rover/internal/proc"
+)
+
+// loop reacts to the master's views and to the worker group's end until the
+// job ends or ctx is cancelled.
+func (a *agent) loop(ctx context.Context) error {
+	var g *group
+	lastStarted := 0
+	stop := func(why string) {
+		if g != nil {
+			a.log.Info("stopping workers", "round", g.round, "why", why)
+			g.stop()
+			g = nil
+		}
+	}
+	for {
+		var groupDone <-chan groupResult
+		if g != nil {
+			groupDone = g.done
+		}
+		select {
+		case <-ctx.Done():
+			stop("agent stopping")
+			a.leave("agent stopped: " + context.Cause(ctx).Error())
+			return context.Cause(ctx)
+
+		case res := <-groupDone:
+			g = nil
+			a.groupEnded(ctx, res)
+
+		case <-a.views.notify:
+			v, err := a.views.get()
+			if err != nil {
+				stop("master lost")
+				return err
+			}
+			if v == nil {
+				continue
+			}
+			switch v.GetJobState() {
+			case roverv1.JobState_JOB_STATE_SUCCEEDED:
+				stop("job succeeded")
+				a.log.Info("job succeeded", "round", v.GetRound(), "restarts", v.GetRestartCount())
+				return nil
+			case roverv1.JobState_JOB_STATE_FAILED:
+				stop("job failed")
+				return a.jobFailed(v)
+			}
+			if g != nil && int(v.GetRound()) > g.round {
+				stop(fmt.Sprintf("round %d opened", v.GetRound()))
+			}
+			if g != nil {
+				continue
+			}
+			asg := v.GetAssignment()
+			round := int(v.GetRound())
+			switch {
+			case asg != nil && !v.GetRoundOpen() && int(asg.GetRound()) == round && round > lastStarted && round >= a.joinedRound:
+				lastStarted = round
+				g = startGroup(ctx, a.groupSpec(v))
+				a.log.Info("starting workers", "round", round, "group_rank", asg.GetGroupRank(),
+					"group_world_size", asg.GetGroupWorldSize(), "world_size", asg.GetWorldSize(), "restart_count", v.GetRestartCount())
+			case v.GetRoundOpen() && a.joinedRound < round,
+				!v.GetRoundOpen() && (asg == nil || int(asg.GetRound()) != round) && a.joinedRound <= round:
+				if err := a.join(ctx, round); err != nil {
+					if ctx.Err() != nil {
+						continue // handled at the top of the loop
+					}
+					if connect.CodeOf(err) == connect.CodeFailedPrecondition {
+						continue // the job ended; the next view says how
+					}
+					return err
+				}
+			}
+		}
+	}
+}
+
+// groupEnded reports a finished worker group to the master.
+func (a *agent) groupEnded(ctx context.Context, res groupResult) {
+	round := int64(res.Round)
+	switch {
+	case res.Stopped:
+	case res.Succeeded:
+		a.log.Info("workers finished", "round", res.Round)
+		a.call(ctx, "report success", func(ctx context.Context) error {
+			_, err := a.client.ReportSuccess(ctx, connect.NewRequest(&roverv1.ReportSuccessRequest{NodeId: a.nodeID, Round: round}))
+			return err
+		})
+	default:
+		failures := make([]*roverv1.WorkerFailure, 0, len(res.Failures)+1)
+		for _, f := range res.Failures {
+			failures = append(failures, failureProto(f))
+			a.log.Warn("worker failed", "round", res.Round, "rank", f.Rank, "local_rank", f.LocalRank, "exit", f.Exit.String())
+		}
+		if res.Err != nil {
+			a.log.Error("could not start workers", "round", res.Round, "err", res.Err)
+			failures = append(failures, &roverv1.WorkerFailure{
+				Host: a.host, NodeRank: int32(a.nodeRank), ExitCode: -1,
+				TimeUnixNanos: time.Now().UnixNano(), Message: res.Err.Error(), Rank: 0,
+			})
+		}
+		a.call(ctx, "report the failure", func(ctx context.Context) error {
+			_, err := a.client.ReportFailure(ctx, connect.NewRequest(&roverv1.ReportFailureRequest{NodeId: a.nodeID, Round: round, Failures: failures}))
+			return err
+		})
+	}
+}
+
+// jobFailed prints the failure report and returns the agent's error.
+func (a *agent) jobFailed(v *roverv1.NodeView) error {
+	var last int64
+	for _, f := range v.GetFailures() {
+		last = max(last, f.GetRound())
+	}
+	var fs []proc.Failure
+	for _, f := range v.GetFailures() {
+		if f.GetRound() == last {
+			fs = append(fs, failureFromProto(f))
+		}
+	}
+	title := filepath.Base(a.cfg.Entrypoint) + " FAILED"
+	if len(fs) > 0 {
+		fmt.Fprint(a.errOut, proc.FormatReport(title, fs))
+	}
+	a.log.Error("job failed", "reason", v.GetReason())
+	return exitErr(ExitJobFailed, "job failed: %s", v.GetReason())
+}
+
+func (a *agent) groupSpec(v *roverv1.NodeView) groupSpec {
+	asg := v.GetAssignment()
+	round := int(v.GetRound())
+	p := placement{
+		Round:          round,
+		NodeRank:       int(asg.GetNodeRank()),
+		GroupRank:      int(asg.GetGroupRank()),
+		GroupWorldSize: int(asg.GetGroupWorldSize()),
+		LocalWorldSize: int(asg.GetLocalWorldSize()),
+		Rank:           int(asg.GetRankOffset()),
+		WorldSize:      int(asg.GetWorldSize()),
+		RestartCount:   int(v.GetRestartCount()),
+		MaxRestarts:    int(v.GetMaxRestarts()),
+		RunID:          a.cfg.RunID,
+		Role:           a.cfg.Role,
+		NodeID:         a.nodeID,
+	}
+	return groupSpec{
+		Argv:       a.argv,
+		Placement:  p,
+		Dir:        filepath.Join(a.logDir, "round_"+strconv.Itoa(round)),
+		Redirects:  a.cfg.Redirects,
+		Tee:        a.cfg.Tee,
+		Filter:     a.cfg.LocalRanksFilter,
+		ConsoleOut: a.out,
+		ConsoleErr: a.errOut,
+		StopGrace:  a.cfg.StopGracePeriod,
+		Host:       a.host,
+		Rendezvous: func(ctx context.Context) (string, int, error) {
+			return a.workersMaster(ctx, round, p.GroupRank)
+		},
+	}
+}
+
+// workersMaster agrees on MASTER_ADDR and MASTER_PORT for a round: the node of
+// group rank 0 picks a free port and publishes it in the master's key-value
+// store; the others read it.
+func (a *agent) workersMaster(ctx context.Context, round, groupRank int) (string, int, error) {
+	key := fmt.Sprintf("rendezvous/round/%d/master_addr", round)
+	if groupRank == 0 {
+		host, port := a.host, a.cfg.MasterPort
+		if a.cfg.MasterAddrSet {
+			host = a.cfg.MasterAddr
+		}
+		if !a.cfg.MasterPortSet {
+			var err error
+			if port, err = freePort(); err != nil {
+				return "", 0, err
+			}
+		}
+		value := net.JoinHostPort(host, strconv.Itoa(port))
+		err := retry(ctx, a.cfg.JoinTimeout, func(ctx context.Context) error {
+			_, err := a.client.SetKey(ctx, connect.NewRequest(&roverv1.SetKeyRequest{Key: key, Value: []byte(value)}))
+			return err
+		})
+		if err != nil {
+			return "", 0, fmt.Errorf("publish %s: %w", key, err)
+		}
+		return host, port, nil
+	}
+	deadline := time.Now().Add(a.cfg.JoinTimeout)
+	for time.Now().Before(deadline) {
+		var resp *connect.Response[roverv1.GetKeyResponse]
+		err := retry(ctx, a.cfg.JoinTimeout, func(ctx context.Context) error {
+			var err error
+			resp, err = a.client.GetKey(ctx, connect.NewRequest(&roverv1.GetKeyRequest{Key: key, WaitMillis: 5000}))
+			return err
+		})
+		if err != nil {
+			return "", 0, fmt.Errorf("read %s: %w", key, err)
+		}
+		if resp.Msg.GetFound() {
+			host, portText, err := net.SplitHostPort(string(resp.Msg.GetValue()))
+			if err != nil {
+				return "", 0, fmt.Errorf("bad %s value %q: %w", key, resp.Msg.GetValue(), err)
+			}
+			port, err := strconv.Atoi(portText)
+			if err != nil {
+				return "", 0, fmt.Errorf("bad %s port %q: %w", key, portText, err)
+			}
+			return host, port, nil
+		}
+	}
+	return "", 0, fmt.Errorf("group rank 0 did not publish %s within %s", key, a.cfg.JoinTimeout)
+}
+
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", ":0")
+	if err != nil {
+		return 0, fmt.Errorf("pick a free port: %w", err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+func failureProto(f proc.Failure) *roverv1.WorkerFailure {
+	w := &roverv1.WorkerFailure{
+		NodeRank:      int32(f.Node),
+		Host:          f.Host,
+		Rank:          int32(f.Rank),
+		LocalRank:     int32(f.LocalRank),
+		Pid:           int32(f.Pid),
+		ExitCode:      int32(f.Exit.Code),
+		Signal:        int32(f.Exit.Signal),
+		TimeUnixNanos: f.Time.UnixNano(),
+		ErrorFile:     f.ErrorFile,
+		LogTail:       f.LogTail,
+	}
+	if f.Error != nil {
+		w.Message, w.Traceback = f.Error.Message, f.Error.Traceback
+	}
+	return w
+}
+
+func failureFromProto(w *roverv1.WorkerFailure) proc.Failure {
+	f := proc.Failure{
+		Time:      time.Unix(0, w.GetTimeUnixNanos()),
+		Host:      w.GetHost(),
+		Node:      int(w.GetNodeRank()),
+		Rank:      int(w.GetRank()),
+		LocalRank: int(w.GetLocalRank()),
+		Pid:       int(w.GetPid()),
+		Exit:      proc.Exit{Code: int(w.GetExitCode()), Signal: sysSignal(w.GetSignal())},
+		ErrorFile: w.GetErrorFile(),
+		LogTail:   w.GetLogTail(),
+	}
+	if w.GetMessage() != "" || w.GetTraceback() != "" {
+		f.Error = &proc.ErrorRecord{Message: w.GetMessage(), Traceback: w.GetTraceback(), Time: f.Time}
+	}
+	return f
+}

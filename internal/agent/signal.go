@@ -1,0 +1,5 @@
+package agent
+
+import "syscall"
+
+func sysSignal(n int32) syscall.Signal { return syscall.Signal(n) }

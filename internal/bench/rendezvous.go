@@ -1,0 +1,266 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"connectrpc.com/connect"
+	roverv1 "github.com/roverml/rover/api/rover/v1"
+	"github.com/roverml/rover/api/rover/v1/roverv1connect"
+	"github.com/roverml/rover/internal/master"
+	"golang.org/x/sync/errgroup"
+)
+
+// RendezvousConfig configures the rendezvous benchmark.
+type RendezvousConfig struct {
+	Nodes int
+	// Rover is the rover binary that runs the master process.
+	Rover string
+	// Conns is how many HTTP/2 connections the simulated agents share.
+	Conns int
+	// HeartbeatPeriod and Periods set the heartbeat phase.
+	HeartbeatPeriod time.Duration
+	Periods         int
+}
+
+// RendezvousResult holds the figures; it is printed as the last line in JSON.
+type RendezvousResult struct {
+	Nodes                              int     `json:"nodes"`
+	RoundSeconds                       float64 `json:"round_seconds"`
+	JoinSeconds                        float64 `json:"join_seconds"`
+	MasterCPUSecondsRound              float64 `json:"master_cpu_seconds_round"`
+	MasterCPUSecondsPerHeartbeatPeriod float64 `json:"master_cpu_seconds_per_heartbeat_period"`
+	HeartbeatPeriodSeconds             float64 `json:"heartbeat_period_seconds"`
+	HeartbeatsPerSecond                float64 `json:"heartbeats_per_second"`
+	MasterRSSBytes                     int64   `json:"master_rss_bytes"`
+	Cores                              int     `json:"cores"`
+}
+
+// Rendezvous runs the benchmark and writes human-readable figures to w
+// followed by one line of JSON.
+func Rendezvous(ctx context.Context, cfg RendezvousConfig, w io.Writer) (*RendezvousResult, error) {
+	if cfg.Nodes < 1 {
+		return nil, fmt.Errorf("--nodes must be at least 1, got %d", cfg.Nodes)
+	}
+	if cfg.Conns <= 0 {
+		cfg.Conns = 16
+	}
+	if cfg.HeartbeatPeriod <= 0 {
+		cfg.HeartbeatPeriod = time.Second
+	}
+	if cfg.Periods <= 0 {
+		cfg.Periods = 3
+	}
+	token := master.NewToken()
+	m, err := startMasterProcess(ctx, cfg, token)
+	if err != nil {
+		return nil, err
+	}
+	defer m.stop()
+
+	clients := make([]roverv1connect.MasterServiceClient, cfg.Conns)
+	for i := range clients {
+		hc := master.NewHTTPClient()
+		defer hc.CloseIdleConnections()
+		clients[i] = master.NewClient(hc, m.addr, token)
+	}
+	rdzv := &roverv1.RendezvousConfig{
+		MinNodes: int32(cfg.Nodes), MaxNodes: int32(cfg.Nodes), NodeUnit: 1,
+		LastCallMillis: 30_000, JoinTimeoutMillis: 600_000,
+		HeartbeatTimeoutMillis: 600_000, DisconnectGraceMillis: 60_000,
+	}
+	fmt.Fprintf(w, "rendezvous benchmark: %d simulated agents over %d connections to one master process\n", cfg.Nodes, cfg.Conns)
+
+	cpu0, _ := m.cpuSeconds()
+	var assigned sync.WaitGroup
+	assigned.Add(cfg.Nodes)
+	var joinedCount atomic.Int64
+	joinedAll := make(chan time.Time, 1)
+	streamCtx, cancelStreams := context.WithCancel(ctx)
+	defer cancelStreams()
+	g, gctx := errgroup.WithContext(streamCtx)
+	start := time.Now()
+	for i := 0; i < cfg.Nodes; i++ {
+		c := clients[i%len(clients)]
+		id := fmt.Sprintf("bench-node-%05d", i)
+		g.Go(func() error {
+			_, err := c.Join(gctx, connect.NewRequest(&roverv1.JoinRequest{
+				NodeId: id, RequestedRank: -1, LocalWorldSize: 8, Addr: "127.0.0.1", Rendezvous: rdzv,
+			}))
+			if err != nil {
+				return fmt.Errorf("join %s: %w", id, err)
+			}
+			if joinedCount.Add(1) == int64(cfg.Nodes) {
+				joinedAll <- time.Now()
+			}
+			stream, err := c.Watch(gctx, connect.NewRequest(&roverv1.WatchRequest{NodeId: id}))
+			if err != nil {
+				return fmt.Errorf("watch %s: %w", id, err)
+			}
+			defer stream.Close()
+			done := false
+			for stream.Receive() {
+				if a := stream.Msg().GetAssignment(); a != nil && !done {
+					done = true
+					assigned.Done()
+				}
+			}
+			if !done && gctx.Err() == nil {
+				return fmt.Errorf("watch %s ended before an assignment: %v", id, stream.Err())
+			}
+			return nil
+		})
+	}
+	waitDone := make(chan struct{})
+	go func() { assigned.Wait(); close(waitDone) }()
+	select {
+	case <-waitDone:
+	case <-gctx.Done():
+		cancelStreams()
+		return nil, fmt.Errorf("rendezvous did not complete: %w", g.Wait())
+	}
+	roundSeconds := time.Since(start).Seconds()
+	joinSeconds := (<-joinedAll).Sub(start).Seconds()
+	cpu1, _ := m.cpuSeconds()
+	fmt.Fprintf(w, "round: %d nodes joined in %.3fs; every agent knew its world after %.3fs (master CPU %.3fs)\n",
+		cfg.Nodes, joinSeconds, roundSeconds, cpu1-cpu0)
+
+	// Heartbeat phase: every agent beats once per period, spread evenly.
+	var beats atomic.Int64
+	hbStart := time.Now()
+	hg, hctx := errgroup.WithContext(ctx)
+	workers := min(cfg.Nodes, 256)
+	for wk := 0; wk < workers; wk++ {
+		hg.Go(func() error {
+			for p := 0; p < cfg.Periods; p++ {
+				periodStart := hbStart.Add(time.Duration(p) * cfg.HeartbeatPeriod)
+				for i := wk; i < cfg.Nodes; i += workers {
+					at := periodStart.Add(time.Duration(int64(cfg.HeartbeatPeriod) * int64(i) / int64(cfg.Nodes)))
+					if d := time.Until(at); d > 0 {
+						time.Sleep(d)
+					}
+					id := fmt.Sprintf("bench-node-%05d", i)
+					if _, err := clients[i%len(clients)].Heartbeat(hctx, connect.NewRequest(&roverv1.HeartbeatRequest{NodeId: id})); err != nil {
+						return fmt.Errorf("heartbeat %s: %w", id, err)
+					}
+					beats.Add(1)
+				}
+			}
+			return nil
+		})
+	}
+	if err := hg.Wait(); err != nil {
+		return nil, err
+	}
+	if d := time.Until(hbStart.Add(time.Duration(cfg.Periods) * cfg.HeartbeatPeriod)); d > 0 {
+		time.Sleep(d)
+	}
+	hbSeconds := time.Since(hbStart).Seconds()
+	cpu2, _ := m.cpuSeconds()
+	rss, _ := m.rssBytes()
+	cancelStreams()
+	_ = g.Wait()
+
+	res := &RendezvousResult{
+		Nodes:                              cfg.Nodes,
+		RoundSeconds:                       round3(roundSeconds),
+		JoinSeconds:                        round3(joinSeconds),
+		MasterCPUSecondsRound:              round3(cpu1 - cpu0),
+		MasterCPUSecondsPerHeartbeatPeriod: round3((cpu2 - cpu1) / float64(cfg.Periods)),
+		HeartbeatPeriodSeconds:             cfg.HeartbeatPeriod.Seconds(),
+		HeartbeatsPerSecond:                round3(float64(beats.Load()) / hbSeconds),
+		MasterRSSBytes:                     rss,
+		Cores:                              runtime.NumCPU(),
+	}
+	fmt.Fprintf(w, "heartbeats: %d agents x %d periods of %s: %.0f heartbeats/s, master CPU %.3fs per period, master RSS %.1f MiB\n",
+		cfg.Nodes, cfg.Periods, cfg.HeartbeatPeriod, res.HeartbeatsPerSecond, res.MasterCPUSecondsPerHeartbeatPeriod, float64(rss)/(1<<20))
+	b, err := json.Marshal(res)
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintln(w, string(b))
+	return res, nil
+}
+
+func round3(x float64) float64 { return float64(int64(x*1000+0.5)) / 1000 }
+
+// masterProcess is a `rover master` child process.
+type masterProcess struct {
+	cmd  *exec.Cmd
+	addr string
+	dir  string
+}
+
+func startMasterProcess(_ context.Context, cfg RendezvousConfig, token string) (*masterProcess, error) {
+	dir, err := os.MkdirTemp("", "rover-bench-")
+	if err != nil {
+		return nil, err
+	}
+	addrFile := filepath.Join(dir, "addr")
+	cmd := exec.Command(cfg.Rover, "master", "--listen", "127.0.0.1:0", "--job", "bench", "--addr-file", addrFile)
+	cmd.Env = append(os.Environ(), "ROVER_TOKEN="+token)
+	cmd.Stderr = io.Discard
+	if err := cmd.Start(); err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("start the master process %s: %w", cfg.Rover, err)
+	}
+	m := &masterProcess{cmd: cmd, dir: dir}
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if b, err := os.ReadFile(addrFile); err == nil && len(b) > 0 {
+			m.addr = strings.TrimSpace(string(b))
+			return m, nil // the listener is open: connections queue until it serves
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	m.stop()
+	return nil, fmt.Errorf("the master process did not write %s within 10s", addrFile)
+}
+
+func (m *masterProcess) stop() {
+	_ = m.cmd.Process.Kill()
+	_ = m.cmd.Wait()
+	os.RemoveAll(m.dir)
+}
+
+// cpuSeconds reads the master process's user+system CPU time.
+func (m *masterProcess) cpuSeconds() (float64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", m.cmd.Process.Pid))
+	if err != nil {
+		return 0, err
+	}
+	// Fields after the command name (which is in parentheses).
+	s := string(b)
+	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	utime, _ := strconv.ParseFloat(fields[11], 64)
+	stime, _ := strconv.ParseFloat(fields[12], 64)
+	return (utime + stime) / clockTicks, nil
+}
+
+// clockTicks is USER_HZ, 100 on every Linux platform Go supports.
+const clockTicks = 100
+
+func (m *masterProcess) rssBytes() (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", m.cmd.Process.Pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			return kb * 1024, nil
+		}
+	}
+	return 0, fmt.Errorf("no VmHWM in /proc/%d/status", m.cmd.Process.Pid)
+}

@@ -1,0 +1,407 @@
+package master
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	roverv1 "github.com/roverml/rover/api/rover/v1"
+	"github.com/roverml/rover/internal/node"
+	"github.com/roverml/rover/internal/rendezvous"
+	"google.golang.org/protobuf/encoding/protojson"
+)
+
+// Store is the persistence the master needs: an append-only journal.
+type Store interface {
+	Append(ctx context.Context, rec []byte) error
+	Records(ctx context.Context) ([][]byte, error)
+}
+
+// jobConfig is the rendezvous and liveness configuration of a job.
+type jobConfig struct {
+	Rendezvous rendezvous.Config `json:"rendezvous"`
+	Nodes      node.Config       `json:"nodes"`
+}
+
+// maxFailuresKept bounds the failure records the master keeps for reports.
+const maxFailuresKept = 64
+
+// core is the master's state: the state machines plus the key-value store and
+// failure records, behind one mutex. Every method takes the time from its
+// caller. Changes that matter to node views close the views channel, waking
+// the push streams; key changes close the keys channel.
+type core struct {
+	mu       sync.Mutex
+	store    Store
+	runID    string
+	cfg      *jobConfig // nil until configured
+	rdzv     *rendezvous.Machine
+	nodes    *node.Table
+	addrs    map[string]string
+	kv       map[string][]byte
+	failures []*roverv1.WorkerFailure
+	status   rendezvous.Status
+	views    chan struct{}
+	version  uint64 // of the node views
+	keys     chan struct{}
+	// replaying is true while the journal is replayed: nothing is appended.
+	replaying bool
+}
+
+func newCore(runID string, store Store) *core {
+	return &core{
+		store: store,
+		runID: runID,
+		addrs: map[string]string{},
+		kv:    map[string][]byte{},
+		views: make(chan struct{}),
+		keys:  make(chan struct{}),
+	}
+}
+
+// restore replays the store's journal.
+func (c *core) restore(ctx context.Context, now time.Time) (int, error) {
+	recs, err := c.store.Records(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("read journal: %w", err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.replaying = true
+	defer func() { c.replaying = false }()
+	for i, b := range recs {
+		e, err := unmarshalEvent(b)
+		if err != nil {
+			return i, fmt.Errorf("journal record %d: %w", i, err)
+		}
+		if err := c.applyLocked(ctx, e); err != nil && !isRequestError(err) {
+			return i, fmt.Errorf("replay journal record %d (%s): %w", i, e.Type, err)
+		}
+	}
+	// Liveness is not journaled: every known node gets a fresh timeout.
+	if c.nodes != nil {
+		for id := range c.addrs {
+			c.nodes.Seen(id, now)
+		}
+	}
+	c.changedLocked()
+	return len(recs), nil
+}
+
+// apply journals an event and applies it. The journal write happens first, so
+// that no transition is acknowledged before it is persisted.
+func (c *core) apply(ctx context.Context, e *event) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.applyLocked(ctx, e)
+}
+
+func (c *core) applyLocked(ctx context.Context, e *event) error {
+	if err := c.checkLocked(e); err != nil {
+		return err
+	}
+	if !c.replaying {
+		b, err := e.marshal()
+		if err != nil {
+			return err
+		}
+		if err := c.store.Append(ctx, b); err != nil {
+			return fmt.Errorf("persist %s: %w", e.Type, err)
+		}
+	}
+	return c.transitionLocked(e)
+}
+
+// checkLocked rejects events that would fail, before they are journaled.
+func (c *core) checkLocked(e *event) error {
+	switch e.Type {
+	case eventConfigure, eventSetKey:
+		return nil
+	}
+	if c.rdzv == nil {
+		return errNotConfigured
+	}
+	switch e.Type {
+	case eventWorkerFailed, eventNodeSucceeded:
+		if _, ok := c.addrs[e.Node]; !ok {
+			return fmt.Errorf("node %q: %w", e.Node, rendezvous.ErrUnknownNode)
+		}
+	}
+	return nil
+}
+
+func (c *core) transitionLocked(e *event) error {
+	var err error
+	before := c.status
+	switch e.Type {
+	case eventConfigure:
+		err = c.configureLocked(e.Config, e.Time)
+	case eventJoin:
+		_, err = c.rdzv.Join(*e.Join, e.Time)
+		if err == nil {
+			c.addrs[e.Join.NodeID] = e.Join.Addr
+			c.nodes.Seen(e.Join.NodeID, e.Time)
+		}
+	case eventNodeLost:
+		c.rdzv.NodeLost(e.Node, e.Time)
+	case eventWorkerFailed:
+		cur := c.rdzv.Status()
+		if e.Round == cur.Round && !cur.Open {
+			c.recordFailuresLocked(e.Failures)
+		}
+		err = c.rdzv.WorkerFailed(e.Node, e.Round, e.Time)
+	case eventNodeSucceeded:
+		err = c.rdzv.NodeSucceeded(e.Node, e.Round, e.Time)
+	case eventSetKey:
+		c.kv[e.Key] = e.Value
+		close(c.keys)
+		c.keys = make(chan struct{})
+	case eventTick:
+		c.rdzv.Tick(e.Time)
+	}
+	if c.rdzv != nil {
+		c.status = c.rdzv.Status()
+	}
+	if c.status != before {
+		c.changedLocked()
+	}
+	return err
+}
+
+func (c *core) configureLocked(cfg *jobConfig, now time.Time) error {
+	if c.rdzv != nil {
+		return nil
+	}
+	m, err := rendezvous.New(cfg.Rendezvous, now)
+	if err != nil {
+		return err
+	}
+	c.cfg = cfg
+	c.rdzv = m
+	c.nodes = node.NewTable(cfg.Nodes)
+	return nil
+}
+
+func (c *core) recordFailuresLocked(raw []json.RawMessage) {
+	for _, b := range raw {
+		f := &roverv1.WorkerFailure{}
+		if protojson.Unmarshal(b, f) == nil {
+			c.failures = append(c.failures, f)
+		}
+	}
+	if n := len(c.failures); n > maxFailuresKept {
+		c.failures = append([]*roverv1.WorkerFailure(nil), c.failures[n-maxFailuresKept:]...)
+	}
+}
+
+// changedLocked wakes every push stream.
+func (c *core) changedLocked() {
+	c.version++
+	close(c.views)
+	c.views = make(chan struct{})
+}
+
+// configure sets the job's configuration unless it is set already, in which
+// case cfg must agree with it.
+func (c *core) configure(ctx context.Context, cfg jobConfig, now time.Time) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cfg != nil {
+		return c.cfg.agrees(cfg)
+	}
+	if err := cfg.Rendezvous.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", errInvalid, err)
+	}
+	return c.applyLocked(ctx, &event{Type: eventConfigure, Time: now, Config: &cfg})
+}
+
+func (a *jobConfig) agrees(b jobConfig) error {
+	x, y := a.Rendezvous, b.Rendezvous
+	var errs []error
+	if x.MinNodes != y.MinNodes || x.MaxNodes != y.MaxNodes {
+		errs = append(errs, fmt.Errorf("--nnodes=%d:%d, but the job runs with %d:%d", y.MinNodes, y.MaxNodes, x.MinNodes, x.MaxNodes))
+	}
+	if x.NodeUnit != y.NodeUnit {
+		errs = append(errs, fmt.Errorf("--node-unit=%d, but the job runs with %d", y.NodeUnit, x.NodeUnit))
+	}
+	if x.MaxRestarts != y.MaxRestarts {
+		errs = append(errs, fmt.Errorf("--max-restarts=%d, but the job runs with %d", y.MaxRestarts, x.MaxRestarts))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%w: this agent asks for %w; start every agent with the same settings", errConfigMismatch, errors.Join(errs...))
+	}
+	return nil
+}
+
+// join adds a node to the rendezvous. A repeated request for a round the node
+// already belongs to is answered without a transition.
+func (c *core) join(ctx context.Context, req rendezvous.JoinRequest, round int, now time.Time) (nodeRank, joinedRound int, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.rdzv == nil {
+		return 0, 0, errNotConfigured
+	}
+	if round > 0 {
+		if rank, r, ok := c.rdzv.Joined(req.NodeID); ok && r >= round {
+			return rank, r, nil
+		}
+	}
+	if err := c.applyLocked(ctx, &event{Type: eventJoin, Time: now, Join: &req}); err != nil {
+		return 0, 0, err
+	}
+	rank, r, _ := c.rdzv.Joined(req.NodeID)
+	return rank, r, nil
+}
+
+// tick advances the timeouts of both state machines.
+func (c *core) tick(ctx context.Context, now time.Time) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.rdzv == nil {
+		return nil
+	}
+	var errs []error
+	for _, lost := range c.nodes.Tick(now) {
+		e := &event{Type: eventNodeLost, Time: now, Node: lost.ID, Reason: lost.Reason}
+		errs = append(errs, c.applyLocked(ctx, e))
+	}
+	if d, ok := c.rdzv.NextDeadline(); ok && !now.Before(d) {
+		errs = append(errs, c.applyLocked(ctx, &event{Type: eventTick, Time: now}))
+	}
+	return errors.Join(errs...)
+}
+
+// seen records a heartbeat.
+func (c *core) seen(id string, now time.Time) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.addrs[id]; !ok || c.nodes == nil {
+		return fmt.Errorf("node %q: %w", id, rendezvous.ErrUnknownNode)
+	}
+	c.nodes.Seen(id, now)
+	return nil
+}
+
+// connected records a push stream opening (delta +1) or closing (-1).
+func (c *core) connected(id string, open bool, now time.Time) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.addrs[id]; !ok || c.nodes == nil {
+		return fmt.Errorf("node %q: %w", id, rendezvous.ErrUnknownNode)
+	}
+	if open {
+		c.nodes.Connected(id, now)
+	} else {
+		c.nodes.Disconnected(id, now)
+	}
+	return nil
+}
+
+// view returns the node's view and a channel closed at the next change.
+func (c *core) view(id string) (*roverv1.NodeView, <-chan struct{}) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	v := &roverv1.NodeView{RunId: c.runID}
+	if c.rdzv == nil {
+		v.JobState = roverv1.JobState_JOB_STATE_RUNNING
+		return v, c.views
+	}
+	s := c.status
+	v.Version = c.version
+	v.JobState = jobState(s.Job)
+	v.Reason = s.Reason
+	v.Round = int64(s.Round)
+	v.RoundOpen = s.Open
+	v.RestartCount = int32(s.Restarts)
+	v.MaxRestarts = int32(s.MaxRestarts)
+	if m, round, ok := c.rdzv.Assignment(id); ok {
+		v.Assignment = &roverv1.Assignment{
+			Round:          int64(round),
+			NodeRank:       int32(m.NodeRank),
+			GroupRank:      int32(m.GroupRank),
+			GroupWorldSize: int32(s.GroupWorldSize),
+			LocalWorldSize: int32(m.LocalWorldSize),
+			RankOffset:     int32(m.RankOffset),
+			WorldSize:      int32(s.WorldSize),
+		}
+	}
+	if s.Job != rendezvous.Running {
+		v.Failures = c.failures
+	}
+	return v, c.views
+}
+
+// key returns a value and a channel closed at the next key change.
+func (c *core) key(k string) ([]byte, bool, <-chan struct{}) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	v, ok := c.kv[k]
+	return v, ok, c.keys
+}
+
+// job returns the job's status for GetJob.
+func (c *core) job() *roverv1.GetJobResponse {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r := &roverv1.GetJobResponse{RunId: c.runID, JobState: roverv1.JobState_JOB_STATE_RUNNING}
+	if c.rdzv == nil {
+		return r
+	}
+	s := c.rdzv.Snapshot()
+	r.JobState = jobState(s.Job)
+	r.Reason = s.Reason
+	r.Round = int64(s.Round)
+	r.RoundOpen = s.Open
+	r.WorldSize = int32(s.WorldSize)
+	r.RestartCount = int32(s.Restarts)
+	r.MaxRestarts = int32(s.MaxRestarts)
+	r.Failures = c.failures
+	r.Rendezvous = rendezvousProto(*c.cfg)
+	ids := make([]string, 0, len(c.addrs))
+	for id := range c.addrs {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		ns := &roverv1.NodeStatus{NodeId: id, Addr: c.addrs[id], GroupRank: -1}
+		if rank, _, ok := c.rdzv.Joined(id); ok {
+			ns.NodeRank = int32(rank)
+		}
+		if m, ok := s.Member(id); ok {
+			ns.GroupRank = int32(m.GroupRank)
+			ns.NodeRank = int32(m.NodeRank)
+		}
+		if info, ok := c.nodes.Get(id); ok {
+			ns.Lost = info.Lost
+			ns.LostReason = info.LostReason
+		}
+		r.Nodes = append(r.Nodes, ns)
+	}
+	return r
+}
+
+// finished reports whether the job has ended, and the change channel.
+func (c *core) finished() (bool, rendezvous.JobState, <-chan struct{}) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.rdzv == nil {
+		return false, rendezvous.Running, c.views
+	}
+	return c.status.Job != rendezvous.Running, c.status.Job, c.views
+}
+
+func jobState(s rendezvous.JobState) roverv1.JobState {
+	switch s {
+	case rendezvous.Running:
+		return roverv1.JobState_JOB_STATE_RUNNING
+	case rendezvous.Succeeded:
+		return roverv1.JobState_JOB_STATE_SUCCEEDED
+	case rendezvous.Failed:
+		return roverv1.JobState_JOB_STATE_FAILED
+	}
+	return roverv1.JobState_JOB_STATE_UNSPECIFIED
+}

@@ -1,0 +1,65 @@
+package master
+
+import (
+	"context"
+	"errors"
+
+	"connectrpc.com/connect"
+	"github.com/roverml/rover/internal/rendezvous"
+)
+
+var (
+	// errInvalid marks a request with a bad field.
+	errInvalid = errors.New("invalid request")
+	// errNotConfigured is returned before the first agent configured the job.
+	errNotConfigured = errors.New("the job has no rendezvous configuration yet: join first")
+	// errConfigMismatch is returned to an agent whose settings differ from the job's.
+	errConfigMismatch = errors.New("rendezvous settings differ from the job's")
+	// errUnauthenticated is returned for a missing or wrong token.
+	errUnauthenticated = errors.New("missing or wrong job token: pass the job's token (--token-file or ROVER_TOKEN)")
+)
+
+// codes maps the core's errors to RPC codes: the one table every handler uses.
+var codes = []struct {
+	err  error
+	code connect.Code
+}{
+	{errInvalid, connect.CodeInvalidArgument},
+	{rendezvous.ErrInvalidRequest, connect.CodeInvalidArgument},
+	{errConfigMismatch, connect.CodeFailedPrecondition},
+	{errNotConfigured, connect.CodeFailedPrecondition},
+	{rendezvous.ErrJobFinished, connect.CodeFailedPrecondition},
+	{rendezvous.ErrRankTaken, connect.CodeAlreadyExists},
+	{rendezvous.ErrUnknownNode, connect.CodeNotFound},
+	{errUnauthenticated, connect.CodeUnauthenticated},
+	{context.Canceled, connect.CodeCanceled},
+	{context.DeadlineExceeded, connect.CodeDeadlineExceeded},
+}
+
+// rpcError maps err to a connect error with the matching code.
+func rpcError(err error) error {
+	if err == nil {
+		return nil
+	}
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		return err
+	}
+	for _, c := range codes {
+		if errors.Is(err, c.err) {
+			return connect.NewError(c.code, err)
+		}
+	}
+	return connect.NewError(connect.CodeInternal, err)
+}
+
+// isRequestError reports whether err rejects a request rather than signalling
+// a fault of the master; such errors are expected when a journal is replayed.
+func isRequestError(err error) bool {
+	for _, c := range codes {
+		if errors.Is(err, c.err) && c.code != connect.CodeInternal {
+			return true
+		}
+	}
+	return false
+}

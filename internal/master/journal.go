@@ -1,0 +1,64 @@
+package master
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/roverml/rover/internal/rendezvous"
+)
+
+// journalSchema is the version of the records the master appends to its Store.
+const journalSchema = 1
+
+// event is one transition of the master's state. The state machines are
+// deterministic, so replaying the journal rebuilds the state exactly.
+type event struct {
+	Schema int       `json:"schema"`
+	Type   eventType `json:"type"`
+	Time   time.Time `json:"time"`
+	Node   string    `json:"node,omitempty"`
+	Round  int       `json:"round,omitempty"`
+	// Config is set on eventConfigure.
+	Config *jobConfig `json:"config,omitempty"`
+	// Join is set on eventJoin.
+	Join *rendezvous.JoinRequest `json:"join,omitempty"`
+	// Key and Value are set on eventSetKey.
+	Key   string `json:"key,omitempty"`
+	Value []byte `json:"value,omitempty"`
+	// Failures are set on eventWorkerFailed, as protobuf JSON.
+	Failures []json.RawMessage `json:"failures,omitempty"`
+	Reason   string            `json:"reason,omitempty"`
+}
+
+type eventType string
+
+const (
+	eventConfigure     eventType = "configure"
+	eventJoin          eventType = "join"
+	eventNodeLost      eventType = "node_lost"
+	eventWorkerFailed  eventType = "worker_failed"
+	eventNodeSucceeded eventType = "node_succeeded"
+	eventSetKey        eventType = "set_key"
+	eventTick          eventType = "tick"
+)
+
+func (e *event) marshal() ([]byte, error) {
+	e.Schema = journalSchema
+	b, err := json.Marshal(e)
+	if err != nil {
+		return nil, fmt.Errorf("encode %s event: %w", e.Type, err)
+	}
+	return b, nil
+}
+
+func unmarshalEvent(b []byte) (*event, error) {
+	var e event
+	if err := json.Unmarshal(b, &e); err != nil {
+		return nil, fmt.Errorf("decode journal record: %w", err)
+	}
+	if e.Schema != journalSchema {
+		return nil, fmt.Errorf("journal record has schema %d, this master reads schema %d", e.Schema, journalSchema)
+	}
+	return &e, nil
+}

@@ -1,0 +1,167 @@
+package master
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"connectrpc.com/connect"
+	roverv1 "github.com/roverml/rover/api/rover/v1"
+	"github.com/roverml/rover/api/rover/v1/roverv1connect"
+	"google.golang.org/protobuf/encoding/protojson"
+)
+
+// service implements the RPC API: each handler validates, calls the core and
+// maps errors through rpcError.
+type service struct {
+	core  *core
+	clock Clock
+}
+
+var _ roverv1connect.MasterServiceHandler = (*service)(nil)
+
+func (s *service) Join(ctx context.Context, req *connect.Request[roverv1.JoinRequest]) (*connect.Response[roverv1.JoinResponse], error) {
+	r := req.Msg
+	jr, cfg, err := validateJoin(r)
+	if err != nil {
+		return nil, rpcError(err)
+	}
+	if id := r.GetRunId(); id != "" && id != "none" && s.core.runID != "none" && id != s.core.runID {
+		return nil, rpcError(invalid("this master runs job %q, not %q: check --rdzv-id and --rdzv-endpoint", s.core.runID, r.GetRunId()))
+	}
+	if err := s.core.configure(ctx, *cfg, s.clock.Now()); err != nil {
+		return nil, rpcError(err)
+	}
+	rank, round, err := s.core.join(ctx, jr, int(r.GetRound()), s.clock.Now())
+	if err != nil {
+		return nil, rpcError(err)
+	}
+	return connect.NewResponse(&roverv1.JoinResponse{NodeRank: int32(rank), Round: int64(round), RunId: s.core.runID}), nil
+}
+
+func (s *service) Watch(ctx context.Context, req *connect.Request[roverv1.WatchRequest], stream *connect.ServerStream[roverv1.NodeView]) error {
+	id := req.Msg.GetNodeId()
+	if err := checkNodeID(id); err != nil {
+		return rpcError(err)
+	}
+	if err := s.core.connected(id, true, s.clock.Now()); err != nil {
+		return rpcError(err)
+	}
+	defer func() { _ = s.core.connected(id, false, s.clock.Now()) }()
+	sent := false
+	var last uint64
+	for {
+		v, changed := s.core.view(id)
+		if !sent || v.Version != last {
+			if err := stream.Send(v); err != nil {
+				return nil // the agent went away; its disconnect is recorded above
+			}
+			sent, last = true, v.Version
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return nil
+		}
+	}
+}
+
+func (s *service) Heartbeat(ctx context.Context, req *connect.Request[roverv1.HeartbeatRequest]) (*connect.Response[roverv1.HeartbeatResponse], error) {
+	id := req.Msg.GetNodeId()
+	if err := checkNodeID(id); err != nil {
+		return nil, rpcError(err)
+	}
+	if err := s.core.seen(id, s.clock.Now()); err != nil {
+		return nil, rpcError(err)
+	}
+	return connect.NewResponse(&roverv1.HeartbeatResponse{}), nil
+}
+
+func (s *service) ReportFailure(ctx context.Context, req *connect.Request[roverv1.ReportFailureRequest]) (*connect.Response[roverv1.ReportFailureResponse], error) {
+	r := req.Msg
+	if err := validateFailures(r); err != nil {
+		return nil, rpcError(err)
+	}
+	raw := make([]json.RawMessage, 0, len(r.GetFailures()))
+	for _, f := range r.GetFailures() {
+		f.NodeId, f.Round = r.GetNodeId(), r.GetRound()
+		b, err := protojson.Marshal(f)
+		if err != nil {
+			return nil, rpcError(invalid("failure record: %v", err))
+		}
+		raw = append(raw, b)
+	}
+	e := &event{Type: eventWorkerFailed, Time: s.clock.Now(), Node: r.GetNodeId(), Round: int(r.GetRound()), Failures: raw}
+	if err := s.core.apply(ctx, e); err != nil {
+		return nil, rpcError(err)
+	}
+	return connect.NewResponse(&roverv1.ReportFailureResponse{}), nil
+}
+
+func (s *service) ReportSuccess(ctx context.Context, req *connect.Request[roverv1.ReportSuccessRequest]) (*connect.Response[roverv1.ReportSuccessResponse], error) {
+	r := req.Msg
+	if err := checkNodeID(r.GetNodeId()); err != nil {
+		return nil, rpcError(err)
+	}
+	if err := checkRound(r.GetRound()); err != nil {
+		return nil, rpcError(err)
+	}
+	e := &event{Type: eventNodeSucceeded, Time: s.clock.Now(), Node: r.GetNodeId(), Round: int(r.GetRound())}
+	if err := s.core.apply(ctx, e); err != nil {
+		return nil, rpcError(err)
+	}
+	return connect.NewResponse(&roverv1.ReportSuccessResponse{}), nil
+}
+
+func (s *service) Leave(ctx context.Context, req *connect.Request[roverv1.LeaveRequest]) (*connect.Response[roverv1.LeaveResponse], error) {
+	r := req.Msg
+	if err := checkNodeID(r.GetNodeId()); err != nil {
+		return nil, rpcError(err)
+	}
+	if len(r.GetReason()) > maxFailureText {
+		return nil, rpcError(invalid("reason is longer than %d bytes", maxFailureText))
+	}
+	e := &event{Type: eventNodeLost, Time: s.clock.Now(), Node: r.GetNodeId(), Reason: "left: " + r.GetReason()}
+	if err := s.core.apply(ctx, e); err != nil {
+		return nil, rpcError(err)
+	}
+	return connect.NewResponse(&roverv1.LeaveResponse{}), nil
+}
+
+func (s *service) SetKey(ctx context.Context, req *connect.Request[roverv1.SetKeyRequest]) (*connect.Response[roverv1.SetKeyResponse], error) {
+	r := req.Msg
+	if err := validateSetKey(r); err != nil {
+		return nil, rpcError(err)
+	}
+	e := &event{Type: eventSetKey, Time: s.clock.Now(), Key: r.GetKey(), Value: r.GetValue()}
+	if err := s.core.apply(ctx, e); err != nil {
+		return nil, rpcError(err)
+	}
+	return connect.NewResponse(&roverv1.SetKeyResponse{}), nil
+}
+
+func (s *service) GetKey(ctx context.Context, req *connect.Request[roverv1.GetKeyRequest]) (*connect.Response[roverv1.GetKeyResponse], error) {
+	wait, err := validateGetKey(req.Msg)
+	if err != nil {
+		return nil, rpcError(err)
+	}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for {
+		v, ok, changed := s.core.key(req.Msg.GetKey())
+		if ok {
+			return connect.NewResponse(&roverv1.GetKeyResponse{Found: true, Value: v}), nil
+		}
+		select {
+		case <-changed:
+		case <-timer.C:
+			return connect.NewResponse(&roverv1.GetKeyResponse{}), nil
+		case <-ctx.Done():
+			return nil, rpcError(ctx.Err())
+		}
+	}
+}
+
+func (s *service) GetJob(ctx context.Context, req *connect.Request[roverv1.GetJobRequest]) (*connect.Response[roverv1.GetJobResponse], error) {
+	return connect.NewResponse(s.core.job()), nil
+}

@@ -1,0 +1,342 @@
+package rendezvous
+
+import (
+	"fmt"
+	"slices"
+	"time"
+)
+
+// nodeRec is everything the machine remembers about one NodeID.
+type nodeRec struct {
+	id     string
+	rank   int // node rank; kept (as a preference) after the node is lost
+	lws    int
+	addr   string
+	lost   bool
+	joined bool // in the current open round, or waiting for the next
+	// succeeded is the world round in which this node's workers succeeded
+	// (0: none). Comparing with worldRound avoids resetting every node.
+	succeeded int
+}
+
+// Machine is the rendezvous state machine of one job. It is not safe for
+// concurrent use; the master's driver serialises calls.
+type Machine struct {
+	cfg      Config
+	job      JobState
+	fail     *failure
+	round    int
+	open     bool
+	openedAt time.Time // when the current round opened
+	lastJoin time.Time // last join to the current open round (or its opening)
+	restarts int
+	version  uint64
+
+	nodes  map[string]*nodeRec
+	live   int // nodes not lost
+	ranks  ranks
+	joined map[string]*nodeRec // open round's joiners, or waiting nodes while closed
+
+	world      []Member       // last closed world, by group rank
+	worldRound int            // round of world (0: none yet)
+	worldSize  int            // sum of LocalWorldSize over world
+	index      map[string]int // NodeID -> position in world
+	nSucceeded int            // members of world that succeeded in worldRound
+}
+
+// New returns a machine for a job whose round 1 opens at now.
+func New(cfg Config, now time.Time) (*Machine, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Machine{
+		cfg:      cfg.withDefaults(),
+		round:    1,
+		open:     true,
+		openedAt: now,
+		lastJoin: now,
+		version:  1,
+		nodes:    make(map[string]*nodeRec),
+		joined:   make(map[string]*nodeRec),
+		index:    make(map[string]int),
+	}, nil
+}
+
+// Version increments on every change a Snapshot could show (and on some
+// internal ones, such as a node that is not joined being lost), so a driver
+// can tell cheaply whether to publish a new snapshot or assignments.
+func (m *Machine) Version() uint64 { return m.version }
+
+// Err is nil unless the job failed; then it says why and wraps
+// [ErrTooFewNodes] or [ErrRestartsExhausted].
+func (m *Machine) Err() error {
+	if m.fail == nil {
+		return nil
+	}
+	return m.fail
+}
+
+func (m *Machine) finished() bool { return m.job != Running }
+
+func (m *Machine) changed() { m.version++ }
+
+// inWorld reports whether n is a member of the world of the current, closed
+// round.
+func (m *Machine) inWorld(n *nodeRec) bool {
+	if m.open {
+		return false
+	}
+	_, ok := m.index[n.id]
+	return ok
+}
+
+// Join admits an agent to the current open round, or, while the round is
+// closed, makes it wait for the next one (opening it at once when the node
+// is a member of the current world, whose agent restarted, or when the
+// waiting nodes would grow the world). It returns the node's stable node
+// rank. Joins are O(log n) amortised.
+func (m *Machine) Join(req JoinRequest, now time.Time) (int, error) {
+	if err := req.validate(m.cfg); err != nil {
+		return -1, err
+	}
+	m.maybeClose(now) // timers that expired before this event apply first
+	if m.finished() {
+		return -1, fmt.Errorf("%w: the job has %s; the agent should exit", ErrJobFinished, m.job)
+	}
+	n := m.nodes[req.NodeID]
+	rank := req.RequestedRank
+	if rank >= 0 {
+		if o, taken := m.ranks.heldByOther(rank, n); taken {
+			return -1, fmt.Errorf("%w: node rank %d is held by live node %q; request -1 for any rank, or a free one", ErrRankTaken, rank, o.id)
+		}
+	}
+	if n != nil && n.joined && !n.lost && (rank < 0 || rank == n.rank) && n.lws == req.LocalWorldSize && n.addr == req.Addr {
+		return n.rank, nil // a retry of a join that already counted
+	}
+	if n == nil {
+		n = &nodeRec{id: req.NodeID, rank: -1}
+		m.nodes[n.id] = n
+		m.live++
+	} else if n.lost {
+		n.lost = false
+		m.live++
+	}
+	if rank < 0 {
+		if _, taken := m.ranks.heldByOther(n.rank, n); n.rank >= 0 && !taken {
+			rank = n.rank
+		} else {
+			rank = m.ranks.lowestFree()
+		}
+	}
+	m.ranks.assign(n, rank)
+	n.lws, n.addr = req.LocalWorldSize, req.Addr
+	m.changed()
+
+	if !m.open {
+		if m.inWorld(n) {
+			m.openNext(now, false) // its agent restarted: re-form the world
+		} else {
+			m.addJoined(n)
+			if len(m.world) < m.cfg.MaxNodes && m.cfg.take(len(m.world)+len(m.joined)) > len(m.world) {
+				m.openNext(now, false) // room to grow
+			}
+			m.maybeClose(now)
+			return n.rank, nil
+		}
+	}
+	m.addJoined(n)
+	m.lastJoin = now
+	m.maybeClose(now)
+	return n.rank, nil
+}
+
+func (m *Machine) addJoined(n *nodeRec) {
+	if !n.joined {
+		n.joined = true
+		m.joined[n.id] = n
+	}
+}
+
+func (m *Machine) dropJoined(n *nodeRec) {
+	if n.joined {
+		n.joined = false
+		delete(m.joined, n.id)
+	}
+}
+
+// NodeLost records that a node's agent is gone (heartbeats stopped). Its rank
+// becomes available to other nodes; it must Join again to take part. Losing a
+// member of the current world opens the next round (a membership change, not
+// a failure restart), unless that member had already succeeded. Unknown and
+// already lost nodes are ignored.
+func (m *Machine) NodeLost(nodeID string, now time.Time) {
+	m.maybeClose(now)
+	n := m.nodes[nodeID]
+	if m.finished() || n == nil || n.lost {
+		return
+	}
+	n.lost = true
+	m.live--
+	m.ranks.lost(n)
+	m.dropJoined(n)
+	m.changed()
+	if m.inWorld(n) && n.succeeded != m.worldRound {
+		m.openNext(now, false)
+	}
+	m.maybeClose(now)
+}
+
+// report resolves a WorkerFailed/NodeSucceeded report to a world member, or
+// nil when the report is to be ignored.
+func (m *Machine) report(nodeID string, round int) (*nodeRec, error) {
+	if m.finished() {
+		return nil, nil
+	}
+	n := m.nodes[nodeID]
+	if n == nil {
+		return nil, fmt.Errorf("%w: %q has never joined; it must Join before reporting", ErrUnknownNode, nodeID)
+	}
+	if round != m.round || m.open {
+		return nil, nil // stale: a later round is already under way
+	}
+	if !m.inWorld(n) {
+		return nil, fmt.Errorf("%w: %q is not a member of round %d; it should Join again", ErrNotInWorld, nodeID, round)
+	}
+	if n.succeeded == m.worldRound {
+		return nil, nil
+	}
+	return n, nil
+}
+
+// WorkerFailed records that the workers of a world member failed in round.
+// Reports for another round, or while the round is open, are stale and
+// ignored. Otherwise the next round opens as a failure restart, or, with the
+// restart budget used up, the job fails.
+func (m *Machine) WorkerFailed(nodeID string, round int, now time.Time) error {
+	m.maybeClose(now)
+	n, err := m.report(nodeID, round)
+	if n == nil {
+		return err
+	}
+	if m.restarts >= m.cfg.MaxRestarts {
+		m.failJob(ErrRestartsExhausted, fmt.Sprintf(
+			"workers on node %s (node rank %d) failed in round %d and the restart budget (%d) is exhausted",
+			n.id, n.rank, round, m.cfg.MaxRestarts))
+		return nil
+	}
+	m.openNext(now, true)
+	m.maybeClose(now)
+	return nil
+}
+
+// NodeSucceeded records that the workers of a world member finished
+// successfully in round. When every member has, the job has succeeded.
+// Stale reports are ignored.
+func (m *Machine) NodeSucceeded(nodeID string, round int, now time.Time) error {
+	m.maybeClose(now)
+	n, err := m.report(nodeID, round)
+	if n == nil {
+		return err
+	}
+	n.succeeded = m.worldRound
+	m.nSucceeded++
+	if m.nSucceeded == len(m.world) {
+		m.job = Succeeded
+	}
+	m.changed()
+	return nil
+}
+
+// Tick applies the timers: it closes an open round whose last call has
+// passed, or fails the job when a round stayed too small past JoinTimeout.
+func (m *Machine) Tick(now time.Time) { m.maybeClose(now) }
+
+// NextDeadline returns when [Machine.Tick] next matters: the end of the last
+// call when the open round has enough nodes, else the join timeout. It
+// returns false when no timer is pending.
+func (m *Machine) NextDeadline() (time.Time, bool) {
+	if m.finished() || !m.open {
+		return time.Time{}, false
+	}
+	if m.cfg.take(len(m.joined)) >= m.cfg.MinNodes {
+		return m.lastJoin.Add(m.cfg.LastCall), true
+	}
+	if m.cfg.JoinTimeout > 0 {
+		return m.openedAt.Add(m.cfg.JoinTimeout), true
+	}
+	return time.Time{}, false
+}
+
+func (m *Machine) failJob(kind error, reason string) {
+	m.job = Failed
+	m.fail = &failure{kind: kind, reason: reason}
+	m.changed()
+}
+
+// openNext opens the next round. Only nodes waiting in the joined set carry
+// over; members of the previous world must Join again.
+func (m *Machine) openNext(now time.Time, failure bool) {
+	if failure {
+		m.restarts++
+	}
+	m.round++
+	m.open = true
+	m.openedAt, m.lastJoin = now, now
+	m.changed()
+}
+
+// maybeClose closes the open round when a closing rule holds, or fails the
+// job on join timeout.
+func (m *Machine) maybeClose(now time.Time) {
+	if m.finished() || !m.open {
+		return
+	}
+	j := len(m.joined)
+	k := m.cfg.take(j)
+	if k < m.cfg.MinNodes {
+		if m.cfg.JoinTimeout > 0 && !now.Before(m.openedAt.Add(m.cfg.JoinTimeout)) {
+			m.failJob(ErrTooFewNodes, m.tooFewReason(j, k))
+		}
+		return
+	}
+	full := j >= m.cfg.MaxNodes
+	quiet := !now.Before(m.lastJoin.Add(m.cfg.LastCall))
+	// Rule (c): in a restart round, close as soon as every live node the
+	// machine knows of has joined; nobody else is coming.
+	allBack := m.round > 1 && j == m.live
+	if full || quiet || allBack {
+		m.close(k)
+	}
+}
+
+func (m *Machine) tooFewReason(j, k int) string {
+	if j < m.cfg.MinNodes {
+		return fmt.Sprintf("only %d of minimum %d nodes joined round %d within %v", j, m.cfg.MinNodes, m.round, m.cfg.JoinTimeout)
+	}
+	return fmt.Sprintf("%d nodes joined round %d within %v but NodeUnit %d leaves %d, below the minimum %d",
+		j, m.round, m.cfg.JoinTimeout, m.cfg.NodeUnit, k, m.cfg.MinNodes)
+}
+
+// close fixes the world: the k joined nodes with the lowest node ranks, in
+// rank order. The rest keep waiting. O(j log j) for j joined nodes.
+func (m *Machine) close(k int) {
+	cand := make([]*nodeRec, 0, len(m.joined))
+	for _, n := range m.joined {
+		cand = append(cand, n)
+	}
+	slices.SortFunc(cand, func(a, b *nodeRec) int { return a.rank - b.rank })
+	world := make([]Member, k)
+	index := make(map[string]int, k)
+	off := 0
+	for i, n := range cand[:k] {
+		world[i] = Member{NodeID: n.id, NodeRank: n.rank, GroupRank: i, LocalWorldSize: n.lws, RankOffset: off, Addr: n.addr}
+		index[n.id] = i
+		off += n.lws
+		m.dropJoined(n)
+	}
+	m.world, m.index, m.worldSize = world, index, off
+	m.worldRound = m.round
+	m.nSucceeded = 0
+	m.open = false
+	m.changed()
+}

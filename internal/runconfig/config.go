@@ -1,0 +1,172 @@
+package runconfig
+
+import (
+	"errors"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// ErrHelp is returned by Parse when -h or --help is among rover's options.
+// The caller should print Usage() and exit successfully.
+var ErrHelp = errors.New(`help requested: print runconfig.Usage()`)
+
+// Config is the validated command line of "rover run".
+type Config struct {
+	// MinNodes and MaxNodes come from --nnodes (N means N:N).
+	MinNodes, MaxNodes int
+	// NprocPerNode is the number of workers per node, with auto/cpu/gpu
+	// already resolved to a number.
+	NprocPerNode int
+	// RdzvBackend is accepted for compatibility; every accepted backend
+	// (c10d, static, dlrover, rover) means Rover's master-managed rendezvous.
+	RdzvBackend string
+	// RdzvEndpoint is the rover master's address as host:port (IPv6 in
+	// brackets), or "" when none was given.
+	RdzvEndpoint string
+	// Standalone is true for an explicit --standalone and also when it is
+	// implied: MaxNodes == 1 and no endpoint.
+	Standalone bool
+	// RunID is --rdzv-id: the job name, TORCHELASTIC_RUN_ID for workers.
+	RunID string
+
+	// Rendezvous timings from --rdzv-conf.
+	JoinTimeout      time.Duration // join_timeout: how long to wait for MinNodes
+	LastCallTimeout  time.Duration // last_call_timeout (lastcall_timeout): extra wait once MinNodes joined
+	CloseTimeout     time.Duration // close_timeout
+	HeartbeatTimeout time.Duration // heartbeat_timeout: a node without heartbeats this long is dead
+	DisconnectGrace  time.Duration // disconnect_grace: grace after a node's connection drops
+	// RdzvConf holds the raw --rdzv-conf pairs, for reference; nil if none.
+	RdzvConf map[string]string
+
+	MaxRestarts     int
+	MonitorInterval time.Duration
+	// StartMethod is accepted for compatibility and has no effect: workers
+	// are always started as new processes running the script.
+	StartMethod string
+	Role        string
+
+	Module   bool // -m: Entrypoint is a Python module
+	NoPython bool // --no-python: Entrypoint is a program run directly
+	// RunPath is accepted for compatibility; the script still runs as
+	// "python -u SCRIPT".
+	RunPath bool
+
+	LogDir           string
+	Redirects, Tee   StdSpec
+	LocalRanksFilter []int // sorted, unique; nil = show all local ranks
+	NodeRank         int   // -1 = assigned by the master
+
+	MasterAddr    string
+	MasterAddrSet bool // given on the command line or by PET_MASTER_ADDR
+	MasterPort    int
+	MasterPortSet bool // given on the command line or by PET_MASTER_PORT
+	LocalAddr     string
+	// LogsSpecs is torchrun's --logs-specs; Rover does not support it and
+	// Validate rejects any non-empty value.
+	LogsSpecs string
+
+	// dlrover-run extras. The booleans and a non-zero Precheck name
+	// features Rover does not implement yet; Validate rejects them.
+	NodeUnit                       int
+	NetworkCheck, ExcludeStraggler bool
+	SaveAtBreakpoint, CommPerfTest bool
+	AutoConfig, AutoTunning        bool
+	Precheck                       int
+	TrainingPort                   int
+
+	// Rover extras.
+	TokenFile         string
+	NodeID            string        // stable agent identity; "" = the agent derives one
+	StopGracePeriod   time.Duration // SIGTERM to SIGKILL grace when stopping workers
+	HeartbeatInterval time.Duration
+
+	Entrypoint string   // script path, module name (-m) or program (--no-python)
+	Args       []string // the script's own arguments, verbatim
+
+	// origin maps a flag name to the environment variable its value came
+	// from, so that errors can point at it. Nil or missing: command line or
+	// built-in default.
+	origin map[string]string
+}
+
+// StdSpec says, per local rank, which of a worker's standard streams are
+// redirected (--redirects) or teed (--tee): 0 none, 1 stdout, 2 stderr,
+// 3 both.
+type StdSpec struct {
+	Default int         // for ranks not in PerRank
+	PerRank map[int]int // local rank -> value
+}
+
+// For returns the value that applies to localRank.
+func (s StdSpec) For(localRank int) int {
+	if v, ok := s.PerRank[localRank]; ok {
+		return v
+	}
+	return s.Default
+}
+
+// String returns the spec in the syntax of --redirects: "3" or "0:1,1:2".
+func (s StdSpec) String() string {
+	if len(s.PerRank) == 0 {
+		return strconv.Itoa(s.Default)
+	}
+	parts := make([]string, 0, len(s.PerRank))
+	for _, r := range slices.Sorted(maps.Keys(s.PerRank)) {
+		parts = append(parts, strconv.Itoa(r)+":"+strconv.Itoa(s.PerRank[r]))
+	}
+	return strings.Join(parts, ",")
+}
+
+// WorkerArgv returns the command line of one worker process:
+//
+//	--no-python: [ENTRYPOINT ARGS...]
+//	-m:          [PYTHON -u -m ENTRYPOINT ARGS...]
+//	otherwise:   [PYTHON -u ENTRYPOINT ARGS...]
+//
+// PYTHON is pythonExec, or "python" when it is empty. "-u" (unbuffered
+// output) is what torchrun uses. The result is a new slice.
+func (c *Config) WorkerArgv(pythonExec string) []string {
+	if pythonExec == "" {
+		pythonExec = "python"
+	}
+	var argv []string
+	switch {
+	case c.NoPython:
+		argv = make([]string, 0, 1+len(c.Args))
+	case c.Module:
+		argv = append(make([]string, 0, 4+len(c.Args)), pythonExec, "-u", "-m")
+	default:
+		argv = append(make([]string, 0, 3+len(c.Args)), pythonExec, "-u")
+	}
+	argv = append(argv, c.Entrypoint)
+	return append(argv, c.Args...)
+}
+
+// ref names flag in an error message: text (e.g. "--nnodes=3:2"), followed by
+// the environment variable it came from, if any.
+func (c *Config) ref(flag, text string) string {
+	if env := c.origin[flag]; env != "" {
+		return text + " (from " + env + ")"
+	}
+	return text
+}
+
+// removeHint says how to get rid of a flag's value: remove the flag, or unset
+// the environment variable it came from.
+func (c *Config) removeHint(flag string) string {
+	if env := c.origin[flag]; env != "" {
+		return "unset " + env
+	}
+	return "remove the flag"
+}
+
+// nnodesText is --nnodes in its own syntax: "N" or "MIN:MAX".
+func (c *Config) nnodesText() string {
+	if c.MinNodes == c.MaxNodes {
+		return strconv.Itoa(c.MinNodes)
+	}
+	return strconv.Itoa(c.MinNodes) + ":" + strconv.Itoa(c.MaxNodes)
+}

@@ -1,0 +1,245 @@
+package runconfig
+
+import (
+	"strings"
+	"time"
+)
+
+// group is a section of Usage.
+type group int
+
+const (
+	groupGeneral group = iota
+	groupTorchrun
+	groupDLRover
+	groupRover
+)
+
+// applyFunc sets a flag's value in c from its text. p supplies the machine
+// (GPU and CPU counts).
+type applyFunc func(p *Parser, c *Config, raw string) error
+
+// flagDef describes one flag of "rover run".
+type flagDef struct {
+	name    string   // canonical long name: dashes, no leading "--"
+	short   string   // single-letter short form, or ""
+	boolean bool     // takes no value (but accepts --flag=true/false)
+	metavar string   // the value's placeholder in Usage
+	def     string   // built-in default, in the flag's own syntax
+	defText string   // how Usage shows the default, when not def
+	env     []string // environment variables giving the default, first wins
+	group   group
+	help    string
+	apply   applyFunc // nil for --help
+}
+
+// pet returns torchrun's environment variable for a flag: PET_<NAME>.
+func pet(name string) []string {
+	return []string{"PET_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))}
+}
+
+// roverEnv returns Rover's environment variable for a flag: ROVER_<NAME>.
+func roverEnv(name string) []string {
+	return []string{"ROVER_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))}
+}
+
+func boolField(field func(*Config) *bool) applyFunc {
+	return func(_ *Parser, c *Config, raw string) error {
+		v, err := parseBool(raw)
+		*field(c) = v
+		return err
+	}
+}
+
+func intField(field func(*Config) *int) applyFunc {
+	return func(_ *Parser, c *Config, raw string) error {
+		v, err := parseInt(raw)
+		if err == nil {
+			*field(c) = v
+		}
+		return err
+	}
+}
+
+func stringField(field func(*Config) *string) applyFunc {
+	return func(_ *Parser, c *Config, raw string) error {
+		*field(c) = raw
+		return nil
+	}
+}
+
+func durationField(field func(*Config) *time.Duration) applyFunc {
+	return func(_ *Parser, c *Config, raw string) error {
+		v, err := parseSeconds(raw)
+		if err == nil {
+			*field(c) = v
+		}
+		return err
+	}
+}
+
+func stdField(field func(*Config) *StdSpec) applyFunc {
+	return func(_ *Parser, c *Config, raw string) error {
+		v, err := parseStdSpec(raw)
+		if err == nil {
+			*field(c) = v
+		}
+		return err
+	}
+}
+
+// flags lists every flag, in the order Usage shows them.
+var flags = []flagDef{
+	{name: "help", short: "h", boolean: true, group: groupGeneral, help: "show this help and exit"},
+
+	// torchrun.
+	{name: "nnodes", metavar: "N|MIN:MAX", def: "1:1", env: pet("nnodes"), group: groupTorchrun,
+		help: "number of nodes, or a range MIN:MAX for an elastic job",
+		apply: func(_ *Parser, c *Config, raw string) error {
+			lo, hi, err := parseNNodes(raw)
+			if err == nil {
+				c.MinNodes, c.MaxNodes = lo, hi
+			}
+			return err
+		}},
+	{name: "nproc-per-node", metavar: "N|auto|gpu|cpu", def: "1", env: pet("nproc-per-node"), group: groupTorchrun,
+		help: "worker processes per node; gpu: one per GPU; cpu: one per CPU; auto: gpu if there are GPUs, else cpu",
+		apply: func(p *Parser, c *Config, raw string) error {
+			n, err := parseNproc(raw, p.CountGPUs, p.NumCPU)
+			if err == nil {
+				c.NprocPerNode = n
+			}
+			return err
+		}},
+	{name: "rdzv-backend", metavar: "NAME", def: "c10d", env: pet("rdzv-backend"), group: groupTorchrun,
+		help:  "c10d, static, dlrover and rover all mean the rover master's rendezvous; etcd is not supported",
+		apply: stringField(func(c *Config) *string { return &c.RdzvBackend })},
+	{name: "rdzv-endpoint", metavar: "HOST[:PORT]", defText: "none", group: groupTorchrun,
+		env:  append(pet("rdzv-endpoint"), "ROVER_MASTER_ADDR"),
+		help: "address of the rover master; the port defaults to 29400; IPv6 as [ADDR]:PORT",
+		apply: func(_ *Parser, c *Config, raw string) error {
+			ep, err := normalizeEndpoint(raw)
+			if err == nil {
+				c.RdzvEndpoint = ep
+			}
+			return err
+		}},
+	{name: "rdzv-id", metavar: "ID", def: "none", env: pet("rdzv-id"), group: groupTorchrun,
+		help:  "job name shared by all nodes of the job; workers see it as TORCHELASTIC_RUN_ID",
+		apply: stringField(func(c *Config) *string { return &c.RunID })},
+	{name: "rdzv-conf", metavar: "KEY=VALUE,...", defText: "none", env: pet("rdzv-conf"), group: groupTorchrun,
+		help:  "rendezvous settings; keys are listed below",
+		apply: func(_ *Parser, c *Config, raw string) error { return applyRdzvConf(c, raw) }},
+	{name: "standalone", boolean: true, def: "false", env: pet("standalone"), group: groupTorchrun,
+		help:  "run a single node with its own master; implied by one node and no --rdzv-endpoint",
+		apply: boolField(func(c *Config) *bool { return &c.Standalone })},
+	{name: "max-restarts", metavar: "N", def: "0", env: pet("max-restarts"), group: groupTorchrun,
+		help:  "how many times the workers are restarted after a failure before the job fails",
+		apply: intField(func(c *Config) *int { return &c.MaxRestarts })},
+	{name: "monitor-interval", metavar: "SECONDS", def: "0.1", env: pet("monitor-interval"), group: groupTorchrun,
+		help:  "how often the workers are checked, in seconds (or a duration: 500ms)",
+		apply: durationField(func(c *Config) *time.Duration { return &c.MonitorInterval })},
+	{name: "start-method", metavar: "spawn|fork|forkserver", def: "spawn", env: pet("start-method"), group: groupTorchrun,
+		help:  "accepted for compatibility; no effect: workers always run the script as new processes",
+		apply: stringField(func(c *Config) *string { return &c.StartMethod })},
+	{name: "role", metavar: "NAME", def: "default", defText: `"default"`, env: pet("role"), group: groupTorchrun,
+		help:  "the workers' role name (ROLE_NAME)",
+		apply: stringField(func(c *Config) *string { return &c.Role })},
+	{name: "module", short: "m", boolean: true, def: "false", env: pet("module"), group: groupTorchrun,
+		help:  "SCRIPT is a Python module, run as python -u -m MODULE",
+		apply: boolField(func(c *Config) *bool { return &c.Module })},
+	{name: "no-python", boolean: true, def: "false", env: pet("no-python"), group: groupTorchrun,
+		help:  "SCRIPT is a program, run directly without python",
+		apply: boolField(func(c *Config) *bool { return &c.NoPython })},
+	{name: "run-path", boolean: true, def: "false", env: pet("run-path"), group: groupTorchrun,
+		help:  "accepted for compatibility; the script still runs as python -u SCRIPT",
+		apply: boolField(func(c *Config) *bool { return &c.RunPath })},
+	{name: "log-dir", metavar: "DIR", defText: "none", env: pet("log-dir"), group: groupTorchrun,
+		help:  "directory for the workers' log files",
+		apply: stringField(func(c *Config) *string { return &c.LogDir })},
+	{name: "redirects", short: "r", metavar: "SPEC", def: "0", env: pet("redirects"), group: groupTorchrun,
+		help:  "send worker output to files in --log-dir: 0 none, 1 stdout, 2 stderr, 3 both; or per local rank, e.g. 0:1,1:2",
+		apply: stdField(func(c *Config) *StdSpec { return &c.Redirects })},
+	{name: "tee", short: "t", metavar: "SPEC", def: "0", env: pet("tee"), group: groupTorchrun,
+		help:  "like --redirects, but the output is also shown on the console",
+		apply: stdField(func(c *Config) *StdSpec { return &c.Tee })},
+	{name: "local-ranks-filter", metavar: "RANKS", defText: "all", env: pet("local-ranks-filter"), group: groupTorchrun,
+		help: "show console output only from these local ranks, e.g. 0,3",
+		apply: func(_ *Parser, c *Config, raw string) error {
+			r, err := parseRankList(raw)
+			c.LocalRanksFilter = r
+			return err
+		}},
+	{name: "node-rank", metavar: "N", def: "-1", env: pet("node-rank"), group: groupTorchrun,
+		help:  "this node's rank; -1: assigned by the master (torchrun's static rendezvous needs it)",
+		apply: intField(func(c *Config) *int { return &c.NodeRank })},
+	{name: "master-addr", metavar: "ADDR", def: "127.0.0.1", env: pet("master-addr"), group: groupTorchrun,
+		help:  "MASTER_ADDR for the workers, as with torchrun's static rendezvous",
+		apply: stringField(func(c *Config) *string { return &c.MasterAddr })},
+	{name: "master-port", metavar: "PORT", def: "29500", env: pet("master-port"), group: groupTorchrun,
+		help:  "MASTER_PORT for the workers, as with torchrun's static rendezvous",
+		apply: intField(func(c *Config) *int { return &c.MasterPort })},
+	{name: "local-addr", metavar: "ADDR", defText: "chosen by the agent", env: pet("local-addr"), group: groupTorchrun,
+		help:  "address this node advertises to the other nodes",
+		apply: stringField(func(c *Config) *string { return &c.LocalAddr })},
+	{name: "logs-specs", metavar: "NAME", defText: "none", env: pet("logs-specs"), group: groupTorchrun,
+		help:  "not supported by Rover; giving it is an error",
+		apply: stringField(func(c *Config) *string { return &c.LogsSpecs })},
+
+	// dlrover-run.
+	{name: "network-check", boolean: true, def: "false", env: pet("network-check"), group: groupDLRover,
+		help:  "not implemented yet; giving it is an error",
+		apply: boolField(func(c *Config) *bool { return &c.NetworkCheck })},
+	{name: "node-unit", metavar: "N", def: "1", env: pet("node-unit"), group: groupDLRover,
+		help:  "nodes join and leave the job in groups of N",
+		apply: intField(func(c *Config) *int { return &c.NodeUnit })},
+	{name: "exclude-straggler", boolean: true, def: "false", env: pet("exclude-straggler"), group: groupDLRover,
+		help:  "not implemented yet; giving it is an error",
+		apply: boolField(func(c *Config) *bool { return &c.ExcludeStraggler })},
+	{name: "save-at-breakpoint", boolean: true, def: "false", env: pet("save-at-breakpoint"), group: groupDLRover,
+		help:  "not implemented yet; giving it is an error",
+		apply: boolField(func(c *Config) *bool { return &c.SaveAtBreakpoint })},
+	{name: "comm-perf-test", boolean: true, def: "false", env: pet("comm-perf-test"), group: groupDLRover,
+		help:  "not implemented yet; giving it is an error",
+		apply: boolField(func(c *Config) *bool { return &c.CommPerfTest })},
+	{name: "auto-config", boolean: true, def: "false", env: pet("auto-config"), group: groupDLRover,
+		help:  "not implemented yet; giving it is an error",
+		apply: boolField(func(c *Config) *bool { return &c.AutoConfig })},
+	{name: "precheck", metavar: "N", def: "0", env: pet("precheck"), group: groupDLRover,
+		help:  "0 only: pre-checks are not implemented yet",
+		apply: intField(func(c *Config) *int { return &c.Precheck })},
+	{name: "training-port", metavar: "PORT", def: "60000", env: pet("training-port"), group: groupDLRover,
+		help:  "first port of the range the training processes may use",
+		apply: intField(func(c *Config) *int { return &c.TrainingPort })},
+	{name: "auto-tunning", boolean: true, def: "false", env: pet("auto-tunning"), group: groupDLRover,
+		help:  "not implemented yet; giving it is an error",
+		apply: boolField(func(c *Config) *bool { return &c.AutoTunning })},
+
+	// Rover.
+	{name: "token-file", metavar: "PATH", defText: "none", env: roverEnv("token-file"), group: groupRover,
+		help:  "file holding the token that authenticates this node to the master",
+		apply: stringField(func(c *Config) *string { return &c.TokenFile })},
+	{name: "node-id", metavar: "ID", defText: "derived by the agent", env: roverEnv("node-id"), group: groupRover,
+		help:  "stable identity of this node's agent across restarts",
+		apply: stringField(func(c *Config) *string { return &c.NodeID })},
+	{name: "stop-grace-period", metavar: "DURATION", def: "30s", env: roverEnv("stop-grace-period"), group: groupRover,
+		help:  "when stopping workers, time between SIGTERM and SIGKILL",
+		apply: durationField(func(c *Config) *time.Duration { return &c.StopGracePeriod })},
+	{name: "heartbeat-interval", metavar: "DURATION", def: "15s", env: roverEnv("heartbeat-interval"), group: groupRover,
+		help:  "how often the agent sends a heartbeat to the master",
+		apply: durationField(func(c *Config) *time.Duration { return &c.HeartbeatInterval })},
+}
+
+// notImplemented lists the dlrover-run switches Rover rejects until it
+// implements them.
+var notImplemented = []struct {
+	name string
+	on   func(*Config) bool
+}{
+	{"network-check", func(c *Config) bool { return c.NetworkCheck }},
+	{"exclude-straggler", func(c *Config) bool { return c.ExcludeStraggler }},
+	{"save-at-breakpoint", func(c *Config) bool { return c.SaveAtBreakpoint }},
+	{"comm-perf-test", func(c *Config) bool { return c.CommPerfTest }},
+	{"auto-config", func(c *Config) bool { return c.AutoConfig }},
+	{"auto-tunning", func(c *Config) bool { return c.AutoTunning }},
+}

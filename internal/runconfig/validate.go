@@ -1,0 +1,195 @@
+package runconfig
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"maps"
+	"net"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// usageLine is the synopsis shown when the script is missing.
+const usageLine = "usage: rover run [options] SCRIPT [ARGS...]"
+
+// Validate checks c and returns every problem found, joined with
+// errors.Join, or nil. It looks up the training script in the file system
+// (relative to the current directory) unless -m or --no-python is set.
+func (c *Config) Validate() error {
+	return c.validate(os.Stat)
+}
+
+func (c *Config) validate(stat func(string) (fs.FileInfo, error)) error {
+	var errs []error
+	add := func(format string, a ...any) {
+		errs = append(errs, fmt.Errorf(format, a...))
+	}
+
+	// Nodes and processes.
+	nnodes := c.ref("nnodes", "--nnodes="+c.nnodesText())
+	if c.MinNodes < 1 {
+		add("%s: the minimum number of nodes must be at least 1, not %d", nnodes, c.MinNodes)
+	}
+	if c.MinNodes > c.MaxNodes {
+		add("%s: minimum %d is greater than maximum %d; write --nnodes=MIN:MAX with MIN <= MAX", nnodes, c.MinNodes, c.MaxNodes)
+	}
+	if c.NprocPerNode < 1 {
+		add("%s: need at least 1 worker process per node", c.ref("nproc-per-node", "--nproc-per-node="+strconv.Itoa(c.NprocPerNode)))
+	}
+	if c.MaxRestarts < 0 {
+		add("%s: must be 0 or more", c.ref("max-restarts", "--max-restarts="+strconv.Itoa(c.MaxRestarts)))
+	}
+	nodeUnit := c.ref("node-unit", "--node-unit="+strconv.Itoa(c.NodeUnit))
+	switch {
+	case c.NodeUnit < 1:
+		add("%s: must be at least 1", nodeUnit)
+	case c.MaxNodes >= 1 && c.NodeUnit > c.MaxNodes:
+		add("%s is more than the maximum of %d nodes (%s); lower --node-unit or raise --nnodes", nodeUnit, c.MaxNodes, nnodes)
+	}
+	if c.NodeRank < -1 || (c.NodeRank >= 0 && c.MaxNodes >= 1 && c.NodeRank >= c.MaxNodes) {
+		add("%s is out of range: use 0 to %d (%s), or -1 to let the master assign it",
+			c.ref("node-rank", "--node-rank="+strconv.Itoa(c.NodeRank)), max(c.MaxNodes-1, 0), nnodes)
+	}
+	for _, r := range c.LocalRanksFilter {
+		if r < 0 || (c.NprocPerNode >= 1 && r >= c.NprocPerNode) {
+			add("%s: local rank %d is out of range: --nproc-per-node=%d gives local ranks 0 to %d",
+				c.ref("local-ranks-filter", "--local-ranks-filter"), r, c.NprocPerNode, c.NprocPerNode-1)
+		}
+	}
+
+	// Timings.
+	if c.MonitorInterval <= 0 {
+		add("%s: must be positive, e.g. 0.1 (seconds)", c.ref("monitor-interval", "--monitor-interval="+c.MonitorInterval.String()))
+	}
+	for _, t := range []struct {
+		key string
+		d   time.Duration
+	}{
+		{"join_timeout", c.JoinTimeout},
+		{"last_call_timeout", c.LastCallTimeout},
+		{"close_timeout", c.CloseTimeout},
+		{"heartbeat_timeout", c.HeartbeatTimeout},
+	} {
+		if t.d <= 0 {
+			add("%s: %s=%v must be positive", c.ref("rdzv-conf", "--rdzv-conf"), t.key, t.d)
+		}
+	}
+	if c.DisconnectGrace < 0 {
+		add("%s: disconnect_grace=%v must not be negative", c.ref("rdzv-conf", "--rdzv-conf"), c.DisconnectGrace)
+	}
+	if c.StopGracePeriod < 0 {
+		add("%s: must not be negative", c.ref("stop-grace-period", "--stop-grace-period="+c.StopGracePeriod.String()))
+	}
+	hb := c.ref("heartbeat-interval", "--heartbeat-interval="+c.HeartbeatInterval.String())
+	switch {
+	case c.HeartbeatInterval <= 0:
+		add("%s: must be positive, e.g. 15s", hb)
+	case c.HeartbeatTimeout > 0 && c.HeartbeatInterval >= c.HeartbeatTimeout:
+		add("%s must be shorter than --rdzv-conf heartbeat_timeout=%v, or every node would be declared dead", hb, c.HeartbeatTimeout)
+	}
+
+	// Output.
+	errs = append(errs, c.checkStd("redirects", c.Redirects)...)
+	errs = append(errs, c.checkStd("tee", c.Tee)...)
+	if c.LogsSpecs != "" {
+		add("%s is not supported by Rover (worker output is handled by --log-dir, --redirects and --tee); %s",
+			c.ref("logs-specs", "--logs-specs"), c.removeHint("logs-specs"))
+	}
+
+	// Rendezvous.
+	switch c.RdzvBackend {
+	case "c10d", "static", "dlrover", "rover":
+	case "etcd", "etcd-v2":
+		add("%s is not supported: Rover's master manages rendezvous; use c10d", c.ref("rdzv-backend", "--rdzv-backend="+c.RdzvBackend))
+	default:
+		add("%s is unknown; use c10d (also accepted: static, dlrover, rover)", c.ref("rdzv-backend", "--rdzv-backend="+c.RdzvBackend))
+	}
+	endpoint := c.ref("rdzv-endpoint", "--rdzv-endpoint="+c.RdzvEndpoint)
+	if c.RdzvEndpoint != "" {
+		if _, port, err := net.SplitHostPort(c.RdzvEndpoint); err != nil {
+			add("%s: want HOST:PORT, with IPv6 addresses in brackets ([::1]:29400)", endpoint)
+		} else {
+			c.checkPort(&errs, endpoint, port)
+		}
+	}
+	if c.RunID == "" {
+		add("%s is empty; give the job a name, or leave the flag out", c.ref("rdzv-id", "--rdzv-id"))
+	}
+	if c.MaxNodes > 1 && c.RdzvEndpoint == "" && !c.Standalone {
+		add(`%s needs --rdzv-endpoint HOST:PORT (a "rover master") or ROVER_MASTER_ADDR; or use --standalone for one node`, nnodes)
+	}
+	if c.Standalone && c.RdzvEndpoint != "" {
+		add("%s and %s conflict: --standalone runs its own master; drop one of them", c.ref("standalone", "--standalone"), endpoint)
+	}
+	if c.Standalone && c.MaxNodes > 1 {
+		add("%s runs a single node, but %s allows %d; drop --standalone and give --rdzv-endpoint, or use --nnodes=1",
+			c.ref("standalone", "--standalone"), nnodes, c.MaxNodes)
+	}
+	c.checkPort(&errs, c.ref("master-port", "--master-port"), strconv.Itoa(c.MasterPort))
+	c.checkPort(&errs, c.ref("training-port", "--training-port"), strconv.Itoa(c.TrainingPort))
+
+	// Process start.
+	switch c.StartMethod {
+	case "spawn", "fork", "forkserver":
+	default:
+		add("%s is unknown; use spawn, fork or forkserver (it has no effect in Rover)", c.ref("start-method", "--start-method="+c.StartMethod))
+	}
+	if c.NoPython && c.Module {
+		add("--no-python and -m/--module cannot be used together: --no-python runs a program directly, -m runs a Python module; pick one")
+	}
+	switch {
+	case c.Entrypoint == "":
+		add("no training script given: %s (or -m MODULE, or --no-python PROGRAM)", usageLine)
+	case !c.Module && !c.NoPython:
+		if _, err := stat(c.Entrypoint); errors.Is(err, fs.ErrNotExist) {
+			add("training script %q not found; check the path (relative to the current directory), or use -m for a module or --no-python for a program", c.Entrypoint)
+		} else if err != nil {
+			add("training script %q cannot be read: %v", c.Entrypoint, err)
+		}
+	}
+
+	// dlrover-run features Rover does not have yet.
+	for _, n := range notImplemented {
+		if n.on(c) {
+			add("%s is not implemented yet in Rover; %s", c.ref(n.name, "--"+n.name), c.removeHint(n.name))
+		}
+	}
+	if c.Precheck != 0 {
+		add("%s is not implemented yet in Rover; %s", c.ref("precheck", "--precheck="+strconv.Itoa(c.Precheck)), c.removeHint("precheck"))
+	}
+	return errors.Join(errs...)
+}
+
+// checkPort reports a port outside 1-65535; what names the flag.
+func (c *Config) checkPort(errs *[]error, what, port string) {
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		*errs = append(*errs, fmt.Errorf("%s: port %s is out of range; use 1 to 65535", what, port))
+	}
+}
+
+// checkStd reports --redirects/--tee values outside 0-3 and negative ranks.
+func (c *Config) checkStd(flag string, s StdSpec) []error {
+	var errs []error
+	what := c.ref(flag, "--"+flag+"="+s.String())
+	var bad []string
+	if s.Default < 0 || s.Default > 3 {
+		bad = append(bad, strconv.Itoa(s.Default))
+	}
+	for _, r := range slices.Sorted(maps.Keys(s.PerRank)) {
+		if r < 0 {
+			errs = append(errs, fmt.Errorf("%s: local rank %d is negative", what, r))
+		}
+		if v := s.PerRank[r]; v < 0 || v > 3 {
+			bad = append(bad, strconv.Itoa(v))
+		}
+	}
+	if len(bad) > 0 {
+		errs = append(errs, fmt.Errorf("%s: value %s out of range; use 0 (none), 1 (stdout), 2 (stderr) or 3 (both)",
+			what, strings.Join(bad, ", ")))
+	}
+	return errs
+}

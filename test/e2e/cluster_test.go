@@ -1,0 +1,195 @@
+// Package e2e runs Rover end to end: real `rover master` and `rover run`
+// processes on this machine, real PyTorch workers (Debian's python3-torch,
+// DDP with gloo on CPU), real faults. The scenarios are written against the
+// small cluster type below, which runs nodes as local processes.
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+var (
+	roverBin   string
+	pythonExec string
+	repoRoot   string
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(setup(m))
+}
+
+func setup(m *testing.M) int {
+	wd, err := os.Getwd()
+	if err != nil {
+		panic(err)
+	}
+	repoRoot = filepath.Join(wd, "..", "..")
+	dir, err := os.MkdirTemp("", "rover-e2e-")
+	if err != nil {
+		panic(err)
+	}
+	defer os.RemoveAll(dir)
+	roverBin = filepath.Join(dir, "rover")
+	if out, err := exec.Command("go", "build", "-o", roverBin, "github.com/roverml/rover/cmd/rover").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: build rover: %v\n%s", err, out)
+		return 1
+	}
+	out, err := exec.Command(filepath.Join(repoRoot, "scripts", "find-python")).Output()
+	if err != nil {
+		// Fail loudly: these tests prove capabilities and must not be skipped.
+		fmt.Fprintln(os.Stderr, "e2e: FAIL: no Python that can import torch; run `scripts/find-python --install` (apt-get install python3-torch)")
+		return 1
+	}
+	pythonExec = strings.TrimSpace(string(out))
+	return m.Run()
+}
+
+// cluster runs a job's master and agents as local processes.
+type cluster struct {
+	t         *testing.T
+	dir       string
+	addr      string
+	tokenFile string
+	job       string
+	master    *process
+}
+
+// process is a running rover process with its output in a file.
+type process struct {
+	name string
+	cmd  *exec.Cmd
+	out  *lockedBuffer
+	done chan struct{}
+	err  error
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func newCluster(t *testing.T, job string, masterArgs ...string) *cluster {
+	t.Helper()
+	c := &cluster{t: t, dir: t.TempDir(), job: job}
+	c.tokenFile = filepath.Join(c.dir, "job.token")
+	addrFile := filepath.Join(c.dir, "master.addr")
+	args := append([]string{"master", "--listen", "127.0.0.1:0", "--job", job, "--token-file", c.tokenFile,
+		"--addr-file", addrFile, "--linger", "3s"}, masterArgs...)
+	c.master = c.start("master", args...)
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		if b, err := os.ReadFile(addrFile); err == nil && len(b) > 0 {
+			c.addr = strings.TrimSpace(string(b))
+			return c
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("master did not start:\n%s", c.master.out)
+	return nil
+}
+
+func (c *cluster) start(name string, args ...string) *process {
+	c.t.Helper()
+	p := &process{name: name, out: &lockedBuffer{}, done: make(chan struct{})}
+	p.cmd = exec.Command(roverBin, args...)
+	p.cmd.Dir = c.dir
+	p.cmd.Env = append(os.Environ(), "PYTHON_EXEC="+pythonExec, "PYTHONUNBUFFERED=1")
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	if err := p.cmd.Start(); err != nil {
+		c.t.Fatalf("start %s: %v", name, err)
+	}
+	go func() {
+		p.err = p.cmd.Wait()
+		close(p.done)
+	}()
+	c.t.Cleanup(func() {
+		_ = p.cmd.Process.Kill()
+		<-p.done
+		if c.t.Failed() {
+			c.t.Logf("---- output of %s ----\n%s", name, p.out)
+		}
+	})
+	return p
+}
+
+// agent starts a node agent that joins the cluster's master.
+func (c *cluster) agent(name string, args ...string) *process {
+	c.t.Helper()
+	base := []string{"run", "--rdzv-endpoint", c.addr, "--token-file", c.tokenFile, "--rdzv-id", c.job,
+		"--node-id", name, "--heartbeat-interval", "1s", "--stop-grace-period", "5s"}
+	return c.start(name, append(base, args...)...)
+}
+
+// wait waits for the process to exit and returns its exit code.
+func (p *process) wait(t *testing.T, timeout time.Duration) int {
+	t.Helper()
+	select {
+	case <-p.done:
+	case <-time.After(timeout):
+		t.Fatalf("%s did not exit within %s:\n%s", p.name, timeout, p.out)
+	}
+	return p.cmd.ProcessState.ExitCode()
+}
+
+func (p *process) kill(t *testing.T) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatalf("kill %s: %v", p.name, err)
+	}
+	<-p.done
+}
+
+// waitOutput waits until the process printed want.
+func (p *process) waitOutput(t *testing.T, want string, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		if strings.Contains(p.out.String(), want) {
+			return
+		}
+		select {
+		case <-p.done:
+			t.Fatalf("%s exited before printing %q:\n%s", p.name, want, p.out)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	t.Fatalf("%s did not print %q within %s:\n%s", p.name, want, timeout, p.out)
+}
+
+// waitFile waits until a file exists and contains want.
+func waitFile(t *testing.T, path, want string, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		if b, err := os.ReadFile(path); err == nil && strings.Contains(string(b), want) {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	b, _ := os.ReadFile(path)
+	t.Fatalf("%s does not contain %q within %s; it holds:\n%s", path, want, timeout, b)
+}
+
+var _ = context.Background
