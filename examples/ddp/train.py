@@ -42,6 +42,7 @@ import socket
 import sys
 import tempfile
 import time
+import traceback
 
 import torch
 import torch.distributed as dist
@@ -372,4 +373,19 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except BaseException as e:
+        if isinstance(e, SystemExit) and e.code in (None, 0):
+            raise
+        # @record has already written TORCHELASTIC_ERROR_FILE. Leave without
+        # running interpreter teardown: after a peer has died, torch 1.13's gloo
+        # threads can throw from their destructors (gloo::IoException ->
+        # std::terminate -> SIGABRT) or block, so a clean exit code 1 is not
+        # guaranteed otherwise.
+        if not isinstance(e, SystemExit):
+            traceback.print_exc()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        code = e.code if isinstance(e, SystemExit) and isinstance(e.code, int) else 1
+        os._exit(code)

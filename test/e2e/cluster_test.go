@@ -178,6 +178,19 @@ func (p *process) waitOutput(t *testing.T, want string, timeout time.Duration) {
 	t.Fatalf("%s did not print %q within %s:\n%s", p.name, want, timeout, p.out)
 }
 
+// waitExists waits until path exists.
+func waitExists(t *testing.T, path string, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		if _, err := os.Stat(path); err == nil {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("%s did not appear within %s", path, timeout)
+}
+
 // waitFile waits until a file exists and contains want.
 func waitFile(t *testing.T, path, want string, timeout time.Duration) {
 	t.Helper()
