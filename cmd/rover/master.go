@@ -117,6 +117,13 @@ func runMaster(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
+	if path := os.Getenv("ROVER_CPU_PROFILE"); path != "" {
+		stopProfile, err := startCPUProfile(path)
+		if err != nil {
+			return err
+		}
+		defer stopProfile()
+	}
 	runCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	done := make(chan error, 1)

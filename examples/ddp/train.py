@@ -309,8 +309,10 @@ def main(argv=None):
     step_t = torch.tensor([start_step], dtype=torch.int64)
     dist.broadcast(step_t, src=0)
     if int(step_t.item()) != start_step:
-        print(f"[rank {rank}] checkpoint step {start_step} differs from rank 0's "
-              f"{int(step_t.item())}; following rank 0", file=sys.stderr, flush=True)
+        mine = f"checkpoint at step {start_step}" if start_step else "no checkpoint"
+        print(f"[rank {rank}] {mine} here, rank 0 resumes from step {int(step_t.item())}: "
+              f"following rank 0 (its weights come with DDP's initial broadcast)",
+              file=sys.stderr, flush=True)
         start_step = int(step_t.item())
         if start_step == 0:  # rank 0 starts fresh: so do we
             torch.manual_seed(args.seed)

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"connectrpc.com/connect"
@@ -229,8 +230,15 @@ func startMasterProcess(_ context.Context, cfg RendezvousConfig, token string) (
 }
 
 func (m *masterProcess) stop() {
-	_ = m.cmd.Process.Kill()
-	_ = m.cmd.Wait()
+	_ = m.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { _ = m.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		_ = m.cmd.Process.Kill()
+		<-done
+	}
 	os.RemoveAll(m.dir)
 }
 

@@ -35,7 +35,8 @@ func NewClient(httpClient *http.Client, addr, token string) roverv1connect.Maste
 	return roverv1connect.NewMasterServiceClient(httpClient, addr,
 		connect.WithGRPC(),
 		connect.WithInterceptors(tokenInterceptor{token: token}),
-		connect.WithReadMaxBytes(8<<20))
+		connect.WithReadMaxBytes(8<<20),
+		connect.WithCompressMinBytes(compressMinBytes))
 }
 
 // Retryable reports whether an RPC error is worth retrying: the master is
@@ -51,3 +52,7 @@ func Retryable(err error) bool {
 func isCtxDone(err error) bool {
 	return err == context.Canceled
 }
+
+// compressMinBytes keeps small messages uncompressed: compressing a heartbeat
+// costs more CPU than sending it.
+const compressMinBytes = 16 << 10

@@ -101,7 +101,8 @@ func New(ctx context.Context, cfg Config) (*Master, error) {
 	mux := http.NewServeMux()
 	mux.Handle(roverv1connect.NewMasterServiceHandler(&service{core: c, clock: cfg.Clock},
 		connect.WithInterceptors(tokenInterceptor{token: cfg.Token}),
-		connect.WithReadMaxBytes(8<<20)))
+		connect.WithReadMaxBytes(8<<20),
+		connect.WithCompressMinBytes(compressMinBytes)))
 	m.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	m.srv.Protocols = new(http.Protocols)
 	m.srv.Protocols.SetHTTP1(true)
