@@ -45,9 +45,10 @@ type agent struct {
 	out     io.Writer
 	errOut  io.Writer
 
-	joinedRound int
-	nodeRank    int
-	views       *latestView
+	// joined is the node rank and round of the newest join, written by the
+	// session goroutine and the loop.
+	joined joinedState
+	views  *latestView
 }
 
 // Run runs the node agent until the job ends or ctx is cancelled. Its error
@@ -99,14 +100,18 @@ func Run(ctx context.Context, cfg *runconfig.Config, opts Options) error {
 	if needsOMPWarning(cfg.NprocPerNode) {
 		a.log.Warn("setting OMP_NUM_THREADS=1 for each worker to avoid overloading the node; tune it for best performance")
 	}
-	if err := a.join(ctx, 0); err != nil {
-		return err
-	}
 	bg, bgctx := errgroup.WithContext(ctx)
 	bgctx, stopBackground := context.WithCancel(bgctx)
-	bg.Go(func() error { a.watchLoop(bgctx); return nil })
-	bg.Go(func() error { a.heartbeatLoop(bgctx); return nil })
-	err = a.loop(ctx)
+	firstJoin := make(chan error, 1) // written once by the session goroutine
+	bg.Go(func() error { a.sessionLoop(bgctx, firstJoin); return nil })
+	select {
+	case err = <-firstJoin:
+	case <-ctx.Done():
+		err = context.Cause(ctx)
+	}
+	if err == nil {
+		err = a.loop(ctx)
+	}
 	stopBackground()
 	_ = bg.Wait()
 	if err == nil && a.tempDir {
@@ -239,45 +244,6 @@ func (a *agent) rendezvousProto() *roverv1.RendezvousConfig {
 	}
 }
 
-// join joins round (0: a fresh agent), retrying while the master is
-// unreachable, until the join timeout.
-func (a *agent) join(ctx context.Context, round int) error {
-	req := &roverv1.JoinRequest{
-		NodeId:         a.nodeID,
-		RequestedRank:  int32(a.cfg.NodeRank),
-		LocalWorldSize: int32(a.cfg.NprocPerNode),
-		Addr:           a.host,
-		Round:          int64(round),
-		Rendezvous:     a.rendezvousProto(),
-		RunId:          a.cfg.RunID,
-	}
-	var resp *connect.Response[roverv1.JoinResponse]
-	err := retry(ctx, a.cfg.JoinTimeout, func(ctx context.Context) error {
-		var err error
-		resp, err = a.client.Join(ctx, connect.NewRequest(req))
-		if err != nil && master.Retryable(err) {
-			a.log.Debug("master not reachable yet", "err", err)
-		}
-		return err
-	})
-	if err != nil {
-		if ctx.Err() != nil {
-			return context.Cause(ctx)
-		}
-		if master.Retryable(err) {
-			return exitErr(ExitRendezvous, "could not reach the master at %s within the join timeout (%s): %w; check that `rover master` runs there and that --rdzv-endpoint is right", a.cfg.RdzvEndpoint, a.cfg.JoinTimeout, err)
-		}
-		return exitErr(ExitRendezvous, "join the job: %w", err)
-	}
-	a.joinedRound = int(resp.Msg.GetRound())
-	if a.nodeRank != int(resp.Msg.GetNodeRank()) || round == 0 {
-		a.log = a.log.With("node_rank", resp.Msg.GetNodeRank())
-	}
-	a.nodeRank = int(resp.Msg.GetNodeRank())
-	a.log.Info("joined rendezvous", "round", a.joinedRound)
-	return nil
-}
-
 // retry calls f until it succeeds, fails with a non-retryable error, or the
 // timeout passes; with exponential backoff from 100ms to 3s.
 func retry(ctx context.Context, timeout time.Duration, f func(context.Context) error) error {
@@ -328,66 +294,6 @@ func (l *latestView) get() (*roverv1.NodeView, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.view, l.err
-}
-
-// watchLoop keeps a push stream open and publishes every view. When the
-// master stays unreachable past the heartbeat timeout, it publishes an error.
-func (a *agent) watchLoop(ctx context.Context) {
-	lastOK := time.Now()
-	backoff := 100 * time.Millisecond
-	for ctx.Err() == nil {
-		stream, err := a.client.Watch(ctx, connect.NewRequest(&roverv1.WatchRequest{NodeId: a.nodeID}))
-		if err == nil {
-			for stream.Receive() {
-				lastOK, backoff = time.Now(), 100*time.Millisecond
-				a.views.publish(stream.Msg(), nil)
-			}
-			err = stream.Err()
-			stream.Close()
-		}
-		if ctx.Err() != nil {
-			return
-		}
-		if connect.CodeOf(err) == connect.CodeNotFound {
-			// A master that lost its state no longer knows this node: join again.
-			a.log.Warn("the master does not know this node; joining again", "err", err)
-			if jerr := a.join(ctx, 0); jerr != nil {
-				a.views.publish(nil, jerr)
-				return
-			}
-			continue
-		}
-		if err != nil && !master.Retryable(err) {
-			a.views.publish(nil, exitErr(ExitMasterLost, "watch the job: %w", err))
-			return
-		}
-		if time.Since(lastOK) > a.cfg.HeartbeatTimeout {
-			a.views.publish(nil, exitErr(ExitMasterLost, "lost the master at %s for %s: %v", a.cfg.RdzvEndpoint, a.cfg.HeartbeatTimeout, err))
-			return
-		}
-		a.log.Debug("watch stream ended; reconnecting", "err", err)
-		select {
-		case <-time.After(backoff):
-		case <-ctx.Done():
-			return
-		}
-		backoff = min(backoff*2, 2*time.Second)
-	}
-}
-
-func (a *agent) heartbeatLoop(ctx context.Context) {
-	t := time.NewTicker(a.cfg.HeartbeatInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if _, err := a.client.Heartbeat(ctx, connect.NewRequest(&roverv1.HeartbeatRequest{NodeId: a.nodeID})); err != nil && ctx.Err() == nil {
-				a.log.Debug("heartbeat failed", "err", err)
-			}
-		}
-	}
 }
 
 // call retries a report to the master a few times.

@@ -66,14 +66,15 @@ func (a *agent) loop(ctx context.Context) error {
 			}
 			asg := v.GetAssignment()
 			round := int(v.GetRound())
+			_, joinedRound := a.joined.get()
 			switch {
-			case asg != nil && !v.GetRoundOpen() && int(asg.GetRound()) == round && round > lastStarted && round >= a.joinedRound:
+			case asg != nil && !v.GetRoundOpen() && int(asg.GetRound()) == round && round > lastStarted && round >= joinedRound:
 				lastStarted = round
 				g = startGroup(ctx, a.groupSpec(v))
 				a.log.Info("starting workers", "round", round, "group_rank", asg.GetGroupRank(),
 					"group_world_size", asg.GetGroupWorldSize(), "world_size", asg.GetWorldSize(), "restart_count", v.GetRestartCount())
-			case v.GetRoundOpen() && a.joinedRound < round,
-				!v.GetRoundOpen() && (asg == nil || int(asg.GetRound()) != round) && a.joinedRound <= round:
+			case v.GetRoundOpen() && joinedRound < round,
+				!v.GetRoundOpen() && (asg == nil || int(asg.GetRound()) != round) && joinedRound <= round:
 				if err := a.join(ctx, round); err != nil {
 					if ctx.Err() != nil {
 						continue // handled at the top of the loop
@@ -106,9 +107,10 @@ func (a *agent) groupEnded(ctx context.Context, res groupResult) {
 			a.log.Warn("worker failed", "round", res.Round, "rank", f.Rank, "local_rank", f.LocalRank, "exit", f.Exit.String())
 		}
 		if res.Err != nil {
+			nodeRank, _ := a.joined.get()
 			a.log.Error("could not start workers", "round", res.Round, "err", res.Err)
 			failures = append(failures, &roverv1.WorkerFailure{
-				Host: a.host, NodeRank: int32(a.nodeRank), ExitCode: -1,
+				Host: a.host, NodeRank: int32(nodeRank), ExitCode: -1,
 				TimeUnixNanos: time.Now().UnixNano(), Message: res.Err.Error(), Rank: 0,
 			})
 		}

@@ -84,6 +84,8 @@ func Rendezvous(ctx context.Context, cfg RendezvousConfig, w io.Writer) (*Rendez
 	fmt.Fprintf(w, "rendezvous benchmark: %d simulated agents over %d connections to one master process\n", cfg.Nodes, cfg.Conns)
 
 	cpu0, _ := m.cpuSeconds()
+	type session = *connect.BidiStreamForClient[roverv1.SessionRequest, roverv1.SessionResponse]
+	sessions := make([]session, cfg.Nodes)
 	var assigned sync.WaitGroup
 	assigned.Add(cfg.Nodes)
 	var joinedCount atomic.Int64
@@ -96,31 +98,37 @@ func Rendezvous(ctx context.Context, cfg RendezvousConfig, w io.Writer) (*Rendez
 		c := clients[i%len(clients)]
 		id := fmt.Sprintf("bench-node-%05d", i)
 		g.Go(func() error {
-			_, err := c.Join(gctx, connect.NewRequest(&roverv1.JoinRequest{
-				NodeId: id, RequestedRank: -1, LocalWorldSize: 8, Addr: "127.0.0.1", Rendezvous: rdzv,
-			}))
-			if err != nil {
+			s := c.Session(gctx)
+			sessions[i] = s
+			join := &roverv1.JoinRequest{NodeId: id, RequestedRank: -1, LocalWorldSize: 8, Addr: "127.0.0.1", Rendezvous: rdzv}
+			if err := s.Send(&roverv1.SessionRequest{Msg: &roverv1.SessionRequest_Join{Join: join}}); err != nil {
 				return fmt.Errorf("join %s: %w", id, err)
+			}
+			resp, err := s.Receive()
+			if err != nil || resp.GetJoined() == nil {
+				return fmt.Errorf("join %s: %v", id, err)
 			}
 			if joinedCount.Add(1) == int64(cfg.Nodes) {
 				joinedAll <- time.Now()
 			}
-			stream, err := c.Watch(gctx, connect.NewRequest(&roverv1.WatchRequest{NodeId: id}))
-			if err != nil {
-				return fmt.Errorf("watch %s: %w", id, err)
-			}
-			defer stream.Close()
 			done := false
-			for stream.Receive() {
-				if a := stream.Msg().GetAssignment(); a != nil && !done {
+			if resp.GetView().GetAssignment() != nil {
+				done = true
+				assigned.Done()
+			}
+			for {
+				msg, err := s.Receive()
+				if err != nil {
+					if !done && gctx.Err() == nil {
+						return fmt.Errorf("session of %s ended before an assignment: %w", id, err)
+					}
+					return nil
+				}
+				if msg.GetView().GetAssignment() != nil && !done {
 					done = true
 					assigned.Done()
 				}
 			}
-			if !done && gctx.Err() == nil {
-				return fmt.Errorf("watch %s ended before an assignment: %v", id, stream.Err())
-			}
-			return nil
 		})
 	}
 	waitDone := make(chan struct{})
@@ -137,11 +145,13 @@ func Rendezvous(ctx context.Context, cfg RendezvousConfig, w io.Writer) (*Rendez
 	fmt.Fprintf(w, "round: %d nodes joined in %.3fs; every agent knew its world after %.3fs (master CPU %.3fs)\n",
 		cfg.Nodes, joinSeconds, roundSeconds, cpu1-cpu0)
 
-	// Heartbeat phase: every agent beats once per period, spread evenly.
+	// Heartbeat phase: every agent beats once per period on its session,
+	// spread evenly over the period.
 	var beats atomic.Int64
 	hbStart := time.Now()
-	hg, hctx := errgroup.WithContext(ctx)
+	hg, _ := errgroup.WithContext(ctx)
 	workers := min(cfg.Nodes, 256)
+	beat := &roverv1.SessionRequest{Msg: &roverv1.SessionRequest_Heartbeat{Heartbeat: &roverv1.Heartbeat{}}}
 	for wk := 0; wk < workers; wk++ {
 		hg.Go(func() error {
 			for p := 0; p < cfg.Periods; p++ {
@@ -151,9 +161,8 @@ func Rendezvous(ctx context.Context, cfg RendezvousConfig, w io.Writer) (*Rendez
 					if d := time.Until(at); d > 0 {
 						time.Sleep(d)
 					}
-					id := fmt.Sprintf("bench-node-%05d", i)
-					if _, err := clients[i%len(clients)].Heartbeat(hctx, connect.NewRequest(&roverv1.HeartbeatRequest{NodeId: id})); err != nil {
-						return fmt.Errorf("heartbeat %s: %w", id, err)
+					if err := sessions[i].Send(beat); err != nil {
+						return fmt.Errorf("heartbeat of node %d: %w", i, err)
 					}
 					beats.Add(1)
 				}
@@ -170,7 +179,11 @@ func Rendezvous(ctx context.Context, cfg RendezvousConfig, w io.Writer) (*Rendez
 	hbSeconds := time.Since(hbStart).Seconds()
 	cpu2, _ := m.cpuSeconds()
 	rss, _ := m.rssBytes()
-	cancelStreams()
+	// Closing its side ends each session on the master, which ends the
+	// response stream the session's goroutine reads.
+	for _, s := range sessions {
+		_ = s.CloseRequest()
+	}
 	_ = g.Wait()
 
 	res := &RendezvousResult{

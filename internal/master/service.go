@@ -21,7 +21,14 @@ type service struct {
 var _ roverv1connect.MasterServiceHandler = (*service)(nil)
 
 func (s *service) Join(ctx context.Context, req *connect.Request[roverv1.JoinRequest]) (*connect.Response[roverv1.JoinResponse], error) {
-	r := req.Msg
+	resp, err := s.join(ctx, req.Msg)
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(resp), nil
+}
+
+func (s *service) join(ctx context.Context, r *roverv1.JoinRequest) (*roverv1.JoinResponse, error) {
 	jr, cfg, err := validateJoin(r)
 	if err != nil {
 		return nil, rpcError(err)
@@ -36,25 +43,63 @@ func (s *service) Join(ctx context.Context, req *connect.Request[roverv1.JoinReq
 	if err != nil {
 		return nil, rpcError(err)
 	}
-	return connect.NewResponse(&roverv1.JoinResponse{NodeRank: int32(rank), Round: int64(round), RunId: s.core.runID}), nil
+	return &roverv1.JoinResponse{NodeRank: int32(rank), Round: int64(round), RunId: s.core.runID}, nil
 }
 
-func (s *service) Watch(ctx context.Context, req *connect.Request[roverv1.WatchRequest], stream *connect.ServerStream[roverv1.NodeView]) error {
-	id := req.Msg.GetNodeId()
-	if err := checkNodeID(id); err != nil {
-		return rpcError(err)
+// Session joins the node named by the first message, then streams its views
+// while a second goroutine receives heartbeats. The session ends when the
+// agent goes away, which the node table records as a disconnect.
+func (s *service) Session(ctx context.Context, stream *connect.BidiStream[roverv1.SessionRequest, roverv1.SessionResponse]) error {
+	first, err := stream.Receive()
+	if err != nil {
+		return nil // the agent went away before saying anything
 	}
+	jr := first.GetJoin()
+	if jr == nil {
+		return rpcError(invalid("the first message of a session must be a join"))
+	}
+	joined, err := s.join(ctx, jr)
+	if err != nil {
+		return err
+	}
+	id := jr.GetNodeId()
 	if err := s.core.connected(id, true, s.clock.Now()); err != nil {
 		return rpcError(err)
 	}
 	defer func() { _ = s.core.connected(id, false, s.clock.Now()) }()
+	ctx, cancel := context.WithCancel(ctx)
+	received := make(chan struct{})
+	defer func() {
+		cancel()
+		<-received // Receive returns once the agent is gone or the server closes
+	}()
+	go func() {
+		// Receive heartbeats until the agent closes its side or goes away;
+		// either ends the session.
+		defer close(received)
+		defer cancel()
+		for {
+			msg, err := stream.Receive()
+			if err != nil {
+				return
+			}
+			if msg.GetHeartbeat() == nil {
+				return
+			}
+			_ = s.core.seen(id, s.clock.Now())
+		}
+	}()
 	sent := false
 	var last uint64
 	for {
 		v, changed := s.core.view(id)
 		if !sent || v.Version != last {
-			if err := stream.Send(v); err != nil {
-				return nil // the agent went away; its disconnect is recorded above
+			msg := &roverv1.SessionResponse{View: v}
+			if !sent {
+				msg.Joined = joined // the first message answers the join too
+			}
+			if err := stream.Send(msg); err != nil {
+				return nil
 			}
 			sent, last = true, v.Version
 		}
@@ -64,17 +109,6 @@ func (s *service) Watch(ctx context.Context, req *connect.Request[roverv1.WatchR
 			return nil
 		}
 	}
-}
-
-func (s *service) Heartbeat(ctx context.Context, req *connect.Request[roverv1.HeartbeatRequest]) (*connect.Response[roverv1.HeartbeatResponse], error) {
-	id := req.Msg.GetNodeId()
-	if err := checkNodeID(id); err != nil {
-		return nil, rpcError(err)
-	}
-	if err := s.core.seen(id, s.clock.Now()); err != nil {
-		return nil, rpcError(err)
-	}
-	return connect.NewResponse(&roverv1.HeartbeatResponse{}), nil
 }
 
 func (s *service) ReportFailure(ctx context.Context, req *connect.Request[roverv1.ReportFailureRequest]) (*connect.Response[roverv1.ReportFailureResponse], error) {

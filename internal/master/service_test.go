@@ -52,16 +52,31 @@ func joinReq(id string, cfg *roverv1.RendezvousConfig) *connect.Request[roverv1.
 	return connect.NewRequest(&roverv1.JoinRequest{NodeId: id, RequestedRank: -1, LocalWorldSize: 2, Addr: "127.0.0.1", Rendezvous: cfg})
 }
 
-// nextView receives views until one satisfies ok.
-func nextView(t *testing.T, s *connect.ServerStreamForClient[roverv1.NodeView], ok func(*roverv1.NodeView) bool) *roverv1.NodeView {
+type session = *connect.BidiStreamForClient[roverv1.SessionRequest, roverv1.SessionResponse]
+
+// openSession opens a node's session with a join.
+func openSession(ctx context.Context, t *testing.T, c roverv1connect.MasterServiceClient, id string, cfg *roverv1.RendezvousConfig) session {
 	t.Helper()
-	for s.Receive() {
-		if v := s.Msg(); ok(v) {
+	s := c.Session(ctx)
+	t.Cleanup(func() { _ = s.CloseRequest() })
+	if err := s.Send(&roverv1.SessionRequest{Msg: &roverv1.SessionRequest_Join{Join: joinReq(id, cfg).Msg}}); err != nil {
+		t.Fatalf("join %s: %v", id, err)
+	}
+	return s
+}
+
+// nextView receives views until one satisfies ok.
+func nextView(t *testing.T, s session, ok func(*roverv1.NodeView) bool) *roverv1.NodeView {
+	t.Helper()
+	for {
+		msg, err := s.Receive()
+		if err != nil {
+			t.Fatalf("session ended: %v", err)
+		}
+		if v := msg.GetView(); ok(v) {
 			return v
 		}
 	}
-	t.Fatalf("watch stream ended: %v", s.Err())
-	return nil
 }
 
 func TestRoundOverRPC(t *testing.T) {
@@ -69,17 +84,9 @@ func TestRoundOverRPC(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cfg := rdzvConfig(2, 2)
-	var streams []*connect.ServerStreamForClient[roverv1.NodeView]
+	var streams []session
 	for _, id := range []string{"a", "b"} {
-		if _, err := c.Join(ctx, joinReq(id, cfg)); err != nil {
-			t.Fatalf("join %s: %v", id, err)
-		}
-		s, err := c.Watch(ctx, connect.NewRequest(&roverv1.WatchRequest{NodeId: id}))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Close()
-		streams = append(streams, s)
+		streams = append(streams, openSession(ctx, t, c, id, cfg))
 	}
 	for i, s := range streams {
 		v := nextView(t, s, func(v *roverv1.NodeView) bool { return v.GetAssignment() != nil })
@@ -157,13 +164,11 @@ func TestRejectsWrongToken(t *testing.T) {
 	if connect.CodeOf(err) != connect.CodeUnauthenticated {
 		t.Errorf("GetJob with a wrong token: %v, want Unauthenticated", err)
 	}
-	s, err := bad.Watch(ctx, connect.NewRequest(&roverv1.WatchRequest{NodeId: "a"}))
-	if err == nil {
-		s.Receive()
-		err = s.Err()
-	}
-	if connect.CodeOf(err) != connect.CodeUnauthenticated {
-		t.Errorf("Watch with a wrong token: %v, want Unauthenticated", err)
+	s := bad.Session(ctx)
+	defer s.CloseRequest()
+	_ = s.Send(&roverv1.SessionRequest{Msg: &roverv1.SessionRequest_Join{Join: joinReq("a", rdzvConfig(1, 1)).Msg}})
+	if _, err := s.Receive(); connect.CodeOf(err) != connect.CodeUnauthenticated {
+		t.Errorf("Session with a wrong token: %v, want Unauthenticated", err)
 	}
 }
 
@@ -191,10 +196,17 @@ func TestInvalidRequests(t *testing.T) {
 			_, err := c.Join(ctx, joinReq("a", cfg))
 			return err
 		}, connect.CodeInvalidArgument},
-		{"heartbeat unknown node", func() error {
-			_, err := c.Heartbeat(ctx, connect.NewRequest(&roverv1.HeartbeatRequest{NodeId: "nobody"}))
+		{"session without a join", func() error {
+			s := c.Session(ctx)
+			defer s.CloseRequest()
+			_ = s.Send(&roverv1.SessionRequest{Msg: &roverv1.SessionRequest_Heartbeat{Heartbeat: &roverv1.Heartbeat{}}})
+			_, err := s.Receive()
 			return err
-		}, connect.CodeNotFound},
+		}, connect.CodeInvalidArgument},
+		{"report from an unknown node", func() error {
+			_, err := c.ReportSuccess(ctx, connect.NewRequest(&roverv1.ReportSuccessRequest{NodeId: "nobody", Round: 1}))
+			return err
+		}, connect.CodeFailedPrecondition},
 		{"empty key", func() error {
 			_, err := c.SetKey(ctx, connect.NewRequest(&roverv1.SetKeyRequest{}))
 			return err

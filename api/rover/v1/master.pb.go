@@ -337,27 +337,32 @@ func (x *JoinResponse) GetRunId() string {
 	return ""
 }
 
-type WatchRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+// SessionRequest is a message from a node agent on its session.
+type SessionRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Msg:
+	//
+	//	*SessionRequest_Join
+	//	*SessionRequest_Heartbeat
+	Msg           isSessionRequest_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
-func (x *WatchRequest) Reset() {
-	*x = WatchRequest{}
+func (x *SessionRequest) Reset() {
+	*x = SessionRequest{}
 	mi := &file_api_rover_v1_master_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *WatchRequest) String() string {
+func (x *SessionRequest) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*WatchRequest) ProtoMessage() {}
+func (*SessionRequest) ProtoMessage() {}
 
-func (x *WatchRequest) ProtoReflect() protoreflect.Message {
+func (x *SessionRequest) ProtoReflect() protoreflect.Message {
 	mi := &file_api_rover_v1_master_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
@@ -369,16 +374,144 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
-func (*WatchRequest) Descriptor() ([]byte, []int) {
+// Deprecated: Use SessionRequest.ProtoReflect.Descriptor instead.
+func (*SessionRequest) Descriptor() ([]byte, []int) {
 	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{3}
 }
 
-func (x *WatchRequest) GetNodeId() string {
+func (x *SessionRequest) GetMsg() isSessionRequest_Msg {
 	if x != nil {
-		return x.NodeId
+		return x.Msg
 	}
-	return ""
+	return nil
+}
+
+func (x *SessionRequest) GetJoin() *JoinRequest {
+	if x != nil {
+		if x, ok := x.Msg.(*SessionRequest_Join); ok {
+			return x.Join
+		}
+	}
+	return nil
+}
+
+func (x *SessionRequest) GetHeartbeat() *Heartbeat {
+	if x != nil {
+		if x, ok := x.Msg.(*SessionRequest_Heartbeat); ok {
+			return x.Heartbeat
+		}
+	}
+	return nil
+}
+
+type isSessionRequest_Msg interface {
+	isSessionRequest_Msg()
+}
+
+type SessionRequest_Join struct {
+	// First message of a session.
+	Join *JoinRequest `protobuf:"bytes,1,opt,name=join,proto3,oneof"`
+}
+
+type SessionRequest_Heartbeat struct {
+	// Any later message.
+	Heartbeat *Heartbeat `protobuf:"bytes,2,opt,name=heartbeat,proto3,oneof"`
+}
+
+func (*SessionRequest_Join) isSessionRequest_Msg() {}
+
+func (*SessionRequest_Heartbeat) isSessionRequest_Msg() {}
+
+// Heartbeat tells the master the agent is alive.
+type Heartbeat struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Heartbeat) Reset() {
+	*x = Heartbeat{}
+	mi := &file_api_rover_v1_master_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Heartbeat) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Heartbeat) ProtoMessage() {}
+
+func (x *Heartbeat) ProtoReflect() protoreflect.Message {
+	mi := &file_api_rover_v1_master_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
+func (*Heartbeat) Descriptor() ([]byte, []int) {
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{4}
+}
+
+// SessionResponse is a message from the master on a session.
+type SessionResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Answers the session's join: set in the first message only.
+	Joined *JoinResponse `protobuf:"bytes,1,opt,name=joined,proto3" json:"joined,omitempty"`
+	// The node's view of the job: set in every message.
+	View          *NodeView `protobuf:"bytes,2,opt,name=view,proto3" json:"view,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionResponse) Reset() {
+	*x = SessionResponse{}
+	mi := &file_api_rover_v1_master_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionResponse) ProtoMessage() {}
+
+func (x *SessionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_rover_v1_master_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionResponse.ProtoReflect.Descriptor instead.
+func (*SessionResponse) Descriptor() ([]byte, []int) {
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *SessionResponse) GetJoined() *JoinResponse {
+	if x != nil {
+		return x.Joined
+	}
+	return nil
+}
+
+func (x *SessionResponse) GetView() *NodeView {
+	if x != nil {
+		return x.View
+	}
+	return nil
 }
 
 // NodeView is what one node agent needs to know of the job.
@@ -403,7 +536,7 @@ type NodeView struct {
 
 func (x *NodeView) Reset() {
 	*x = NodeView{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[4]
+	mi := &file_api_rover_v1_master_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -415,7 +548,7 @@ func (x *NodeView) String() string {
 func (*NodeView) ProtoMessage() {}
 
 func (x *NodeView) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[4]
+	mi := &file_api_rover_v1_master_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -428,7 +561,7 @@ func (x *NodeView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeView.ProtoReflect.Descriptor instead.
 func (*NodeView) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{4}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *NodeView) GetVersion() uint64 {
@@ -517,7 +650,7 @@ type Assignment struct {
 
 func (x *Assignment) Reset() {
 	*x = Assignment{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[5]
+	mi := &file_api_rover_v1_master_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -529,7 +662,7 @@ func (x *Assignment) String() string {
 func (*Assignment) ProtoMessage() {}
 
 func (x *Assignment) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[5]
+	mi := &file_api_rover_v1_master_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -542,7 +675,7 @@ func (x *Assignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Assignment.ProtoReflect.Descriptor instead.
 func (*Assignment) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{5}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Assignment) GetRound() int64 {
@@ -590,94 +723,6 @@ func (x *Assignment) GetRankOffset() int32 {
 func (x *Assignment) GetWorldSize() int32 {
 	if x != nil {
 		return x.WorldSize
-	}
-	return 0
-}
-
-type HeartbeatRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *HeartbeatRequest) Reset() {
-	*x = HeartbeatRequest{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[6]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *HeartbeatRequest) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*HeartbeatRequest) ProtoMessage() {}
-
-func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[6]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
-func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{6}
-}
-
-func (x *HeartbeatRequest) GetNodeId() string {
-	if x != nil {
-		return x.NodeId
-	}
-	return ""
-}
-
-type HeartbeatResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Version       uint64                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *HeartbeatResponse) Reset() {
-	*x = HeartbeatResponse{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[7]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *HeartbeatResponse) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*HeartbeatResponse) ProtoMessage() {}
-
-func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[7]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
-func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{7}
-}
-
-func (x *HeartbeatResponse) GetVersion() uint64 {
-	if x != nil {
-		return x.Version
 	}
 	return 0
 }
@@ -1568,9 +1613,15 @@ const file_api_rover_v1_master_proto_rawDesc = "" +
 	"\fJoinResponse\x12\x1b\n" +
 	"\tnode_rank\x18\x01 \x01(\x05R\bnodeRank\x12\x14\n" +
 	"\x05round\x18\x02 \x01(\x03R\x05round\x12\x15\n" +
-	"\x06run_id\x18\x03 \x01(\tR\x05runId\"'\n" +
-	"\fWatchRequest\x12\x17\n" +
-	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"\xec\x02\n" +
+	"\x06run_id\x18\x03 \x01(\tR\x05runId\"y\n" +
+	"\x0eSessionRequest\x12+\n" +
+	"\x04join\x18\x01 \x01(\v2\x15.rover.v1.JoinRequestH\x00R\x04join\x123\n" +
+	"\theartbeat\x18\x02 \x01(\v2\x13.rover.v1.HeartbeatH\x00R\theartbeatB\x05\n" +
+	"\x03msg\"\v\n" +
+	"\tHeartbeat\"i\n" +
+	"\x0fSessionResponse\x12.\n" +
+	"\x06joined\x18\x01 \x01(\v2\x16.rover.v1.JoinResponseR\x06joined\x12&\n" +
+	"\x04view\x18\x02 \x01(\v2\x12.rover.v1.NodeViewR\x04view\"\xec\x02\n" +
 	"\bNodeView\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x04R\aversion\x12/\n" +
 	"\tjob_state\x18\x02 \x01(\x0e2\x12.rover.v1.JobStateR\bjobState\x12\x16\n" +
@@ -1597,11 +1648,7 @@ const file_api_rover_v1_master_proto_rawDesc = "" +
 	"\vrank_offset\x18\x06 \x01(\x05R\n" +
 	"rankOffset\x12\x1d\n" +
 	"\n" +
-	"world_size\x18\a \x01(\x05R\tworldSize\"+\n" +
-	"\x10HeartbeatRequest\x12\x17\n" +
-	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"-\n" +
-	"\x11HeartbeatResponse\x12\x18\n" +
-	"\aversion\x18\x01 \x01(\x04R\aversion\"\x83\x03\n" +
+	"world_size\x18\a \x01(\x05R\tworldSize\"\x83\x03\n" +
 	"\rWorkerFailure\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1b\n" +
 	"\tnode_rank\x18\x02 \x01(\x05R\bnodeRank\x12\x12\n" +
@@ -1676,11 +1723,10 @@ const file_api_rover_v1_master_proto_rawDesc = "" +
 	"\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11JOB_STATE_RUNNING\x10\x01\x12\x17\n" +
 	"\x13JOB_STATE_SUCCEEDED\x10\x02\x12\x14\n" +
-	"\x10JOB_STATE_FAILED\x10\x032\xea\x04\n" +
-	"\rMasterService\x127\n" +
-	"\x04Join\x12\x15.rover.v1.JoinRequest\x1a\x16.rover.v1.JoinResponse\"\x00\x127\n" +
-	"\x05Watch\x12\x16.rover.v1.WatchRequest\x1a\x12.rover.v1.NodeView\"\x000\x01\x12F\n" +
-	"\tHeartbeat\x12\x1a.rover.v1.HeartbeatRequest\x1a\x1b.rover.v1.HeartbeatResponse\"\x00\x12R\n" +
+	"\x10JOB_STATE_FAILED\x10\x032\xaf\x04\n" +
+	"\rMasterService\x12D\n" +
+	"\aSession\x12\x18.rover.v1.SessionRequest\x1a\x19.rover.v1.SessionResponse\"\x00(\x010\x01\x127\n" +
+	"\x04Join\x12\x15.rover.v1.JoinRequest\x1a\x16.rover.v1.JoinResponse\"\x00\x12R\n" +
 	"\rReportFailure\x12\x1e.rover.v1.ReportFailureRequest\x1a\x1f.rover.v1.ReportFailureResponse\"\x00\x12R\n" +
 	"\rReportSuccess\x12\x1e.rover.v1.ReportSuccessRequest\x1a\x1f.rover.v1.ReportSuccessResponse\"\x00\x12:\n" +
 	"\x05Leave\x12\x16.rover.v1.LeaveRequest\x1a\x17.rover.v1.LeaveResponse\"\x00\x12=\n" +
@@ -1707,11 +1753,11 @@ var file_api_rover_v1_master_proto_goTypes = []any{
 	(*RendezvousConfig)(nil),      // 1: rover.v1.RendezvousConfig
 	(*JoinRequest)(nil),           // 2: rover.v1.JoinRequest
 	(*JoinResponse)(nil),          // 3: rover.v1.JoinResponse
-	(*WatchRequest)(nil),          // 4: rover.v1.WatchRequest
-	(*NodeView)(nil),              // 5: rover.v1.NodeView
-	(*Assignment)(nil),            // 6: rover.v1.Assignment
-	(*HeartbeatRequest)(nil),      // 7: rover.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),     // 8: rover.v1.HeartbeatResponse
+	(*SessionRequest)(nil),        // 4: rover.v1.SessionRequest
+	(*Heartbeat)(nil),             // 5: rover.v1.Heartbeat
+	(*SessionResponse)(nil),       // 6: rover.v1.SessionResponse
+	(*NodeView)(nil),              // 7: rover.v1.NodeView
+	(*Assignment)(nil),            // 8: rover.v1.Assignment
 	(*WorkerFailure)(nil),         // 9: rover.v1.WorkerFailure
 	(*ReportFailureRequest)(nil),  // 10: rover.v1.ReportFailureRequest
 	(*ReportFailureResponse)(nil), // 11: rover.v1.ReportFailureResponse
@@ -1729,43 +1775,49 @@ var file_api_rover_v1_master_proto_goTypes = []any{
 }
 var file_api_rover_v1_master_proto_depIdxs = []int32{
 	1,  // 0: rover.v1.JoinRequest.rendezvous:type_name -> rover.v1.RendezvousConfig
-	0,  // 1: rover.v1.NodeView.job_state:type_name -> rover.v1.JobState
-	6,  // 2: rover.v1.NodeView.assignment:type_name -> rover.v1.Assignment
-	9,  // 3: rover.v1.NodeView.failures:type_name -> rover.v1.WorkerFailure
-	9,  // 4: rover.v1.ReportFailureRequest.failures:type_name -> rover.v1.WorkerFailure
-	0,  // 5: rover.v1.GetJobResponse.job_state:type_name -> rover.v1.JobState
-	21, // 6: rover.v1.GetJobResponse.nodes:type_name -> rover.v1.NodeStatus
-	9,  // 7: rover.v1.GetJobResponse.failures:type_name -> rover.v1.WorkerFailure
-	1,  // 8: rover.v1.GetJobResponse.rendezvous:type_name -> rover.v1.RendezvousConfig
-	2,  // 9: rover.v1.MasterService.Join:input_type -> rover.v1.JoinRequest
-	4,  // 10: rover.v1.MasterService.Watch:input_type -> rover.v1.WatchRequest
-	7,  // 11: rover.v1.MasterService.Heartbeat:input_type -> rover.v1.HeartbeatRequest
-	10, // 12: rover.v1.MasterService.ReportFailure:input_type -> rover.v1.ReportFailureRequest
-	12, // 13: rover.v1.MasterService.ReportSuccess:input_type -> rover.v1.ReportSuccessRequest
-	14, // 14: rover.v1.MasterService.Leave:input_type -> rover.v1.LeaveRequest
-	16, // 15: rover.v1.MasterService.SetKey:input_type -> rover.v1.SetKeyRequest
-	18, // 16: rover.v1.MasterService.GetKey:input_type -> rover.v1.GetKeyRequest
-	20, // 17: rover.v1.MasterService.GetJob:input_type -> rover.v1.GetJobRequest
-	3,  // 18: rover.v1.MasterService.Join:output_type -> rover.v1.JoinResponse
-	5,  // 19: rover.v1.MasterService.Watch:output_type -> rover.v1.NodeView
-	8,  // 20: rover.v1.MasterService.Heartbeat:output_type -> rover.v1.HeartbeatResponse
-	11, // 21: rover.v1.MasterService.ReportFailure:output_type -> rover.v1.ReportFailureResponse
-	13, // 22: rover.v1.MasterService.ReportSuccess:output_type -> rover.v1.ReportSuccessResponse
-	15, // 23: rover.v1.MasterService.Leave:output_type -> rover.v1.LeaveResponse
-	17, // 24: rover.v1.MasterService.SetKey:output_type -> rover.v1.SetKeyResponse
-	19, // 25: rover.v1.MasterService.GetKey:output_type -> rover.v1.GetKeyResponse
-	22, // 26: rover.v1.MasterService.GetJob:output_type -> rover.v1.GetJobResponse
-	18, // [18:27] is the sub-list for method output_type
-	9,  // [9:18] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	2,  // 1: rover.v1.SessionRequest.join:type_name -> rover.v1.JoinRequest
+	5,  // 2: rover.v1.SessionRequest.heartbeat:type_name -> rover.v1.Heartbeat
+	3,  // 3: rover.v1.SessionResponse.joined:type_name -> rover.v1.JoinResponse
+	7,  // 4: rover.v1.SessionResponse.view:type_name -> rover.v1.NodeView
+	0,  // 5: rover.v1.NodeView.job_state:type_name -> rover.v1.JobState
+	8,  // 6: rover.v1.NodeView.assignment:type_name -> rover.v1.Assignment
+	9,  // 7: rover.v1.NodeView.failures:type_name -> rover.v1.WorkerFailure
+	9,  // 8: rover.v1.ReportFailureRequest.failures:type_name -> rover.v1.WorkerFailure
+	0,  // 9: rover.v1.GetJobResponse.job_state:type_name -> rover.v1.JobState
+	21, // 10: rover.v1.GetJobResponse.nodes:type_name -> rover.v1.NodeStatus
+	9,  // 11: rover.v1.GetJobResponse.failures:type_name -> rover.v1.WorkerFailure
+	1,  // 12: rover.v1.GetJobResponse.rendezvous:type_name -> rover.v1.RendezvousConfig
+	4,  // 13: rover.v1.MasterService.Session:input_type -> rover.v1.SessionRequest
+	2,  // 14: rover.v1.MasterService.Join:input_type -> rover.v1.JoinRequest
+	10, // 15: rover.v1.MasterService.ReportFailure:input_type -> rover.v1.ReportFailureRequest
+	12, // 16: rover.v1.MasterService.ReportSuccess:input_type -> rover.v1.ReportSuccessRequest
+	14, // 17: rover.v1.MasterService.Leave:input_type -> rover.v1.LeaveRequest
+	16, // 18: rover.v1.MasterService.SetKey:input_type -> rover.v1.SetKeyRequest
+	18, // 19: rover.v1.MasterService.GetKey:input_type -> rover.v1.GetKeyRequest
+	20, // 20: rover.v1.MasterService.GetJob:input_type -> rover.v1.GetJobRequest
+	6,  // 21: rover.v1.MasterService.Session:output_type -> rover.v1.SessionResponse
+	3,  // 22: rover.v1.MasterService.Join:output_type -> rover.v1.JoinResponse
+	11, // 23: rover.v1.MasterService.ReportFailure:output_type -> rover.v1.ReportFailureResponse
+	13, // 24: rover.v1.MasterService.ReportSuccess:output_type -> rover.v1.ReportSuccessResponse
+	15, // 25: rover.v1.MasterService.Leave:output_type -> rover.v1.LeaveResponse
+	17, // 26: rover.v1.MasterService.SetKey:output_type -> rover.v1.SetKeyResponse
+	19, // 27: rover.v1.MasterService.GetKey:output_type -> rover.v1.GetKeyResponse
+	22, // 28: rover.v1.MasterService.GetJob:output_type -> rover.v1.GetJobResponse
+	21, // [21:29] is the sub-list for method output_type
+	13, // [13:21] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_api_rover_v1_master_proto_init() }
 func file_api_rover_v1_master_proto_init() {
 	if File_api_rover_v1_master_proto != nil {
 		return
+	}
+	file_api_rover_v1_master_proto_msgTypes[3].OneofWrappers = []any{
+		(*SessionRequest_Join)(nil),
+		(*SessionRequest_Heartbeat)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{

@@ -37,12 +37,10 @@ const (
 // reflection-formatted method names, remove the leading slash and convert the remaining slash to a
 // period.
 const (
+	// MasterServiceSessionProcedure is the fully-qualified name of the MasterService's Session RPC.
+	MasterServiceSessionProcedure = "/rover.v1.MasterService/Session"
 	// MasterServiceJoinProcedure is the fully-qualified name of the MasterService's Join RPC.
 	MasterServiceJoinProcedure = "/rover.v1.MasterService/Join"
-	// MasterServiceWatchProcedure is the fully-qualified name of the MasterService's Watch RPC.
-	MasterServiceWatchProcedure = "/rover.v1.MasterService/Watch"
-	// MasterServiceHeartbeatProcedure is the fully-qualified name of the MasterService's Heartbeat RPC.
-	MasterServiceHeartbeatProcedure = "/rover.v1.MasterService/Heartbeat"
 	// MasterServiceReportFailureProcedure is the fully-qualified name of the MasterService's
 	// ReportFailure RPC.
 	MasterServiceReportFailureProcedure = "/rover.v1.MasterService/ReportFailure"
@@ -61,17 +59,19 @@ const (
 
 // MasterServiceClient is a client for the rover.v1.MasterService service.
 type MasterServiceClient interface {
-	// Join adds the calling node agent to the current (or next) rendezvous round.
-	// The first agent to join configures the job's rendezvous when the master was
-	// started without a configuration; later agents must ask for the same one.
+	// Session is a node agent's connection to the master for as long as it
+	// runs. The agent's first message joins the rendezvous (a repeated join of
+	// the round the node is already in changes nothing, so an agent that
+	// reconnects sends its last join again); later messages are heartbeats.
+	// The master answers the join, then streams the agent's view of the job
+	// whenever it changes: rounds opening and closing, its rank assignment, the
+	// job's end. This push is how a failure on one node stops every other
+	// node's workers at once, and the stream itself tells the master the agent
+	// is alive.
+	Session(context.Context) *connect.BidiStreamForClient[v1.SessionRequest, v1.SessionResponse]
+	// Join joins the rendezvous again, for an agent whose session is open: it
+	// adds the node to the current round, or to the next one.
 	Join(context.Context, *connect.Request[v1.JoinRequest]) (*connect.Response[v1.JoinResponse], error)
-	// Watch streams the caller's view of the job whenever it changes: rounds
-	// opening and closing, its rank assignment, the job's end. The first message
-	// is the current view. This is how a failure on one node stops every other
-	// node's workers at once.
-	Watch(context.Context, *connect.Request[v1.WatchRequest]) (*connect.ServerStreamForClient[v1.NodeView], error)
-	// Heartbeat tells the master the agent is alive.
-	Heartbeat(context.Context, *connect.Request[v1.HeartbeatRequest]) (*connect.Response[v1.HeartbeatResponse], error)
 	// ReportFailure reports that workers of a node failed in a round.
 	ReportFailure(context.Context, *connect.Request[v1.ReportFailureRequest]) (*connect.Response[v1.ReportFailureResponse], error)
 	// ReportSuccess reports that every worker of a node finished in a round.
@@ -97,22 +97,16 @@ func NewMasterServiceClient(httpClient connect.HTTPClient, baseURL string, opts 
 	baseURL = strings.TrimRight(baseURL, "/")
 	masterServiceMethods := v1.File_api_rover_v1_master_proto.Services().ByName("MasterService").Methods()
 	return &masterServiceClient{
+		session: connect.NewClient[v1.SessionRequest, v1.SessionResponse](
+			httpClient,
+			baseURL+MasterServiceSessionProcedure,
+			connect.WithSchema(masterServiceMethods.ByName("Session")),
+			connect.WithClientOptions(opts...),
+		),
 		join: connect.NewClient[v1.JoinRequest, v1.JoinResponse](
 			httpClient,
 			baseURL+MasterServiceJoinProcedure,
 			connect.WithSchema(masterServiceMethods.ByName("Join")),
-			connect.WithClientOptions(opts...),
-		),
-		watch: connect.NewClient[v1.WatchRequest, v1.NodeView](
-			httpClient,
-			baseURL+MasterServiceWatchProcedure,
-			connect.WithSchema(masterServiceMethods.ByName("Watch")),
-			connect.WithClientOptions(opts...),
-		),
-		heartbeat: connect.NewClient[v1.HeartbeatRequest, v1.HeartbeatResponse](
-			httpClient,
-			baseURL+MasterServiceHeartbeatProcedure,
-			connect.WithSchema(masterServiceMethods.ByName("Heartbeat")),
 			connect.WithClientOptions(opts...),
 		),
 		reportFailure: connect.NewClient[v1.ReportFailureRequest, v1.ReportFailureResponse](
@@ -156,9 +150,8 @@ func NewMasterServiceClient(httpClient connect.HTTPClient, baseURL string, opts 
 
 // masterServiceClient implements MasterServiceClient.
 type masterServiceClient struct {
+	session       *connect.Client[v1.SessionRequest, v1.SessionResponse]
 	join          *connect.Client[v1.JoinRequest, v1.JoinResponse]
-	watch         *connect.Client[v1.WatchRequest, v1.NodeView]
-	heartbeat     *connect.Client[v1.HeartbeatRequest, v1.HeartbeatResponse]
 	reportFailure *connect.Client[v1.ReportFailureRequest, v1.ReportFailureResponse]
 	reportSuccess *connect.Client[v1.ReportSuccessRequest, v1.ReportSuccessResponse]
 	leave         *connect.Client[v1.LeaveRequest, v1.LeaveResponse]
@@ -167,19 +160,14 @@ type masterServiceClient struct {
 	getJob        *connect.Client[v1.GetJobRequest, v1.GetJobResponse]
 }
 
+// Session calls rover.v1.MasterService.Session.
+func (c *masterServiceClient) Session(ctx context.Context) *connect.BidiStreamForClient[v1.SessionRequest, v1.SessionResponse] {
+	return c.session.CallBidiStream(ctx)
+}
+
 // Join calls rover.v1.MasterService.Join.
 func (c *masterServiceClient) Join(ctx context.Context, req *connect.Request[v1.JoinRequest]) (*connect.Response[v1.JoinResponse], error) {
 	return c.join.CallUnary(ctx, req)
-}
-
-// Watch calls rover.v1.MasterService.Watch.
-func (c *masterServiceClient) Watch(ctx context.Context, req *connect.Request[v1.WatchRequest]) (*connect.ServerStreamForClient[v1.NodeView], error) {
-	return c.watch.CallServerStream(ctx, req)
-}
-
-// Heartbeat calls rover.v1.MasterService.Heartbeat.
-func (c *masterServiceClient) Heartbeat(ctx context.Context, req *connect.Request[v1.HeartbeatRequest]) (*connect.Response[v1.HeartbeatResponse], error) {
-	return c.heartbeat.CallUnary(ctx, req)
 }
 
 // ReportFailure calls rover.v1.MasterService.ReportFailure.
@@ -214,17 +202,19 @@ func (c *masterServiceClient) GetJob(ctx context.Context, req *connect.Request[v
 
 // MasterServiceHandler is an implementation of the rover.v1.MasterService service.
 type MasterServiceHandler interface {
-	// Join adds the calling node agent to the current (or next) rendezvous round.
-	// The first agent to join configures the job's rendezvous when the master was
-	// started without a configuration; later agents must ask for the same one.
+	// Session is a node agent's connection to the master for as long as it
+	// runs. The agent's first message joins the rendezvous (a repeated join of
+	// the round the node is already in changes nothing, so an agent that
+	// reconnects sends its last join again); later messages are heartbeats.
+	// The master answers the join, then streams the agent's view of the job
+	// whenever it changes: rounds opening and closing, its rank assignment, the
+	// job's end. This push is how a failure on one node stops every other
+	// node's workers at once, and the stream itself tells the master the agent
+	// is alive.
+	Session(context.Context, *connect.BidiStream[v1.SessionRequest, v1.SessionResponse]) error
+	// Join joins the rendezvous again, for an agent whose session is open: it
+	// adds the node to the current round, or to the next one.
 	Join(context.Context, *connect.Request[v1.JoinRequest]) (*connect.Response[v1.JoinResponse], error)
-	// Watch streams the caller's view of the job whenever it changes: rounds
-	// opening and closing, its rank assignment, the job's end. The first message
-	// is the current view. This is how a failure on one node stops every other
-	// node's workers at once.
-	Watch(context.Context, *connect.Request[v1.WatchRequest], *connect.ServerStream[v1.NodeView]) error
-	// Heartbeat tells the master the agent is alive.
-	Heartbeat(context.Context, *connect.Request[v1.HeartbeatRequest]) (*connect.Response[v1.HeartbeatResponse], error)
 	// ReportFailure reports that workers of a node failed in a round.
 	ReportFailure(context.Context, *connect.Request[v1.ReportFailureRequest]) (*connect.Response[v1.ReportFailureResponse], error)
 	// ReportSuccess reports that every worker of a node finished in a round.
@@ -246,22 +236,16 @@ type MasterServiceHandler interface {
 // and JSON codecs. They also support gzip compression.
 func NewMasterServiceHandler(svc MasterServiceHandler, opts ...connect.HandlerOption) (string, http.Handler) {
 	masterServiceMethods := v1.File_api_rover_v1_master_proto.Services().ByName("MasterService").Methods()
+	masterServiceSessionHandler := connect.NewBidiStreamHandler(
+		MasterServiceSessionProcedure,
+		svc.Session,
+		connect.WithSchema(masterServiceMethods.ByName("Session")),
+		connect.WithHandlerOptions(opts...),
+	)
 	masterServiceJoinHandler := connect.NewUnaryHandler(
 		MasterServiceJoinProcedure,
 		svc.Join,
 		connect.WithSchema(masterServiceMethods.ByName("Join")),
-		connect.WithHandlerOptions(opts...),
-	)
-	masterServiceWatchHandler := connect.NewServerStreamHandler(
-		MasterServiceWatchProcedure,
-		svc.Watch,
-		connect.WithSchema(masterServiceMethods.ByName("Watch")),
-		connect.WithHandlerOptions(opts...),
-	)
-	masterServiceHeartbeatHandler := connect.NewUnaryHandler(
-		MasterServiceHeartbeatProcedure,
-		svc.Heartbeat,
-		connect.WithSchema(masterServiceMethods.ByName("Heartbeat")),
 		connect.WithHandlerOptions(opts...),
 	)
 	masterServiceReportFailureHandler := connect.NewUnaryHandler(
@@ -302,12 +286,10 @@ func NewMasterServiceHandler(svc MasterServiceHandler, opts ...connect.HandlerOp
 	)
 	return "/rover.v1.MasterService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
+		case MasterServiceSessionProcedure:
+			masterServiceSessionHandler.ServeHTTP(w, r)
 		case MasterServiceJoinProcedure:
 			masterServiceJoinHandler.ServeHTTP(w, r)
-		case MasterServiceWatchProcedure:
-			masterServiceWatchHandler.ServeHTTP(w, r)
-		case MasterServiceHeartbeatProcedure:
-			masterServiceHeartbeatHandler.ServeHTTP(w, r)
 		case MasterServiceReportFailureProcedure:
 			masterServiceReportFailureHandler.ServeHTTP(w, r)
 		case MasterServiceReportSuccessProcedure:
@@ -329,16 +311,12 @@ func NewMasterServiceHandler(svc MasterServiceHandler, opts ...connect.HandlerOp
 // UnimplementedMasterServiceHandler returns CodeUnimplemented from all methods.
 type UnimplementedMasterServiceHandler struct{}
 
+func (UnimplementedMasterServiceHandler) Session(context.Context, *connect.BidiStream[v1.SessionRequest, v1.SessionResponse]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("rover.v1.MasterService.Session is not implemented"))
+}
+
 func (UnimplementedMasterServiceHandler) Join(context.Context, *connect.Request[v1.JoinRequest]) (*connect.Response[v1.JoinResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("rover.v1.MasterService.Join is not implemented"))
-}
-
-func (UnimplementedMasterServiceHandler) Watch(context.Context, *connect.Request[v1.WatchRequest], *connect.ServerStream[v1.NodeView]) error {
-	return connect.NewError(connect.CodeUnimplemented, errors.New("rover.v1.MasterService.Watch is not implemented"))
-}
-
-func (UnimplementedMasterServiceHandler) Heartbeat(context.Context, *connect.Request[v1.HeartbeatRequest]) (*connect.Response[v1.HeartbeatResponse], error) {
-	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("rover.v1.MasterService.Heartbeat is not implemented"))
 }
 
 func (UnimplementedMasterServiceHandler) ReportFailure(context.Context, *connect.Request[v1.ReportFailureRequest]) (*connect.Response[v1.ReportFailureResponse], error) {
