@@ -6,7 +6,6 @@ package e2e
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -161,23 +160,6 @@ func (p *process) kill(t *testing.T) {
 	<-p.done
 }
 
-// waitOutput waits until the process printed want.
-func (p *process) waitOutput(t *testing.T, want string, timeout time.Duration) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
-		if strings.Contains(p.out.String(), want) {
-			return
-		}
-		select {
-		case <-p.done:
-			t.Fatalf("%s exited before printing %q:\n%s", p.name, want, p.out)
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-	t.Fatalf("%s did not print %q within %s:\n%s", p.name, want, timeout, p.out)
-}
-
 // waitExists waits until path exists.
 func waitExists(t *testing.T, path string, timeout time.Duration) {
 	t.Helper()
@@ -190,19 +172,3 @@ func waitExists(t *testing.T, path string, timeout time.Duration) {
 	}
 	t.Fatalf("%s did not appear within %s", path, timeout)
 }
-
-// waitFile waits until a file exists and contains want.
-func waitFile(t *testing.T, path, want string, timeout time.Duration) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
-		if b, err := os.ReadFile(path); err == nil && strings.Contains(string(b), want) {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	b, _ := os.ReadFile(path)
-	t.Fatalf("%s does not contain %q within %s; it holds:\n%s", path, want, timeout, b)
-}
-
-var _ = context.Background
