@@ -3,10 +3,8 @@ SHELL := /bin/bash
 GO ?= go
 BIN := bin
 PROTOS := $(wildcard api/rover/v1/*.proto)
-# The Python interpreter that can import torch (found, or installed, by scripts/find-python).
-PYTHON_EXEC ?= $(shell scripts/find-python 2>/dev/null)
 
-.PHONY: help build test test-unit test-e2e lint generate check-generated demo bench clean
+.PHONY: help build test test-unit deps-test lint generate check-generated demo bench clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -17,10 +15,10 @@ build: ## build bin/rover
 test: deps-test ## run every test (unit, integration, end-to-end with real torch)
 	PYTHON_EXEC="$$(scripts/find-python)" $(GO) test -race -timeout 30m ./...
 
-test-unit: ## run the fast tests only (no torch)
-	$(GO) test -race -short ./...
+test-unit: ## run the unit and integration tests only (no torch needed)
+	$(GO) test -race $$($(GO) list ./... | grep -v /test/e2e)
 
-deps-test: ## install what the tests need (python3-torch, protoc) when missing
+deps-test: ## install python3-torch when no Python can import torch
 	@scripts/find-python --install >/dev/null
 
 lint: ## go vet and staticcheck
@@ -43,8 +41,10 @@ check-generated: generate ## fail when the committed generated code is stale
 demo: build ## run a real elastic DDP job on two local nodes, crash a worker, watch it recover
 	PYTHON_EXEC="$$(scripts/find-python --install)" examples/ddp/demo.sh
 
-bench: build ## rendezvous benchmark (1,000 nodes)
+bench: build ## rendezvous benchmarks (1,000 and 10,000 nodes) and the state-machine micro-benchmarks
 	$(BIN)/rover bench rendezvous --nodes 1000
+	$(BIN)/rover bench rendezvous --nodes 10000 --conns 32
+	$(GO) test -run '^$$' -bench . -benchmem ./internal/rendezvous/ ./internal/node/
 
 clean:
 	rm -rf $(BIN)
