@@ -40,6 +40,9 @@ type signalError struct{ sig syscall.Signal }
 
 func (e signalError) Error() string { return fmt.Sprintf("received %s", e.sig) }
 
+// Signal makes the agent forward the signal to its workers.
+func (e signalError) Signal() syscall.Signal { return e.sig }
+
 func main() {
 	os.Exit(run(os.Args, os.Stdout, os.Stderr))
 }

@@ -39,3 +39,4 @@ func codeOf(err error) int {
 	}
 	return agent.ExitCode(err)
 }
+var _ agent.SignalCause = signalError{}

@@ -321,3 +321,78 @@ func TestAgentStopsWorkersOnCancel(t *testing.T) {
 }
 
 func syscallKill0(pid int) error { return syscall.Kill(pid, 0) }
+
+type sigintCause struct{}
+
+func (sigintCause) Error() string           { return "received interrupt" }
+func (sigintCause) Signal() syscall.Signal { return syscall.SIGINT }
+
+func TestAgentForwardsItsSignal(t *testing.T) {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	envDir, sigDir := t.TempDir(), t.TempDir()
+	done := make(chan agentRun, 1)
+	go func() {
+		done <- runAgent(ctx, t, "--standalone", "--nproc-per-node", "2", "--stop-grace-period", "10s",
+			"--no-python", fakeWorker, "--hang", "--env-dir", envDir, "--signal-dir", sigDir)
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for len(readEnvs(t, envDir)) < 2 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel(sigintCause{})
+	r := <-done
+	if !errors.Is(r.err, sigintCause{}) {
+		t.Errorf("agent returned %v, want the signal cause", r.err)
+	}
+	for _, rank := range []string{"0", "1"} {
+		b, err := os.ReadFile(filepath.Join(sigDir, "signal-rank"+rank))
+		if err != nil || string(b) != "interrupt" {
+			t.Errorf("rank %s received %q (%v), want the forwarded interrupt", rank, b, err)
+		}
+	}
+}
+
+func TestTooFewNodesFailsTheJob(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	addr := startMaster(t)
+	args := nodeArgs(addr, "lonely")
+	for i, a := range args {
+		if strings.HasPrefix(a, "last_call_timeout") {
+			args[i] = "last_call_timeout=100ms,join_timeout=1s,heartbeat_timeout=20s"
+		}
+	}
+	r := runAgent(ctx, t, args...)
+	if code := agent.ExitCode(r.err); code != agent.ExitJobFailed {
+		t.Fatalf("exit code %d (%v), want %d", code, r.err, agent.ExitJobFailed)
+	}
+	if !strings.Contains(r.err.Error(), "minimum 2") {
+		t.Errorf("error %q does not say too few nodes joined", r.err)
+	}
+}
+
+func TestLogDirRedirects(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	logDir := t.TempDir()
+	r := runAgent(ctx, t, "--standalone", "--nproc-per-node", "2", "--log-dir", logDir, "--rdzv-id", "logs",
+		"--node-id", "n", "--redirects", "0:3", "--tee", "1:1", "--no-python", fakeWorker)
+	if r.err != nil {
+		t.Fatalf("agent: %v\n%s", r.err, r.stderr)
+	}
+	out0, err := os.ReadFile(filepath.Join(logDir, "logs", "n", "round_1", "0", "stdout.log"))
+	if err != nil || !strings.Contains(string(out0), "fakeworker rank 0 restart 0 started") {
+		t.Errorf("rank 0's stdout.log = %q, %v", out0, err)
+	}
+	out1, err := os.ReadFile(filepath.Join(logDir, "logs", "n", "round_1", "1", "stdout.log"))
+	if err != nil || !strings.Contains(string(out1), "fakeworker rank 1 restart 0 started") {
+		t.Errorf("rank 1's stdout.log = %q, %v", out1, err)
+	}
+	console := r.stdout.String()
+	if strings.Contains(console, "rank 0 restart") {
+		t.Errorf("rank 0's output is redirected but reached the console:\n%s", console)
+	}
+	if !strings.Contains(console, "[default1]:fakeworker rank 1 restart 0 started") {
+		t.Errorf("rank 1's teed output is missing from the console:\n%s", console)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/roverml/rover/internal/proc"
@@ -155,6 +156,9 @@ func supervise(ctx context.Context, spec groupSpec, workers []*worker) (succeede
 	for remaining > 0 {
 		select {
 		case <-ctx.Done():
+			if sig := forwardedSignal(ctx); sig != 0 {
+				forward(workers, sig, spec.StopGrace)
+			}
 			stopAll(workers, spec.StopGrace)
 			return false, true, nil
 		case w := <-exited:
@@ -234,4 +238,37 @@ func orDiscardTee(w io.Writer, tail io.Writer) io.Writer {
 		return tail
 	}
 	return io.MultiWriter(w, tail)
+}
+
+// SignalCause is the cause of a context cancelled by a signal (the agent's
+// own SIGINT or SIGTERM); the agent forwards that signal to its workers.
+type SignalCause interface {
+	error
+	Signal() syscall.Signal
+}
+
+// forwardedSignal returns the signal that stopped the agent, if any.
+func forwardedSignal(ctx context.Context) syscall.Signal {
+	var sc SignalCause
+	if errors.As(context.Cause(ctx), &sc) {
+		return sc.Signal()
+	}
+	return 0
+}
+
+// forward sends sig to every worker and waits up to grace for them to exit;
+// stopAll then deals with the rest.
+func forward(workers []*worker, sig syscall.Signal, grace time.Duration) {
+	for _, w := range workers {
+		_ = w.proc.Signal(sig)
+	}
+	timer := time.NewTimer(grace)
+	defer timer.Stop()
+	for _, w := range workers {
+		select {
+		case <-w.proc.Done():
+		case <-timer.C:
+			return
+		}
+	}
 }

@@ -29,12 +29,22 @@ func main() {
 	hang := flag.Bool("hang", false, "never exit by itself")
 	envDir := flag.String("env-dir", "", "write the environment as JSON to DIR/env-r<RESTART>-<ROUND>-rank<RANK>.json")
 	errorMessage := flag.String("error-message", "", "write a torch-style error file (TORCHELASTIC_ERROR_FILE) with this message before failing")
+	signalDir := flag.String("signal-dir", "", "on SIGINT or SIGTERM, write the signal's name to DIR/signal-rank<RANK> and exit 0")
 	flag.Parse()
 
 	if *ignoreTerm {
 		signal.Ignore(syscall.SIGTERM)
 	}
 	rank := os.Getenv("RANK")
+	if *signalDir != "" {
+		ch := make(chan os.Signal, 1)
+		signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM)
+		go func() {
+			s := <-ch
+			_ = os.WriteFile(filepath.Join(*signalDir, "signal-rank"+rank), []byte(s.String()), 0o644)
+			os.Exit(0)
+		}()
+	}
 	restart, _ := strconv.Atoi(os.Getenv("TORCHELASTIC_RESTART_COUNT"))
 	if *envDir != "" {
 		env := map[string]string{}
