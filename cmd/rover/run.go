@@ -39,4 +39,5 @@ func codeOf(err error) int {
 	}
 	return agent.ExitCode(err)
 }
+
 var _ agent.SignalCause = signalError{}

@@ -324,7 +324,7 @@ func syscallKill0(pid int) error { return syscall.Kill(pid, 0) }
 
 type sigintCause struct{}
 
-func (sigintCause) Error() string           { return "received interrupt" }
+func (sigintCause) Error() string          { return "received interrupt" }
 func (sigintCause) Signal() syscall.Signal { return syscall.SIGINT }
 
 func TestAgentForwardsItsSignal(t *testing.T) {
