@@ -57,18 +57,27 @@ func (a *agent) sessionLoop(ctx context.Context, firstJoin chan<- error) {
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
 		_, round := a.joined.get()
+		joined := false
 		err := a.session(ctx, round, func() {
 			if first {
 				first = false
 				firstJoin <- nil
 			}
-			deadline = time.Now().Add(a.cfg.HeartbeatTimeout)
+			joined = true
 			backoff = 100 * time.Millisecond
 		})
 		if ctx.Err() != nil {
 			return
 		}
-		retryable := master.Retryable(err) || errors.Is(err, errSessionEnded)
+		if joined {
+			// The master was there until now: give it the heartbeat timeout to come back.
+			deadline = time.Now().Add(a.cfg.HeartbeatTimeout)
+		}
+		// Once joined, a broken session is retried until the deadline,
+		// whatever the transport made of the break (a master shutting down
+		// can truncate the stream), unless the master refused the agent.
+		retryable := master.Retryable(err) || errors.Is(err, errSessionEnded) ||
+			(!first && !refused(err))
 		switch {
 		case first && !retryable:
 			firstJoin <- exitErr(ExitRendezvous, "join the job: %w", err)
@@ -187,4 +196,13 @@ func (a *agent) join(ctx context.Context, round int) error {
 	}
 	a.recordJoin(resp.Msg, round)
 	return nil
+}
+
+// refused reports whether the master rejected the agent itself.
+func refused(err error) bool {
+	switch connect.CodeOf(err) {
+	case connect.CodeUnauthenticated, connect.CodePermissionDenied, connect.CodeFailedPrecondition, connect.CodeAlreadyExists:
+		return true
+	}
+	return false
 }
