@@ -13,6 +13,7 @@ import (
 )
 
 func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	agent.Version = version
 	cfg, err := runconfig.Parse(args, os.Getenv)
 	if errors.Is(err, runconfig.ErrHelp) {
 		fmt.Fprint(stdout, runconfig.Usage())

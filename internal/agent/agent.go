@@ -49,6 +49,7 @@ type agent struct {
 	// session goroutine and the loop.
 	joined joinedState
 	views  *latestView
+	local  *localAPI
 }
 
 // Run runs the node agent until the job ends or ctx is cancelled. Its error
@@ -97,6 +98,12 @@ func Run(ctx context.Context, cfg *runconfig.Config, opts Options) error {
 	if err := a.openLogDir(); err != nil {
 		return err
 	}
+	local, err := a.startLocalAPI()
+	if err != nil {
+		return err
+	}
+	defer local.close()
+	a.local = local
 	if needsOMPWarning(cfg.NprocPerNode) {
 		a.log.Warn("setting OMP_NUM_THREADS=1 for each worker to avoid overloading the node; tune it for best performance")
 	}

@@ -474,3 +474,44 @@ func TestMasterLostStopsTheAgent(t *testing.T) {
 		t.Fatalf("exit code %d (%v), want %d", code, r.err, agent.ExitMasterLost)
 	}
 }
+
+// TestPythonPackageReachesTheAgent runs a Python worker that imports the
+// embedded rover package (nothing installed) and asks the agent over the
+// local unix socket where it is.
+func TestPythonPackageReachesTheAgent(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	script := filepath.Join(dir, "info.py")
+	err := os.WriteFile(script, []byte(`import json, os, stat, sys
+import rover
+info = rover.agent_info()
+mode = stat.S_IMODE(os.stat(os.environ["ROVER_AGENT_SOCKET"]).st_mode)
+info["socketMode"] = oct(mode)
+with open(os.path.join(sys.argv[1], "info-%s.json" % os.environ["RANK"]), "w") as f:
+    json.dump(info, f)
+`), 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := runAgent(ctx, t, "--standalone", "--nproc-per-node", "2", "--rdzv-id", "py", script, dir)
+	if r.err != nil {
+		t.Fatalf("agent: %v\n%s", r.err, r.stderr)
+	}
+	for _, rank := range []string{"0", "1"} {
+		b, err := os.ReadFile(filepath.Join(dir, "info-"+rank+".json"))
+		if err != nil {
+			t.Fatalf("rank %s wrote no info: %v\n%s", rank, err, r.stderr)
+		}
+		var info map[string]any
+		if err := json.Unmarshal(b, &info); err != nil {
+			t.Fatal(err)
+		}
+		if info["runId"] != "py" || info["worldSize"] != float64(2) || info["localWorldSize"] != float64(2) || info["round"] != "1" {
+			t.Errorf("rank %s: info %v", rank, info)
+		}
+		if info["socketMode"] != "0o600" {
+			t.Errorf("agent socket mode %v, want 0o600", info["socketMode"])
+		}
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -31,6 +32,10 @@ type groupSpec struct {
 	Host       string
 	// Rendezvous resolves MASTER_ADDR and MASTER_PORT for the round.
 	Rendezvous func(ctx context.Context) (string, int, error)
+	// Env is set for every worker after torchrun's contract.
+	Env func(base []string) []string
+	// Started is called with the full placement once MASTER_ADDR is known.
+	Started func(p placement)
 }
 
 // groupResult is how a worker group ended.
@@ -89,6 +94,9 @@ func runGroup(ctx context.Context, spec groupSpec) groupResult {
 	}
 	p := spec.Placement
 	p.MasterAddr, p.MasterPort = addr, port
+	if spec.Started != nil {
+		spec.Started(p)
+	}
 	workers := make([]*worker, 0, p.LocalWorldSize)
 	for local := 0; local < p.LocalWorldSize; local++ {
 		w, err := startWorker(spec, p, local)
@@ -130,7 +138,7 @@ func startWorker(spec groupSpec, p placement, local int) (*worker, error) {
 	wp.LocalRank, wp.Rank, wp.ErrorFile = local, w.rank, w.errFile
 	pr, err := proc.Start(proc.Spec{
 		Argv:   spec.Argv,
-		Env:    workerEnv(os.Environ(), wp),
+		Env:    workerEnvWith(os.Environ(), wp, spec.Env),
 		Stdout: out.Stdout(),
 		Stderr: orDiscardTee(out.Stderr(), w.errTail),
 	})
@@ -271,4 +279,24 @@ func forward(workers []*worker, sig syscall.Signal, grace time.Duration) {
 			return
 		}
 	}
+}
+
+func workerEnvWith(base []string, p placement, extra func([]string) []string) []string {
+	env := workerEnv(base, p)
+	if extra == nil {
+		return env
+	}
+	add := extra(base)
+	keys := map[string]bool{}
+	for _, kv := range add {
+		k, _, _ := strings.Cut(kv, "=")
+		keys[k] = true
+	}
+	out := env[:0:0]
+	for _, kv := range env {
+		if k, _, _ := strings.Cut(kv, "="); !keys[k] {
+			out = append(out, kv)
+		}
+	}
+	return append(out, add...)
 }

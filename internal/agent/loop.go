@@ -172,6 +172,8 @@ func (a *agent) groupSpec(v *roverv1.NodeView) groupSpec {
 		Rendezvous: func(ctx context.Context) (string, int, error) {
 			return a.workersMaster(ctx, round, p.GroupRank)
 		},
+		Env:     a.local.env,
+		Started: func(p placement) { a.local.current.Store(&p) },
 	}
 }
 
