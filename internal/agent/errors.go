@@ -39,3 +39,5 @@ func ExitCode(err error) int {
 	}
 	return ExitJobFailed
 }
+
+func errorf(format string, args ...any) error { return fmt.Errorf(format, args...) }

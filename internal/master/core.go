@@ -12,6 +12,7 @@ import (
 	roverv1 "github.com/roverml/rover/api/rover/v1"
 	"github.com/roverml/rover/internal/node"
 	"github.com/roverml/rover/internal/rendezvous"
+	"github.com/roverml/rover/internal/shard"
 	"google.golang.org/protobuf/encoding/protojson"
 )
 
@@ -50,6 +51,11 @@ type core struct {
 	keys     chan struct{}
 	// replaying is true while the journal is replayed: nothing is appended.
 	replaying bool
+
+	shards *shard.Machine
+	// leaseHolders are the workers that leased shards since their last restart.
+	leaseHolders map[string]struct{}
+	shardOut     shardOutcome
 }
 
 func newCore(runID string, store Store) *core {
@@ -60,6 +66,9 @@ func newCore(runID string, store Store) *core {
 		kv:    map[string][]byte{},
 		views: make(chan struct{}),
 		keys:  make(chan struct{}),
+
+		shards:       shard.New(),
+		leaseHolders: map[string]struct{}{},
 	}
 }
 
@@ -118,6 +127,9 @@ func (c *core) applyLocked(ctx context.Context, e *event) error {
 
 // checkLocked rejects events that would fail, before they are journaled.
 func (c *core) checkLocked(e *event) error {
+	if e.Shard != nil {
+		return nil // the shard machine checks its own events
+	}
 	switch e.Type {
 	case eventConfigure, eventSetKey:
 		return nil
@@ -135,6 +147,9 @@ func (c *core) checkLocked(e *event) error {
 }
 
 func (c *core) transitionLocked(e *event) error {
+	if ok, err := c.transitionShardsLocked(e); ok {
+		return err
+	}
 	var err error
 	before := c.status
 	switch e.Type {
@@ -148,6 +163,7 @@ func (c *core) transitionLocked(e *event) error {
 		}
 	case eventNodeLost:
 		c.rdzv.NodeLost(e.Node, e.Time)
+		c.requeueLocked(e.Node, e.Time)
 	case eventWorkerFailed:
 		cur := c.rdzv.Status()
 		if e.Round == cur.Round && !cur.Open {
@@ -167,6 +183,9 @@ func (c *core) transitionLocked(e *event) error {
 		c.status = c.rdzv.Status()
 	}
 	if c.status != before {
+		if c.status.Round != before.Round {
+			c.requeueLocked("", e.Time) // every worker restarts in a new round
+		}
 		c.changedLocked()
 	}
 	return err
@@ -261,10 +280,13 @@ func (c *core) join(ctx context.Context, req rendezvous.JoinRequest, round int, 
 func (c *core) tick(ctx context.Context, now time.Time) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.rdzv == nil {
-		return nil
-	}
 	var errs []error
+	if d, ok := c.shards.NextDeadline(); ok && !now.Before(d) {
+		errs = append(errs, c.applyLocked(ctx, &event{Type: eventShardTick, Time: now, Shard: &shardEvent{}}))
+	}
+	if c.rdzv == nil {
+		return errors.Join(errs...)
+	}
 	for _, lost := range c.nodes.Tick(now) {
 		e := &event{Type: eventNodeLost, Time: now, Node: lost.ID, Reason: lost.Reason}
 		errs = append(errs, c.applyLocked(ctx, e))

@@ -6,6 +6,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/roverml/rover/internal/rendezvous"
+	"github.com/roverml/rover/internal/shard"
 )
 
 var (
@@ -32,6 +33,16 @@ var codes = []struct {
 	{rendezvous.ErrRankTaken, connect.CodeAlreadyExists},
 	{rendezvous.ErrUnknownNode, connect.CodeNotFound},
 	{errUnauthenticated, connect.CodeUnauthenticated},
+	{shard.ErrInvalidDataset, connect.CodeInvalidArgument},
+	{shard.ErrInvalidRequest, connect.CodeInvalidArgument},
+	{shard.ErrBadState, connect.CodeInvalidArgument},
+	{shard.ErrConflict, connect.CodeAlreadyExists},
+	{shard.ErrUnknownDataset, connect.CodeNotFound},
+	{shard.ErrWrongMode, connect.CodeFailedPrecondition},
+	{shard.ErrSealed, connect.CodeFailedPrecondition},
+	{shard.ErrStalePosition, connect.CodeFailedPrecondition},
+	{shard.ErrUnknownLease, connect.CodeNotFound},
+	{shard.ErrNotHolder, connect.CodePermissionDenied},
 	{context.Canceled, connect.CodeCanceled},
 	{context.DeadlineExceeded, connect.CodeDeadlineExceeded},
 }

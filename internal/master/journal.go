@@ -29,6 +29,8 @@ type event struct {
 	// Failures are set on eventWorkerFailed, as protobuf JSON.
 	Failures []json.RawMessage `json:"failures,omitempty"`
 	Reason   string            `json:"reason,omitempty"`
+	// Shard is set on the shard events (shards.go).
+	Shard *shardEvent `json:"shard,omitempty"`
 }
 
 type eventType string

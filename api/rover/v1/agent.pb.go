@@ -191,7 +191,7 @@ var File_api_rover_v1_agent_proto protoreflect.FileDescriptor
 
 const file_api_rover_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x18api/rover/v1/agent.proto\x12\brover.v1\"!\n" +
+	"\x18api/rover/v1/agent.proto\x12\brover.v1\x1a\x18api/rover/v1/shard.proto\"!\n" +
 	"\vInfoRequest\x12\x12\n" +
 	"\x04rank\x18\x01 \x01(\x05R\x04rank\"\xcd\x02\n" +
 	"\fInfoResponse\x12\x15\n" +
@@ -207,9 +207,17 @@ const file_api_rover_v1_agent_proto_rawDesc = "" +
 	"world_size\x18\b \x01(\x05R\tworldSize\x12#\n" +
 	"\rrestart_count\x18\t \x01(\x05R\frestartCount\x12#\n" +
 	"\ragent_version\x18\n" +
-	" \x01(\tR\fagentVersion2G\n" +
+	" \x01(\tR\fagentVersion2\xea\x05\n" +
 	"\fAgentService\x127\n" +
-	"\x04Info\x12\x15.rover.v1.InfoRequest\x1a\x16.rover.v1.InfoResponse\"\x00B/Z-github.com/roverml/rover/api/rover/v1;roverv1b\x06proto3"
+	"\x04Info\x12\x15.rover.v1.InfoRequest\x1a\x16.rover.v1.InfoResponse\"\x00\x12X\n" +
+	"\x0fRegisterDataset\x12 .rover.v1.RegisterDatasetRequest\x1a!.rover.v1.RegisterDatasetResponse\"\x00\x12L\n" +
+	"\vLeaseShards\x12\x1c.rover.v1.LeaseShardsRequest\x1a\x1d.rover.v1.LeaseShardsResponse\"\x00\x12U\n" +
+	"\x0eCompleteShards\x12\x1f.rover.v1.CompleteShardsRequest\x1a .rover.v1.CompleteShardsResponse\"\x00\x12L\n" +
+	"\vGetPosition\x12\x1c.rover.v1.GetPositionRequest\x1a\x1d.rover.v1.GetPositionResponse\"\x00\x12X\n" +
+	"\x0fAdvancePosition\x12 .rover.v1.AdvancePositionRequest\x1a!.rover.v1.AdvancePositionResponse\"\x00\x12O\n" +
+	"\fAppendStream\x12\x1d.rover.v1.AppendStreamRequest\x1a\x1e.rover.v1.AppendStreamResponse\"\x00\x12R\n" +
+	"\x0fGetDatasetState\x12\x1d.rover.v1.DatasetStateRequest\x1a\x1e.rover.v1.DatasetStateResponse\"\x00\x12U\n" +
+	"\x0eRestoreDataset\x12\x1f.rover.v1.RestoreDatasetRequest\x1a .rover.v1.RestoreDatasetResponse\"\x00B/Z-github.com/roverml/rover/api/rover/v1;roverv1b\x06proto3"
 
 var (
 	file_api_rover_v1_agent_proto_rawDescOnce sync.Once
@@ -225,17 +233,49 @@ func file_api_rover_v1_agent_proto_rawDescGZIP() []byte {
 
 var file_api_rover_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
 var file_api_rover_v1_agent_proto_goTypes = []any{
-	(*InfoRequest)(nil),  // 0: rover.v1.InfoRequest
-	(*InfoResponse)(nil), // 1: rover.v1.InfoResponse
+	(*InfoRequest)(nil),             // 0: rover.v1.InfoRequest
+	(*InfoResponse)(nil),            // 1: rover.v1.InfoResponse
+	(*RegisterDatasetRequest)(nil),  // 2: rover.v1.RegisterDatasetRequest
+	(*LeaseShardsRequest)(nil),      // 3: rover.v1.LeaseShardsRequest
+	(*CompleteShardsRequest)(nil),   // 4: rover.v1.CompleteShardsRequest
+	(*GetPositionRequest)(nil),      // 5: rover.v1.GetPositionRequest
+	(*AdvancePositionRequest)(nil),  // 6: rover.v1.AdvancePositionRequest
+	(*AppendStreamRequest)(nil),     // 7: rover.v1.AppendStreamRequest
+	(*DatasetStateRequest)(nil),     // 8: rover.v1.DatasetStateRequest
+	(*RestoreDatasetRequest)(nil),   // 9: rover.v1.RestoreDatasetRequest
+	(*RegisterDatasetResponse)(nil), // 10: rover.v1.RegisterDatasetResponse
+	(*LeaseShardsResponse)(nil),     // 11: rover.v1.LeaseShardsResponse
+	(*CompleteShardsResponse)(nil),  // 12: rover.v1.CompleteShardsResponse
+	(*GetPositionResponse)(nil),     // 13: rover.v1.GetPositionResponse
+	(*AdvancePositionResponse)(nil), // 14: rover.v1.AdvancePositionResponse
+	(*AppendStreamResponse)(nil),    // 15: rover.v1.AppendStreamResponse
+	(*DatasetStateResponse)(nil),    // 16: rover.v1.DatasetStateResponse
+	(*RestoreDatasetResponse)(nil),  // 17: rover.v1.RestoreDatasetResponse
 }
 var file_api_rover_v1_agent_proto_depIdxs = []int32{
-	0, // 0: rover.v1.AgentService.Info:input_type -> rover.v1.InfoRequest
-	1, // 1: rover.v1.AgentService.Info:output_type -> rover.v1.InfoResponse
-	1, // [1:2] is the sub-list for method output_type
-	0, // [0:1] is the sub-list for method input_type
-	0, // [0:0] is the sub-list for extension type_name
-	0, // [0:0] is the sub-list for extension extendee
-	0, // [0:0] is the sub-list for field type_name
+	0,  // 0: rover.v1.AgentService.Info:input_type -> rover.v1.InfoRequest
+	2,  // 1: rover.v1.AgentService.RegisterDataset:input_type -> rover.v1.RegisterDatasetRequest
+	3,  // 2: rover.v1.AgentService.LeaseShards:input_type -> rover.v1.LeaseShardsRequest
+	4,  // 3: rover.v1.AgentService.CompleteShards:input_type -> rover.v1.CompleteShardsRequest
+	5,  // 4: rover.v1.AgentService.GetPosition:input_type -> rover.v1.GetPositionRequest
+	6,  // 5: rover.v1.AgentService.AdvancePosition:input_type -> rover.v1.AdvancePositionRequest
+	7,  // 6: rover.v1.AgentService.AppendStream:input_type -> rover.v1.AppendStreamRequest
+	8,  // 7: rover.v1.AgentService.GetDatasetState:input_type -> rover.v1.DatasetStateRequest
+	9,  // 8: rover.v1.AgentService.RestoreDataset:input_type -> rover.v1.RestoreDatasetRequest
+	1,  // 9: rover.v1.AgentService.Info:output_type -> rover.v1.InfoResponse
+	10, // 10: rover.v1.AgentService.RegisterDataset:output_type -> rover.v1.RegisterDatasetResponse
+	11, // 11: rover.v1.AgentService.LeaseShards:output_type -> rover.v1.LeaseShardsResponse
+	12, // 12: rover.v1.AgentService.CompleteShards:output_type -> rover.v1.CompleteShardsResponse
+	13, // 13: rover.v1.AgentService.GetPosition:output_type -> rover.v1.GetPositionResponse
+	14, // 14: rover.v1.AgentService.AdvancePosition:output_type -> rover.v1.AdvancePositionResponse
+	15, // 15: rover.v1.AgentService.AppendStream:output_type -> rover.v1.AppendStreamResponse
+	16, // 16: rover.v1.AgentService.GetDatasetState:output_type -> rover.v1.DatasetStateResponse
+	17, // 17: rover.v1.AgentService.RestoreDataset:output_type -> rover.v1.RestoreDatasetResponse
+	9,  // [9:18] is the sub-list for method output_type
+	0,  // [0:9] is the sub-list for method input_type
+	0,  // [0:0] is the sub-list for extension type_name
+	0,  // [0:0] is the sub-list for extension extendee
+	0,  // [0:0] is the sub-list for field type_name
 }
 
 func init() { file_api_rover_v1_agent_proto_init() }
@@ -243,6 +283,7 @@ func file_api_rover_v1_agent_proto_init() {
 	if File_api_rover_v1_agent_proto != nil {
 		return
 	}
+	file_api_rover_v1_shard_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

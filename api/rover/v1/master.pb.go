@@ -1590,7 +1590,7 @@ var File_api_rover_v1_master_proto protoreflect.FileDescriptor
 
 const file_api_rover_v1_master_proto_rawDesc = "" +
 	"\n" +
-	"\x19api/rover/v1/master.proto\x12\brover.v1\"\xd8\x02\n" +
+	"\x19api/rover/v1/master.proto\x12\brover.v1\x1a\x18api/rover/v1/shard.proto\"\xd8\x02\n" +
 	"\x10RendezvousConfig\x12\x1b\n" +
 	"\tmin_nodes\x18\x01 \x01(\x05R\bminNodes\x12\x1b\n" +
 	"\tmax_nodes\x18\x02 \x01(\x05R\bmaxNodes\x12\x1b\n" +
@@ -1723,7 +1723,7 @@ const file_api_rover_v1_master_proto_rawDesc = "" +
 	"\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11JOB_STATE_RUNNING\x10\x01\x12\x17\n" +
 	"\x13JOB_STATE_SUCCEEDED\x10\x02\x12\x14\n" +
-	"\x10JOB_STATE_FAILED\x10\x032\xaf\x04\n" +
+	"\x10JOB_STATE_FAILED\x10\x032\xd2\t\n" +
 	"\rMasterService\x12D\n" +
 	"\aSession\x12\x18.rover.v1.SessionRequest\x1a\x19.rover.v1.SessionResponse\"\x00(\x010\x01\x127\n" +
 	"\x04Join\x12\x15.rover.v1.JoinRequest\x1a\x16.rover.v1.JoinResponse\"\x00\x12R\n" +
@@ -1732,7 +1732,15 @@ const file_api_rover_v1_master_proto_rawDesc = "" +
 	"\x05Leave\x12\x16.rover.v1.LeaveRequest\x1a\x17.rover.v1.LeaveResponse\"\x00\x12=\n" +
 	"\x06SetKey\x12\x17.rover.v1.SetKeyRequest\x1a\x18.rover.v1.SetKeyResponse\"\x00\x12=\n" +
 	"\x06GetKey\x12\x17.rover.v1.GetKeyRequest\x1a\x18.rover.v1.GetKeyResponse\"\x00\x12=\n" +
-	"\x06GetJob\x12\x17.rover.v1.GetJobRequest\x1a\x18.rover.v1.GetJobResponse\"\x00B/Z-github.com/roverml/rover/api/rover/v1;roverv1b\x06proto3"
+	"\x06GetJob\x12\x17.rover.v1.GetJobRequest\x1a\x18.rover.v1.GetJobResponse\"\x00\x12X\n" +
+	"\x0fRegisterDataset\x12 .rover.v1.RegisterDatasetRequest\x1a!.rover.v1.RegisterDatasetResponse\"\x00\x12L\n" +
+	"\vLeaseShards\x12\x1c.rover.v1.LeaseShardsRequest\x1a\x1d.rover.v1.LeaseShardsResponse\"\x00\x12U\n" +
+	"\x0eCompleteShards\x12\x1f.rover.v1.CompleteShardsRequest\x1a .rover.v1.CompleteShardsResponse\"\x00\x12L\n" +
+	"\vGetPosition\x12\x1c.rover.v1.GetPositionRequest\x1a\x1d.rover.v1.GetPositionResponse\"\x00\x12X\n" +
+	"\x0fAdvancePosition\x12 .rover.v1.AdvancePositionRequest\x1a!.rover.v1.AdvancePositionResponse\"\x00\x12O\n" +
+	"\fAppendStream\x12\x1d.rover.v1.AppendStreamRequest\x1a\x1e.rover.v1.AppendStreamResponse\"\x00\x12R\n" +
+	"\x0fGetDatasetState\x12\x1d.rover.v1.DatasetStateRequest\x1a\x1e.rover.v1.DatasetStateResponse\"\x00\x12U\n" +
+	"\x0eRestoreDataset\x12\x1f.rover.v1.RestoreDatasetRequest\x1a .rover.v1.RestoreDatasetResponse\"\x00B/Z-github.com/roverml/rover/api/rover/v1;roverv1b\x06proto3"
 
 var (
 	file_api_rover_v1_master_proto_rawDescOnce sync.Once
@@ -1749,29 +1757,45 @@ func file_api_rover_v1_master_proto_rawDescGZIP() []byte {
 var file_api_rover_v1_master_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
 var file_api_rover_v1_master_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_api_rover_v1_master_proto_goTypes = []any{
-	(JobState)(0),                 // 0: rover.v1.JobState
-	(*RendezvousConfig)(nil),      // 1: rover.v1.RendezvousConfig
-	(*JoinRequest)(nil),           // 2: rover.v1.JoinRequest
-	(*JoinResponse)(nil),          // 3: rover.v1.JoinResponse
-	(*SessionRequest)(nil),        // 4: rover.v1.SessionRequest
-	(*Heartbeat)(nil),             // 5: rover.v1.Heartbeat
-	(*SessionResponse)(nil),       // 6: rover.v1.SessionResponse
-	(*NodeView)(nil),              // 7: rover.v1.NodeView
-	(*Assignment)(nil),            // 8: rover.v1.Assignment
-	(*WorkerFailure)(nil),         // 9: rover.v1.WorkerFailure
-	(*ReportFailureRequest)(nil),  // 10: rover.v1.ReportFailureRequest
-	(*ReportFailureResponse)(nil), // 11: rover.v1.ReportFailureResponse
-	(*ReportSuccessRequest)(nil),  // 12: rover.v1.ReportSuccessRequest
-	(*ReportSuccessResponse)(nil), // 13: rover.v1.ReportSuccessResponse
-	(*LeaveRequest)(nil),          // 14: rover.v1.LeaveRequest
-	(*LeaveResponse)(nil),         // 15: rover.v1.LeaveResponse
-	(*SetKeyRequest)(nil),         // 16: rover.v1.SetKeyRequest
-	(*SetKeyResponse)(nil),        // 17: rover.v1.SetKeyResponse
-	(*GetKeyRequest)(nil),         // 18: rover.v1.GetKeyRequest
-	(*GetKeyResponse)(nil),        // 19: rover.v1.GetKeyResponse
-	(*GetJobRequest)(nil),         // 20: rover.v1.GetJobRequest
-	(*NodeStatus)(nil),            // 21: rover.v1.NodeStatus
-	(*GetJobResponse)(nil),        // 22: rover.v1.GetJobResponse
+	(JobState)(0),                   // 0: rover.v1.JobState
+	(*RendezvousConfig)(nil),        // 1: rover.v1.RendezvousConfig
+	(*JoinRequest)(nil),             // 2: rover.v1.JoinRequest
+	(*JoinResponse)(nil),            // 3: rover.v1.JoinResponse
+	(*SessionRequest)(nil),          // 4: rover.v1.SessionRequest
+	(*Heartbeat)(nil),               // 5: rover.v1.Heartbeat
+	(*SessionResponse)(nil),         // 6: rover.v1.SessionResponse
+	(*NodeView)(nil),                // 7: rover.v1.NodeView
+	(*Assignment)(nil),              // 8: rover.v1.Assignment
+	(*WorkerFailure)(nil),           // 9: rover.v1.WorkerFailure
+	(*ReportFailureRequest)(nil),    // 10: rover.v1.ReportFailureRequest
+	(*ReportFailureResponse)(nil),   // 11: rover.v1.ReportFailureResponse
+	(*ReportSuccessRequest)(nil),    // 12: rover.v1.ReportSuccessRequest
+	(*ReportSuccessResponse)(nil),   // 13: rover.v1.ReportSuccessResponse
+	(*LeaveRequest)(nil),            // 14: rover.v1.LeaveRequest
+	(*LeaveResponse)(nil),           // 15: rover.v1.LeaveResponse
+	(*SetKeyRequest)(nil),           // 16: rover.v1.SetKeyRequest
+	(*SetKeyResponse)(nil),          // 17: rover.v1.SetKeyResponse
+	(*GetKeyRequest)(nil),           // 18: rover.v1.GetKeyRequest
+	(*GetKeyResponse)(nil),          // 19: rover.v1.GetKeyResponse
+	(*GetJobRequest)(nil),           // 20: rover.v1.GetJobRequest
+	(*NodeStatus)(nil),              // 21: rover.v1.NodeStatus
+	(*GetJobResponse)(nil),          // 22: rover.v1.GetJobResponse
+	(*RegisterDatasetRequest)(nil),  // 23: rover.v1.RegisterDatasetRequest
+	(*LeaseShardsRequest)(nil),      // 24: rover.v1.LeaseShardsRequest
+	(*CompleteShardsRequest)(nil),   // 25: rover.v1.CompleteShardsRequest
+	(*GetPositionRequest)(nil),      // 26: rover.v1.GetPositionRequest
+	(*AdvancePositionRequest)(nil),  // 27: rover.v1.AdvancePositionRequest
+	(*AppendStreamRequest)(nil),     // 28: rover.v1.AppendStreamRequest
+	(*DatasetStateRequest)(nil),     // 29: rover.v1.DatasetStateRequest
+	(*RestoreDatasetRequest)(nil),   // 30: rover.v1.RestoreDatasetRequest
+	(*RegisterDatasetResponse)(nil), // 31: rover.v1.RegisterDatasetResponse
+	(*LeaseShardsResponse)(nil),     // 32: rover.v1.LeaseShardsResponse
+	(*CompleteShardsResponse)(nil),  // 33: rover.v1.CompleteShardsResponse
+	(*GetPositionResponse)(nil),     // 34: rover.v1.GetPositionResponse
+	(*AdvancePositionResponse)(nil), // 35: rover.v1.AdvancePositionResponse
+	(*AppendStreamResponse)(nil),    // 36: rover.v1.AppendStreamResponse
+	(*DatasetStateResponse)(nil),    // 37: rover.v1.DatasetStateResponse
+	(*RestoreDatasetResponse)(nil),  // 38: rover.v1.RestoreDatasetResponse
 }
 var file_api_rover_v1_master_proto_depIdxs = []int32{
 	1,  // 0: rover.v1.JoinRequest.rendezvous:type_name -> rover.v1.RendezvousConfig
@@ -1795,16 +1819,32 @@ var file_api_rover_v1_master_proto_depIdxs = []int32{
 	16, // 18: rover.v1.MasterService.SetKey:input_type -> rover.v1.SetKeyRequest
 	18, // 19: rover.v1.MasterService.GetKey:input_type -> rover.v1.GetKeyRequest
 	20, // 20: rover.v1.MasterService.GetJob:input_type -> rover.v1.GetJobRequest
-	6,  // 21: rover.v1.MasterService.Session:output_type -> rover.v1.SessionResponse
-	3,  // 22: rover.v1.MasterService.Join:output_type -> rover.v1.JoinResponse
-	11, // 23: rover.v1.MasterService.ReportFailure:output_type -> rover.v1.ReportFailureResponse
-	13, // 24: rover.v1.MasterService.ReportSuccess:output_type -> rover.v1.ReportSuccessResponse
-	15, // 25: rover.v1.MasterService.Leave:output_type -> rover.v1.LeaveResponse
-	17, // 26: rover.v1.MasterService.SetKey:output_type -> rover.v1.SetKeyResponse
-	19, // 27: rover.v1.MasterService.GetKey:output_type -> rover.v1.GetKeyResponse
-	22, // 28: rover.v1.MasterService.GetJob:output_type -> rover.v1.GetJobResponse
-	21, // [21:29] is the sub-list for method output_type
-	13, // [13:21] is the sub-list for method input_type
+	23, // 21: rover.v1.MasterService.RegisterDataset:input_type -> rover.v1.RegisterDatasetRequest
+	24, // 22: rover.v1.MasterService.LeaseShards:input_type -> rover.v1.LeaseShardsRequest
+	25, // 23: rover.v1.MasterService.CompleteShards:input_type -> rover.v1.CompleteShardsRequest
+	26, // 24: rover.v1.MasterService.GetPosition:input_type -> rover.v1.GetPositionRequest
+	27, // 25: rover.v1.MasterService.AdvancePosition:input_type -> rover.v1.AdvancePositionRequest
+	28, // 26: rover.v1.MasterService.AppendStream:input_type -> rover.v1.AppendStreamRequest
+	29, // 27: rover.v1.MasterService.GetDatasetState:input_type -> rover.v1.DatasetStateRequest
+	30, // 28: rover.v1.MasterService.RestoreDataset:input_type -> rover.v1.RestoreDatasetRequest
+	6,  // 29: rover.v1.MasterService.Session:output_type -> rover.v1.SessionResponse
+	3,  // 30: rover.v1.MasterService.Join:output_type -> rover.v1.JoinResponse
+	11, // 31: rover.v1.MasterService.ReportFailure:output_type -> rover.v1.ReportFailureResponse
+	13, // 32: rover.v1.MasterService.ReportSuccess:output_type -> rover.v1.ReportSuccessResponse
+	15, // 33: rover.v1.MasterService.Leave:output_type -> rover.v1.LeaveResponse
+	17, // 34: rover.v1.MasterService.SetKey:output_type -> rover.v1.SetKeyResponse
+	19, // 35: rover.v1.MasterService.GetKey:output_type -> rover.v1.GetKeyResponse
+	22, // 36: rover.v1.MasterService.GetJob:output_type -> rover.v1.GetJobResponse
+	31, // 37: rover.v1.MasterService.RegisterDataset:output_type -> rover.v1.RegisterDatasetResponse
+	32, // 38: rover.v1.MasterService.LeaseShards:output_type -> rover.v1.LeaseShardsResponse
+	33, // 39: rover.v1.MasterService.CompleteShards:output_type -> rover.v1.CompleteShardsResponse
+	34, // 40: rover.v1.MasterService.GetPosition:output_type -> rover.v1.GetPositionResponse
+	35, // 41: rover.v1.MasterService.AdvancePosition:output_type -> rover.v1.AdvancePositionResponse
+	36, // 42: rover.v1.MasterService.AppendStream:output_type -> rover.v1.AppendStreamResponse
+	37, // 43: rover.v1.MasterService.GetDatasetState:output_type -> rover.v1.DatasetStateResponse
+	38, // 44: rover.v1.MasterService.RestoreDataset:output_type -> rover.v1.RestoreDatasetResponse
+	29, // [29:45] is the sub-list for method output_type
+	13, // [13:29] is the sub-list for method input_type
 	13, // [13:13] is the sub-list for extension type_name
 	13, // [13:13] is the sub-list for extension extendee
 	0,  // [0:13] is the sub-list for field type_name
@@ -1815,6 +1855,7 @@ func file_api_rover_v1_master_proto_init() {
 	if File_api_rover_v1_master_proto != nil {
 		return
 	}
+	file_api_rover_v1_shard_proto_init()
 	file_api_rover_v1_master_proto_msgTypes[3].OneofWrappers = []any{
 		(*SessionRequest_Join)(nil),
 		(*SessionRequest_Heartbeat)(nil),

@@ -40,12 +40,47 @@ const (
 const (
 	// AgentServiceInfoProcedure is the fully-qualified name of the AgentService's Info RPC.
 	AgentServiceInfoProcedure = "/rover.v1.AgentService/Info"
+	// AgentServiceRegisterDatasetProcedure is the fully-qualified name of the AgentService's
+	// RegisterDataset RPC.
+	AgentServiceRegisterDatasetProcedure = "/rover.v1.AgentService/RegisterDataset"
+	// AgentServiceLeaseShardsProcedure is the fully-qualified name of the AgentService's LeaseShards
+	// RPC.
+	AgentServiceLeaseShardsProcedure = "/rover.v1.AgentService/LeaseShards"
+	// AgentServiceCompleteShardsProcedure is the fully-qualified name of the AgentService's
+	// CompleteShards RPC.
+	AgentServiceCompleteShardsProcedure = "/rover.v1.AgentService/CompleteShards"
+	// AgentServiceGetPositionProcedure is the fully-qualified name of the AgentService's GetPosition
+	// RPC.
+	AgentServiceGetPositionProcedure = "/rover.v1.AgentService/GetPosition"
+	// AgentServiceAdvancePositionProcedure is the fully-qualified name of the AgentService's
+	// AdvancePosition RPC.
+	AgentServiceAdvancePositionProcedure = "/rover.v1.AgentService/AdvancePosition"
+	// AgentServiceAppendStreamProcedure is the fully-qualified name of the AgentService's AppendStream
+	// RPC.
+	AgentServiceAppendStreamProcedure = "/rover.v1.AgentService/AppendStream"
+	// AgentServiceGetDatasetStateProcedure is the fully-qualified name of the AgentService's
+	// GetDatasetState RPC.
+	AgentServiceGetDatasetStateProcedure = "/rover.v1.AgentService/GetDatasetState"
+	// AgentServiceRestoreDatasetProcedure is the fully-qualified name of the AgentService's
+	// RestoreDataset RPC.
+	AgentServiceRestoreDatasetProcedure = "/rover.v1.AgentService/RestoreDataset"
 )
 
 // AgentServiceClient is a client for the rover.v1.AgentService service.
 type AgentServiceClient interface {
 	// Info describes the calling worker's place in the job.
 	Info(context.Context, *connect.Request[v1.InfoRequest]) (*connect.Response[v1.InfoResponse], error)
+	// Dynamic data sharding, forwarded to the master. In LeaseShards and
+	// CompleteShards the worker field is the caller's LOCAL_RANK; the agent
+	// names the worker "<node_id>/<local_rank>" for the master.
+	RegisterDataset(context.Context, *connect.Request[v1.RegisterDatasetRequest]) (*connect.Response[v1.RegisterDatasetResponse], error)
+	LeaseShards(context.Context, *connect.Request[v1.LeaseShardsRequest]) (*connect.Response[v1.LeaseShardsResponse], error)
+	CompleteShards(context.Context, *connect.Request[v1.CompleteShardsRequest]) (*connect.Response[v1.CompleteShardsResponse], error)
+	GetPosition(context.Context, *connect.Request[v1.GetPositionRequest]) (*connect.Response[v1.GetPositionResponse], error)
+	AdvancePosition(context.Context, *connect.Request[v1.AdvancePositionRequest]) (*connect.Response[v1.AdvancePositionResponse], error)
+	AppendStream(context.Context, *connect.Request[v1.AppendStreamRequest]) (*connect.Response[v1.AppendStreamResponse], error)
+	GetDatasetState(context.Context, *connect.Request[v1.DatasetStateRequest]) (*connect.Response[v1.DatasetStateResponse], error)
+	RestoreDataset(context.Context, *connect.Request[v1.RestoreDatasetRequest]) (*connect.Response[v1.RestoreDatasetResponse], error)
 }
 
 // NewAgentServiceClient constructs a client for the rover.v1.AgentService service. By default, it
@@ -65,12 +100,68 @@ func NewAgentServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(agentServiceMethods.ByName("Info")),
 			connect.WithClientOptions(opts...),
 		),
+		registerDataset: connect.NewClient[v1.RegisterDatasetRequest, v1.RegisterDatasetResponse](
+			httpClient,
+			baseURL+AgentServiceRegisterDatasetProcedure,
+			connect.WithSchema(agentServiceMethods.ByName("RegisterDataset")),
+			connect.WithClientOptions(opts...),
+		),
+		leaseShards: connect.NewClient[v1.LeaseShardsRequest, v1.LeaseShardsResponse](
+			httpClient,
+			baseURL+AgentServiceLeaseShardsProcedure,
+			connect.WithSchema(agentServiceMethods.ByName("LeaseShards")),
+			connect.WithClientOptions(opts...),
+		),
+		completeShards: connect.NewClient[v1.CompleteShardsRequest, v1.CompleteShardsResponse](
+			httpClient,
+			baseURL+AgentServiceCompleteShardsProcedure,
+			connect.WithSchema(agentServiceMethods.ByName("CompleteShards")),
+			connect.WithClientOptions(opts...),
+		),
+		getPosition: connect.NewClient[v1.GetPositionRequest, v1.GetPositionResponse](
+			httpClient,
+			baseURL+AgentServiceGetPositionProcedure,
+			connect.WithSchema(agentServiceMethods.ByName("GetPosition")),
+			connect.WithClientOptions(opts...),
+		),
+		advancePosition: connect.NewClient[v1.AdvancePositionRequest, v1.AdvancePositionResponse](
+			httpClient,
+			baseURL+AgentServiceAdvancePositionProcedure,
+			connect.WithSchema(agentServiceMethods.ByName("AdvancePosition")),
+			connect.WithClientOptions(opts...),
+		),
+		appendStream: connect.NewClient[v1.AppendStreamRequest, v1.AppendStreamResponse](
+			httpClient,
+			baseURL+AgentServiceAppendStreamProcedure,
+			connect.WithSchema(agentServiceMethods.ByName("AppendStream")),
+			connect.WithClientOptions(opts...),
+		),
+		getDatasetState: connect.NewClient[v1.DatasetStateRequest, v1.DatasetStateResponse](
+			httpClient,
+			baseURL+AgentServiceGetDatasetStateProcedure,
+			connect.WithSchema(agentServiceMethods.ByName("GetDatasetState")),
+			connect.WithClientOptions(opts...),
+		),
+		restoreDataset: connect.NewClient[v1.RestoreDatasetRequest, v1.RestoreDatasetResponse](
+			httpClient,
+			baseURL+AgentServiceRestoreDatasetProcedure,
+			connect.WithSchema(agentServiceMethods.ByName("RestoreDataset")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // agentServiceClient implements AgentServiceClient.
 type agentServiceClient struct {
-	info *connect.Client[v1.InfoRequest, v1.InfoResponse]
+	info            *connect.Client[v1.InfoRequest, v1.InfoResponse]
+	registerDataset *connect.Client[v1.RegisterDatasetRequest, v1.RegisterDatasetResponse]
+	leaseShards     *connect.Client[v1.LeaseShardsRequest, v1.LeaseShardsResponse]
+	completeShards  *connect.Client[v1.CompleteShardsRequest, v1.CompleteShardsResponse]
+	getPosition     *connect.Client[v1.GetPositionRequest, v1.GetPositionResponse]
+	advancePosition *connect.Client[v1.AdvancePositionRequest, v1.AdvancePositionResponse]
+	appendStream    *connect.Client[v1.AppendStreamRequest, v1.AppendStreamResponse]
+	getDatasetState *connect.Client[v1.DatasetStateRequest, v1.DatasetStateResponse]
+	restoreDataset  *connect.Client[v1.RestoreDatasetRequest, v1.RestoreDatasetResponse]
 }
 
 // Info calls rover.v1.AgentService.Info.
@@ -78,10 +169,61 @@ func (c *agentServiceClient) Info(ctx context.Context, req *connect.Request[v1.I
 	return c.info.CallUnary(ctx, req)
 }
 
+// RegisterDataset calls rover.v1.AgentService.RegisterDataset.
+func (c *agentServiceClient) RegisterDataset(ctx context.Context, req *connect.Request[v1.RegisterDatasetRequest]) (*connect.Response[v1.RegisterDatasetResponse], error) {
+	return c.registerDataset.CallUnary(ctx, req)
+}
+
+// LeaseShards calls rover.v1.AgentService.LeaseShards.
+func (c *agentServiceClient) LeaseShards(ctx context.Context, req *connect.Request[v1.LeaseShardsRequest]) (*connect.Response[v1.LeaseShardsResponse], error) {
+	return c.leaseShards.CallUnary(ctx, req)
+}
+
+// CompleteShards calls rover.v1.AgentService.CompleteShards.
+func (c *agentServiceClient) CompleteShards(ctx context.Context, req *connect.Request[v1.CompleteShardsRequest]) (*connect.Response[v1.CompleteShardsResponse], error) {
+	return c.completeShards.CallUnary(ctx, req)
+}
+
+// GetPosition calls rover.v1.AgentService.GetPosition.
+func (c *agentServiceClient) GetPosition(ctx context.Context, req *connect.Request[v1.GetPositionRequest]) (*connect.Response[v1.GetPositionResponse], error) {
+	return c.getPosition.CallUnary(ctx, req)
+}
+
+// AdvancePosition calls rover.v1.AgentService.AdvancePosition.
+func (c *agentServiceClient) AdvancePosition(ctx context.Context, req *connect.Request[v1.AdvancePositionRequest]) (*connect.Response[v1.AdvancePositionResponse], error) {
+	return c.advancePosition.CallUnary(ctx, req)
+}
+
+// AppendStream calls rover.v1.AgentService.AppendStream.
+func (c *agentServiceClient) AppendStream(ctx context.Context, req *connect.Request[v1.AppendStreamRequest]) (*connect.Response[v1.AppendStreamResponse], error) {
+	return c.appendStream.CallUnary(ctx, req)
+}
+
+// GetDatasetState calls rover.v1.AgentService.GetDatasetState.
+func (c *agentServiceClient) GetDatasetState(ctx context.Context, req *connect.Request[v1.DatasetStateRequest]) (*connect.Response[v1.DatasetStateResponse], error) {
+	return c.getDatasetState.CallUnary(ctx, req)
+}
+
+// RestoreDataset calls rover.v1.AgentService.RestoreDataset.
+func (c *agentServiceClient) RestoreDataset(ctx context.Context, req *connect.Request[v1.RestoreDatasetRequest]) (*connect.Response[v1.RestoreDatasetResponse], error) {
+	return c.restoreDataset.CallUnary(ctx, req)
+}
+
 // AgentServiceHandler is an implementation of the rover.v1.AgentService service.
 type AgentServiceHandler interface {
 	// Info describes the calling worker's place in the job.
 	Info(context.Context, *connect.Request[v1.InfoRequest]) (*connect.Response[v1.InfoResponse], error)
+	// Dynamic data sharding, forwarded to the master. In LeaseShards and
+	// CompleteShards the worker field is the caller's LOCAL_RANK; the agent
+	// names the worker "<node_id>/<local_rank>" for the master.
+	RegisterDataset(context.Context, *connect.Request[v1.RegisterDatasetRequest]) (*connect.Response[v1.RegisterDatasetResponse], error)
+	LeaseShards(context.Context, *connect.Request[v1.LeaseShardsRequest]) (*connect.Response[v1.LeaseShardsResponse], error)
+	CompleteShards(context.Context, *connect.Request[v1.CompleteShardsRequest]) (*connect.Response[v1.CompleteShardsResponse], error)
+	GetPosition(context.Context, *connect.Request[v1.GetPositionRequest]) (*connect.Response[v1.GetPositionResponse], error)
+	AdvancePosition(context.Context, *connect.Request[v1.AdvancePositionRequest]) (*connect.Response[v1.AdvancePositionResponse], error)
+	AppendStream(context.Context, *connect.Request[v1.AppendStreamRequest]) (*connect.Response[v1.AppendStreamResponse], error)
+	GetDatasetState(context.Context, *connect.Request[v1.DatasetStateRequest]) (*connect.Response[v1.DatasetStateResponse], error)
+	RestoreDataset(context.Context, *connect.Request[v1.RestoreDatasetRequest]) (*connect.Response[v1.RestoreDatasetResponse], error)
 }
 
 // NewAgentServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -97,10 +239,74 @@ func NewAgentServiceHandler(svc AgentServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(agentServiceMethods.ByName("Info")),
 		connect.WithHandlerOptions(opts...),
 	)
+	agentServiceRegisterDatasetHandler := connect.NewUnaryHandler(
+		AgentServiceRegisterDatasetProcedure,
+		svc.RegisterDataset,
+		connect.WithSchema(agentServiceMethods.ByName("RegisterDataset")),
+		connect.WithHandlerOptions(opts...),
+	)
+	agentServiceLeaseShardsHandler := connect.NewUnaryHandler(
+		AgentServiceLeaseShardsProcedure,
+		svc.LeaseShards,
+		connect.WithSchema(agentServiceMethods.ByName("LeaseShards")),
+		connect.WithHandlerOptions(opts...),
+	)
+	agentServiceCompleteShardsHandler := connect.NewUnaryHandler(
+		AgentServiceCompleteShardsProcedure,
+		svc.CompleteShards,
+		connect.WithSchema(agentServiceMethods.ByName("CompleteShards")),
+		connect.WithHandlerOptions(opts...),
+	)
+	agentServiceGetPositionHandler := connect.NewUnaryHandler(
+		AgentServiceGetPositionProcedure,
+		svc.GetPosition,
+		connect.WithSchema(agentServiceMethods.ByName("GetPosition")),
+		connect.WithHandlerOptions(opts...),
+	)
+	agentServiceAdvancePositionHandler := connect.NewUnaryHandler(
+		AgentServiceAdvancePositionProcedure,
+		svc.AdvancePosition,
+		connect.WithSchema(agentServiceMethods.ByName("AdvancePosition")),
+		connect.WithHandlerOptions(opts...),
+	)
+	agentServiceAppendStreamHandler := connect.NewUnaryHandler(
+		AgentServiceAppendStreamProcedure,
+		svc.AppendStream,
+		connect.WithSchema(agentServiceMethods.ByName("AppendStream")),
+		connect.WithHandlerOptions(opts...),
+	)
+	agentServiceGetDatasetStateHandler := connect.NewUnaryHandler(
+		AgentServiceGetDatasetStateProcedure,
+		svc.GetDatasetState,
+		connect.WithSchema(agentServiceMethods.ByName("GetDatasetState")),
+		connect.WithHandlerOptions(opts...),
+	)
+	agentServiceRestoreDatasetHandler := connect.NewUnaryHandler(
+		AgentServiceRestoreDatasetProcedure,
+		svc.RestoreDataset,
+		connect.WithSchema(agentServiceMethods.ByName("RestoreDataset")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/rover.v1.AgentService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case AgentServiceInfoProcedure:
 			agentServiceInfoHandler.ServeHTTP(w, r)
+		case AgentServiceRegisterDatasetProcedure:
+			agentServiceRegisterDatasetHandler.ServeHTTP(w, r)
+		case AgentServiceLeaseShardsProcedure:
+			agentServiceLeaseShardsHandler.ServeHTTP(w, r)
+		case AgentServiceCompleteShardsProcedure:
+			agentServiceCompleteShardsHandler.ServeHTTP(w, r)
+		case AgentServiceGetPositionProcedure:
+			agentServiceGetPositionHandler.ServeHTTP(w, r)
+		case AgentServiceAdvancePositionProcedure:
+			agentServiceAdvancePositionHandler.ServeHTTP(w, r)
+		case AgentServiceAppendStreamProcedure:
+			agentServiceAppendStreamHandler.ServeHTTP(w, r)
+		case AgentServiceGetDatasetStateProcedure:
+			agentServiceGetDatasetStateHandler.ServeHTTP(w, r)
+		case AgentServiceRestoreDatasetProcedure:
+			agentServiceRestoreDatasetHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -112,4 +318,36 @@ type UnimplementedAgentServiceHandler struct{}
 
 func (UnimplementedAgentServiceHandler) Info(context.Context, *connect.Request[v1.InfoRequest]) (*connect.Response[v1.InfoResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("rover.v1.AgentService.Info is not implemented"))
+}
+
+func (UnimplementedAgentServiceHandler) RegisterDataset(context.Context, *connect.Request[v1.RegisterDatasetRequest]) (*connect.Response[v1.RegisterDatasetResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("rover.v1.AgentService.RegisterDataset is not implemented"))
+}
+
+func (UnimplementedAgentServiceHandler) LeaseShards(context.Context, *connect.Request[v1.LeaseShardsRequest]) (*connect.Response[v1.LeaseShardsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("rover.v1.AgentService.LeaseShards is not implemented"))
+}
+
+func (UnimplementedAgentServiceHandler) CompleteShards(context.Context, *connect.Request[v1.CompleteShardsRequest]) (*connect.Response[v1.CompleteShardsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("rover.v1.AgentService.CompleteShards is not implemented"))
+}
+
+func (UnimplementedAgentServiceHandler) GetPosition(context.Context, *connect.Request[v1.GetPositionRequest]) (*connect.Response[v1.GetPositionResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("rover.v1.AgentService.GetPosition is not implemented"))
+}
+
+func (UnimplementedAgentServiceHandler) AdvancePosition(context.Context, *connect.Request[v1.AdvancePositionRequest]) (*connect.Response[v1.AdvancePositionResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("rover.v1.AgentService.AdvancePosition is not implemented"))
+}
+
+func (UnimplementedAgentServiceHandler) AppendStream(context.Context, *connect.Request[v1.AppendStreamRequest]) (*connect.Response[v1.AppendStreamResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("rover.v1.AgentService.AppendStream is not implemented"))
+}
+
+func (UnimplementedAgentServiceHandler) GetDatasetState(context.Context, *connect.Request[v1.DatasetStateRequest]) (*connect.Response[v1.DatasetStateResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("rover.v1.AgentService.GetDatasetState is not implemented"))
+}
+
+func (UnimplementedAgentServiceHandler) RestoreDataset(context.Context, *connect.Request[v1.RestoreDatasetRequest]) (*connect.Response[v1.RestoreDatasetResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("rover.v1.AgentService.RestoreDataset is not implemented"))
 }

@@ -55,6 +55,30 @@ const (
 	MasterServiceGetKeyProcedure = "/rover.v1.MasterService/GetKey"
 	// MasterServiceGetJobProcedure is the fully-qualified name of the MasterService's GetJob RPC.
 	MasterServiceGetJobProcedure = "/rover.v1.MasterService/GetJob"
+	// MasterServiceRegisterDatasetProcedure is the fully-qualified name of the MasterService's
+	// RegisterDataset RPC.
+	MasterServiceRegisterDatasetProcedure = "/rover.v1.MasterService/RegisterDataset"
+	// MasterServiceLeaseShardsProcedure is the fully-qualified name of the MasterService's LeaseShards
+	// RPC.
+	MasterServiceLeaseShardsProcedure = "/rover.v1.MasterService/LeaseShards"
+	// MasterServiceCompleteShardsProcedure is the fully-qualified name of the MasterService's
+	// CompleteShards RPC.
+	MasterServiceCompleteShardsProcedure = "/rover.v1.MasterService/CompleteShards"
+	// MasterServiceGetPositionProcedure is the fully-qualified name of the MasterService's GetPosition
+	// RPC.
+	MasterServiceGetPositionProcedure = "/rover.v1.MasterService/GetPosition"
+	// MasterServiceAdvancePositionProcedure is the fully-qualified name of the MasterService's
+	// AdvancePosition RPC.
+	MasterServiceAdvancePositionProcedure = "/rover.v1.MasterService/AdvancePosition"
+	// MasterServiceAppendStreamProcedure is the fully-qualified name of the MasterService's
+	// AppendStream RPC.
+	MasterServiceAppendStreamProcedure = "/rover.v1.MasterService/AppendStream"
+	// MasterServiceGetDatasetStateProcedure is the fully-qualified name of the MasterService's
+	// GetDatasetState RPC.
+	MasterServiceGetDatasetStateProcedure = "/rover.v1.MasterService/GetDatasetState"
+	// MasterServiceRestoreDatasetProcedure is the fully-qualified name of the MasterService's
+	// RestoreDataset RPC.
+	MasterServiceRestoreDatasetProcedure = "/rover.v1.MasterService/RestoreDataset"
 )
 
 // MasterServiceClient is a client for the rover.v1.MasterService service.
@@ -84,6 +108,16 @@ type MasterServiceClient interface {
 	GetKey(context.Context, *connect.Request[v1.GetKeyRequest]) (*connect.Response[v1.GetKeyResponse], error)
 	// GetJob returns the job's status.
 	GetJob(context.Context, *connect.Request[v1.GetJobRequest]) (*connect.Response[v1.GetJobResponse], error)
+	// Dynamic data sharding (see shard.proto). Workers call the same methods on
+	// their agent, which forwards them here.
+	RegisterDataset(context.Context, *connect.Request[v1.RegisterDatasetRequest]) (*connect.Response[v1.RegisterDatasetResponse], error)
+	LeaseShards(context.Context, *connect.Request[v1.LeaseShardsRequest]) (*connect.Response[v1.LeaseShardsResponse], error)
+	CompleteShards(context.Context, *connect.Request[v1.CompleteShardsRequest]) (*connect.Response[v1.CompleteShardsResponse], error)
+	GetPosition(context.Context, *connect.Request[v1.GetPositionRequest]) (*connect.Response[v1.GetPositionResponse], error)
+	AdvancePosition(context.Context, *connect.Request[v1.AdvancePositionRequest]) (*connect.Response[v1.AdvancePositionResponse], error)
+	AppendStream(context.Context, *connect.Request[v1.AppendStreamRequest]) (*connect.Response[v1.AppendStreamResponse], error)
+	GetDatasetState(context.Context, *connect.Request[v1.DatasetStateRequest]) (*connect.Response[v1.DatasetStateResponse], error)
+	RestoreDataset(context.Context, *connect.Request[v1.RestoreDatasetRequest]) (*connect.Response[v1.RestoreDatasetResponse], error)
 }
 
 // NewMasterServiceClient constructs a client for the rover.v1.MasterService service. By default, it
@@ -145,19 +179,75 @@ func NewMasterServiceClient(httpClient connect.HTTPClient, baseURL string, opts 
 			connect.WithSchema(masterServiceMethods.ByName("GetJob")),
 			connect.WithClientOptions(opts...),
 		),
+		registerDataset: connect.NewClient[v1.RegisterDatasetRequest, v1.RegisterDatasetResponse](
+			httpClient,
+			baseURL+MasterServiceRegisterDatasetProcedure,
+			connect.WithSchema(masterServiceMethods.ByName("RegisterDataset")),
+			connect.WithClientOptions(opts...),
+		),
+		leaseShards: connect.NewClient[v1.LeaseShardsRequest, v1.LeaseShardsResponse](
+			httpClient,
+			baseURL+MasterServiceLeaseShardsProcedure,
+			connect.WithSchema(masterServiceMethods.ByName("LeaseShards")),
+			connect.WithClientOptions(opts...),
+		),
+		completeShards: connect.NewClient[v1.CompleteShardsRequest, v1.CompleteShardsResponse](
+			httpClient,
+			baseURL+MasterServiceCompleteShardsProcedure,
+			connect.WithSchema(masterServiceMethods.ByName("CompleteShards")),
+			connect.WithClientOptions(opts...),
+		),
+		getPosition: connect.NewClient[v1.GetPositionRequest, v1.GetPositionResponse](
+			httpClient,
+			baseURL+MasterServiceGetPositionProcedure,
+			connect.WithSchema(masterServiceMethods.ByName("GetPosition")),
+			connect.WithClientOptions(opts...),
+		),
+		advancePosition: connect.NewClient[v1.AdvancePositionRequest, v1.AdvancePositionResponse](
+			httpClient,
+			baseURL+MasterServiceAdvancePositionProcedure,
+			connect.WithSchema(masterServiceMethods.ByName("AdvancePosition")),
+			connect.WithClientOptions(opts...),
+		),
+		appendStream: connect.NewClient[v1.AppendStreamRequest, v1.AppendStreamResponse](
+			httpClient,
+			baseURL+MasterServiceAppendStreamProcedure,
+			connect.WithSchema(masterServiceMethods.ByName("AppendStream")),
+			connect.WithClientOptions(opts...),
+		),
+		getDatasetState: connect.NewClient[v1.DatasetStateRequest, v1.DatasetStateResponse](
+			httpClient,
+			baseURL+MasterServiceGetDatasetStateProcedure,
+			connect.WithSchema(masterServiceMethods.ByName("GetDatasetState")),
+			connect.WithClientOptions(opts...),
+		),
+		restoreDataset: connect.NewClient[v1.RestoreDatasetRequest, v1.RestoreDatasetResponse](
+			httpClient,
+			baseURL+MasterServiceRestoreDatasetProcedure,
+			connect.WithSchema(masterServiceMethods.ByName("RestoreDataset")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // masterServiceClient implements MasterServiceClient.
 type masterServiceClient struct {
-	session       *connect.Client[v1.SessionRequest, v1.SessionResponse]
-	join          *connect.Client[v1.JoinRequest, v1.JoinResponse]
-	reportFailure *connect.Client[v1.ReportFailureRequest, v1.ReportFailureResponse]
-	reportSuccess *connect.Client[v1.ReportSuccessRequest, v1.ReportSuccessResponse]
-	leave         *connect.Client[v1.LeaveRequest, v1.LeaveResponse]
-	setKey        *connect.Client[v1.SetKeyRequest, v1.SetKeyResponse]
-	getKey        *connect.Client[v1.GetKeyRequest, v1.GetKeyResponse]
-	getJob        *connect.Client[v1.GetJobRequest, v1.GetJobResponse]
+	session         *connect.Client[v1.SessionRequest, v1.SessionResponse]
+	join            *connect.Client[v1.JoinRequest, v1.JoinResponse]
+	reportFailure   *connect.Client[v1.ReportFailureRequest, v1.ReportFailureResponse]
+	reportSuccess   *connect.Client[v1.ReportSuccessRequest, v1.ReportSuccessResponse]
+	leave           *connect.Client[v1.LeaveRequest, v1.LeaveResponse]
+	setKey          *connect.Client[v1.SetKeyRequest, v1.SetKeyResponse]
+	getKey          *connect.Client[v1.GetKeyRequest, v1.GetKeyResponse]
+	getJob          *connect.Client[v1.GetJobRequest, v1.GetJobResponse]
+	registerDataset *connect.Client[v1.RegisterDatasetRequest, v1.RegisterDatasetResponse]
+	leaseShards     *connect.Client[v1.LeaseShardsRequest, v1.LeaseShardsResponse]
+	completeShards  *connect.Client[v1.CompleteShardsRequest, v1.CompleteShardsResponse]
+	getPosition     *connect.Client[v1.GetPositionRequest, v1.GetPositionResponse]
+	advancePosition *connect.Client[v1.AdvancePositionRequest, v1.AdvancePositionResponse]
+	appendStream    *connect.Client[v1.AppendStreamRequest, v1.AppendStreamResponse]
+	getDatasetState *connect.Client[v1.DatasetStateRequest, v1.DatasetStateResponse]
+	restoreDataset  *connect.Client[v1.RestoreDatasetRequest, v1.RestoreDatasetResponse]
 }
 
 // Session calls rover.v1.MasterService.Session.
@@ -200,6 +290,46 @@ func (c *masterServiceClient) GetJob(ctx context.Context, req *connect.Request[v
 	return c.getJob.CallUnary(ctx, req)
 }
 
+// RegisterDataset calls rover.v1.MasterService.RegisterDataset.
+func (c *masterServiceClient) RegisterDataset(ctx context.Context, req *connect.Request[v1.RegisterDatasetRequest]) (*connect.Response[v1.RegisterDatasetResponse], error) {
+	return c.registerDataset.CallUnary(ctx, req)
+}
+
+// LeaseShards calls rover.v1.MasterService.LeaseShards.
+func (c *masterServiceClient) LeaseShards(ctx context.Context, req *connect.Request[v1.LeaseShardsRequest]) (*connect.Response[v1.LeaseShardsResponse], error) {
+	return c.leaseShards.CallUnary(ctx, req)
+}
+
+// CompleteShards calls rover.v1.MasterService.CompleteShards.
+func (c *masterServiceClient) CompleteShards(ctx context.Context, req *connect.Request[v1.CompleteShardsRequest]) (*connect.Response[v1.CompleteShardsResponse], error) {
+	return c.completeShards.CallUnary(ctx, req)
+}
+
+// GetPosition calls rover.v1.MasterService.GetPosition.
+func (c *masterServiceClient) GetPosition(ctx context.Context, req *connect.Request[v1.GetPositionRequest]) (*connect.Response[v1.GetPositionResponse], error) {
+	return c.getPosition.CallUnary(ctx, req)
+}
+
+// AdvancePosition calls rover.v1.MasterService.AdvancePosition.
+func (c *masterServiceClient) AdvancePosition(ctx context.Context, req *connect.Request[v1.AdvancePositionRequest]) (*connect.Response[v1.AdvancePositionResponse], error) {
+	return c.advancePosition.CallUnary(ctx, req)
+}
+
+// AppendStream calls rover.v1.MasterService.AppendStream.
+func (c *masterServiceClient) AppendStream(ctx context.Context, req *connect.Request[v1.AppendStreamRequest]) (*connect.Response[v1.AppendStreamResponse], error) {
+	return c.appendStream.CallUnary(ctx, req)
+}
+
+// GetDatasetState calls rover.v1.MasterService.GetDatasetState.
+func (c *masterServiceClient) GetDatasetState(ctx context.Context, req *connect.Request[v1.DatasetStateRequest]) (*connect.Response[v1.DatasetStateResponse], error) {
+	return c.getDatasetState.CallUnary(ctx, req)
+}
+
+// RestoreDataset calls rover.v1.MasterService.RestoreDataset.
+func (c *masterServiceClient) RestoreDataset(ctx context.Context, req *connect.Request[v1.RestoreDatasetRequest]) (*connect.Response[v1.RestoreDatasetResponse], error) {
+	return c.restoreDataset.CallUnary(ctx, req)
+}
+
 // MasterServiceHandler is an implementation of the rover.v1.MasterService service.
 type MasterServiceHandler interface {
 	// Session is a node agent's connection to the master for as long as it
@@ -227,6 +357,16 @@ type MasterServiceHandler interface {
 	GetKey(context.Context, *connect.Request[v1.GetKeyRequest]) (*connect.Response[v1.GetKeyResponse], error)
 	// GetJob returns the job's status.
 	GetJob(context.Context, *connect.Request[v1.GetJobRequest]) (*connect.Response[v1.GetJobResponse], error)
+	// Dynamic data sharding (see shard.proto). Workers call the same methods on
+	// their agent, which forwards them here.
+	RegisterDataset(context.Context, *connect.Request[v1.RegisterDatasetRequest]) (*connect.Response[v1.RegisterDatasetResponse], error)
+	LeaseShards(context.Context, *connect.Request[v1.LeaseShardsRequest]) (*connect.Response[v1.LeaseShardsResponse], error)
+	CompleteShards(context.Context, *connect.Request[v1.CompleteShardsRequest]) (*connect.Response[v1.CompleteShardsResponse], error)
+	GetPosition(context.Context, *connect.Request[v1.GetPositionRequest]) (*connect.Response[v1.GetPositionResponse], error)
+	AdvancePosition(context.Context, *connect.Request[v1.AdvancePositionRequest]) (*connect.Response[v1.AdvancePositionResponse], error)
+	AppendStream(context.Context, *connect.Request[v1.AppendStreamRequest]) (*connect.Response[v1.AppendStreamResponse], error)
+	GetDatasetState(context.Context, *connect.Request[v1.DatasetStateRequest]) (*connect.Response[v1.DatasetStateResponse], error)
+	RestoreDataset(context.Context, *connect.Request[v1.RestoreDatasetRequest]) (*connect.Response[v1.RestoreDatasetResponse], error)
 }
 
 // NewMasterServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -284,6 +424,54 @@ func NewMasterServiceHandler(svc MasterServiceHandler, opts ...connect.HandlerOp
 		connect.WithSchema(masterServiceMethods.ByName("GetJob")),
 		connect.WithHandlerOptions(opts...),
 	)
+	masterServiceRegisterDatasetHandler := connect.NewUnaryHandler(
+		MasterServiceRegisterDatasetProcedure,
+		svc.RegisterDataset,
+		connect.WithSchema(masterServiceMethods.ByName("RegisterDataset")),
+		connect.WithHandlerOptions(opts...),
+	)
+	masterServiceLeaseShardsHandler := connect.NewUnaryHandler(
+		MasterServiceLeaseShardsProcedure,
+		svc.LeaseShards,
+		connect.WithSchema(masterServiceMethods.ByName("LeaseShards")),
+		connect.WithHandlerOptions(opts...),
+	)
+	masterServiceCompleteShardsHandler := connect.NewUnaryHandler(
+		MasterServiceCompleteShardsProcedure,
+		svc.CompleteShards,
+		connect.WithSchema(masterServiceMethods.ByName("CompleteShards")),
+		connect.WithHandlerOptions(opts...),
+	)
+	masterServiceGetPositionHandler := connect.NewUnaryHandler(
+		MasterServiceGetPositionProcedure,
+		svc.GetPosition,
+		connect.WithSchema(masterServiceMethods.ByName("GetPosition")),
+		connect.WithHandlerOptions(opts...),
+	)
+	masterServiceAdvancePositionHandler := connect.NewUnaryHandler(
+		MasterServiceAdvancePositionProcedure,
+		svc.AdvancePosition,
+		connect.WithSchema(masterServiceMethods.ByName("AdvancePosition")),
+		connect.WithHandlerOptions(opts...),
+	)
+	masterServiceAppendStreamHandler := connect.NewUnaryHandler(
+		MasterServiceAppendStreamProcedure,
+		svc.AppendStream,
+		connect.WithSchema(masterServiceMethods.ByName("AppendStream")),
+		connect.WithHandlerOptions(opts...),
+	)
+	masterServiceGetDatasetStateHandler := connect.NewUnaryHandler(
+		MasterServiceGetDatasetStateProcedure,
+		svc.GetDatasetState,
+		connect.WithSchema(masterServiceMethods.ByName("GetDatasetState")),
+		connect.WithHandlerOptions(opts...),
+	)
+	masterServiceRestoreDatasetHandler := connect.NewUnaryHandler(
+		MasterServiceRestoreDatasetProcedure,
+		svc.RestoreDataset,
+		connect.WithSchema(masterServiceMethods.ByName("RestoreDataset")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/rover.v1.MasterService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case MasterServiceSessionProcedure:
@@ -302,6 +490,22 @@ func NewMasterServiceHandler(svc MasterServiceHandler, opts ...connect.HandlerOp
 			masterServiceGetKeyHandler.ServeHTTP(w, r)
 		case MasterServiceGetJobProcedure:
 			masterServiceGetJobHandler.ServeHTTP(w, r)
+		case MasterServiceRegisterDatasetProcedure:
+			masterServiceRegisterDatasetHandler.ServeHTTP(w, r)
+		case MasterServiceLeaseShardsProcedure:
+			masterServiceLeaseShardsHandler.ServeHTTP(w, r)
+		case MasterServiceCompleteShardsProcedure:
+			masterServiceCompleteShardsHandler.ServeHTTP(w, r)
+		case MasterServiceGetPositionProcedure:
+			masterServiceGetPositionHandler.ServeHTTP(w, r)
+		case MasterServiceAdvancePositionProcedure:
+			masterServiceAdvancePositionHandler.ServeHTTP(w, r)
+		case MasterServiceAppendStreamProcedure:
+			masterServiceAppendStreamHandler.ServeHTTP(w, r)
+		case MasterServiceGetDatasetStateProcedure:
+			masterServiceGetDatasetStateHandler.ServeHTTP(w, r)
+		case MasterServiceRestoreDatasetProcedure:
+			masterServiceRestoreDatasetHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -341,4 +545,36 @@ func (UnimplementedMasterServiceHandler) GetKey(context.Context, *connect.Reques
 
 func (UnimplementedMasterServiceHandler) GetJob(context.Context, *connect.Request[v1.GetJobRequest]) (*connect.Response[v1.GetJobResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("rover.v1.MasterService.GetJob is not implemented"))
+}
+
+func (UnimplementedMasterServiceHandler) RegisterDataset(context.Context, *connect.Request[v1.RegisterDatasetRequest]) (*connect.Response[v1.RegisterDatasetResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("rover.v1.MasterService.RegisterDataset is not implemented"))
+}
+
+func (UnimplementedMasterServiceHandler) LeaseShards(context.Context, *connect.Request[v1.LeaseShardsRequest]) (*connect.Response[v1.LeaseShardsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("rover.v1.MasterService.LeaseShards is not implemented"))
+}
+
+func (UnimplementedMasterServiceHandler) CompleteShards(context.Context, *connect.Request[v1.CompleteShardsRequest]) (*connect.Response[v1.CompleteShardsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("rover.v1.MasterService.CompleteShards is not implemented"))
+}
+
+func (UnimplementedMasterServiceHandler) GetPosition(context.Context, *connect.Request[v1.GetPositionRequest]) (*connect.Response[v1.GetPositionResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("rover.v1.MasterService.GetPosition is not implemented"))
+}
+
+func (UnimplementedMasterServiceHandler) AdvancePosition(context.Context, *connect.Request[v1.AdvancePositionRequest]) (*connect.Response[v1.AdvancePositionResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("rover.v1.MasterService.AdvancePosition is not implemented"))
+}
+
+func (UnimplementedMasterServiceHandler) AppendStream(context.Context, *connect.Request[v1.AppendStreamRequest]) (*connect.Response[v1.AppendStreamResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("rover.v1.MasterService.AppendStream is not implemented"))
+}
+
+func (UnimplementedMasterServiceHandler) GetDatasetState(context.Context, *connect.Request[v1.DatasetStateRequest]) (*connect.Response[v1.DatasetStateResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("rover.v1.MasterService.GetDatasetState is not implemented"))
+}
+
+func (UnimplementedMasterServiceHandler) RestoreDataset(context.Context, *connect.Request[v1.RestoreDatasetRequest]) (*connect.Response[v1.RestoreDatasetResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("rover.v1.MasterService.RestoreDataset is not implemented"))
 }

@@ -1,0 +1,72 @@
+package agent
+
+import (
+	"context"
+	"strconv"
+
+	"connectrpc.com/connect"
+	roverv1 "github.com/roverml/rover/api/rover/v1"
+)
+
+// The shard methods of the local API forward to the master; the agent names
+// the calling worker "<node_id>/<local_rank>", so that the master can return
+// a worker's leases when its process or its node goes away.
+
+func (s *agentService) worker(local string) (string, error) {
+	n, err := strconv.Atoi(local)
+	if err != nil || n < 0 || n >= s.a.cfg.NprocPerNode {
+		return "", connect.NewError(connect.CodeInvalidArgument,
+			errorf("worker %q is not a local rank of this node (0 to %d): pass LOCAL_RANK", local, s.a.cfg.NprocPerNode-1))
+	}
+	return s.a.nodeID + "/" + local, nil
+}
+
+func toMaster[Req, Res any](ctx context.Context, req *Req, call func(context.Context, *connect.Request[Req]) (*connect.Response[Res], error)) (*connect.Response[Res], error) {
+	resp, err := call(ctx, connect.NewRequest(req))
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(resp.Msg), nil
+}
+
+func (s *agentService) RegisterDataset(ctx context.Context, req *connect.Request[roverv1.RegisterDatasetRequest]) (*connect.Response[roverv1.RegisterDatasetResponse], error) {
+	return toMaster(ctx, req.Msg, s.a.client.RegisterDataset)
+}
+
+func (s *agentService) LeaseShards(ctx context.Context, req *connect.Request[roverv1.LeaseShardsRequest]) (*connect.Response[roverv1.LeaseShardsResponse], error) {
+	w, err := s.worker(req.Msg.GetWorker())
+	if err != nil {
+		return nil, err
+	}
+	req.Msg.Worker = w
+	return toMaster(ctx, req.Msg, s.a.client.LeaseShards)
+}
+
+func (s *agentService) CompleteShards(ctx context.Context, req *connect.Request[roverv1.CompleteShardsRequest]) (*connect.Response[roverv1.CompleteShardsResponse], error) {
+	w, err := s.worker(req.Msg.GetWorker())
+	if err != nil {
+		return nil, err
+	}
+	req.Msg.Worker = w
+	return toMaster(ctx, req.Msg, s.a.client.CompleteShards)
+}
+
+func (s *agentService) GetPosition(ctx context.Context, req *connect.Request[roverv1.GetPositionRequest]) (*connect.Response[roverv1.GetPositionResponse], error) {
+	return toMaster(ctx, req.Msg, s.a.client.GetPosition)
+}
+
+func (s *agentService) AdvancePosition(ctx context.Context, req *connect.Request[roverv1.AdvancePositionRequest]) (*connect.Response[roverv1.AdvancePositionResponse], error) {
+	return toMaster(ctx, req.Msg, s.a.client.AdvancePosition)
+}
+
+func (s *agentService) AppendStream(ctx context.Context, req *connect.Request[roverv1.AppendStreamRequest]) (*connect.Response[roverv1.AppendStreamResponse], error) {
+	return toMaster(ctx, req.Msg, s.a.client.AppendStream)
+}
+
+func (s *agentService) GetDatasetState(ctx context.Context, req *connect.Request[roverv1.DatasetStateRequest]) (*connect.Response[roverv1.DatasetStateResponse], error) {
+	return toMaster(ctx, req.Msg, s.a.client.GetDatasetState)
+}
+
+func (s *agentService) RestoreDataset(ctx context.Context, req *connect.Request[roverv1.RestoreDatasetRequest]) (*connect.Response[roverv1.RestoreDatasetResponse], error) {
+	return toMaster(ctx, req.Msg, s.a.client.RestoreDataset)
+}

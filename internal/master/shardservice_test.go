@@ -1,0 +1,112 @@
+package master
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	roverv1 "github.com/roverml/rover/api/rover/v1"
+	"github.com/roverml/rover/internal/store"
+)
+
+func leasedSpec(name string) *roverv1.DatasetSpec {
+	return &roverv1.DatasetSpec{Name: name, Size: 100, BatchSize: 5, ShardSize: 10, Epochs: 1, Mode: roverv1.ShardMode_SHARD_MODE_LEASED}
+}
+
+func TestShardsOverRPC(t *testing.T) {
+	_, c := startMaster(t, Config{})
+	ctx := context.Background()
+	if _, err := c.RegisterDataset(ctx, connect.NewRequest(&roverv1.RegisterDatasetRequest{Dataset: leasedSpec("train")})); err != nil {
+		t.Fatal(err)
+	}
+	// The same registration again is fine; a different one is refused.
+	if _, err := c.RegisterDataset(ctx, connect.NewRequest(&roverv1.RegisterDatasetRequest{Dataset: leasedSpec("train")})); err != nil {
+		t.Fatalf("identical registration: %v", err)
+	}
+	other := leasedSpec("train")
+	other.Size = 200
+	if _, err := c.RegisterDataset(ctx, connect.NewRequest(&roverv1.RegisterDatasetRequest{Dataset: other})); connect.CodeOf(err) != connect.CodeAlreadyExists {
+		t.Errorf("conflicting registration: %v, want AlreadyExists", err)
+	}
+	seen := map[int64]bool{}
+	for {
+		r, err := c.LeaseShards(ctx, connect.NewRequest(&roverv1.LeaseShardsRequest{Dataset: "train", Worker: "n/0", Max: 3}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Msg.GetEnd() {
+			break
+		}
+		var results []*roverv1.ShardResult
+		for _, s := range r.Msg.GetShards() {
+			for i := s.GetStart(); i < s.GetEnd(); i++ {
+				if seen[i] {
+					t.Fatalf("sample %d leased twice", i)
+				}
+				seen[i] = true
+			}
+			results = append(results, &roverv1.ShardResult{LeaseId: s.GetLeaseId(), Ok: true})
+		}
+		if _, err := c.CompleteShards(ctx, connect.NewRequest(&roverv1.CompleteShardsRequest{Dataset: "train", Worker: "n/0", Results: results})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(seen) != 100 {
+		t.Errorf("%d samples trained, want 100", len(seen))
+	}
+	if _, err := c.LeaseShards(ctx, connect.NewRequest(&roverv1.LeaseShardsRequest{Dataset: "nope", Worker: "n/0", Max: 1})); connect.CodeOf(err) != connect.CodeNotFound {
+		t.Errorf("lease of an unknown dataset: %v, want NotFound", err)
+	}
+	if _, err := c.LeaseShards(ctx, connect.NewRequest(&roverv1.LeaseShardsRequest{Dataset: "train", Worker: "n/0", Max: 0})); connect.CodeOf(err) != connect.CodeInvalidArgument {
+		t.Errorf("lease of 0 shards: %v, want InvalidArgument", err)
+	}
+}
+
+// TestShardsRequeuedWhenNodeLost: a lost node's leases go back to the queue,
+// and the journal replays the shard state exactly.
+func TestShardsRequeuedWhenNodeLost(t *testing.T) {
+	ctx := context.Background()
+	st := store.NewMemory()
+	now := time.Unix(1000, 0)
+	c := newCore("job", st)
+	cfg, _ := validateRendezvous(rdzvConfig(1, 2))
+	if err := c.configure(ctx, *cfg, now); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"a", "b"} {
+		req, _, _ := validateJoin(joinReq(id, rdzvConfig(1, 2)).Msg)
+		if _, _, err := c.join(ctx, req, 0, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ds, _ := datasetFromProto(leasedSpec("d"))
+	if _, err := c.shardCall(ctx, &event{Type: eventRegisterDataset, Time: now, Shard: &shardEvent{Dataset: "d", Spec: &ds}}); err != nil {
+		t.Fatal(err)
+	}
+	out, err := c.shardCall(ctx, &event{Type: eventLease, Time: now, Shard: &shardEvent{Dataset: "d", Worker: "a/0", Max: 2}})
+	if err != nil || len(out.lease.Shards) != 2 {
+		t.Fatalf("lease: %v %v", out, err)
+	}
+	if err := c.apply(ctx, &event{Type: eventNodeLost, Time: now, Node: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	st1, _ := c.datasetStatus("d")
+	if st1.Doing != 0 || st1.Todo != 10 {
+		t.Errorf("after node a was lost: doing %d todo %d, want 0 and 10", st1.Doing, st1.Todo)
+	}
+	// The first shard handed out next is the lost node's first one.
+	out, err = c.shardCall(ctx, &event{Type: eventLease, Time: now, Shard: &shardEvent{Dataset: "d", Worker: "b/0", Max: 1}})
+	if err != nil || len(out.lease.Shards) != 1 || out.lease.Shards[0].Shard.Start != 0 {
+		t.Fatalf("lease after requeue: %+v %v", out.lease, err)
+	}
+	c2 := newCore("job", st)
+	if _, err := c2.restore(ctx, now); err != nil {
+		t.Fatal(err)
+	}
+	a, _ := c.shards.MarshalState()
+	b, _ := c2.shards.MarshalState()
+	if string(a) != string(b) {
+		t.Errorf("replayed shard state differs:\n%s\n%s", a, b)
+	}
+}

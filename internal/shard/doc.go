@@ -1,0 +1,73 @@
+// Package shard is the job master's dynamic data sharding: datasets are
+// registered by name, and the master hands out their samples so that none is
+// lost or trained twice when workers die or the world changes size.
+//
+// It is a pure state machine in the etcd-raft style: no goroutines, no I/O,
+// no clock and no randomness (shuffles come from a seeded, specified PRNG;
+// see [EpochOrder]). Every event carries the caller's now; leases whose
+// deadline is at or before an event's now expire before the event, and
+// [Machine.NextDeadline] tells the driver when to call [Machine.Tick].
+//
+// # Leased mode
+//
+// For asynchronous workers (parameter-server training, preprocessing,
+// evaluation). An epoch is cut into shards of ShardSize positions of the
+// epoch's order; workers lease shards and complete, fail or renew them. A
+// shard whose lease fails or expires goes back to the front of the queue
+// with one more failure, and is dropped after MaxRetries; the shards of a
+// lost worker go back to the front without a failure. The next epoch starts
+// only when every shard of the current one is completed or dropped, so
+// epochs never overlap: a worker that asks while others hold the epoch's
+// last shards is told to wait. Unshuffled epochs cost O(1) memory whatever
+// their size; a shuffled one holds its permutation. A Streaming dataset is
+// one pass over an append-only stream grown by [Machine.Append] and ended by
+// [Machine.Seal].
+//
+// # Sync mode
+//
+// For DDP/FSDP, where every rank takes one local batch a step. The master
+// only records the job's [Position]; each rank computes its batch with
+// [RankBatch], which trains every sample of an epoch exactly once across any
+// sequence of world sizes (see there for the tail policies).
+//
+// # Persistence
+//
+// [Machine.MarshalState] and [Restore] save and rebuild the whole machine
+// (for a master failover); [Machine.DatasetState] and
+// [Machine.RestoreDataset] save one dataset's progress with a training
+// checkpoint and rewind to it.
+//
+//	m := shard.New()
+//	err := m.Register(shard.Dataset{
+//		Name: "train", Size: 1_000_000, BatchSize: 64, ShardSize: 6400,
+//		Epochs: 2, Shuffle: true, Seed: 7, LeaseTimeout: 5 * time.Minute,
+//	}, now)
+//	// A worker asks for work:
+//	res, err := m.Lease("train", "worker-3", 1, now)
+//	switch {
+//	case res.End: // the dataset is finished
+//	case res.Wait: // ask again later
+//	default:
+//		l := res.Shards[0] // train l.Shard.Indices(), then:
+//		err = m.Complete("train", l.ID, "worker-3", now)
+//		// ErrUnknownLease: the lease expired and was requeued; discard the result.
+//	}
+//	// When the worker's heartbeats stop: m.WorkerLost("worker-3", now).
+//	// Whenever m.NextDeadline passes: m.Tick(now).
+//
+//	// Sync mode, on every rank:
+//	ds := shard.Dataset{Name: "train", Size: 1_000_000, BatchSize: 64, Epochs: 2, Shuffle: true, Seed: 7, Mode: shard.Sync}
+//	pos, _ := m.Position("train") // from the master
+//	order := shard.EpochOrder(ds, pos.Epoch)
+//	for {
+//		idx, next, ok := shard.RankBatch(ds, order, pos, worldSize, rank, shard.DropTail)
+//		if !ok {
+//			break
+//		}
+//		// train idx; rank 0 reports next: m.Advance("train", next.Epoch, next.Consumed, now)
+//		if next.Epoch != pos.Epoch {
+//			order = shard.EpochOrder(ds, next.Epoch)
+//		}
+//		pos = next
+//	}
+package shard

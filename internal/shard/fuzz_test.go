@@ -1,0 +1,106 @@
+package shard
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+func fuzzSeeds(f *testing.F) {
+	f.Add([]byte{17, 4, 9, 3, 5, 20, 0, 0, 2, 2, 0, 0, 9, 2, 7, 0, 2, 1, 7, 0, 9, 8, 0, 0, 12, 0, 0, 3, 0, 1})
+	f.Add([]byte{200, 40, 100, 7, 33, 120, 0, 1, 2, 0, 4, 2, 13, 1, 0, 2, 1, 0, 7, 0, 12, 8, 0, 0, 13, 1, 1, 6, 3, 0})
+	f.Add([]byte{5, 0, 1, 0, 0, 0, 11, 1, 4, 11, 1, 10, 11, 0, 1, 14, 0, 1, 14, 0, 0, 10, 2, 0, 9, 2, 5})
+}
+
+// FuzzMachine feeds random event sequences to a machine: it must never
+// panic and must keep its invariants.
+func FuzzMachine(f *testing.F) {
+	fuzzSeeds(f)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if len(data) < 6 {
+			return
+		}
+		newFuzzer(t, fuzzDatasets(data)).play(data[6:])
+	})
+}
+
+// FuzzRestore feeds arbitrary bytes to Restore and RestoreDataset: they must
+// never panic, and a state they accept must keep the invariants, survive
+// another round trip and accept further events.
+func FuzzRestore(f *testing.F) {
+	for i, ops := range [][]byte{{0, 0, 1, 0, 1, 2, 2, 0, 0}, {0, 0, 1, 7, 0, 9, 8, 0, 0, 9, 2, 7, 0, 2, 1}} {
+		fz := newFuzzer(f, fuzzDatasets([]byte{byte(i), 4, 9, 3, 5, 20}))
+		fz.play(ops)
+		data, _ := fz.m.MarshalState()
+		f.Add(data)
+		for _, n := range []string{"a", "b", "s", "y"} {
+			d, _ := fz.m.DatasetState(n)
+			f.Add(d)
+		}
+	}
+	f.Add([]byte(`{"schema":2}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		m := New()
+		for _, ds := range fuzzDatasets([]byte{0, 4, 9, 3, 5, 20}) {
+			m.Register(ds, t0)
+		}
+		for _, n := range []string{"a", "b", "s", "y"} {
+			if err := m.RestoreDataset(n, data, t0); err != nil && !errors.Is(err, ErrBadState) && !errors.Is(err, ErrConflict) {
+				t.Fatalf("RestoreDataset error %v wraps neither ErrBadState nor ErrConflict", err)
+			}
+			checkInvariants(t, m)
+		}
+		r, err := Restore(data)
+		if err != nil {
+			if !errors.Is(err, ErrBadState) {
+				t.Fatalf("Restore error %v does not wrap ErrBadState", err)
+			}
+			return
+		}
+		checkInvariants(t, r)
+		again, err := r.MarshalState()
+		if err != nil {
+			t.Fatal(err)
+		}
+		r2, err := Restore(again)
+		if err != nil {
+			t.Fatalf("second Restore: %v", err)
+		}
+		cmpMachines(t, r, r2)
+		for _, n := range []string{"a", "b", "s", "y", "x"} {
+			r2.Lease(n, "w", 2, t0.Add(time.Hour))
+			r2.Complete(n, 1, "w", t0.Add(time.Hour))
+			r2.Append(n, 3, t0.Add(time.Hour))
+			r2.WorkerLost("w", t0.Add(2*time.Hour))
+			checkInvariants(t, r2)
+		}
+	})
+}
+
+// TestRandomSequences runs the fuzz body on a fixed set of pseudo-random
+// inputs, so plain `go test` covers more than the seed corpus.
+func TestRandomSequences(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	n := 300
+	if testing.Short() {
+		n = 60
+	}
+	for i := range n {
+		data := make([]byte, 6+r.IntN(1500))
+		for j := range data {
+			data[j] = byte(r.Uint32())
+		}
+		// Bias towards leases and completions so epochs actually finish.
+		for j := 6; j+2 < len(data); j += 3 {
+			switch r.IntN(4) {
+			case 0:
+				data[j] = 0
+			case 1:
+				data[j] = 2
+			}
+		}
+		t.Run(fmt.Sprint(i), func(t *testing.T) { newFuzzer(t, fuzzDatasets(data)).play(data[6:]) })
+	}
+}

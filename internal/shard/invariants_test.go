@@ -1,0 +1,135 @@
+package shard
+
+import (
+	"cmp"
+	"slices"
+	"testing"
+)
+
+// checkInvariants verifies the machine's invariants, through Status and on
+// its internal indexes.
+func checkInvariants(t testing.TB, m *Machine) {
+	t.Helper()
+	held := 0
+	for name, d := range m.datasets {
+		if d.cfg.Name != name || d.cfg != d.cfg.normalized() {
+			t.Fatalf("dataset %q: settings %+v not normalized or misfiled", name, d.cfg)
+		}
+		if d.cfg.Mode == Sync {
+			checkSync(t, d)
+			continue
+		}
+		held += len(d.doing)
+		checkLeased(t, m, d)
+	}
+	// Every held lease is on its worker's list, and every list entry held.
+	listed := 0
+	for w, l := range m.workers {
+		if l == nil || l.wprev != nil {
+			t.Fatalf("worker %q list head %+v", w, l)
+		}
+		for ; l != nil; l = l.wnext {
+			listed++
+			if l.worker != w || l.d.doing[l.id] != l || l.wnext != nil && l.wnext.wprev != l {
+				t.Fatalf("worker %q list holds %+v", w, l)
+			}
+		}
+	}
+	if listed != held {
+		t.Fatalf("%d leases held, %d on worker lists", held, listed)
+	}
+	// The deadline heap holds exactly the held leases that can expire.
+	for i, l := range m.heap {
+		if l.hidx != i || l.d.doing[l.id] != l || l.d.cfg.LeaseTimeout == 0 {
+			t.Fatalf("heap entry %d: %+v", i, l)
+		}
+		if i > 0 && l.deadline.Before(m.heap[(i-1)/2].deadline) {
+			t.Fatalf("heap order broken at %d", i)
+		}
+	}
+	dl, ok := m.NextDeadline()
+	if ok != (len(m.heap) > 0) || ok && !dl.Equal(m.heap[0].deadline) {
+		t.Fatalf("NextDeadline = %v, %v", dl, ok)
+	}
+}
+
+func checkSync(t testing.TB, d *dataset) {
+	t.Helper()
+	p, err := normPosition(d, d.pos)
+	if err != nil || p != d.pos || d.epoch != p.Epoch || d.finished != (d.cfg.Epochs > 0 && p.Epoch == d.cfg.Epochs) {
+		t.Fatalf("sync dataset %q at %+v (epoch %d, finished %v): %v", d.cfg.Name, d.pos, d.epoch, d.finished, err)
+	}
+}
+
+func checkLeased(t testing.TB, m *Machine, d *dataset) {
+	t.Helper()
+	name := d.cfg.Name
+	s, err := m.Status(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Accounting: every position cut so far is queued, held, done or dropped,
+	// exactly once.
+	var ranges []task
+	var retrySamples, doingSamples int64
+	for _, r := range d.retry {
+		ranges = append(ranges, r)
+		retrySamples += r.end - r.start
+	}
+	for id, l := range d.doing {
+		if l.id != id || l.d != d || id >= d.nextID || d.completed.has(id) {
+			t.Fatalf("%s: held lease %d: %+v (next %d)", name, id, l, d.nextID)
+		}
+		if (l.hidx >= 0) != (d.cfg.LeaseTimeout > 0) || l.hidx >= 0 && m.heap[l.hidx] != l {
+			t.Fatalf("%s: lease %d heap index %d", name, id, l.hidx)
+		}
+		ranges = append(ranges, l.task)
+		doingSamples += l.end - l.start
+	}
+	var dropped int64
+	for _, sh := range d.dropped {
+		if sh.Epoch == d.epoch {
+			ranges = append(ranges, task{start: sh.Start, end: sh.End})
+			dropped += sh.End - sh.Start
+		}
+	}
+	slices.SortFunc(ranges, func(a, b task) int { return cmp.Compare(a.start, b.start) })
+	for i, r := range ranges {
+		if r.start < 0 || r.start >= r.end || r.end > d.cursor || r.retries < 0 || r.retries >= d.cfg.MaxRetries {
+			t.Fatalf("%s: shard %+v outside cursor %d or retries", name, r, d.cursor)
+		}
+		if i > 0 && r.start < ranges[i-1].end {
+			t.Fatalf("%s: shards %+v and %+v overlap (leased twice at once?)", name, ranges[i-1], r)
+		}
+	}
+	if retrySamples != d.retrySamples || doingSamples != d.doingSamples || dropped != d.dropSamples {
+		t.Fatalf("%s: sample counters %d/%d/%d, counted %d/%d/%d", name, d.retrySamples, d.doingSamples, d.dropSamples, retrySamples, doingSamples, dropped)
+	}
+	if retrySamples+doingSamples+d.doneSamples+dropped != d.cursor {
+		t.Fatalf("%s: queued %d + held %d + done %d + dropped %d samples != cursor %d", name, retrySamples, doingSamples, d.doneSamples, dropped, d.cursor)
+	}
+	total := d.limit()
+	if d.cfg.Streaming {
+		total -= s.Buffered
+	}
+	if s.TodoSamples+s.DoingSamples+s.DoneSamples+s.EpochDroppedSamples != total {
+		t.Fatalf("%s: status samples %+v do not add up to %d", name, s, total)
+	}
+	if s.Todo != d.todo() || s.Doing != int64(len(d.doing)) || s.Done != d.done || s.EpochDropped != d.dropN {
+		t.Fatalf("%s: status counts %+v", name, s)
+	}
+	if d.cfg.Streaming && (d.epoch != 0 || s.Buffered < 0 || s.Buffered >= d.cfg.ShardSize || s.Buffered > 0 && d.sealed) {
+		t.Fatalf("%s: stream epoch %d buffered %d sealed %v", name, d.epoch, s.Buffered, d.sealed)
+	}
+	if d.cfg.Epochs > 0 && d.epoch >= d.cfg.Epochs {
+		t.Fatalf("%s: epoch %d of %d", name, d.epoch, d.cfg.Epochs)
+	}
+	if d.finished != d.epochDone() || d.finished && !(d.cfg.Streaming || d.epoch == d.cfg.Epochs-1) {
+		t.Fatalf("%s: finished %v, epoch done %v, epoch %d", name, d.finished, d.epochDone(), d.epoch)
+	}
+	for i, r := range d.completed.r {
+		if r.lo < 1 || r.lo >= r.hi || r.hi > d.nextID || i > 0 && r.lo <= d.completed.r[i-1].hi {
+			t.Fatalf("%s: completed set %v not canonical", name, d.completed.r)
+		}
+	}
+}

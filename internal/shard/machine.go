@@ -1,0 +1,325 @@
+package shard
+
+import (
+	"cmp"
+	"container/heap"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Machine is the sharding state machine of one job: every registered
+// dataset, its queue, leases, positions and history. It is not safe for
+// concurrent use; the master's driver serialises calls.
+type Machine struct {
+	datasets map[string]*dataset
+	heap     leaseHeap         // leases that can expire, by deadline
+	workers  map[string]*lease // each worker's leases, a linked list
+	free     *lease            // recycled lease records (linked by wnext)
+}
+
+// New returns a machine with no datasets.
+func New() *Machine {
+	return &Machine{datasets: make(map[string]*dataset), workers: make(map[string]*lease)}
+}
+
+// Lease is a shard handed to a worker.
+type Lease struct {
+	ID    uint64 // unique within the dataset; 0 is never used
+	Shard Shard
+	// Retries is how many times the shard failed (or its lease expired)
+	// before this lease.
+	Retries int
+	// Deadline is when the lease expires unless completed or renewed; zero
+	// when the dataset has no LeaseTimeout.
+	Deadline time.Time
+}
+
+// LeaseResult is the answer to [Machine.Lease]. At most one of these holds:
+// Shards is non-empty, Wait, End.
+type LeaseResult struct {
+	Shards []Lease
+	// Wait: nothing to hand out now. Other workers hold the last shards of
+	// the epoch (the next epoch starts only when they are completed, or
+	// requeued and then completed), or a stream has no full shard yet. Ask
+	// again later.
+	Wait bool
+	// End: the dataset is finished; there will be no more shards.
+	End bool
+}
+
+// lookup returns the dataset called name, checking its mode.
+func (m *Machine) lookup(name string, mode Mode) (*dataset, error) {
+	d := m.datasets[name]
+	if d == nil {
+		return nil, errorf(ErrUnknownDataset, "no dataset %q is registered", name)
+	}
+	if d.cfg.Mode != mode {
+		return nil, errorf(ErrWrongMode, "dataset %q is in %v mode; this call needs %v", name, d.cfg.Mode, mode)
+	}
+	return d, nil
+}
+
+// Register adds a dataset. The first registration of a name wins: an
+// identical one (after defaults, ignoring fields the mode does not use) is a
+// no-op, any other is ErrConflict naming the fields that differ.
+func (m *Machine) Register(ds Dataset, now time.Time) error {
+	m.expire(now)
+	if err := ds.Validate(); err != nil {
+		return err
+	}
+	ds = ds.normalized()
+	if d := m.datasets[ds.Name]; d != nil {
+		if s := diff(d.cfg, ds, false); s != "" {
+			return errorf(ErrConflict, "dataset %q is registered with %s", ds.Name, s)
+		}
+		return nil
+	}
+	d := newDataset(ds)
+	if ds.Mode == Sync {
+		d.doing = nil
+	}
+	m.datasets[ds.Name] = d
+	return nil
+}
+
+// MaxLeaseShards caps the shards one [Machine.Lease] call hands out.
+const MaxLeaseShards = 1024
+
+// Lease hands worker up to max (>= 1, capped at MaxLeaseShards) shards of a
+// Leased dataset from the front of its queue: requeued shards first (the
+// latest requeued at the very front; of leases requeued together, the lowest
+// lease ID first), then new shards in epoch order. See
+// [LeaseResult] for Wait and End. The first lease of a shuffled epoch
+// computes the epoch's permutation, O(Size); the others cost O(log leases
+// held) plus the shard's samples when shuffled.
+func (m *Machine) Lease(dataset, worker string, max int, now time.Time) (LeaseResult, error) {
+	m.expire(now)
+	d, err := m.lookup(dataset, Leased)
+	if err != nil {
+		return LeaseResult{}, err
+	}
+	if err := validName("worker", worker); err != nil {
+		return LeaseResult{}, err
+	}
+	if max < 1 {
+		return LeaseResult{}, errorf(ErrInvalidRequest, "max is %d; ask for at least 1 shard", max)
+	}
+	if d.finished {
+		return LeaseResult{End: true}, nil
+	}
+	n := min(int64(max), MaxLeaseShards, d.todo())
+	if n == 0 {
+		return LeaseResult{Wait: true}, nil
+	}
+	res := LeaseResult{Shards: make([]Lease, 0, n)}
+	for range n {
+		t, _ := d.pop()
+		l := m.hold(d, worker, t, now)
+		res.Shards = append(res.Shards, Lease{ID: l.id, Shard: d.shard(t), Retries: t.retries, Deadline: l.deadline})
+	}
+	return res, nil
+}
+
+// hold records a new lease of t by worker.
+func (m *Machine) hold(d *dataset, worker string, t task, now time.Time) *lease {
+	l := m.free
+	if l != nil {
+		m.free = l.wnext
+	} else {
+		l = new(lease)
+	}
+	*l = lease{task: t, id: d.nextID, d: d, worker: worker, hidx: -1}
+	if d.cfg.LeaseTimeout > 0 {
+		l.deadline = now.Add(d.cfg.LeaseTimeout)
+	}
+	d.nextID++
+	m.insert(l)
+	return l
+}
+
+// insert adds l to its dataset's held leases, the deadline heap (when its
+// dataset has a LeaseTimeout) and its worker's list.
+func (m *Machine) insert(l *lease) {
+	d := l.d
+	d.doing[l.id] = l
+	d.doingSamples += l.end - l.start
+	if d.cfg.LeaseTimeout > 0 {
+		heap.Push(&m.heap, l)
+	}
+	m.link(l)
+}
+
+func (m *Machine) link(l *lease) {
+	if h := m.workers[l.worker]; h != nil {
+		h.wprev, l.wnext = l, h
+	}
+	m.workers[l.worker] = l
+}
+
+// release forgets l: it is no longer held (completed or requeued).
+func (m *Machine) release(l *lease) {
+	d := l.d
+	delete(d.doing, l.id)
+	d.doingSamples -= l.end - l.start
+	if l.hidx >= 0 {
+		heap.Remove(&m.heap, l.hidx)
+	}
+	switch {
+	case l.wprev != nil:
+		l.wprev.wnext = l.wnext
+	case l.wnext != nil:
+		m.workers[l.worker] = l.wnext
+	default:
+		delete(m.workers, l.worker)
+	}
+	if l.wnext != nil {
+		l.wnext.wprev = l.wprev
+	}
+	*l = lease{wnext: m.free}
+	m.free = l
+}
+
+// held returns worker's lease id of a Leased dataset.
+func (m *Machine) held(dataset string, id uint64, worker string, now time.Time) (*dataset, *lease, error) {
+	m.expire(now)
+	d, err := m.lookup(dataset, Leased)
+	if err != nil {
+		return nil, nil, err
+	}
+	l := d.doing[id]
+	if l == nil {
+		return d, nil, errorf(ErrUnknownLease, "dataset %q has no lease %d held (it expired, failed or was requeued): discard its result", dataset, id)
+	}
+	if l.worker != worker {
+		return d, nil, errorf(ErrNotHolder, "lease %d of dataset %q is held by %q, not %q", id, dataset, l.worker, worker)
+	}
+	return d, l, nil
+}
+
+// Complete records that worker finished lease id. Completing a lease that
+// was already completed returns nil again (the first completion counted; the
+// machine remembers completed IDs, not who completed them, so a repeat is
+// not checked against the worker). A lease that expired, failed or was
+// requeued is ErrUnknownLease: the caller must discard its result.
+func (m *Machine) Complete(dataset string, id uint64, worker string, now time.Time) error {
+	d, l, err := m.held(dataset, id, worker, now)
+	if l == nil {
+		if d != nil && d.completed.has(id) {
+			return nil
+		}
+		return err
+	}
+	d.done++
+	d.doneSamples += l.end - l.start
+	d.completed.add(id)
+	m.release(l)
+	d.settle()
+	return nil
+}
+
+// Fail records that worker could not process lease id: the shard goes back
+// to the front of the queue with one more failure, or, once it has failed
+// MaxRetries times, is dropped and listed in [Status].Dropped.
+func (m *Machine) Fail(dataset string, id uint64, worker string, now time.Time) error {
+	d, l, err := m.held(dataset, id, worker, now)
+	if l == nil {
+		return err
+	}
+	m.requeue(d, []*lease{l}, true)
+	d.settle()
+	return nil
+}
+
+// Renew extends lease id by the dataset's LeaseTimeout from now (a no-op
+// without one).
+func (m *Machine) Renew(dataset string, id uint64, worker string, now time.Time) error {
+	_, l, err := m.held(dataset, id, worker, now)
+	if l == nil {
+		return err
+	}
+	if l.hidx >= 0 {
+		l.deadline = now.Add(l.d.cfg.LeaseTimeout)
+		heap.Fix(&m.heap, l.hidx)
+	}
+	return nil
+}
+
+// WorkerLost requeues every lease worker holds, in every dataset, to the
+// front of its queue (lowest lease ID first), without counting a failure:
+// the worker died, not the shard. Unknown workers are ignored.
+func (m *Machine) WorkerLost(worker string, now time.Time) {
+	m.expire(now)
+	var ls []*lease
+	for l := m.workers[worker]; l != nil; l = l.wnext {
+		ls = append(ls, l)
+	}
+	m.requeueAll(ls, false)
+}
+
+// Tick requeues the leases whose deadline is at or before now to the front
+// of their queues. An expiry counts as a failure of the shard (unlike
+// WorkerLost): a worker that is alive but never finishes a shard in time
+// would otherwise get it back forever, so a shard that keeps hanging or
+// crashing its workers is dropped after MaxRetries. Every event applies
+// Tick first.
+func (m *Machine) Tick(now time.Time) { m.expire(now) }
+
+func (m *Machine) expire(now time.Time) {
+	if len(m.heap) == 0 || m.heap[0].deadline.After(now) {
+		return
+	}
+	var ls []*lease
+	for len(m.heap) > 0 && !m.heap[0].deadline.After(now) {
+		ls = append(ls, heap.Pop(&m.heap).(*lease))
+	}
+	m.requeueAll(ls, true)
+}
+
+// NextDeadline returns the earliest lease deadline, when [Machine.Tick]
+// next matters; false when no lease can expire.
+func (m *Machine) NextDeadline() (time.Time, bool) {
+	if len(m.heap) == 0 {
+		return time.Time{}, false
+	}
+	return m.heap[0].deadline, true
+}
+
+// requeueAll requeues leases of any datasets, grouped by dataset.
+func (m *Machine) requeueAll(ls []*lease, failed bool) {
+	slices.SortFunc(ls, func(a, b *lease) int {
+		if a.d != b.d {
+			return strings.Compare(a.d.cfg.Name, b.d.cfg.Name)
+		}
+		return cmp.Compare(a.id, b.id)
+	})
+	for i := 0; i < len(ls); {
+		j := i + 1
+		for j < len(ls) && ls[j].d == ls[i].d {
+			j++
+		}
+		d := ls[i].d
+		m.requeue(d, ls[i:j], failed)
+		d.settle()
+		i = j
+	}
+}
+
+// requeue puts leases of d, sorted by ID, back at the front of its queue so
+// that the lowest ID is taken first; failed counts a failure against each
+// shard, dropping those that reach MaxRetries.
+func (m *Machine) requeue(d *dataset, ls []*lease, failed bool) {
+	for i := len(ls) - 1; i >= 0; i-- {
+		l := ls[i]
+		t := l.task
+		m.release(l)
+		if failed {
+			t.retries++
+			if t.retries >= d.cfg.MaxRetries {
+				d.drop(t)
+				continue
+			}
+		}
+		d.pushFront(t)
+	}
+}
