@@ -213,8 +213,6 @@ func validatePosition(p *roverv1.DataPosition) (*shard.Position, error) {
 	return &shard.Position{Epoch: int(p.GetEpoch()), Consumed: p.GetConsumed()}, nil
 }
 
-
-
 func (c *core) datasetStatus(name string) (shard.Status, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
