@@ -515,3 +515,73 @@ with open(os.path.join(sys.argv[1], "info-%s.json" % os.environ["RANK"]), "w") a
 		}
 	}
 }
+
+// TestPythonShardClient runs two Python workers that lease shards of one
+// dataset through their agent: together they train every sample once.
+func TestPythonShardClient(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	script := filepath.Join(dir, "leased.py")
+	err := os.WriteFile(script, []byte(`import json, os, sys
+from rover.data import ShardClient, ElasticSampler
+client = ShardClient("items", size=1000, shard_size=7, epochs=2, shuffle=True, seed=3)
+got = []
+for shard in client:
+    got.append([shard.epoch, shard.indices()])
+    assert client.complete(shard)
+sampler = ElasticSampler("sync", size=64, batch_size=4)
+first = list(iter(sampler))
+with open(os.path.join(sys.argv[1], "out-%s.json" % os.environ["RANK"]), "w") as f:
+    json.dump({"shards": got, "sync": first, "state": sampler.state_dict(2)}, f)
+`), 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := runAgent(ctx, t, "--standalone", "--nproc-per-node", "2", script, dir)
+	if r.err != nil {
+		t.Fatalf("agent: %v\n%s", r.err, r.stderr)
+	}
+	count := map[[2]int64]int{}
+	var syncIdx []int64
+	for _, rank := range []string{"0", "1"} {
+		b, err := os.ReadFile(filepath.Join(dir, "out-"+rank+".json"))
+		if err != nil {
+			t.Fatalf("rank %s: %v\n%s", rank, err, r.stderr)
+		}
+		var out struct {
+			Shards [][2]json.RawMessage `json:"shards"`
+			Sync   []int64              `json:"sync"`
+		}
+		if err := json.Unmarshal(b, &out); err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range out.Shards {
+			var epoch int64
+			var idx []int64
+			json.Unmarshal(s[0], &epoch)
+			json.Unmarshal(s[1], &idx)
+			for _, i := range idx {
+				count[[2]int64{epoch, i}]++
+			}
+		}
+		syncIdx = append(syncIdx, out.Sync...)
+	}
+	for e := int64(0); e < 2; e++ {
+		for i := int64(0); i < 1000; i++ {
+			if c := count[[2]int64{e, i}]; c != 1 {
+				t.Fatalf("epoch %d sample %d trained %d times, want once", e, i, c)
+			}
+		}
+	}
+	seen := map[int64]bool{}
+	for _, i := range syncIdx {
+		if seen[i] {
+			t.Fatalf("sync sample %d trained twice", i)
+		}
+		seen[i] = true
+	}
+	if len(seen) != 64 {
+		t.Errorf("sync epoch trained %d samples, want 64", len(seen))
+	}
+}

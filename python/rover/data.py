@@ -1,0 +1,208 @@
+"""Elastic data for training scripts started by ``rover run``.
+
+Two modes (docs/data-sharding.md):
+
+* ``ElasticSampler`` — synchronous training (DDP, FSDP). One global order per
+  epoch (a seeded permutation when shuffling); each step, rank r trains the
+  r-th slice of the next ``world_size * batch_size`` samples. The job's
+  position moves on; a checkpoint records it, and a restore continues with
+  exactly the samples not trained yet, whatever the world size is then.
+* ``ShardClient`` — leased shards for independent workers: lease, train,
+  complete; a dead worker's shards go back to the queue.
+
+Standard library only; works with ``torch.utils.data.DataLoader`` without
+importing torch.
+"""
+
+import os
+import time
+
+from . import _agent
+from ._order import DROP_TAIL, PAD_TAIL, epoch_order, rank_batch
+
+__all__ = ["ElasticSampler", "ShardClient", "Shard", "DROP_TAIL", "PAD_TAIL"]
+
+
+def _register(spec):
+    return _agent.call("RegisterDataset", {"dataset": spec})["dataset"]
+
+
+class ElasticSampler:
+    """A sampler for ``DataLoader(dataset, batch_size=B, sampler=...)`` in
+    synchronous training.
+
+    Iterating yields this rank's sample indices, step after step, from the
+    current position to the end of the epoch. ``state_dict(batches)`` is the
+    position after ``batches`` batches of the current iteration were
+    trained: save it with the model; ``load_state_dict`` restores it.
+    """
+
+    def __init__(self, name, size, batch_size, shuffle=False, seed=0, epochs=0, tail=DROP_TAIL,
+                 rank=None, world_size=None):
+        if tail not in (DROP_TAIL, PAD_TAIL):
+            raise ValueError(f"tail must be {DROP_TAIL!r} or {PAD_TAIL!r}, not {tail!r}")
+        self.name, self.size, self.batch_size = name, int(size), int(batch_size)
+        self.shuffle, self.seed, self.epochs, self.tail = bool(shuffle), int(seed), int(epochs), tail
+        self.rank = int(os.environ.get("RANK", "0")) if rank is None else int(rank)
+        self.world_size = int(os.environ.get("WORLD_SIZE", "1")) if world_size is None else int(world_size)
+        self._orders = {}
+        self._steps = [self._master_position()]  # positions before each yielded step
+
+    # The master is the source of truth for the position when rover runs the job.
+    def _master_position(self):
+        if not _agent.under_rover():
+            return (0, 0)
+        _register({"name": self.name, "size": str(self.size), "batchSize": self.batch_size,
+                   "epochs": self.epochs, "shuffle": self.shuffle, "seed": str(self.seed),
+                   "mode": "SHARD_MODE_SYNC"})
+        p = _agent.call("GetPosition", {"dataset": self.name}).get("position", {})
+        return (int(p.get("epoch", 0)), int(p.get("consumed", 0)))
+
+    def _order(self, epoch):
+        if not self.shuffle:
+            return range(self.size)
+        if epoch not in self._orders:
+            self._orders = {epoch: epoch_order(self.size, epoch, True, self.seed)}
+        return self._orders[epoch]
+
+    @property
+    def position(self):
+        """(epoch, consumed) where the next iteration starts."""
+        return self._steps[0]
+
+    def set_epoch(self, epoch):
+        """Accepted for DistributedSampler compatibility: the position decides
+        the epoch; a later epoch than the position's skips ahead to it."""
+        e, _ = self._steps[0]
+        if epoch > e:
+            self._steps = [(epoch, 0)]
+
+    def _normalize(self, pos):
+        e, c = pos
+        if c == self.size or (self.tail == DROP_TAIL and self.size - c < self.world_size * self.batch_size):
+            return (e + 1, 0)
+        return pos
+
+    def __iter__(self):
+        """Yields this rank's indices for the rest of one epoch."""
+        pos = self._normalize(self._steps[0])
+        self._steps = [pos]
+        epoch = pos[0]
+        while True:
+            indices, nxt = rank_batch(self.size, self.batch_size, self.epochs, self._order, pos,
+                                      self.world_size, self.rank, self.tail)
+            if indices is None:
+                return
+            self._steps.append(nxt)
+            yield from indices
+            if nxt[0] != epoch:
+                return
+            pos = nxt
+
+    def __len__(self):
+        e, c = self._normalize(self._steps[0])
+        g = self.world_size * self.batch_size
+        left = self.size - c
+        steps = left // g if self.tail == DROP_TAIL else -(-left // g)
+        return max(steps, 0) * self.batch_size
+
+    def state_dict(self, batches):
+        """The position after `batches` batches of the current iteration; it
+        is also recorded on the master."""
+        if batches < 0 or batches >= len(self._steps):
+            raise ValueError(f"{batches} batches were not yielded in this iteration ({len(self._steps) - 1} were)")
+        e, c = self._steps[batches]
+        if _agent.under_rover():
+            _agent.call("AdvancePosition", {"dataset": self.name, "position": {"epoch": e, "consumed": str(c)}})
+        return {"name": self.name, "epoch": e, "consumed": c}
+
+    def load_state_dict(self, state):
+        """Continues from a saved position (rewinding the master's)."""
+        e, c = int(state["epoch"]), int(state["consumed"])
+        if _agent.under_rover():
+            _agent.call("AdvancePosition", {"dataset": self.name, "restore": True,
+                                            "position": {"epoch": e, "consumed": str(c)}})
+        self._steps = [(e, c)]
+
+
+class Shard:
+    """A leased shard: samples ``indices()`` of epoch ``epoch``."""
+
+    __slots__ = ("lease_id", "epoch", "start", "end", "_indices")
+
+    def __init__(self, msg):
+        self.lease_id = msg["leaseId"]
+        self.epoch = int(msg.get("epoch", 0))
+        self.start, self.end = int(msg.get("start", 0)), int(msg.get("end", 0))
+        self._indices = [int(i) for i in msg.get("indices", [])] or None
+
+    def indices(self):
+        return list(self._indices) if self._indices is not None else list(range(self.start, self.end))
+
+    def __len__(self):
+        return self.end - self.start
+
+    def __repr__(self):
+        return f"Shard(epoch={self.epoch}, start={self.start}, end={self.end}, lease={self.lease_id})"
+
+
+class ShardClient:
+    """Leases shards of a dataset for this worker.
+
+        client = ShardClient("train", size=100_000, shard_size=512)
+        for shard in client:
+            for i in shard.indices():
+                ...
+            client.complete(shard)
+
+    Iteration ends when the dataset is finished. ``prefetch`` shards are kept
+    leased ahead so the data path rarely waits on the network.
+    """
+
+    def __init__(self, name, size=0, shard_size=1, batch_size=1, epochs=1, shuffle=False, seed=0,
+                 streaming=False, lease_timeout=0.0, max_retries=3, prefetch=2, poll=0.05):
+        spec = {"name": name, "size": str(int(size)), "batchSize": int(batch_size), "shardSize": str(int(shard_size)),
+                "epochs": int(epochs), "shuffle": bool(shuffle), "seed": str(int(seed)), "streaming": bool(streaming),
+                "leaseTimeoutMillis": str(int(lease_timeout * 1000)), "maxRetries": int(max_retries),
+                "mode": "SHARD_MODE_LEASED"}
+        self.name = name
+        self.spec = _register(spec)
+        self.worker = os.environ.get("LOCAL_RANK", "0")
+        self.prefetch, self.poll = max(1, int(prefetch)), poll
+        self._ready = []
+        self._ended = False
+
+    def _fill(self):
+        want = self.prefetch - len(self._ready)
+        if want <= 0 or self._ended:
+            return
+        r = _agent.call("LeaseShards", {"dataset": self.name, "worker": self.worker, "max": want})
+        self._ready.extend(Shard(s) for s in r.get("shards", []))
+        if r.get("end"):
+            self._ended = True
+
+    def __iter__(self):
+        delay = self.poll
+        while True:
+            self._fill()
+            if self._ready:
+                delay = self.poll
+                yield self._ready.pop(0)
+                continue
+            if self._ended:
+                return
+            time.sleep(delay)  # others hold the last shards of the epoch
+            delay = min(delay * 2, 1.0)
+
+    def complete(self, shard, ok=True):
+        """Reports a shard done (ok) or failed (retried elsewhere). Returns
+        False when the lease had expired and the shard went to another
+        worker: then this worker's results for it must be discarded."""
+        r = _agent.call("CompleteShards", {"dataset": self.name, "worker": self.worker,
+                                           "results": [{"leaseId": shard.lease_id, "ok": bool(ok)}]})
+        return str(shard.lease_id) not in [str(u) for u in r.get("unknown", [])]
+
+    def append(self, samples, seal=False):
+        """Streaming datasets: appends samples to the stream; returns its end."""
+        r = _agent.call("AppendStream", {"dataset": self.name, "samples": str(int(samples)), "seal": bool(seal)})
+        return int(r.get("end", 0))
