@@ -22,7 +22,7 @@ import (
 	"github.com/roverml/rover/internal/store"
 )
 
-var fakeWorker string
+var fakeWorker, sdkWorker string
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "rover-agent-test-")
@@ -33,6 +33,12 @@ func TestMain(m *testing.M) {
 	out, err := exec.Command("go", "build", "-o", fakeWorker, "github.com/roverml/rover/test/fakeworker").CombinedOutput()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "build fakeworker: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	sdkWorker = filepath.Join(dir, "sdkworker")
+	out, err = exec.Command("go", "build", "-o", sdkWorker, "github.com/roverml/rover/test/sdkworker").CombinedOutput()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "build sdkworker: %v\n%s", err, out)
 		os.Exit(1)
 	}
 	code := m.Run()
@@ -583,5 +589,49 @@ with open(os.path.join(sys.argv[1], "out-%s.json" % os.environ["RANK"]), "w") as
 	}
 	if len(seen) != 64 {
 		t.Errorf("sync epoch trained %d samples, want 64", len(seen))
+	}
+}
+
+// TestGoSDKLeasedWorkers runs three Go workers that lease shards through the
+// Go SDK, one of them slow: every sample is trained once, and the slow
+// worker takes fewer shards instead of holding the others back.
+func TestGoSDKLeasedWorkers(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	r := runAgent(ctx, t, "--standalone", "--nproc-per-node", "3", "--no-python", sdkWorker,
+		"--size", "600", "--shard-size", "10", "--per-shard", "5ms", "--slow-rank", "2", "--slow-per-shard", "50ms", "--out", dir)
+	if r.err != nil {
+		t.Fatalf("agent: %v\n%s", r.err, r.stderr)
+	}
+	count := map[int64]int{}
+	perRank := map[string]int{}
+	for _, rank := range []string{"0", "1", "2"} {
+		b, err := os.ReadFile(filepath.Join(dir, "out-"+rank+".json"))
+		if err != nil {
+			t.Fatalf("rank %s: %v\n%s", rank, err, r.stderr)
+		}
+		var out struct {
+			Shards []struct {
+				Indices []int64 `json:"indices"`
+			} `json:"shards"`
+		}
+		if err := json.Unmarshal(b, &out); err != nil {
+			t.Fatal(err)
+		}
+		perRank[rank] = len(out.Shards)
+		for _, s := range out.Shards {
+			for _, i := range s.Indices {
+				count[i]++
+			}
+		}
+	}
+	for i := int64(0); i < 600; i++ {
+		if count[i] != 1 {
+			t.Fatalf("sample %d trained %d times, want once", i, count[i])
+		}
+	}
+	if perRank["2"] >= perRank["0"] || perRank["2"] >= perRank["1"] {
+		t.Errorf("shards per rank %v: the slow rank 2 should take fewer than each fast one", perRank)
 	}
 }
