@@ -169,4 +169,3 @@ func (d *Dataset) Append(ctx context.Context, n int64, seal bool) (int64, error)
 	}
 	return r.Msg.GetEnd(), nil
 }
-
