@@ -12,9 +12,15 @@ import (
 	"github.com/roverml/rover/internal/bench"
 )
 
+const benchUsage = `usage: rover bench rendezvous --nodes N [--conns C] [--heartbeat-period D] [--periods P]
+       rover bench shards --clients N [--batch B] [--duration D]`
+
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "shards" {
+		return runBenchShards(ctx, args[1:], stdout, stderr)
+	}
 	if len(args) == 0 || args[0] != "rendezvous" {
-		return usageError{errors.New("usage: rover bench rendezvous --nodes N [--conns C] [--heartbeat-period D] [--periods P]")}
+		return usageError{errors.New(benchUsage)}
 	}
 	cfg := bench.RendezvousConfig{}
 	fs := flag.NewFlagSet("rover bench rendezvous", flag.ContinueOnError)
@@ -38,5 +44,31 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	cfg.Rover = exe
 	_, err = bench.Rendezvous(ctx, cfg, stdout)
+	return err
+}
+
+func runBenchShards(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cfg := bench.ShardsConfig{}
+	fs := flag.NewFlagSet("rover bench shards", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.IntVar(&cfg.Clients, "clients", 256, "simulated agents leasing shards")
+	fs.IntVar(&cfg.Batch, "batch", 1, "shards leased per call (an agent batches its workers' requests)")
+	fs.DurationVar(&cfg.Duration, "duration", 5*time.Second, "how long to measure")
+	fs.IntVar(&cfg.Conns, "conns", 16, "HTTP/2 connections the clients share")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return usageError{err}
+	}
+	if cfg.Clients < 1 {
+		return usageError{fmt.Errorf("--clients must be at least 1, got %d", cfg.Clients)}
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("find the rover binary: %w", err)
+	}
+	cfg.Rover = exe
+	_, err = bench.Shards(ctx, cfg, stdout)
 	return err
 }
