@@ -54,12 +54,14 @@ func joinReq(id string, cfg *roverv1.RendezvousConfig) *connect.Request[roverv1.
 
 type session = *connect.BidiStreamForClient[roverv1.SessionRequest, roverv1.SessionResponse]
 
-// openSession opens a node's session with a join.
-func openSession(ctx context.Context, t *testing.T, c roverv1connect.MasterServiceClient, id string, cfg *roverv1.RendezvousConfig) session {
+// openSessionRank opens a node's session with a join asking for a node rank.
+func openSessionRank(ctx context.Context, t *testing.T, c roverv1connect.MasterServiceClient, id string, rank int, cfg *roverv1.RendezvousConfig) session {
 	t.Helper()
 	s := c.Session(ctx)
 	t.Cleanup(func() { _ = s.CloseRequest() })
-	if err := s.Send(&roverv1.SessionRequest{Msg: &roverv1.SessionRequest_Join{Join: joinReq(id, cfg).Msg}}); err != nil {
+	join := joinReq(id, cfg).Msg
+	join.RequestedRank = int32(rank)
+	if err := s.Send(&roverv1.SessionRequest{Msg: &roverv1.SessionRequest_Join{Join: join}}); err != nil {
 		t.Fatalf("join %s: %v", id, err)
 	}
 	return s
@@ -85,8 +87,8 @@ func TestRoundOverRPC(t *testing.T) {
 	defer cancel()
 	cfg := rdzvConfig(2, 2)
 	var streams []session
-	for _, id := range []string{"a", "b"} {
-		streams = append(streams, openSession(ctx, t, c, id, cfg))
+	for i, id := range []string{"a", "b"} {
+		streams = append(streams, openSessionRank(ctx, t, c, id, i, cfg))
 	}
 	for i, s := range streams {
 		v := nextView(t, s, func(v *roverv1.NodeView) bool { return v.GetAssignment() != nil })
@@ -109,6 +111,7 @@ func TestRoundOverRPC(t *testing.T) {
 	for _, id := range []string{"a", "b"} {
 		req := joinReq(id, cfg)
 		req.Msg.Round = 2
+		req.Msg.RequestedRank = map[string]int32{"a": 0, "b": 1}[id]
 		if _, err := c.Join(ctx, req); err != nil {
 			t.Fatal(err)
 		}
