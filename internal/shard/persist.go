@@ -134,12 +134,7 @@ func (d *dataset) progress(flatten bool) progressJSON {
 // failures), not O(shards).
 func (m *Machine) MarshalState() ([]byte, error) {
 	s := stateJSON{Schema: SchemaVersion, Datasets: []datasetJSON{}}
-	names := make([]string, 0, len(m.datasets))
-	for name := range m.datasets {
-		names = append(names, name)
-	}
-	slices.Sort(names)
-	for _, name := range names {
+	for _, name := range m.Datasets() {
 		d := m.datasets[name]
 		dj := datasetJSON{Dataset: toConfigJSON(d.cfg), progressJSON: d.progress(false)}
 		if d.cfg.Mode == Leased {

@@ -165,9 +165,16 @@ func TestLeaseErrors(t *testing.T) {
 	if _, err := e.m.Status("x"); !errors.Is(err, ErrUnknownDataset) {
 		t.Errorf("Status(x): %v", err)
 	}
+	if diff := cmp.Diff([]string{"d", "s"}, e.m.Datasets()); diff != "" {
+		t.Fatalf("Datasets (-want +got):\n%s", diff)
+	}
 	r := e.lease("d", "w", 100) // more than there is: all 3
 	if len(r.Shards) != 3 {
 		t.Fatalf("Lease(max 100) = %d shards", len(r.Shards))
+	}
+	e.m.Register(leased("big", 5000, 1), e.now)
+	if r := e.lease("big", "w", 1<<30); len(r.Shards) != MaxLeaseShards {
+		t.Fatalf("Lease(max 2^30) = %d shards, want the cap %d", len(r.Shards), MaxLeaseShards)
 	}
 }
 

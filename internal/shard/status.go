@@ -67,3 +67,13 @@ func (m *Machine) Status(dataset string) (Status, error) {
 	}
 	return s, nil
 }
+
+// Datasets returns the names of the registered datasets, sorted.
+func (m *Machine) Datasets() []string {
+	names := make([]string, 0, len(m.datasets))
+	for name := range m.datasets {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	return names
+}
