@@ -635,3 +635,42 @@ func TestGoSDKLeasedWorkers(t *testing.T) {
 		t.Errorf("shards per rank %v: the slow rank 2 should take fewer than each fast one", perRank)
 	}
 }
+
+// TestKilledWorkerLosesNoShard crashes a Go worker while it holds a lease:
+// the workers restart, the shard goes back to the queue, and every sample is
+// completed exactly once over both attempts.
+func TestKilledWorkerLosesNoShard(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	r := runAgent(ctx, t, "--standalone", "--nproc-per-node", "2", "--max-restarts", "1", "--no-python", sdkWorker,
+		"--size", "400", "--shard-size", "10", "--per-shard", "5ms", "--out", dir,
+		"--crash-after-shards", "5", "--crash-marker", filepath.Join(dir, "crashed"))
+	if r.err != nil {
+		t.Fatalf("agent: %v\n%s", r.err, r.stderr)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "crashed")); err != nil {
+		t.Fatal("no worker crashed")
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "done.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := map[int64]int{}
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		var s struct {
+			Indices []int64 `json:"indices"`
+		}
+		if err := json.Unmarshal([]byte(line), &s); err != nil {
+			t.Fatalf("bad line %q: %v", line, err)
+		}
+		for _, i := range s.Indices {
+			count[i]++
+		}
+	}
+	for i := int64(0); i < 400; i++ {
+		if count[i] != 1 {
+			t.Fatalf("sample %d completed %d times, want once", i, count[i])
+		}
+	}
+}
