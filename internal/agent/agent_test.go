@@ -480,4 +480,3 @@ func TestMasterLostStopsTheAgent(t *testing.T) {
 		t.Fatalf("exit code %d (%v), want %d", code, r.err, agent.ExitMasterLost)
 	}
 }
-
