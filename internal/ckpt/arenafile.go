@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 
@@ -283,16 +284,13 @@ func prefault(f *os.File, mem []byte) {
 	}
 }
 
-// touchSink keeps touchPages's reads from being optimised away.
-var touchSink byte
-
 // touchPages reads one byte per page.
 func touchPages(mem []byte) {
 	var x byte
 	for i := 0; i < len(mem); i += os.Getpagesize() {
 		x ^= mem[i]
 	}
-	touchSink = x
+	runtime.KeepAlive(x) // keeps the reads from being optimised away
 }
 
 // touchPagesWrite adds zero atomically to the first word of every page.
