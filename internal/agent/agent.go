@@ -50,6 +50,7 @@ type agent struct {
 	joined joinedState
 	views  *latestView
 	local  *localAPI
+	arenas *arenas
 }
 
 // Run runs the node agent until the job ends or ctx is cancelled. Its error
@@ -98,6 +99,10 @@ func Run(ctx context.Context, cfg *runconfig.Config, opts Options) error {
 	if err := a.openLogDir(); err != nil {
 		return err
 	}
+	if a.arenas, err = newArenas(); err != nil {
+		return err
+	}
+	defer a.arenas.close()
 	local, err := a.startLocalAPI()
 	if err != nil {
 		return err

@@ -26,6 +26,382 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type CheckpointBeginRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	LocalRank int32                  `protobuf:"varint,1,opt,name=local_rank,json=localRank,proto3" json:"local_rank,omitempty"`
+	Step      int64                  `protobuf:"varint,2,opt,name=step,proto3" json:"step,omitempty"`
+	// Bytes the snapshot needs; the arena grows to fit.
+	Size          int64 `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckpointBeginRequest) Reset() {
+	*x = CheckpointBeginRequest{}
+	mi := &file_api_rover_v1_agent_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckpointBeginRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckpointBeginRequest) ProtoMessage() {}
+
+func (x *CheckpointBeginRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_rover_v1_agent_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckpointBeginRequest.ProtoReflect.Descriptor instead.
+func (*CheckpointBeginRequest) Descriptor() ([]byte, []int) {
+	return file_api_rover_v1_agent_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *CheckpointBeginRequest) GetLocalRank() int32 {
+	if x != nil {
+		return x.LocalRank
+	}
+	return 0
+}
+
+func (x *CheckpointBeginRequest) GetStep() int64 {
+	if x != nil {
+		return x.Step
+	}
+	return 0
+}
+
+func (x *CheckpointBeginRequest) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+type CheckpointBeginResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The arena file to map (read-write) and where the slot starts in it.
+	Path          string `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	Offset        int64  `protobuf:"varint,2,opt,name=offset,proto3" json:"offset,omitempty"`
+	Capacity      int64  `protobuf:"varint,3,opt,name=capacity,proto3" json:"capacity,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckpointBeginResponse) Reset() {
+	*x = CheckpointBeginResponse{}
+	mi := &file_api_rover_v1_agent_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckpointBeginResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckpointBeginResponse) ProtoMessage() {}
+
+func (x *CheckpointBeginResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_rover_v1_agent_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckpointBeginResponse.ProtoReflect.Descriptor instead.
+func (*CheckpointBeginResponse) Descriptor() ([]byte, []int) {
+	return file_api_rover_v1_agent_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *CheckpointBeginResponse) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *CheckpointBeginResponse) GetOffset() int64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *CheckpointBeginResponse) GetCapacity() int64 {
+	if x != nil {
+		return x.Capacity
+	}
+	return 0
+}
+
+type CheckpointCommitRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	LocalRank int32                  `protobuf:"varint,1,opt,name=local_rank,json=localRank,proto3" json:"local_rank,omitempty"`
+	Step      int64                  `protobuf:"varint,2,opt,name=step,proto3" json:"step,omitempty"`
+	// Bytes written at the slot's start.
+	Length        int64 `protobuf:"varint,3,opt,name=length,proto3" json:"length,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckpointCommitRequest) Reset() {
+	*x = CheckpointCommitRequest{}
+	mi := &file_api_rover_v1_agent_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckpointCommitRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckpointCommitRequest) ProtoMessage() {}
+
+func (x *CheckpointCommitRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_rover_v1_agent_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckpointCommitRequest.ProtoReflect.Descriptor instead.
+func (*CheckpointCommitRequest) Descriptor() ([]byte, []int) {
+	return file_api_rover_v1_agent_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *CheckpointCommitRequest) GetLocalRank() int32 {
+	if x != nil {
+		return x.LocalRank
+	}
+	return 0
+}
+
+func (x *CheckpointCommitRequest) GetStep() int64 {
+	if x != nil {
+		return x.Step
+	}
+	return 0
+}
+
+func (x *CheckpointCommitRequest) GetLength() int64 {
+	if x != nil {
+		return x.Length
+	}
+	return 0
+}
+
+type CheckpointCommitResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckpointCommitResponse) Reset() {
+	*x = CheckpointCommitResponse{}
+	mi := &file_api_rover_v1_agent_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckpointCommitResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckpointCommitResponse) ProtoMessage() {}
+
+func (x *CheckpointCommitResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_rover_v1_agent_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckpointCommitResponse.ProtoReflect.Descriptor instead.
+func (*CheckpointCommitResponse) Descriptor() ([]byte, []int) {
+	return file_api_rover_v1_agent_proto_rawDescGZIP(), []int{3}
+}
+
+type CheckpointSnapshotsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	LocalRank     int32                  `protobuf:"varint,1,opt,name=local_rank,json=localRank,proto3" json:"local_rank,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckpointSnapshotsRequest) Reset() {
+	*x = CheckpointSnapshotsRequest{}
+	mi := &file_api_rover_v1_agent_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckpointSnapshotsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckpointSnapshotsRequest) ProtoMessage() {}
+
+func (x *CheckpointSnapshotsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_rover_v1_agent_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckpointSnapshotsRequest.ProtoReflect.Descriptor instead.
+func (*CheckpointSnapshotsRequest) Descriptor() ([]byte, []int) {
+	return file_api_rover_v1_agent_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *CheckpointSnapshotsRequest) GetLocalRank() int32 {
+	if x != nil {
+		return x.LocalRank
+	}
+	return 0
+}
+
+type CheckpointSnapshot struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Step          int64                  `protobuf:"varint,1,opt,name=step,proto3" json:"step,omitempty"`
+	Path          string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	Offset        int64                  `protobuf:"varint,3,opt,name=offset,proto3" json:"offset,omitempty"`
+	Length        int64                  `protobuf:"varint,4,opt,name=length,proto3" json:"length,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckpointSnapshot) Reset() {
+	*x = CheckpointSnapshot{}
+	mi := &file_api_rover_v1_agent_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckpointSnapshot) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckpointSnapshot) ProtoMessage() {}
+
+func (x *CheckpointSnapshot) ProtoReflect() protoreflect.Message {
+	mi := &file_api_rover_v1_agent_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckpointSnapshot.ProtoReflect.Descriptor instead.
+func (*CheckpointSnapshot) Descriptor() ([]byte, []int) {
+	return file_api_rover_v1_agent_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *CheckpointSnapshot) GetStep() int64 {
+	if x != nil {
+		return x.Step
+	}
+	return 0
+}
+
+func (x *CheckpointSnapshot) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *CheckpointSnapshot) GetOffset() int64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *CheckpointSnapshot) GetLength() int64 {
+	if x != nil {
+		return x.Length
+	}
+	return 0
+}
+
+type CheckpointSnapshotsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Newest first.
+	Snapshots     []*CheckpointSnapshot `protobuf:"bytes,1,rep,name=snapshots,proto3" json:"snapshots,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckpointSnapshotsResponse) Reset() {
+	*x = CheckpointSnapshotsResponse{}
+	mi := &file_api_rover_v1_agent_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckpointSnapshotsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckpointSnapshotsResponse) ProtoMessage() {}
+
+func (x *CheckpointSnapshotsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_rover_v1_agent_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckpointSnapshotsResponse.ProtoReflect.Descriptor instead.
+func (*CheckpointSnapshotsResponse) Descriptor() ([]byte, []int) {
+	return file_api_rover_v1_agent_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *CheckpointSnapshotsResponse) GetSnapshots() []*CheckpointSnapshot {
+	if x != nil {
+		return x.Snapshots
+	}
+	return nil
+}
+
 type InfoRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The caller's global rank (RANK); -1 when unknown.
@@ -36,7 +412,7 @@ type InfoRequest struct {
 
 func (x *InfoRequest) Reset() {
 	*x = InfoRequest{}
-	mi := &file_api_rover_v1_agent_proto_msgTypes[0]
+	mi := &file_api_rover_v1_agent_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -48,7 +424,7 @@ func (x *InfoRequest) String() string {
 func (*InfoRequest) ProtoMessage() {}
 
 func (x *InfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_agent_proto_msgTypes[0]
+	mi := &file_api_rover_v1_agent_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -61,7 +437,7 @@ func (x *InfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoRequest.ProtoReflect.Descriptor instead.
 func (*InfoRequest) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_agent_proto_rawDescGZIP(), []int{0}
+	return file_api_rover_v1_agent_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *InfoRequest) GetRank() int32 {
@@ -89,7 +465,7 @@ type InfoResponse struct {
 
 func (x *InfoResponse) Reset() {
 	*x = InfoResponse{}
-	mi := &file_api_rover_v1_agent_proto_msgTypes[1]
+	mi := &file_api_rover_v1_agent_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -101,7 +477,7 @@ func (x *InfoResponse) String() string {
 func (*InfoResponse) ProtoMessage() {}
 
 func (x *InfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_agent_proto_msgTypes[1]
+	mi := &file_api_rover_v1_agent_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -114,7 +490,7 @@ func (x *InfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoResponse.ProtoReflect.Descriptor instead.
 func (*InfoResponse) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_agent_proto_rawDescGZIP(), []int{1}
+	return file_api_rover_v1_agent_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *InfoResponse) GetRunId() string {
@@ -191,7 +567,32 @@ var File_api_rover_v1_agent_proto protoreflect.FileDescriptor
 
 const file_api_rover_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x18api/rover/v1/agent.proto\x12\brover.v1\x1a\x18api/rover/v1/shard.proto\"!\n" +
+	"\x18api/rover/v1/agent.proto\x12\brover.v1\x1a\x18api/rover/v1/shard.proto\"_\n" +
+	"\x16CheckpointBeginRequest\x12\x1d\n" +
+	"\n" +
+	"local_rank\x18\x01 \x01(\x05R\tlocalRank\x12\x12\n" +
+	"\x04step\x18\x02 \x01(\x03R\x04step\x12\x12\n" +
+	"\x04size\x18\x03 \x01(\x03R\x04size\"a\n" +
+	"\x17CheckpointBeginResponse\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x16\n" +
+	"\x06offset\x18\x02 \x01(\x03R\x06offset\x12\x1a\n" +
+	"\bcapacity\x18\x03 \x01(\x03R\bcapacity\"d\n" +
+	"\x17CheckpointCommitRequest\x12\x1d\n" +
+	"\n" +
+	"local_rank\x18\x01 \x01(\x05R\tlocalRank\x12\x12\n" +
+	"\x04step\x18\x02 \x01(\x03R\x04step\x12\x16\n" +
+	"\x06length\x18\x03 \x01(\x03R\x06length\"\x1a\n" +
+	"\x18CheckpointCommitResponse\";\n" +
+	"\x1aCheckpointSnapshotsRequest\x12\x1d\n" +
+	"\n" +
+	"local_rank\x18\x01 \x01(\x05R\tlocalRank\"l\n" +
+	"\x12CheckpointSnapshot\x12\x12\n" +
+	"\x04step\x18\x01 \x01(\x03R\x04step\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\x12\x16\n" +
+	"\x06offset\x18\x03 \x01(\x03R\x06offset\x12\x16\n" +
+	"\x06length\x18\x04 \x01(\x03R\x06length\"Y\n" +
+	"\x1bCheckpointSnapshotsResponse\x12:\n" +
+	"\tsnapshots\x18\x01 \x03(\v2\x1c.rover.v1.CheckpointSnapshotR\tsnapshots\"!\n" +
 	"\vInfoRequest\x12\x12\n" +
 	"\x04rank\x18\x01 \x01(\x05R\x04rank\"\xcd\x02\n" +
 	"\fInfoResponse\x12\x15\n" +
@@ -207,7 +608,7 @@ const file_api_rover_v1_agent_proto_rawDesc = "" +
 	"world_size\x18\b \x01(\x05R\tworldSize\x12#\n" +
 	"\rrestart_count\x18\t \x01(\x05R\frestartCount\x12#\n" +
 	"\ragent_version\x18\n" +
-	" \x01(\tR\fagentVersion2\xea\x05\n" +
+	" \x01(\tR\fagentVersion2\x87\b\n" +
 	"\fAgentService\x127\n" +
 	"\x04Info\x12\x15.rover.v1.InfoRequest\x1a\x16.rover.v1.InfoResponse\"\x00\x12X\n" +
 	"\x0fRegisterDataset\x12 .rover.v1.RegisterDatasetRequest\x1a!.rover.v1.RegisterDatasetResponse\"\x00\x12L\n" +
@@ -217,7 +618,10 @@ const file_api_rover_v1_agent_proto_rawDesc = "" +
 	"\x0fAdvancePosition\x12 .rover.v1.AdvancePositionRequest\x1a!.rover.v1.AdvancePositionResponse\"\x00\x12O\n" +
 	"\fAppendStream\x12\x1d.rover.v1.AppendStreamRequest\x1a\x1e.rover.v1.AppendStreamResponse\"\x00\x12R\n" +
 	"\x0fGetDatasetState\x12\x1d.rover.v1.DatasetStateRequest\x1a\x1e.rover.v1.DatasetStateResponse\"\x00\x12U\n" +
-	"\x0eRestoreDataset\x12\x1f.rover.v1.RestoreDatasetRequest\x1a .rover.v1.RestoreDatasetResponse\"\x00B/Z-github.com/roverml/rover/api/rover/v1;roverv1b\x06proto3"
+	"\x0eRestoreDataset\x12\x1f.rover.v1.RestoreDatasetRequest\x1a .rover.v1.RestoreDatasetResponse\"\x00\x12X\n" +
+	"\x0fCheckpointBegin\x12 .rover.v1.CheckpointBeginRequest\x1a!.rover.v1.CheckpointBeginResponse\"\x00\x12[\n" +
+	"\x10CheckpointCommit\x12!.rover.v1.CheckpointCommitRequest\x1a\".rover.v1.CheckpointCommitResponse\"\x00\x12d\n" +
+	"\x13CheckpointSnapshots\x12$.rover.v1.CheckpointSnapshotsRequest\x1a%.rover.v1.CheckpointSnapshotsResponse\"\x00B/Z-github.com/roverml/rover/api/rover/v1;roverv1b\x06proto3"
 
 var (
 	file_api_rover_v1_agent_proto_rawDescOnce sync.Once
@@ -231,51 +635,65 @@ func file_api_rover_v1_agent_proto_rawDescGZIP() []byte {
 	return file_api_rover_v1_agent_proto_rawDescData
 }
 
-var file_api_rover_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
+var file_api_rover_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_api_rover_v1_agent_proto_goTypes = []any{
-	(*InfoRequest)(nil),             // 0: rover.v1.InfoRequest
-	(*InfoResponse)(nil),            // 1: rover.v1.InfoResponse
-	(*RegisterDatasetRequest)(nil),  // 2: rover.v1.RegisterDatasetRequest
-	(*LeaseShardsRequest)(nil),      // 3: rover.v1.LeaseShardsRequest
-	(*CompleteShardsRequest)(nil),   // 4: rover.v1.CompleteShardsRequest
-	(*GetPositionRequest)(nil),      // 5: rover.v1.GetPositionRequest
-	(*AdvancePositionRequest)(nil),  // 6: rover.v1.AdvancePositionRequest
-	(*AppendStreamRequest)(nil),     // 7: rover.v1.AppendStreamRequest
-	(*DatasetStateRequest)(nil),     // 8: rover.v1.DatasetStateRequest
-	(*RestoreDatasetRequest)(nil),   // 9: rover.v1.RestoreDatasetRequest
-	(*RegisterDatasetResponse)(nil), // 10: rover.v1.RegisterDatasetResponse
-	(*LeaseShardsResponse)(nil),     // 11: rover.v1.LeaseShardsResponse
-	(*CompleteShardsResponse)(nil),  // 12: rover.v1.CompleteShardsResponse
-	(*GetPositionResponse)(nil),     // 13: rover.v1.GetPositionResponse
-	(*AdvancePositionResponse)(nil), // 14: rover.v1.AdvancePositionResponse
-	(*AppendStreamResponse)(nil),    // 15: rover.v1.AppendStreamResponse
-	(*DatasetStateResponse)(nil),    // 16: rover.v1.DatasetStateResponse
-	(*RestoreDatasetResponse)(nil),  // 17: rover.v1.RestoreDatasetResponse
+	(*CheckpointBeginRequest)(nil),      // 0: rover.v1.CheckpointBeginRequest
+	(*CheckpointBeginResponse)(nil),     // 1: rover.v1.CheckpointBeginResponse
+	(*CheckpointCommitRequest)(nil),     // 2: rover.v1.CheckpointCommitRequest
+	(*CheckpointCommitResponse)(nil),    // 3: rover.v1.CheckpointCommitResponse
+	(*CheckpointSnapshotsRequest)(nil),  // 4: rover.v1.CheckpointSnapshotsRequest
+	(*CheckpointSnapshot)(nil),          // 5: rover.v1.CheckpointSnapshot
+	(*CheckpointSnapshotsResponse)(nil), // 6: rover.v1.CheckpointSnapshotsResponse
+	(*InfoRequest)(nil),                 // 7: rover.v1.InfoRequest
+	(*InfoResponse)(nil),                // 8: rover.v1.InfoResponse
+	(*RegisterDatasetRequest)(nil),      // 9: rover.v1.RegisterDatasetRequest
+	(*LeaseShardsRequest)(nil),          // 10: rover.v1.LeaseShardsRequest
+	(*CompleteShardsRequest)(nil),       // 11: rover.v1.CompleteShardsRequest
+	(*GetPositionRequest)(nil),          // 12: rover.v1.GetPositionRequest
+	(*AdvancePositionRequest)(nil),      // 13: rover.v1.AdvancePositionRequest
+	(*AppendStreamRequest)(nil),         // 14: rover.v1.AppendStreamRequest
+	(*DatasetStateRequest)(nil),         // 15: rover.v1.DatasetStateRequest
+	(*RestoreDatasetRequest)(nil),       // 16: rover.v1.RestoreDatasetRequest
+	(*RegisterDatasetResponse)(nil),     // 17: rover.v1.RegisterDatasetResponse
+	(*LeaseShardsResponse)(nil),         // 18: rover.v1.LeaseShardsResponse
+	(*CompleteShardsResponse)(nil),      // 19: rover.v1.CompleteShardsResponse
+	(*GetPositionResponse)(nil),         // 20: rover.v1.GetPositionResponse
+	(*AdvancePositionResponse)(nil),     // 21: rover.v1.AdvancePositionResponse
+	(*AppendStreamResponse)(nil),        // 22: rover.v1.AppendStreamResponse
+	(*DatasetStateResponse)(nil),        // 23: rover.v1.DatasetStateResponse
+	(*RestoreDatasetResponse)(nil),      // 24: rover.v1.RestoreDatasetResponse
 }
 var file_api_rover_v1_agent_proto_depIdxs = []int32{
-	0,  // 0: rover.v1.AgentService.Info:input_type -> rover.v1.InfoRequest
-	2,  // 1: rover.v1.AgentService.RegisterDataset:input_type -> rover.v1.RegisterDatasetRequest
-	3,  // 2: rover.v1.AgentService.LeaseShards:input_type -> rover.v1.LeaseShardsRequest
-	4,  // 3: rover.v1.AgentService.CompleteShards:input_type -> rover.v1.CompleteShardsRequest
-	5,  // 4: rover.v1.AgentService.GetPosition:input_type -> rover.v1.GetPositionRequest
-	6,  // 5: rover.v1.AgentService.AdvancePosition:input_type -> rover.v1.AdvancePositionRequest
-	7,  // 6: rover.v1.AgentService.AppendStream:input_type -> rover.v1.AppendStreamRequest
-	8,  // 7: rover.v1.AgentService.GetDatasetState:input_type -> rover.v1.DatasetStateRequest
-	9,  // 8: rover.v1.AgentService.RestoreDataset:input_type -> rover.v1.RestoreDatasetRequest
-	1,  // 9: rover.v1.AgentService.Info:output_type -> rover.v1.InfoResponse
-	10, // 10: rover.v1.AgentService.RegisterDataset:output_type -> rover.v1.RegisterDatasetResponse
-	11, // 11: rover.v1.AgentService.LeaseShards:output_type -> rover.v1.LeaseShardsResponse
-	12, // 12: rover.v1.AgentService.CompleteShards:output_type -> rover.v1.CompleteShardsResponse
-	13, // 13: rover.v1.AgentService.GetPosition:output_type -> rover.v1.GetPositionResponse
-	14, // 14: rover.v1.AgentService.AdvancePosition:output_type -> rover.v1.AdvancePositionResponse
-	15, // 15: rover.v1.AgentService.AppendStream:output_type -> rover.v1.AppendStreamResponse
-	16, // 16: rover.v1.AgentService.GetDatasetState:output_type -> rover.v1.DatasetStateResponse
-	17, // 17: rover.v1.AgentService.RestoreDataset:output_type -> rover.v1.RestoreDatasetResponse
-	9,  // [9:18] is the sub-list for method output_type
-	0,  // [0:9] is the sub-list for method input_type
-	0,  // [0:0] is the sub-list for extension type_name
-	0,  // [0:0] is the sub-list for extension extendee
-	0,  // [0:0] is the sub-list for field type_name
+	5,  // 0: rover.v1.CheckpointSnapshotsResponse.snapshots:type_name -> rover.v1.CheckpointSnapshot
+	7,  // 1: rover.v1.AgentService.Info:input_type -> rover.v1.InfoRequest
+	9,  // 2: rover.v1.AgentService.RegisterDataset:input_type -> rover.v1.RegisterDatasetRequest
+	10, // 3: rover.v1.AgentService.LeaseShards:input_type -> rover.v1.LeaseShardsRequest
+	11, // 4: rover.v1.AgentService.CompleteShards:input_type -> rover.v1.CompleteShardsRequest
+	12, // 5: rover.v1.AgentService.GetPosition:input_type -> rover.v1.GetPositionRequest
+	13, // 6: rover.v1.AgentService.AdvancePosition:input_type -> rover.v1.AdvancePositionRequest
+	14, // 7: rover.v1.AgentService.AppendStream:input_type -> rover.v1.AppendStreamRequest
+	15, // 8: rover.v1.AgentService.GetDatasetState:input_type -> rover.v1.DatasetStateRequest
+	16, // 9: rover.v1.AgentService.RestoreDataset:input_type -> rover.v1.RestoreDatasetRequest
+	0,  // 10: rover.v1.AgentService.CheckpointBegin:input_type -> rover.v1.CheckpointBeginRequest
+	2,  // 11: rover.v1.AgentService.CheckpointCommit:input_type -> rover.v1.CheckpointCommitRequest
+	4,  // 12: rover.v1.AgentService.CheckpointSnapshots:input_type -> rover.v1.CheckpointSnapshotsRequest
+	8,  // 13: rover.v1.AgentService.Info:output_type -> rover.v1.InfoResponse
+	17, // 14: rover.v1.AgentService.RegisterDataset:output_type -> rover.v1.RegisterDatasetResponse
+	18, // 15: rover.v1.AgentService.LeaseShards:output_type -> rover.v1.LeaseShardsResponse
+	19, // 16: rover.v1.AgentService.CompleteShards:output_type -> rover.v1.CompleteShardsResponse
+	20, // 17: rover.v1.AgentService.GetPosition:output_type -> rover.v1.GetPositionResponse
+	21, // 18: rover.v1.AgentService.AdvancePosition:output_type -> rover.v1.AdvancePositionResponse
+	22, // 19: rover.v1.AgentService.AppendStream:output_type -> rover.v1.AppendStreamResponse
+	23, // 20: rover.v1.AgentService.GetDatasetState:output_type -> rover.v1.DatasetStateResponse
+	24, // 21: rover.v1.AgentService.RestoreDataset:output_type -> rover.v1.RestoreDatasetResponse
+	1,  // 22: rover.v1.AgentService.CheckpointBegin:output_type -> rover.v1.CheckpointBeginResponse
+	3,  // 23: rover.v1.AgentService.CheckpointCommit:output_type -> rover.v1.CheckpointCommitResponse
+	6,  // 24: rover.v1.AgentService.CheckpointSnapshots:output_type -> rover.v1.CheckpointSnapshotsResponse
+	13, // [13:25] is the sub-list for method output_type
+	1,  // [1:13] is the sub-list for method input_type
+	1,  // [1:1] is the sub-list for extension type_name
+	1,  // [1:1] is the sub-list for extension extendee
+	0,  // [0:1] is the sub-list for field type_name
 }
 
 func init() { file_api_rover_v1_agent_proto_init() }
@@ -290,7 +708,7 @@ func file_api_rover_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_rover_v1_agent_proto_rawDesc), len(file_api_rover_v1_agent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   2,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -64,6 +64,15 @@ const (
 	// AgentServiceRestoreDatasetProcedure is the fully-qualified name of the AgentService's
 	// RestoreDataset RPC.
 	AgentServiceRestoreDatasetProcedure = "/rover.v1.AgentService/RestoreDataset"
+	// AgentServiceCheckpointBeginProcedure is the fully-qualified name of the AgentService's
+	// CheckpointBegin RPC.
+	AgentServiceCheckpointBeginProcedure = "/rover.v1.AgentService/CheckpointBegin"
+	// AgentServiceCheckpointCommitProcedure is the fully-qualified name of the AgentService's
+	// CheckpointCommit RPC.
+	AgentServiceCheckpointCommitProcedure = "/rover.v1.AgentService/CheckpointCommit"
+	// AgentServiceCheckpointSnapshotsProcedure is the fully-qualified name of the AgentService's
+	// CheckpointSnapshots RPC.
+	AgentServiceCheckpointSnapshotsProcedure = "/rover.v1.AgentService/CheckpointSnapshots"
 )
 
 // AgentServiceClient is a client for the rover.v1.AgentService service.
@@ -81,6 +90,16 @@ type AgentServiceClient interface {
 	AppendStream(context.Context, *connect.Request[v1.AppendStreamRequest]) (*connect.Response[v1.AppendStreamResponse], error)
 	GetDatasetState(context.Context, *connect.Request[v1.DatasetStateRequest]) (*connect.Response[v1.DatasetStateResponse], error)
 	RestoreDataset(context.Context, *connect.Request[v1.RestoreDatasetRequest]) (*connect.Response[v1.RestoreDatasetResponse], error)
+	// Flash checkpoint, in memory (docs/design/flash-checkpoint.md). A worker
+	// saves by asking for a slot of its arena (CheckpointBegin), writing the
+	// snapshot's bytes into its own mapping of the arena file at the offset
+	// given, and committing it (CheckpointCommit); a slot is never read back
+	// until it is committed. Arenas belong to the agent, so they survive the
+	// workers' restarts. Workers are keyed by local rank.
+	CheckpointBegin(context.Context, *connect.Request[v1.CheckpointBeginRequest]) (*connect.Response[v1.CheckpointBeginResponse], error)
+	CheckpointCommit(context.Context, *connect.Request[v1.CheckpointCommitRequest]) (*connect.Response[v1.CheckpointCommitResponse], error)
+	// CheckpointSnapshots lists the committed snapshots the worker's arena holds.
+	CheckpointSnapshots(context.Context, *connect.Request[v1.CheckpointSnapshotsRequest]) (*connect.Response[v1.CheckpointSnapshotsResponse], error)
 }
 
 // NewAgentServiceClient constructs a client for the rover.v1.AgentService service. By default, it
@@ -148,20 +167,41 @@ func NewAgentServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(agentServiceMethods.ByName("RestoreDataset")),
 			connect.WithClientOptions(opts...),
 		),
+		checkpointBegin: connect.NewClient[v1.CheckpointBeginRequest, v1.CheckpointBeginResponse](
+			httpClient,
+			baseURL+AgentServiceCheckpointBeginProcedure,
+			connect.WithSchema(agentServiceMethods.ByName("CheckpointBegin")),
+			connect.WithClientOptions(opts...),
+		),
+		checkpointCommit: connect.NewClient[v1.CheckpointCommitRequest, v1.CheckpointCommitResponse](
+			httpClient,
+			baseURL+AgentServiceCheckpointCommitProcedure,
+			connect.WithSchema(agentServiceMethods.ByName("CheckpointCommit")),
+			connect.WithClientOptions(opts...),
+		),
+		checkpointSnapshots: connect.NewClient[v1.CheckpointSnapshotsRequest, v1.CheckpointSnapshotsResponse](
+			httpClient,
+			baseURL+AgentServiceCheckpointSnapshotsProcedure,
+			connect.WithSchema(agentServiceMethods.ByName("CheckpointSnapshots")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // agentServiceClient implements AgentServiceClient.
 type agentServiceClient struct {
-	info            *connect.Client[v1.InfoRequest, v1.InfoResponse]
-	registerDataset *connect.Client[v1.RegisterDatasetRequest, v1.RegisterDatasetResponse]
-	leaseShards     *connect.Client[v1.LeaseShardsRequest, v1.LeaseShardsResponse]
-	completeShards  *connect.Client[v1.CompleteShardsRequest, v1.CompleteShardsResponse]
-	getPosition     *connect.Client[v1.GetPositionRequest, v1.GetPositionResponse]
-	advancePosition *connect.Client[v1.AdvancePositionRequest, v1.AdvancePositionResponse]
-	appendStream    *connect.Client[v1.AppendStreamRequest, v1.AppendStreamResponse]
-	getDatasetState *connect.Client[v1.DatasetStateRequest, v1.DatasetStateResponse]
-	restoreDataset  *connect.Client[v1.RestoreDatasetRequest, v1.RestoreDatasetResponse]
+	info                *connect.Client[v1.InfoRequest, v1.InfoResponse]
+	registerDataset     *connect.Client[v1.RegisterDatasetRequest, v1.RegisterDatasetResponse]
+	leaseShards         *connect.Client[v1.LeaseShardsRequest, v1.LeaseShardsResponse]
+	completeShards      *connect.Client[v1.CompleteShardsRequest, v1.CompleteShardsResponse]
+	getPosition         *connect.Client[v1.GetPositionRequest, v1.GetPositionResponse]
+	advancePosition     *connect.Client[v1.AdvancePositionRequest, v1.AdvancePositionResponse]
+	appendStream        *connect.Client[v1.AppendStreamRequest, v1.AppendStreamResponse]
+	getDatasetState     *connect.Client[v1.DatasetStateRequest, v1.DatasetStateResponse]
+	restoreDataset      *connect.Client[v1.RestoreDatasetRequest, v1.RestoreDatasetResponse]
+	checkpointBegin     *connect.Client[v1.CheckpointBeginRequest, v1.CheckpointBeginResponse]
+	checkpointCommit    *connect.Client[v1.CheckpointCommitRequest, v1.CheckpointCommitResponse]
+	checkpointSnapshots *connect.Client[v1.CheckpointSnapshotsRequest, v1.CheckpointSnapshotsResponse]
 }
 
 // Info calls rover.v1.AgentService.Info.
@@ -209,6 +249,21 @@ func (c *agentServiceClient) RestoreDataset(ctx context.Context, req *connect.Re
 	return c.restoreDataset.CallUnary(ctx, req)
 }
 
+// CheckpointBegin calls rover.v1.AgentService.CheckpointBegin.
+func (c *agentServiceClient) CheckpointBegin(ctx context.Context, req *connect.Request[v1.CheckpointBeginRequest]) (*connect.Response[v1.CheckpointBeginResponse], error) {
+	return c.checkpointBegin.CallUnary(ctx, req)
+}
+
+// CheckpointCommit calls rover.v1.AgentService.CheckpointCommit.
+func (c *agentServiceClient) CheckpointCommit(ctx context.Context, req *connect.Request[v1.CheckpointCommitRequest]) (*connect.Response[v1.CheckpointCommitResponse], error) {
+	return c.checkpointCommit.CallUnary(ctx, req)
+}
+
+// CheckpointSnapshots calls rover.v1.AgentService.CheckpointSnapshots.
+func (c *agentServiceClient) CheckpointSnapshots(ctx context.Context, req *connect.Request[v1.CheckpointSnapshotsRequest]) (*connect.Response[v1.CheckpointSnapshotsResponse], error) {
+	return c.checkpointSnapshots.CallUnary(ctx, req)
+}
+
 // AgentServiceHandler is an implementation of the rover.v1.AgentService service.
 type AgentServiceHandler interface {
 	// Info describes the calling worker's place in the job.
@@ -224,6 +279,16 @@ type AgentServiceHandler interface {
 	AppendStream(context.Context, *connect.Request[v1.AppendStreamRequest]) (*connect.Response[v1.AppendStreamResponse], error)
 	GetDatasetState(context.Context, *connect.Request[v1.DatasetStateRequest]) (*connect.Response[v1.DatasetStateResponse], error)
 	RestoreDataset(context.Context, *connect.Request[v1.RestoreDatasetRequest]) (*connect.Response[v1.RestoreDatasetResponse], error)
+	// Flash checkpoint, in memory (docs/design/flash-checkpoint.md). A worker
+	// saves by asking for a slot of its arena (CheckpointBegin), writing the
+	// snapshot's bytes into its own mapping of the arena file at the offset
+	// given, and committing it (CheckpointCommit); a slot is never read back
+	// until it is committed. Arenas belong to the agent, so they survive the
+	// workers' restarts. Workers are keyed by local rank.
+	CheckpointBegin(context.Context, *connect.Request[v1.CheckpointBeginRequest]) (*connect.Response[v1.CheckpointBeginResponse], error)
+	CheckpointCommit(context.Context, *connect.Request[v1.CheckpointCommitRequest]) (*connect.Response[v1.CheckpointCommitResponse], error)
+	// CheckpointSnapshots lists the committed snapshots the worker's arena holds.
+	CheckpointSnapshots(context.Context, *connect.Request[v1.CheckpointSnapshotsRequest]) (*connect.Response[v1.CheckpointSnapshotsResponse], error)
 }
 
 // NewAgentServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -287,6 +352,24 @@ func NewAgentServiceHandler(svc AgentServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(agentServiceMethods.ByName("RestoreDataset")),
 		connect.WithHandlerOptions(opts...),
 	)
+	agentServiceCheckpointBeginHandler := connect.NewUnaryHandler(
+		AgentServiceCheckpointBeginProcedure,
+		svc.CheckpointBegin,
+		connect.WithSchema(agentServiceMethods.ByName("CheckpointBegin")),
+		connect.WithHandlerOptions(opts...),
+	)
+	agentServiceCheckpointCommitHandler := connect.NewUnaryHandler(
+		AgentServiceCheckpointCommitProcedure,
+		svc.CheckpointCommit,
+		connect.WithSchema(agentServiceMethods.ByName("CheckpointCommit")),
+		connect.WithHandlerOptions(opts...),
+	)
+	agentServiceCheckpointSnapshotsHandler := connect.NewUnaryHandler(
+		AgentServiceCheckpointSnapshotsProcedure,
+		svc.CheckpointSnapshots,
+		connect.WithSchema(agentServiceMethods.ByName("CheckpointSnapshots")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/rover.v1.AgentService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case AgentServiceInfoProcedure:
@@ -307,6 +390,12 @@ func NewAgentServiceHandler(svc AgentServiceHandler, opts ...connect.HandlerOpti
 			agentServiceGetDatasetStateHandler.ServeHTTP(w, r)
 		case AgentServiceRestoreDatasetProcedure:
 			agentServiceRestoreDatasetHandler.ServeHTTP(w, r)
+		case AgentServiceCheckpointBeginProcedure:
+			agentServiceCheckpointBeginHandler.ServeHTTP(w, r)
+		case AgentServiceCheckpointCommitProcedure:
+			agentServiceCheckpointCommitHandler.ServeHTTP(w, r)
+		case AgentServiceCheckpointSnapshotsProcedure:
+			agentServiceCheckpointSnapshotsHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -350,4 +439,16 @@ func (UnimplementedAgentServiceHandler) GetDatasetState(context.Context, *connec
 
 func (UnimplementedAgentServiceHandler) RestoreDataset(context.Context, *connect.Request[v1.RestoreDatasetRequest]) (*connect.Response[v1.RestoreDatasetResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("rover.v1.AgentService.RestoreDataset is not implemented"))
+}
+
+func (UnimplementedAgentServiceHandler) CheckpointBegin(context.Context, *connect.Request[v1.CheckpointBeginRequest]) (*connect.Response[v1.CheckpointBeginResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("rover.v1.AgentService.CheckpointBegin is not implemented"))
+}
+
+func (UnimplementedAgentServiceHandler) CheckpointCommit(context.Context, *connect.Request[v1.CheckpointCommitRequest]) (*connect.Response[v1.CheckpointCommitResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("rover.v1.AgentService.CheckpointCommit is not implemented"))
+}
+
+func (UnimplementedAgentServiceHandler) CheckpointSnapshots(context.Context, *connect.Request[v1.CheckpointSnapshotsRequest]) (*connect.Response[v1.CheckpointSnapshotsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("rover.v1.AgentService.CheckpointSnapshots is not implemented"))
 }

@@ -1,0 +1,167 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+
+	"connectrpc.com/connect"
+	roverv1 "github.com/roverml/rover/api/rover/v1"
+	"github.com/roverml/rover/internal/ckpt"
+)
+
+// arenas holds the flash-checkpoint arenas of the node's workers, one per
+// local rank, in a private directory of /dev/shm. They belong to the agent:
+// they outlive the workers' restarts and go when the agent stops.
+type arenas struct {
+	dir    string
+	mu     sync.Mutex
+	byRank map[int]*ckpt.Arena
+	tokens map[int]ckpt.WriteToken // the open write of each rank
+}
+
+func newArenas() (*arenas, error) {
+	base := ckpt.DefaultArenaDir
+	if _, err := os.Stat(base); err != nil {
+		base = os.TempDir()
+	}
+	dir, err := os.MkdirTemp(base, "rover-arenas-")
+	if err != nil {
+		return nil, fmt.Errorf("create the checkpoint arena directory: %w", err)
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("restrict the checkpoint arena directory: %w", err)
+	}
+	return &arenas{dir: dir, byRank: map[int]*ckpt.Arena{}, tokens: map[int]ckpt.WriteToken{}}, nil
+}
+
+// close unmaps and deletes every arena.
+func (s *arenas) close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, a := range s.byRank {
+		_ = a.Remove()
+	}
+	os.RemoveAll(s.dir)
+}
+
+// begin opens a write of step for a local rank, creating or growing its arena.
+func (s *arenas) begin(local int, step, size int64) (*ckpt.Arena, ckpt.WriteToken, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	a := s.byRank[local]
+	var err error
+	switch {
+	case a == nil:
+		if a, err = ckpt.CreateArena(s.dir, fmt.Sprintf("rank-%d", local), size); err != nil {
+			return nil, ckpt.WriteToken{}, err
+		}
+		s.byRank[local] = a
+	case a.SlotSize() < size:
+		if err := a.Resize(size); err != nil {
+			return nil, ckpt.WriteToken{}, err
+		}
+	}
+	_, tok, err := a.BeginWrite(step)
+	if err != nil {
+		return nil, ckpt.WriteToken{}, err
+	}
+	s.tokens[local] = tok
+	return a, tok, nil
+}
+
+func (s *arenas) commit(local int, step, length int64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	a, tok, ok := s.byRank[local], s.tokens[local], false
+	if a != nil {
+		_, ok = s.tokens[local]
+	}
+	if !ok {
+		return fmt.Errorf("local rank %d has no checkpoint write open: call CheckpointBegin first", local)
+	}
+	delete(s.tokens, local)
+	if err := a.Commit(tok, length); err != nil {
+		return fmt.Errorf("commit step %d of local rank %d: %w", step, local, err)
+	}
+	return nil
+}
+
+// snapshots lists a rank's committed snapshots, newest first.
+func (s *arenas) snapshots(local int) []*roverv1.CheckpointSnapshot {
+	s.mu.Lock()
+	a := s.byRank[local]
+	s.mu.Unlock()
+	if a == nil {
+		return nil
+	}
+	var out []*roverv1.CheckpointSnapshot
+	latest, ok := a.Latest()
+	if !ok {
+		return nil
+	}
+	out = append(out, &roverv1.CheckpointSnapshot{Step: latest.Step, Path: a.Path(), Offset: latest.Offset, Length: int64(len(latest.Data))})
+	slots, err := a.Slots()
+	if err != nil {
+		return out
+	}
+	for _, si := range slots {
+		if si.State == ckpt.SlotValid && si.Step != latest.Step {
+			if snap, ok := a.Valid(si.Step); ok {
+				out = append(out, &roverv1.CheckpointSnapshot{Step: snap.Step, Path: a.Path(), Offset: snap.Offset, Length: int64(len(snap.Data))})
+			}
+		}
+	}
+	return out
+}
+
+func (s *agentService) localRank(r int32) (int, error) {
+	if r < 0 || int(r) >= s.a.cfg.NprocPerNode {
+		return 0, connect.NewError(connect.CodeInvalidArgument,
+			fmt.Errorf("local_rank %d is not a local rank of this node (0 to %d)", r, s.a.cfg.NprocPerNode-1))
+	}
+	return int(r), nil
+}
+
+func (s *agentService) CheckpointBegin(ctx context.Context, req *connect.Request[roverv1.CheckpointBeginRequest]) (*connect.Response[roverv1.CheckpointBeginResponse], error) {
+	r := req.Msg
+	local, err := s.localRank(r.GetLocalRank())
+	if err != nil {
+		return nil, err
+	}
+	if r.GetSize() <= 0 || r.GetStep() < 0 {
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("step %d and size %d must not be negative, and size not zero", r.GetStep(), r.GetSize()))
+	}
+	a, tok, err := s.a.arenas.begin(local, r.GetStep(), r.GetSize())
+	if err != nil {
+		code := connect.CodeInternal
+		if errors.Is(err, ckpt.ErrShmTooSmall) {
+			code = connect.CodeResourceExhausted
+		}
+		return nil, connect.NewError(code, err)
+	}
+	return connect.NewResponse(&roverv1.CheckpointBeginResponse{Path: a.Path(), Offset: tok.Offset(), Capacity: tok.Size()}), nil
+}
+
+func (s *agentService) CheckpointCommit(ctx context.Context, req *connect.Request[roverv1.CheckpointCommitRequest]) (*connect.Response[roverv1.CheckpointCommitResponse], error) {
+	r := req.Msg
+	local, err := s.localRank(r.GetLocalRank())
+	if err != nil {
+		return nil, err
+	}
+	if err := s.a.arenas.commit(local, r.GetStep(), r.GetLength()); err != nil {
+		return nil, connect.NewError(connect.CodeFailedPrecondition, err)
+	}
+	return connect.NewResponse(&roverv1.CheckpointCommitResponse{}), nil
+}
+
+func (s *agentService) CheckpointSnapshots(ctx context.Context, req *connect.Request[roverv1.CheckpointSnapshotsRequest]) (*connect.Response[roverv1.CheckpointSnapshotsResponse], error) {
+	local, err := s.localRank(req.Msg.GetLocalRank())
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&roverv1.CheckpointSnapshotsResponse{Snapshots: s.a.arenas.snapshots(local)}), nil
+}

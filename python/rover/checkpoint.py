@@ -1,0 +1,220 @@
+"""Flash checkpoint: save training state to memory in a fraction of a second.
+
+``Checkpointer.save(step, state)`` copies every tensor of ``state`` into a
+shared-memory arena owned by the node agent (the copy is the only blocking
+part); ``load()`` returns the newest step that every rank holds in memory,
+after a worker restart. The bytes in memory are a safetensors file, so the
+same bytes are what persistence writes (docs/design/flash-checkpoint.md).
+
+Status: saving to and restoring from memory work under ``rover run``;
+persistence to storage (``persist=True``) and restoring from storage are the
+next step and raise NotImplementedError for now.
+
+``state`` is a nested dict/list/tuple of torch tensors and plain values; the
+tensors are stored as tensors, everything else is pickled.
+"""
+
+import json
+import mmap
+import os
+import pickle
+import struct
+
+from . import _agent
+
+__all__ = ["Checkpointer", "encode_header", "decode"]
+
+_EXTRA = "__rover_extra__"
+
+_DTYPES = {}  # torch dtype -> (safetensors name, element size); filled lazily
+
+
+def _torch():
+    import torch
+
+    if not _DTYPES:
+        for dt, name in [(torch.float64, "F64"), (torch.float32, "F32"), (torch.float16, "F16"),
+                         (torch.bfloat16, "BF16"), (torch.int64, "I64"), (torch.int32, "I32"),
+                         (torch.int16, "I16"), (torch.int8, "I8"), (torch.uint8, "U8"), (torch.bool, "BOOL")]:
+            _DTYPES[dt] = (name, torch.tensor([], dtype=dt).element_size())
+    return torch
+
+
+class _Ref:
+    """A placeholder for a tensor inside the pickled skeleton."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name):
+        self.name = name
+
+    def __reduce__(self):
+        return (_Ref, (self.name,))
+
+
+def _flatten(obj, torch, tensors, path="state"):
+    if isinstance(obj, torch.Tensor):
+        name = path
+        tensors.append((name, obj.detach()))
+        return _Ref(name)
+    if isinstance(obj, dict):
+        return {k: _flatten(v, torch, tensors, f"{path}.{k}") for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        items = [_flatten(v, torch, tensors, f"{path}.{i}") for i, v in enumerate(obj)]
+        return items if isinstance(obj, list) else tuple(items)
+    return obj
+
+
+def _inflate(obj, tensors):
+    if isinstance(obj, _Ref):
+        return tensors[obj.name]
+    if isinstance(obj, dict):
+        return {k: _inflate(v, tensors) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_inflate(v, tensors) for v in obj]
+    if isinstance(obj, tuple):
+        return tuple(_inflate(v, tensors) for v in obj)
+    return obj
+
+
+def encode_header(entries, meta):
+    """entries: [(name, dtype_name, shape, nbytes)], in data order. Returns
+    (header_bytes, offsets, total_size) of a safetensors file whose data starts
+    8-byte aligned."""
+    header, offsets, pos = {}, [], 0
+    for name, dtype, shape, nbytes in entries:
+        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [pos, pos + nbytes]}
+        offsets.append(pos)
+        pos += nbytes
+    header["__metadata__"] = {k: str(v) for k, v in meta.items()}
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * ((-(8 + len(raw))) % 8)
+    return struct.pack("<Q", len(raw)) + raw, offsets, 8 + len(raw) + pos
+
+
+def decode(buf):
+    """Parses a safetensors buffer: returns (header dict, data start)."""
+    if len(buf) < 8:
+        raise ValueError("checkpoint snapshot is shorter than its header length")
+    (n,) = struct.unpack_from("<Q", buf, 0)
+    if n > len(buf) - 8 or n > 100 << 20:
+        raise ValueError(f"checkpoint snapshot header length {n} is out of range")
+    header = json.loads(bytes(buf[8:8 + n]))
+    return header, 8 + n
+
+
+class Checkpointer:
+    """Saves and restores training state through the node agent's memory.
+
+        ckpt = Checkpointer("/checkpoints/run1")
+        restored = ckpt.load()
+        if restored:
+            step, state = restored
+            model.load_state_dict(state["model"])
+        for step in range(start, steps):
+            ...
+            ckpt.save(step, {"model": model.state_dict(), "optim": opt.state_dict()})
+    """
+
+    def __init__(self, dir_or_url=None, keep=1):
+        self.url, self.keep = dir_or_url, keep
+        self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        self.rank = int(os.environ.get("RANK", "0"))
+        if not _agent.under_rover():
+            raise _agent.AgentError("unavailable", "flash checkpoint needs the rover agent: start the script with `rover run`")
+
+    def save(self, step, state, persist=False):
+        """Copies state into shared memory as step; blocks only for the copy."""
+        if persist:
+            raise NotImplementedError("persistence to storage is not implemented yet in Rover; save to memory only")
+        torch = _torch()
+        tensors = []
+        skeleton = _flatten(state, torch, tensors)
+        extra = pickle.dumps(skeleton, protocol=pickle.HIGHEST_PROTOCOL)
+        flat = []
+        for name, t in tensors:
+            if t.dtype not in _DTYPES:
+                raise TypeError(f"{name}: dtype {t.dtype} cannot be checkpointed")
+            if t.device.type != "cpu":
+                t = t.to("cpu", non_blocking=False)
+            flat.append((name, t.contiguous()))
+        flat.sort(key=lambda nt: (-_DTYPES[nt[1].dtype][1], nt[0]))
+        entries = [(n, _DTYPES[t.dtype][0], tuple(t.shape), t.numel() * _DTYPES[t.dtype][1]) for n, t in flat]
+        entries.append((_EXTRA, "U8", (len(extra),), len(extra)))
+        meta = {"rover.step": step, "rover.rank": self.rank, "rover.world_size": os.environ.get("WORLD_SIZE", "1")}
+        head, offsets, size = encode_header(entries, meta)
+        slot = _agent.call("CheckpointBegin", {"localRank": self.local_rank, "step": str(step), "size": str(size)})
+        base = int(slot.get("offset", 0))
+        with open(slot["path"], "r+b") as f:
+            mm = mmap.mmap(f.fileno(), base + size)
+        try:
+            mm[base:base + len(head)] = head
+            data = base + len(head)
+            for (name, t), off in zip(flat, offsets):
+                n = t.numel() * _DTYPES[t.dtype][1]
+                if n:
+                    dst = torch.frombuffer(mm, dtype=torch.uint8, count=n, offset=data + off)
+                    dst.copy_(t.reshape(-1).view(torch.uint8))
+                    del dst
+            off = data + offsets[-1]  # the pickled rest comes last
+            mm[off:off + len(extra)] = extra
+        finally:
+            mm.close()
+        _agent.call("CheckpointCommit", {"localRank": self.local_rank, "step": str(step), "length": str(size)})
+
+    def _snapshots(self):
+        r = _agent.call("CheckpointSnapshots", {"localRank": self.local_rank})
+        return [dict(s, step=int(s["step"]), offset=int(s.get("offset", 0)), length=int(s["length"]))
+                for s in r.get("snapshots", [])]
+
+    def latest_step(self):
+        """The newest step every rank holds in memory, or None."""
+        steps = self._agreed_steps()
+        return max(steps) if steps else None
+
+    def _agreed_steps(self):
+        mine = {s["step"] for s in self._snapshots()}
+        torch = _torch()
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            everyone = [None] * dist.get_world_size()
+            dist.all_gather_object(everyone, sorted(mine))
+            for other in everyone:
+                mine &= set(other)
+        del torch
+        return mine
+
+    def load(self):
+        """Returns (step, state) of the newest step every rank holds in memory,
+        or None. With a process group initialised, the ranks agree on the step."""
+        steps = self._agreed_steps()
+        if not steps:
+            return None
+        step = max(steps)
+        snap = next(s for s in self._snapshots() if s["step"] == step)
+        torch = _torch()
+        by_name = {v[0]: k for k, v in _DTYPES.items()}
+        with open(snap["path"], "rb") as f:
+            mm = mmap.mmap(f.fileno(), snap["offset"] + snap["length"], prot=mmap.PROT_READ)
+        try:
+            buf = memoryview(mm)[snap["offset"]:snap["offset"] + snap["length"]]
+            header, start = decode(buf)
+            meta = header.pop("__metadata__", {})
+            if int(meta.get("rover.step", -1)) != step or int(meta.get("rover.rank", -1)) != self.rank:
+                return None  # another rank's or another step's snapshot: not ours to restore
+            tensors, extra = {}, None
+            for name, info in header.items():
+                b, e = info["data_offsets"]
+                raw = bytes(buf[start + b:start + e]) if name == _EXTRA else None
+                if name == _EXTRA:
+                    extra = raw
+                    continue
+                dt = by_name[info["dtype"]]
+                count = (e - b) // _DTYPES[dt][1]
+                t = torch.frombuffer(bytearray(buf[start + b:start + e]), dtype=dt, count=count) if count else torch.empty(0, dtype=dt)
+                tensors[name] = t.reshape(info["shape"])
+            del buf
+        finally:
+            mm.close()
+        return step, _inflate(pickle.loads(extra), tensors)
