@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -70,12 +71,8 @@ func Rendezvous(ctx context.Context, cfg RendezvousConfig, w io.Writer) (*Rendez
 	}
 	defer m.stop()
 
-	clients := make([]roverv1connect.MasterServiceClient, cfg.Conns)
-	for i := range clients {
-		hc := master.NewHTTPClient()
-		defer hc.CloseIdleConnections()
-		clients[i] = master.NewClient(hc, m.addr, token)
-	}
+	clients, closeClients := m.clients(cfg.Conns, token)
+	defer closeClients()
 	rdzv := &roverv1.RendezvousConfig{
 		MinNodes: int32(cfg.Nodes), MaxNodes: int32(cfg.Nodes), NodeUnit: 1,
 		LastCallMillis: 30_000, JoinTimeoutMillis: 600_000,
@@ -199,12 +196,7 @@ func Rendezvous(ctx context.Context, cfg RendezvousConfig, w io.Writer) (*Rendez
 	}
 	fmt.Fprintf(w, "heartbeats: %d agents x %d periods of %s: %.0f heartbeats/s, master CPU %.3fs per period, master RSS %.1f MiB\n",
 		cfg.Nodes, cfg.Periods, cfg.HeartbeatPeriod, res.HeartbeatsPerSecond, res.MasterCPUSecondsPerHeartbeatPeriod, float64(rss)/(1<<20))
-	b, err := json.Marshal(res)
-	if err != nil {
-		return nil, err
-	}
-	fmt.Fprintln(w, string(b))
-	return res, nil
+	return res, printJSON(w, res)
 }
 
 func round3(x float64) float64 { return float64(int64(x*1000+0.5)) / 1000 }
@@ -284,4 +276,31 @@ func (m *masterProcess) rssBytes() (int64, error) {
 		}
 	}
 	return 0, fmt.Errorf("no VmHWM in /proc/%d/status", m.cmd.Process.Pid)
+}
+
+// clients returns n gRPC clients of the master, each on its own HTTP/2
+// connection, and a function that closes them.
+func (m *masterProcess) clients(n int, token string) ([]roverv1connect.MasterServiceClient, func()) {
+	out := make([]roverv1connect.MasterServiceClient, n)
+	var https []*http.Client
+	for i := range out {
+		hc := master.NewHTTPClient()
+		https = append(https, hc)
+		out[i] = master.NewClient(hc, m.addr, token)
+	}
+	return out, func() {
+		for _, hc := range https {
+			hc.CloseIdleConnections()
+		}
+	}
+}
+
+// printJSON writes v as the last line of a benchmark's output.
+func printJSON(w io.Writer, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintln(w, string(b))
+	return err
 }

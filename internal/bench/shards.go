@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"runtime"
@@ -12,7 +11,6 @@ import (
 
 	"connectrpc.com/connect"
 	roverv1 "github.com/roverml/rover/api/rover/v1"
-	"github.com/roverml/rover/api/rover/v1/roverv1connect"
 	"github.com/roverml/rover/internal/master"
 	"golang.org/x/sync/errgroup"
 )
@@ -59,12 +57,8 @@ func Shards(ctx context.Context, cfg ShardsConfig, w io.Writer) (*ShardsResult, 
 		return nil, err
 	}
 	defer m.stop()
-	clients := make([]roverv1connect.MasterServiceClient, cfg.Conns)
-	for i := range clients {
-		hc := master.NewHTTPClient()
-		defer hc.CloseIdleConnections()
-		clients[i] = master.NewClient(hc, m.addr, token)
-	}
+	clients, closeClients := m.clients(cfg.Conns, token)
+	defer closeClients()
 	spec := &roverv1.DatasetSpec{Name: "bench", Size: 1 << 24, BatchSize: 1, ShardSize: 1, Epochs: 0, Mode: roverv1.ShardMode_SHARD_MODE_LEASED}
 	if _, err := clients[0].RegisterDataset(ctx, connect.NewRequest(&roverv1.RegisterDatasetRequest{Dataset: spec})); err != nil {
 		return nil, fmt.Errorf("register the dataset: %w", err)
@@ -134,10 +128,5 @@ func Shards(ctx context.Context, cfg ShardsConfig, w io.Writer) (*ShardsResult, 
 	}
 	fmt.Fprintf(w, "leases: %.0f/s in %.0f lease calls/s; lease call latency p50 %.2fms p99 %.2fms; master %.2f cores\n",
 		res.LeasesPerSecond, res.CallsPerSecond, res.P50LeaseMillis, res.P99LeaseMillis, res.MasterCPUFraction)
-	b, err := json.Marshal(res)
-	if err != nil {
-		return nil, err
-	}
-	fmt.Fprintln(w, string(b))
-	return res, nil
+	return res, printJSON(w, res)
 }
