@@ -47,10 +47,11 @@ type agent struct {
 
 	// joined is the node rank and round of the newest join, written by the
 	// session goroutine and the loop.
-	joined joinedState
-	views  *latestView
-	local  *localAPI
-	arenas *arenas
+	joined    joinedState
+	views     *latestView
+	local     *localAPI
+	arenas    *arenas
+	persister *persister
 }
 
 // Run runs the node agent until the job ends or ctx is cancelled. Its error
@@ -99,6 +100,7 @@ func Run(ctx context.Context, cfg *runconfig.Config, opts Options) error {
 	if err := a.openLogDir(); err != nil {
 		return err
 	}
+	a.persister = newPersister(a)
 	if a.arenas, err = newArenas(); err != nil {
 		return err
 	}
@@ -114,6 +116,7 @@ func Run(ctx context.Context, cfg *runconfig.Config, opts Options) error {
 	}
 	bg, bgctx := errgroup.WithContext(ctx)
 	bgctx, stopBackground := context.WithCancel(bgctx)
+	bg.Go(func() error { a.persister.run(bgctx); return nil })
 	firstJoin := make(chan error, 1) // written once by the session goroutine
 	bg.Go(func() error { a.sessionLoop(bgctx, firstJoin); return nil })
 	select {

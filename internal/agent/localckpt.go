@@ -20,6 +20,7 @@ type arenas struct {
 	mu     sync.Mutex
 	byRank map[int]*ckpt.Arena
 	tokens map[int]ckpt.WriteToken // the open write of each rank
+	pinned map[int]int             // the slot each rank is persisting from
 }
 
 func newArenas() (*arenas, error) {
@@ -35,7 +36,7 @@ func newArenas() (*arenas, error) {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("restrict the checkpoint arena directory: %w", err)
 	}
-	return &arenas{dir: dir, byRank: map[int]*ckpt.Arena{}, tokens: map[int]ckpt.WriteToken{}}, nil
+	return &arenas{dir: dir, byRank: map[int]*ckpt.Arena{}, tokens: map[int]ckpt.WriteToken{}, pinned: map[int]int{}}, nil
 }
 
 // close unmaps and deletes every arena.
@@ -49,7 +50,7 @@ func (s *arenas) close() {
 }
 
 // begin opens a write of step for a local rank, creating or growing its arena.
-func (s *arenas) begin(local int, step, size int64) (*ckpt.Arena, ckpt.WriteToken, error) {
+func (s *arenas) begin(local int, step, size int64) (*ckpt.Arena, ckpt.WriteToken, []byte, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	a := s.byRank[local]
@@ -57,20 +58,56 @@ func (s *arenas) begin(local int, step, size int64) (*ckpt.Arena, ckpt.WriteToke
 	switch {
 	case a == nil:
 		if a, err = ckpt.CreateArena(s.dir, fmt.Sprintf("rank-%d", local), size); err != nil {
-			return nil, ckpt.WriteToken{}, err
+			return nil, ckpt.WriteToken{}, nil, err
 		}
 		s.byRank[local] = a
 	case a.SlotSize() < size:
 		if err := a.Resize(size); err != nil {
-			return nil, ckpt.WriteToken{}, err
+			return nil, ckpt.WriteToken{}, nil, err
 		}
 	}
-	_, tok, err := a.BeginWrite(step)
+	avoid := -1
+	if p, ok := s.pinned[local]; ok {
+		avoid = p
+	}
+	slot, tok, err := a.BeginWriteAvoiding(step, avoid)
 	if err != nil {
-		return nil, ckpt.WriteToken{}, err
+		return nil, ckpt.WriteToken{}, nil, err
 	}
 	s.tokens[local] = tok
-	return a, tok, nil
+	return a, tok, slot, nil
+}
+
+// pin keeps the slot holding step from being written until unpin, so that
+// it can be persisted straight from shared memory. It fails when the step is
+// no longer in memory (overwritten by newer saves) or another step of the
+// rank is pinned.
+func (s *arenas) pin(local int, step int64) (ckpt.Snapshot, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	a := s.byRank[local]
+	if _, busy := s.pinned[local]; busy || a == nil {
+		return ckpt.Snapshot{}, false
+	}
+	snap, ok := a.Valid(step)
+	if !ok {
+		return ckpt.Snapshot{}, false
+	}
+	s.pinned[local] = snap.Slot
+	return snap, true
+}
+
+func (s *arenas) unpin(local int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.pinned, local)
+}
+
+// get returns a rank's arena, or nil.
+func (s *arenas) get(local int) *ckpt.Arena {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.byRank[local]
 }
 
 func (s *arenas) commit(local int, step, length int64) error {
@@ -135,7 +172,7 @@ func (s *agentService) CheckpointBegin(ctx context.Context, req *connect.Request
 	if r.GetSize() <= 0 || r.GetStep() < 0 {
 		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("step %d and size %d must not be negative, and size not zero", r.GetStep(), r.GetSize()))
 	}
-	a, tok, err := s.a.arenas.begin(local, r.GetStep(), r.GetSize())
+	a, tok, _, err := s.a.arenas.begin(local, r.GetStep(), r.GetSize())
 	if err != nil {
 		code := connect.CodeInternal
 		if errors.Is(err, ckpt.ErrShmTooSmall) {
@@ -152,8 +189,26 @@ func (s *agentService) CheckpointCommit(ctx context.Context, req *connect.Reques
 	if err != nil {
 		return nil, err
 	}
+	if r.GetPersist() {
+		if r.GetUrl() == "" || r.GetWorldSize() < 1 || r.GetRank() < 0 || r.GetRank() >= r.GetWorldSize() || r.GetKeep() < 0 {
+			return nil, connect.NewError(connect.CodeInvalidArgument,
+				fmt.Errorf("persist needs a url, a rank %d below world size %d, and keep >= 0", r.GetRank(), r.GetWorldSize()))
+		}
+		if m := ckpt.Mode(r.GetMode()); m != ckpt.Sharded && m != ckpt.Replicated {
+			return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("mode %q: want %q or %q", m, ckpt.Sharded, ckpt.Replicated))
+		}
+	}
 	if err := s.a.arenas.commit(local, r.GetStep(), r.GetLength()); err != nil {
 		return nil, connect.NewError(connect.CodeFailedPrecondition, err)
+	}
+	if r.GetPersist() {
+		job := persistJob{local: local, step: r.GetStep(), rank: int(r.GetRank()), worldSize: int(r.GetWorldSize()),
+			mode: r.GetMode(), url: r.GetUrl(), keep: int(r.GetKeep())}
+		// Pin now, before the worker's next saves can reuse the slot; when a
+		// persistence of the rank is still running, the job waits unpinned
+		// and is pinned (if still in memory) when its turn comes.
+		_, job.pinned = s.a.arenas.pin(local, job.step)
+		s.a.persister.enqueue(job)
 	}
 	return connect.NewResponse(&roverv1.CheckpointCommitResponse{}), nil
 }
@@ -164,4 +219,32 @@ func (s *agentService) CheckpointSnapshots(ctx context.Context, req *connect.Req
 		return nil, err
 	}
 	return connect.NewResponse(&roverv1.CheckpointSnapshotsResponse{Snapshots: s.a.arenas.snapshots(local)}), nil
+}
+
+func (s *agentService) CheckpointWait(ctx context.Context, req *connect.Request[roverv1.CheckpointWaitRequest]) (*connect.Response[roverv1.CheckpointWaitResponse], error) {
+	local, err := s.localRank(req.Msg.GetLocalRank())
+	if err != nil {
+		return nil, err
+	}
+	step, perr := s.a.persister.wait(local)
+	return connect.NewResponse(&roverv1.CheckpointWaitResponse{DurableStep: step, Error: perr}), nil
+}
+
+func (s *agentService) CheckpointRestore(ctx context.Context, req *connect.Request[roverv1.CheckpointRestoreRequest]) (*connect.Response[roverv1.CheckpointRestoreResponse], error) {
+	r := req.Msg
+	local, err := s.localRank(r.GetLocalRank())
+	if err != nil {
+		return nil, err
+	}
+	if r.GetUrl() == "" || r.GetRank() < 0 {
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("restore needs a url and a rank >= 0"))
+	}
+	snap, err := s.a.persister.restore(ctx, local, r.GetUrl(), int(r.GetRank()))
+	if errors.Is(err, ckpt.ErrNoCheckpoint) {
+		return connect.NewResponse(&roverv1.CheckpointRestoreResponse{}), nil
+	}
+	if err != nil {
+		return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("restore from %s: %w", r.GetUrl(), err))
+	}
+	return connect.NewResponse(&roverv1.CheckpointRestoreResponse{Found: true, Snapshot: snap}), nil
 }

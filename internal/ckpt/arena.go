@@ -121,6 +121,15 @@ func (a *Arena) slot(i int, length int64) []byte {
 // the other slot, so a crash during the copy loses nothing that was
 // committed. A BeginWrite without a Commit is abandoned by the next one.
 func (a *Arena) BeginWrite(step int64) (slot []byte, tok WriteToken, err error) {
+	return a.BeginWriteAvoiding(step, -1)
+}
+
+// BeginWriteAvoiding is BeginWrite that never writes slot avoid (0 or 1; -1
+// for none): a slot being persisted is pinned this way. When avoid holds an
+// older snapshot than the other slot, the write replaces the newest snapshot
+// instead, so while a slot is pinned the arena is single-buffered (a crash
+// mid-copy then falls back to the pinned, older snapshot).
+func (a *Arena) BeginWriteAvoiding(step int64, avoid int) (slot []byte, tok WriteToken, err error) {
 	if step < 0 {
 		return nil, WriteToken{}, invalidf("step %d is negative", step)
 	}
@@ -132,6 +141,9 @@ func (a *Arena) BeginWrite(step int64) (slot []byte, tok WriteToken, err error) 
 		target := 0
 		if idx == 0 {
 			target = 1
+		}
+		if target == avoid {
+			target = 1 - avoid
 		}
 		g := h.beginChange(target)
 		h.slotWord(target, slState).Store(uint64(SlotWriting))

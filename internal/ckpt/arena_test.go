@@ -352,3 +352,33 @@ func TestArenaRemoteWriter(t *testing.T) {
 		}
 	}
 }
+
+func TestBeginWriteAvoidingPinnedSlot(t *testing.T) {
+	a := newArena(t, 4096)
+	save(t, a, 1, payload(1, 100))
+	save(t, a, 2, payload(2, 100))
+	pinned, ok := a.Valid(1)
+	if !ok {
+		t.Fatal("step 1 is gone")
+	}
+	// Steps 3 and 4 must both go to the slot that does not hold step 1.
+	for step := int64(3); step <= 4; step++ {
+		slot, tok, err := a.BeginWriteAvoiding(step, pinned.Slot)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tok.Slot() == pinned.Slot {
+			t.Fatalf("step %d was written into the pinned slot %d", step, pinned.Slot)
+		}
+		copy(slot, payload(step, 100))
+		if err := a.Commit(tok, 100); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, ok := a.Valid(1); !ok {
+		t.Error("the pinned step 1 was overwritten")
+	}
+	if latest, ok := a.Latest(); !ok || latest.Step != 4 {
+		t.Errorf("latest = %v, %v; want step 4", latest.Step, ok)
+	}
+}

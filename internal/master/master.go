@@ -57,6 +57,8 @@ type Master struct {
 	ln   net.Listener
 	srv  *http.Server
 	log  *slog.Logger
+
+	checkpoints *checkpoints
 }
 
 // New validates cfg, replays the store's journal and opens the listener.
@@ -99,7 +101,8 @@ func New(ctx context.Context, cfg Config) (*Master, error) {
 	}
 	m := &Master{cfg: cfg, core: c, ln: ln, log: log}
 	mux := http.NewServeMux()
-	mux.Handle(roverv1connect.NewMasterServiceHandler(&service{core: c, clock: cfg.Clock},
+	m.checkpoints = newCheckpoints(cfg.Clock)
+	mux.Handle(roverv1connect.NewMasterServiceHandler(&service{core: c, clock: cfg.Clock, checkpoints: m.checkpoints},
 		connect.WithInterceptors(tokenInterceptor{token: cfg.Token}),
 		connect.WithReadMaxBytes(8<<20),
 		connect.WithCompressMinBytes(compressMinBytes)))
@@ -138,7 +141,9 @@ func (m *Master) Run(ctx context.Context) error {
 		return m.srv.Close()
 	})
 	g.Go(func() error { return m.tickLoop(ctx) })
-	return g.Wait()
+	err := g.Wait()
+	m.checkpoints.close()
+	return err
 }
 
 func (m *Master) tickLoop(ctx context.Context) error {

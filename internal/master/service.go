@@ -14,8 +14,9 @@ import (
 // service implements the RPC API: each handler validates, calls the core and
 // maps errors through rpcError.
 type service struct {
-	core  *core
-	clock Clock
+	core        *core
+	clock       Clock
+	checkpoints *checkpoints
 }
 
 var _ roverv1connect.MasterServiceHandler = (*service)(nil)

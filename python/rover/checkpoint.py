@@ -6,9 +6,12 @@ part); ``load()`` returns the newest step that every rank holds in memory,
 after a worker restart. The bytes in memory are a safetensors file, so the
 same bytes are what persistence writes (docs/design/flash-checkpoint.md).
 
-Status: saving to and restoring from memory work under ``rover run``;
-persistence to storage (``persist=True``) and restoring from storage are the
-next step and raise NotImplementedError for now.
+Under ``rover run``: ``save(..., persist=True)`` also has the agent write the
+snapshot to storage in the background (a directory, or a gocloud blob URL);
+the master commits a step (its manifest, then the ``latest`` marker) once
+every rank of it is durable; ``wait()`` blocks until this rank's pending
+persistence is done; ``load()`` falls back to the newest committed step in
+storage when the ranks hold no common step in memory.
 
 ``state`` is a nested dict/list/tuple of torch tensors and plain values; the
 tensors are stored as tensors, everything else is pickled.
@@ -116,8 +119,16 @@ class Checkpointer:
             ckpt.save(step, {"model": model.state_dict(), "optim": opt.state_dict()})
     """
 
-    def __init__(self, dir_or_url=None, keep=1):
-        self.url, self.keep = dir_or_url, keep
+    def __init__(self, dir_or_url=None, keep=1, mode="sharded"):
+        """dir_or_url: where persisted checkpoints go (None: memory only).
+        keep: committed steps kept in storage (0: all). mode: "sharded"
+        (every rank saves its own part: FSDP, ZeRO) or "replicated" (every
+        rank holds the same state: DDP; any one rank's file restores all)."""
+        if mode not in ("sharded", "replicated"):
+            raise ValueError(f"mode must be 'sharded' or 'replicated', not {mode!r}")
+        if dir_or_url and "://" not in dir_or_url:
+            dir_or_url = os.path.abspath(dir_or_url)
+        self.url, self.keep, self.mode = dir_or_url, int(keep), mode
         self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
         self.rank = int(os.environ.get("RANK", "0"))
         if not _agent.under_rover():
@@ -125,8 +136,8 @@ class Checkpointer:
 
     def save(self, step, state, persist=False):
         """Copies state into shared memory as step; blocks only for the copy."""
-        if persist:
-            raise NotImplementedError("persistence to storage is not implemented yet in Rover; save to memory only")
+        if persist and not self.url:
+            raise ValueError("save(persist=True) needs a Checkpointer(dir_or_url)")
         torch = _torch()
         tensors = []
         skeleton = _flatten(state, torch, tensors)
@@ -160,7 +171,19 @@ class Checkpointer:
             mm[off:off + len(extra)] = extra
         finally:
             mm.close()
-        _agent.call("CheckpointCommit", {"localRank": self.local_rank, "step": str(step), "length": str(size)})
+        commit = {"localRank": self.local_rank, "step": str(step), "length": str(size)}
+        if persist:
+            commit.update(persist=True, url=self.url, rank=self.rank, worldSize=int(os.environ.get("WORLD_SIZE", "1")),
+                          mode=self.mode, keep=self.keep)
+        _agent.call("CheckpointCommit", commit)
+
+    def wait(self):
+        """Blocks until this rank's pending persistence is durable; returns the
+        newest durable step. Raises if a persistence failed since the last wait."""
+        r = _agent.call("CheckpointWait", {"localRank": self.local_rank}, timeout=None)
+        if r.get("error"):
+            raise _agent.AgentError("unavailable", "persisting a checkpoint failed: " + r["error"])
+        return int(r.get("durableStep", 0))
 
     def _snapshots(self):
         r = _agent.call("CheckpointSnapshots", {"localRank": self.local_rank})
@@ -189,10 +212,21 @@ class Checkpointer:
         """Returns (step, state) of the newest step every rank holds in memory,
         or None. With a process group initialised, the ranks agree on the step."""
         steps = self._agreed_steps()
-        if not steps:
+        if steps:
+            step = max(steps)
+            snap = next(s for s in self._snapshots() if s["step"] == step)
+        elif self.url:
+            r = _agent.call("CheckpointRestore", {"localRank": self.local_rank, "url": self.url, "rank": self.rank})
+            if not r.get("found"):
+                return None
+            s = r["snapshot"]
+            snap = dict(s, step=int(s["step"]), offset=int(s.get("offset", 0)), length=int(s["length"]))
+            step = snap["step"]
+        else:
             return None
-        step = max(steps)
-        snap = next(s for s in self._snapshots() if s["step"] == step)
+        return self._read(snap, step)
+
+    def _read(self, snap, step):
         torch = _torch()
         by_name = {v[0]: k for k, v in _DTYPES.items()}
         with open(snap["path"], "rb") as f:
@@ -201,8 +235,10 @@ class Checkpointer:
             buf = memoryview(mm)[snap["offset"]:snap["offset"] + snap["length"]]
             header, start = decode(buf)
             meta = header.pop("__metadata__", {})
-            if int(meta.get("rover.step", -1)) != step or int(meta.get("rover.rank", -1)) != self.rank:
-                return None  # another rank's or another step's snapshot: not ours to restore
+            if int(meta.get("rover.step", -1)) != step:
+                return None
+            if self.mode == "sharded" and int(meta.get("rover.rank", -1)) != self.rank:
+                return None  # another rank's part: not ours to restore
             tensors, extra = {}, None
             for name, info in header.items():
                 b, e = info["data_offsets"]

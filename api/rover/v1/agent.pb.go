@@ -153,7 +153,18 @@ type CheckpointCommitRequest struct {
 	LocalRank int32                  `protobuf:"varint,1,opt,name=local_rank,json=localRank,proto3" json:"local_rank,omitempty"`
 	Step      int64                  `protobuf:"varint,2,opt,name=step,proto3" json:"step,omitempty"`
 	// Bytes written at the slot's start.
-	Length        int64 `protobuf:"varint,3,opt,name=length,proto3" json:"length,omitempty"`
+	Length int64 `protobuf:"varint,3,opt,name=length,proto3" json:"length,omitempty"`
+	// Persist the snapshot to storage.
+	Persist bool `protobuf:"varint,4,opt,name=persist,proto3" json:"persist,omitempty"`
+	// Where: a directory or a gocloud blob URL.
+	Url string `protobuf:"bytes,5,opt,name=url,proto3" json:"url,omitempty"`
+	// The checkpoint's ranks: the global rank saving, the world size, and the
+	// mode ("sharded": every rank's file is needed; "replicated": any one is).
+	Rank      int32  `protobuf:"varint,6,opt,name=rank,proto3" json:"rank,omitempty"`
+	WorldSize int32  `protobuf:"varint,7,opt,name=world_size,json=worldSize,proto3" json:"world_size,omitempty"`
+	Mode      string `protobuf:"bytes,8,opt,name=mode,proto3" json:"mode,omitempty"`
+	// Committed steps to keep in storage (0: all).
+	Keep          int32 `protobuf:"varint,9,opt,name=keep,proto3" json:"keep,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -209,6 +220,48 @@ func (x *CheckpointCommitRequest) GetLength() int64 {
 	return 0
 }
 
+func (x *CheckpointCommitRequest) GetPersist() bool {
+	if x != nil {
+		return x.Persist
+	}
+	return false
+}
+
+func (x *CheckpointCommitRequest) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *CheckpointCommitRequest) GetRank() int32 {
+	if x != nil {
+		return x.Rank
+	}
+	return 0
+}
+
+func (x *CheckpointCommitRequest) GetWorldSize() int32 {
+	if x != nil {
+		return x.WorldSize
+	}
+	return 0
+}
+
+func (x *CheckpointCommitRequest) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
+}
+
+func (x *CheckpointCommitRequest) GetKeep() int32 {
+	if x != nil {
+		return x.Keep
+	}
+	return 0
+}
+
 type CheckpointCommitResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -245,6 +298,217 @@ func (*CheckpointCommitResponse) Descriptor() ([]byte, []int) {
 	return file_api_rover_v1_agent_proto_rawDescGZIP(), []int{3}
 }
 
+type CheckpointWaitRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	LocalRank     int32                  `protobuf:"varint,1,opt,name=local_rank,json=localRank,proto3" json:"local_rank,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckpointWaitRequest) Reset() {
+	*x = CheckpointWaitRequest{}
+	mi := &file_api_rover_v1_agent_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckpointWaitRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckpointWaitRequest) ProtoMessage() {}
+
+func (x *CheckpointWaitRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_rover_v1_agent_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckpointWaitRequest.ProtoReflect.Descriptor instead.
+func (*CheckpointWaitRequest) Descriptor() ([]byte, []int) {
+	return file_api_rover_v1_agent_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *CheckpointWaitRequest) GetLocalRank() int32 {
+	if x != nil {
+		return x.LocalRank
+	}
+	return 0
+}
+
+type CheckpointWaitResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The newest step this rank made durable, and the error of the last
+	// persistence that failed since the previous wait (empty: none).
+	DurableStep   int64  `protobuf:"varint,1,opt,name=durable_step,json=durableStep,proto3" json:"durable_step,omitempty"`
+	Error         string `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckpointWaitResponse) Reset() {
+	*x = CheckpointWaitResponse{}
+	mi := &file_api_rover_v1_agent_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckpointWaitResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckpointWaitResponse) ProtoMessage() {}
+
+func (x *CheckpointWaitResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_rover_v1_agent_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckpointWaitResponse.ProtoReflect.Descriptor instead.
+func (*CheckpointWaitResponse) Descriptor() ([]byte, []int) {
+	return file_api_rover_v1_agent_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *CheckpointWaitResponse) GetDurableStep() int64 {
+	if x != nil {
+		return x.DurableStep
+	}
+	return 0
+}
+
+func (x *CheckpointWaitResponse) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+type CheckpointRestoreRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	LocalRank int32                  `protobuf:"varint,1,opt,name=local_rank,json=localRank,proto3" json:"local_rank,omitempty"`
+	Url       string                 `protobuf:"bytes,2,opt,name=url,proto3" json:"url,omitempty"`
+	// The rank whose file to load (replicated checkpoints: any saved rank).
+	Rank          int32 `protobuf:"varint,3,opt,name=rank,proto3" json:"rank,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckpointRestoreRequest) Reset() {
+	*x = CheckpointRestoreRequest{}
+	mi := &file_api_rover_v1_agent_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckpointRestoreRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckpointRestoreRequest) ProtoMessage() {}
+
+func (x *CheckpointRestoreRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_rover_v1_agent_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckpointRestoreRequest.ProtoReflect.Descriptor instead.
+func (*CheckpointRestoreRequest) Descriptor() ([]byte, []int) {
+	return file_api_rover_v1_agent_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *CheckpointRestoreRequest) GetLocalRank() int32 {
+	if x != nil {
+		return x.LocalRank
+	}
+	return 0
+}
+
+func (x *CheckpointRestoreRequest) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *CheckpointRestoreRequest) GetRank() int32 {
+	if x != nil {
+		return x.Rank
+	}
+	return 0
+}
+
+type CheckpointRestoreResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Found         bool                   `protobuf:"varint,1,opt,name=found,proto3" json:"found,omitempty"`
+	Snapshot      *CheckpointSnapshot    `protobuf:"bytes,2,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckpointRestoreResponse) Reset() {
+	*x = CheckpointRestoreResponse{}
+	mi := &file_api_rover_v1_agent_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckpointRestoreResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckpointRestoreResponse) ProtoMessage() {}
+
+func (x *CheckpointRestoreResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_rover_v1_agent_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckpointRestoreResponse.ProtoReflect.Descriptor instead.
+func (*CheckpointRestoreResponse) Descriptor() ([]byte, []int) {
+	return file_api_rover_v1_agent_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *CheckpointRestoreResponse) GetFound() bool {
+	if x != nil {
+		return x.Found
+	}
+	return false
+}
+
+func (x *CheckpointRestoreResponse) GetSnapshot() *CheckpointSnapshot {
+	if x != nil {
+		return x.Snapshot
+	}
+	return nil
+}
+
 type CheckpointSnapshotsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	LocalRank     int32                  `protobuf:"varint,1,opt,name=local_rank,json=localRank,proto3" json:"local_rank,omitempty"`
@@ -254,7 +518,7 @@ type CheckpointSnapshotsRequest struct {
 
 func (x *CheckpointSnapshotsRequest) Reset() {
 	*x = CheckpointSnapshotsRequest{}
-	mi := &file_api_rover_v1_agent_proto_msgTypes[4]
+	mi := &file_api_rover_v1_agent_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -266,7 +530,7 @@ func (x *CheckpointSnapshotsRequest) String() string {
 func (*CheckpointSnapshotsRequest) ProtoMessage() {}
 
 func (x *CheckpointSnapshotsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_agent_proto_msgTypes[4]
+	mi := &file_api_rover_v1_agent_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -279,7 +543,7 @@ func (x *CheckpointSnapshotsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointSnapshotsRequest.ProtoReflect.Descriptor instead.
 func (*CheckpointSnapshotsRequest) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_agent_proto_rawDescGZIP(), []int{4}
+	return file_api_rover_v1_agent_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *CheckpointSnapshotsRequest) GetLocalRank() int32 {
@@ -301,7 +565,7 @@ type CheckpointSnapshot struct {
 
 func (x *CheckpointSnapshot) Reset() {
 	*x = CheckpointSnapshot{}
-	mi := &file_api_rover_v1_agent_proto_msgTypes[5]
+	mi := &file_api_rover_v1_agent_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -313,7 +577,7 @@ func (x *CheckpointSnapshot) String() string {
 func (*CheckpointSnapshot) ProtoMessage() {}
 
 func (x *CheckpointSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_agent_proto_msgTypes[5]
+	mi := &file_api_rover_v1_agent_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -326,7 +590,7 @@ func (x *CheckpointSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointSnapshot.ProtoReflect.Descriptor instead.
 func (*CheckpointSnapshot) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_agent_proto_rawDescGZIP(), []int{5}
+	return file_api_rover_v1_agent_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CheckpointSnapshot) GetStep() int64 {
@@ -367,7 +631,7 @@ type CheckpointSnapshotsResponse struct {
 
 func (x *CheckpointSnapshotsResponse) Reset() {
 	*x = CheckpointSnapshotsResponse{}
-	mi := &file_api_rover_v1_agent_proto_msgTypes[6]
+	mi := &file_api_rover_v1_agent_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -379,7 +643,7 @@ func (x *CheckpointSnapshotsResponse) String() string {
 func (*CheckpointSnapshotsResponse) ProtoMessage() {}
 
 func (x *CheckpointSnapshotsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_agent_proto_msgTypes[6]
+	mi := &file_api_rover_v1_agent_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -392,7 +656,7 @@ func (x *CheckpointSnapshotsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointSnapshotsResponse.ProtoReflect.Descriptor instead.
 func (*CheckpointSnapshotsResponse) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_agent_proto_rawDescGZIP(), []int{6}
+	return file_api_rover_v1_agent_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CheckpointSnapshotsResponse) GetSnapshots() []*CheckpointSnapshot {
@@ -412,7 +676,7 @@ type InfoRequest struct {
 
 func (x *InfoRequest) Reset() {
 	*x = InfoRequest{}
-	mi := &file_api_rover_v1_agent_proto_msgTypes[7]
+	mi := &file_api_rover_v1_agent_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -424,7 +688,7 @@ func (x *InfoRequest) String() string {
 func (*InfoRequest) ProtoMessage() {}
 
 func (x *InfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_agent_proto_msgTypes[7]
+	mi := &file_api_rover_v1_agent_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -437,7 +701,7 @@ func (x *InfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoRequest.ProtoReflect.Descriptor instead.
 func (*InfoRequest) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_agent_proto_rawDescGZIP(), []int{7}
+	return file_api_rover_v1_agent_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *InfoRequest) GetRank() int32 {
@@ -465,7 +729,7 @@ type InfoResponse struct {
 
 func (x *InfoResponse) Reset() {
 	*x = InfoResponse{}
-	mi := &file_api_rover_v1_agent_proto_msgTypes[8]
+	mi := &file_api_rover_v1_agent_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -477,7 +741,7 @@ func (x *InfoResponse) String() string {
 func (*InfoResponse) ProtoMessage() {}
 
 func (x *InfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_agent_proto_msgTypes[8]
+	mi := &file_api_rover_v1_agent_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -490,7 +754,7 @@ func (x *InfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoResponse.ProtoReflect.Descriptor instead.
 func (*InfoResponse) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_agent_proto_rawDescGZIP(), []int{8}
+	return file_api_rover_v1_agent_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *InfoResponse) GetRunId() string {
@@ -576,13 +840,34 @@ const file_api_rover_v1_agent_proto_rawDesc = "" +
 	"\x17CheckpointBeginResponse\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x03R\x06offset\x12\x1a\n" +
-	"\bcapacity\x18\x03 \x01(\x03R\bcapacity\"d\n" +
+	"\bcapacity\x18\x03 \x01(\x03R\bcapacity\"\xeb\x01\n" +
 	"\x17CheckpointCommitRequest\x12\x1d\n" +
 	"\n" +
 	"local_rank\x18\x01 \x01(\x05R\tlocalRank\x12\x12\n" +
 	"\x04step\x18\x02 \x01(\x03R\x04step\x12\x16\n" +
-	"\x06length\x18\x03 \x01(\x03R\x06length\"\x1a\n" +
-	"\x18CheckpointCommitResponse\";\n" +
+	"\x06length\x18\x03 \x01(\x03R\x06length\x12\x18\n" +
+	"\apersist\x18\x04 \x01(\bR\apersist\x12\x10\n" +
+	"\x03url\x18\x05 \x01(\tR\x03url\x12\x12\n" +
+	"\x04rank\x18\x06 \x01(\x05R\x04rank\x12\x1d\n" +
+	"\n" +
+	"world_size\x18\a \x01(\x05R\tworldSize\x12\x12\n" +
+	"\x04mode\x18\b \x01(\tR\x04mode\x12\x12\n" +
+	"\x04keep\x18\t \x01(\x05R\x04keep\"\x1a\n" +
+	"\x18CheckpointCommitResponse\"6\n" +
+	"\x15CheckpointWaitRequest\x12\x1d\n" +
+	"\n" +
+	"local_rank\x18\x01 \x01(\x05R\tlocalRank\"Q\n" +
+	"\x16CheckpointWaitResponse\x12!\n" +
+	"\fdurable_step\x18\x01 \x01(\x03R\vdurableStep\x12\x14\n" +
+	"\x05error\x18\x02 \x01(\tR\x05error\"_\n" +
+	"\x18CheckpointRestoreRequest\x12\x1d\n" +
+	"\n" +
+	"local_rank\x18\x01 \x01(\x05R\tlocalRank\x12\x10\n" +
+	"\x03url\x18\x02 \x01(\tR\x03url\x12\x12\n" +
+	"\x04rank\x18\x03 \x01(\x05R\x04rank\"k\n" +
+	"\x19CheckpointRestoreResponse\x12\x14\n" +
+	"\x05found\x18\x01 \x01(\bR\x05found\x128\n" +
+	"\bsnapshot\x18\x02 \x01(\v2\x1c.rover.v1.CheckpointSnapshotR\bsnapshot\";\n" +
 	"\x1aCheckpointSnapshotsRequest\x12\x1d\n" +
 	"\n" +
 	"local_rank\x18\x01 \x01(\x05R\tlocalRank\"l\n" +
@@ -608,7 +893,7 @@ const file_api_rover_v1_agent_proto_rawDesc = "" +
 	"world_size\x18\b \x01(\x05R\tworldSize\x12#\n" +
 	"\rrestart_count\x18\t \x01(\x05R\frestartCount\x12#\n" +
 	"\ragent_version\x18\n" +
-	" \x01(\tR\fagentVersion2\x87\b\n" +
+	" \x01(\tR\fagentVersion2\xbe\t\n" +
 	"\fAgentService\x127\n" +
 	"\x04Info\x12\x15.rover.v1.InfoRequest\x1a\x16.rover.v1.InfoResponse\"\x00\x12X\n" +
 	"\x0fRegisterDataset\x12 .rover.v1.RegisterDatasetRequest\x1a!.rover.v1.RegisterDatasetResponse\"\x00\x12L\n" +
@@ -620,7 +905,9 @@ const file_api_rover_v1_agent_proto_rawDesc = "" +
 	"\x0fGetDatasetState\x12\x1d.rover.v1.DatasetStateRequest\x1a\x1e.rover.v1.DatasetStateResponse\"\x00\x12U\n" +
 	"\x0eRestoreDataset\x12\x1f.rover.v1.RestoreDatasetRequest\x1a .rover.v1.RestoreDatasetResponse\"\x00\x12X\n" +
 	"\x0fCheckpointBegin\x12 .rover.v1.CheckpointBeginRequest\x1a!.rover.v1.CheckpointBeginResponse\"\x00\x12[\n" +
-	"\x10CheckpointCommit\x12!.rover.v1.CheckpointCommitRequest\x1a\".rover.v1.CheckpointCommitResponse\"\x00\x12d\n" +
+	"\x10CheckpointCommit\x12!.rover.v1.CheckpointCommitRequest\x1a\".rover.v1.CheckpointCommitResponse\"\x00\x12U\n" +
+	"\x0eCheckpointWait\x12\x1f.rover.v1.CheckpointWaitRequest\x1a .rover.v1.CheckpointWaitResponse\"\x00\x12^\n" +
+	"\x11CheckpointRestore\x12\".rover.v1.CheckpointRestoreRequest\x1a#.rover.v1.CheckpointRestoreResponse\"\x00\x12d\n" +
 	"\x13CheckpointSnapshots\x12$.rover.v1.CheckpointSnapshotsRequest\x1a%.rover.v1.CheckpointSnapshotsResponse\"\x00B/Z-github.com/roverml/rover/api/rover/v1;roverv1b\x06proto3"
 
 var (
@@ -635,65 +922,74 @@ func file_api_rover_v1_agent_proto_rawDescGZIP() []byte {
 	return file_api_rover_v1_agent_proto_rawDescData
 }
 
-var file_api_rover_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_api_rover_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_api_rover_v1_agent_proto_goTypes = []any{
 	(*CheckpointBeginRequest)(nil),      // 0: rover.v1.CheckpointBeginRequest
 	(*CheckpointBeginResponse)(nil),     // 1: rover.v1.CheckpointBeginResponse
 	(*CheckpointCommitRequest)(nil),     // 2: rover.v1.CheckpointCommitRequest
 	(*CheckpointCommitResponse)(nil),    // 3: rover.v1.CheckpointCommitResponse
-	(*CheckpointSnapshotsRequest)(nil),  // 4: rover.v1.CheckpointSnapshotsRequest
-	(*CheckpointSnapshot)(nil),          // 5: rover.v1.CheckpointSnapshot
-	(*CheckpointSnapshotsResponse)(nil), // 6: rover.v1.CheckpointSnapshotsResponse
-	(*InfoRequest)(nil),                 // 7: rover.v1.InfoRequest
-	(*InfoResponse)(nil),                // 8: rover.v1.InfoResponse
-	(*RegisterDatasetRequest)(nil),      // 9: rover.v1.RegisterDatasetRequest
-	(*LeaseShardsRequest)(nil),          // 10: rover.v1.LeaseShardsRequest
-	(*CompleteShardsRequest)(nil),       // 11: rover.v1.CompleteShardsRequest
-	(*GetPositionRequest)(nil),          // 12: rover.v1.GetPositionRequest
-	(*AdvancePositionRequest)(nil),      // 13: rover.v1.AdvancePositionRequest
-	(*AppendStreamRequest)(nil),         // 14: rover.v1.AppendStreamRequest
-	(*DatasetStateRequest)(nil),         // 15: rover.v1.DatasetStateRequest
-	(*RestoreDatasetRequest)(nil),       // 16: rover.v1.RestoreDatasetRequest
-	(*RegisterDatasetResponse)(nil),     // 17: rover.v1.RegisterDatasetResponse
-	(*LeaseShardsResponse)(nil),         // 18: rover.v1.LeaseShardsResponse
-	(*CompleteShardsResponse)(nil),      // 19: rover.v1.CompleteShardsResponse
-	(*GetPositionResponse)(nil),         // 20: rover.v1.GetPositionResponse
-	(*AdvancePositionResponse)(nil),     // 21: rover.v1.AdvancePositionResponse
-	(*AppendStreamResponse)(nil),        // 22: rover.v1.AppendStreamResponse
-	(*DatasetStateResponse)(nil),        // 23: rover.v1.DatasetStateResponse
-	(*RestoreDatasetResponse)(nil),      // 24: rover.v1.RestoreDatasetResponse
+	(*CheckpointWaitRequest)(nil),       // 4: rover.v1.CheckpointWaitRequest
+	(*CheckpointWaitResponse)(nil),      // 5: rover.v1.CheckpointWaitResponse
+	(*CheckpointRestoreRequest)(nil),    // 6: rover.v1.CheckpointRestoreRequest
+	(*CheckpointRestoreResponse)(nil),   // 7: rover.v1.CheckpointRestoreResponse
+	(*CheckpointSnapshotsRequest)(nil),  // 8: rover.v1.CheckpointSnapshotsRequest
+	(*CheckpointSnapshot)(nil),          // 9: rover.v1.CheckpointSnapshot
+	(*CheckpointSnapshotsResponse)(nil), // 10: rover.v1.CheckpointSnapshotsResponse
+	(*InfoRequest)(nil),                 // 11: rover.v1.InfoRequest
+	(*InfoResponse)(nil),                // 12: rover.v1.InfoResponse
+	(*RegisterDatasetRequest)(nil),      // 13: rover.v1.RegisterDatasetRequest
+	(*LeaseShardsRequest)(nil),          // 14: rover.v1.LeaseShardsRequest
+	(*CompleteShardsRequest)(nil),       // 15: rover.v1.CompleteShardsRequest
+	(*GetPositionRequest)(nil),          // 16: rover.v1.GetPositionRequest
+	(*AdvancePositionRequest)(nil),      // 17: rover.v1.AdvancePositionRequest
+	(*AppendStreamRequest)(nil),         // 18: rover.v1.AppendStreamRequest
+	(*DatasetStateRequest)(nil),         // 19: rover.v1.DatasetStateRequest
+	(*RestoreDatasetRequest)(nil),       // 20: rover.v1.RestoreDatasetRequest
+	(*RegisterDatasetResponse)(nil),     // 21: rover.v1.RegisterDatasetResponse
+	(*LeaseShardsResponse)(nil),         // 22: rover.v1.LeaseShardsResponse
+	(*CompleteShardsResponse)(nil),      // 23: rover.v1.CompleteShardsResponse
+	(*GetPositionResponse)(nil),         // 24: rover.v1.GetPositionResponse
+	(*AdvancePositionResponse)(nil),     // 25: rover.v1.AdvancePositionResponse
+	(*AppendStreamResponse)(nil),        // 26: rover.v1.AppendStreamResponse
+	(*DatasetStateResponse)(nil),        // 27: rover.v1.DatasetStateResponse
+	(*RestoreDatasetResponse)(nil),      // 28: rover.v1.RestoreDatasetResponse
 }
 var file_api_rover_v1_agent_proto_depIdxs = []int32{
-	5,  // 0: rover.v1.CheckpointSnapshotsResponse.snapshots:type_name -> rover.v1.CheckpointSnapshot
-	7,  // 1: rover.v1.AgentService.Info:input_type -> rover.v1.InfoRequest
-	9,  // 2: rover.v1.AgentService.RegisterDataset:input_type -> rover.v1.RegisterDatasetRequest
-	10, // 3: rover.v1.AgentService.LeaseShards:input_type -> rover.v1.LeaseShardsRequest
-	11, // 4: rover.v1.AgentService.CompleteShards:input_type -> rover.v1.CompleteShardsRequest
-	12, // 5: rover.v1.AgentService.GetPosition:input_type -> rover.v1.GetPositionRequest
-	13, // 6: rover.v1.AgentService.AdvancePosition:input_type -> rover.v1.AdvancePositionRequest
-	14, // 7: rover.v1.AgentService.AppendStream:input_type -> rover.v1.AppendStreamRequest
-	15, // 8: rover.v1.AgentService.GetDatasetState:input_type -> rover.v1.DatasetStateRequest
-	16, // 9: rover.v1.AgentService.RestoreDataset:input_type -> rover.v1.RestoreDatasetRequest
-	0,  // 10: rover.v1.AgentService.CheckpointBegin:input_type -> rover.v1.CheckpointBeginRequest
-	2,  // 11: rover.v1.AgentService.CheckpointCommit:input_type -> rover.v1.CheckpointCommitRequest
-	4,  // 12: rover.v1.AgentService.CheckpointSnapshots:input_type -> rover.v1.CheckpointSnapshotsRequest
-	8,  // 13: rover.v1.AgentService.Info:output_type -> rover.v1.InfoResponse
-	17, // 14: rover.v1.AgentService.RegisterDataset:output_type -> rover.v1.RegisterDatasetResponse
-	18, // 15: rover.v1.AgentService.LeaseShards:output_type -> rover.v1.LeaseShardsResponse
-	19, // 16: rover.v1.AgentService.CompleteShards:output_type -> rover.v1.CompleteShardsResponse
-	20, // 17: rover.v1.AgentService.GetPosition:output_type -> rover.v1.GetPositionResponse
-	21, // 18: rover.v1.AgentService.AdvancePosition:output_type -> rover.v1.AdvancePositionResponse
-	22, // 19: rover.v1.AgentService.AppendStream:output_type -> rover.v1.AppendStreamResponse
-	23, // 20: rover.v1.AgentService.GetDatasetState:output_type -> rover.v1.DatasetStateResponse
-	24, // 21: rover.v1.AgentService.RestoreDataset:output_type -> rover.v1.RestoreDatasetResponse
-	1,  // 22: rover.v1.AgentService.CheckpointBegin:output_type -> rover.v1.CheckpointBeginResponse
-	3,  // 23: rover.v1.AgentService.CheckpointCommit:output_type -> rover.v1.CheckpointCommitResponse
-	6,  // 24: rover.v1.AgentService.CheckpointSnapshots:output_type -> rover.v1.CheckpointSnapshotsResponse
-	13, // [13:25] is the sub-list for method output_type
-	1,  // [1:13] is the sub-list for method input_type
-	1,  // [1:1] is the sub-list for extension type_name
-	1,  // [1:1] is the sub-list for extension extendee
-	0,  // [0:1] is the sub-list for field type_name
+	9,  // 0: rover.v1.CheckpointRestoreResponse.snapshot:type_name -> rover.v1.CheckpointSnapshot
+	9,  // 1: rover.v1.CheckpointSnapshotsResponse.snapshots:type_name -> rover.v1.CheckpointSnapshot
+	11, // 2: rover.v1.AgentService.Info:input_type -> rover.v1.InfoRequest
+	13, // 3: rover.v1.AgentService.RegisterDataset:input_type -> rover.v1.RegisterDatasetRequest
+	14, // 4: rover.v1.AgentService.LeaseShards:input_type -> rover.v1.LeaseShardsRequest
+	15, // 5: rover.v1.AgentService.CompleteShards:input_type -> rover.v1.CompleteShardsRequest
+	16, // 6: rover.v1.AgentService.GetPosition:input_type -> rover.v1.GetPositionRequest
+	17, // 7: rover.v1.AgentService.AdvancePosition:input_type -> rover.v1.AdvancePositionRequest
+	18, // 8: rover.v1.AgentService.AppendStream:input_type -> rover.v1.AppendStreamRequest
+	19, // 9: rover.v1.AgentService.GetDatasetState:input_type -> rover.v1.DatasetStateRequest
+	20, // 10: rover.v1.AgentService.RestoreDataset:input_type -> rover.v1.RestoreDatasetRequest
+	0,  // 11: rover.v1.AgentService.CheckpointBegin:input_type -> rover.v1.CheckpointBeginRequest
+	2,  // 12: rover.v1.AgentService.CheckpointCommit:input_type -> rover.v1.CheckpointCommitRequest
+	4,  // 13: rover.v1.AgentService.CheckpointWait:input_type -> rover.v1.CheckpointWaitRequest
+	6,  // 14: rover.v1.AgentService.CheckpointRestore:input_type -> rover.v1.CheckpointRestoreRequest
+	8,  // 15: rover.v1.AgentService.CheckpointSnapshots:input_type -> rover.v1.CheckpointSnapshotsRequest
+	12, // 16: rover.v1.AgentService.Info:output_type -> rover.v1.InfoResponse
+	21, // 17: rover.v1.AgentService.RegisterDataset:output_type -> rover.v1.RegisterDatasetResponse
+	22, // 18: rover.v1.AgentService.LeaseShards:output_type -> rover.v1.LeaseShardsResponse
+	23, // 19: rover.v1.AgentService.CompleteShards:output_type -> rover.v1.CompleteShardsResponse
+	24, // 20: rover.v1.AgentService.GetPosition:output_type -> rover.v1.GetPositionResponse
+	25, // 21: rover.v1.AgentService.AdvancePosition:output_type -> rover.v1.AdvancePositionResponse
+	26, // 22: rover.v1.AgentService.AppendStream:output_type -> rover.v1.AppendStreamResponse
+	27, // 23: rover.v1.AgentService.GetDatasetState:output_type -> rover.v1.DatasetStateResponse
+	28, // 24: rover.v1.AgentService.RestoreDataset:output_type -> rover.v1.RestoreDatasetResponse
+	1,  // 25: rover.v1.AgentService.CheckpointBegin:output_type -> rover.v1.CheckpointBeginResponse
+	3,  // 26: rover.v1.AgentService.CheckpointCommit:output_type -> rover.v1.CheckpointCommitResponse
+	5,  // 27: rover.v1.AgentService.CheckpointWait:output_type -> rover.v1.CheckpointWaitResponse
+	7,  // 28: rover.v1.AgentService.CheckpointRestore:output_type -> rover.v1.CheckpointRestoreResponse
+	10, // 29: rover.v1.AgentService.CheckpointSnapshots:output_type -> rover.v1.CheckpointSnapshotsResponse
+	16, // [16:30] is the sub-list for method output_type
+	2,  // [2:16] is the sub-list for method input_type
+	2,  // [2:2] is the sub-list for extension type_name
+	2,  // [2:2] is the sub-list for extension extendee
+	0,  // [0:2] is the sub-list for field type_name
 }
 
 func init() { file_api_rover_v1_agent_proto_init() }
@@ -708,7 +1004,7 @@ func file_api_rover_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_rover_v1_agent_proto_rawDesc), len(file_api_rover_v1_agent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   9,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

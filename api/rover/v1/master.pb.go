@@ -77,6 +77,159 @@ func (JobState) EnumDescriptor() ([]byte, []int) {
 	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{0}
 }
 
+type CheckpointDurableRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Url           string                 `protobuf:"bytes,1,opt,name=url,proto3" json:"url,omitempty"`
+	Step          int64                  `protobuf:"varint,2,opt,name=step,proto3" json:"step,omitempty"`
+	Rank          int32                  `protobuf:"varint,3,opt,name=rank,proto3" json:"rank,omitempty"`
+	WorldSize     int32                  `protobuf:"varint,4,opt,name=world_size,json=worldSize,proto3" json:"world_size,omitempty"`
+	Mode          string                 `protobuf:"bytes,5,opt,name=mode,proto3" json:"mode,omitempty"`
+	Path          string                 `protobuf:"bytes,6,opt,name=path,proto3" json:"path,omitempty"`
+	Size          int64                  `protobuf:"varint,7,opt,name=size,proto3" json:"size,omitempty"`
+	Crc32C        uint32                 `protobuf:"varint,8,opt,name=crc32c,proto3" json:"crc32c,omitempty"`
+	Keep          int32                  `protobuf:"varint,9,opt,name=keep,proto3" json:"keep,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckpointDurableRequest) Reset() {
+	*x = CheckpointDurableRequest{}
+	mi := &file_api_rover_v1_master_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckpointDurableRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckpointDurableRequest) ProtoMessage() {}
+
+func (x *CheckpointDurableRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_rover_v1_master_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckpointDurableRequest.ProtoReflect.Descriptor instead.
+func (*CheckpointDurableRequest) Descriptor() ([]byte, []int) {
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *CheckpointDurableRequest) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *CheckpointDurableRequest) GetStep() int64 {
+	if x != nil {
+		return x.Step
+	}
+	return 0
+}
+
+func (x *CheckpointDurableRequest) GetRank() int32 {
+	if x != nil {
+		return x.Rank
+	}
+	return 0
+}
+
+func (x *CheckpointDurableRequest) GetWorldSize() int32 {
+	if x != nil {
+		return x.WorldSize
+	}
+	return 0
+}
+
+func (x *CheckpointDurableRequest) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
+}
+
+func (x *CheckpointDurableRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *CheckpointDurableRequest) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *CheckpointDurableRequest) GetCrc32C() uint32 {
+	if x != nil {
+		return x.Crc32C
+	}
+	return 0
+}
+
+func (x *CheckpointDurableRequest) GetKeep() int32 {
+	if x != nil {
+		return x.Keep
+	}
+	return 0
+}
+
+type CheckpointDurableResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// True when this report completed the step and it is committed.
+	Committed     bool `protobuf:"varint,1,opt,name=committed,proto3" json:"committed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckpointDurableResponse) Reset() {
+	*x = CheckpointDurableResponse{}
+	mi := &file_api_rover_v1_master_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckpointDurableResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckpointDurableResponse) ProtoMessage() {}
+
+func (x *CheckpointDurableResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_rover_v1_master_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckpointDurableResponse.ProtoReflect.Descriptor instead.
+func (*CheckpointDurableResponse) Descriptor() ([]byte, []int) {
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *CheckpointDurableResponse) GetCommitted() bool {
+	if x != nil {
+		return x.Committed
+	}
+	return false
+}
+
 // RendezvousConfig is the rendezvous a node agent was started with.
 type RendezvousConfig struct {
 	state                  protoimpl.MessageState `protogen:"open.v1"`
@@ -94,7 +247,7 @@ type RendezvousConfig struct {
 
 func (x *RendezvousConfig) Reset() {
 	*x = RendezvousConfig{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[0]
+	mi := &file_api_rover_v1_master_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -106,7 +259,7 @@ func (x *RendezvousConfig) String() string {
 func (*RendezvousConfig) ProtoMessage() {}
 
 func (x *RendezvousConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[0]
+	mi := &file_api_rover_v1_master_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -119,7 +272,7 @@ func (x *RendezvousConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RendezvousConfig.ProtoReflect.Descriptor instead.
 func (*RendezvousConfig) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{0}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *RendezvousConfig) GetMinNodes() int32 {
@@ -199,7 +352,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[1]
+	mi := &file_api_rover_v1_master_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -211,7 +364,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[1]
+	mi := &file_api_rover_v1_master_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -224,7 +377,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{1}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *JoinRequest) GetNodeId() string {
@@ -288,7 +441,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[2]
+	mi := &file_api_rover_v1_master_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -300,7 +453,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[2]
+	mi := &file_api_rover_v1_master_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -313,7 +466,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{2}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *JoinResponse) GetNodeRank() int32 {
@@ -351,7 +504,7 @@ type SessionRequest struct {
 
 func (x *SessionRequest) Reset() {
 	*x = SessionRequest{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[3]
+	mi := &file_api_rover_v1_master_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -363,7 +516,7 @@ func (x *SessionRequest) String() string {
 func (*SessionRequest) ProtoMessage() {}
 
 func (x *SessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[3]
+	mi := &file_api_rover_v1_master_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -376,7 +529,7 @@ func (x *SessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionRequest.ProtoReflect.Descriptor instead.
 func (*SessionRequest) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{3}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *SessionRequest) GetMsg() isSessionRequest_Msg {
@@ -431,7 +584,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[4]
+	mi := &file_api_rover_v1_master_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -443,7 +596,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[4]
+	mi := &file_api_rover_v1_master_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -456,7 +609,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{4}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{6}
 }
 
 // SessionResponse is a message from the master on a session.
@@ -472,7 +625,7 @@ type SessionResponse struct {
 
 func (x *SessionResponse) Reset() {
 	*x = SessionResponse{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[5]
+	mi := &file_api_rover_v1_master_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -484,7 +637,7 @@ func (x *SessionResponse) String() string {
 func (*SessionResponse) ProtoMessage() {}
 
 func (x *SessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[5]
+	mi := &file_api_rover_v1_master_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -497,7 +650,7 @@ func (x *SessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionResponse.ProtoReflect.Descriptor instead.
 func (*SessionResponse) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{5}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *SessionResponse) GetJoined() *JoinResponse {
@@ -536,7 +689,7 @@ type NodeView struct {
 
 func (x *NodeView) Reset() {
 	*x = NodeView{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[6]
+	mi := &file_api_rover_v1_master_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -548,7 +701,7 @@ func (x *NodeView) String() string {
 func (*NodeView) ProtoMessage() {}
 
 func (x *NodeView) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[6]
+	mi := &file_api_rover_v1_master_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -561,7 +714,7 @@ func (x *NodeView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeView.ProtoReflect.Descriptor instead.
 func (*NodeView) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{6}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *NodeView) GetVersion() uint64 {
@@ -650,7 +803,7 @@ type Assignment struct {
 
 func (x *Assignment) Reset() {
 	*x = Assignment{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[7]
+	mi := &file_api_rover_v1_master_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -662,7 +815,7 @@ func (x *Assignment) String() string {
 func (*Assignment) ProtoMessage() {}
 
 func (x *Assignment) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[7]
+	mi := &file_api_rover_v1_master_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -675,7 +828,7 @@ func (x *Assignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Assignment.ProtoReflect.Descriptor instead.
 func (*Assignment) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{7}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Assignment) GetRound() int64 {
@@ -751,7 +904,7 @@ type WorkerFailure struct {
 
 func (x *WorkerFailure) Reset() {
 	*x = WorkerFailure{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[8]
+	mi := &file_api_rover_v1_master_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -763,7 +916,7 @@ func (x *WorkerFailure) String() string {
 func (*WorkerFailure) ProtoMessage() {}
 
 func (x *WorkerFailure) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[8]
+	mi := &file_api_rover_v1_master_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -776,7 +929,7 @@ func (x *WorkerFailure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerFailure.ProtoReflect.Descriptor instead.
 func (*WorkerFailure) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{8}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *WorkerFailure) GetNodeId() string {
@@ -888,7 +1041,7 @@ type ReportFailureRequest struct {
 
 func (x *ReportFailureRequest) Reset() {
 	*x = ReportFailureRequest{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[9]
+	mi := &file_api_rover_v1_master_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -900,7 +1053,7 @@ func (x *ReportFailureRequest) String() string {
 func (*ReportFailureRequest) ProtoMessage() {}
 
 func (x *ReportFailureRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[9]
+	mi := &file_api_rover_v1_master_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -913,7 +1066,7 @@ func (x *ReportFailureRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportFailureRequest.ProtoReflect.Descriptor instead.
 func (*ReportFailureRequest) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{9}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ReportFailureRequest) GetNodeId() string {
@@ -945,7 +1098,7 @@ type ReportFailureResponse struct {
 
 func (x *ReportFailureResponse) Reset() {
 	*x = ReportFailureResponse{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[10]
+	mi := &file_api_rover_v1_master_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -957,7 +1110,7 @@ func (x *ReportFailureResponse) String() string {
 func (*ReportFailureResponse) ProtoMessage() {}
 
 func (x *ReportFailureResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[10]
+	mi := &file_api_rover_v1_master_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -970,7 +1123,7 @@ func (x *ReportFailureResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportFailureResponse.ProtoReflect.Descriptor instead.
 func (*ReportFailureResponse) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{10}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{12}
 }
 
 type ReportSuccessRequest struct {
@@ -983,7 +1136,7 @@ type ReportSuccessRequest struct {
 
 func (x *ReportSuccessRequest) Reset() {
 	*x = ReportSuccessRequest{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[11]
+	mi := &file_api_rover_v1_master_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -995,7 +1148,7 @@ func (x *ReportSuccessRequest) String() string {
 func (*ReportSuccessRequest) ProtoMessage() {}
 
 func (x *ReportSuccessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[11]
+	mi := &file_api_rover_v1_master_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1008,7 +1161,7 @@ func (x *ReportSuccessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportSuccessRequest.ProtoReflect.Descriptor instead.
 func (*ReportSuccessRequest) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{11}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ReportSuccessRequest) GetNodeId() string {
@@ -1033,7 +1186,7 @@ type ReportSuccessResponse struct {
 
 func (x *ReportSuccessResponse) Reset() {
 	*x = ReportSuccessResponse{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[12]
+	mi := &file_api_rover_v1_master_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1045,7 +1198,7 @@ func (x *ReportSuccessResponse) String() string {
 func (*ReportSuccessResponse) ProtoMessage() {}
 
 func (x *ReportSuccessResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[12]
+	mi := &file_api_rover_v1_master_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1058,7 +1211,7 @@ func (x *ReportSuccessResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportSuccessResponse.ProtoReflect.Descriptor instead.
 func (*ReportSuccessResponse) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{12}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{14}
 }
 
 type LeaveRequest struct {
@@ -1071,7 +1224,7 @@ type LeaveRequest struct {
 
 func (x *LeaveRequest) Reset() {
 	*x = LeaveRequest{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[13]
+	mi := &file_api_rover_v1_master_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1083,7 +1236,7 @@ func (x *LeaveRequest) String() string {
 func (*LeaveRequest) ProtoMessage() {}
 
 func (x *LeaveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[13]
+	mi := &file_api_rover_v1_master_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1096,7 +1249,7 @@ func (x *LeaveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveRequest.ProtoReflect.Descriptor instead.
 func (*LeaveRequest) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{13}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *LeaveRequest) GetNodeId() string {
@@ -1121,7 +1274,7 @@ type LeaveResponse struct {
 
 func (x *LeaveResponse) Reset() {
 	*x = LeaveResponse{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[14]
+	mi := &file_api_rover_v1_master_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1133,7 +1286,7 @@ func (x *LeaveResponse) String() string {
 func (*LeaveResponse) ProtoMessage() {}
 
 func (x *LeaveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[14]
+	mi := &file_api_rover_v1_master_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1146,7 +1299,7 @@ func (x *LeaveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveResponse.ProtoReflect.Descriptor instead.
 func (*LeaveResponse) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{14}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{16}
 }
 
 type SetKeyRequest struct {
@@ -1159,7 +1312,7 @@ type SetKeyRequest struct {
 
 func (x *SetKeyRequest) Reset() {
 	*x = SetKeyRequest{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[15]
+	mi := &file_api_rover_v1_master_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1171,7 +1324,7 @@ func (x *SetKeyRequest) String() string {
 func (*SetKeyRequest) ProtoMessage() {}
 
 func (x *SetKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[15]
+	mi := &file_api_rover_v1_master_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1184,7 +1337,7 @@ func (x *SetKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetKeyRequest.ProtoReflect.Descriptor instead.
 func (*SetKeyRequest) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{15}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *SetKeyRequest) GetKey() string {
@@ -1209,7 +1362,7 @@ type SetKeyResponse struct {
 
 func (x *SetKeyResponse) Reset() {
 	*x = SetKeyResponse{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[16]
+	mi := &file_api_rover_v1_master_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1221,7 +1374,7 @@ func (x *SetKeyResponse) String() string {
 func (*SetKeyResponse) ProtoMessage() {}
 
 func (x *SetKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[16]
+	mi := &file_api_rover_v1_master_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1234,7 +1387,7 @@ func (x *SetKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetKeyResponse.ProtoReflect.Descriptor instead.
 func (*SetKeyResponse) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{16}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{18}
 }
 
 type GetKeyRequest struct {
@@ -1247,7 +1400,7 @@ type GetKeyRequest struct {
 
 func (x *GetKeyRequest) Reset() {
 	*x = GetKeyRequest{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[17]
+	mi := &file_api_rover_v1_master_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1259,7 +1412,7 @@ func (x *GetKeyRequest) String() string {
 func (*GetKeyRequest) ProtoMessage() {}
 
 func (x *GetKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[17]
+	mi := &file_api_rover_v1_master_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1272,7 +1425,7 @@ func (x *GetKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetKeyRequest.ProtoReflect.Descriptor instead.
 func (*GetKeyRequest) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{17}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *GetKeyRequest) GetKey() string {
@@ -1299,7 +1452,7 @@ type GetKeyResponse struct {
 
 func (x *GetKeyResponse) Reset() {
 	*x = GetKeyResponse{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[18]
+	mi := &file_api_rover_v1_master_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1311,7 +1464,7 @@ func (x *GetKeyResponse) String() string {
 func (*GetKeyResponse) ProtoMessage() {}
 
 func (x *GetKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[18]
+	mi := &file_api_rover_v1_master_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1324,7 +1477,7 @@ func (x *GetKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetKeyResponse.ProtoReflect.Descriptor instead.
 func (*GetKeyResponse) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{18}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GetKeyResponse) GetFound() bool {
@@ -1349,7 +1502,7 @@ type GetJobRequest struct {
 
 func (x *GetJobRequest) Reset() {
 	*x = GetJobRequest{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[19]
+	mi := &file_api_rover_v1_master_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1361,7 +1514,7 @@ func (x *GetJobRequest) String() string {
 func (*GetJobRequest) ProtoMessage() {}
 
 func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[19]
+	mi := &file_api_rover_v1_master_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1374,7 +1527,7 @@ func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobRequest.ProtoReflect.Descriptor instead.
 func (*GetJobRequest) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{19}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{21}
 }
 
 // NodeStatus is one row of the job's node table.
@@ -1392,7 +1545,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[20]
+	mi := &file_api_rover_v1_master_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1404,7 +1557,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[20]
+	mi := &file_api_rover_v1_master_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1417,7 +1570,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{20}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *NodeStatus) GetNodeId() string {
@@ -1481,7 +1634,7 @@ type GetJobResponse struct {
 
 func (x *GetJobResponse) Reset() {
 	*x = GetJobResponse{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[21]
+	mi := &file_api_rover_v1_master_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1493,7 +1646,7 @@ func (x *GetJobResponse) String() string {
 func (*GetJobResponse) ProtoMessage() {}
 
 func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[21]
+	mi := &file_api_rover_v1_master_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1506,7 +1659,7 @@ func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobResponse.ProtoReflect.Descriptor instead.
 func (*GetJobResponse) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{21}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *GetJobResponse) GetRunId() string {
@@ -1590,7 +1743,20 @@ var File_api_rover_v1_master_proto protoreflect.FileDescriptor
 
 const file_api_rover_v1_master_proto_rawDesc = "" +
 	"\n" +
-	"\x19api/rover/v1/master.proto\x12\brover.v1\x1a\x18api/rover/v1/shard.proto\"\xd8\x02\n" +
+	"\x19api/rover/v1/master.proto\x12\brover.v1\x1a\x18api/rover/v1/shard.proto\"\xdb\x01\n" +
+	"\x18CheckpointDurableRequest\x12\x10\n" +
+	"\x03url\x18\x01 \x01(\tR\x03url\x12\x12\n" +
+	"\x04step\x18\x02 \x01(\x03R\x04step\x12\x12\n" +
+	"\x04rank\x18\x03 \x01(\x05R\x04rank\x12\x1d\n" +
+	"\n" +
+	"world_size\x18\x04 \x01(\x05R\tworldSize\x12\x12\n" +
+	"\x04mode\x18\x05 \x01(\tR\x04mode\x12\x12\n" +
+	"\x04path\x18\x06 \x01(\tR\x04path\x12\x12\n" +
+	"\x04size\x18\a \x01(\x03R\x04size\x12\x16\n" +
+	"\x06crc32c\x18\b \x01(\rR\x06crc32c\x12\x12\n" +
+	"\x04keep\x18\t \x01(\x05R\x04keep\"9\n" +
+	"\x19CheckpointDurableResponse\x12\x1c\n" +
+	"\tcommitted\x18\x01 \x01(\bR\tcommitted\"\xd8\x02\n" +
 	"\x10RendezvousConfig\x12\x1b\n" +
 	"\tmin_nodes\x18\x01 \x01(\x05R\bminNodes\x12\x1b\n" +
 	"\tmax_nodes\x18\x02 \x01(\x05R\bmaxNodes\x12\x1b\n" +
@@ -1723,7 +1889,8 @@ const file_api_rover_v1_master_proto_rawDesc = "" +
 	"\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11JOB_STATE_RUNNING\x10\x01\x12\x17\n" +
 	"\x13JOB_STATE_SUCCEEDED\x10\x02\x12\x14\n" +
-	"\x10JOB_STATE_FAILED\x10\x032\xd2\t\n" +
+	"\x10JOB_STATE_FAILED\x10\x032\xb2\n" +
+	"\n" +
 	"\rMasterService\x12D\n" +
 	"\aSession\x12\x18.rover.v1.SessionRequest\x1a\x19.rover.v1.SessionResponse\"\x00(\x010\x01\x127\n" +
 	"\x04Join\x12\x15.rover.v1.JoinRequest\x1a\x16.rover.v1.JoinResponse\"\x00\x12R\n" +
@@ -1740,7 +1907,8 @@ const file_api_rover_v1_master_proto_rawDesc = "" +
 	"\x0fAdvancePosition\x12 .rover.v1.AdvancePositionRequest\x1a!.rover.v1.AdvancePositionResponse\"\x00\x12O\n" +
 	"\fAppendStream\x12\x1d.rover.v1.AppendStreamRequest\x1a\x1e.rover.v1.AppendStreamResponse\"\x00\x12R\n" +
 	"\x0fGetDatasetState\x12\x1d.rover.v1.DatasetStateRequest\x1a\x1e.rover.v1.DatasetStateResponse\"\x00\x12U\n" +
-	"\x0eRestoreDataset\x12\x1f.rover.v1.RestoreDatasetRequest\x1a .rover.v1.RestoreDatasetResponse\"\x00B/Z-github.com/roverml/rover/api/rover/v1;roverv1b\x06proto3"
+	"\x0eRestoreDataset\x12\x1f.rover.v1.RestoreDatasetRequest\x1a .rover.v1.RestoreDatasetResponse\"\x00\x12^\n" +
+	"\x11CheckpointDurable\x12\".rover.v1.CheckpointDurableRequest\x1a#.rover.v1.CheckpointDurableResponse\"\x00B/Z-github.com/roverml/rover/api/rover/v1;roverv1b\x06proto3"
 
 var (
 	file_api_rover_v1_master_proto_rawDescOnce sync.Once
@@ -1755,96 +1923,100 @@ func file_api_rover_v1_master_proto_rawDescGZIP() []byte {
 }
 
 var file_api_rover_v1_master_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_api_rover_v1_master_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_api_rover_v1_master_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_api_rover_v1_master_proto_goTypes = []any{
-	(JobState)(0),                   // 0: rover.v1.JobState
-	(*RendezvousConfig)(nil),        // 1: rover.v1.RendezvousConfig
-	(*JoinRequest)(nil),             // 2: rover.v1.JoinRequest
-	(*JoinResponse)(nil),            // 3: rover.v1.JoinResponse
-	(*SessionRequest)(nil),          // 4: rover.v1.SessionRequest
-	(*Heartbeat)(nil),               // 5: rover.v1.Heartbeat
-	(*SessionResponse)(nil),         // 6: rover.v1.SessionResponse
-	(*NodeView)(nil),                // 7: rover.v1.NodeView
-	(*Assignment)(nil),              // 8: rover.v1.Assignment
-	(*WorkerFailure)(nil),           // 9: rover.v1.WorkerFailure
-	(*ReportFailureRequest)(nil),    // 10: rover.v1.ReportFailureRequest
-	(*ReportFailureResponse)(nil),   // 11: rover.v1.ReportFailureResponse
-	(*ReportSuccessRequest)(nil),    // 12: rover.v1.ReportSuccessRequest
-	(*ReportSuccessResponse)(nil),   // 13: rover.v1.ReportSuccessResponse
-	(*LeaveRequest)(nil),            // 14: rover.v1.LeaveRequest
-	(*LeaveResponse)(nil),           // 15: rover.v1.LeaveResponse
-	(*SetKeyRequest)(nil),           // 16: rover.v1.SetKeyRequest
-	(*SetKeyResponse)(nil),          // 17: rover.v1.SetKeyResponse
-	(*GetKeyRequest)(nil),           // 18: rover.v1.GetKeyRequest
-	(*GetKeyResponse)(nil),          // 19: rover.v1.GetKeyResponse
-	(*GetJobRequest)(nil),           // 20: rover.v1.GetJobRequest
-	(*NodeStatus)(nil),              // 21: rover.v1.NodeStatus
-	(*GetJobResponse)(nil),          // 22: rover.v1.GetJobResponse
-	(*RegisterDatasetRequest)(nil),  // 23: rover.v1.RegisterDatasetRequest
-	(*LeaseShardsRequest)(nil),      // 24: rover.v1.LeaseShardsRequest
-	(*CompleteShardsRequest)(nil),   // 25: rover.v1.CompleteShardsRequest
-	(*GetPositionRequest)(nil),      // 26: rover.v1.GetPositionRequest
-	(*AdvancePositionRequest)(nil),  // 27: rover.v1.AdvancePositionRequest
-	(*AppendStreamRequest)(nil),     // 28: rover.v1.AppendStreamRequest
-	(*DatasetStateRequest)(nil),     // 29: rover.v1.DatasetStateRequest
-	(*RestoreDatasetRequest)(nil),   // 30: rover.v1.RestoreDatasetRequest
-	(*RegisterDatasetResponse)(nil), // 31: rover.v1.RegisterDatasetResponse
-	(*LeaseShardsResponse)(nil),     // 32: rover.v1.LeaseShardsResponse
-	(*CompleteShardsResponse)(nil),  // 33: rover.v1.CompleteShardsResponse
-	(*GetPositionResponse)(nil),     // 34: rover.v1.GetPositionResponse
-	(*AdvancePositionResponse)(nil), // 35: rover.v1.AdvancePositionResponse
-	(*AppendStreamResponse)(nil),    // 36: rover.v1.AppendStreamResponse
-	(*DatasetStateResponse)(nil),    // 37: rover.v1.DatasetStateResponse
-	(*RestoreDatasetResponse)(nil),  // 38: rover.v1.RestoreDatasetResponse
+	(JobState)(0),                     // 0: rover.v1.JobState
+	(*CheckpointDurableRequest)(nil),  // 1: rover.v1.CheckpointDurableRequest
+	(*CheckpointDurableResponse)(nil), // 2: rover.v1.CheckpointDurableResponse
+	(*RendezvousConfig)(nil),          // 3: rover.v1.RendezvousConfig
+	(*JoinRequest)(nil),               // 4: rover.v1.JoinRequest
+	(*JoinResponse)(nil),              // 5: rover.v1.JoinResponse
+	(*SessionRequest)(nil),            // 6: rover.v1.SessionRequest
+	(*Heartbeat)(nil),                 // 7: rover.v1.Heartbeat
+	(*SessionResponse)(nil),           // 8: rover.v1.SessionResponse
+	(*NodeView)(nil),                  // 9: rover.v1.NodeView
+	(*Assignment)(nil),                // 10: rover.v1.Assignment
+	(*WorkerFailure)(nil),             // 11: rover.v1.WorkerFailure
+	(*ReportFailureRequest)(nil),      // 12: rover.v1.ReportFailureRequest
+	(*ReportFailureResponse)(nil),     // 13: rover.v1.ReportFailureResponse
+	(*ReportSuccessRequest)(nil),      // 14: rover.v1.ReportSuccessRequest
+	(*ReportSuccessResponse)(nil),     // 15: rover.v1.ReportSuccessResponse
+	(*LeaveRequest)(nil),              // 16: rover.v1.LeaveRequest
+	(*LeaveResponse)(nil),             // 17: rover.v1.LeaveResponse
+	(*SetKeyRequest)(nil),             // 18: rover.v1.SetKeyRequest
+	(*SetKeyResponse)(nil),            // 19: rover.v1.SetKeyResponse
+	(*GetKeyRequest)(nil),             // 20: rover.v1.GetKeyRequest
+	(*GetKeyResponse)(nil),            // 21: rover.v1.GetKeyResponse
+	(*GetJobRequest)(nil),             // 22: rover.v1.GetJobRequest
+	(*NodeStatus)(nil),                // 23: rover.v1.NodeStatus
+	(*GetJobResponse)(nil),            // 24: rover.v1.GetJobResponse
+	(*RegisterDatasetRequest)(nil),    // 25: rover.v1.RegisterDatasetRequest
+	(*LeaseShardsRequest)(nil),        // 26: rover.v1.LeaseShardsRequest
+	(*CompleteShardsRequest)(nil),     // 27: rover.v1.CompleteShardsRequest
+	(*GetPositionRequest)(nil),        // 28: rover.v1.GetPositionRequest
+	(*AdvancePositionRequest)(nil),    // 29: rover.v1.AdvancePositionRequest
+	(*AppendStreamRequest)(nil),       // 30: rover.v1.AppendStreamRequest
+	(*DatasetStateRequest)(nil),       // 31: rover.v1.DatasetStateRequest
+	(*RestoreDatasetRequest)(nil),     // 32: rover.v1.RestoreDatasetRequest
+	(*RegisterDatasetResponse)(nil),   // 33: rover.v1.RegisterDatasetResponse
+	(*LeaseShardsResponse)(nil),       // 34: rover.v1.LeaseShardsResponse
+	(*CompleteShardsResponse)(nil),    // 35: rover.v1.CompleteShardsResponse
+	(*GetPositionResponse)(nil),       // 36: rover.v1.GetPositionResponse
+	(*AdvancePositionResponse)(nil),   // 37: rover.v1.AdvancePositionResponse
+	(*AppendStreamResponse)(nil),      // 38: rover.v1.AppendStreamResponse
+	(*DatasetStateResponse)(nil),      // 39: rover.v1.DatasetStateResponse
+	(*RestoreDatasetResponse)(nil),    // 40: rover.v1.RestoreDatasetResponse
 }
 var file_api_rover_v1_master_proto_depIdxs = []int32{
-	1,  // 0: rover.v1.JoinRequest.rendezvous:type_name -> rover.v1.RendezvousConfig
-	2,  // 1: rover.v1.SessionRequest.join:type_name -> rover.v1.JoinRequest
-	5,  // 2: rover.v1.SessionRequest.heartbeat:type_name -> rover.v1.Heartbeat
-	3,  // 3: rover.v1.SessionResponse.joined:type_name -> rover.v1.JoinResponse
-	7,  // 4: rover.v1.SessionResponse.view:type_name -> rover.v1.NodeView
+	3,  // 0: rover.v1.JoinRequest.rendezvous:type_name -> rover.v1.RendezvousConfig
+	4,  // 1: rover.v1.SessionRequest.join:type_name -> rover.v1.JoinRequest
+	7,  // 2: rover.v1.SessionRequest.heartbeat:type_name -> rover.v1.Heartbeat
+	5,  // 3: rover.v1.SessionResponse.joined:type_name -> rover.v1.JoinResponse
+	9,  // 4: rover.v1.SessionResponse.view:type_name -> rover.v1.NodeView
 	0,  // 5: rover.v1.NodeView.job_state:type_name -> rover.v1.JobState
-	8,  // 6: rover.v1.NodeView.assignment:type_name -> rover.v1.Assignment
-	9,  // 7: rover.v1.NodeView.failures:type_name -> rover.v1.WorkerFailure
-	9,  // 8: rover.v1.ReportFailureRequest.failures:type_name -> rover.v1.WorkerFailure
+	10, // 6: rover.v1.NodeView.assignment:type_name -> rover.v1.Assignment
+	11, // 7: rover.v1.NodeView.failures:type_name -> rover.v1.WorkerFailure
+	11, // 8: rover.v1.ReportFailureRequest.failures:type_name -> rover.v1.WorkerFailure
 	0,  // 9: rover.v1.GetJobResponse.job_state:type_name -> rover.v1.JobState
-	21, // 10: rover.v1.GetJobResponse.nodes:type_name -> rover.v1.NodeStatus
-	9,  // 11: rover.v1.GetJobResponse.failures:type_name -> rover.v1.WorkerFailure
-	1,  // 12: rover.v1.GetJobResponse.rendezvous:type_name -> rover.v1.RendezvousConfig
-	4,  // 13: rover.v1.MasterService.Session:input_type -> rover.v1.SessionRequest
-	2,  // 14: rover.v1.MasterService.Join:input_type -> rover.v1.JoinRequest
-	10, // 15: rover.v1.MasterService.ReportFailure:input_type -> rover.v1.ReportFailureRequest
-	12, // 16: rover.v1.MasterService.ReportSuccess:input_type -> rover.v1.ReportSuccessRequest
-	14, // 17: rover.v1.MasterService.Leave:input_type -> rover.v1.LeaveRequest
-	16, // 18: rover.v1.MasterService.SetKey:input_type -> rover.v1.SetKeyRequest
-	18, // 19: rover.v1.MasterService.GetKey:input_type -> rover.v1.GetKeyRequest
-	20, // 20: rover.v1.MasterService.GetJob:input_type -> rover.v1.GetJobRequest
-	23, // 21: rover.v1.MasterService.RegisterDataset:input_type -> rover.v1.RegisterDatasetRequest
-	24, // 22: rover.v1.MasterService.LeaseShards:input_type -> rover.v1.LeaseShardsRequest
-	25, // 23: rover.v1.MasterService.CompleteShards:input_type -> rover.v1.CompleteShardsRequest
-	26, // 24: rover.v1.MasterService.GetPosition:input_type -> rover.v1.GetPositionRequest
-	27, // 25: rover.v1.MasterService.AdvancePosition:input_type -> rover.v1.AdvancePositionRequest
-	28, // 26: rover.v1.MasterService.AppendStream:input_type -> rover.v1.AppendStreamRequest
-	29, // 27: rover.v1.MasterService.GetDatasetState:input_type -> rover.v1.DatasetStateRequest
-	30, // 28: rover.v1.MasterService.RestoreDataset:input_type -> rover.v1.RestoreDatasetRequest
-	6,  // 29: rover.v1.MasterService.Session:output_type -> rover.v1.SessionResponse
-	3,  // 30: rover.v1.MasterService.Join:output_type -> rover.v1.JoinResponse
-	11, // 31: rover.v1.MasterService.ReportFailure:output_type -> rover.v1.ReportFailureResponse
-	13, // 32: rover.v1.MasterService.ReportSuccess:output_type -> rover.v1.ReportSuccessResponse
-	15, // 33: rover.v1.MasterService.Leave:output_type -> rover.v1.LeaveResponse
-	17, // 34: rover.v1.MasterService.SetKey:output_type -> rover.v1.SetKeyResponse
-	19, // 35: rover.v1.MasterService.GetKey:output_type -> rover.v1.GetKeyResponse
-	22, // 36: rover.v1.MasterService.GetJob:output_type -> rover.v1.GetJobResponse
-	31, // 37: rover.v1.MasterService.RegisterDataset:output_type -> rover.v1.RegisterDatasetResponse
-	32, // 38: rover.v1.MasterService.LeaseShards:output_type -> rover.v1.LeaseShardsResponse
-	33, // 39: rover.v1.MasterService.CompleteShards:output_type -> rover.v1.CompleteShardsResponse
-	34, // 40: rover.v1.MasterService.GetPosition:output_type -> rover.v1.GetPositionResponse
-	35, // 41: rover.v1.MasterService.AdvancePosition:output_type -> rover.v1.AdvancePositionResponse
-	36, // 42: rover.v1.MasterService.AppendStream:output_type -> rover.v1.AppendStreamResponse
-	37, // 43: rover.v1.MasterService.GetDatasetState:output_type -> rover.v1.DatasetStateResponse
-	38, // 44: rover.v1.MasterService.RestoreDataset:output_type -> rover.v1.RestoreDatasetResponse
-	29, // [29:45] is the sub-list for method output_type
-	13, // [13:29] is the sub-list for method input_type
+	23, // 10: rover.v1.GetJobResponse.nodes:type_name -> rover.v1.NodeStatus
+	11, // 11: rover.v1.GetJobResponse.failures:type_name -> rover.v1.WorkerFailure
+	3,  // 12: rover.v1.GetJobResponse.rendezvous:type_name -> rover.v1.RendezvousConfig
+	6,  // 13: rover.v1.MasterService.Session:input_type -> rover.v1.SessionRequest
+	4,  // 14: rover.v1.MasterService.Join:input_type -> rover.v1.JoinRequest
+	12, // 15: rover.v1.MasterService.ReportFailure:input_type -> rover.v1.ReportFailureRequest
+	14, // 16: rover.v1.MasterService.ReportSuccess:input_type -> rover.v1.ReportSuccessRequest
+	16, // 17: rover.v1.MasterService.Leave:input_type -> rover.v1.LeaveRequest
+	18, // 18: rover.v1.MasterService.SetKey:input_type -> rover.v1.SetKeyRequest
+	20, // 19: rover.v1.MasterService.GetKey:input_type -> rover.v1.GetKeyRequest
+	22, // 20: rover.v1.MasterService.GetJob:input_type -> rover.v1.GetJobRequest
+	25, // 21: rover.v1.MasterService.RegisterDataset:input_type -> rover.v1.RegisterDatasetRequest
+	26, // 22: rover.v1.MasterService.LeaseShards:input_type -> rover.v1.LeaseShardsRequest
+	27, // 23: rover.v1.MasterService.CompleteShards:input_type -> rover.v1.CompleteShardsRequest
+	28, // 24: rover.v1.MasterService.GetPosition:input_type -> rover.v1.GetPositionRequest
+	29, // 25: rover.v1.MasterService.AdvancePosition:input_type -> rover.v1.AdvancePositionRequest
+	30, // 26: rover.v1.MasterService.AppendStream:input_type -> rover.v1.AppendStreamRequest
+	31, // 27: rover.v1.MasterService.GetDatasetState:input_type -> rover.v1.DatasetStateRequest
+	32, // 28: rover.v1.MasterService.RestoreDataset:input_type -> rover.v1.RestoreDatasetRequest
+	1,  // 29: rover.v1.MasterService.CheckpointDurable:input_type -> rover.v1.CheckpointDurableRequest
+	8,  // 30: rover.v1.MasterService.Session:output_type -> rover.v1.SessionResponse
+	5,  // 31: rover.v1.MasterService.Join:output_type -> rover.v1.JoinResponse
+	13, // 32: rover.v1.MasterService.ReportFailure:output_type -> rover.v1.ReportFailureResponse
+	15, // 33: rover.v1.MasterService.ReportSuccess:output_type -> rover.v1.ReportSuccessResponse
+	17, // 34: rover.v1.MasterService.Leave:output_type -> rover.v1.LeaveResponse
+	19, // 35: rover.v1.MasterService.SetKey:output_type -> rover.v1.SetKeyResponse
+	21, // 36: rover.v1.MasterService.GetKey:output_type -> rover.v1.GetKeyResponse
+	24, // 37: rover.v1.MasterService.GetJob:output_type -> rover.v1.GetJobResponse
+	33, // 38: rover.v1.MasterService.RegisterDataset:output_type -> rover.v1.RegisterDatasetResponse
+	34, // 39: rover.v1.MasterService.LeaseShards:output_type -> rover.v1.LeaseShardsResponse
+	35, // 40: rover.v1.MasterService.CompleteShards:output_type -> rover.v1.CompleteShardsResponse
+	36, // 41: rover.v1.MasterService.GetPosition:output_type -> rover.v1.GetPositionResponse
+	37, // 42: rover.v1.MasterService.AdvancePosition:output_type -> rover.v1.AdvancePositionResponse
+	38, // 43: rover.v1.MasterService.AppendStream:output_type -> rover.v1.AppendStreamResponse
+	39, // 44: rover.v1.MasterService.GetDatasetState:output_type -> rover.v1.DatasetStateResponse
+	40, // 45: rover.v1.MasterService.RestoreDataset:output_type -> rover.v1.RestoreDatasetResponse
+	2,  // 46: rover.v1.MasterService.CheckpointDurable:output_type -> rover.v1.CheckpointDurableResponse
+	30, // [30:47] is the sub-list for method output_type
+	13, // [13:30] is the sub-list for method input_type
 	13, // [13:13] is the sub-list for extension type_name
 	13, // [13:13] is the sub-list for extension extendee
 	0,  // [0:13] is the sub-list for field type_name
@@ -1856,7 +2028,7 @@ func file_api_rover_v1_master_proto_init() {
 		return
 	}
 	file_api_rover_v1_shard_proto_init()
-	file_api_rover_v1_master_proto_msgTypes[3].OneofWrappers = []any{
+	file_api_rover_v1_master_proto_msgTypes[5].OneofWrappers = []any{
 		(*SessionRequest_Join)(nil),
 		(*SessionRequest_Heartbeat)(nil),
 	}
@@ -1866,7 +2038,7 @@ func file_api_rover_v1_master_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_rover_v1_master_proto_rawDesc), len(file_api_rover_v1_master_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   22,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

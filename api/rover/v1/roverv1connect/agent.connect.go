@@ -70,6 +70,12 @@ const (
 	// AgentServiceCheckpointCommitProcedure is the fully-qualified name of the AgentService's
 	// CheckpointCommit RPC.
 	AgentServiceCheckpointCommitProcedure = "/rover.v1.AgentService/CheckpointCommit"
+	// AgentServiceCheckpointWaitProcedure is the fully-qualified name of the AgentService's
+	// CheckpointWait RPC.
+	AgentServiceCheckpointWaitProcedure = "/rover.v1.AgentService/CheckpointWait"
+	// AgentServiceCheckpointRestoreProcedure is the fully-qualified name of the AgentService's
+	// CheckpointRestore RPC.
+	AgentServiceCheckpointRestoreProcedure = "/rover.v1.AgentService/CheckpointRestore"
 	// AgentServiceCheckpointSnapshotsProcedure is the fully-qualified name of the AgentService's
 	// CheckpointSnapshots RPC.
 	AgentServiceCheckpointSnapshotsProcedure = "/rover.v1.AgentService/CheckpointSnapshots"
@@ -97,7 +103,15 @@ type AgentServiceClient interface {
 	// until it is committed. Arenas belong to the agent, so they survive the
 	// workers' restarts. Workers are keyed by local rank.
 	CheckpointBegin(context.Context, *connect.Request[v1.CheckpointBeginRequest]) (*connect.Response[v1.CheckpointBeginResponse], error)
+	// CheckpointCommit marks the slot valid; with persist set, the agent then
+	// writes it to storage in the background and reports it to the master,
+	// which commits the step once every rank of it is durable.
 	CheckpointCommit(context.Context, *connect.Request[v1.CheckpointCommitRequest]) (*connect.Response[v1.CheckpointCommitResponse], error)
+	// CheckpointWait blocks until the rank's queued persistence is done.
+	CheckpointWait(context.Context, *connect.Request[v1.CheckpointWaitRequest]) (*connect.Response[v1.CheckpointWaitResponse], error)
+	// CheckpointRestore loads the newest committed step from storage into the
+	// rank's arena and returns it as a snapshot (not found: nothing committed).
+	CheckpointRestore(context.Context, *connect.Request[v1.CheckpointRestoreRequest]) (*connect.Response[v1.CheckpointRestoreResponse], error)
 	// CheckpointSnapshots lists the committed snapshots the worker's arena holds.
 	CheckpointSnapshots(context.Context, *connect.Request[v1.CheckpointSnapshotsRequest]) (*connect.Response[v1.CheckpointSnapshotsResponse], error)
 }
@@ -179,6 +193,18 @@ func NewAgentServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(agentServiceMethods.ByName("CheckpointCommit")),
 			connect.WithClientOptions(opts...),
 		),
+		checkpointWait: connect.NewClient[v1.CheckpointWaitRequest, v1.CheckpointWaitResponse](
+			httpClient,
+			baseURL+AgentServiceCheckpointWaitProcedure,
+			connect.WithSchema(agentServiceMethods.ByName("CheckpointWait")),
+			connect.WithClientOptions(opts...),
+		),
+		checkpointRestore: connect.NewClient[v1.CheckpointRestoreRequest, v1.CheckpointRestoreResponse](
+			httpClient,
+			baseURL+AgentServiceCheckpointRestoreProcedure,
+			connect.WithSchema(agentServiceMethods.ByName("CheckpointRestore")),
+			connect.WithClientOptions(opts...),
+		),
 		checkpointSnapshots: connect.NewClient[v1.CheckpointSnapshotsRequest, v1.CheckpointSnapshotsResponse](
 			httpClient,
 			baseURL+AgentServiceCheckpointSnapshotsProcedure,
@@ -201,6 +227,8 @@ type agentServiceClient struct {
 	restoreDataset      *connect.Client[v1.RestoreDatasetRequest, v1.RestoreDatasetResponse]
 	checkpointBegin     *connect.Client[v1.CheckpointBeginRequest, v1.CheckpointBeginResponse]
 	checkpointCommit    *connect.Client[v1.CheckpointCommitRequest, v1.CheckpointCommitResponse]
+	checkpointWait      *connect.Client[v1.CheckpointWaitRequest, v1.CheckpointWaitResponse]
+	checkpointRestore   *connect.Client[v1.CheckpointRestoreRequest, v1.CheckpointRestoreResponse]
 	checkpointSnapshots *connect.Client[v1.CheckpointSnapshotsRequest, v1.CheckpointSnapshotsResponse]
 }
 
@@ -259,6 +287,16 @@ func (c *agentServiceClient) CheckpointCommit(ctx context.Context, req *connect.
 	return c.checkpointCommit.CallUnary(ctx, req)
 }
 
+// CheckpointWait calls rover.v1.AgentService.CheckpointWait.
+func (c *agentServiceClient) CheckpointWait(ctx context.Context, req *connect.Request[v1.CheckpointWaitRequest]) (*connect.Response[v1.CheckpointWaitResponse], error) {
+	return c.checkpointWait.CallUnary(ctx, req)
+}
+
+// CheckpointRestore calls rover.v1.AgentService.CheckpointRestore.
+func (c *agentServiceClient) CheckpointRestore(ctx context.Context, req *connect.Request[v1.CheckpointRestoreRequest]) (*connect.Response[v1.CheckpointRestoreResponse], error) {
+	return c.checkpointRestore.CallUnary(ctx, req)
+}
+
 // CheckpointSnapshots calls rover.v1.AgentService.CheckpointSnapshots.
 func (c *agentServiceClient) CheckpointSnapshots(ctx context.Context, req *connect.Request[v1.CheckpointSnapshotsRequest]) (*connect.Response[v1.CheckpointSnapshotsResponse], error) {
 	return c.checkpointSnapshots.CallUnary(ctx, req)
@@ -286,7 +324,15 @@ type AgentServiceHandler interface {
 	// until it is committed. Arenas belong to the agent, so they survive the
 	// workers' restarts. Workers are keyed by local rank.
 	CheckpointBegin(context.Context, *connect.Request[v1.CheckpointBeginRequest]) (*connect.Response[v1.CheckpointBeginResponse], error)
+	// CheckpointCommit marks the slot valid; with persist set, the agent then
+	// writes it to storage in the background and reports it to the master,
+	// which commits the step once every rank of it is durable.
 	CheckpointCommit(context.Context, *connect.Request[v1.CheckpointCommitRequest]) (*connect.Response[v1.CheckpointCommitResponse], error)
+	// CheckpointWait blocks until the rank's queued persistence is done.
+	CheckpointWait(context.Context, *connect.Request[v1.CheckpointWaitRequest]) (*connect.Response[v1.CheckpointWaitResponse], error)
+	// CheckpointRestore loads the newest committed step from storage into the
+	// rank's arena and returns it as a snapshot (not found: nothing committed).
+	CheckpointRestore(context.Context, *connect.Request[v1.CheckpointRestoreRequest]) (*connect.Response[v1.CheckpointRestoreResponse], error)
 	// CheckpointSnapshots lists the committed snapshots the worker's arena holds.
 	CheckpointSnapshots(context.Context, *connect.Request[v1.CheckpointSnapshotsRequest]) (*connect.Response[v1.CheckpointSnapshotsResponse], error)
 }
@@ -364,6 +410,18 @@ func NewAgentServiceHandler(svc AgentServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(agentServiceMethods.ByName("CheckpointCommit")),
 		connect.WithHandlerOptions(opts...),
 	)
+	agentServiceCheckpointWaitHandler := connect.NewUnaryHandler(
+		AgentServiceCheckpointWaitProcedure,
+		svc.CheckpointWait,
+		connect.WithSchema(agentServiceMethods.ByName("CheckpointWait")),
+		connect.WithHandlerOptions(opts...),
+	)
+	agentServiceCheckpointRestoreHandler := connect.NewUnaryHandler(
+		AgentServiceCheckpointRestoreProcedure,
+		svc.CheckpointRestore,
+		connect.WithSchema(agentServiceMethods.ByName("CheckpointRestore")),
+		connect.WithHandlerOptions(opts...),
+	)
 	agentServiceCheckpointSnapshotsHandler := connect.NewUnaryHandler(
 		AgentServiceCheckpointSnapshotsProcedure,
 		svc.CheckpointSnapshots,
@@ -394,6 +452,10 @@ func NewAgentServiceHandler(svc AgentServiceHandler, opts ...connect.HandlerOpti
 			agentServiceCheckpointBeginHandler.ServeHTTP(w, r)
 		case AgentServiceCheckpointCommitProcedure:
 			agentServiceCheckpointCommitHandler.ServeHTTP(w, r)
+		case AgentServiceCheckpointWaitProcedure:
+			agentServiceCheckpointWaitHandler.ServeHTTP(w, r)
+		case AgentServiceCheckpointRestoreProcedure:
+			agentServiceCheckpointRestoreHandler.ServeHTTP(w, r)
 		case AgentServiceCheckpointSnapshotsProcedure:
 			agentServiceCheckpointSnapshotsHandler.ServeHTTP(w, r)
 		default:
@@ -447,6 +509,14 @@ func (UnimplementedAgentServiceHandler) CheckpointBegin(context.Context, *connec
 
 func (UnimplementedAgentServiceHandler) CheckpointCommit(context.Context, *connect.Request[v1.CheckpointCommitRequest]) (*connect.Response[v1.CheckpointCommitResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("rover.v1.AgentService.CheckpointCommit is not implemented"))
+}
+
+func (UnimplementedAgentServiceHandler) CheckpointWait(context.Context, *connect.Request[v1.CheckpointWaitRequest]) (*connect.Response[v1.CheckpointWaitResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("rover.v1.AgentService.CheckpointWait is not implemented"))
+}
+
+func (UnimplementedAgentServiceHandler) CheckpointRestore(context.Context, *connect.Request[v1.CheckpointRestoreRequest]) (*connect.Response[v1.CheckpointRestoreResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("rover.v1.AgentService.CheckpointRestore is not implemented"))
 }
 
 func (UnimplementedAgentServiceHandler) CheckpointSnapshots(context.Context, *connect.Request[v1.CheckpointSnapshotsRequest]) (*connect.Response[v1.CheckpointSnapshotsResponse], error) {

@@ -79,6 +79,9 @@ const (
 	// MasterServiceRestoreDatasetProcedure is the fully-qualified name of the MasterService's
 	// RestoreDataset RPC.
 	MasterServiceRestoreDatasetProcedure = "/rover.v1.MasterService/RestoreDataset"
+	// MasterServiceCheckpointDurableProcedure is the fully-qualified name of the MasterService's
+	// CheckpointDurable RPC.
+	MasterServiceCheckpointDurableProcedure = "/rover.v1.MasterService/CheckpointDurable"
 )
 
 // MasterServiceClient is a client for the rover.v1.MasterService service.
@@ -118,6 +121,10 @@ type MasterServiceClient interface {
 	AppendStream(context.Context, *connect.Request[v1.AppendStreamRequest]) (*connect.Response[v1.AppendStreamResponse], error)
 	GetDatasetState(context.Context, *connect.Request[v1.DatasetStateRequest]) (*connect.Response[v1.DatasetStateResponse], error)
 	RestoreDataset(context.Context, *connect.Request[v1.RestoreDatasetRequest]) (*connect.Response[v1.RestoreDatasetResponse], error)
+	// CheckpointDurable reports that a rank's file of a checkpoint step is in
+	// storage; the master writes the step's manifest and the latest marker
+	// once every rank the step needs is durable.
+	CheckpointDurable(context.Context, *connect.Request[v1.CheckpointDurableRequest]) (*connect.Response[v1.CheckpointDurableResponse], error)
 }
 
 // NewMasterServiceClient constructs a client for the rover.v1.MasterService service. By default, it
@@ -227,27 +234,34 @@ func NewMasterServiceClient(httpClient connect.HTTPClient, baseURL string, opts 
 			connect.WithSchema(masterServiceMethods.ByName("RestoreDataset")),
 			connect.WithClientOptions(opts...),
 		),
+		checkpointDurable: connect.NewClient[v1.CheckpointDurableRequest, v1.CheckpointDurableResponse](
+			httpClient,
+			baseURL+MasterServiceCheckpointDurableProcedure,
+			connect.WithSchema(masterServiceMethods.ByName("CheckpointDurable")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // masterServiceClient implements MasterServiceClient.
 type masterServiceClient struct {
-	session         *connect.Client[v1.SessionRequest, v1.SessionResponse]
-	join            *connect.Client[v1.JoinRequest, v1.JoinResponse]
-	reportFailure   *connect.Client[v1.ReportFailureRequest, v1.ReportFailureResponse]
-	reportSuccess   *connect.Client[v1.ReportSuccessRequest, v1.ReportSuccessResponse]
-	leave           *connect.Client[v1.LeaveRequest, v1.LeaveResponse]
-	setKey          *connect.Client[v1.SetKeyRequest, v1.SetKeyResponse]
-	getKey          *connect.Client[v1.GetKeyRequest, v1.GetKeyResponse]
-	getJob          *connect.Client[v1.GetJobRequest, v1.GetJobResponse]
-	registerDataset *connect.Client[v1.RegisterDatasetRequest, v1.RegisterDatasetResponse]
-	leaseShards     *connect.Client[v1.LeaseShardsRequest, v1.LeaseShardsResponse]
-	completeShards  *connect.Client[v1.CompleteShardsRequest, v1.CompleteShardsResponse]
-	getPosition     *connect.Client[v1.GetPositionRequest, v1.GetPositionResponse]
-	advancePosition *connect.Client[v1.AdvancePositionRequest, v1.AdvancePositionResponse]
-	appendStream    *connect.Client[v1.AppendStreamRequest, v1.AppendStreamResponse]
-	getDatasetState *connect.Client[v1.DatasetStateRequest, v1.DatasetStateResponse]
-	restoreDataset  *connect.Client[v1.RestoreDatasetRequest, v1.RestoreDatasetResponse]
+	session           *connect.Client[v1.SessionRequest, v1.SessionResponse]
+	join              *connect.Client[v1.JoinRequest, v1.JoinResponse]
+	reportFailure     *connect.Client[v1.ReportFailureRequest, v1.ReportFailureResponse]
+	reportSuccess     *connect.Client[v1.ReportSuccessRequest, v1.ReportSuccessResponse]
+	leave             *connect.Client[v1.LeaveRequest, v1.LeaveResponse]
+	setKey            *connect.Client[v1.SetKeyRequest, v1.SetKeyResponse]
+	getKey            *connect.Client[v1.GetKeyRequest, v1.GetKeyResponse]
+	getJob            *connect.Client[v1.GetJobRequest, v1.GetJobResponse]
+	registerDataset   *connect.Client[v1.RegisterDatasetRequest, v1.RegisterDatasetResponse]
+	leaseShards       *connect.Client[v1.LeaseShardsRequest, v1.LeaseShardsResponse]
+	completeShards    *connect.Client[v1.CompleteShardsRequest, v1.CompleteShardsResponse]
+	getPosition       *connect.Client[v1.GetPositionRequest, v1.GetPositionResponse]
+	advancePosition   *connect.Client[v1.AdvancePositionRequest, v1.AdvancePositionResponse]
+	appendStream      *connect.Client[v1.AppendStreamRequest, v1.AppendStreamResponse]
+	getDatasetState   *connect.Client[v1.DatasetStateRequest, v1.DatasetStateResponse]
+	restoreDataset    *connect.Client[v1.RestoreDatasetRequest, v1.RestoreDatasetResponse]
+	checkpointDurable *connect.Client[v1.CheckpointDurableRequest, v1.CheckpointDurableResponse]
 }
 
 // Session calls rover.v1.MasterService.Session.
@@ -330,6 +344,11 @@ func (c *masterServiceClient) RestoreDataset(ctx context.Context, req *connect.R
 	return c.restoreDataset.CallUnary(ctx, req)
 }
 
+// CheckpointDurable calls rover.v1.MasterService.CheckpointDurable.
+func (c *masterServiceClient) CheckpointDurable(ctx context.Context, req *connect.Request[v1.CheckpointDurableRequest]) (*connect.Response[v1.CheckpointDurableResponse], error) {
+	return c.checkpointDurable.CallUnary(ctx, req)
+}
+
 // MasterServiceHandler is an implementation of the rover.v1.MasterService service.
 type MasterServiceHandler interface {
 	// Session is a node agent's connection to the master for as long as it
@@ -367,6 +386,10 @@ type MasterServiceHandler interface {
 	AppendStream(context.Context, *connect.Request[v1.AppendStreamRequest]) (*connect.Response[v1.AppendStreamResponse], error)
 	GetDatasetState(context.Context, *connect.Request[v1.DatasetStateRequest]) (*connect.Response[v1.DatasetStateResponse], error)
 	RestoreDataset(context.Context, *connect.Request[v1.RestoreDatasetRequest]) (*connect.Response[v1.RestoreDatasetResponse], error)
+	// CheckpointDurable reports that a rank's file of a checkpoint step is in
+	// storage; the master writes the step's manifest and the latest marker
+	// once every rank the step needs is durable.
+	CheckpointDurable(context.Context, *connect.Request[v1.CheckpointDurableRequest]) (*connect.Response[v1.CheckpointDurableResponse], error)
 }
 
 // NewMasterServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -472,6 +495,12 @@ func NewMasterServiceHandler(svc MasterServiceHandler, opts ...connect.HandlerOp
 		connect.WithSchema(masterServiceMethods.ByName("RestoreDataset")),
 		connect.WithHandlerOptions(opts...),
 	)
+	masterServiceCheckpointDurableHandler := connect.NewUnaryHandler(
+		MasterServiceCheckpointDurableProcedure,
+		svc.CheckpointDurable,
+		connect.WithSchema(masterServiceMethods.ByName("CheckpointDurable")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/rover.v1.MasterService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case MasterServiceSessionProcedure:
@@ -506,6 +535,8 @@ func NewMasterServiceHandler(svc MasterServiceHandler, opts ...connect.HandlerOp
 			masterServiceGetDatasetStateHandler.ServeHTTP(w, r)
 		case MasterServiceRestoreDatasetProcedure:
 			masterServiceRestoreDatasetHandler.ServeHTTP(w, r)
+		case MasterServiceCheckpointDurableProcedure:
+			masterServiceCheckpointDurableHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -577,4 +608,8 @@ func (UnimplementedMasterServiceHandler) GetDatasetState(context.Context, *conne
 
 func (UnimplementedMasterServiceHandler) RestoreDataset(context.Context, *connect.Request[v1.RestoreDatasetRequest]) (*connect.Response[v1.RestoreDatasetResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("rover.v1.MasterService.RestoreDataset is not implemented"))
+}
+
+func (UnimplementedMasterServiceHandler) CheckpointDurable(context.Context, *connect.Request[v1.CheckpointDurableRequest]) (*connect.Response[v1.CheckpointDurableResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("rover.v1.MasterService.CheckpointDurable is not implemented"))
 }

@@ -1,0 +1,210 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"sync"
+
+	"connectrpc.com/connect"
+	roverv1 "github.com/roverml/rover/api/rover/v1"
+	"github.com/roverml/rover/internal/ckpt"
+)
+
+// persistJob is one snapshot to write to storage.
+type persistJob struct {
+	local     int
+	step      int64
+	rank      int
+	worldSize int
+	mode      string
+	url       string
+	keep      int
+	pinned    bool // the step's slot is pinned for this job
+}
+
+// persister writes committed snapshots to storage in the background, one at
+// a time, and reports each durable file to the master. When saves come
+// faster than storage takes them, only the newest pending snapshot of a rank
+// is kept: older ones are superseded.
+type persister struct {
+	a       *agent
+	mu      sync.Mutex
+	cond    *sync.Cond
+	pending map[int]persistJob
+	busy    map[int]bool
+	durable map[int]int64
+	lastErr map[int]string
+	buckets map[string]*ckpt.Bucket
+	wake    chan struct{} // size 1: a pending job may be waiting
+	stopped bool          // run returned: nothing more will be persisted
+}
+
+func newPersister(a *agent) *persister {
+	p := &persister{a: a, pending: map[int]persistJob{}, busy: map[int]bool{}, durable: map[int]int64{},
+		lastErr: map[int]string{}, buckets: map[string]*ckpt.Bucket{}, wake: make(chan struct{}, 1)}
+	p.cond = sync.NewCond(&p.mu)
+	return p
+}
+
+func (p *persister) enqueue(j persistJob) {
+	p.mu.Lock()
+	if old, ok := p.pending[j.local]; ok && old.pinned {
+		p.a.arenas.unpin(j.local) // superseded before it started
+	}
+	p.pending[j.local] = j
+	p.mu.Unlock()
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// run persists pending snapshots until ctx ends.
+func (p *persister) run(ctx context.Context) {
+	defer func() {
+		p.mu.Lock()
+		for _, b := range p.buckets {
+			b.Close()
+		}
+		p.stopped = true
+		p.cond.Broadcast()
+		p.mu.Unlock()
+	}()
+	for {
+		p.mu.Lock()
+		var job persistJob
+		found := false
+		for local, j := range p.pending {
+			job, found = j, true
+			delete(p.pending, local)
+			p.busy[local] = true
+			break
+		}
+		p.mu.Unlock()
+		if !found {
+			select {
+			case <-p.wake:
+				continue
+			case <-ctx.Done():
+				return
+			}
+		}
+		persisted, err := p.persist(ctx, job)
+		p.mu.Lock()
+		p.busy[job.local] = false
+		if err != nil {
+			p.lastErr[job.local] = err.Error()
+			p.a.log.Warn("could not persist a checkpoint; training goes on", "step", job.step, "rank", job.rank, "err", err)
+		} else if persisted {
+			p.durable[job.local] = max(p.durable[job.local], job.step)
+		}
+		p.cond.Broadcast()
+		p.mu.Unlock()
+	}
+}
+
+func (p *persister) bucket(ctx context.Context, url string) (*ckpt.Bucket, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if b := p.buckets[url]; b != nil {
+		return b, nil
+	}
+	b, err := ckpt.OpenBucket(ctx, url)
+	if err != nil {
+		return nil, err
+	}
+	p.buckets[url] = b
+	return b, nil
+}
+
+// persist writes a job's snapshot and reports it to the master; persisted
+// is false (with no error) when newer saves replaced the snapshot in memory
+// before its turn came.
+func (p *persister) persist(ctx context.Context, j persistJob) (persisted bool, err error) {
+	arena := p.a.arenas.get(j.local)
+	if arena == nil {
+		return false, fmt.Errorf("local rank %d has no arena", j.local)
+	}
+	if !j.pinned {
+		if _, ok := p.a.arenas.pin(j.local, j.step); !ok {
+			p.a.log.Info("a checkpoint was superseded in memory before it could be persisted", "step", j.step, "rank", j.rank)
+			return false, nil
+		}
+	}
+	defer p.a.arenas.unpin(j.local)
+	snap, ok := arena.Valid(j.step)
+	if !ok {
+		return false, fmt.Errorf("step %d was overwritten in memory while pinned", j.step)
+	}
+	b, err := p.bucket(ctx, j.url)
+	if err != nil {
+		return false, err
+	}
+	info, err := ckpt.PersistRank(ctx, b, j.step, j.rank, snap.Data)
+	if err != nil {
+		return false, err
+	}
+	if err := arena.Check(snap); err != nil {
+		return false, fmt.Errorf("step %d changed in memory while it was persisted: %w", j.step, err)
+	}
+	req := &roverv1.CheckpointDurableRequest{Url: j.url, Step: j.step, Rank: int32(j.rank), WorldSize: int32(j.worldSize),
+		Mode: j.mode, Path: info.Path, Size: info.Size, Crc32C: info.CRC32C, Keep: int32(j.keep)}
+	err = retry(ctx, p.a.cfg.JoinTimeout, func(ctx context.Context) error {
+		_, err := p.a.client.CheckpointDurable(ctx, connect.NewRequest(req))
+		return err
+	})
+	return err == nil, err
+}
+
+// wait blocks until the rank has nothing pending; it returns the newest
+// durable step and the last error (which it clears).
+func (p *persister) wait(local int) (int64, string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for {
+		if _, pending := p.pending[local]; p.stopped || !pending && !p.busy[local] {
+			break
+		}
+		p.cond.Wait()
+	}
+	err := p.lastErr[local]
+	delete(p.lastErr, local)
+	return p.durable[local], err
+}
+
+// restore copies the newest committed step of url into the rank's arena.
+func (p *persister) restore(ctx context.Context, local int, url string, rank int) (*roverv1.CheckpointSnapshot, error) {
+	b, err := p.bucket(ctx, url)
+	if err != nil {
+		return nil, err
+	}
+	m, err := ckpt.LoadLatest(ctx, b)
+	if err != nil {
+		return nil, err
+	}
+	if m.Mode == ckpt.Replicated {
+		rank = m.Files[0].Rank
+	}
+	tensors, meta, err := ckpt.LoadRank(ctx, b, m, rank)
+	if err != nil {
+		return nil, err
+	}
+	var buf bytes.Buffer
+	if err := ckpt.Encode(&buf, tensors, meta); err != nil {
+		return nil, err
+	}
+	arena, _, slot, err := p.a.arenas.begin(local, m.Step, int64(buf.Len()))
+	if err != nil {
+		return nil, err
+	}
+	copy(slot, buf.Bytes())
+	if err := p.a.arenas.commit(local, m.Step, int64(buf.Len())); err != nil {
+		return nil, err
+	}
+	snap, ok := arena.Valid(m.Step)
+	if !ok {
+		return nil, fmt.Errorf("restored step %d vanished from memory", m.Step)
+	}
+	return &roverv1.CheckpointSnapshot{Step: snap.Step, Path: arena.Path(), Offset: snap.Offset, Length: int64(len(snap.Data))}, nil
+}
