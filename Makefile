@@ -4,7 +4,7 @@ GO ?= go
 BIN := bin
 PROTOS := $(wildcard api/rover/v1/*.proto)
 
-.PHONY: help build test test-unit deps-test lint generate check-generated demo bench clean
+.PHONY: help build test test-unit deps-test lint generate check-generated demo bench bench-ckpt clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -45,6 +45,10 @@ bench: build ## rendezvous benchmarks (1,000 and 10,000 nodes) and the state-mac
 	$(BIN)/rover bench rendezvous --nodes 1000
 	$(BIN)/rover bench rendezvous --nodes 10000 --conns 32
 	$(GO) test -run '^$$' -bench . -benchmem ./internal/rendezvous/ ./internal/node/
+
+bench-ckpt: build ## flash checkpoint benchmark: 1 GiB state, save/restore vs copy, torch.save, torch.load
+	@out=$$(mktemp); PYTHON_EXEC="$$(scripts/find-python --install)" $(BIN)/rover run --standalone --nproc-per-node 1 \
+		examples/flash_ckpt/bench.py --gib $${GIB:-1} --json $$out && cat $$out && echo && rm -f $$out
 
 clean:
 	rm -rf $(BIN)

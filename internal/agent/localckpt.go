@@ -51,21 +51,12 @@ func (s *arenas) close() {
 
 // begin opens a write of step for a local rank, creating or growing its arena.
 func (s *arenas) begin(local int, step, size int64) (*ckpt.Arena, ckpt.WriteToken, []byte, error) {
+	a, err := s.reserve(local, size)
+	if err != nil {
+		return nil, ckpt.WriteToken{}, nil, err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	a := s.byRank[local]
-	var err error
-	switch {
-	case a == nil:
-		if a, err = ckpt.CreateArena(s.dir, fmt.Sprintf("rank-%d", local), size); err != nil {
-			return nil, ckpt.WriteToken{}, nil, err
-		}
-		s.byRank[local] = a
-	case a.SlotSize() < size:
-		if err := a.Resize(size); err != nil {
-			return nil, ckpt.WriteToken{}, nil, err
-		}
-	}
 	avoid := -1
 	if p, ok := s.pinned[local]; ok {
 		avoid = p
@@ -101,6 +92,26 @@ func (s *arenas) unpin(local int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.pinned, local)
+}
+
+// reserve creates or grows a rank's arena to hold size bytes a snapshot.
+func (s *arenas) reserve(local int, size int64) (*ckpt.Arena, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	a := s.byRank[local]
+	switch {
+	case a == nil:
+		var err error
+		if a, err = ckpt.CreateArena(s.dir, fmt.Sprintf("rank-%d", local), size); err != nil {
+			return nil, err
+		}
+		s.byRank[local] = a
+	case a.SlotSize() < size:
+		if err := a.Resize(size); err != nil {
+			return nil, err
+		}
+	}
+	return a, nil
 }
 
 // get returns a rank's arena, or nil.
@@ -247,4 +258,23 @@ func (s *agentService) CheckpointRestore(ctx context.Context, req *connect.Reque
 		return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("restore from %s: %w", r.GetUrl(), err))
 	}
 	return connect.NewResponse(&roverv1.CheckpointRestoreResponse{Found: true, Snapshot: snap}), nil
+}
+
+func (s *agentService) CheckpointReserve(ctx context.Context, req *connect.Request[roverv1.CheckpointReserveRequest]) (*connect.Response[roverv1.CheckpointReserveResponse], error) {
+	local, err := s.localRank(req.Msg.GetLocalRank())
+	if err != nil {
+		return nil, err
+	}
+	if req.Msg.GetSize() <= 0 {
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("size %d must be positive", req.Msg.GetSize()))
+	}
+	a, err := s.a.arenas.reserve(local, req.Msg.GetSize())
+	if err != nil {
+		code := connect.CodeInternal
+		if errors.Is(err, ckpt.ErrShmTooSmall) {
+			code = connect.CodeResourceExhausted
+		}
+		return nil, connect.NewError(code, err)
+	}
+	return connect.NewResponse(&roverv1.CheckpointReserveResponse{Path: a.Path()}), nil
 }

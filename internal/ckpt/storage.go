@@ -25,6 +25,9 @@ import (
 type Bucket struct {
 	url string
 	b   *blob.Bucket
+	// dir is the local directory of a file:// bucket ("" otherwise): fileblob
+	// leaves empty directories behind when it deletes objects.
+	dir string
 }
 
 // OpenBucket opens the bucket at rawURL. "file:///path" (or a plain path)
@@ -77,7 +80,11 @@ func OpenBucket(ctx context.Context, rawURL string) (*Bucket, error) {
 		}
 		return nil, &storageError{op: "open", url: rawURL, err: err}
 	}
-	return &Bucket{url: rawURL, b: b}, nil
+	bk := &Bucket{url: rawURL, b: b}
+	if u.Scheme == "file" {
+		bk.dir = u.Path
+	}
+	return bk, nil
 }
 
 // NewBucket wraps an open gocloud.dev bucket; url is only for messages.
@@ -205,6 +212,7 @@ func (b *Bucket) deleteStep(ctx context.Context, step int64) error {
 	for {
 		obj, err := it.Next(ctx)
 		if err == io.EOF {
+			b.removeEmptyStepDir(step)
 			return nil
 		}
 		if err != nil {
@@ -213,6 +221,14 @@ func (b *Bucket) deleteStep(ctx context.Context, step int64) error {
 		if err := b.b.Delete(ctx, obj.Key); err != nil && gcerrors.Code(err) != gcerrors.NotFound {
 			return b.fail("delete", obj.Key, err)
 		}
+	}
+}
+
+// removeEmptyStepDir removes a deleted step's directory of a file bucket;
+// a directory that is not empty (a write racing the delete) stays.
+func (b *Bucket) removeEmptyStepDir(step int64) {
+	if b.dir != "" {
+		_ = os.Remove(filepath.Join(b.dir, strings.TrimSuffix(StepDir(step), "/")))
 	}
 }
 

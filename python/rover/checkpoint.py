@@ -130,14 +130,13 @@ class Checkpointer:
             dir_or_url = os.path.abspath(dir_or_url)
         self.url, self.keep, self.mode = dir_or_url, int(keep), mode
         self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        self._mm, self._mm_path, self._mm_len = None, None, 0
+        self._into = None
         self.rank = int(os.environ.get("RANK", "0"))
         if not _agent.under_rover():
             raise _agent.AgentError("unavailable", "flash checkpoint needs the rover agent: start the script with `rover run`")
 
-    def save(self, step, state, persist=False):
-        """Copies state into shared memory as step; blocks only for the copy."""
-        if persist and not self.url:
-            raise ValueError("save(persist=True) needs a Checkpointer(dir_or_url)")
+    def _layout(self, step, state):
         torch = _torch()
         tensors = []
         skeleton = _flatten(state, torch, tensors)
@@ -154,23 +153,57 @@ class Checkpointer:
         entries.append((_EXTRA, "U8", (len(extra),), len(extra)))
         meta = {"rover.step": step, "rover.rank": self.rank, "rover.world_size": os.environ.get("WORLD_SIZE", "1")}
         head, offsets, size = encode_header(entries, meta)
+        return flat, extra, head, offsets, size
+
+    def _map(self, path):
+        """The arena file, mapped once and kept across saves and loads. A new
+        mapping is populated and every page written once (with its own
+        value), so that no save pays the first-write page faults."""
+        length = os.stat(path).st_size
+        if self._mm is None or self._mm_path != path or self._mm_len != length:
+            if self._mm is not None:
+                self._mm.close()
+            with open(path, "r+b") as f:
+                flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
+                self._mm = mmap.mmap(f.fileno(), length, flags=flags)
+            self._mm_path, self._mm_len = path, length
+            torch = _torch()
+            pages = torch.frombuffer(self._mm, dtype=torch.uint8)[::mmap.PAGESIZE]
+            pages.add_(0)  # read and write back one byte a page
+            del pages
+        return self._mm
+
+    def reserve(self, state_or_bytes):
+        """Allocates (and pre-faults) this rank's arena for a state like
+        state_or_bytes (or that many bytes) ahead of the first save, so that
+        no save pays for it. Optional: the first save reserves otherwise."""
+        if isinstance(state_or_bytes, int):
+            size = state_or_bytes
+        else:
+            size = self._layout(0, state_or_bytes)[4] + 64  # room for longer step numbers
+        r = _agent.call("CheckpointReserve", {"localRank": self.local_rank, "size": str(size)}, timeout=None)
+        self._map(r["path"])
+
+    def save(self, step, state, persist=False):
+        """Copies state into shared memory as step; blocks only for the copy.
+        With persist, the agent also writes it to storage in the background."""
+        if persist and not self.url:
+            raise ValueError("save(persist=True) needs a Checkpointer(dir_or_url)")
+        torch = _torch()
+        flat, extra, head, offsets, size = self._layout(step, state)
         slot = _agent.call("CheckpointBegin", {"localRank": self.local_rank, "step": str(step), "size": str(size)})
         base = int(slot.get("offset", 0))
-        with open(slot["path"], "r+b") as f:
-            mm = mmap.mmap(f.fileno(), base + size)
-        try:
-            mm[base:base + len(head)] = head
-            data = base + len(head)
-            for (name, t), off in zip(flat, offsets):
-                n = t.numel() * _DTYPES[t.dtype][1]
-                if n:
-                    dst = torch.frombuffer(mm, dtype=torch.uint8, count=n, offset=data + off)
-                    dst.copy_(t.reshape(-1).view(torch.uint8))
-                    del dst
-            off = data + offsets[-1]  # the pickled rest comes last
-            mm[off:off + len(extra)] = extra
-        finally:
-            mm.close()
+        mm = self._map(slot["path"])
+        mm[base:base + len(head)] = head
+        data = base + len(head)
+        for (name, t), off in zip(flat, offsets):
+            n = t.numel() * _DTYPES[t.dtype][1]
+            if n:
+                dst = torch.frombuffer(mm, dtype=torch.uint8, count=n, offset=data + off)
+                dst.copy_(t.reshape(-1).view(torch.uint8))
+                del dst
+        off = data + offsets[-1]  # the pickled rest comes last
+        mm[off:off + len(extra)] = extra
         commit = {"localRank": self.local_rank, "step": str(step), "length": str(size)}
         if persist:
             commit.update(persist=True, url=self.url, rank=self.rank, worldSize=int(os.environ.get("WORLD_SIZE", "1")),
@@ -208,9 +241,14 @@ class Checkpointer:
         del torch
         return mine
 
-    def load(self):
+    def load(self, into=None):
         """Returns (step, state) of the newest step every rank holds in memory,
-        or None. With a process group initialised, the ranks agree on the step."""
+        else (with a dir_or_url) of the newest committed step in storage, or
+        None. With a process group initialised, the ranks agree on the step.
+        With ``into`` (a state of the same structure, e.g. the one you save),
+        tensors are copied into its tensors in place, which is the fastest
+        restore; otherwise new tensors are returned."""
+        self._into = into
         steps = self._agreed_steps()
         if steps:
             step = max(steps)
@@ -229,10 +267,14 @@ class Checkpointer:
     def _read(self, snap, step):
         torch = _torch()
         by_name = {v[0]: k for k, v in _DTYPES.items()}
-        with open(snap["path"], "rb") as f:
-            mm = mmap.mmap(f.fileno(), snap["offset"] + snap["length"], prot=mmap.PROT_READ)
+        mm = self._map(snap["path"])
+        buf = memoryview(mm)[snap["offset"]:snap["offset"] + snap["length"]]
+        targets = {}
+        if self._into is not None:
+            found = []
+            _flatten(self._into, torch, found)
+            targets = dict(found)
         try:
-            buf = memoryview(mm)[snap["offset"]:snap["offset"] + snap["length"]]
             header, start = decode(buf)
             meta = header.pop("__metadata__", {})
             if int(meta.get("rover.step", -1)) != step:
@@ -240,17 +282,22 @@ class Checkpointer:
             if self.mode == "sharded" and int(meta.get("rover.rank", -1)) != self.rank:
                 return None  # another rank's part: not ours to restore
             tensors, extra = {}, None
+            base = snap["offset"] + start
             for name, info in header.items():
                 b, e = info["data_offsets"]
-                raw = bytes(buf[start + b:start + e]) if name == _EXTRA else None
                 if name == _EXTRA:
-                    extra = raw
+                    extra = bytes(buf[start + b:start + e])
                     continue
                 dt = by_name[info["dtype"]]
                 count = (e - b) // _DTYPES[dt][1]
-                t = torch.frombuffer(bytearray(buf[start + b:start + e]), dtype=dt, count=count) if count else torch.empty(0, dtype=dt)
-                tensors[name] = t.reshape(info["shape"])
-            del buf
+                src = torch.frombuffer(mm, dtype=dt, count=count, offset=base + b) if count else torch.empty(0, dtype=dt)
+                dst = targets.get(name)
+                if dst is not None and dst.dtype == dt and list(dst.shape) == list(info["shape"]) and dst.is_contiguous():
+                    dst.copy_(src.reshape(info["shape"]))
+                    tensors[name] = dst
+                else:
+                    tensors[name] = src.clone().reshape(info["shape"])
+                del src
         finally:
-            mm.close()
+            del buf
         return step, _inflate(pickle.loads(extra), tensors)

@@ -105,9 +105,18 @@ else:
 	if err != nil || strings.TrimSpace(string(latest)) != "6" {
 		t.Fatalf("latest = %q (%v), want 6", latest, err)
 	}
+	// Which of the persisted steps 2 and 4 got committed depends on how fast
+	// storage kept up (a persistence superseded in memory is skipped), but no
+	// more than keep=2 committed steps remain, 6 among them, and no step
+	// directory is left without its manifest.
 	steps, _ := filepath.Glob(filepath.Join(store, "step-*"))
-	if len(steps) != 2 {
-		t.Errorf("%d steps kept in storage (%v), want 2 (keep=2)", len(steps), steps)
+	if len(steps) < 1 || len(steps) > 2 || !strings.HasSuffix(steps[len(steps)-1], "step-000000000006") {
+		t.Errorf("steps in storage %v, want step 6 and at most one older (keep=2)", steps)
+	}
+	for _, dir := range steps {
+		if _, err := os.Stat(filepath.Join(dir, "manifest.json")); err != nil {
+			t.Errorf("%s has no manifest: %v", dir, err)
+		}
 	}
 	load := c.start("load", "run", "--standalone", "--nproc-per-node", "2", script, "load", store, dir)
 	if code := load.wait(t, jobTimeout); code != 0 {

@@ -148,6 +148,103 @@ func (x *CheckpointBeginResponse) GetCapacity() int64 {
 	return 0
 }
 
+type CheckpointReserveRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	LocalRank int32                  `protobuf:"varint,1,opt,name=local_rank,json=localRank,proto3" json:"local_rank,omitempty"`
+	// Bytes one snapshot needs.
+	Size          int64 `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckpointReserveRequest) Reset() {
+	*x = CheckpointReserveRequest{}
+	mi := &file_api_rover_v1_agent_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckpointReserveRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckpointReserveRequest) ProtoMessage() {}
+
+func (x *CheckpointReserveRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_rover_v1_agent_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckpointReserveRequest.ProtoReflect.Descriptor instead.
+func (*CheckpointReserveRequest) Descriptor() ([]byte, []int) {
+	return file_api_rover_v1_agent_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *CheckpointReserveRequest) GetLocalRank() int32 {
+	if x != nil {
+		return x.LocalRank
+	}
+	return 0
+}
+
+func (x *CheckpointReserveRequest) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+type CheckpointReserveResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckpointReserveResponse) Reset() {
+	*x = CheckpointReserveResponse{}
+	mi := &file_api_rover_v1_agent_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckpointReserveResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckpointReserveResponse) ProtoMessage() {}
+
+func (x *CheckpointReserveResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_rover_v1_agent_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckpointReserveResponse.ProtoReflect.Descriptor instead.
+func (*CheckpointReserveResponse) Descriptor() ([]byte, []int) {
+	return file_api_rover_v1_agent_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *CheckpointReserveResponse) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
 type CheckpointCommitRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	LocalRank int32                  `protobuf:"varint,1,opt,name=local_rank,json=localRank,proto3" json:"local_rank,omitempty"`
@@ -171,7 +268,7 @@ type CheckpointCommitRequest struct {
 
 func (x *CheckpointCommitRequest) Reset() {
 	*x = CheckpointCommitRequest{}
-	mi := &file_api_rover_v1_agent_proto_msgTypes[2]
+	mi := &file_api_rover_v1_agent_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -183,7 +280,7 @@ func (x *CheckpointCommitRequest) String() string {
 func (*CheckpointCommitRequest) ProtoMessage() {}
 
 func (x *CheckpointCommitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_agent_proto_msgTypes[2]
+	mi := &file_api_rover_v1_agent_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -196,7 +293,7 @@ func (x *CheckpointCommitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointCommitRequest.ProtoReflect.Descriptor instead.
 func (*CheckpointCommitRequest) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_agent_proto_rawDescGZIP(), []int{2}
+	return file_api_rover_v1_agent_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *CheckpointCommitRequest) GetLocalRank() int32 {
@@ -270,7 +367,7 @@ type CheckpointCommitResponse struct {
 
 func (x *CheckpointCommitResponse) Reset() {
 	*x = CheckpointCommitResponse{}
-	mi := &file_api_rover_v1_agent_proto_msgTypes[3]
+	mi := &file_api_rover_v1_agent_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -282,7 +379,7 @@ func (x *CheckpointCommitResponse) String() string {
 func (*CheckpointCommitResponse) ProtoMessage() {}
 
 func (x *CheckpointCommitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_agent_proto_msgTypes[3]
+	mi := &file_api_rover_v1_agent_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -295,7 +392,7 @@ func (x *CheckpointCommitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointCommitResponse.ProtoReflect.Descriptor instead.
 func (*CheckpointCommitResponse) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_agent_proto_rawDescGZIP(), []int{3}
+	return file_api_rover_v1_agent_proto_rawDescGZIP(), []int{5}
 }
 
 type CheckpointWaitRequest struct {
@@ -307,7 +404,7 @@ type CheckpointWaitRequest struct {
 
 func (x *CheckpointWaitRequest) Reset() {
 	*x = CheckpointWaitRequest{}
-	mi := &file_api_rover_v1_agent_proto_msgTypes[4]
+	mi := &file_api_rover_v1_agent_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -319,7 +416,7 @@ func (x *CheckpointWaitRequest) String() string {
 func (*CheckpointWaitRequest) ProtoMessage() {}
 
 func (x *CheckpointWaitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_agent_proto_msgTypes[4]
+	mi := &file_api_rover_v1_agent_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -332,7 +429,7 @@ func (x *CheckpointWaitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointWaitRequest.ProtoReflect.Descriptor instead.
 func (*CheckpointWaitRequest) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_agent_proto_rawDescGZIP(), []int{4}
+	return file_api_rover_v1_agent_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *CheckpointWaitRequest) GetLocalRank() int32 {
@@ -354,7 +451,7 @@ type CheckpointWaitResponse struct {
 
 func (x *CheckpointWaitResponse) Reset() {
 	*x = CheckpointWaitResponse{}
-	mi := &file_api_rover_v1_agent_proto_msgTypes[5]
+	mi := &file_api_rover_v1_agent_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -366,7 +463,7 @@ func (x *CheckpointWaitResponse) String() string {
 func (*CheckpointWaitResponse) ProtoMessage() {}
 
 func (x *CheckpointWaitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_agent_proto_msgTypes[5]
+	mi := &file_api_rover_v1_agent_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -379,7 +476,7 @@ func (x *CheckpointWaitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointWaitResponse.ProtoReflect.Descriptor instead.
 func (*CheckpointWaitResponse) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_agent_proto_rawDescGZIP(), []int{5}
+	return file_api_rover_v1_agent_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *CheckpointWaitResponse) GetDurableStep() int64 {
@@ -408,7 +505,7 @@ type CheckpointRestoreRequest struct {
 
 func (x *CheckpointRestoreRequest) Reset() {
 	*x = CheckpointRestoreRequest{}
-	mi := &file_api_rover_v1_agent_proto_msgTypes[6]
+	mi := &file_api_rover_v1_agent_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -420,7 +517,7 @@ func (x *CheckpointRestoreRequest) String() string {
 func (*CheckpointRestoreRequest) ProtoMessage() {}
 
 func (x *CheckpointRestoreRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_agent_proto_msgTypes[6]
+	mi := &file_api_rover_v1_agent_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -433,7 +530,7 @@ func (x *CheckpointRestoreRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointRestoreRequest.ProtoReflect.Descriptor instead.
 func (*CheckpointRestoreRequest) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_agent_proto_rawDescGZIP(), []int{6}
+	return file_api_rover_v1_agent_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *CheckpointRestoreRequest) GetLocalRank() int32 {
@@ -467,7 +564,7 @@ type CheckpointRestoreResponse struct {
 
 func (x *CheckpointRestoreResponse) Reset() {
 	*x = CheckpointRestoreResponse{}
-	mi := &file_api_rover_v1_agent_proto_msgTypes[7]
+	mi := &file_api_rover_v1_agent_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -479,7 +576,7 @@ func (x *CheckpointRestoreResponse) String() string {
 func (*CheckpointRestoreResponse) ProtoMessage() {}
 
 func (x *CheckpointRestoreResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_agent_proto_msgTypes[7]
+	mi := &file_api_rover_v1_agent_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -492,7 +589,7 @@ func (x *CheckpointRestoreResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointRestoreResponse.ProtoReflect.Descriptor instead.
 func (*CheckpointRestoreResponse) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_agent_proto_rawDescGZIP(), []int{7}
+	return file_api_rover_v1_agent_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CheckpointRestoreResponse) GetFound() bool {
@@ -518,7 +615,7 @@ type CheckpointSnapshotsRequest struct {
 
 func (x *CheckpointSnapshotsRequest) Reset() {
 	*x = CheckpointSnapshotsRequest{}
-	mi := &file_api_rover_v1_agent_proto_msgTypes[8]
+	mi := &file_api_rover_v1_agent_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -530,7 +627,7 @@ func (x *CheckpointSnapshotsRequest) String() string {
 func (*CheckpointSnapshotsRequest) ProtoMessage() {}
 
 func (x *CheckpointSnapshotsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_agent_proto_msgTypes[8]
+	mi := &file_api_rover_v1_agent_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -543,7 +640,7 @@ func (x *CheckpointSnapshotsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointSnapshotsRequest.ProtoReflect.Descriptor instead.
 func (*CheckpointSnapshotsRequest) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_agent_proto_rawDescGZIP(), []int{8}
+	return file_api_rover_v1_agent_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CheckpointSnapshotsRequest) GetLocalRank() int32 {
@@ -565,7 +662,7 @@ type CheckpointSnapshot struct {
 
 func (x *CheckpointSnapshot) Reset() {
 	*x = CheckpointSnapshot{}
-	mi := &file_api_rover_v1_agent_proto_msgTypes[9]
+	mi := &file_api_rover_v1_agent_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -577,7 +674,7 @@ func (x *CheckpointSnapshot) String() string {
 func (*CheckpointSnapshot) ProtoMessage() {}
 
 func (x *CheckpointSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_agent_proto_msgTypes[9]
+	mi := &file_api_rover_v1_agent_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -590,7 +687,7 @@ func (x *CheckpointSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointSnapshot.ProtoReflect.Descriptor instead.
 func (*CheckpointSnapshot) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_agent_proto_rawDescGZIP(), []int{9}
+	return file_api_rover_v1_agent_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *CheckpointSnapshot) GetStep() int64 {
@@ -631,7 +728,7 @@ type CheckpointSnapshotsResponse struct {
 
 func (x *CheckpointSnapshotsResponse) Reset() {
 	*x = CheckpointSnapshotsResponse{}
-	mi := &file_api_rover_v1_agent_proto_msgTypes[10]
+	mi := &file_api_rover_v1_agent_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -643,7 +740,7 @@ func (x *CheckpointSnapshotsResponse) String() string {
 func (*CheckpointSnapshotsResponse) ProtoMessage() {}
 
 func (x *CheckpointSnapshotsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_agent_proto_msgTypes[10]
+	mi := &file_api_rover_v1_agent_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -656,7 +753,7 @@ func (x *CheckpointSnapshotsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointSnapshotsResponse.ProtoReflect.Descriptor instead.
 func (*CheckpointSnapshotsResponse) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_agent_proto_rawDescGZIP(), []int{10}
+	return file_api_rover_v1_agent_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *CheckpointSnapshotsResponse) GetSnapshots() []*CheckpointSnapshot {
@@ -676,7 +773,7 @@ type InfoRequest struct {
 
 func (x *InfoRequest) Reset() {
 	*x = InfoRequest{}
-	mi := &file_api_rover_v1_agent_proto_msgTypes[11]
+	mi := &file_api_rover_v1_agent_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -688,7 +785,7 @@ func (x *InfoRequest) String() string {
 func (*InfoRequest) ProtoMessage() {}
 
 func (x *InfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_agent_proto_msgTypes[11]
+	mi := &file_api_rover_v1_agent_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -701,7 +798,7 @@ func (x *InfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoRequest.ProtoReflect.Descriptor instead.
 func (*InfoRequest) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_agent_proto_rawDescGZIP(), []int{11}
+	return file_api_rover_v1_agent_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *InfoRequest) GetRank() int32 {
@@ -729,7 +826,7 @@ type InfoResponse struct {
 
 func (x *InfoResponse) Reset() {
 	*x = InfoResponse{}
-	mi := &file_api_rover_v1_agent_proto_msgTypes[12]
+	mi := &file_api_rover_v1_agent_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -741,7 +838,7 @@ func (x *InfoResponse) String() string {
 func (*InfoResponse) ProtoMessage() {}
 
 func (x *InfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_agent_proto_msgTypes[12]
+	mi := &file_api_rover_v1_agent_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -754,7 +851,7 @@ func (x *InfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoResponse.ProtoReflect.Descriptor instead.
 func (*InfoResponse) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_agent_proto_rawDescGZIP(), []int{12}
+	return file_api_rover_v1_agent_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *InfoResponse) GetRunId() string {
@@ -840,7 +937,13 @@ const file_api_rover_v1_agent_proto_rawDesc = "" +
 	"\x17CheckpointBeginResponse\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x03R\x06offset\x12\x1a\n" +
-	"\bcapacity\x18\x03 \x01(\x03R\bcapacity\"\xeb\x01\n" +
+	"\bcapacity\x18\x03 \x01(\x03R\bcapacity\"M\n" +
+	"\x18CheckpointReserveRequest\x12\x1d\n" +
+	"\n" +
+	"local_rank\x18\x01 \x01(\x05R\tlocalRank\x12\x12\n" +
+	"\x04size\x18\x02 \x01(\x03R\x04size\"/\n" +
+	"\x19CheckpointReserveResponse\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\"\xeb\x01\n" +
 	"\x17CheckpointCommitRequest\x12\x1d\n" +
 	"\n" +
 	"local_rank\x18\x01 \x01(\x05R\tlocalRank\x12\x12\n" +
@@ -893,7 +996,8 @@ const file_api_rover_v1_agent_proto_rawDesc = "" +
 	"world_size\x18\b \x01(\x05R\tworldSize\x12#\n" +
 	"\rrestart_count\x18\t \x01(\x05R\frestartCount\x12#\n" +
 	"\ragent_version\x18\n" +
-	" \x01(\tR\fagentVersion2\xbe\t\n" +
+	" \x01(\tR\fagentVersion2\x9e\n" +
+	"\n" +
 	"\fAgentService\x127\n" +
 	"\x04Info\x12\x15.rover.v1.InfoRequest\x1a\x16.rover.v1.InfoResponse\"\x00\x12X\n" +
 	"\x0fRegisterDataset\x12 .rover.v1.RegisterDatasetRequest\x1a!.rover.v1.RegisterDatasetResponse\"\x00\x12L\n" +
@@ -904,7 +1008,8 @@ const file_api_rover_v1_agent_proto_rawDesc = "" +
 	"\fAppendStream\x12\x1d.rover.v1.AppendStreamRequest\x1a\x1e.rover.v1.AppendStreamResponse\"\x00\x12R\n" +
 	"\x0fGetDatasetState\x12\x1d.rover.v1.DatasetStateRequest\x1a\x1e.rover.v1.DatasetStateResponse\"\x00\x12U\n" +
 	"\x0eRestoreDataset\x12\x1f.rover.v1.RestoreDatasetRequest\x1a .rover.v1.RestoreDatasetResponse\"\x00\x12X\n" +
-	"\x0fCheckpointBegin\x12 .rover.v1.CheckpointBeginRequest\x1a!.rover.v1.CheckpointBeginResponse\"\x00\x12[\n" +
+	"\x0fCheckpointBegin\x12 .rover.v1.CheckpointBeginRequest\x1a!.rover.v1.CheckpointBeginResponse\"\x00\x12^\n" +
+	"\x11CheckpointReserve\x12\".rover.v1.CheckpointReserveRequest\x1a#.rover.v1.CheckpointReserveResponse\"\x00\x12[\n" +
 	"\x10CheckpointCommit\x12!.rover.v1.CheckpointCommitRequest\x1a\".rover.v1.CheckpointCommitResponse\"\x00\x12U\n" +
 	"\x0eCheckpointWait\x12\x1f.rover.v1.CheckpointWaitRequest\x1a .rover.v1.CheckpointWaitResponse\"\x00\x12^\n" +
 	"\x11CheckpointRestore\x12\".rover.v1.CheckpointRestoreRequest\x1a#.rover.v1.CheckpointRestoreResponse\"\x00\x12d\n" +
@@ -922,71 +1027,75 @@ func file_api_rover_v1_agent_proto_rawDescGZIP() []byte {
 	return file_api_rover_v1_agent_proto_rawDescData
 }
 
-var file_api_rover_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_api_rover_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_api_rover_v1_agent_proto_goTypes = []any{
 	(*CheckpointBeginRequest)(nil),      // 0: rover.v1.CheckpointBeginRequest
 	(*CheckpointBeginResponse)(nil),     // 1: rover.v1.CheckpointBeginResponse
-	(*CheckpointCommitRequest)(nil),     // 2: rover.v1.CheckpointCommitRequest
-	(*CheckpointCommitResponse)(nil),    // 3: rover.v1.CheckpointCommitResponse
-	(*CheckpointWaitRequest)(nil),       // 4: rover.v1.CheckpointWaitRequest
-	(*CheckpointWaitResponse)(nil),      // 5: rover.v1.CheckpointWaitResponse
-	(*CheckpointRestoreRequest)(nil),    // 6: rover.v1.CheckpointRestoreRequest
-	(*CheckpointRestoreResponse)(nil),   // 7: rover.v1.CheckpointRestoreResponse
-	(*CheckpointSnapshotsRequest)(nil),  // 8: rover.v1.CheckpointSnapshotsRequest
-	(*CheckpointSnapshot)(nil),          // 9: rover.v1.CheckpointSnapshot
-	(*CheckpointSnapshotsResponse)(nil), // 10: rover.v1.CheckpointSnapshotsResponse
-	(*InfoRequest)(nil),                 // 11: rover.v1.InfoRequest
-	(*InfoResponse)(nil),                // 12: rover.v1.InfoResponse
-	(*RegisterDatasetRequest)(nil),      // 13: rover.v1.RegisterDatasetRequest
-	(*LeaseShardsRequest)(nil),          // 14: rover.v1.LeaseShardsRequest
-	(*CompleteShardsRequest)(nil),       // 15: rover.v1.CompleteShardsRequest
-	(*GetPositionRequest)(nil),          // 16: rover.v1.GetPositionRequest
-	(*AdvancePositionRequest)(nil),      // 17: rover.v1.AdvancePositionRequest
-	(*AppendStreamRequest)(nil),         // 18: rover.v1.AppendStreamRequest
-	(*DatasetStateRequest)(nil),         // 19: rover.v1.DatasetStateRequest
-	(*RestoreDatasetRequest)(nil),       // 20: rover.v1.RestoreDatasetRequest
-	(*RegisterDatasetResponse)(nil),     // 21: rover.v1.RegisterDatasetResponse
-	(*LeaseShardsResponse)(nil),         // 22: rover.v1.LeaseShardsResponse
-	(*CompleteShardsResponse)(nil),      // 23: rover.v1.CompleteShardsResponse
-	(*GetPositionResponse)(nil),         // 24: rover.v1.GetPositionResponse
-	(*AdvancePositionResponse)(nil),     // 25: rover.v1.AdvancePositionResponse
-	(*AppendStreamResponse)(nil),        // 26: rover.v1.AppendStreamResponse
-	(*DatasetStateResponse)(nil),        // 27: rover.v1.DatasetStateResponse
-	(*RestoreDatasetResponse)(nil),      // 28: rover.v1.RestoreDatasetResponse
+	(*CheckpointReserveRequest)(nil),    // 2: rover.v1.CheckpointReserveRequest
+	(*CheckpointReserveResponse)(nil),   // 3: rover.v1.CheckpointReserveResponse
+	(*CheckpointCommitRequest)(nil),     // 4: rover.v1.CheckpointCommitRequest
+	(*CheckpointCommitResponse)(nil),    // 5: rover.v1.CheckpointCommitResponse
+	(*CheckpointWaitRequest)(nil),       // 6: rover.v1.CheckpointWaitRequest
+	(*CheckpointWaitResponse)(nil),      // 7: rover.v1.CheckpointWaitResponse
+	(*CheckpointRestoreRequest)(nil),    // 8: rover.v1.CheckpointRestoreRequest
+	(*CheckpointRestoreResponse)(nil),   // 9: rover.v1.CheckpointRestoreResponse
+	(*CheckpointSnapshotsRequest)(nil),  // 10: rover.v1.CheckpointSnapshotsRequest
+	(*CheckpointSnapshot)(nil),          // 11: rover.v1.CheckpointSnapshot
+	(*CheckpointSnapshotsResponse)(nil), // 12: rover.v1.CheckpointSnapshotsResponse
+	(*InfoRequest)(nil),                 // 13: rover.v1.InfoRequest
+	(*InfoResponse)(nil),                // 14: rover.v1.InfoResponse
+	(*RegisterDatasetRequest)(nil),      // 15: rover.v1.RegisterDatasetRequest
+	(*LeaseShardsRequest)(nil),          // 16: rover.v1.LeaseShardsRequest
+	(*CompleteShardsRequest)(nil),       // 17: rover.v1.CompleteShardsRequest
+	(*GetPositionRequest)(nil),          // 18: rover.v1.GetPositionRequest
+	(*AdvancePositionRequest)(nil),      // 19: rover.v1.AdvancePositionRequest
+	(*AppendStreamRequest)(nil),         // 20: rover.v1.AppendStreamRequest
+	(*DatasetStateRequest)(nil),         // 21: rover.v1.DatasetStateRequest
+	(*RestoreDatasetRequest)(nil),       // 22: rover.v1.RestoreDatasetRequest
+	(*RegisterDatasetResponse)(nil),     // 23: rover.v1.RegisterDatasetResponse
+	(*LeaseShardsResponse)(nil),         // 24: rover.v1.LeaseShardsResponse
+	(*CompleteShardsResponse)(nil),      // 25: rover.v1.CompleteShardsResponse
+	(*GetPositionResponse)(nil),         // 26: rover.v1.GetPositionResponse
+	(*AdvancePositionResponse)(nil),     // 27: rover.v1.AdvancePositionResponse
+	(*AppendStreamResponse)(nil),        // 28: rover.v1.AppendStreamResponse
+	(*DatasetStateResponse)(nil),        // 29: rover.v1.DatasetStateResponse
+	(*RestoreDatasetResponse)(nil),      // 30: rover.v1.RestoreDatasetResponse
 }
 var file_api_rover_v1_agent_proto_depIdxs = []int32{
-	9,  // 0: rover.v1.CheckpointRestoreResponse.snapshot:type_name -> rover.v1.CheckpointSnapshot
-	9,  // 1: rover.v1.CheckpointSnapshotsResponse.snapshots:type_name -> rover.v1.CheckpointSnapshot
-	11, // 2: rover.v1.AgentService.Info:input_type -> rover.v1.InfoRequest
-	13, // 3: rover.v1.AgentService.RegisterDataset:input_type -> rover.v1.RegisterDatasetRequest
-	14, // 4: rover.v1.AgentService.LeaseShards:input_type -> rover.v1.LeaseShardsRequest
-	15, // 5: rover.v1.AgentService.CompleteShards:input_type -> rover.v1.CompleteShardsRequest
-	16, // 6: rover.v1.AgentService.GetPosition:input_type -> rover.v1.GetPositionRequest
-	17, // 7: rover.v1.AgentService.AdvancePosition:input_type -> rover.v1.AdvancePositionRequest
-	18, // 8: rover.v1.AgentService.AppendStream:input_type -> rover.v1.AppendStreamRequest
-	19, // 9: rover.v1.AgentService.GetDatasetState:input_type -> rover.v1.DatasetStateRequest
-	20, // 10: rover.v1.AgentService.RestoreDataset:input_type -> rover.v1.RestoreDatasetRequest
+	11, // 0: rover.v1.CheckpointRestoreResponse.snapshot:type_name -> rover.v1.CheckpointSnapshot
+	11, // 1: rover.v1.CheckpointSnapshotsResponse.snapshots:type_name -> rover.v1.CheckpointSnapshot
+	13, // 2: rover.v1.AgentService.Info:input_type -> rover.v1.InfoRequest
+	15, // 3: rover.v1.AgentService.RegisterDataset:input_type -> rover.v1.RegisterDatasetRequest
+	16, // 4: rover.v1.AgentService.LeaseShards:input_type -> rover.v1.LeaseShardsRequest
+	17, // 5: rover.v1.AgentService.CompleteShards:input_type -> rover.v1.CompleteShardsRequest
+	18, // 6: rover.v1.AgentService.GetPosition:input_type -> rover.v1.GetPositionRequest
+	19, // 7: rover.v1.AgentService.AdvancePosition:input_type -> rover.v1.AdvancePositionRequest
+	20, // 8: rover.v1.AgentService.AppendStream:input_type -> rover.v1.AppendStreamRequest
+	21, // 9: rover.v1.AgentService.GetDatasetState:input_type -> rover.v1.DatasetStateRequest
+	22, // 10: rover.v1.AgentService.RestoreDataset:input_type -> rover.v1.RestoreDatasetRequest
 	0,  // 11: rover.v1.AgentService.CheckpointBegin:input_type -> rover.v1.CheckpointBeginRequest
-	2,  // 12: rover.v1.AgentService.CheckpointCommit:input_type -> rover.v1.CheckpointCommitRequest
-	4,  // 13: rover.v1.AgentService.CheckpointWait:input_type -> rover.v1.CheckpointWaitRequest
-	6,  // 14: rover.v1.AgentService.CheckpointRestore:input_type -> rover.v1.CheckpointRestoreRequest
-	8,  // 15: rover.v1.AgentService.CheckpointSnapshots:input_type -> rover.v1.CheckpointSnapshotsRequest
-	12, // 16: rover.v1.AgentService.Info:output_type -> rover.v1.InfoResponse
-	21, // 17: rover.v1.AgentService.RegisterDataset:output_type -> rover.v1.RegisterDatasetResponse
-	22, // 18: rover.v1.AgentService.LeaseShards:output_type -> rover.v1.LeaseShardsResponse
-	23, // 19: rover.v1.AgentService.CompleteShards:output_type -> rover.v1.CompleteShardsResponse
-	24, // 20: rover.v1.AgentService.GetPosition:output_type -> rover.v1.GetPositionResponse
-	25, // 21: rover.v1.AgentService.AdvancePosition:output_type -> rover.v1.AdvancePositionResponse
-	26, // 22: rover.v1.AgentService.AppendStream:output_type -> rover.v1.AppendStreamResponse
-	27, // 23: rover.v1.AgentService.GetDatasetState:output_type -> rover.v1.DatasetStateResponse
-	28, // 24: rover.v1.AgentService.RestoreDataset:output_type -> rover.v1.RestoreDatasetResponse
-	1,  // 25: rover.v1.AgentService.CheckpointBegin:output_type -> rover.v1.CheckpointBeginResponse
-	3,  // 26: rover.v1.AgentService.CheckpointCommit:output_type -> rover.v1.CheckpointCommitResponse
-	5,  // 27: rover.v1.AgentService.CheckpointWait:output_type -> rover.v1.CheckpointWaitResponse
-	7,  // 28: rover.v1.AgentService.CheckpointRestore:output_type -> rover.v1.CheckpointRestoreResponse
-	10, // 29: rover.v1.AgentService.CheckpointSnapshots:output_type -> rover.v1.CheckpointSnapshotsResponse
-	16, // [16:30] is the sub-list for method output_type
-	2,  // [2:16] is the sub-list for method input_type
+	2,  // 12: rover.v1.AgentService.CheckpointReserve:input_type -> rover.v1.CheckpointReserveRequest
+	4,  // 13: rover.v1.AgentService.CheckpointCommit:input_type -> rover.v1.CheckpointCommitRequest
+	6,  // 14: rover.v1.AgentService.CheckpointWait:input_type -> rover.v1.CheckpointWaitRequest
+	8,  // 15: rover.v1.AgentService.CheckpointRestore:input_type -> rover.v1.CheckpointRestoreRequest
+	10, // 16: rover.v1.AgentService.CheckpointSnapshots:input_type -> rover.v1.CheckpointSnapshotsRequest
+	14, // 17: rover.v1.AgentService.Info:output_type -> rover.v1.InfoResponse
+	23, // 18: rover.v1.AgentService.RegisterDataset:output_type -> rover.v1.RegisterDatasetResponse
+	24, // 19: rover.v1.AgentService.LeaseShards:output_type -> rover.v1.LeaseShardsResponse
+	25, // 20: rover.v1.AgentService.CompleteShards:output_type -> rover.v1.CompleteShardsResponse
+	26, // 21: rover.v1.AgentService.GetPosition:output_type -> rover.v1.GetPositionResponse
+	27, // 22: rover.v1.AgentService.AdvancePosition:output_type -> rover.v1.AdvancePositionResponse
+	28, // 23: rover.v1.AgentService.AppendStream:output_type -> rover.v1.AppendStreamResponse
+	29, // 24: rover.v1.AgentService.GetDatasetState:output_type -> rover.v1.DatasetStateResponse
+	30, // 25: rover.v1.AgentService.RestoreDataset:output_type -> rover.v1.RestoreDatasetResponse
+	1,  // 26: rover.v1.AgentService.CheckpointBegin:output_type -> rover.v1.CheckpointBeginResponse
+	3,  // 27: rover.v1.AgentService.CheckpointReserve:output_type -> rover.v1.CheckpointReserveResponse
+	5,  // 28: rover.v1.AgentService.CheckpointCommit:output_type -> rover.v1.CheckpointCommitResponse
+	7,  // 29: rover.v1.AgentService.CheckpointWait:output_type -> rover.v1.CheckpointWaitResponse
+	9,  // 30: rover.v1.AgentService.CheckpointRestore:output_type -> rover.v1.CheckpointRestoreResponse
+	12, // 31: rover.v1.AgentService.CheckpointSnapshots:output_type -> rover.v1.CheckpointSnapshotsResponse
+	17, // [17:32] is the sub-list for method output_type
+	2,  // [2:17] is the sub-list for method input_type
 	2,  // [2:2] is the sub-list for extension type_name
 	2,  // [2:2] is the sub-list for extension extendee
 	0,  // [0:2] is the sub-list for field type_name
@@ -1004,7 +1113,7 @@ func file_api_rover_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_rover_v1_agent_proto_rawDesc), len(file_api_rover_v1_agent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   13,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

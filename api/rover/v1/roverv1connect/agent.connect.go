@@ -67,6 +67,9 @@ const (
 	// AgentServiceCheckpointBeginProcedure is the fully-qualified name of the AgentService's
 	// CheckpointBegin RPC.
 	AgentServiceCheckpointBeginProcedure = "/rover.v1.AgentService/CheckpointBegin"
+	// AgentServiceCheckpointReserveProcedure is the fully-qualified name of the AgentService's
+	// CheckpointReserve RPC.
+	AgentServiceCheckpointReserveProcedure = "/rover.v1.AgentService/CheckpointReserve"
 	// AgentServiceCheckpointCommitProcedure is the fully-qualified name of the AgentService's
 	// CheckpointCommit RPC.
 	AgentServiceCheckpointCommitProcedure = "/rover.v1.AgentService/CheckpointCommit"
@@ -103,6 +106,9 @@ type AgentServiceClient interface {
 	// until it is committed. Arenas belong to the agent, so they survive the
 	// workers' restarts. Workers are keyed by local rank.
 	CheckpointBegin(context.Context, *connect.Request[v1.CheckpointBeginRequest]) (*connect.Response[v1.CheckpointBeginResponse], error)
+	// CheckpointReserve creates (or grows) the rank's arena ahead of the first
+	// save, allocating and pre-faulting it, so that no save pays for it.
+	CheckpointReserve(context.Context, *connect.Request[v1.CheckpointReserveRequest]) (*connect.Response[v1.CheckpointReserveResponse], error)
 	// CheckpointCommit marks the slot valid; with persist set, the agent then
 	// writes it to storage in the background and reports it to the master,
 	// which commits the step once every rank of it is durable.
@@ -187,6 +193,12 @@ func NewAgentServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(agentServiceMethods.ByName("CheckpointBegin")),
 			connect.WithClientOptions(opts...),
 		),
+		checkpointReserve: connect.NewClient[v1.CheckpointReserveRequest, v1.CheckpointReserveResponse](
+			httpClient,
+			baseURL+AgentServiceCheckpointReserveProcedure,
+			connect.WithSchema(agentServiceMethods.ByName("CheckpointReserve")),
+			connect.WithClientOptions(opts...),
+		),
 		checkpointCommit: connect.NewClient[v1.CheckpointCommitRequest, v1.CheckpointCommitResponse](
 			httpClient,
 			baseURL+AgentServiceCheckpointCommitProcedure,
@@ -226,6 +238,7 @@ type agentServiceClient struct {
 	getDatasetState     *connect.Client[v1.DatasetStateRequest, v1.DatasetStateResponse]
 	restoreDataset      *connect.Client[v1.RestoreDatasetRequest, v1.RestoreDatasetResponse]
 	checkpointBegin     *connect.Client[v1.CheckpointBeginRequest, v1.CheckpointBeginResponse]
+	checkpointReserve   *connect.Client[v1.CheckpointReserveRequest, v1.CheckpointReserveResponse]
 	checkpointCommit    *connect.Client[v1.CheckpointCommitRequest, v1.CheckpointCommitResponse]
 	checkpointWait      *connect.Client[v1.CheckpointWaitRequest, v1.CheckpointWaitResponse]
 	checkpointRestore   *connect.Client[v1.CheckpointRestoreRequest, v1.CheckpointRestoreResponse]
@@ -282,6 +295,11 @@ func (c *agentServiceClient) CheckpointBegin(ctx context.Context, req *connect.R
 	return c.checkpointBegin.CallUnary(ctx, req)
 }
 
+// CheckpointReserve calls rover.v1.AgentService.CheckpointReserve.
+func (c *agentServiceClient) CheckpointReserve(ctx context.Context, req *connect.Request[v1.CheckpointReserveRequest]) (*connect.Response[v1.CheckpointReserveResponse], error) {
+	return c.checkpointReserve.CallUnary(ctx, req)
+}
+
 // CheckpointCommit calls rover.v1.AgentService.CheckpointCommit.
 func (c *agentServiceClient) CheckpointCommit(ctx context.Context, req *connect.Request[v1.CheckpointCommitRequest]) (*connect.Response[v1.CheckpointCommitResponse], error) {
 	return c.checkpointCommit.CallUnary(ctx, req)
@@ -324,6 +342,9 @@ type AgentServiceHandler interface {
 	// until it is committed. Arenas belong to the agent, so they survive the
 	// workers' restarts. Workers are keyed by local rank.
 	CheckpointBegin(context.Context, *connect.Request[v1.CheckpointBeginRequest]) (*connect.Response[v1.CheckpointBeginResponse], error)
+	// CheckpointReserve creates (or grows) the rank's arena ahead of the first
+	// save, allocating and pre-faulting it, so that no save pays for it.
+	CheckpointReserve(context.Context, *connect.Request[v1.CheckpointReserveRequest]) (*connect.Response[v1.CheckpointReserveResponse], error)
 	// CheckpointCommit marks the slot valid; with persist set, the agent then
 	// writes it to storage in the background and reports it to the master,
 	// which commits the step once every rank of it is durable.
@@ -404,6 +425,12 @@ func NewAgentServiceHandler(svc AgentServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(agentServiceMethods.ByName("CheckpointBegin")),
 		connect.WithHandlerOptions(opts...),
 	)
+	agentServiceCheckpointReserveHandler := connect.NewUnaryHandler(
+		AgentServiceCheckpointReserveProcedure,
+		svc.CheckpointReserve,
+		connect.WithSchema(agentServiceMethods.ByName("CheckpointReserve")),
+		connect.WithHandlerOptions(opts...),
+	)
 	agentServiceCheckpointCommitHandler := connect.NewUnaryHandler(
 		AgentServiceCheckpointCommitProcedure,
 		svc.CheckpointCommit,
@@ -450,6 +477,8 @@ func NewAgentServiceHandler(svc AgentServiceHandler, opts ...connect.HandlerOpti
 			agentServiceRestoreDatasetHandler.ServeHTTP(w, r)
 		case AgentServiceCheckpointBeginProcedure:
 			agentServiceCheckpointBeginHandler.ServeHTTP(w, r)
+		case AgentServiceCheckpointReserveProcedure:
+			agentServiceCheckpointReserveHandler.ServeHTTP(w, r)
 		case AgentServiceCheckpointCommitProcedure:
 			agentServiceCheckpointCommitHandler.ServeHTTP(w, r)
 		case AgentServiceCheckpointWaitProcedure:
@@ -505,6 +534,10 @@ func (UnimplementedAgentServiceHandler) RestoreDataset(context.Context, *connect
 
 func (UnimplementedAgentServiceHandler) CheckpointBegin(context.Context, *connect.Request[v1.CheckpointBeginRequest]) (*connect.Response[v1.CheckpointBeginResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("rover.v1.AgentService.CheckpointBegin is not implemented"))
+}
+
+func (UnimplementedAgentServiceHandler) CheckpointReserve(context.Context, *connect.Request[v1.CheckpointReserveRequest]) (*connect.Response[v1.CheckpointReserveResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("rover.v1.AgentService.CheckpointReserve is not implemented"))
 }
 
 func (UnimplementedAgentServiceHandler) CheckpointCommit(context.Context, *connect.Request[v1.CheckpointCommitRequest]) (*connect.Response[v1.CheckpointCommitResponse], error) {

@@ -1,0 +1,525 @@
+package rover
+
+import (
+	"cmp"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"connectrpc.com/connect"
+	roverv1 "github.com/roverml/rover/api/rover/v1"
+	"github.com/roverml/rover/internal/ckpt"
+	"golang.org/x/sys/unix"
+)
+
+// Checkpoint modes: how the ranks' snapshots make up a checkpoint.
+const (
+	// ModeSharded: every rank saves its own part of the state (FSDP, ZeRO),
+	// and a checkpoint needs every rank's file.
+	ModeSharded = "sharded"
+	// ModeReplicated: every rank holds the same state (DDP), and any one
+	// rank's file restores all of them.
+	ModeReplicated = "replicated"
+)
+
+// ErrShmTooSmall is wrapped by the error of a save that the agent could not
+// give shared memory to: the file system of its arenas (normally /dev/shm)
+// has too little free space. The message says how much was needed and how
+// much is free; mount a larger /dev/shm (docker's --shm-size, or a
+// memory-backed emptyDir with a sizeLimit in Kubernetes).
+var ErrShmTooSmall = ckpt.ErrShmTooSmall
+
+// ErrPersist is wrapped by the error of [Checkpointer.Wait] when writing a
+// snapshot to storage failed since the previous Wait. The message says why.
+// The snapshot is still in memory; training can go on and persist a later
+// step.
+var ErrPersist = errors.New("persisting a checkpoint failed")
+
+// metaHeaderMax bounds a snapshot's JSON header, as the safetensors format
+// does; a larger length is taken for corruption.
+const metaHeaderMax = 100_000_000
+
+// Tensor is one named tensor of a snapshot: its safetensors dtype ("F32",
+// "BF16", "I64", "U8", "BOOL"...), its shape (empty for a scalar) and its
+// raw little-endian bytes.
+type Tensor struct {
+	Name  string
+	DType string
+	Shape []int64
+	Data  []byte
+}
+
+// CheckpointOptions configures a [Checkpointer]. The zero value saves
+// sharded snapshots with the rank and world size of the environment and
+// keeps every committed step in storage.
+type CheckpointOptions struct {
+	// Keep is how many committed steps the master keeps in storage; 0 keeps
+	// them all. (The Python package's default is 1.)
+	Keep int
+	// Mode is ModeSharded (the default, for "") or ModeReplicated.
+	Mode string
+	// Rank and WorldSize are this worker's global rank and the number of
+	// ranks. When WorldSize is 0, both come from RANK and WORLD_SIZE.
+	Rank, WorldSize int
+}
+
+// Checkpointer saves a worker's training state to its node agent's shared
+// memory (flash checkpoint) and, on request, to storage, and restores it
+// after a restart. A snapshot is a safetensors file, the same format the
+// Python package (rover.checkpoint) writes: its tensors, the opaque extra
+// bytes as the U8 tensor "__rover_extra__", and the metadata rover.step,
+// rover.rank and rover.world_size.
+//
+//	k := c.Checkpointer("/checkpoints/run1", rover.CheckpointOptions{Keep: 2})
+//	step, tensors, extra, found, err := k.Load(ctx)
+//	...
+//	err = k.Save(ctx, step, tensors, extra, step%100 == 0) // persist every 100 steps
+//
+// The agent keeps the two snapshots each local rank wrote last; they survive
+// the worker's restarts (not the agent's). Save, SaveFunc, Load, LoadStep
+// and Restore must not run concurrently on one rank; Wait and Steps may run
+// alongside them.
+type Checkpointer struct {
+	c               *Client
+	url             string
+	keep            int
+	mode            string
+	rank, worldSize int
+	local           int32
+	// err is a bad option or environment variable, returned by every call.
+	err error
+}
+
+// Checkpointer returns a checkpointer of this worker's state. url is where
+// persisted checkpoints go: a directory (made absolute here, since the
+// agent has its own working directory) or a blob URL the agent can open
+// (file://...); "" keeps snapshots in memory only. Bad options are reported
+// by the first call that uses them.
+func (c *Client) Checkpointer(url string, opts CheckpointOptions) *Checkpointer {
+	k := &Checkpointer{c: c, url: url, keep: opts.Keep, mode: opts.Mode, rank: opts.Rank, worldSize: opts.WorldSize}
+	if k.mode == "" {
+		k.mode = ModeSharded
+	}
+	if url != "" && !strings.Contains(url, "://") {
+		if abs, err := filepath.Abs(url); err == nil {
+			k.url = abs
+		}
+	}
+	var errs []error
+	local, err := strconv.ParseInt(c.localRank, 10, 32)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("LOCAL_RANK %q is not a number", c.localRank))
+	}
+	k.local = int32(local)
+	if opts.WorldSize == 0 {
+		k.rank, k.worldSize = 0, 1
+		if s := os.Getenv("RANK"); s != "" {
+			if k.rank, err = strconv.Atoi(s); err != nil {
+				errs = append(errs, fmt.Errorf("RANK %q is not a number", s))
+			}
+		}
+		if s := os.Getenv("WORLD_SIZE"); s != "" {
+			if k.worldSize, err = strconv.Atoi(s); err != nil {
+				errs = append(errs, fmt.Errorf("WORLD_SIZE %q is not a number", s))
+			}
+		}
+	}
+	if k.mode != ModeSharded && k.mode != ModeReplicated {
+		errs = append(errs, fmt.Errorf("mode %q: want %q or %q", k.mode, ModeSharded, ModeReplicated))
+	}
+	if k.keep < 0 {
+		errs = append(errs, fmt.Errorf("keep %d is negative", k.keep))
+	}
+	if k.worldSize < 1 || k.rank < 0 || k.rank >= k.worldSize {
+		errs = append(errs, fmt.Errorf("rank %d is not a rank of world size %d", k.rank, k.worldSize))
+	}
+	if len(errs) > 0 {
+		k.err = fmt.Errorf("checkpointer options: %w", errors.Join(errs...))
+	}
+	return k
+}
+
+// Save copies tensors and extra (nil: none) into shared memory as the
+// snapshot of step, and with persist has the agent also write it to
+// storage in the background: the master commits the step once every rank
+// of it is durable (see [Checkpointer.Wait]). Save blocks only for the copy.
+// Each tensor's Data must have the size its dtype and shape say. When the
+// agent cannot reserve the shared memory, the error wraps [ErrShmTooSmall].
+func (k *Checkpointer) Save(ctx context.Context, step int64, tensors []Tensor, extra []byte, persist bool) error {
+	op := fmt.Sprintf("save checkpoint step %d", step)
+	all, layout, err := k.layout(step, tensors, extra)
+	if err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	size := make(map[string]int64, len(layout.Tensors))
+	for _, p := range layout.Tensors {
+		size[p.Name] = p.End - p.Begin
+	}
+	for _, t := range all {
+		if int64(len(t.Data)) != size[t.Name] {
+			return fmt.Errorf("%s: tensor %q has %d bytes, its dtype %s and shape %v need %d", op, t.Name, len(t.Data), t.DType, t.Shape, size[t.Name])
+		}
+	}
+	return k.write(ctx, op, step, layout, persist, func(dst []byte) error { return layout.Place(dst, all) })
+}
+
+// SaveFunc is Save without a copy of the state in process memory: tensors
+// give only names, dtypes and shapes (their Data is ignored), and fill is
+// called once for each, in file order, with dst, the tensor's bytes in the
+// shared-memory slot, to write its little-endian contents into (from a
+// device, say). dst is valid only during the call. An error from fill
+// abandons the save: the slot is never committed, and the previous
+// snapshots stay as they were.
+func (k *Checkpointer) SaveFunc(ctx context.Context, step int64, tensors []Tensor, extra []byte, persist bool, fill func(t Tensor, dst []byte) error) error {
+	op := fmt.Sprintf("save checkpoint step %d", step)
+	all, layout, err := k.layout(step, tensors, extra)
+	if err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	byName := make(map[string]ckpt.Tensor, len(all))
+	for _, t := range all {
+		byName[t.Name] = t
+	}
+	return k.write(ctx, op, step, layout, persist, func(dst []byte) error {
+		copy(dst, layout.Header)
+		for _, p := range layout.Tensors {
+			t := byName[p.Name]
+			if t.Name == ckpt.ExtraName {
+				copy(dst[p.Begin:p.End], extra)
+				continue
+			}
+			if err := fill(Tensor{Name: t.Name, DType: t.DType, Shape: t.Shape}, dst[p.Begin:p.End:p.End]); err != nil {
+				return fmt.Errorf("fill tensor %q: %w", t.Name, err)
+			}
+		}
+		return nil
+	})
+}
+
+// layout checks the checkpointer and lays out a snapshot of tensors and
+// extra; all is tensors and the extra tensor, in ckpt's type.
+func (k *Checkpointer) layout(step int64, tensors []Tensor, extra []byte) (all []ckpt.Tensor, l *ckpt.Layout, err error) {
+	if k.err != nil {
+		return nil, nil, k.err
+	}
+	if step < 0 {
+		return nil, nil, fmt.Errorf("step %d is negative", step)
+	}
+	all = make([]ckpt.Tensor, 0, len(tensors)+1)
+	for _, t := range tensors {
+		if t.Name == ckpt.ExtraName {
+			return nil, nil, fmt.Errorf("tensor name %q is reserved for the extra bytes", t.Name)
+		}
+		all = append(all, ckpt.Tensor(t))
+	}
+	if extra != nil {
+		all = append(all, ckpt.Extra(extra))
+	}
+	meta := map[string]string{
+		ckpt.MetaStep:      strconv.FormatInt(step, 10),
+		ckpt.MetaRank:      strconv.Itoa(k.rank),
+		ckpt.MetaWorldSize: strconv.Itoa(k.worldSize),
+	}
+	l, err = ckpt.NewLayout(all, meta)
+	if err != nil {
+		return nil, nil, fmt.Errorf("lay out the snapshot: %w", err)
+	}
+	return all, l, nil
+}
+
+// write opens a slot of l.Size bytes for step, has place fill it through a
+// shared mapping of the arena, and commits it.
+func (k *Checkpointer) write(ctx context.Context, op string, step int64, l *ckpt.Layout, persist bool, place func(dst []byte) error) error {
+	if persist && k.url == "" {
+		return fmt.Errorf("%s: persist needs storage: give Client.Checkpointer a directory or URL", op)
+	}
+	r, err := k.c.api.CheckpointBegin(ctx, connect.NewRequest(&roverv1.CheckpointBeginRequest{LocalRank: k.local, Step: step, Size: l.Size}))
+	if err != nil {
+		if connect.CodeOf(err) == connect.CodeResourceExhausted {
+			return fmt.Errorf("%s: reserve %d bytes of shared memory: %w", op, l.Size, &shmError{err})
+		}
+		return fmt.Errorf("%s: open a shared-memory slot of %d bytes: %w", op, l.Size, err)
+	}
+	slot := r.Msg
+	if slot.GetCapacity() < l.Size {
+		return fmt.Errorf("%s: the agent gave a slot of %d bytes for a snapshot of %d", op, slot.GetCapacity(), l.Size)
+	}
+	if err := writeSlot(slot.GetPath(), slot.GetOffset(), l.Size, place); err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	req := &roverv1.CheckpointCommitRequest{LocalRank: k.local, Step: step, Length: l.Size}
+	if persist {
+		req.Persist, req.Url, req.Rank, req.WorldSize, req.Mode, req.Keep = true, k.url, int32(k.rank), int32(k.worldSize), k.mode, int32(k.keep)
+	}
+	if _, err := k.c.api.CheckpointCommit(ctx, connect.NewRequest(req)); err != nil {
+		return fmt.Errorf("%s: commit: %w", op, err)
+	}
+	return nil
+}
+
+// writeSlot maps [off, off+n) of the arena file at path shared and
+// read-write, and calls place with it.
+func writeSlot(path string, off, n int64, place func(dst []byte) error) error {
+	f, err := os.OpenFile(path, os.O_RDWR|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return fmt.Errorf("open the checkpoint arena: %w", err)
+	}
+	defer f.Close() // the mapping outlives the descriptor
+	fi, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("open the checkpoint arena: %w", err)
+	}
+	if off < 0 || n < 0 || fi.Size()-n < off {
+		return fmt.Errorf("the slot [%d, +%d) is outside the %d-byte arena %s", off, n, fi.Size(), path)
+	}
+	start := off - off%int64(os.Getpagesize())
+	length := off - start + n
+	if length != int64(int(length)) {
+		return fmt.Errorf("a slot of %d bytes does not fit the address space", n)
+	}
+	mem, err := unix.Mmap(int(f.Fd()), start, int(length), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE)
+	if err != nil {
+		return fmt.Errorf("map the checkpoint arena %s: %w", path, err)
+	}
+	err = place(mem[off-start:])
+	if uerr := unix.Munmap(mem); err == nil && uerr != nil {
+		err = fmt.Errorf("unmap the checkpoint arena: %w", uerr)
+	}
+	return err
+}
+
+// shmError is the agent's ResourceExhausted answer to CheckpointBegin: its
+// message, which says what was needed and what to do, matches ErrShmTooSmall.
+type shmError struct{ err error }
+
+func (e *shmError) Error() string {
+	var ce *connect.Error
+	if errors.As(e.err, &ce) {
+		return ce.Message()
+	}
+	return e.err.Error()
+}
+
+func (e *shmError) Unwrap() []error { return []error{ErrShmTooSmall, e.err} }
+
+// Wait blocks until this rank's pending persistence is done, and returns
+// the newest step this rank made durable (0: none). When a persistence
+// failed since the previous Wait, the error wraps [ErrPersist] (durableStep
+// is still returned). A durable rank file is not yet a committed
+// checkpoint: the master commits a step once every rank of it is durable.
+func (k *Checkpointer) Wait(ctx context.Context) (durableStep int64, err error) {
+	if k.err != nil {
+		return 0, fmt.Errorf("wait for checkpoint persistence: %w", k.err)
+	}
+	r, err := k.c.api.CheckpointWait(ctx, connect.NewRequest(&roverv1.CheckpointWaitRequest{LocalRank: k.local}))
+	if err != nil {
+		return 0, fmt.Errorf("wait for checkpoint persistence: %w", err)
+	}
+	if msg := r.Msg.GetError(); msg != "" {
+		return r.Msg.GetDurableStep(), fmt.Errorf("wait for checkpoint persistence: %w: %s", ErrPersist, msg)
+	}
+	return r.Msg.GetDurableStep(), nil
+}
+
+// Steps returns the steps of this rank's snapshots in memory that
+// [Checkpointer.LoadStep] can load (in sharded mode, the ones this rank
+// saved), highest first.
+func (k *Checkpointer) Steps(ctx context.Context) ([]int64, error) {
+	snaps, err := k.snapshots(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list checkpoint steps: %w", err)
+	}
+	var steps []int64
+	for _, s := range snaps {
+		meta, err := readMeta(s)
+		if err != nil {
+			return nil, fmt.Errorf("list checkpoint steps: step %d: %w", s.GetStep(), err)
+		}
+		if k.usable(meta, s.GetStep()) {
+			steps = append(steps, s.GetStep())
+		}
+	}
+	return steps, nil
+}
+
+// Load returns the snapshot of the highest step this rank holds in memory
+// (as the Python package does, even when an older step was restored after
+// it) or, when it holds none and the checkpointer has storage, the newest
+// committed step from storage ([Checkpointer.Restore]). found is false when
+// there is neither. extra is nil when the snapshot has none. The returned Data does
+// not alias shared memory.
+//
+// Load does not make the ranks agree on the step: after a crash during a
+// save, or when only some ranks restarted, ranks may hold different steps.
+// When that matters, exchange [Checkpointer.Steps] through the job's own
+// collective (for instance an all-gather) and call [Checkpointer.LoadStep]
+// with the highest step every rank holds, or [Checkpointer.Restore] on every
+// rank when there is none.
+func (k *Checkpointer) Load(ctx context.Context) (step int64, tensors []Tensor, extra []byte, found bool, err error) {
+	if k.err != nil {
+		return 0, nil, nil, false, fmt.Errorf("load checkpoint: %w", k.err)
+	}
+	snaps, err := k.snapshots(ctx)
+	if err != nil {
+		return 0, nil, nil, false, fmt.Errorf("load checkpoint: %w", err)
+	}
+	for _, s := range snaps {
+		tensors, extra, ok, err := k.read(s)
+		if err != nil {
+			return 0, nil, nil, false, fmt.Errorf("load checkpoint step %d from memory: %w", s.GetStep(), err)
+		}
+		if ok {
+			return s.GetStep(), tensors, extra, true, nil
+		}
+	}
+	if k.url == "" {
+		return 0, nil, nil, false, nil
+	}
+	return k.Restore(ctx)
+}
+
+// LoadStep returns this rank's snapshot of step from memory; found is false
+// when memory does not hold it (in sharded mode, one this rank saved).
+func (k *Checkpointer) LoadStep(ctx context.Context, step int64) (tensors []Tensor, extra []byte, found bool, err error) {
+	if k.err != nil {
+		return nil, nil, false, fmt.Errorf("load checkpoint step %d: %w", step, k.err)
+	}
+	snaps, err := k.snapshots(ctx)
+	if err != nil {
+		return nil, nil, false, fmt.Errorf("load checkpoint step %d: %w", step, err)
+	}
+	for _, s := range snaps {
+		if s.GetStep() != step {
+			continue
+		}
+		tensors, extra, ok, err := k.read(s)
+		if err != nil {
+			return nil, nil, false, fmt.Errorf("load checkpoint step %d from memory: %w", step, err)
+		}
+		return tensors, extra, ok, nil
+	}
+	return nil, nil, false, nil
+}
+
+// Restore has the agent load the newest committed step from storage into
+// this rank's memory, and returns it; found is false when storage holds no
+// committed checkpoint. In replicated mode every rank gets the file of the
+// lowest rank that saved one.
+func (k *Checkpointer) Restore(ctx context.Context) (step int64, tensors []Tensor, extra []byte, found bool, err error) {
+	if k.err != nil {
+		return 0, nil, nil, false, fmt.Errorf("restore checkpoint: %w", k.err)
+	}
+	if k.url == "" {
+		return 0, nil, nil, false, errors.New("restore checkpoint: no storage: give Client.Checkpointer a directory or URL")
+	}
+	r, err := k.c.api.CheckpointRestore(ctx, connect.NewRequest(&roverv1.CheckpointRestoreRequest{LocalRank: k.local, Url: k.url, Rank: int32(k.rank)}))
+	if err != nil {
+		return 0, nil, nil, false, fmt.Errorf("restore checkpoint from %s: %w", k.url, err)
+	}
+	if !r.Msg.GetFound() {
+		return 0, nil, nil, false, nil
+	}
+	s := r.Msg.GetSnapshot()
+	tensors, extra, ok, err := k.read(s)
+	switch {
+	case err != nil:
+		return 0, nil, nil, false, fmt.Errorf("restore checkpoint step %d from %s: %w", s.GetStep(), k.url, err)
+	case !ok:
+		return 0, nil, nil, false, fmt.Errorf("restore checkpoint step %d from %s: the file restored is not rank %d's", s.GetStep(), k.url, k.rank)
+	}
+	return s.GetStep(), tensors, extra, true, nil
+}
+
+// snapshots lists this rank's snapshots in memory, highest step first (the
+// agent lists the one written last first, a restored older step say).
+func (k *Checkpointer) snapshots(ctx context.Context) ([]*roverv1.CheckpointSnapshot, error) {
+	r, err := k.c.api.CheckpointSnapshots(ctx, connect.NewRequest(&roverv1.CheckpointSnapshotsRequest{LocalRank: k.local}))
+	if err != nil {
+		return nil, fmt.Errorf("list the snapshots in memory: %w", err)
+	}
+	snaps := r.Msg.GetSnapshots()
+	slices.SortStableFunc(snaps, func(a, b *roverv1.CheckpointSnapshot) int { return cmp.Compare(b.GetStep(), a.GetStep()) })
+	return snaps, nil
+}
+
+// usable reports whether a snapshot's metadata is of step and, in sharded
+// mode, of this rank.
+func (k *Checkpointer) usable(meta map[string]string, step int64) bool {
+	if meta[ckpt.MetaStep] != strconv.FormatInt(step, 10) {
+		return false
+	}
+	return k.mode == ModeReplicated || meta[ckpt.MetaRank] == strconv.Itoa(k.rank)
+}
+
+// read copies a snapshot out of the arena and decodes it; ok is false when
+// it is not usable by this rank.
+func (k *Checkpointer) read(s *roverv1.CheckpointSnapshot) (tensors []Tensor, extra []byte, ok bool, err error) {
+	buf := make([]byte, s.GetLength())
+	if err := readArena(s.GetPath(), s.GetOffset(), buf); err != nil {
+		return nil, nil, false, err
+	}
+	all, meta, err := ckpt.Decode(buf)
+	if err != nil {
+		return nil, nil, false, err
+	}
+	if !k.usable(meta, s.GetStep()) {
+		return nil, nil, false, nil
+	}
+	rest, extra := ckpt.SplitExtra(all)
+	tensors = make([]Tensor, len(rest))
+	for i, t := range rest {
+		tensors[i] = Tensor(t)
+	}
+	return tensors, extra, true, nil
+}
+
+// readMeta reads only the metadata of a snapshot in the arena.
+func readMeta(s *roverv1.CheckpointSnapshot) (map[string]string, error) {
+	var n [8]byte
+	if s.GetLength() < 8 {
+		return nil, fmt.Errorf("%w: snapshot of %d bytes is shorter than its header length", ckpt.ErrCorrupt, s.GetLength())
+	}
+	if err := readArena(s.GetPath(), s.GetOffset(), n[:]); err != nil {
+		return nil, err
+	}
+	hl := binary.LittleEndian.Uint64(n[:])
+	if hl > metaHeaderMax || hl > uint64(s.GetLength()-8) {
+		return nil, fmt.Errorf("%w: header length %d does not fit a snapshot of %d bytes", ckpt.ErrCorrupt, hl, s.GetLength())
+	}
+	hdr := make([]byte, hl)
+	if err := readArena(s.GetPath(), s.GetOffset()+8, hdr); err != nil {
+		return nil, err
+	}
+	var h struct {
+		Meta map[string]string `json:"__metadata__"`
+	}
+	if err := json.Unmarshal(hdr, &h); err != nil {
+		return nil, fmt.Errorf("%w: snapshot header: %w", ckpt.ErrCorrupt, err)
+	}
+	return h.Meta, nil
+}
+
+// readArena reads len(buf) bytes at off of the arena file at path.
+func readArena(path string, off int64, buf []byte) error {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return fmt.Errorf("open the checkpoint arena: %w", err)
+	}
+	defer f.Close()
+	if _, err := f.ReadAt(buf, off); err != nil {
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return fmt.Errorf("read the checkpoint arena %s: %w", path, err)
+	}
+	return nil
+}
