@@ -200,7 +200,7 @@ func (s *agentService) CheckpointCommit(ctx context.Context, req *connect.Reques
 	if err != nil {
 		return nil, err
 	}
-	if r.GetPersist() {
+	if r.GetPersist() || r.GetUrl() != "" {
 		if r.GetUrl() == "" || r.GetWorldSize() < 1 || r.GetRank() < 0 || r.GetRank() >= r.GetWorldSize() || r.GetKeep() < 0 {
 			return nil, connect.NewError(connect.CodeInvalidArgument,
 				fmt.Errorf("persist needs a url, a rank %d below world size %d, and keep >= 0", r.GetRank(), r.GetWorldSize()))
@@ -211,6 +211,10 @@ func (s *agentService) CheckpointCommit(ctx context.Context, req *connect.Reques
 	}
 	if err := s.a.arenas.commit(local, r.GetStep(), r.GetLength()); err != nil {
 		return nil, connect.NewError(connect.CodeFailedPrecondition, err)
+	}
+	if r.GetUrl() != "" {
+		s.a.persister.remember(persistJob{local: local, rank: int(r.GetRank()), worldSize: int(r.GetWorldSize()),
+			mode: r.GetMode(), url: r.GetUrl(), keep: int(r.GetKeep())})
 	}
 	if r.GetPersist() {
 		job := persistJob{local: local, step: r.GetStep(), rank: int(r.GetRank()), worldSize: int(r.GetWorldSize()),

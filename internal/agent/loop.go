@@ -33,6 +33,9 @@ func (a *agent) loop(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			stop("agent stopping")
+			pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.cfg.StopGracePeriod+30*time.Second)
+			a.persister.persistOnFailure(pctx)
+			cancel()
 			a.leave("agent stopped: " + context.Cause(ctx).Error())
 			return context.Cause(ctx)
 
@@ -101,6 +104,8 @@ func (a *agent) groupEnded(ctx context.Context, res groupResult) {
 			return err
 		})
 	default:
+		// Persist what the workers held in memory before anything restarts.
+		a.persister.persistOnFailure(ctx)
 		failures := make([]*roverv1.WorkerFailure, 0, len(res.Failures)+1)
 		for _, f := range res.Failures {
 			failures = append(failures, failureProto(f))

@@ -38,11 +38,15 @@ type persister struct {
 	buckets map[string]*ckpt.Bucket
 	wake    chan struct{} // size 1: a pending job may be waiting
 	stopped bool          // run returned: nothing more will be persisted
+	// target is where each rank's checkpoints go, from its latest commit
+	// that named one: what persistOnFailure uses.
+	target map[int]persistJob
 }
 
 func newPersister(a *agent) *persister {
 	p := &persister{a: a, pending: map[int]persistJob{}, busy: map[int]bool{}, durable: map[int]int64{},
-		lastErr: map[int]string{}, buckets: map[string]*ckpt.Bucket{}, wake: make(chan struct{}, 1)}
+		lastErr: map[int]string{}, buckets: map[string]*ckpt.Bucket{}, wake: make(chan struct{}, 1),
+		target: map[int]persistJob{}}
 	p.cond = sync.NewCond(&p.mu)
 	return p
 }
@@ -207,4 +211,56 @@ func (p *persister) restore(ctx context.Context, local int, url string, rank int
 		return nil, fmt.Errorf("restored step %d vanished from memory", m.Step)
 	}
 	return &roverv1.CheckpointSnapshot{Step: snap.Step, Path: arena.Path(), Offset: snap.Offset, Length: int64(len(snap.Data))}, nil
+}
+
+// remember records where a rank's checkpoints go.
+func (p *persister) remember(j persistJob) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.target[j.local] = j
+}
+
+// persistOnFailure writes to storage, once the workers are stopped, every
+// snapshot in memory newer than what each rank made durable: both slots, so
+// that the newest step every rank holds is among them and the master can
+// commit it. It runs before the workers restart and before the agent exits.
+func (p *persister) persistOnFailure(ctx context.Context) {
+	p.mu.Lock()
+	targets := make([]persistJob, 0, len(p.target))
+	for _, j := range p.target {
+		targets = append(targets, j)
+	}
+	p.mu.Unlock()
+	for _, t := range targets {
+		durable, _ := p.wait(t.local)
+		arena := p.a.arenas.get(t.local)
+		if arena == nil {
+			continue
+		}
+		slots, err := arena.Slots()
+		if err != nil {
+			continue
+		}
+		for _, si := range slots {
+			if si.State != ckpt.SlotValid || si.Step <= durable {
+				continue
+			}
+			j := t
+			j.step = si.Step
+			if _, ok := p.a.arenas.pin(j.local, j.step); !ok {
+				continue
+			}
+			j.pinned = true
+			persisted, err := p.persist(ctx, j)
+			p.mu.Lock()
+			if err != nil {
+				p.lastErr[j.local] = err.Error()
+				p.a.log.Warn("could not persist the checkpoint held in memory", "step", j.step, "rank", j.rank, "err", err)
+			} else if persisted {
+				p.durable[j.local] = max(p.durable[j.local], j.step)
+				p.a.log.Info("persisted the checkpoint held in memory after the workers stopped", "step", j.step, "rank", j.rank)
+			}
+			p.mu.Unlock()
+		}
+	}
 }

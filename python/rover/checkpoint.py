@@ -204,9 +204,10 @@ class Checkpointer:
                 del dst
         off = data + offsets[-1]  # the pickled rest comes last
         mm[off:off + len(extra)] = extra
-        commit = {"localRank": self.local_rank, "step": str(step), "length": str(size)}
-        if persist:
-            commit.update(persist=True, url=self.url, rank=self.rank, worldSize=int(os.environ.get("WORLD_SIZE", "1")),
+        commit = {"localRank": self.local_rank, "step": str(step), "length": str(size), "persist": bool(persist)}
+        if self.url:
+            # Where the agent persists, also when the workers fail.
+            commit.update(url=self.url, rank=self.rank, worldSize=int(os.environ.get("WORLD_SIZE", "1")),
                           mode=self.mode, keep=self.keep)
         _agent.call("CheckpointCommit", commit)
 

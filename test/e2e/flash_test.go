@@ -66,33 +66,7 @@ func TestFlashCheckpointPersists(t *testing.T) {
 	dir := t.TempDir()
 	store := filepath.Join(dir, "ckpts")
 	script := filepath.Join(dir, "persist.py")
-	err := os.WriteFile(script, []byte(`import json, os, struct, sys, torch, torch.distributed as dist
-from rover.checkpoint import Checkpointer
-dist.init_process_group("gloo")
-rank, phase, store = dist.get_rank(), sys.argv[1], sys.argv[2]
-ckpt = Checkpointer(store, keep=2)
-def state(step):
-    g = torch.Generator().manual_seed(1000 * step + rank)
-    return {"w": torch.randn(16, 8, generator=g), "i": torch.arange(step, dtype=torch.int64), "meta": {"step": step}}
-if phase == "save":
-    for step in range(1, 7):
-        ckpt.save(step, state(step), persist=(step % 2 == 0))
-    assert ckpt.wait() == 6
-    dist.barrier()
-else:
-    step, got = ckpt.load()
-    want = state(step)
-    assert step == 6 and torch.equal(got["w"], want["w"]) and torch.equal(got["i"], want["i"]) and got["meta"] == {"step": 6}
-    # Plain safetensors reading: 8-byte length, JSON header, raw little-endian data.
-    path = os.path.join(store, "step-%012d" % 6, "rank-%05d.safetensors" % rank)
-    raw = open(path, "rb").read()
-    (n,) = struct.unpack("<Q", raw[:8])
-    header = json.loads(raw[8:8 + n])
-    b, e = header["state.w"]["data_offsets"]
-    w = torch.frombuffer(bytearray(raw[8 + n + b:8 + n + e]), dtype=torch.float32).reshape(header["state.w"]["shape"])
-    assert torch.equal(w, want["w"]) and header["__metadata__"]["rover.step"] == "6"
-    open(os.path.join(sys.argv[3], "restored-%d" % rank), "w").write(str(step))
-`), 0o644)
+	err := os.WriteFile(script, []byte(persistScript), 0o644)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,3 +102,76 @@ else:
 		}
 	}
 }
+
+// TestFlashCheckpointPersistedOnFailure: a job that only ever saved to memory
+// fails; its agent persists the snapshot the workers held before exiting,
+// and a new job restores it from storage.
+func TestFlashCheckpointPersistedOnFailure(t *testing.T) {
+	dir := t.TempDir()
+	store := filepath.Join(dir, "ckpts")
+	script := filepath.Join(dir, "persist.py")
+	if err := os.WriteFile(script, []byte(persistScript), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c := &cluster{t: t, dir: dir}
+	crash := c.start("crash", "run", "--standalone", "--nproc-per-node", "2", "--stop-grace-period", "5s", script, "crash", store, dir)
+	if code := crash.wait(t, jobTimeout); code != 1 {
+		t.Fatalf("the crashing job exited %d, want 1:\n%s", code, crash.out)
+	}
+	latest, err := os.ReadFile(filepath.Join(store, "latest"))
+	if err != nil || strings.TrimSpace(string(latest)) != "5" {
+		t.Fatalf("latest = %q (%v), want 5 persisted on failure\n%s", latest, err, crash.out)
+	}
+	load := c.start("load", "run", "--standalone", "--nproc-per-node", "2", script, "load-crashed", store, dir)
+	if code := load.wait(t, jobTimeout); code != 0 {
+		t.Fatalf("restoring job exited %d:\n%s", code, load.out)
+	}
+	for _, rank := range []string{"0", "1"} {
+		if b, err := os.ReadFile(filepath.Join(dir, "crash-restored-"+rank)); err != nil || string(b) != "5" {
+			t.Errorf("rank %s restored %q (%v), want step 5", rank, b, err)
+		}
+	}
+}
+
+// persistScript saves, crashes or restores, by its first argument; the
+// second is the checkpoint directory, the third where it writes results.
+const persistScript = `import json, os, struct, sys, torch, torch.distributed as dist
+from rover.checkpoint import Checkpointer
+dist.init_process_group("gloo")
+rank, phase, store = dist.get_rank(), sys.argv[1], sys.argv[2]
+ckpt = Checkpointer(store, keep=2)
+def state(step):
+    g = torch.Generator().manual_seed(1000 * step + rank)
+    return {"w": torch.randn(16, 8, generator=g), "i": torch.arange(step, dtype=torch.int64), "meta": {"step": step}}
+if phase == "save":
+    for step in range(1, 7):
+        ckpt.save(step, state(step), persist=(step % 2 == 0))
+    assert ckpt.wait() == 6
+    dist.barrier()
+elif phase == "crash":
+    # Nothing persisted: the agent must persist what memory holds when the
+    # workers fail.
+    for step in range(1, 6):
+        ckpt.save(step, state(step))
+    dist.barrier()
+    if rank == 1:
+        os._exit(3)
+    dist.barrier()
+elif phase == "load-crashed":
+    step, got = ckpt.load()
+    assert step == 5 and torch.equal(got["w"], state(5)["w"]), step
+    open(os.path.join(sys.argv[3], "crash-restored-%d" % rank), "w").write(str(step))
+else:
+    step, got = ckpt.load()
+    want = state(step)
+    assert step == 6 and torch.equal(got["w"], want["w"]) and torch.equal(got["i"], want["i"]) and got["meta"] == {"step": 6}
+    # Plain safetensors reading: 8-byte length, JSON header, raw little-endian data.
+    path = os.path.join(store, "step-%012d" % 6, "rank-%05d.safetensors" % rank)
+    raw = open(path, "rb").read()
+    (n,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8:8 + n])
+    b, e = header["state.w"]["data_offsets"]
+    w = torch.frombuffer(bytearray(raw[8 + n + b:8 + n + e]), dtype=torch.float32).reshape(header["state.w"]["shape"])
+    assert torch.equal(w, want["w"]) and header["__metadata__"]["rover.step"] == "6"
+    open(os.path.join(sys.argv[3], "restored-%d" % rank), "w").write(str(step))
+`
