@@ -89,6 +89,9 @@ def parse_args(argv=None):
     p.add_argument("--seed", type=int, default=1234, help="seed for model init and data (default 1234)")
     p.add_argument("--ckpt", default="./ddp_ckpt.pt",
                    help="checkpoint file, loaded at start if it exists (default ./ddp_ckpt.pt; '' disables)")
+    p.add_argument("--flash", default=None,
+                   help="use Rover's flash checkpoint instead of --ckpt: save to memory every step, persist to "
+                        "this directory every --ckpt-every steps, resume from memory after a restart")
     p.add_argument("--ckpt-every", type=int, default=10,
                    help="rank 0 saves the checkpoint every K steps and at the last step (default 10)")
     p.add_argument("--out", default=None,
@@ -301,6 +304,17 @@ def main(argv=None):
     # so a rank that cannot see the file (no shared filesystem) still resumes
     # consistently.
     start_step = 0
+    flash = None
+    if args.flash:
+        from rover.checkpoint import Checkpointer
+
+        args.ckpt = ""
+        flash = Checkpointer(args.flash, keep=2, mode="replicated")
+        restored = flash.load()  # the newest step every rank holds in memory, else storage
+        if restored:
+            start_step, state = restored
+            model.load_state_dict(state["model"])
+            optim.load_state_dict(state["optim"])
     if args.ckpt and os.path.exists(args.ckpt):
         ckpt = torch.load(args.ckpt, map_location="cpu")
         model.load_state_dict(ckpt["model"])
@@ -327,7 +341,7 @@ def main(argv=None):
         append_line(args.log_world, f"restart={restart} world={world_size} rank={rank} start_step={start_step}")
     if rank == 0:
         how = f"resuming from step {start_step}" if start_step else "starting fresh"
-        print(f"rank 0: world {world_size} restart {restart}: {how} (ckpt {args.ckpt or 'disabled'})",
+        print(f"rank 0: world {world_size} restart {restart}: {how} (ckpt {args.flash or args.ckpt or 'disabled'})",
               flush=True)
 
     target = teacher(args.seed)
@@ -350,6 +364,9 @@ def main(argv=None):
                 print(f"step {step}/{args.steps} loss {mean_loss.item():.4f} "
                       f"world {world_size} restart {restart}", flush=True)
 
+        if flash is not None:
+            flash.save(step, {"model": model.state_dict(), "optim": optim.state_dict()},
+                       persist=args.ckpt_every > 0 and step % args.ckpt_every == 0)
         if args.ckpt and args.ckpt_every > 0 and (step % args.ckpt_every == 0 or step == args.steps):
             if rank == 0:
                 save_checkpoint(args.ckpt, step, model, optim, world_size, args.seed)
@@ -359,6 +376,8 @@ def main(argv=None):
             time.sleep(args.step_sleep)
 
     final_step = max(step, start_step)
+    if flash is not None:
+        flash.wait()  # what was persisted is durable before the job ends
     dist.barrier()
     if rank == 0:
         elapsed = time.time() - t0

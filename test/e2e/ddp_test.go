@@ -68,8 +68,13 @@ func trainArgs(dir string, extra ...string) []string {
 // runTwoNodes runs the DDP example on two nodes of two workers and returns its result.
 func runTwoNodes(t *testing.T, extra ...string) ddpResult {
 	t.Helper()
+	return runTwoNodesIn(t, t.TempDir(), extra...)
+}
+
+// runTwoNodesIn is runTwoNodes with the job's files in dir.
+func runTwoNodesIn(t *testing.T, dir string, extra ...string) ddpResult {
+	t.Helper()
 	c := newCluster(t, "ddp")
-	dir := t.TempDir()
 	args := append([]string{"--nnodes", "2"}, trainArgs(dir, extra...)...)
 	a0, a1 := c.agent("node0", args...), c.agent("node1", args...)
 	for _, a := range []*process{a0, a1} {
@@ -147,5 +152,32 @@ func TestDDPNodeJoins(t *testing.T) {
 	worlds, _ := os.ReadFile(filepath.Join(dir, "world.log"))
 	if !strings.Contains(string(worlds), "world=4") || !strings.Contains(string(worlds), "world=6") {
 		t.Errorf("world.log does not show the world growing from 4 to 6:\n%s", worlds)
+	}
+}
+
+// TestDDPFlashCheckpointResumesFromMemory runs the DDP example with flash
+// checkpoints (memory every step, storage every 10) on two nodes of two
+// workers, crashes a worker at step 25, and checks that the job resumed from
+// step 24 held in memory, not from step 20 in storage, and ends with the
+// same weights as an uninterrupted run.
+func TestDDPFlashCheckpointResumesFromMemory(t *testing.T) {
+	clean := runTwoNodes(t)
+	dir := t.TempDir()
+	store := filepath.Join(dir, "flash")
+	crashed := runTwoNodesIn(t, dir, "--flash", store, "--crash-at-step", "25", "--crash-rank", "3",
+		"--crash-marker", filepath.Join(dir, "crashed"))
+	if crashed.Step != 60 || crashed.RestartCount != 1 {
+		t.Fatalf("crashed run: step %d restarts %d; want 60, 1", crashed.Step, crashed.RestartCount)
+	}
+	worlds, _ := os.ReadFile(filepath.Join(dir, "world.log"))
+	if !strings.Contains(string(worlds), "restart=1 world=4 rank=0 start_step=24") {
+		t.Errorf("the restart did not resume from step 24 in memory; world.log:\n%s", worlds)
+	}
+	if d := maxRelDiff(t, clean.Weights, crashed.Weights); d > 1e-6 {
+		t.Errorf("weights differ by %g relative, want <= 1e-6", d)
+	}
+	latest, err := os.ReadFile(filepath.Join(store, "latest"))
+	if err != nil || strings.TrimSpace(string(latest)) != "60" {
+		t.Errorf("storage's latest = %q (%v), want the last persisted step 60", latest, err)
 	}
 }
