@@ -27,7 +27,8 @@ for tail in ("drop", "pad"):
     second = [ElasticSampler("d", N, B, shuffle=True, seed=7, tail=tail, rank=r, world_size=2) for r in range(2)]
     for s in second:
         s.load_state_dict(state)
-        assert len(list(iter(s))) == len(s), (len(s),)
+        n = len(s)
+        assert len(list(iter(s))) == n, (n,)
     for s in second:
         s.load_state_dict(state)
         seen += list(iter(s))

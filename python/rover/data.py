@@ -47,6 +47,7 @@ class ElasticSampler:
         self.world_size = int(os.environ.get("WORLD_SIZE", "1")) if world_size is None else int(world_size)
         self._orders = {}
         self._steps = [self._master_position()]  # positions before each yielded step
+        self._finished = False
 
     # The master is the source of truth for the position when rover runs the job.
     def _master_position(self):
@@ -67,15 +68,16 @@ class ElasticSampler:
 
     @property
     def position(self):
-        """(epoch, consumed) where the next iteration starts."""
-        return self._steps[0]
+        """(epoch, consumed) where the next iteration starts: after an
+        iteration that ran to the end of its epoch, the next epoch's start."""
+        return self._steps[-1] if self._finished else self._steps[0]
 
     def set_epoch(self, epoch):
         """Accepted for DistributedSampler compatibility: the position decides
         the epoch; a later epoch than the position's skips ahead to it."""
-        e, _ = self._steps[0]
+        e, _ = self.position
         if epoch > e:
-            self._steps = [(epoch, 0)]
+            self._steps, self._finished = [(epoch, 0)], False
 
     def _normalize(self, pos):
         e, c = pos
@@ -85,22 +87,24 @@ class ElasticSampler:
 
     def __iter__(self):
         """Yields this rank's indices for the rest of one epoch."""
-        pos = self._normalize(self._steps[0])
-        self._steps = [pos]
+        pos = self._normalize(self.position)
+        self._steps, self._finished = [pos], False
         epoch = pos[0]
         while True:
             indices, nxt = rank_batch(self.size, self.batch_size, self.epochs, self._order, pos,
                                       self.world_size, self.rank, self.tail)
             if indices is None:
+                self._finished = True
                 return
             self._steps.append(nxt)
             yield from indices
             if nxt[0] != epoch:
+                self._finished = True
                 return
             pos = nxt
 
     def __len__(self):
-        e, c = self._normalize(self._steps[0])
+        e, c = self._normalize(self.position)
         g = self.world_size * self.batch_size
         left = self.size - c
         steps = left // g if self.tail == DROP_TAIL else -(-left // g)
@@ -122,7 +126,7 @@ class ElasticSampler:
         if _agent.under_rover():
             _agent.call("AdvancePosition", {"dataset": self.name, "restore": True,
                                             "position": {"epoch": e, "consumed": str(c)}})
-        self._steps = [(e, c)]
+        self._steps, self._finished = [(e, c)], False
 
 
 class Shard:

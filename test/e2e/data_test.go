@@ -1,0 +1,153 @@
+package e2e
+
+import (
+	"bufio"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// trainedLog is what examples/elastic_data/ddp_sampler.py logs per round and rank.
+type trainedLog struct {
+	round, start, world int
+	steps               []trainedStep
+}
+
+type trainedStep struct {
+	Step    int     `json:"step"`
+	Epoch   int     `json:"epoch"`
+	Indices []int64 `json:"indices"`
+}
+
+func readTrainLogs(t *testing.T, dir string) []trainedLog {
+	t.Helper()
+	files, _ := filepath.Glob(filepath.Join(dir, "train-round*-rank*.jsonl"))
+	name := regexp.MustCompile(`train-round(\d+)-rank\d+\.jsonl$`)
+	var out []trainedLog
+	for _, f := range files {
+		fh, err := os.Open(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var l trainedLog
+		l.round, _ = strconv.Atoi(name.FindStringSubmatch(f)[1])
+		sc := bufio.NewScanner(fh)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for first := true; sc.Scan(); first = false {
+			if first {
+				var h struct {
+					Start int `json:"start_step"`
+					World int `json:"world"`
+				}
+				if err := json.Unmarshal(sc.Bytes(), &h); err != nil {
+					t.Fatalf("%s: %v", f, err)
+				}
+				l.start, l.world = h.Start, h.World
+				continue
+			}
+			var s trainedStep
+			if err := json.Unmarshal(sc.Bytes(), &s); err != nil {
+				continue // a line cut short by a kill
+			}
+			l.steps = append(l.steps, s)
+		}
+		fh.Close()
+		out = append(out, l)
+	}
+	return out
+}
+
+func countSteps(logs []trainedLog) int {
+	n := 0
+	for _, l := range logs {
+		n += len(l.steps)
+	}
+	return n
+}
+
+// TestElasticSamplerExactlyOnce trains with ElasticSampler and flash
+// checkpoints on two nodes of two workers, kills one node mid-epoch (the
+// world shrinks to one node, which resumes from memory) and later starts a
+// new node (the world grows back and resumes from storage). Over the steps
+// that survived (those not rolled back by a later restore), every sample of
+// every epoch is trained exactly once, except a tail shorter than one global
+// batch that the sampler drops.
+func TestElasticSamplerExactlyOnce(t *testing.T) {
+	c := newCluster(t, "elastic-data")
+	dir := t.TempDir()
+	const size, batch, epochs = 600, 4, 2
+	args := []string{"--nnodes", "1:2", "--nproc-per-node", "2", "--max-restarts", "5", "--rdzv-conf", rdzvConf,
+		filepath.Join(repoRoot, "examples", "elastic_data", "ddp_sampler.py"),
+		"--size", strconv.Itoa(size), "--batch-size", strconv.Itoa(batch), "--epochs", strconv.Itoa(epochs),
+		"--flash", filepath.Join(dir, "flash"), "--persist-every", "5", "--step-sleep", "0.05", "--log", dir}
+	a0, a1 := c.agent("node0", args...), c.agent("node1", args...)
+	waitSteps := func(n int) {
+		t.Helper()
+		deadline := time.Now().Add(jobTimeout)
+		for countSteps(readTrainLogs(t, dir)) < n {
+			if time.Now().After(deadline) {
+				t.Fatalf("fewer than %d steps logged in time\n%s\n%s", n, a0.out, a1.out)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	waitSteps(4 * 20) // 20 steps of 4 ranks, in epoch 0
+	a1.kill(t)
+	waitSteps(4*20 + 2*25) // the one-node world trains on
+	a2 := c.agent("node2", args...)
+	for _, a := range []*process{a0, a2} {
+		if code := a.wait(t, jobTimeout); code != 0 {
+			t.Fatalf("%s exited %d:\n%s", a.name, code, a.out)
+		}
+	}
+
+	logs := readTrainLogs(t, dir)
+	starts := map[int]int{} // round -> the step it resumed at
+	worlds := map[int]bool{}
+	for _, l := range logs {
+		starts[l.round] = l.start
+		worlds[l.world] = true
+	}
+	if !worlds[2] || !worlds[4] {
+		t.Fatalf("worlds seen %v, want the world to shrink to 2 and grow back to 4", worlds)
+	}
+	// A step survives unless a later round resumed from an earlier step.
+	survives := func(round, step int) bool {
+		for r, s := range starts {
+			if r > round && s < step {
+				return false
+			}
+		}
+		return true
+	}
+	count := map[[2]int64]int{}
+	for _, l := range logs {
+		for _, s := range l.steps {
+			if !survives(l.round, s.Step) {
+				continue
+			}
+			for _, i := range s.Indices {
+				count[[2]int64{int64(s.Epoch), i}]++
+			}
+		}
+	}
+	for e := int64(0); e < epochs; e++ {
+		missing := 0
+		for i := int64(0); i < size; i++ {
+			switch n := count[[2]int64{e, i}]; {
+			case n > 1:
+				t.Errorf("epoch %d: sample %d trained %d times", e, i, n)
+			case n == 0:
+				missing++
+			}
+		}
+		if missing >= 4*batch {
+			t.Errorf("epoch %d: %d samples never trained; only a tail shorter than a global batch (%d) may be dropped", e, missing, 4*batch)
+		}
+		t.Logf("epoch %d: every sample trained once but a dropped tail of %d", e, missing)
+	}
+}
