@@ -206,6 +206,19 @@ class ShardClient:
                                            "results": [{"leaseId": shard.lease_id, "ok": bool(ok)}]})
         return str(shard.lease_id) not in [str(u) for u in r.get("unknown", [])]
 
+    def state_dict(self):
+        """The dataset's shard state on the master (which shards are done),
+        to save with the checkpoint of the same step. Leases held now are
+        saved as not done."""
+        r = _agent.call("GetDatasetState", {"dataset": self.name})
+        return {"name": self.name, "state": r.get("state", "")}
+
+    def load_state_dict(self, state):
+        """Restores the shard state saved with a checkpoint: the shards not
+        done then are handed out again (leases held now are revoked)."""
+        _agent.call("RestoreDataset", {"dataset": self.name, "state": state["state"]})
+        self._ready, self._ended = [], False
+
     def append(self, samples, seal=False):
         """Streaming datasets: appends samples to the stream; returns its end."""
         r = _agent.call("AppendStream", {"dataset": self.name, "samples": str(int(samples)), "seal": bool(seal)})
