@@ -110,3 +110,61 @@ func TestShardsRequeuedWhenNodeLost(t *testing.T) {
 		t.Errorf("replayed shard state differs:\n%s\n%s", a, b)
 	}
 }
+
+// TestStreamingOverRPC appends to a streaming dataset while a worker
+// leases: shards are cut as the stream grows, and the dataset ends once it
+// is sealed and done.
+func TestStreamingOverRPC(t *testing.T) {
+	_, c := startMaster(t, Config{})
+	ctx := context.Background()
+	spec := &roverv1.DatasetSpec{Name: "stream", BatchSize: 1, ShardSize: 10, Epochs: 1, Streaming: true, Mode: roverv1.ShardMode_SHARD_MODE_LEASED}
+	if _, err := c.RegisterDataset(ctx, connect.NewRequest(&roverv1.RegisterDatasetRequest{Dataset: spec})); err != nil {
+		t.Fatal(err)
+	}
+	lease := func() *roverv1.LeaseShardsResponse {
+		t.Helper()
+		r, err := c.LeaseShards(ctx, connect.NewRequest(&roverv1.LeaseShardsRequest{Dataset: "stream", Worker: "n/0", Max: 10}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Msg
+	}
+	if r := lease(); len(r.GetShards()) != 0 || !r.GetWait() {
+		t.Fatalf("lease of an empty stream: %v, want wait", r)
+	}
+	r, err := c.AppendStream(ctx, connect.NewRequest(&roverv1.AppendStreamRequest{Dataset: "stream", Samples: 25}))
+	if err != nil || r.Msg.GetEnd() != 25 {
+		t.Fatalf("append: %v %v", r, err)
+	}
+	var trained int64
+	complete := func(shards []*roverv1.Shard) {
+		t.Helper()
+		var results []*roverv1.ShardResult
+		for _, s := range shards {
+			trained += s.GetEnd() - s.GetStart()
+			results = append(results, &roverv1.ShardResult{LeaseId: s.GetLeaseId(), Ok: true})
+		}
+		if len(results) == 0 {
+			return
+		}
+		if _, err := c.CompleteShards(ctx, connect.NewRequest(&roverv1.CompleteShardsRequest{Dataset: "stream", Worker: "n/0", Results: results})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first := lease()
+	if len(first.GetShards()) != 2 {
+		t.Fatalf("25 samples of shard size 10 gave %d shards, want the 2 full ones", len(first.GetShards()))
+	}
+	complete(first.GetShards())
+	if _, err := c.AppendStream(ctx, connect.NewRequest(&roverv1.AppendStreamRequest{Dataset: "stream", Samples: 3, Seal: true})); err != nil {
+		t.Fatal(err)
+	}
+	last := lease()
+	complete(last.GetShards())
+	if trained != 28 {
+		t.Errorf("trained %d samples, want all 28 appended", trained)
+	}
+	if r := lease(); !r.GetEnd() {
+		t.Errorf("the sealed, finished stream does not end: %v", r)
+	}
+}
