@@ -34,13 +34,9 @@ type localAPI struct {
 // startLocalAPI creates the agent's private runtime directory, extracts the
 // Python package and serves the local API.
 func (a *agent) startLocalAPI() (*localAPI, error) {
-	dir, err := os.MkdirTemp("", "rover-agent-")
+	dir, err := privateDir(os.TempDir(), "rover-agent-")
 	if err != nil {
 		return nil, fmt.Errorf("create the agent's runtime directory: %w", err)
-	}
-	if err := os.Chmod(dir, 0o700); err != nil {
-		os.RemoveAll(dir)
-		return nil, fmt.Errorf("restrict the agent's runtime directory: %w", err)
 	}
 	l := &localAPI{dir: dir, socket: filepath.Join(dir, "agent.sock"), done: make(chan struct{})}
 	if l.pypath, err = python.Extract(filepath.Join(dir, "python")); err != nil {

@@ -28,13 +28,9 @@ func newArenas() (*arenas, error) {
 	if _, err := os.Stat(base); err != nil {
 		base = os.TempDir()
 	}
-	dir, err := os.MkdirTemp(base, "rover-arenas-")
+	dir, err := privateDir(base, "rover-arenas-")
 	if err != nil {
 		return nil, fmt.Errorf("create the checkpoint arena directory: %w", err)
-	}
-	if err := os.Chmod(dir, 0o700); err != nil {
-		os.RemoveAll(dir)
-		return nil, fmt.Errorf("restrict the checkpoint arena directory: %w", err)
 	}
 	return &arenas{dir: dir, byRank: map[int]*ckpt.Arena{}, tokens: map[int]ckpt.WriteToken{}, pinned: map[int]int{}}, nil
 }
