@@ -52,22 +52,26 @@ type groupResult struct {
 // group is a running worker group.
 type group struct {
 	round  int
-	cancel context.CancelFunc
+	cancel context.CancelCauseFunc
 	done   chan groupResult // size 1: written once by run, read by the agent
 }
 
 // startGroup starts the group's goroutine. Cancelling the group (stop) stops
 // the workers with the grace period; the result arrives on done either way.
 func startGroup(ctx context.Context, spec groupSpec) *group {
-	ctx, cancel := context.WithCancel(ctx)
+	ctx, cancel := context.WithCancelCause(ctx)
 	g := &group{round: spec.Placement.Round, cancel: cancel, done: make(chan groupResult, 1)}
 	go func() { g.done <- runGroup(ctx, spec) }()
 	return g
 }
 
-// stop stops the workers and waits for the group's result.
-func (g *group) stop() groupResult {
-	g.cancel()
+// stop stops the workers and waits for the group's result. cause is why:
+// a SignalCause makes the group forward that signal to its workers.
+func (g *group) stop(cause error) groupResult {
+	// The cause is passed explicitly: a parent context that is being
+	// cancelled closes its Done channel before it cancels its children, so
+	// the group's context may not carry the parent's cause yet.
+	g.cancel(cause)
 	return <-g.done
 }
 

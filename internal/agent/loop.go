@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"path/filepath"
@@ -21,7 +22,11 @@ func (a *agent) loop(ctx context.Context) error {
 	stop := func(why string) {
 		if g != nil {
 			a.log.Info("stopping workers", "round", g.round, "why", why)
-			g.stop()
+			cause := errors.New(why)
+			if ctx.Err() != nil {
+				cause = context.Cause(ctx) // the agent's own stop: maybe a signal to forward
+			}
+			g.stop(cause)
 			g = nil
 		}
 	}
