@@ -245,20 +245,6 @@ func presetOf(cfg *runconfig.Config) master.RendezvousPreset {
 	return p
 }
 
-func (a *agent) rendezvousProto() *roverv1.RendezvousConfig {
-	c := a.cfg
-	return &roverv1.RendezvousConfig{
-		MinNodes:               int32(c.MinNodes),
-		MaxNodes:               int32(c.MaxNodes),
-		NodeUnit:               int32(c.NodeUnit),
-		MaxRestarts:            int32(c.MaxRestarts),
-		LastCallMillis:         c.LastCallTimeout.Milliseconds(),
-		JoinTimeoutMillis:      c.JoinTimeout.Milliseconds(),
-		HeartbeatTimeoutMillis: c.HeartbeatTimeout.Milliseconds(),
-		DisconnectGraceMillis:  c.DisconnectGrace.Milliseconds(),
-	}
-}
-
 // retry calls f until it succeeds, fails with a non-retryable error, or the
 // timeout passes; with exponential backoff from 100ms to 3s.
 func retry(ctx context.Context, timeout time.Duration, f func(context.Context) error) error {

@@ -181,11 +181,7 @@ func (s *agentService) CheckpointBegin(ctx context.Context, req *connect.Request
 	}
 	a, tok, _, err := s.a.arenas.begin(local, r.GetStep(), r.GetSize())
 	if err != nil {
-		code := connect.CodeInternal
-		if errors.Is(err, ckpt.ErrShmTooSmall) {
-			code = connect.CodeResourceExhausted
-		}
-		return nil, connect.NewError(code, err)
+		return nil, arenaError(err)
 	}
 	return connect.NewResponse(&roverv1.CheckpointBeginResponse{Path: a.Path(), Offset: tok.Offset(), Capacity: tok.Size()}), nil
 }
@@ -270,11 +266,16 @@ func (s *agentService) CheckpointReserve(ctx context.Context, req *connect.Reque
 	}
 	a, err := s.a.arenas.reserve(local, req.Msg.GetSize())
 	if err != nil {
-		code := connect.CodeInternal
-		if errors.Is(err, ckpt.ErrShmTooSmall) {
-			code = connect.CodeResourceExhausted
-		}
-		return nil, connect.NewError(code, err)
+		return nil, arenaError(err)
 	}
 	return connect.NewResponse(&roverv1.CheckpointReserveResponse{Path: a.Path()}), nil
+}
+
+// arenaError maps an arena failure to an RPC error: a /dev/shm too small for
+// the arena is ResourceExhausted (its message says what to do).
+func arenaError(err error) error {
+	if errors.Is(err, ckpt.ErrShmTooSmall) {
+		return connect.NewError(connect.CodeResourceExhausted, err)
+	}
+	return connect.NewError(connect.CodeInternal, err)
 }

@@ -40,7 +40,7 @@ func (a *agent) joinRequest(round int) *roverv1.JoinRequest {
 		LocalWorldSize: int32(a.cfg.NprocPerNode),
 		Addr:           a.host,
 		Round:          int64(round),
-		Rendezvous:     a.rendezvousProto(),
+		Rendezvous:     master.RendezvousProto(presetOf(a.cfg)),
 		RunId:          a.cfg.RunID,
 	}
 }

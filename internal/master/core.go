@@ -382,7 +382,7 @@ func (c *core) job() *roverv1.GetJobResponse {
 	r.RestartCount = int32(s.Restarts)
 	r.MaxRestarts = int32(s.MaxRestarts)
 	r.Failures = c.failures
-	r.Rendezvous = rendezvousProto(*c.cfg)
+	r.Rendezvous = RendezvousProto(*c.cfg)
 	ids := make([]string, 0, len(c.addrs))
 	for id := range c.addrs {
 		ids = append(ids, id)

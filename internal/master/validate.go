@@ -120,7 +120,9 @@ func validateRendezvous(r *roverv1.RendezvousConfig) (*jobConfig, error) {
 	return cfg, errors.Join(errs...)
 }
 
-func rendezvousProto(c jobConfig) *roverv1.RendezvousConfig {
+// RendezvousProto is the wire form of a rendezvous configuration, as agents
+// send it when they join.
+func RendezvousProto(c RendezvousPreset) *roverv1.RendezvousConfig {
 	return &roverv1.RendezvousConfig{
 		MinNodes:               int32(c.Rendezvous.MinNodes),
 		MaxNodes:               int32(c.Rendezvous.MaxNodes),
