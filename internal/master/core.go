@@ -56,6 +56,11 @@ type core struct {
 	// leaseHolders are the workers that leased shards since their last restart.
 	leaseHolders map[string]struct{}
 	shardOut     shardOutcome
+
+	// held is each node's flash-checkpoint snapshots in memory, as of its
+	// last join; memory is the step agreed for the last closed round.
+	held   map[string][]memorySnapshot
+	memory memoryAgreement
 }
 
 func newCore(runID string, store Store) *core {
@@ -69,6 +74,7 @@ func newCore(runID string, store Store) *core {
 
 		shards:       shard.New(),
 		leaseHolders: map[string]struct{}{},
+		held:         map[string][]memorySnapshot{},
 	}
 }
 
@@ -160,9 +166,11 @@ func (c *core) transitionLocked(e *event) error {
 		if err == nil {
 			c.addrs[e.Join.NodeID] = e.Join.Addr
 			c.nodes.Seen(e.Join.NodeID, e.Time)
+			c.held[e.Join.NodeID] = e.Snapshots
 		}
 	case eventNodeLost:
 		c.rdzv.NodeLost(e.Node, e.Time)
+		delete(c.held, e.Node)
 		c.requeueLocked(e.Node, e.Time)
 	case eventWorkerFailed:
 		cur := c.rdzv.Status()
@@ -183,6 +191,7 @@ func (c *core) transitionLocked(e *event) error {
 		c.status = c.rdzv.Status()
 	}
 	if c.status != before {
+		c.agreeMemoryLocked()
 		if c.status.Round != before.Round {
 			c.requeueLocked("", e.Time) // every worker restarts in a new round
 		}
@@ -258,7 +267,7 @@ func (a *jobConfig) agrees(b jobConfig) error {
 
 // join adds a node to the rendezvous. A repeated request for a round the node
 // already belongs to is answered without a transition.
-func (c *core) join(ctx context.Context, req rendezvous.JoinRequest, round int, now time.Time) (nodeRank, joinedRound int, err error) {
+func (c *core) join(ctx context.Context, req rendezvous.JoinRequest, snaps []memorySnapshot, round int, now time.Time) (nodeRank, joinedRound int, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.rdzv == nil {
@@ -269,7 +278,7 @@ func (c *core) join(ctx context.Context, req rendezvous.JoinRequest, round int, 
 			return rank, r, nil
 		}
 	}
-	if err := c.applyLocked(ctx, &event{Type: eventJoin, Time: now, Join: &req}); err != nil {
+	if err := c.applyLocked(ctx, &event{Type: eventJoin, Time: now, Join: &req, Snapshots: snaps}); err != nil {
 		return 0, 0, err
 	}
 	rank, r, _ := c.rdzv.Joined(req.NodeID)
@@ -349,6 +358,10 @@ func (c *core) view(id string) (*roverv1.NodeView, <-chan struct{}) {
 			LocalWorldSize: int32(m.LocalWorldSize),
 			RankOffset:     int32(m.RankOffset),
 			WorldSize:      int32(s.WorldSize),
+		}
+		if c.memory.ok && c.memory.round == round {
+			step := c.memory.step // not a pointer into c: views are marshalled after the lock is released
+			v.Assignment.MemoryStep = &step
 		}
 	}
 	if s.Job != rendezvous.Running {

@@ -21,8 +21,9 @@ type event struct {
 	Round  int       `json:"round,omitempty"`
 	// Config is set on eventConfigure.
 	Config *jobConfig `json:"config,omitempty"`
-	// Join is set on eventJoin.
-	Join *rendezvous.JoinRequest `json:"join,omitempty"`
+	// Join and Snapshots are set on eventJoin.
+	Join      *rendezvous.JoinRequest `json:"join,omitempty"`
+	Snapshots []memorySnapshot        `json:"snapshots,omitempty"`
 	// Key and Value are set on eventSetKey.
 	Key   string `json:"key,omitempty"`
 	Value []byte `json:"value,omitempty"`

@@ -34,13 +34,17 @@ func (s *service) join(ctx context.Context, r *roverv1.JoinRequest) (*roverv1.Jo
 	if err != nil {
 		return nil, rpcError(err)
 	}
+	snaps, err := validateSnapshots(r)
+	if err != nil {
+		return nil, rpcError(err)
+	}
 	if id := r.GetRunId(); id != "" && id != "none" && s.core.runID != "none" && id != s.core.runID {
 		return nil, rpcError(invalid("this master runs job %q, not %q: check --rdzv-id and --rdzv-endpoint", s.core.runID, r.GetRunId()))
 	}
 	if err := s.core.configure(ctx, *cfg, s.clock.Now()); err != nil {
 		return nil, rpcError(err)
 	}
-	rank, round, err := s.core.join(ctx, jr, int(r.GetRound()), s.clock.Now())
+	rank, round, err := s.core.join(ctx, jr, snaps, int(r.GetRound()), s.clock.Now())
 	if err != nil {
 		return nil, rpcError(err)
 	}

@@ -257,7 +257,11 @@ func TestRestoreFromJournal(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, _, err := c1.join(ctx, req, 0, now); err != nil {
+		held := []memorySnapshot{
+			{LocalRank: 0, Step: 7, Rank: 0, WorldSize: 4, Mode: modeReplicated},
+			{LocalRank: 1, Step: 7, Rank: 1, WorldSize: 4, Mode: modeReplicated},
+		}
+		if _, _, err := c1.join(ctx, req, held, 0, now); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -265,6 +269,9 @@ func TestRestoreFromJournal(t *testing.T) {
 		t.Fatal(err)
 	}
 	want, _ := c1.view("b")
+	if want.GetAssignment().MemoryStep == nil || want.GetAssignment().GetMemoryStep() != 7 {
+		t.Fatalf("view %v: want memory step 7 agreed", want)
+	}
 
 	c2 := newCore("job", st)
 	if _, err := c2.restore(ctx, now.Add(time.Minute)); err != nil {

@@ -721,7 +721,11 @@ func (x *CheckpointSnapshot) GetLength() int64 {
 type CheckpointSnapshotsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Newest first.
-	Snapshots     []*CheckpointSnapshot `protobuf:"bytes,1,rep,name=snapshots,proto3" json:"snapshots,omitempty"`
+	Snapshots []*CheckpointSnapshot `protobuf:"bytes,1,rep,name=snapshots,proto3" json:"snapshots,omitempty"`
+	// The step every rank of the job restores from memory in this round, as
+	// the master agreed when the round started; unset when the ranks hold no
+	// common step (restore from storage).
+	AgreedStep    *int64 `protobuf:"varint,2,opt,name=agreed_step,json=agreedStep,proto3,oneof" json:"agreed_step,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -761,6 +765,13 @@ func (x *CheckpointSnapshotsResponse) GetSnapshots() []*CheckpointSnapshot {
 		return x.Snapshots
 	}
 	return nil
+}
+
+func (x *CheckpointSnapshotsResponse) GetAgreedStep() int64 {
+	if x != nil && x.AgreedStep != nil {
+		return *x.AgreedStep
+	}
+	return 0
 }
 
 type InfoRequest struct {
@@ -978,9 +989,12 @@ const file_api_rover_v1_agent_proto_rawDesc = "" +
 	"\x04step\x18\x01 \x01(\x03R\x04step\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x12\x16\n" +
 	"\x06offset\x18\x03 \x01(\x03R\x06offset\x12\x16\n" +
-	"\x06length\x18\x04 \x01(\x03R\x06length\"Y\n" +
+	"\x06length\x18\x04 \x01(\x03R\x06length\"\x8f\x01\n" +
 	"\x1bCheckpointSnapshotsResponse\x12:\n" +
-	"\tsnapshots\x18\x01 \x03(\v2\x1c.rover.v1.CheckpointSnapshotR\tsnapshots\"!\n" +
+	"\tsnapshots\x18\x01 \x03(\v2\x1c.rover.v1.CheckpointSnapshotR\tsnapshots\x12$\n" +
+	"\vagreed_step\x18\x02 \x01(\x03H\x00R\n" +
+	"agreedStep\x88\x01\x01B\x0e\n" +
+	"\f_agreed_step\"!\n" +
 	"\vInfoRequest\x12\x12\n" +
 	"\x04rank\x18\x01 \x01(\x05R\x04rank\"\xcd\x02\n" +
 	"\fInfoResponse\x12\x15\n" +
@@ -1107,6 +1121,7 @@ func file_api_rover_v1_agent_proto_init() {
 		return
 	}
 	file_api_rover_v1_shard_proto_init()
+	file_api_rover_v1_agent_proto_msgTypes[12].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

@@ -345,7 +345,11 @@ type JoinRequest struct {
 	Round      int64             `protobuf:"varint,5,opt,name=round,proto3" json:"round,omitempty"`
 	Rendezvous *RendezvousConfig `protobuf:"bytes,6,opt,name=rendezvous,proto3" json:"rendezvous,omitempty"`
 	// Job name the agent was started for (torchrun's --rdzv-id); empty accepts any.
-	RunId         string `protobuf:"bytes,7,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	RunId string `protobuf:"bytes,7,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	// Flash-checkpoint snapshots the node holds in shared memory, taken while
+	// its workers are stopped. The master agrees on the step every rank of the
+	// next world can restore from memory (Assignment.memory_step).
+	Snapshots     []*MemorySnapshot `protobuf:"bytes,8,rep,name=snapshots,proto3" json:"snapshots,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -429,6 +433,94 @@ func (x *JoinRequest) GetRunId() string {
 	return ""
 }
 
+func (x *JoinRequest) GetSnapshots() []*MemorySnapshot {
+	if x != nil {
+		return x.Snapshots
+	}
+	return nil
+}
+
+// MemorySnapshot is one committed flash-checkpoint snapshot in a node's
+// shared memory, as its safetensors metadata describes it.
+type MemorySnapshot struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Local rank whose arena holds it.
+	LocalRank int32 `protobuf:"varint,1,opt,name=local_rank,json=localRank,proto3" json:"local_rank,omitempty"`
+	Step      int64 `protobuf:"varint,2,opt,name=step,proto3" json:"step,omitempty"`
+	// Global rank and world size of the worker that saved it.
+	Rank      int32 `protobuf:"varint,3,opt,name=rank,proto3" json:"rank,omitempty"`
+	WorldSize int32 `protobuf:"varint,4,opt,name=world_size,json=worldSize,proto3" json:"world_size,omitempty"`
+	// "sharded" (only that rank can restore it) or "replicated" (any rank can).
+	Mode          string `protobuf:"bytes,5,opt,name=mode,proto3" json:"mode,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MemorySnapshot) Reset() {
+	*x = MemorySnapshot{}
+	mi := &file_api_rover_v1_master_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MemorySnapshot) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MemorySnapshot) ProtoMessage() {}
+
+func (x *MemorySnapshot) ProtoReflect() protoreflect.Message {
+	mi := &file_api_rover_v1_master_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MemorySnapshot.ProtoReflect.Descriptor instead.
+func (*MemorySnapshot) Descriptor() ([]byte, []int) {
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *MemorySnapshot) GetLocalRank() int32 {
+	if x != nil {
+		return x.LocalRank
+	}
+	return 0
+}
+
+func (x *MemorySnapshot) GetStep() int64 {
+	if x != nil {
+		return x.Step
+	}
+	return 0
+}
+
+func (x *MemorySnapshot) GetRank() int32 {
+	if x != nil {
+		return x.Rank
+	}
+	return 0
+}
+
+func (x *MemorySnapshot) GetWorldSize() int32 {
+	if x != nil {
+		return x.WorldSize
+	}
+	return 0
+}
+
+func (x *MemorySnapshot) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
+}
+
 type JoinResponse struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	NodeRank int32                  `protobuf:"varint,1,opt,name=node_rank,json=nodeRank,proto3" json:"node_rank,omitempty"`
@@ -441,7 +533,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[4]
+	mi := &file_api_rover_v1_master_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -453,7 +545,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[4]
+	mi := &file_api_rover_v1_master_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -466,7 +558,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{4}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *JoinResponse) GetNodeRank() int32 {
@@ -504,7 +596,7 @@ type SessionRequest struct {
 
 func (x *SessionRequest) Reset() {
 	*x = SessionRequest{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[5]
+	mi := &file_api_rover_v1_master_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -516,7 +608,7 @@ func (x *SessionRequest) String() string {
 func (*SessionRequest) ProtoMessage() {}
 
 func (x *SessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[5]
+	mi := &file_api_rover_v1_master_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -529,7 +621,7 @@ func (x *SessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionRequest.ProtoReflect.Descriptor instead.
 func (*SessionRequest) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{5}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *SessionRequest) GetMsg() isSessionRequest_Msg {
@@ -584,7 +676,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[6]
+	mi := &file_api_rover_v1_master_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -596,7 +688,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[6]
+	mi := &file_api_rover_v1_master_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -609,7 +701,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{6}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{7}
 }
 
 // SessionResponse is a message from the master on a session.
@@ -625,7 +717,7 @@ type SessionResponse struct {
 
 func (x *SessionResponse) Reset() {
 	*x = SessionResponse{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[7]
+	mi := &file_api_rover_v1_master_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -637,7 +729,7 @@ func (x *SessionResponse) String() string {
 func (*SessionResponse) ProtoMessage() {}
 
 func (x *SessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[7]
+	mi := &file_api_rover_v1_master_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -650,7 +742,7 @@ func (x *SessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionResponse.ProtoReflect.Descriptor instead.
 func (*SessionResponse) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{7}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *SessionResponse) GetJoined() *JoinResponse {
@@ -689,7 +781,7 @@ type NodeView struct {
 
 func (x *NodeView) Reset() {
 	*x = NodeView{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[8]
+	mi := &file_api_rover_v1_master_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -701,7 +793,7 @@ func (x *NodeView) String() string {
 func (*NodeView) ProtoMessage() {}
 
 func (x *NodeView) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[8]
+	mi := &file_api_rover_v1_master_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -714,7 +806,7 @@ func (x *NodeView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeView.ProtoReflect.Descriptor instead.
 func (*NodeView) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{8}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *NodeView) GetVersion() uint64 {
@@ -797,13 +889,17 @@ type Assignment struct {
 	LocalWorldSize int32                  `protobuf:"varint,5,opt,name=local_world_size,json=localWorldSize,proto3" json:"local_world_size,omitempty"`
 	RankOffset     int32                  `protobuf:"varint,6,opt,name=rank_offset,json=rankOffset,proto3" json:"rank_offset,omitempty"`
 	WorldSize      int32                  `protobuf:"varint,7,opt,name=world_size,json=worldSize,proto3" json:"world_size,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Newest flash-checkpoint step that every rank of this world can restore
+	// from its node's shared memory; unset when there is none (restore from
+	// storage).
+	MemoryStep    *int64 `protobuf:"varint,8,opt,name=memory_step,json=memoryStep,proto3,oneof" json:"memory_step,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Assignment) Reset() {
 	*x = Assignment{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[9]
+	mi := &file_api_rover_v1_master_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -815,7 +911,7 @@ func (x *Assignment) String() string {
 func (*Assignment) ProtoMessage() {}
 
 func (x *Assignment) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[9]
+	mi := &file_api_rover_v1_master_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -828,7 +924,7 @@ func (x *Assignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Assignment.ProtoReflect.Descriptor instead.
 func (*Assignment) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{9}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Assignment) GetRound() int64 {
@@ -880,6 +976,13 @@ func (x *Assignment) GetWorldSize() int32 {
 	return 0
 }
 
+func (x *Assignment) GetMemoryStep() int64 {
+	if x != nil && x.MemoryStep != nil {
+		return *x.MemoryStep
+	}
+	return 0
+}
+
 // WorkerFailure describes one failed worker process.
 type WorkerFailure struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
@@ -904,7 +1007,7 @@ type WorkerFailure struct {
 
 func (x *WorkerFailure) Reset() {
 	*x = WorkerFailure{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[10]
+	mi := &file_api_rover_v1_master_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -916,7 +1019,7 @@ func (x *WorkerFailure) String() string {
 func (*WorkerFailure) ProtoMessage() {}
 
 func (x *WorkerFailure) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[10]
+	mi := &file_api_rover_v1_master_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -929,7 +1032,7 @@ func (x *WorkerFailure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerFailure.ProtoReflect.Descriptor instead.
 func (*WorkerFailure) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{10}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *WorkerFailure) GetNodeId() string {
@@ -1041,7 +1144,7 @@ type ReportFailureRequest struct {
 
 func (x *ReportFailureRequest) Reset() {
 	*x = ReportFailureRequest{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[11]
+	mi := &file_api_rover_v1_master_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1053,7 +1156,7 @@ func (x *ReportFailureRequest) String() string {
 func (*ReportFailureRequest) ProtoMessage() {}
 
 func (x *ReportFailureRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[11]
+	mi := &file_api_rover_v1_master_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1066,7 +1169,7 @@ func (x *ReportFailureRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportFailureRequest.ProtoReflect.Descriptor instead.
 func (*ReportFailureRequest) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{11}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ReportFailureRequest) GetNodeId() string {
@@ -1098,7 +1201,7 @@ type ReportFailureResponse struct {
 
 func (x *ReportFailureResponse) Reset() {
 	*x = ReportFailureResponse{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[12]
+	mi := &file_api_rover_v1_master_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1110,7 +1213,7 @@ func (x *ReportFailureResponse) String() string {
 func (*ReportFailureResponse) ProtoMessage() {}
 
 func (x *ReportFailureResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[12]
+	mi := &file_api_rover_v1_master_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1123,7 +1226,7 @@ func (x *ReportFailureResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportFailureResponse.ProtoReflect.Descriptor instead.
 func (*ReportFailureResponse) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{12}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{13}
 }
 
 type ReportSuccessRequest struct {
@@ -1136,7 +1239,7 @@ type ReportSuccessRequest struct {
 
 func (x *ReportSuccessRequest) Reset() {
 	*x = ReportSuccessRequest{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[13]
+	mi := &file_api_rover_v1_master_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1148,7 +1251,7 @@ func (x *ReportSuccessRequest) String() string {
 func (*ReportSuccessRequest) ProtoMessage() {}
 
 func (x *ReportSuccessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[13]
+	mi := &file_api_rover_v1_master_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1161,7 +1264,7 @@ func (x *ReportSuccessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportSuccessRequest.ProtoReflect.Descriptor instead.
 func (*ReportSuccessRequest) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{13}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ReportSuccessRequest) GetNodeId() string {
@@ -1186,7 +1289,7 @@ type ReportSuccessResponse struct {
 
 func (x *ReportSuccessResponse) Reset() {
 	*x = ReportSuccessResponse{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[14]
+	mi := &file_api_rover_v1_master_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1198,7 +1301,7 @@ func (x *ReportSuccessResponse) String() string {
 func (*ReportSuccessResponse) ProtoMessage() {}
 
 func (x *ReportSuccessResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[14]
+	mi := &file_api_rover_v1_master_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1211,7 +1314,7 @@ func (x *ReportSuccessResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportSuccessResponse.ProtoReflect.Descriptor instead.
 func (*ReportSuccessResponse) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{14}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{15}
 }
 
 type LeaveRequest struct {
@@ -1224,7 +1327,7 @@ type LeaveRequest struct {
 
 func (x *LeaveRequest) Reset() {
 	*x = LeaveRequest{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[15]
+	mi := &file_api_rover_v1_master_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1236,7 +1339,7 @@ func (x *LeaveRequest) String() string {
 func (*LeaveRequest) ProtoMessage() {}
 
 func (x *LeaveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[15]
+	mi := &file_api_rover_v1_master_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1249,7 +1352,7 @@ func (x *LeaveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveRequest.ProtoReflect.Descriptor instead.
 func (*LeaveRequest) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{15}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *LeaveRequest) GetNodeId() string {
@@ -1274,7 +1377,7 @@ type LeaveResponse struct {
 
 func (x *LeaveResponse) Reset() {
 	*x = LeaveResponse{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[16]
+	mi := &file_api_rover_v1_master_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1286,7 +1389,7 @@ func (x *LeaveResponse) String() string {
 func (*LeaveResponse) ProtoMessage() {}
 
 func (x *LeaveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[16]
+	mi := &file_api_rover_v1_master_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1299,7 +1402,7 @@ func (x *LeaveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveResponse.ProtoReflect.Descriptor instead.
 func (*LeaveResponse) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{16}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{17}
 }
 
 type SetKeyRequest struct {
@@ -1312,7 +1415,7 @@ type SetKeyRequest struct {
 
 func (x *SetKeyRequest) Reset() {
 	*x = SetKeyRequest{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[17]
+	mi := &file_api_rover_v1_master_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1324,7 +1427,7 @@ func (x *SetKeyRequest) String() string {
 func (*SetKeyRequest) ProtoMessage() {}
 
 func (x *SetKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[17]
+	mi := &file_api_rover_v1_master_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1337,7 +1440,7 @@ func (x *SetKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetKeyRequest.ProtoReflect.Descriptor instead.
 func (*SetKeyRequest) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{17}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SetKeyRequest) GetKey() string {
@@ -1362,7 +1465,7 @@ type SetKeyResponse struct {
 
 func (x *SetKeyResponse) Reset() {
 	*x = SetKeyResponse{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[18]
+	mi := &file_api_rover_v1_master_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1374,7 +1477,7 @@ func (x *SetKeyResponse) String() string {
 func (*SetKeyResponse) ProtoMessage() {}
 
 func (x *SetKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[18]
+	mi := &file_api_rover_v1_master_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1387,7 +1490,7 @@ func (x *SetKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetKeyResponse.ProtoReflect.Descriptor instead.
 func (*SetKeyResponse) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{18}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{19}
 }
 
 type GetKeyRequest struct {
@@ -1400,7 +1503,7 @@ type GetKeyRequest struct {
 
 func (x *GetKeyRequest) Reset() {
 	*x = GetKeyRequest{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[19]
+	mi := &file_api_rover_v1_master_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1412,7 +1515,7 @@ func (x *GetKeyRequest) String() string {
 func (*GetKeyRequest) ProtoMessage() {}
 
 func (x *GetKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[19]
+	mi := &file_api_rover_v1_master_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1425,7 +1528,7 @@ func (x *GetKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetKeyRequest.ProtoReflect.Descriptor instead.
 func (*GetKeyRequest) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{19}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GetKeyRequest) GetKey() string {
@@ -1452,7 +1555,7 @@ type GetKeyResponse struct {
 
 func (x *GetKeyResponse) Reset() {
 	*x = GetKeyResponse{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[20]
+	mi := &file_api_rover_v1_master_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1464,7 +1567,7 @@ func (x *GetKeyResponse) String() string {
 func (*GetKeyResponse) ProtoMessage() {}
 
 func (x *GetKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[20]
+	mi := &file_api_rover_v1_master_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1477,7 +1580,7 @@ func (x *GetKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetKeyResponse.ProtoReflect.Descriptor instead.
 func (*GetKeyResponse) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{20}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *GetKeyResponse) GetFound() bool {
@@ -1502,7 +1605,7 @@ type GetJobRequest struct {
 
 func (x *GetJobRequest) Reset() {
 	*x = GetJobRequest{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[21]
+	mi := &file_api_rover_v1_master_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1514,7 +1617,7 @@ func (x *GetJobRequest) String() string {
 func (*GetJobRequest) ProtoMessage() {}
 
 func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[21]
+	mi := &file_api_rover_v1_master_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1527,7 +1630,7 @@ func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobRequest.ProtoReflect.Descriptor instead.
 func (*GetJobRequest) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{21}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{22}
 }
 
 // NodeStatus is one row of the job's node table.
@@ -1545,7 +1648,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[22]
+	mi := &file_api_rover_v1_master_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1557,7 +1660,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[22]
+	mi := &file_api_rover_v1_master_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1570,7 +1673,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{22}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *NodeStatus) GetNodeId() string {
@@ -1634,7 +1737,7 @@ type GetJobResponse struct {
 
 func (x *GetJobResponse) Reset() {
 	*x = GetJobResponse{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[23]
+	mi := &file_api_rover_v1_master_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1646,7 +1749,7 @@ func (x *GetJobResponse) String() string {
 func (*GetJobResponse) ProtoMessage() {}
 
 func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[23]
+	mi := &file_api_rover_v1_master_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1659,7 +1762,7 @@ func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobResponse.ProtoReflect.Descriptor instead.
 func (*GetJobResponse) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{23}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *GetJobResponse) GetRunId() string {
@@ -1765,7 +1868,7 @@ const file_api_rover_v1_master_proto_rawDesc = "" +
 	"\x10last_call_millis\x18\x05 \x01(\x03R\x0elastCallMillis\x12.\n" +
 	"\x13join_timeout_millis\x18\x06 \x01(\x03R\x11joinTimeoutMillis\x128\n" +
 	"\x18heartbeat_timeout_millis\x18\a \x01(\x03R\x16heartbeatTimeoutMillis\x126\n" +
-	"\x17disconnect_grace_millis\x18\b \x01(\x03R\x15disconnectGraceMillis\"\xf4\x01\n" +
+	"\x17disconnect_grace_millis\x18\b \x01(\x03R\x15disconnectGraceMillis\"\xac\x02\n" +
 	"\vJoinRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12%\n" +
 	"\x0erequested_rank\x18\x02 \x01(\x05R\rrequestedRank\x12(\n" +
@@ -1775,7 +1878,16 @@ const file_api_rover_v1_master_proto_rawDesc = "" +
 	"\n" +
 	"rendezvous\x18\x06 \x01(\v2\x1a.rover.v1.RendezvousConfigR\n" +
 	"rendezvous\x12\x15\n" +
-	"\x06run_id\x18\a \x01(\tR\x05runId\"X\n" +
+	"\x06run_id\x18\a \x01(\tR\x05runId\x126\n" +
+	"\tsnapshots\x18\b \x03(\v2\x18.rover.v1.MemorySnapshotR\tsnapshots\"\x8a\x01\n" +
+	"\x0eMemorySnapshot\x12\x1d\n" +
+	"\n" +
+	"local_rank\x18\x01 \x01(\x05R\tlocalRank\x12\x12\n" +
+	"\x04step\x18\x02 \x01(\x03R\x04step\x12\x12\n" +
+	"\x04rank\x18\x03 \x01(\x05R\x04rank\x12\x1d\n" +
+	"\n" +
+	"world_size\x18\x04 \x01(\x05R\tworldSize\x12\x12\n" +
+	"\x04mode\x18\x05 \x01(\tR\x04mode\"X\n" +
 	"\fJoinResponse\x12\x1b\n" +
 	"\tnode_rank\x18\x01 \x01(\x05R\bnodeRank\x12\x14\n" +
 	"\x05round\x18\x02 \x01(\x03R\x05round\x12\x15\n" +
@@ -1802,7 +1914,7 @@ const file_api_rover_v1_master_proto_rawDesc = "" +
 	"\fmax_restarts\x18\b \x01(\x05R\vmaxRestarts\x123\n" +
 	"\bfailures\x18\t \x03(\v2\x17.rover.v1.WorkerFailureR\bfailures\x12\x15\n" +
 	"\x06run_id\x18\n" +
-	" \x01(\tR\x05runId\"\xf2\x01\n" +
+	" \x01(\tR\x05runId\"\xa8\x02\n" +
 	"\n" +
 	"Assignment\x12\x14\n" +
 	"\x05round\x18\x01 \x01(\x03R\x05round\x12\x1b\n" +
@@ -1814,7 +1926,10 @@ const file_api_rover_v1_master_proto_rawDesc = "" +
 	"\vrank_offset\x18\x06 \x01(\x05R\n" +
 	"rankOffset\x12\x1d\n" +
 	"\n" +
-	"world_size\x18\a \x01(\x05R\tworldSize\"\x83\x03\n" +
+	"world_size\x18\a \x01(\x05R\tworldSize\x12$\n" +
+	"\vmemory_step\x18\b \x01(\x03H\x00R\n" +
+	"memoryStep\x88\x01\x01B\x0e\n" +
+	"\f_memory_step\"\x83\x03\n" +
 	"\rWorkerFailure\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1b\n" +
 	"\tnode_rank\x18\x02 \x01(\x05R\bnodeRank\x12\x12\n" +
@@ -1923,103 +2038,105 @@ func file_api_rover_v1_master_proto_rawDescGZIP() []byte {
 }
 
 var file_api_rover_v1_master_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_api_rover_v1_master_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_api_rover_v1_master_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_api_rover_v1_master_proto_goTypes = []any{
 	(JobState)(0),                     // 0: rover.v1.JobState
 	(*CheckpointDurableRequest)(nil),  // 1: rover.v1.CheckpointDurableRequest
 	(*CheckpointDurableResponse)(nil), // 2: rover.v1.CheckpointDurableResponse
 	(*RendezvousConfig)(nil),          // 3: rover.v1.RendezvousConfig
 	(*JoinRequest)(nil),               // 4: rover.v1.JoinRequest
-	(*JoinResponse)(nil),              // 5: rover.v1.JoinResponse
-	(*SessionRequest)(nil),            // 6: rover.v1.SessionRequest
-	(*Heartbeat)(nil),                 // 7: rover.v1.Heartbeat
-	(*SessionResponse)(nil),           // 8: rover.v1.SessionResponse
-	(*NodeView)(nil),                  // 9: rover.v1.NodeView
-	(*Assignment)(nil),                // 10: rover.v1.Assignment
-	(*WorkerFailure)(nil),             // 11: rover.v1.WorkerFailure
-	(*ReportFailureRequest)(nil),      // 12: rover.v1.ReportFailureRequest
-	(*ReportFailureResponse)(nil),     // 13: rover.v1.ReportFailureResponse
-	(*ReportSuccessRequest)(nil),      // 14: rover.v1.ReportSuccessRequest
-	(*ReportSuccessResponse)(nil),     // 15: rover.v1.ReportSuccessResponse
-	(*LeaveRequest)(nil),              // 16: rover.v1.LeaveRequest
-	(*LeaveResponse)(nil),             // 17: rover.v1.LeaveResponse
-	(*SetKeyRequest)(nil),             // 18: rover.v1.SetKeyRequest
-	(*SetKeyResponse)(nil),            // 19: rover.v1.SetKeyResponse
-	(*GetKeyRequest)(nil),             // 20: rover.v1.GetKeyRequest
-	(*GetKeyResponse)(nil),            // 21: rover.v1.GetKeyResponse
-	(*GetJobRequest)(nil),             // 22: rover.v1.GetJobRequest
-	(*NodeStatus)(nil),                // 23: rover.v1.NodeStatus
-	(*GetJobResponse)(nil),            // 24: rover.v1.GetJobResponse
-	(*RegisterDatasetRequest)(nil),    // 25: rover.v1.RegisterDatasetRequest
-	(*LeaseShardsRequest)(nil),        // 26: rover.v1.LeaseShardsRequest
-	(*CompleteShardsRequest)(nil),     // 27: rover.v1.CompleteShardsRequest
-	(*GetPositionRequest)(nil),        // 28: rover.v1.GetPositionRequest
-	(*AdvancePositionRequest)(nil),    // 29: rover.v1.AdvancePositionRequest
-	(*AppendStreamRequest)(nil),       // 30: rover.v1.AppendStreamRequest
-	(*DatasetStateRequest)(nil),       // 31: rover.v1.DatasetStateRequest
-	(*RestoreDatasetRequest)(nil),     // 32: rover.v1.RestoreDatasetRequest
-	(*RegisterDatasetResponse)(nil),   // 33: rover.v1.RegisterDatasetResponse
-	(*LeaseShardsResponse)(nil),       // 34: rover.v1.LeaseShardsResponse
-	(*CompleteShardsResponse)(nil),    // 35: rover.v1.CompleteShardsResponse
-	(*GetPositionResponse)(nil),       // 36: rover.v1.GetPositionResponse
-	(*AdvancePositionResponse)(nil),   // 37: rover.v1.AdvancePositionResponse
-	(*AppendStreamResponse)(nil),      // 38: rover.v1.AppendStreamResponse
-	(*DatasetStateResponse)(nil),      // 39: rover.v1.DatasetStateResponse
-	(*RestoreDatasetResponse)(nil),    // 40: rover.v1.RestoreDatasetResponse
+	(*MemorySnapshot)(nil),            // 5: rover.v1.MemorySnapshot
+	(*JoinResponse)(nil),              // 6: rover.v1.JoinResponse
+	(*SessionRequest)(nil),            // 7: rover.v1.SessionRequest
+	(*Heartbeat)(nil),                 // 8: rover.v1.Heartbeat
+	(*SessionResponse)(nil),           // 9: rover.v1.SessionResponse
+	(*NodeView)(nil),                  // 10: rover.v1.NodeView
+	(*Assignment)(nil),                // 11: rover.v1.Assignment
+	(*WorkerFailure)(nil),             // 12: rover.v1.WorkerFailure
+	(*ReportFailureRequest)(nil),      // 13: rover.v1.ReportFailureRequest
+	(*ReportFailureResponse)(nil),     // 14: rover.v1.ReportFailureResponse
+	(*ReportSuccessRequest)(nil),      // 15: rover.v1.ReportSuccessRequest
+	(*ReportSuccessResponse)(nil),     // 16: rover.v1.ReportSuccessResponse
+	(*LeaveRequest)(nil),              // 17: rover.v1.LeaveRequest
+	(*LeaveResponse)(nil),             // 18: rover.v1.LeaveResponse
+	(*SetKeyRequest)(nil),             // 19: rover.v1.SetKeyRequest
+	(*SetKeyResponse)(nil),            // 20: rover.v1.SetKeyResponse
+	(*GetKeyRequest)(nil),             // 21: rover.v1.GetKeyRequest
+	(*GetKeyResponse)(nil),            // 22: rover.v1.GetKeyResponse
+	(*GetJobRequest)(nil),             // 23: rover.v1.GetJobRequest
+	(*NodeStatus)(nil),                // 24: rover.v1.NodeStatus
+	(*GetJobResponse)(nil),            // 25: rover.v1.GetJobResponse
+	(*RegisterDatasetRequest)(nil),    // 26: rover.v1.RegisterDatasetRequest
+	(*LeaseShardsRequest)(nil),        // 27: rover.v1.LeaseShardsRequest
+	(*CompleteShardsRequest)(nil),     // 28: rover.v1.CompleteShardsRequest
+	(*GetPositionRequest)(nil),        // 29: rover.v1.GetPositionRequest
+	(*AdvancePositionRequest)(nil),    // 30: rover.v1.AdvancePositionRequest
+	(*AppendStreamRequest)(nil),       // 31: rover.v1.AppendStreamRequest
+	(*DatasetStateRequest)(nil),       // 32: rover.v1.DatasetStateRequest
+	(*RestoreDatasetRequest)(nil),     // 33: rover.v1.RestoreDatasetRequest
+	(*RegisterDatasetResponse)(nil),   // 34: rover.v1.RegisterDatasetResponse
+	(*LeaseShardsResponse)(nil),       // 35: rover.v1.LeaseShardsResponse
+	(*CompleteShardsResponse)(nil),    // 36: rover.v1.CompleteShardsResponse
+	(*GetPositionResponse)(nil),       // 37: rover.v1.GetPositionResponse
+	(*AdvancePositionResponse)(nil),   // 38: rover.v1.AdvancePositionResponse
+	(*AppendStreamResponse)(nil),      // 39: rover.v1.AppendStreamResponse
+	(*DatasetStateResponse)(nil),      // 40: rover.v1.DatasetStateResponse
+	(*RestoreDatasetResponse)(nil),    // 41: rover.v1.RestoreDatasetResponse
 }
 var file_api_rover_v1_master_proto_depIdxs = []int32{
 	3,  // 0: rover.v1.JoinRequest.rendezvous:type_name -> rover.v1.RendezvousConfig
-	4,  // 1: rover.v1.SessionRequest.join:type_name -> rover.v1.JoinRequest
-	7,  // 2: rover.v1.SessionRequest.heartbeat:type_name -> rover.v1.Heartbeat
-	5,  // 3: rover.v1.SessionResponse.joined:type_name -> rover.v1.JoinResponse
-	9,  // 4: rover.v1.SessionResponse.view:type_name -> rover.v1.NodeView
-	0,  // 5: rover.v1.NodeView.job_state:type_name -> rover.v1.JobState
-	10, // 6: rover.v1.NodeView.assignment:type_name -> rover.v1.Assignment
-	11, // 7: rover.v1.NodeView.failures:type_name -> rover.v1.WorkerFailure
-	11, // 8: rover.v1.ReportFailureRequest.failures:type_name -> rover.v1.WorkerFailure
-	0,  // 9: rover.v1.GetJobResponse.job_state:type_name -> rover.v1.JobState
-	23, // 10: rover.v1.GetJobResponse.nodes:type_name -> rover.v1.NodeStatus
-	11, // 11: rover.v1.GetJobResponse.failures:type_name -> rover.v1.WorkerFailure
-	3,  // 12: rover.v1.GetJobResponse.rendezvous:type_name -> rover.v1.RendezvousConfig
-	6,  // 13: rover.v1.MasterService.Session:input_type -> rover.v1.SessionRequest
-	4,  // 14: rover.v1.MasterService.Join:input_type -> rover.v1.JoinRequest
-	12, // 15: rover.v1.MasterService.ReportFailure:input_type -> rover.v1.ReportFailureRequest
-	14, // 16: rover.v1.MasterService.ReportSuccess:input_type -> rover.v1.ReportSuccessRequest
-	16, // 17: rover.v1.MasterService.Leave:input_type -> rover.v1.LeaveRequest
-	18, // 18: rover.v1.MasterService.SetKey:input_type -> rover.v1.SetKeyRequest
-	20, // 19: rover.v1.MasterService.GetKey:input_type -> rover.v1.GetKeyRequest
-	22, // 20: rover.v1.MasterService.GetJob:input_type -> rover.v1.GetJobRequest
-	25, // 21: rover.v1.MasterService.RegisterDataset:input_type -> rover.v1.RegisterDatasetRequest
-	26, // 22: rover.v1.MasterService.LeaseShards:input_type -> rover.v1.LeaseShardsRequest
-	27, // 23: rover.v1.MasterService.CompleteShards:input_type -> rover.v1.CompleteShardsRequest
-	28, // 24: rover.v1.MasterService.GetPosition:input_type -> rover.v1.GetPositionRequest
-	29, // 25: rover.v1.MasterService.AdvancePosition:input_type -> rover.v1.AdvancePositionRequest
-	30, // 26: rover.v1.MasterService.AppendStream:input_type -> rover.v1.AppendStreamRequest
-	31, // 27: rover.v1.MasterService.GetDatasetState:input_type -> rover.v1.DatasetStateRequest
-	32, // 28: rover.v1.MasterService.RestoreDataset:input_type -> rover.v1.RestoreDatasetRequest
-	1,  // 29: rover.v1.MasterService.CheckpointDurable:input_type -> rover.v1.CheckpointDurableRequest
-	8,  // 30: rover.v1.MasterService.Session:output_type -> rover.v1.SessionResponse
-	5,  // 31: rover.v1.MasterService.Join:output_type -> rover.v1.JoinResponse
-	13, // 32: rover.v1.MasterService.ReportFailure:output_type -> rover.v1.ReportFailureResponse
-	15, // 33: rover.v1.MasterService.ReportSuccess:output_type -> rover.v1.ReportSuccessResponse
-	17, // 34: rover.v1.MasterService.Leave:output_type -> rover.v1.LeaveResponse
-	19, // 35: rover.v1.MasterService.SetKey:output_type -> rover.v1.SetKeyResponse
-	21, // 36: rover.v1.MasterService.GetKey:output_type -> rover.v1.GetKeyResponse
-	24, // 37: rover.v1.MasterService.GetJob:output_type -> rover.v1.GetJobResponse
-	33, // 38: rover.v1.MasterService.RegisterDataset:output_type -> rover.v1.RegisterDatasetResponse
-	34, // 39: rover.v1.MasterService.LeaseShards:output_type -> rover.v1.LeaseShardsResponse
-	35, // 40: rover.v1.MasterService.CompleteShards:output_type -> rover.v1.CompleteShardsResponse
-	36, // 41: rover.v1.MasterService.GetPosition:output_type -> rover.v1.GetPositionResponse
-	37, // 42: rover.v1.MasterService.AdvancePosition:output_type -> rover.v1.AdvancePositionResponse
-	38, // 43: rover.v1.MasterService.AppendStream:output_type -> rover.v1.AppendStreamResponse
-	39, // 44: rover.v1.MasterService.GetDatasetState:output_type -> rover.v1.DatasetStateResponse
-	40, // 45: rover.v1.MasterService.RestoreDataset:output_type -> rover.v1.RestoreDatasetResponse
-	2,  // 46: rover.v1.MasterService.CheckpointDurable:output_type -> rover.v1.CheckpointDurableResponse
-	30, // [30:47] is the sub-list for method output_type
-	13, // [13:30] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	5,  // 1: rover.v1.JoinRequest.snapshots:type_name -> rover.v1.MemorySnapshot
+	4,  // 2: rover.v1.SessionRequest.join:type_name -> rover.v1.JoinRequest
+	8,  // 3: rover.v1.SessionRequest.heartbeat:type_name -> rover.v1.Heartbeat
+	6,  // 4: rover.v1.SessionResponse.joined:type_name -> rover.v1.JoinResponse
+	10, // 5: rover.v1.SessionResponse.view:type_name -> rover.v1.NodeView
+	0,  // 6: rover.v1.NodeView.job_state:type_name -> rover.v1.JobState
+	11, // 7: rover.v1.NodeView.assignment:type_name -> rover.v1.Assignment
+	12, // 8: rover.v1.NodeView.failures:type_name -> rover.v1.WorkerFailure
+	12, // 9: rover.v1.ReportFailureRequest.failures:type_name -> rover.v1.WorkerFailure
+	0,  // 10: rover.v1.GetJobResponse.job_state:type_name -> rover.v1.JobState
+	24, // 11: rover.v1.GetJobResponse.nodes:type_name -> rover.v1.NodeStatus
+	12, // 12: rover.v1.GetJobResponse.failures:type_name -> rover.v1.WorkerFailure
+	3,  // 13: rover.v1.GetJobResponse.rendezvous:type_name -> rover.v1.RendezvousConfig
+	7,  // 14: rover.v1.MasterService.Session:input_type -> rover.v1.SessionRequest
+	4,  // 15: rover.v1.MasterService.Join:input_type -> rover.v1.JoinRequest
+	13, // 16: rover.v1.MasterService.ReportFailure:input_type -> rover.v1.ReportFailureRequest
+	15, // 17: rover.v1.MasterService.ReportSuccess:input_type -> rover.v1.ReportSuccessRequest
+	17, // 18: rover.v1.MasterService.Leave:input_type -> rover.v1.LeaveRequest
+	19, // 19: rover.v1.MasterService.SetKey:input_type -> rover.v1.SetKeyRequest
+	21, // 20: rover.v1.MasterService.GetKey:input_type -> rover.v1.GetKeyRequest
+	23, // 21: rover.v1.MasterService.GetJob:input_type -> rover.v1.GetJobRequest
+	26, // 22: rover.v1.MasterService.RegisterDataset:input_type -> rover.v1.RegisterDatasetRequest
+	27, // 23: rover.v1.MasterService.LeaseShards:input_type -> rover.v1.LeaseShardsRequest
+	28, // 24: rover.v1.MasterService.CompleteShards:input_type -> rover.v1.CompleteShardsRequest
+	29, // 25: rover.v1.MasterService.GetPosition:input_type -> rover.v1.GetPositionRequest
+	30, // 26: rover.v1.MasterService.AdvancePosition:input_type -> rover.v1.AdvancePositionRequest
+	31, // 27: rover.v1.MasterService.AppendStream:input_type -> rover.v1.AppendStreamRequest
+	32, // 28: rover.v1.MasterService.GetDatasetState:input_type -> rover.v1.DatasetStateRequest
+	33, // 29: rover.v1.MasterService.RestoreDataset:input_type -> rover.v1.RestoreDatasetRequest
+	1,  // 30: rover.v1.MasterService.CheckpointDurable:input_type -> rover.v1.CheckpointDurableRequest
+	9,  // 31: rover.v1.MasterService.Session:output_type -> rover.v1.SessionResponse
+	6,  // 32: rover.v1.MasterService.Join:output_type -> rover.v1.JoinResponse
+	14, // 33: rover.v1.MasterService.ReportFailure:output_type -> rover.v1.ReportFailureResponse
+	16, // 34: rover.v1.MasterService.ReportSuccess:output_type -> rover.v1.ReportSuccessResponse
+	18, // 35: rover.v1.MasterService.Leave:output_type -> rover.v1.LeaveResponse
+	20, // 36: rover.v1.MasterService.SetKey:output_type -> rover.v1.SetKeyResponse
+	22, // 37: rover.v1.MasterService.GetKey:output_type -> rover.v1.GetKeyResponse
+	25, // 38: rover.v1.MasterService.GetJob:output_type -> rover.v1.GetJobResponse
+	34, // 39: rover.v1.MasterService.RegisterDataset:output_type -> rover.v1.RegisterDatasetResponse
+	35, // 40: rover.v1.MasterService.LeaseShards:output_type -> rover.v1.LeaseShardsResponse
+	36, // 41: rover.v1.MasterService.CompleteShards:output_type -> rover.v1.CompleteShardsResponse
+	37, // 42: rover.v1.MasterService.GetPosition:output_type -> rover.v1.GetPositionResponse
+	38, // 43: rover.v1.MasterService.AdvancePosition:output_type -> rover.v1.AdvancePositionResponse
+	39, // 44: rover.v1.MasterService.AppendStream:output_type -> rover.v1.AppendStreamResponse
+	40, // 45: rover.v1.MasterService.GetDatasetState:output_type -> rover.v1.DatasetStateResponse
+	41, // 46: rover.v1.MasterService.RestoreDataset:output_type -> rover.v1.RestoreDatasetResponse
+	2,  // 47: rover.v1.MasterService.CheckpointDurable:output_type -> rover.v1.CheckpointDurableResponse
+	31, // [31:48] is the sub-list for method output_type
+	14, // [14:31] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_api_rover_v1_master_proto_init() }
@@ -2028,17 +2145,18 @@ func file_api_rover_v1_master_proto_init() {
 		return
 	}
 	file_api_rover_v1_shard_proto_init()
-	file_api_rover_v1_master_proto_msgTypes[5].OneofWrappers = []any{
+	file_api_rover_v1_master_proto_msgTypes[6].OneofWrappers = []any{
 		(*SessionRequest_Join)(nil),
 		(*SessionRequest_Heartbeat)(nil),
 	}
+	file_api_rover_v1_master_proto_msgTypes[10].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_rover_v1_master_proto_rawDesc), len(file_api_rover_v1_master_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   24,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
