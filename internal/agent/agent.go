@@ -101,10 +101,13 @@ func Run(ctx context.Context, cfg *runconfig.Config, opts Options) error {
 		return err
 	}
 	a.persister = newPersister(a)
-	if a.arenas, err = newArenas(); err != nil {
+	if a.arenas, err = newArenas(jobKey(cfg.RunID, token), a.nodeID, cfg.NprocPerNode); err != nil {
 		return err
 	}
 	defer a.arenas.close()
+	if ranks := a.arenas.adopted(); len(ranks) > 0 {
+		a.log.Info("adopted the checkpoint arenas of a killed agent of this job", "local_ranks", ranks)
+	}
 	local, err := a.startLocalAPI()
 	if err != nil {
 		return err

@@ -1,11 +1,16 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
 	"sync"
+	"time"
 
 	"connectrpc.com/connect"
 	roverv1 "github.com/roverml/rover/api/rover/v1"
@@ -13,26 +18,62 @@ import (
 )
 
 // arenas holds the flash-checkpoint arenas of the node's workers, one per
-// local rank, in a private directory of /dev/shm. They belong to the agent:
-// they outlive the workers' restarts and go when the agent stops.
+// local rank, in a private directory of /dev/shm (arenadir.go). They belong
+// to the agent: they outlive the workers' restarts, go when the agent stops,
+// and are adopted by the next agent of the job on the node when the agent
+// is killed.
 type arenas struct {
-	dir    string
+	dir    *arenaDir
 	mu     sync.Mutex
 	byRank map[int]*ckpt.Arena
 	tokens map[int]ckpt.WriteToken // the open write of each rank
 	pinned map[int]int             // the slot each rank is persisting from
+	// refreshed is when the directory was last marked in use.
+	refreshed time.Time
 }
 
-func newArenas() (*arenas, error) {
+// newArenas opens the arenas of the job's node: those a killed agent of the
+// same job left on this node, or none.
+func newArenas(key, nodeID string, nproc int) (*arenas, error) {
 	base := ckpt.DefaultArenaDir
 	if _, err := os.Stat(base); err != nil {
 		base = os.TempDir()
 	}
-	dir, err := privateDir(base, "rover-arenas-")
+	dir, err := openArenaDir(base, key, nodeID, time.Now())
 	if err != nil {
 		return nil, fmt.Errorf("create the checkpoint arena directory: %w", err)
 	}
-	return &arenas{dir: dir, byRank: map[int]*ckpt.Arena{}, tokens: map[int]ckpt.WriteToken{}, pinned: map[int]int{}}, nil
+	s := &arenas{dir: dir, byRank: map[int]*ckpt.Arena{}, tokens: map[int]ckpt.WriteToken{}, pinned: map[int]int{}}
+	if dir.adopted {
+		for _, local := range arenaRanks(dir.path) {
+			name := fmt.Sprintf("rank-%d", local)
+			a, err := ckpt.OpenArena(dir.path, name)
+			if err != nil || local >= nproc {
+				if a != nil {
+					_ = a.Close()
+				}
+				os.Remove(filepath.Join(dir.path, name)) // damaged, or of a local rank this agent does not run
+				continue
+			}
+			s.byRank[local] = a
+		}
+	}
+	return s, nil
+}
+
+// adopted lists the local ranks whose arenas came from a killed agent.
+func (s *arenas) adopted() []int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.dir.adopted {
+		return nil
+	}
+	out := make([]int, 0, len(s.byRank))
+	for r := range s.byRank {
+		out = append(out, r)
+	}
+	slices.Sort(out)
+	return out
 }
 
 // close unmaps and deletes every arena.
@@ -42,7 +83,64 @@ func (s *arenas) close() {
 	for _, a := range s.byRank {
 		_ = a.Remove()
 	}
-	os.RemoveAll(s.dir)
+	s.dir.remove()
+}
+
+// inventory lists the committed snapshots of every local rank with what
+// their metadata says, for the master's agreement on the step to restore.
+// Snapshots whose header cannot be read are left out.
+func (s *arenas) inventory() []*roverv1.MemorySnapshot {
+	s.mu.Lock()
+	ranks := make(map[int]*ckpt.Arena, len(s.byRank))
+	for r, a := range s.byRank {
+		ranks[r] = a
+	}
+	s.mu.Unlock()
+	var out []*roverv1.MemorySnapshot
+	for local, a := range ranks {
+		slots, err := a.Slots()
+		if err != nil {
+			continue
+		}
+		for _, si := range slots {
+			if si.State != ckpt.SlotValid {
+				continue
+			}
+			snap, ok := a.Valid(si.Step)
+			if !ok {
+				continue
+			}
+			if m, ok := snapshotMeta(local, snap); ok {
+				out = append(out, m)
+			}
+		}
+	}
+	slices.SortFunc(out, func(x, y *roverv1.MemorySnapshot) int {
+		return cmp.Or(cmp.Compare(x.GetLocalRank(), y.GetLocalRank()), cmp.Compare(x.GetStep(), y.GetStep()))
+	})
+	return out
+}
+
+// snapshotMeta describes a snapshot from its safetensors metadata.
+func snapshotMeta(local int, snap ckpt.Snapshot) (*roverv1.MemorySnapshot, bool) {
+	meta, err := ckpt.Metadata(snap.Data)
+	if err != nil {
+		return nil, false
+	}
+	step, err1 := strconv.ParseInt(meta[ckpt.MetaStep], 10, 64)
+	rank, err2 := strconv.Atoi(meta[ckpt.MetaRank])
+	world, err3 := strconv.Atoi(meta[ckpt.MetaWorldSize])
+	if err1 != nil || err2 != nil || err3 != nil || step != snap.Step || world < 1 || rank < 0 || rank >= world {
+		return nil, false
+	}
+	mode := meta[ckpt.MetaMode]
+	if mode == "" {
+		mode = string(ckpt.Sharded)
+	}
+	if mode != string(ckpt.Sharded) && mode != string(ckpt.Replicated) {
+		return nil, false
+	}
+	return &roverv1.MemorySnapshot{LocalRank: int32(local), Step: step, Rank: int32(rank), WorldSize: int32(world), Mode: mode}, true
 }
 
 // begin opens a write of step for a local rank, creating or growing its arena.
@@ -98,7 +196,7 @@ func (s *arenas) reserve(local int, size int64) (*ckpt.Arena, error) {
 	switch {
 	case a == nil:
 		var err error
-		if a, err = ckpt.CreateArena(s.dir, fmt.Sprintf("rank-%d", local), size); err != nil {
+		if a, err = ckpt.CreateArena(s.dir.path, fmt.Sprintf("rank-%d", local), size); err != nil {
 			return nil, err
 		}
 		s.byRank[local] = a
@@ -130,6 +228,10 @@ func (s *arenas) commit(local int, step, length int64) error {
 	delete(s.tokens, local)
 	if err := a.Commit(tok, length); err != nil {
 		return fmt.Errorf("commit step %d of local rank %d: %w", step, local, err)
+	}
+	if now := time.Now(); now.Sub(s.refreshed) > orphanGrace/10 {
+		s.refreshed = now
+		s.dir.refresh(now)
 	}
 	return nil
 }
@@ -225,7 +327,12 @@ func (s *agentService) CheckpointSnapshots(ctx context.Context, req *connect.Req
 	if err != nil {
 		return nil, err
 	}
-	return connect.NewResponse(&roverv1.CheckpointSnapshotsResponse{Snapshots: s.a.arenas.snapshots(local)}), nil
+	resp := &roverv1.CheckpointSnapshotsResponse{Snapshots: s.a.arenas.snapshots(local)}
+	if v, _ := s.a.views.get(); v != nil && v.GetAssignment() != nil && v.GetAssignment().MemoryStep != nil {
+		step := v.GetAssignment().GetMemoryStep()
+		resp.AgreedStep = &step
+	}
+	return connect.NewResponse(resp), nil
 }
 
 func (s *agentService) CheckpointWait(ctx context.Context, req *connect.Request[roverv1.CheckpointWaitRequest]) (*connect.Response[roverv1.CheckpointWaitResponse], error) {

@@ -42,6 +42,7 @@ func (a *agent) joinRequest(round int) *roverv1.JoinRequest {
 		Round:          int64(round),
 		Rendezvous:     master.RendezvousProto(presetOf(a.cfg)),
 		RunId:          a.cfg.RunID,
+		Snapshots:      a.arenas.inventory(),
 	}
 }
 

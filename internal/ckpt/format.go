@@ -21,10 +21,12 @@ const (
 	ExtraName = "__rover_extra__"
 	// MetaStep, MetaRank and MetaWorldSize are the __metadata__ keys for
 	// the training step, the global rank and the world size, as decimal
-	// strings.
+	// strings. MetaMode is "sharded" or "replicated" (the checkpointer's
+	// mode; absent means sharded).
 	MetaStep      = "rover.step"
 	MetaRank      = "rover.rank"
 	MetaWorldSize = "rover.world_size"
+	MetaMode      = "rover.mode"
 
 	metadataKey = "__metadata__"
 	// maxHeaderLen bounds the JSON header, as the reference implementation
@@ -307,6 +309,26 @@ func Decode(data []byte) ([]Tensor, map[string]string, error) {
 		return nil, nil, corruptf("%d bytes after the last tensor (trailing garbage)", int64(len(buf))-off)
 	}
 	return tensors, meta, nil
+}
+
+// Metadata returns the __metadata__ of a safetensors file, parsing only its
+// header: a cheap look at a snapshot's step and rank. The tensors are not
+// checked; use [Decode] before trusting the data.
+func Metadata(data []byte) (map[string]string, error) {
+	if len(data) < 8 {
+		return nil, corruptf("safetensors file of %d bytes is shorter than its 8-byte header length", len(data))
+	}
+	n := binary.LittleEndian.Uint64(data)
+	if n > maxHeaderLen || n > uint64(len(data)-8) {
+		return nil, corruptf("safetensors header length %d does not fit a file of %d bytes (truncated or not safetensors)", n, len(data))
+	}
+	var h struct {
+		Meta map[string]string `json:"__metadata__"`
+	}
+	if err := json.Unmarshal(data[8:8+n], &h); err != nil {
+		return nil, corruptf("safetensors header: %v", err)
+	}
+	return h.Meta, nil
 }
 
 // headerEntry is one tensor of a parsed header and its data offsets.

@@ -101,6 +101,13 @@ func TestEncodeDecode(t *testing.T) {
 			if diff := cmp.Diff(tt.meta, meta, cmpopts.EquateEmpty()); diff != "" {
 				t.Errorf("metadata (-want +got):\n%s", diff)
 			}
+			headerOnly, err := Metadata(placed) // trailing bytes do not matter
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tt.meta, headerOnly, cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("Metadata (-want +got):\n%s", diff)
+			}
 		})
 	}
 }

@@ -151,7 +151,8 @@ class Checkpointer:
         flat.sort(key=lambda nt: (-_DTYPES[nt[1].dtype][1], nt[0]))
         entries = [(n, _DTYPES[t.dtype][0], tuple(t.shape), t.numel() * _DTYPES[t.dtype][1]) for n, t in flat]
         entries.append((_EXTRA, "U8", (len(extra),), len(extra)))
-        meta = {"rover.step": step, "rover.rank": self.rank, "rover.world_size": os.environ.get("WORLD_SIZE", "1")}
+        meta = {"rover.step": step, "rover.rank": self.rank, "rover.world_size": os.environ.get("WORLD_SIZE", "1"),
+                "rover.mode": self.mode}
         head, offsets, size = encode_header(entries, meta)
         return flat, extra, head, offsets, size
 
@@ -220,50 +221,44 @@ class Checkpointer:
         return int(r.get("durableStep", 0))
 
     def _snapshots(self):
+        """This rank's snapshots in memory, and the step the master agreed
+        that every rank restores from memory in this round (or None)."""
         r = _agent.call("CheckpointSnapshots", {"localRank": self.local_rank})
-        return [dict(s, step=int(s["step"]), offset=int(s.get("offset", 0)), length=int(s["length"]))
-                for s in r.get("snapshots", [])]
+        snaps = [dict(s, step=int(s["step"]), offset=int(s.get("offset", 0)), length=int(s["length"]))
+                 for s in r.get("snapshots", [])]
+        agreed = r.get("agreedStep")
+        return snaps, (int(agreed) if agreed is not None else None)
 
     def latest_step(self):
-        """The newest step every rank holds in memory, or None."""
-        steps = self._agreed_steps()
-        return max(steps) if steps else None
-
-    def _agreed_steps(self):
-        mine = {s["step"] for s in self._snapshots()}
-        torch = _torch()
-        import torch.distributed as dist
-
-        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-            everyone = [None] * dist.get_world_size()
-            dist.all_gather_object(everyone, sorted(mine))
-            for other in everyone:
-                mine &= set(other)
-        del torch
-        return mine
+        """The step every rank restores from memory in this round (agreed by
+        the master when the round started), or None."""
+        return self._snapshots()[1]
 
     def load(self, into=None):
         """Returns (step, state) of the newest step every rank holds in memory,
         else (with a dir_or_url) of the newest committed step in storage, or
-        None. With a process group initialised, the ranks agree on the step.
-        With ``into`` (a state of the same structure, e.g. the one you save),
-        tensors are copied into its tensors in place, which is the fastest
-        restore; otherwise new tensors are returned."""
+        None. The master agrees on the memory step when the workers' round
+        starts, from what every node holds, so all ranks load the same step
+        without a process group. With ``into`` (a state of the same
+        structure, e.g. the one you save), tensors are copied into its
+        tensors in place, which is the fastest restore; otherwise new tensors
+        are returned."""
         self._into = into
-        steps = self._agreed_steps()
-        if steps:
-            step = max(steps)
-            snap = next(s for s in self._snapshots() if s["step"] == step)
-        elif self.url:
-            r = _agent.call("CheckpointRestore", {"localRank": self.local_rank, "url": self.url, "rank": self.rank})
-            if not r.get("found"):
-                return None
-            s = r["snapshot"]
-            snap = dict(s, step=int(s["step"]), offset=int(s.get("offset", 0)), length=int(s["length"]))
-            step = snap["step"]
-        else:
+        snaps, agreed = self._snapshots()
+        if agreed is not None:
+            snap = next((s for s in snaps if s["step"] == agreed), None)
+            if snap is not None:
+                restored = self._read(snap, agreed)
+                if restored is not None:
+                    return restored
+        if not self.url:
             return None
-        return self._read(snap, step)
+        r = _agent.call("CheckpointRestore", {"localRank": self.local_rank, "url": self.url, "rank": self.rank})
+        if not r.get("found"):
+            return None
+        s = r["snapshot"]
+        snap = dict(s, step=int(s["step"]), offset=int(s.get("offset", 0)), length=int(s["length"]))
+        return self._read(snap, snap["step"])
 
     def _read(self, snap, step):
         torch = _torch()

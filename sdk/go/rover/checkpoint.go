@@ -228,6 +228,7 @@ func (k *Checkpointer) layout(step int64, tensors []Tensor, extra []byte) (all [
 		ckpt.MetaStep:      strconv.FormatInt(step, 10),
 		ckpt.MetaRank:      strconv.Itoa(k.rank),
 		ckpt.MetaWorldSize: strconv.Itoa(k.worldSize),
+		ckpt.MetaMode:      string(k.mode),
 	}
 	l, err = ckpt.NewLayout(all, meta)
 	if err != nil {
@@ -351,28 +352,25 @@ func (k *Checkpointer) Steps(ctx context.Context) ([]int64, error) {
 	return steps, nil
 }
 
-// Load returns the snapshot of the highest step this rank holds in memory
-// (as the Python package does, even when an older step was restored after
-// it) or, when it holds none and the checkpointer has storage, the newest
-// committed step from storage ([Checkpointer.Restore]). found is false when
-// there is neither. extra is nil when the snapshot has none. The returned Data does
+// Load returns the snapshot of the step every rank of the job restores
+// from memory in this round, which the master agreed when the round started
+// from what every node holds (so all ranks load the same step); or, when
+// there is none and the checkpointer has storage, the newest committed step
+// from storage ([Checkpointer.Restore]). found is false when there is
+// neither. extra is nil when the snapshot has none. The returned Data does
 // not alias shared memory.
-//
-// Load does not make the ranks agree on the step: after a crash during a
-// save, or when only some ranks restarted, ranks may hold different steps.
-// When that matters, exchange [Checkpointer.Steps] through the job's own
-// collective (for instance an all-gather) and call [Checkpointer.LoadStep]
-// with the highest step every rank holds, or [Checkpointer.Restore] on every
-// rank when there is none.
 func (k *Checkpointer) Load(ctx context.Context) (step int64, tensors []Tensor, extra []byte, found bool, err error) {
 	if k.err != nil {
 		return 0, nil, nil, false, fmt.Errorf("load checkpoint: %w", k.err)
 	}
-	snaps, err := k.snapshots(ctx)
+	snaps, agreed, err := k.snapshotsAgreed(ctx)
 	if err != nil {
 		return 0, nil, nil, false, fmt.Errorf("load checkpoint: %w", err)
 	}
 	for _, s := range snaps {
+		if agreed == nil || s.GetStep() != *agreed {
+			continue
+		}
 		tensors, extra, ok, err := k.read(s)
 		if err != nil {
 			return 0, nil, nil, false, fmt.Errorf("load checkpoint step %d from memory: %w", s.GetStep(), err)
@@ -442,13 +440,20 @@ func (k *Checkpointer) Restore(ctx context.Context) (step int64, tensors []Tenso
 // snapshots lists this rank's snapshots in memory, highest step first (the
 // agent lists the one written last first, a restored older step say).
 func (k *Checkpointer) snapshots(ctx context.Context) ([]*roverv1.CheckpointSnapshot, error) {
+	snaps, _, err := k.snapshotsAgreed(ctx)
+	return snaps, err
+}
+
+// snapshotsAgreed is snapshots and the step the master agreed for this
+// round (nil: none).
+func (k *Checkpointer) snapshotsAgreed(ctx context.Context) ([]*roverv1.CheckpointSnapshot, *int64, error) {
 	r, err := k.c.api.CheckpointSnapshots(ctx, connect.NewRequest(&roverv1.CheckpointSnapshotsRequest{LocalRank: k.local}))
 	if err != nil {
-		return nil, fmt.Errorf("list the snapshots in memory: %w", err)
+		return nil, nil, fmt.Errorf("list the snapshots in memory: %w", err)
 	}
 	snaps := r.Msg.GetSnapshots()
 	slices.SortStableFunc(snaps, func(a, b *roverv1.CheckpointSnapshot) int { return cmp.Compare(b.GetStep(), a.GetStep()) })
-	return snaps, nil
+	return snaps, r.Msg.AgreedStep, nil
 }
 
 // usable reports whether a snapshot's metadata is of step and, in sharded

@@ -1,0 +1,208 @@
+package agent
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// The arena directory of an agent is base/rover-arenas-<job key>-<random>,
+// mode 0700, with two files besides the arenas: "lock", which the agent
+// holds an exclusive flock on for as long as it runs (the kernel releases
+// it when the agent dies, however it dies), and "owner", which names the
+// job key and node id. An agent restarted on the node after its
+// predecessor was killed adopts the orphaned directory of its job (the one
+// of its own node id when there are several), so that the snapshots in
+// memory survive the agent. The job key hashes the run id and the job's
+// token: only the same job can adopt, and a new run of a job with the same
+// name cannot.
+//
+// Orphans of other jobs are removed once they have been orphaned for
+// orphanGrace (the lock file's mtime is refreshed while the agent saves), so
+// that a killed agent's memory is not leaked for good.
+
+const (
+	arenaDirPrefix = "rover-arenas-"
+	orphanGrace    = 10 * time.Minute
+	lockName       = "lock"
+	ownerName      = "owner"
+)
+
+// jobKey identifies a job run on a node without revealing its token. It
+// starts with a letter, so that it never reads as the pid of the earlier
+// layout.
+func jobKey(runID, token string) string {
+	h := sha256.Sum256([]byte(runID + "\x00" + token))
+	return "j" + hex.EncodeToString(h[:8])
+}
+
+type arenaOwner struct {
+	JobKey string `json:"job_key"`
+	NodeID string `json:"node_id"`
+}
+
+// arenaDir is an agent's locked arena directory.
+type arenaDir struct {
+	path    string
+	lock    *os.File
+	adopted bool // the directory was a killed agent's
+}
+
+// openArenaDir adopts the orphaned arena directory of this job and node (or
+// of this job) under base, or creates a new one; on the way it removes
+// orphans of other jobs older than orphanGrace, and directories that agents
+// of the earlier, pid-named layout left behind.
+func openArenaDir(base, key, nodeID string, now time.Time) (*arenaDir, error) {
+	removeStale(base, arenaDirPrefix) // the pid-named layout of earlier versions
+	matches, _ := filepath.Glob(filepath.Join(base, arenaDirPrefix+key+"-*"))
+	var adopt *arenaDir
+	for _, m := range matches {
+		d, owner, ok := lockOrphan(m)
+		if !ok {
+			continue
+		}
+		if owner.JobKey != key || (adopt != nil && owner.NodeID != nodeID) {
+			d.release() // maybe another node of this job on this host, whose agent may come back
+			continue
+		}
+		if adopt != nil {
+			adopt.release()
+		}
+		adopt = d
+		if owner.NodeID == nodeID {
+			break
+		}
+	}
+	removeOrphans(base, key, now)
+	if adopt != nil {
+		adopt.adopted = true
+		if err := writeOwner(adopt.path, arenaOwner{JobKey: key, NodeID: nodeID}); err != nil {
+			adopt.release()
+			return nil, err
+		}
+		return adopt, nil
+	}
+	return createArenaDir(base, key, nodeID)
+}
+
+// lockOrphan locks dir when no live agent holds it and it is ours to judge.
+func lockOrphan(dir string) (*arenaDir, arenaOwner, bool) {
+	fi, err := os.Lstat(dir)
+	if err != nil || !fi.IsDir() {
+		return nil, arenaOwner{}, false
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); !ok || int(st.Uid) != os.Getuid() {
+		return nil, arenaOwner{}, false // another user's
+	}
+	f, err := os.OpenFile(filepath.Join(dir, lockName), os.O_RDWR|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return nil, arenaOwner{}, false
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return nil, arenaOwner{}, false // a live agent's
+	}
+	var owner arenaOwner
+	if b, err := os.ReadFile(filepath.Join(dir, ownerName)); err == nil {
+		_ = json.Unmarshal(b, &owner)
+	}
+	return &arenaDir{path: dir, lock: f}, owner, true
+}
+
+// removeOrphans removes the unlocked arena directories of other jobs whose
+// lock file was last refreshed more than orphanGrace before now.
+func removeOrphans(base, key string, now time.Time) {
+	matches, _ := filepath.Glob(filepath.Join(base, arenaDirPrefix+"*"))
+	for _, m := range matches {
+		if strings.HasPrefix(filepath.Base(m), arenaDirPrefix+key+"-") {
+			continue
+		}
+		d, _, ok := lockOrphan(m)
+		if !ok {
+			continue
+		}
+		if fi, err := d.lock.Stat(); err == nil && now.Sub(fi.ModTime()) > orphanGrace {
+			os.RemoveAll(d.path)
+		}
+		d.release()
+	}
+}
+
+func createArenaDir(base, key, nodeID string) (*arenaDir, error) {
+	path, err := os.MkdirTemp(base, arenaDirPrefix+key+"-")
+	if err != nil {
+		return nil, err
+	}
+	d, err := func() (*arenaDir, error) {
+		if err := os.Chmod(path, 0o700); err != nil {
+			return nil, err
+		}
+		f, err := os.OpenFile(filepath.Join(path, lockName), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+		if err != nil {
+			return nil, err
+		}
+		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("lock %s: %w", f.Name(), err)
+		}
+		d := &arenaDir{path: path, lock: f}
+		if err := writeOwner(path, arenaOwner{JobKey: key, NodeID: nodeID}); err != nil {
+			d.release()
+			return nil, err
+		}
+		return d, nil
+	}()
+	if err != nil {
+		os.RemoveAll(path)
+		return nil, err
+	}
+	return d, nil
+}
+
+func writeOwner(dir string, o arenaOwner) error {
+	b, _ := json.Marshal(o)
+	tmp := filepath.Join(dir, ownerName+".tmp")
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(dir, ownerName))
+}
+
+// refresh marks the directory as in use now (see orphanGrace).
+func (d *arenaDir) refresh(now time.Time) {
+	_ = os.Chtimes(d.lock.Name(), now, now)
+}
+
+// release unlocks the directory, leaving it in place.
+func (d *arenaDir) release() {
+	if d.lock != nil {
+		d.lock.Close() // closing the descriptor drops the flock
+		d.lock = nil
+	}
+}
+
+// remove deletes the directory and unlocks it.
+func (d *arenaDir) remove() {
+	os.RemoveAll(d.path)
+	d.release()
+}
+
+// arenaRanks lists the local ranks of the arena files in dir ("rank-N").
+func arenaRanks(dir string) []int {
+	entries, _ := os.ReadDir(dir)
+	var out []int
+	for _, e := range entries {
+		n, err := strconv.Atoi(strings.TrimPrefix(e.Name(), "rank-"))
+		if err == nil && strings.HasPrefix(e.Name(), "rank-") && n >= 0 {
+			out = append(out, n)
+		}
+	}
+	return out
+}
