@@ -110,7 +110,10 @@ def parse_args(argv=None):
     p.add_argument("--env-dump", default=None,
                    help="directory; each rank writes env-rank<RANK>-restart<RESTART_COUNT>.json")
     p.add_argument("--log-world", default=None,
-                   help="file; each rank appends 'restart=R world=W rank=r start_step=s' on every start")
+                   help="file; each rank appends 'restart=R world=W rank=r start_step=s source=S' on every "
+                        "start (S: memory, storage or none, with --flash)")
+    p.add_argument("--log-saves", default=None,
+                   help="file; with --flash, each rank appends 'restart=R rank=r pid=P step=s' after every save")
     p.add_argument("--allreduce", choices=("ordered", "ddp"), default="ordered",
                    help="gradient averaging: 'ordered' (all-gather + sum in rank order, bitwise "
                         "reproducible across restarts) or 'ddp' (stock DDP all-reduce) (default ordered)")
@@ -304,13 +307,14 @@ def main(argv=None):
     # so a rank that cannot see the file (no shared filesystem) still resumes
     # consistently.
     start_step = 0
-    flash = None
+    flash, source = None, ""
     if args.flash:
         from rover.checkpoint import Checkpointer
 
         args.ckpt = ""
         flash = Checkpointer(args.flash, keep=2, mode="replicated")
         restored = flash.load()  # the newest step every rank holds in memory, else storage
+        source = flash.restored_from or "none"
         if restored:
             start_step, state = restored
             model.load_state_dict(state["model"])
@@ -338,7 +342,8 @@ def main(argv=None):
         ddp.register_comm_hook(None, ordered_allreduce_hook)
 
     if args.log_world:
-        append_line(args.log_world, f"restart={restart} world={world_size} rank={rank} start_step={start_step}")
+        append_line(args.log_world, f"restart={restart} world={world_size} rank={rank} start_step={start_step}"
+                    + (f" source={source}" if source else ""))
     if rank == 0:
         how = f"resuming from step {start_step}" if start_step else "starting fresh"
         print(f"rank 0: world {world_size} restart {restart}: {how} (ckpt {args.flash or args.ckpt or 'disabled'})",
@@ -367,6 +372,8 @@ def main(argv=None):
         if flash is not None:
             flash.save(step, {"model": model.state_dict(), "optim": optim.state_dict()},
                        persist=args.ckpt_every > 0 and step % args.ckpt_every == 0)
+            if args.log_saves:
+                append_line(args.log_saves, f"restart={restart} rank={rank} pid={os.getpid()} step={step}")
         if args.ckpt and args.ckpt_every > 0 and (step % args.ckpt_every == 0 or step == args.steps):
             if rank == 0:
                 save_checkpoint(args.ckpt, step, model, optim, world_size, args.seed)

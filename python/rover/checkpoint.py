@@ -133,6 +133,8 @@ class Checkpointer:
         self._mm, self._mm_path, self._mm_len = None, None, 0
         self._into = None
         self.rank = int(os.environ.get("RANK", "0"))
+        #: Where the last load() found its state: "memory", "storage" or None.
+        self.restored_from = None
         if not _agent.under_rover():
             raise _agent.AgentError("unavailable", "flash checkpoint needs the rover agent: start the script with `rover run`")
 
@@ -243,13 +245,14 @@ class Checkpointer:
         structure, e.g. the one you save), tensors are copied into its
         tensors in place, which is the fastest restore; otherwise new tensors
         are returned."""
-        self._into = into
+        self._into, self.restored_from = into, None
         snaps, agreed = self._snapshots()
         if agreed is not None:
             snap = next((s for s in snaps if s["step"] == agreed), None)
             if snap is not None:
                 restored = self._read(snap, agreed)
                 if restored is not None:
+                    self.restored_from = "memory"
                     return restored
         if not self.url:
             return None
@@ -258,7 +261,10 @@ class Checkpointer:
             return None
         s = r["snapshot"]
         snap = dict(s, step=int(s["step"]), offset=int(s.get("offset", 0)), length=int(s["length"]))
-        return self._read(snap, snap["step"])
+        restored = self._read(snap, snap["step"])
+        if restored is not None:
+            self.restored_from = "storage"
+        return restored
 
     def _read(self, snap, step):
         torch = _torch()

@@ -94,7 +94,7 @@ func runTwoNodesIn(t *testing.T, dir string, extra ...string) ddpResult {
 // in gloo's collectives; train.py's ordered all-reduce normally makes the
 // results bit for bit equal.
 func TestDDPCrashRecovers(t *testing.T) {
-	clean := runTwoNodes(t)
+	clean := cleanRun(t)
 	if clean.Step != 60 || clean.WorldSize != 4 || clean.RestartCount != 0 {
 		t.Fatalf("uninterrupted run: step %d world %d restarts %d; want 60, 4, 0", clean.Step, clean.WorldSize, clean.RestartCount)
 	}
@@ -161,7 +161,7 @@ func TestDDPNodeJoins(t *testing.T) {
 // step 24 held in memory, not from step 20 in storage, and ends with the
 // same weights as an uninterrupted run.
 func TestDDPFlashCheckpointResumesFromMemory(t *testing.T) {
-	clean := runTwoNodes(t)
+	clean := cleanRun(t)
 	dir := t.TempDir()
 	store := filepath.Join(dir, "flash")
 	crashed := runTwoNodesIn(t, dir, "--flash", store, "--crash-at-step", "25", "--crash-rank", "3",
