@@ -97,12 +97,19 @@ type agentRun struct {
 // runAgent parses a `rover run` command line and runs the agent.
 func runAgent(ctx context.Context, t *testing.T, args ...string) agentRun {
 	t.Helper()
+	return runAgentLogging(ctx, t, &syncBuffer{}, args...)
+}
+
+// runAgentLogging is runAgent with the agent's stderr (and log) going to
+// stderr while it runs.
+func runAgentLogging(ctx context.Context, t *testing.T, stderr *syncBuffer, args ...string) agentRun {
+	t.Helper()
 	env := map[string]string{"ROVER_TOKEN": token}
 	cfg, err := runconfig.Parse(args, func(k string) string { return env[k] })
 	if err != nil {
 		t.Fatalf("parse %q: %v", args, err)
 	}
-	r := agentRun{stdout: &syncBuffer{}, stderr: &syncBuffer{}}
+	r := agentRun{stdout: &syncBuffer{}, stderr: stderr}
 	r.err = agent.Run(ctx, cfg, agent.Options{
 		Stdout: r.stdout, Stderr: r.stderr,
 		Getenv: func(k string) string { return env[k] },

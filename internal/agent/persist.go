@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"connectrpc.com/connect"
 	roverv1 "github.com/roverml/rover/api/rover/v1"
@@ -21,7 +22,16 @@ type persistJob struct {
 	url       string
 	keep      int
 	pinned    bool // the step's slot is pinned for this job
+	attempt   int  // failed attempts so far
 }
+
+// Persistence retries: a failed snapshot is tried again after 1, 2, 4, 8
+// and 16 s (while it is still in memory and no newer one of its rank is
+// queued), so that a storage outage of half a minute loses nothing.
+const (
+	persistAttempts     = 6
+	persistFirstBackoff = time.Second
+)
 
 // persister writes committed snapshots to storage in the background, one at
 // a time, and reports each durable file to the master. When saves come
@@ -33,18 +43,20 @@ type persister struct {
 	cond    *sync.Cond
 	pending map[int]persistJob
 	busy    map[int]bool
-	durable map[int]int64
-	lastErr map[int]string
-	buckets map[string]*ckpt.Bucket
-	wake    chan struct{} // size 1: a pending job may be waiting
-	stopped bool          // run returned: nothing more will be persisted
+	// retrying counts the failed jobs of each rank waiting for their retry.
+	retrying map[int]int
+	durable  map[int]int64
+	lastErr  map[int]string
+	buckets  map[string]*ckpt.Bucket
+	wake     chan struct{} // size 1: a pending job may be waiting
+	stopped  bool          // run returned: nothing more will be persisted
 	// target is where each rank's checkpoints go, from its latest commit
 	// that named one: what persistOnFailure uses.
 	target map[int]persistJob
 }
 
 func newPersister(a *agent) *persister {
-	p := &persister{a: a, pending: map[int]persistJob{}, busy: map[int]bool{}, durable: map[int]int64{},
+	p := &persister{a: a, pending: map[int]persistJob{}, busy: map[int]bool{}, retrying: map[int]int{}, durable: map[int]int64{},
 		lastErr: map[int]string{}, buckets: map[string]*ckpt.Bucket{}, wake: make(chan struct{}, 1),
 		target: map[int]persistJob{}}
 	p.cond = sync.NewCond(&p.mu)
@@ -99,13 +111,50 @@ func (p *persister) run(ctx context.Context) {
 		p.busy[job.local] = false
 		if err != nil {
 			p.lastErr[job.local] = err.Error()
-			p.a.log.Warn("could not persist a checkpoint; training goes on", "step", job.step, "rank", job.rank, "err", err)
+			job.attempt++
+			if job.attempt < persistAttempts && ctx.Err() == nil {
+				backoff := persistFirstBackoff << (job.attempt - 1)
+				p.a.log.Warn("could not persist a checkpoint; training goes on, retrying", "step", job.step, "rank", job.rank,
+					"attempt", job.attempt, "retry_in", backoff, "err", err)
+				p.retryLocked(ctx, job, backoff)
+			} else {
+				p.a.log.Error("gave up persisting a checkpoint; training goes on", "step", job.step, "rank", job.rank,
+					"attempts", job.attempt, "err", err)
+			}
 		} else if persisted {
 			p.durable[job.local] = max(p.durable[job.local], job.step)
+			delete(p.lastErr, job.local) // a retry (or a newer snapshot) made it
 		}
 		p.cond.Broadcast()
 		p.mu.Unlock()
 	}
+}
+
+// retryLocked queues job again after backoff, unless a newer snapshot of its
+// rank was queued meanwhile.
+func (p *persister) retryLocked(ctx context.Context, job persistJob, backoff time.Duration) {
+	job.pinned = false // persist pins it again if it is still in memory
+	p.retrying[job.local]++
+	t := time.NewTimer(backoff)
+	go func() {
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+		}
+		p.mu.Lock()
+		p.retrying[job.local]--
+		_, newer := p.pending[job.local]
+		if ctx.Err() == nil && !newer {
+			p.pending[job.local] = job
+		}
+		p.cond.Broadcast()
+		p.mu.Unlock()
+		select {
+		case p.wake <- struct{}{}:
+		default:
+		}
+	}()
 }
 
 func (p *persister) bucket(ctx context.Context, url string) (*ckpt.Bucket, error) {
@@ -161,13 +210,18 @@ func (p *persister) persist(ctx context.Context, j persistJob) (persisted bool, 
 	return err == nil, err
 }
 
-// wait blocks until the rank has nothing pending; it returns the newest
-// durable step and the last error (which it clears).
-func (p *persister) wait(local int) (int64, string) {
+// wait blocks until the rank has nothing pending or being retried; it
+// returns the newest durable step and the last error (which it clears),
+// unless the retries made the newest queued snapshot durable after all.
+func (p *persister) wait(local int) (int64, string) { return p.waitFor(local, true) }
+
+// waitFor is wait; without retries, it does not wait for failed snapshots'
+// retries (storage is failing: the caller has better things to do).
+func (p *persister) waitFor(local int, retries bool) (int64, string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for {
-		if _, pending := p.pending[local]; p.stopped || !pending && !p.busy[local] {
+		if _, pending := p.pending[local]; p.stopped || !pending && !p.busy[local] && (!retries || p.retrying[local] == 0) {
 			break
 		}
 		p.cond.Wait()
@@ -232,7 +286,7 @@ func (p *persister) persistOnFailure(ctx context.Context) {
 	}
 	p.mu.Unlock()
 	for _, t := range targets {
-		durable, _ := p.wait(t.local)
+		durable, _ := p.waitFor(t.local, false)
 		arena := p.a.arenas.get(t.local)
 		if arena == nil {
 			continue

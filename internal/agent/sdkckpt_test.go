@@ -215,3 +215,48 @@ func TestGoSDKCheckpointShmTooSmall(t *testing.T) {
 		t.Errorf("steps in memory after the failed save %v, want [1]", h.Steps)
 	}
 }
+
+// TestPersistenceRetriesWhileStorageFails makes the checkpoint storage
+// unreachable (its directory's parent is a regular file) when the worker
+// persists step 4: training goes on, the agent logs the error and retries,
+// and once the storage is back the retry makes step 4 durable, which the
+// worker's Wait sees.
+func TestPersistenceRetriesWhileStorageFails(t *testing.T) {
+	worker := ckptWorker(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dir, blocked := t.TempDir(), filepath.Join(t.TempDir(), "blocked")
+	if err := os.WriteFile(blocked, []byte("not a directory"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	store := filepath.Join(blocked, "ckpts")
+	stderr := &syncBuffer{}
+	unblocked := make(chan bool, 1)
+	go func() {
+		for ctx.Err() == nil {
+			if strings.Contains(stderr.String(), "could not persist a checkpoint; training goes on, retrying") {
+				unblocked <- os.Remove(blocked) == nil
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		unblocked <- false
+	}()
+	r := runAgentLogging(ctx, t, stderr, "--standalone", "--nproc-per-node", "2", "--max-restarts", "1",
+		"--stop-grace-period", "5s", "--no-python", worker, "--out", dir, "--url", store, "--no-initial-load")
+	if r.err != nil {
+		t.Fatalf("agent: %v\n%s", r.err, r.stderr)
+	}
+	if !<-unblocked {
+		t.Fatalf("the agent never reported a failed persistence:\n%s", r.stderr)
+	}
+	// The worker checked that Wait returned step 4 as durable; the agent
+	// persisted step 5 from memory when rank 1 failed.
+	b, err := os.ReadFile(filepath.Join(store, ckpt.LatestKey))
+	if err != nil || strings.TrimSpace(string(b)) != "5" {
+		t.Errorf("storage's latest marker is %q (%v), want step 5\n%s", b, err, r.stderr)
+	}
+	if _, err := os.Stat(filepath.Join(store, filepath.FromSlash(ckpt.RankPath(4, 1)))); err != nil {
+		t.Errorf("step 4 was not persisted by a retry: %v", err)
+	}
+}

@@ -29,12 +29,13 @@ func main() {
 	out := flag.String("out", "", "directory for the JSON results")
 	url := flag.String("url", "", "checkpoint storage (a directory or file:// URL)")
 	huge := flag.Bool("huge", false, "try a save larger than any /dev/shm and write huge-<RANK>.json")
+	noLoad := flag.Bool("no-initial-load", false, "skip the first attempt's check that nothing is there to load (for a storage that is not reachable yet)")
 	flag.Parse()
 	var err error
 	if *huge {
 		err = runHuge(*out)
 	} else {
-		err = run(*out, *url)
+		err = run(*out, *url, !*noLoad)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "ckptworker:", err)
@@ -81,7 +82,7 @@ func state(rank int, step int64) ([]rover.Tensor, []byte) {
 	}, []byte(fmt.Sprintf("rank %d step %d", rank, step))
 }
 
-func run(out, url string) error {
+func run(out, url string, checkEmpty bool) error {
 	ctx := context.Background()
 	c, err := rover.Connect()
 	if err != nil {
@@ -94,8 +95,10 @@ func run(out, url string) error {
 	if restart != "0" {
 		return restarted(ctx, k, filepath.Join(out, "loaded-"+rank+".json"))
 	}
-	if _, _, _, found, err := k.Load(ctx); err != nil || found {
-		return fmt.Errorf("a first attempt found a checkpoint (%v) or failed: %w", found, err)
+	if checkEmpty {
+		if _, _, _, found, err := k.Load(ctx); err != nil || found {
+			return fmt.Errorf("a first attempt found a checkpoint (%v) or failed: %w", found, err)
+		}
 	}
 	saved := map[int64]Snapshot{}
 	for step := int64(1); step <= 5; step++ {
