@@ -175,3 +175,28 @@ else:
     assert torch.equal(w, want["w"]) and header["__metadata__"]["rover.step"] == "6"
     open(os.path.join(sys.argv[3], "restored-%d" % rank), "w").write(str(step))
 `
+
+// TestFlashExample runs examples/flash_ckpt/train.py as its README says:
+// the crash at step 37 resumes from step 36 in memory, and the job ends
+// with step 100 committed in storage.
+func TestFlashExample(t *testing.T) {
+	dir := t.TempDir()
+	store := filepath.Join(dir, "flash-demo")
+	c := &cluster{t: t, dir: dir}
+	p := c.start("agent", "run", "--standalone", "--nproc-per-node", "2", "--max-restarts", "1",
+		filepath.Join(repoRoot, "examples", "flash_ckpt", "train.py"), "--dir", store, "--crash-at", "37")
+	if code := p.wait(t, jobTimeout); code != 0 {
+		t.Fatalf("agent exited %d:\n%s", code, p.out)
+	}
+	out := p.out.String()
+	for _, want := range []string{"attempt 0: starting at step 0 (restored from nothing)",
+		"attempt 1: starting at step 36 (restored from memory)", "done at step 100"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the output does not say %q:\n%s", want, out)
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(store, "latest"))
+	if err != nil || strings.TrimSpace(string(b)) != "100" {
+		t.Errorf("storage's latest = %q (%v), want step 100", b, err)
+	}
+}
