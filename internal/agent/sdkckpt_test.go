@@ -260,3 +260,43 @@ func TestPersistenceRetriesWhileStorageFails(t *testing.T) {
 		t.Errorf("step 4 was not persisted by a retry: %v", err)
 	}
 }
+
+// TestGoSDKReplicatedKeepsOneCopyPerNode runs the same job in replicated
+// mode: only local rank 0's saves reach shared memory and storage, and
+// after the restart every rank loads that node copy.
+func TestGoSDKReplicatedKeepsOneCopyPerNode(t *testing.T) {
+	worker := ckptWorker(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dir, store := t.TempDir(), filepath.Join(t.TempDir(), "ckpts")
+	r := runAgent(ctx, t, "--standalone", "--nproc-per-node", "2", "--max-restarts", "1", "--stop-grace-period", "5s",
+		"--no-python", worker, "--out", dir, "--url", store, "--mode", "replicated")
+	if r.err != nil {
+		t.Fatalf("agent: %v\n%s", r.err, r.stderr)
+	}
+	for _, step := range []int64{4, 5} {
+		if _, err := os.Stat(filepath.Join(store, filepath.FromSlash(ckpt.RankPath(step, 0)))); err != nil {
+			t.Errorf("step %d: local rank 0's file: %v\n%s", step, err, r.stderr)
+		}
+		if _, err := os.Stat(filepath.Join(store, filepath.FromSlash(ckpt.RankPath(step, 1)))); !os.IsNotExist(err) {
+			t.Errorf("step %d: local rank 1 persisted a second copy (%v)", step, err)
+		}
+	}
+	var saved map[int64]ckptSnapshot
+	readJSON(t, filepath.Join(dir, "saved-0.json"), &saved)
+	for rank := range 2 {
+		var loaded struct {
+			Steps []int64      `json:"steps"`
+			Load  ckptSnapshot `json:"load"`
+		}
+		readJSON(t, filepath.Join(dir, "loaded-"+strconv.Itoa(rank)+".json"), &loaded)
+		// Rank 0's restore from storage may replace step 4 in the node copy
+		// before rank 1 looks.
+		if len(loaded.Steps) == 0 || loaded.Steps[0] != 5 {
+			t.Errorf("rank %d: steps in memory after the restart %v, want the node copy's 5 first", rank, loaded.Steps)
+		}
+		if d := sameSnapshot(loaded.Load, saved[5]); d != "" {
+			t.Errorf("rank %d: Load after the restart: %s", rank, d)
+		}
+	}
+}

@@ -34,8 +34,8 @@ type memorySnapshot struct {
 }
 
 // restorable reports whether global rank r of a world of size w can restore
-// s: a replicated snapshot serves any rank, a sharded one only the rank that
-// saved it in a world of the same size.
+// s, held at its own local rank: a replicated snapshot serves any rank, a
+// sharded one only the rank that saved it in a world of the same size.
 func (s memorySnapshot) restorable(r, w int) bool {
 	return s.Mode == modeReplicated || (s.Rank == r && s.WorldSize == w)
 }
@@ -66,16 +66,25 @@ func validateSnapshots(r *roverv1.JoinRequest) ([]memorySnapshot, error) {
 }
 
 // agreedMemoryStep returns the newest step that every global rank of world
-// (of worldSize ranks) can restore from the snapshots its node holds at its
-// local rank; ok is false when there is no such step.
+// (of worldSize ranks) can restore from the snapshots its node holds: a
+// replicated snapshot at local rank 0 (the node's copy: in replicated mode
+// the SDKs save only there, and every local rank reads it), or one at its
+// own local rank that it can restore. ok is false when there is no such
+// step.
 func agreedMemoryStep(world []rendezvous.Member, worldSize int, held map[string][]memorySnapshot) (step int64, ok bool) {
 	var common []int64 // sorted; nil before the first rank
 	first := true
 	for _, m := range world {
 		snaps := held[m.NodeID]
+		var node []int64 // the node's copy: replicated steps at local rank 0
+		for _, s := range snaps {
+			if s.Mode == modeReplicated && s.LocalRank == 0 {
+				node = append(node, s.Step)
+			}
+		}
 		for local := range m.LocalWorldSize {
 			rank := m.RankOffset + local
-			var mine []int64
+			mine := slices.Clone(node)
 			for _, s := range snaps {
 				if s.LocalRank == local && s.restorable(rank, worldSize) {
 					mine = append(mine, s.Step)

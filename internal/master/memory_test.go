@@ -55,12 +55,24 @@ func TestAgreedMemoryStep(t *testing.T) {
 			"a": concat(replicated(0, 23, 24), replicated(1, 23, 24)),
 			"b": concat(replicated(0, 22, 23), replicated(1, 23, 24)),
 		}, 23, true},
+		{"local rank 0's copy serves the node", two, 4, map[string][]memorySnapshot{
+			"a": concat(replicated(0, 23, 24), replicated(1, 23, 24)),
+			"b": concat(replicated(0, 23, 24), replicated(1, 21, 22)),
+		}, 24, true},
+		{"only local rank 0's copy serves the node", two, 4, map[string][]memorySnapshot{
+			"a": concat(replicated(0, 23, 24), replicated(1, 23, 24)),
+			"b": replicated(1, 23, 24),
+		}, 0, false},
 		{"a new node holds nothing", two, 4, map[string][]memorySnapshot{
 			"a": concat(replicated(0, 23, 24), replicated(1, 23, 24)),
 		}, 0, false},
-		{"a local rank holds nothing", two, 4, map[string][]memorySnapshot{
-			"a": concat(replicated(0, 23, 24), replicated(1, 23, 24)),
-			"b": replicated(0, 23, 24),
+		{"one replicated copy per node", two, 4, map[string][]memorySnapshot{
+			"a": replicated(0, 23, 24),
+			"b": replicated(0, 22, 23),
+		}, 23, true},
+		{"a sharded local rank holds nothing", two, 4, map[string][]memorySnapshot{
+			"a": concat(sharded(0, 0, 4, 9, 10), sharded(1, 1, 4, 9, 10)),
+			"b": sharded(0, 2, 4, 9, 10),
 		}, 0, false},
 		{"no common step", two, 4, map[string][]memorySnapshot{
 			"a": concat(replicated(0, 23, 24), replicated(1, 23, 24)),

@@ -29,13 +29,14 @@ func main() {
 	out := flag.String("out", "", "directory for the JSON results")
 	url := flag.String("url", "", "checkpoint storage (a directory or file:// URL)")
 	huge := flag.Bool("huge", false, "try a save larger than any /dev/shm and write huge-<RANK>.json")
+	mode := flag.String("mode", rover.ModeSharded, "checkpoint mode; in replicated mode every rank saves rank 0's state")
 	noLoad := flag.Bool("no-initial-load", false, "skip the first attempt's check that nothing is there to load (for a storage that is not reachable yet)")
 	flag.Parse()
 	var err error
 	if *huge {
 		err = runHuge(*out)
 	} else {
-		err = run(*out, *url, !*noLoad)
+		err = run(*out, *url, *mode, !*noLoad)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "ckptworker:", err)
@@ -82,7 +83,7 @@ func state(rank int, step int64) ([]rover.Tensor, []byte) {
 	}, []byte(fmt.Sprintf("rank %d step %d", rank, step))
 }
 
-func run(out, url string, checkEmpty bool) error {
+func run(out, url, mode string, checkEmpty bool) error {
 	ctx := context.Background()
 	c, err := rover.Connect()
 	if err != nil {
@@ -91,7 +92,11 @@ func run(out, url string, checkEmpty bool) error {
 	rank, restart := os.Getenv("RANK"), os.Getenv("TORCHELASTIC_RESTART_COUNT")
 	var r int
 	fmt.Sscan(rank, &r)
-	k := c.Checkpointer(url, rover.CheckpointOptions{Keep: 2})
+	k := c.Checkpointer(url, rover.CheckpointOptions{Keep: 2, Mode: mode})
+	stateRank := r
+	if mode == rover.ModeReplicated {
+		stateRank = 0 // every rank holds the same state
+	}
 	if restart != "0" {
 		return restarted(ctx, k, filepath.Join(out, "loaded-"+rank+".json"))
 	}
@@ -102,7 +107,7 @@ func run(out, url string, checkEmpty bool) error {
 	}
 	saved := map[int64]Snapshot{}
 	for step := int64(1); step <= 5; step++ {
-		tensors, extra := state(r, step)
+		tensors, extra := state(stateRank, step)
 		if err := k.Save(ctx, step, tensors, extra, step == 4); err != nil {
 			return err
 		}
@@ -112,7 +117,9 @@ func run(out, url string, checkEmpty bool) error {
 	if err != nil {
 		return err
 	}
-	if durable != 4 {
+	// In replicated mode only local rank 0 saves; another rank's Wait waits
+	// for what rank 0 has queued so far, which may be nothing yet.
+	if durable != 4 && stateRank == r {
 		return fmt.Errorf("durable step after Wait is %d, want 4", durable)
 	}
 	if err := writeJSON(filepath.Join(out, "saved-"+rank+".json"), saved); err != nil {

@@ -27,7 +27,9 @@ const (
 	// and a checkpoint needs every rank's file.
 	ModeSharded = "sharded"
 	// ModeReplicated: every rank holds the same state (DDP), and any one
-	// rank's file restores all of them.
+	// rank's file restores all of them. One copy per node is kept in
+	// memory: local rank 0's saves; the other local ranks' saves return at
+	// once, and they load local rank 0's copy.
 	ModeReplicated = "replicated"
 )
 
@@ -95,6 +97,7 @@ type Checkpointer struct {
 	mode            string
 	rank, worldSize int
 	local           int32
+	home            int32 // the local rank whose arena holds this rank's saves
 	// err is a bad option or environment variable, returned by every call.
 	err error
 }
@@ -120,6 +123,9 @@ func (c *Client) Checkpointer(url string, opts CheckpointOptions) *Checkpointer 
 		errs = append(errs, fmt.Errorf("LOCAL_RANK %q is not a number", c.localRank))
 	}
 	k.local = int32(local)
+	if k.home = k.local; k.mode == ModeReplicated {
+		k.home = 0 // the node's copy
+	}
 	if opts.WorldSize == 0 {
 		k.rank, k.worldSize = 0, 1
 		if s := os.Getenv("RANK"); s != "" {
@@ -243,6 +249,9 @@ func (k *Checkpointer) write(ctx context.Context, op string, step int64, l *ckpt
 	if persist && k.url == "" {
 		return fmt.Errorf("%s: persist needs storage: give Client.Checkpointer a directory or URL", op)
 	}
+	if k.home != k.local {
+		return nil // replicated: local rank 0 keeps the node's copy
+	}
 	r, err := k.c.api.CheckpointBegin(ctx, connect.NewRequest(&roverv1.CheckpointBeginRequest{LocalRank: k.local, Step: step, Size: l.Size}))
 	if err != nil {
 		if connect.CodeOf(err) == connect.CodeResourceExhausted {
@@ -313,7 +322,9 @@ func (e *shmError) Error() string {
 func (e *shmError) Unwrap() []error { return []error{ErrShmTooSmall, e.err} }
 
 // Wait blocks until this rank's pending persistence is done, and returns
-// the newest step this rank made durable (0: none). When a persistence
+// the newest step this rank made durable (0: none). In replicated mode a
+// local rank other than 0 waits for the node copy's pending persistence,
+// that is for what local rank 0 has saved so far. When a persistence
 // failed since the previous Wait, the error wraps [ErrPersist] (durableStep
 // is still returned). A durable rank file is not yet a committed
 // checkpoint: the master commits a step once every rank of it is durable.
@@ -321,7 +332,7 @@ func (k *Checkpointer) Wait(ctx context.Context) (durableStep int64, err error) 
 	if k.err != nil {
 		return 0, fmt.Errorf("wait for checkpoint persistence: %w", k.err)
 	}
-	r, err := k.c.api.CheckpointWait(ctx, connect.NewRequest(&roverv1.CheckpointWaitRequest{LocalRank: k.local}))
+	r, err := k.c.api.CheckpointWait(ctx, connect.NewRequest(&roverv1.CheckpointWaitRequest{LocalRank: k.home}))
 	if err != nil {
 		return 0, fmt.Errorf("wait for checkpoint persistence: %w", err)
 	}
@@ -444,14 +455,22 @@ func (k *Checkpointer) snapshots(ctx context.Context) ([]*roverv1.CheckpointSnap
 	return snaps, err
 }
 
-// snapshotsAgreed is snapshots and the step the master agreed for this
-// round (nil: none).
+// snapshotsAgreed lists the snapshots this rank can load, highest step
+// first (its own arena's, then in replicated mode the node copy's), and
+// the step the master agreed for this round (nil: none).
 func (k *Checkpointer) snapshotsAgreed(ctx context.Context) ([]*roverv1.CheckpointSnapshot, *int64, error) {
 	r, err := k.c.api.CheckpointSnapshots(ctx, connect.NewRequest(&roverv1.CheckpointSnapshotsRequest{LocalRank: k.local}))
 	if err != nil {
 		return nil, nil, fmt.Errorf("list the snapshots in memory: %w", err)
 	}
 	snaps := r.Msg.GetSnapshots()
+	if k.home != k.local {
+		node, err := k.c.api.CheckpointSnapshots(ctx, connect.NewRequest(&roverv1.CheckpointSnapshotsRequest{LocalRank: k.home}))
+		if err != nil {
+			return nil, nil, fmt.Errorf("list the snapshots in memory: %w", err)
+		}
+		snaps = append(snaps, node.Msg.GetSnapshots()...)
+	}
 	slices.SortStableFunc(snaps, func(a, b *roverv1.CheckpointSnapshot) int { return cmp.Compare(b.GetStep(), a.GetStep()) })
 	return snaps, r.Msg.AgreedStep, nil
 }
