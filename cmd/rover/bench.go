@@ -13,7 +13,7 @@ import (
 )
 
 const benchUsage = `usage: rover bench rendezvous --nodes N [--conns C] [--heartbeat-period D] [--periods P]
-       rover bench shards --clients N [--batch B] [--duration D]`
+       rover bench shards --clients N [--batch B] [--agents A] [--duration D]`
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) > 0 && args[0] == "shards" {
@@ -55,14 +55,22 @@ func runBenchShards(ctx context.Context, args []string, stdout, stderr io.Writer
 	fs.IntVar(&cfg.Batch, "batch", 1, "shards leased per call (an agent batches its workers' requests)")
 	fs.DurationVar(&cfg.Duration, "duration", 5*time.Second, "how long to measure")
 	fs.IntVar(&cfg.Conns, "conns", 16, "HTTP/2 connections the clients share")
+	fs.IntVar(&cfg.Agents, "agents", 0, "simulated node agents whose workers the clients are; each batches its workers' calls (0: the clients call the master themselves)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
 		}
 		return usageError{err}
 	}
+	var errs []error
 	if cfg.Clients < 1 {
-		return usageError{fmt.Errorf("--clients must be at least 1, got %d", cfg.Clients)}
+		errs = append(errs, fmt.Errorf("--clients must be at least 1, got %d", cfg.Clients))
+	}
+	if cfg.Agents < 0 || cfg.Agents > max(cfg.Clients, 1) {
+		errs = append(errs, fmt.Errorf("--agents must be 0 to --clients (%d), got %d", cfg.Clients, cfg.Agents))
+	}
+	if len(errs) > 0 {
+		return usageError{errors.Join(errs...)}
 	}
 	exe, err := os.Executable()
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/roverml/rover/internal/master"
 	"github.com/roverml/rover/internal/proc"
 	"github.com/roverml/rover/internal/runconfig"
+	"github.com/roverml/rover/internal/shardbatch"
 	"golang.org/x/sync/errgroup"
 )
 
@@ -52,6 +53,9 @@ type agent struct {
 	local     *localAPI
 	arenas    *arenas
 	persister *persister
+	// shards sends the workers' lease and complete calls to the master in
+	// batches.
+	shards *shardbatch.Batcher
 }
 
 // Run runs the node agent until the job ends or ctx is cancelled. Its error
@@ -91,6 +95,7 @@ func Run(ctx context.Context, cfg *runconfig.Config, opts Options) error {
 	httpClient := master.NewHTTPClient()
 	defer httpClient.CloseIdleConnections()
 	a.client = master.NewClient(httpClient, addr, token)
+	a.shards = shardbatch.New(a.client, shardbatch.Options{MaxOps: master.MaxBatchOps})
 	a.nodeID = a.defaultNodeID()
 	a.host = cfg.LocalAddr
 	if a.host == "" {
@@ -120,6 +125,7 @@ func Run(ctx context.Context, cfg *runconfig.Config, opts Options) error {
 	bg, bgctx := errgroup.WithContext(ctx)
 	bgctx, stopBackground := context.WithCancel(bgctx)
 	bg.Go(func() error { a.persister.run(bgctx); return nil })
+	bg.Go(func() error { a.shards.Run(bgctx); return nil })
 	firstJoin := make(chan error, 1) // written once by the session goroutine
 	bg.Go(func() error { a.sessionLoop(bgctx, firstJoin); return nil })
 	select {

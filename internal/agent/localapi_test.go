@@ -3,6 +3,7 @@ package agent_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -121,47 +122,103 @@ with open(os.path.join(sys.argv[1], "out-%s.json" % os.environ["RANK"]), "w") as
 	}
 }
 
-// TestGoSDKLeasedWorkers runs three Go workers that lease shards through the
-// Go SDK, one of them slow: every sample is trained once, and the slow
-// worker takes fewer shards instead of holding the others back.
-func TestGoSDKLeasedWorkers(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	dir := t.TempDir()
-	r := runAgent(ctx, t, "--standalone", "--nproc-per-node", "3", "--no-python", sdkWorker,
-		"--size", "600", "--shard-size", "10", "--per-shard", "5ms", "--slow-rank", "2", "--slow-per-shard", "50ms", "--out", dir)
+// leasedRun is what the sdkworker processes of one agent run trained.
+type leasedRun struct {
+	count   map[int64]int  // times each sample was trained
+	perRank map[string]int // shards each rank trained
+	// span is from the first worker's first lease to the last completion.
+	span time.Duration
+}
+
+// leasedArgs is the command line of a standalone agent that runs the
+// sdkworker on nproc workers, writing to dir.
+func leasedArgs(dir string, nproc int, args ...string) []string {
+	return append([]string{"--standalone", "--nproc-per-node", fmt.Sprint(nproc), "--no-python", sdkWorker, "--out", dir}, args...)
+}
+
+// readLeased reads what the nproc workers of r wrote to dir.
+func readLeased(t *testing.T, dir string, nproc int, r agentRun) leasedRun {
+	t.Helper()
 	if r.err != nil {
 		t.Fatalf("agent: %v\n%s", r.err, r.stderr)
 	}
-	count := map[int64]int{}
-	perRank := map[string]int{}
-	for _, rank := range []string{"0", "1", "2"} {
-		b, err := os.ReadFile(filepath.Join(dir, "out-"+rank+".json"))
+	run := leasedRun{count: map[int64]int{}, perRank: map[string]int{}}
+	var first, last int64
+	for rank := range nproc {
+		b, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("out-%d.json", rank)))
 		if err != nil {
-			t.Fatalf("rank %s: %v\n%s", rank, err, r.stderr)
+			t.Fatalf("rank %d: %v\n%s", rank, err, r.stderr)
 		}
 		var out struct {
 			Shards []struct {
 				Indices []int64 `json:"indices"`
 			} `json:"shards"`
+			Start int64 `json:"start_unix_nano"`
+			Last  int64 `json:"last_complete_unix_nano"`
 		}
 		if err := json.Unmarshal(b, &out); err != nil {
 			t.Fatal(err)
 		}
-		perRank[rank] = len(out.Shards)
+		run.perRank[fmt.Sprint(rank)] = len(out.Shards)
 		for _, s := range out.Shards {
 			for _, i := range s.Indices {
-				count[i]++
+				run.count[i]++
 			}
 		}
+		if first == 0 || out.Start < first {
+			first = out.Start
+		}
+		last = max(last, out.Last)
 	}
-	for i := int64(0); i < 600; i++ {
-		if count[i] != 1 {
-			t.Fatalf("sample %d trained %d times, want once", i, count[i])
+	run.span = time.Duration(last - first)
+	return run
+}
+
+// TestGoSDKLeasedWorkers runs three Go workers that lease shards through the
+// Go SDK, one of them twenty times slower than the others: every sample is
+// trained once, the slow worker takes fewer shards, and the job takes about
+// as long as the two fast workers alone take for the same data, not the
+// time the slow worker would need for a third of it.
+func TestGoSDKLeasedWorkers(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const (
+		size, shardSize = 600, 10
+		shards          = size / shardSize
+		fast, slow      = 30 * time.Millisecond, 600 * time.Millisecond
+	)
+	data := []string{"--size", fmt.Sprint(size), "--shard-size", fmt.Sprint(shardSize), "--per-shard", fast.String()}
+	// The two jobs run at the same time, so that both see the same load.
+	fastDir, mixedDir := t.TempDir(), t.TempDir()
+	runs := runAgents(ctx, t,
+		leasedArgs(fastDir, 2, data...),
+		leasedArgs(mixedDir, 3, append(data, "--slow-rank", "2", "--slow-per-shard", slow.String())...))
+	fastOnly, mixed := readLeased(t, fastDir, 2, runs[0]), readLeased(t, mixedDir, 3, runs[1])
+	for i := int64(0); i < size; i++ {
+		if mixed.count[i] != 1 || fastOnly.count[i] != 1 {
+			t.Fatalf("sample %d trained %d times with the slow worker, %d without; want once", i, mixed.count[i], fastOnly.count[i])
 		}
 	}
-	if perRank["2"] >= perRank["0"] || perRank["2"] >= perRank["1"] {
-		t.Errorf("shards per rank %v: the slow rank 2 should take fewer than each fast one", perRank)
+	if mixed.perRank["2"] >= mixed.perRank["0"] || mixed.perRank["2"] >= mixed.perRank["1"] {
+		t.Errorf("shards per rank %v: the slow rank 2 should take fewer than each fast one", mixed.perRank)
+	}
+	// With leases, the slow worker costs the job at most the one shard it may
+	// still hold when the fast ones have done the rest. A static split would
+	// give it a third of the shards, and the job would last at least as long
+	// as it sleeps on those: 20 x 600ms = 12s, against 30 x 30ms = 0.9s (plus
+	// the calls, a few ms each, more on a loaded machine) for the fast
+	// workers alone. The margin, half the fast run and at least 300ms, is
+	// wide enough for a loaded machine, and the bound stays far below a
+	// static split.
+	static := time.Duration((shards+2)/3) * slow
+	limit := fastOnly.span + slow + max(fastOnly.span/2, 300*time.Millisecond)
+	t.Logf("job time: fast workers alone %v, with the slow one %v (shards per rank %v), bound %v; a static split would take at least %v",
+		fastOnly.span, mixed.span, mixed.perRank, limit, static)
+	if mixed.span > limit {
+		t.Errorf("with the slow worker the job took %v, more than the %v of the fast workers alone plus one slow shard (%v) and a margin", mixed.span, fastOnly.span, slow)
+	}
+	if mixed.span > static/2 {
+		t.Errorf("with the slow worker the job took %v, not well below the %v of a static split", mixed.span, static)
 	}
 }
 

@@ -10,7 +10,10 @@ import (
 
 // The shard methods of the local API forward to the master; the agent names
 // the calling worker "<node_id>/<local_rank>", so that the master can return
-// a worker's leases when its process or its node goes away.
+// a worker's leases when its process or its node goes away. Leases and
+// completions, the calls every worker makes all the time, go through the
+// agent's batcher: concurrent ones reach the master together in one
+// BatchShards call. The others go one by one.
 
 func (s *agentService) worker(local string) (string, error) {
 	n, err := strconv.Atoi(local)
@@ -39,7 +42,11 @@ func (s *agentService) LeaseShards(ctx context.Context, req *connect.Request[rov
 		return nil, err
 	}
 	req.Msg.Worker = w
-	return toMaster(ctx, req.Msg, s.a.client.LeaseShards)
+	resp, err := s.a.shards.Lease(ctx, req.Msg)
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(resp), nil
 }
 
 func (s *agentService) CompleteShards(ctx context.Context, req *connect.Request[roverv1.CompleteShardsRequest]) (*connect.Response[roverv1.CompleteShardsResponse], error) {
@@ -48,7 +55,11 @@ func (s *agentService) CompleteShards(ctx context.Context, req *connect.Request[
 		return nil, err
 	}
 	req.Msg.Worker = w
-	return toMaster(ctx, req.Msg, s.a.client.CompleteShards)
+	resp, err := s.a.shards.Complete(ctx, req.Msg)
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(resp), nil
 }
 
 func (s *agentService) GetPosition(ctx context.Context, req *connect.Request[roverv1.GetPositionRequest]) (*connect.Response[roverv1.GetPositionResponse], error) {

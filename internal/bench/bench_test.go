@@ -47,12 +47,16 @@ func TestRendezvousBenchmarkRuns(t *testing.T) {
 }
 
 func TestShardsBenchmarkRuns(t *testing.T) {
-	var out bytes.Buffer
-	res, err := Shards(context.Background(), ShardsConfig{Clients: 8, Batch: 4, Duration: 300 * time.Millisecond, Rover: rover}, &out)
-	if err != nil {
-		t.Fatalf("%v\n%s", err, out.String())
-	}
-	if res.Clients != 8 || res.LeasesPerSecond <= 0 || res.P99LeaseMillis <= 0 {
-		t.Errorf("figures %+v", res)
+	for _, agents := range []int{0, 2} {
+		t.Run(fmt.Sprintf("agents=%d", agents), func(t *testing.T) {
+			var out bytes.Buffer
+			res, err := Shards(context.Background(), ShardsConfig{Clients: 8, Batch: 4, Agents: agents, Duration: 300 * time.Millisecond, Rover: rover}, &out)
+			if err != nil {
+				t.Fatalf("%v\n%s", err, out.String())
+			}
+			if res.Clients != 8 || res.Agents != agents || res.LeasesPerSecond <= 0 || res.P99LeaseMillis <= 0 || res.MasterCallsPerSecond <= 0 {
+				t.Errorf("figures %+v", res)
+			}
+		})
 	}
 }

@@ -119,21 +119,30 @@ func (c *core) applyLocked(ctx context.Context, e *event) error {
 	if err := c.checkLocked(e); err != nil {
 		return err
 	}
-	if !c.replaying {
-		b, err := e.marshal()
-		if err != nil {
-			return err
-		}
-		if err := c.store.Append(ctx, b); err != nil {
-			return fmt.Errorf("persist %s: %w", e.Type, err)
-		}
+	if err := c.journalLocked(ctx, e); err != nil {
+		return err
 	}
 	return c.transitionLocked(e)
 }
 
+// journalLocked appends e to the store, except during a replay.
+func (c *core) journalLocked(ctx context.Context, e *event) error {
+	if c.replaying {
+		return nil
+	}
+	b, err := e.marshal()
+	if err != nil {
+		return err
+	}
+	if err := c.store.Append(ctx, b); err != nil {
+		return fmt.Errorf("persist %s: %w", e.Type, err)
+	}
+	return nil
+}
+
 // checkLocked rejects events that would fail, before they are journaled.
 func (c *core) checkLocked(e *event) error {
-	if e.Shard != nil {
+	if e.Shard != nil || e.Type == eventShardBatch {
 		return nil // the shard machine checks its own events
 	}
 	switch e.Type {

@@ -32,6 +32,8 @@ type event struct {
 	Reason   string            `json:"reason,omitempty"`
 	// Shard is set on the shard events (shards.go).
 	Shard *shardEvent `json:"shard,omitempty"`
+	// Batch is set on eventShardBatch: shard events applied in order, at Time.
+	Batch []batchOp `json:"batch,omitempty"`
 }
 
 type eventType string

@@ -96,6 +96,9 @@ func (c *core) transitionShardsLocked(e *event) (ok bool, err error) {
 	case eventShardTick:
 		c.shards.Tick(e.Time)
 		return true, nil
+	case eventShardBatch:
+		_, errs := c.applyBatchLocked(e)
+		return true, faults(errs)
 	}
 	return false, nil
 }

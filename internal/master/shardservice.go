@@ -27,31 +27,62 @@ func (s *service) RegisterDataset(ctx context.Context, req *connect.Request[rove
 }
 
 func (s *service) LeaseShards(ctx context.Context, req *connect.Request[roverv1.LeaseShardsRequest]) (*connect.Response[roverv1.LeaseShardsResponse], error) {
-	r := req.Msg
-	if err := validateLease(r); err != nil {
-		return nil, rpcError(err)
-	}
-	out, err := s.core.shardCall(ctx, s.shardEvent(eventLease, &shardEvent{Dataset: r.GetDataset(), Worker: r.GetWorker(), Max: int(r.GetMax())}))
+	sh, err := leaseEvent(req.Msg)
 	if err != nil {
 		return nil, rpcError(err)
 	}
-	return connect.NewResponse(&roverv1.LeaseShardsResponse{Shards: shardsToProto(out.lease.Shards), Wait: out.lease.Wait, End: out.lease.End}), nil
+	out, err := s.core.shardCall(ctx, s.shardEvent(eventLease, sh))
+	if err != nil {
+		return nil, rpcError(err)
+	}
+	return connect.NewResponse(leaseResponse(out)), nil
 }
 
 func (s *service) CompleteShards(ctx context.Context, req *connect.Request[roverv1.CompleteShardsRequest]) (*connect.Response[roverv1.CompleteShardsResponse], error) {
-	r := req.Msg
-	if err := validateComplete(r); err != nil {
-		return nil, rpcError(err)
-	}
-	results := make([]shardResult, len(r.GetResults()))
-	for i, x := range r.GetResults() {
-		results[i] = shardResult{ID: x.GetLeaseId(), OK: x.GetOk()}
-	}
-	out, err := s.core.shardCall(ctx, s.shardEvent(eventCompleteShards, &shardEvent{Dataset: r.GetDataset(), Worker: r.GetWorker(), Results: results}))
+	sh, err := completeEvent(req.Msg)
 	if err != nil {
 		return nil, rpcError(err)
 	}
-	return connect.NewResponse(&roverv1.CompleteShardsResponse{Unknown: out.unknown}), nil
+	out, err := s.core.shardCall(ctx, s.shardEvent(eventCompleteShards, sh))
+	if err != nil {
+		return nil, rpcError(err)
+	}
+	return connect.NewResponse(completeResponse(out)), nil
+}
+
+// BatchShards validates each op on its own, applies the valid ones in order
+// as one journal record, and answers every op in its place.
+func (s *service) BatchShards(ctx context.Context, req *connect.Request[roverv1.BatchShardsRequest]) (*connect.Response[roverv1.BatchShardsResponse], error) {
+	ops := req.Msg.GetOps()
+	if len(ops) == 0 || len(ops) > MaxBatchOps {
+		return nil, rpcError(invalid("a batch must hold 1 to %d ops, got %d: split larger batches", MaxBatchOps, len(ops)))
+	}
+	results := make([]*roverv1.ShardOpResult, len(ops))
+	valid := make([]batchOp, 0, len(ops))
+	at := make([]int, 0, len(ops)) // the position in ops of each valid op
+	for i, op := range ops {
+		b, err := batchOpFromProto(op)
+		if err != nil {
+			results[i] = opError(err)
+			continue
+		}
+		valid = append(valid, b)
+		at = append(at, i)
+	}
+	if len(valid) > 0 {
+		outs, errs, err := s.core.shardBatch(ctx, s.clock.Now(), valid)
+		if err != nil {
+			return nil, rpcError(err)
+		}
+		for j, i := range at {
+			if errs[j] != nil {
+				results[i] = opError(errs[j])
+				continue
+			}
+			results[i] = opResult(valid[j].Type, outs[j])
+		}
+	}
+	return connect.NewResponse(&roverv1.BatchShardsResponse{Results: results}), nil
 }
 
 func (s *service) GetPosition(ctx context.Context, req *connect.Request[roverv1.GetPositionRequest]) (*connect.Response[roverv1.GetPositionResponse], error) {

@@ -1,6 +1,6 @@
 // Command sdkworker is a Go worker program for Rover's tests: it uses the Go
 // SDK to lease every shard of a dataset through its agent, optionally slowly,
-// and writes what it trained as JSON.
+// and writes what it trained, and when, as JSON.
 package main
 
 import (
@@ -85,6 +85,9 @@ func run(size, shardSize int64, epochs int, perShard time.Duration, slowRank str
 	stop := make(chan os.Signal, 1)
 	signal.Notify(stop, syscall.SIGTERM)
 	var trained []shard
+	// start and last bound this worker's part of the job: from its first
+	// lease to its last completion.
+	start, last := time.Now(), time.Time{}
 	for {
 		select {
 		case <-stop:
@@ -108,13 +111,18 @@ func run(size, shardSize int64, epochs int, perShard time.Duration, slowRank str
 			return err
 		}
 		if ok {
+			last = time.Now()
 			trained = append(trained, shard{s.Epoch, s.Indices()})
 			if err := appendLine(filepath.Join(out, "done.jsonl"), shard{s.Epoch, s.Indices()}); err != nil {
 				return err
 			}
 		}
 	}
-	b, err := json.Marshal(map[string]any{"world_size": info.GetWorldSize(), "shards": trained})
+	result := map[string]any{"world_size": info.GetWorldSize(), "shards": trained, "start_unix_nano": start.UnixNano()}
+	if !last.IsZero() {
+		result["last_complete_unix_nano"] = last.UnixNano()
+	}
+	b, err := json.Marshal(result)
 	if err != nil {
 		return err
 	}

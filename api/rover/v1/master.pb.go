@@ -2004,8 +2004,7 @@ const file_api_rover_v1_master_proto_rawDesc = "" +
 	"\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11JOB_STATE_RUNNING\x10\x01\x12\x17\n" +
 	"\x13JOB_STATE_SUCCEEDED\x10\x02\x12\x14\n" +
-	"\x10JOB_STATE_FAILED\x10\x032\xb2\n" +
-	"\n" +
+	"\x10JOB_STATE_FAILED\x10\x032\x80\v\n" +
 	"\rMasterService\x12D\n" +
 	"\aSession\x12\x18.rover.v1.SessionRequest\x1a\x19.rover.v1.SessionResponse\"\x00(\x010\x01\x127\n" +
 	"\x04Join\x12\x15.rover.v1.JoinRequest\x1a\x16.rover.v1.JoinResponse\"\x00\x12R\n" +
@@ -2022,7 +2021,8 @@ const file_api_rover_v1_master_proto_rawDesc = "" +
 	"\x0fAdvancePosition\x12 .rover.v1.AdvancePositionRequest\x1a!.rover.v1.AdvancePositionResponse\"\x00\x12O\n" +
 	"\fAppendStream\x12\x1d.rover.v1.AppendStreamRequest\x1a\x1e.rover.v1.AppendStreamResponse\"\x00\x12R\n" +
 	"\x0fGetDatasetState\x12\x1d.rover.v1.DatasetStateRequest\x1a\x1e.rover.v1.DatasetStateResponse\"\x00\x12U\n" +
-	"\x0eRestoreDataset\x12\x1f.rover.v1.RestoreDatasetRequest\x1a .rover.v1.RestoreDatasetResponse\"\x00\x12^\n" +
+	"\x0eRestoreDataset\x12\x1f.rover.v1.RestoreDatasetRequest\x1a .rover.v1.RestoreDatasetResponse\"\x00\x12L\n" +
+	"\vBatchShards\x12\x1c.rover.v1.BatchShardsRequest\x1a\x1d.rover.v1.BatchShardsResponse\"\x00\x12^\n" +
 	"\x11CheckpointDurable\x12\".rover.v1.CheckpointDurableRequest\x1a#.rover.v1.CheckpointDurableResponse\"\x00B/Z-github.com/roverml/rover/api/rover/v1;roverv1b\x06proto3"
 
 var (
@@ -2074,14 +2074,16 @@ var file_api_rover_v1_master_proto_goTypes = []any{
 	(*AppendStreamRequest)(nil),       // 31: rover.v1.AppendStreamRequest
 	(*DatasetStateRequest)(nil),       // 32: rover.v1.DatasetStateRequest
 	(*RestoreDatasetRequest)(nil),     // 33: rover.v1.RestoreDatasetRequest
-	(*RegisterDatasetResponse)(nil),   // 34: rover.v1.RegisterDatasetResponse
-	(*LeaseShardsResponse)(nil),       // 35: rover.v1.LeaseShardsResponse
-	(*CompleteShardsResponse)(nil),    // 36: rover.v1.CompleteShardsResponse
-	(*GetPositionResponse)(nil),       // 37: rover.v1.GetPositionResponse
-	(*AdvancePositionResponse)(nil),   // 38: rover.v1.AdvancePositionResponse
-	(*AppendStreamResponse)(nil),      // 39: rover.v1.AppendStreamResponse
-	(*DatasetStateResponse)(nil),      // 40: rover.v1.DatasetStateResponse
-	(*RestoreDatasetResponse)(nil),    // 41: rover.v1.RestoreDatasetResponse
+	(*BatchShardsRequest)(nil),        // 34: rover.v1.BatchShardsRequest
+	(*RegisterDatasetResponse)(nil),   // 35: rover.v1.RegisterDatasetResponse
+	(*LeaseShardsResponse)(nil),       // 36: rover.v1.LeaseShardsResponse
+	(*CompleteShardsResponse)(nil),    // 37: rover.v1.CompleteShardsResponse
+	(*GetPositionResponse)(nil),       // 38: rover.v1.GetPositionResponse
+	(*AdvancePositionResponse)(nil),   // 39: rover.v1.AdvancePositionResponse
+	(*AppendStreamResponse)(nil),      // 40: rover.v1.AppendStreamResponse
+	(*DatasetStateResponse)(nil),      // 41: rover.v1.DatasetStateResponse
+	(*RestoreDatasetResponse)(nil),    // 42: rover.v1.RestoreDatasetResponse
+	(*BatchShardsResponse)(nil),       // 43: rover.v1.BatchShardsResponse
 }
 var file_api_rover_v1_master_proto_depIdxs = []int32{
 	3,  // 0: rover.v1.JoinRequest.rendezvous:type_name -> rover.v1.RendezvousConfig
@@ -2114,26 +2116,28 @@ var file_api_rover_v1_master_proto_depIdxs = []int32{
 	31, // 27: rover.v1.MasterService.AppendStream:input_type -> rover.v1.AppendStreamRequest
 	32, // 28: rover.v1.MasterService.GetDatasetState:input_type -> rover.v1.DatasetStateRequest
 	33, // 29: rover.v1.MasterService.RestoreDataset:input_type -> rover.v1.RestoreDatasetRequest
-	1,  // 30: rover.v1.MasterService.CheckpointDurable:input_type -> rover.v1.CheckpointDurableRequest
-	9,  // 31: rover.v1.MasterService.Session:output_type -> rover.v1.SessionResponse
-	6,  // 32: rover.v1.MasterService.Join:output_type -> rover.v1.JoinResponse
-	14, // 33: rover.v1.MasterService.ReportFailure:output_type -> rover.v1.ReportFailureResponse
-	16, // 34: rover.v1.MasterService.ReportSuccess:output_type -> rover.v1.ReportSuccessResponse
-	18, // 35: rover.v1.MasterService.Leave:output_type -> rover.v1.LeaveResponse
-	20, // 36: rover.v1.MasterService.SetKey:output_type -> rover.v1.SetKeyResponse
-	22, // 37: rover.v1.MasterService.GetKey:output_type -> rover.v1.GetKeyResponse
-	25, // 38: rover.v1.MasterService.GetJob:output_type -> rover.v1.GetJobResponse
-	34, // 39: rover.v1.MasterService.RegisterDataset:output_type -> rover.v1.RegisterDatasetResponse
-	35, // 40: rover.v1.MasterService.LeaseShards:output_type -> rover.v1.LeaseShardsResponse
-	36, // 41: rover.v1.MasterService.CompleteShards:output_type -> rover.v1.CompleteShardsResponse
-	37, // 42: rover.v1.MasterService.GetPosition:output_type -> rover.v1.GetPositionResponse
-	38, // 43: rover.v1.MasterService.AdvancePosition:output_type -> rover.v1.AdvancePositionResponse
-	39, // 44: rover.v1.MasterService.AppendStream:output_type -> rover.v1.AppendStreamResponse
-	40, // 45: rover.v1.MasterService.GetDatasetState:output_type -> rover.v1.DatasetStateResponse
-	41, // 46: rover.v1.MasterService.RestoreDataset:output_type -> rover.v1.RestoreDatasetResponse
-	2,  // 47: rover.v1.MasterService.CheckpointDurable:output_type -> rover.v1.CheckpointDurableResponse
-	31, // [31:48] is the sub-list for method output_type
-	14, // [14:31] is the sub-list for method input_type
+	34, // 30: rover.v1.MasterService.BatchShards:input_type -> rover.v1.BatchShardsRequest
+	1,  // 31: rover.v1.MasterService.CheckpointDurable:input_type -> rover.v1.CheckpointDurableRequest
+	9,  // 32: rover.v1.MasterService.Session:output_type -> rover.v1.SessionResponse
+	6,  // 33: rover.v1.MasterService.Join:output_type -> rover.v1.JoinResponse
+	14, // 34: rover.v1.MasterService.ReportFailure:output_type -> rover.v1.ReportFailureResponse
+	16, // 35: rover.v1.MasterService.ReportSuccess:output_type -> rover.v1.ReportSuccessResponse
+	18, // 36: rover.v1.MasterService.Leave:output_type -> rover.v1.LeaveResponse
+	20, // 37: rover.v1.MasterService.SetKey:output_type -> rover.v1.SetKeyResponse
+	22, // 38: rover.v1.MasterService.GetKey:output_type -> rover.v1.GetKeyResponse
+	25, // 39: rover.v1.MasterService.GetJob:output_type -> rover.v1.GetJobResponse
+	35, // 40: rover.v1.MasterService.RegisterDataset:output_type -> rover.v1.RegisterDatasetResponse
+	36, // 41: rover.v1.MasterService.LeaseShards:output_type -> rover.v1.LeaseShardsResponse
+	37, // 42: rover.v1.MasterService.CompleteShards:output_type -> rover.v1.CompleteShardsResponse
+	38, // 43: rover.v1.MasterService.GetPosition:output_type -> rover.v1.GetPositionResponse
+	39, // 44: rover.v1.MasterService.AdvancePosition:output_type -> rover.v1.AdvancePositionResponse
+	40, // 45: rover.v1.MasterService.AppendStream:output_type -> rover.v1.AppendStreamResponse
+	41, // 46: rover.v1.MasterService.GetDatasetState:output_type -> rover.v1.DatasetStateResponse
+	42, // 47: rover.v1.MasterService.RestoreDataset:output_type -> rover.v1.RestoreDatasetResponse
+	43, // 48: rover.v1.MasterService.BatchShards:output_type -> rover.v1.BatchShardsResponse
+	2,  // 49: rover.v1.MasterService.CheckpointDurable:output_type -> rover.v1.CheckpointDurableResponse
+	32, // [32:50] is the sub-list for method output_type
+	14, // [14:32] is the sub-list for method input_type
 	14, // [14:14] is the sub-list for extension type_name
 	14, // [14:14] is the sub-list for extension extendee
 	0,  // [0:14] is the sub-list for field type_name

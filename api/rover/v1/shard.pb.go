@@ -1174,6 +1174,333 @@ func (*RestoreDatasetResponse) Descriptor() ([]byte, []int) {
 	return file_api_rover_v1_shard_proto_rawDescGZIP(), []int{19}
 }
 
+// ShardOp is one call of a batch.
+type ShardOp struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Op:
+	//
+	//	*ShardOp_Lease
+	//	*ShardOp_Complete
+	Op            isShardOp_Op `protobuf_oneof:"op"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShardOp) Reset() {
+	*x = ShardOp{}
+	mi := &file_api_rover_v1_shard_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShardOp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShardOp) ProtoMessage() {}
+
+func (x *ShardOp) ProtoReflect() protoreflect.Message {
+	mi := &file_api_rover_v1_shard_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShardOp.ProtoReflect.Descriptor instead.
+func (*ShardOp) Descriptor() ([]byte, []int) {
+	return file_api_rover_v1_shard_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *ShardOp) GetOp() isShardOp_Op {
+	if x != nil {
+		return x.Op
+	}
+	return nil
+}
+
+func (x *ShardOp) GetLease() *LeaseShardsRequest {
+	if x != nil {
+		if x, ok := x.Op.(*ShardOp_Lease); ok {
+			return x.Lease
+		}
+	}
+	return nil
+}
+
+func (x *ShardOp) GetComplete() *CompleteShardsRequest {
+	if x != nil {
+		if x, ok := x.Op.(*ShardOp_Complete); ok {
+			return x.Complete
+		}
+	}
+	return nil
+}
+
+type isShardOp_Op interface {
+	isShardOp_Op()
+}
+
+type ShardOp_Lease struct {
+	Lease *LeaseShardsRequest `protobuf:"bytes,1,opt,name=lease,proto3,oneof"`
+}
+
+type ShardOp_Complete struct {
+	Complete *CompleteShardsRequest `protobuf:"bytes,2,opt,name=complete,proto3,oneof"`
+}
+
+func (*ShardOp_Lease) isShardOp_Op() {}
+
+func (*ShardOp_Complete) isShardOp_Op() {}
+
+// ShardOpError is the error of one op of a batch: what the single call would
+// have failed with.
+type ShardOpError struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// A gRPC status code (connect.Code).
+	Code          uint32 `protobuf:"varint,1,opt,name=code,proto3" json:"code,omitempty"`
+	Message       string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShardOpError) Reset() {
+	*x = ShardOpError{}
+	mi := &file_api_rover_v1_shard_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShardOpError) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShardOpError) ProtoMessage() {}
+
+func (x *ShardOpError) ProtoReflect() protoreflect.Message {
+	mi := &file_api_rover_v1_shard_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShardOpError.ProtoReflect.Descriptor instead.
+func (*ShardOpError) Descriptor() ([]byte, []int) {
+	return file_api_rover_v1_shard_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *ShardOpError) GetCode() uint32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *ShardOpError) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+// ShardOpResult answers the op at the same position of a batch.
+type ShardOpResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Result:
+	//
+	//	*ShardOpResult_Lease
+	//	*ShardOpResult_Complete
+	//	*ShardOpResult_Error
+	Result        isShardOpResult_Result `protobuf_oneof:"result"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShardOpResult) Reset() {
+	*x = ShardOpResult{}
+	mi := &file_api_rover_v1_shard_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShardOpResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShardOpResult) ProtoMessage() {}
+
+func (x *ShardOpResult) ProtoReflect() protoreflect.Message {
+	mi := &file_api_rover_v1_shard_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShardOpResult.ProtoReflect.Descriptor instead.
+func (*ShardOpResult) Descriptor() ([]byte, []int) {
+	return file_api_rover_v1_shard_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *ShardOpResult) GetResult() isShardOpResult_Result {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *ShardOpResult) GetLease() *LeaseShardsResponse {
+	if x != nil {
+		if x, ok := x.Result.(*ShardOpResult_Lease); ok {
+			return x.Lease
+		}
+	}
+	return nil
+}
+
+func (x *ShardOpResult) GetComplete() *CompleteShardsResponse {
+	if x != nil {
+		if x, ok := x.Result.(*ShardOpResult_Complete); ok {
+			return x.Complete
+		}
+	}
+	return nil
+}
+
+func (x *ShardOpResult) GetError() *ShardOpError {
+	if x != nil {
+		if x, ok := x.Result.(*ShardOpResult_Error); ok {
+			return x.Error
+		}
+	}
+	return nil
+}
+
+type isShardOpResult_Result interface {
+	isShardOpResult_Result()
+}
+
+type ShardOpResult_Lease struct {
+	Lease *LeaseShardsResponse `protobuf:"bytes,1,opt,name=lease,proto3,oneof"`
+}
+
+type ShardOpResult_Complete struct {
+	Complete *CompleteShardsResponse `protobuf:"bytes,2,opt,name=complete,proto3,oneof"`
+}
+
+type ShardOpResult_Error struct {
+	Error *ShardOpError `protobuf:"bytes,3,opt,name=error,proto3,oneof"`
+}
+
+func (*ShardOpResult_Lease) isShardOpResult_Result() {}
+
+func (*ShardOpResult_Complete) isShardOpResult_Result() {}
+
+func (*ShardOpResult_Error) isShardOpResult_Result() {}
+
+type BatchShardsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// 1 to 1024 ops, applied in order.
+	Ops           []*ShardOp `protobuf:"bytes,1,rep,name=ops,proto3" json:"ops,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchShardsRequest) Reset() {
+	*x = BatchShardsRequest{}
+	mi := &file_api_rover_v1_shard_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchShardsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchShardsRequest) ProtoMessage() {}
+
+func (x *BatchShardsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_rover_v1_shard_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchShardsRequest.ProtoReflect.Descriptor instead.
+func (*BatchShardsRequest) Descriptor() ([]byte, []int) {
+	return file_api_rover_v1_shard_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *BatchShardsRequest) GetOps() []*ShardOp {
+	if x != nil {
+		return x.Ops
+	}
+	return nil
+}
+
+type BatchShardsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One result per op, in the order of the ops.
+	Results       []*ShardOpResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchShardsResponse) Reset() {
+	*x = BatchShardsResponse{}
+	mi := &file_api_rover_v1_shard_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchShardsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchShardsResponse) ProtoMessage() {}
+
+func (x *BatchShardsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_rover_v1_shard_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchShardsResponse.ProtoReflect.Descriptor instead.
+func (*BatchShardsResponse) Descriptor() ([]byte, []int) {
+	return file_api_rover_v1_shard_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *BatchShardsResponse) GetResults() []*ShardOpResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
 var File_api_rover_v1_shard_proto protoreflect.FileDescriptor
 
 const file_api_rover_v1_shard_proto_rawDesc = "" +
@@ -1248,7 +1575,23 @@ const file_api_rover_v1_shard_proto_rawDesc = "" +
 	"\x15RestoreDatasetRequest\x12\x18\n" +
 	"\adataset\x18\x01 \x01(\tR\adataset\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\fR\x05state\"\x18\n" +
-	"\x16RestoreDatasetResponse*S\n" +
+	"\x16RestoreDatasetResponse\"\x84\x01\n" +
+	"\aShardOp\x124\n" +
+	"\x05lease\x18\x01 \x01(\v2\x1c.rover.v1.LeaseShardsRequestH\x00R\x05lease\x12=\n" +
+	"\bcomplete\x18\x02 \x01(\v2\x1f.rover.v1.CompleteShardsRequestH\x00R\bcompleteB\x04\n" +
+	"\x02op\"<\n" +
+	"\fShardOpError\x12\x12\n" +
+	"\x04code\x18\x01 \x01(\rR\x04code\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"\xc0\x01\n" +
+	"\rShardOpResult\x125\n" +
+	"\x05lease\x18\x01 \x01(\v2\x1d.rover.v1.LeaseShardsResponseH\x00R\x05lease\x12>\n" +
+	"\bcomplete\x18\x02 \x01(\v2 .rover.v1.CompleteShardsResponseH\x00R\bcomplete\x12.\n" +
+	"\x05error\x18\x03 \x01(\v2\x16.rover.v1.ShardOpErrorH\x00R\x05errorB\b\n" +
+	"\x06result\"9\n" +
+	"\x12BatchShardsRequest\x12#\n" +
+	"\x03ops\x18\x01 \x03(\v2\x11.rover.v1.ShardOpR\x03ops\"H\n" +
+	"\x13BatchShardsResponse\x121\n" +
+	"\aresults\x18\x01 \x03(\v2\x17.rover.v1.ShardOpResultR\aresults*S\n" +
 	"\tShardMode\x12\x1a\n" +
 	"\x16SHARD_MODE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11SHARD_MODE_LEASED\x10\x01\x12\x13\n" +
@@ -1267,7 +1610,7 @@ func file_api_rover_v1_shard_proto_rawDescGZIP() []byte {
 }
 
 var file_api_rover_v1_shard_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_api_rover_v1_shard_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_api_rover_v1_shard_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_api_rover_v1_shard_proto_goTypes = []any{
 	(ShardMode)(0),                  // 0: rover.v1.ShardMode
 	(*DatasetSpec)(nil),             // 1: rover.v1.DatasetSpec
@@ -1290,6 +1633,11 @@ var file_api_rover_v1_shard_proto_goTypes = []any{
 	(*DatasetStateResponse)(nil),    // 18: rover.v1.DatasetStateResponse
 	(*RestoreDatasetRequest)(nil),   // 19: rover.v1.RestoreDatasetRequest
 	(*RestoreDatasetResponse)(nil),  // 20: rover.v1.RestoreDatasetResponse
+	(*ShardOp)(nil),                 // 21: rover.v1.ShardOp
+	(*ShardOpError)(nil),            // 22: rover.v1.ShardOpError
+	(*ShardOpResult)(nil),           // 23: rover.v1.ShardOpResult
+	(*BatchShardsRequest)(nil),      // 24: rover.v1.BatchShardsRequest
+	(*BatchShardsResponse)(nil),     // 25: rover.v1.BatchShardsResponse
 }
 var file_api_rover_v1_shard_proto_depIdxs = []int32{
 	0,  // 0: rover.v1.DatasetSpec.mode:type_name -> rover.v1.ShardMode
@@ -1299,11 +1647,18 @@ var file_api_rover_v1_shard_proto_depIdxs = []int32{
 	7,  // 4: rover.v1.CompleteShardsRequest.results:type_name -> rover.v1.ShardResult
 	10, // 5: rover.v1.GetPositionResponse.position:type_name -> rover.v1.DataPosition
 	10, // 6: rover.v1.AdvancePositionRequest.position:type_name -> rover.v1.DataPosition
-	7,  // [7:7] is the sub-list for method output_type
-	7,  // [7:7] is the sub-list for method input_type
-	7,  // [7:7] is the sub-list for extension type_name
-	7,  // [7:7] is the sub-list for extension extendee
-	0,  // [0:7] is the sub-list for field type_name
+	5,  // 7: rover.v1.ShardOp.lease:type_name -> rover.v1.LeaseShardsRequest
+	8,  // 8: rover.v1.ShardOp.complete:type_name -> rover.v1.CompleteShardsRequest
+	6,  // 9: rover.v1.ShardOpResult.lease:type_name -> rover.v1.LeaseShardsResponse
+	9,  // 10: rover.v1.ShardOpResult.complete:type_name -> rover.v1.CompleteShardsResponse
+	22, // 11: rover.v1.ShardOpResult.error:type_name -> rover.v1.ShardOpError
+	21, // 12: rover.v1.BatchShardsRequest.ops:type_name -> rover.v1.ShardOp
+	23, // 13: rover.v1.BatchShardsResponse.results:type_name -> rover.v1.ShardOpResult
+	14, // [14:14] is the sub-list for method output_type
+	14, // [14:14] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_api_rover_v1_shard_proto_init() }
@@ -1311,13 +1666,22 @@ func file_api_rover_v1_shard_proto_init() {
 	if File_api_rover_v1_shard_proto != nil {
 		return
 	}
+	file_api_rover_v1_shard_proto_msgTypes[20].OneofWrappers = []any{
+		(*ShardOp_Lease)(nil),
+		(*ShardOp_Complete)(nil),
+	}
+	file_api_rover_v1_shard_proto_msgTypes[22].OneofWrappers = []any{
+		(*ShardOpResult_Lease)(nil),
+		(*ShardOpResult_Complete)(nil),
+		(*ShardOpResult_Error)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_rover_v1_shard_proto_rawDesc), len(file_api_rover_v1_shard_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   20,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

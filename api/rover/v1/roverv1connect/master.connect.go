@@ -79,6 +79,9 @@ const (
 	// MasterServiceRestoreDatasetProcedure is the fully-qualified name of the MasterService's
 	// RestoreDataset RPC.
 	MasterServiceRestoreDatasetProcedure = "/rover.v1.MasterService/RestoreDataset"
+	// MasterServiceBatchShardsProcedure is the fully-qualified name of the MasterService's BatchShards
+	// RPC.
+	MasterServiceBatchShardsProcedure = "/rover.v1.MasterService/BatchShards"
 	// MasterServiceCheckpointDurableProcedure is the fully-qualified name of the MasterService's
 	// CheckpointDurable RPC.
 	MasterServiceCheckpointDurableProcedure = "/rover.v1.MasterService/CheckpointDurable"
@@ -121,6 +124,13 @@ type MasterServiceClient interface {
 	AppendStream(context.Context, *connect.Request[v1.AppendStreamRequest]) (*connect.Response[v1.AppendStreamResponse], error)
 	GetDatasetState(context.Context, *connect.Request[v1.DatasetStateRequest]) (*connect.Response[v1.DatasetStateResponse], error)
 	RestoreDataset(context.Context, *connect.Request[v1.RestoreDatasetRequest]) (*connect.Response[v1.RestoreDatasetResponse], error)
+	// BatchShards applies several LeaseShards and CompleteShards calls in one
+	// round trip, in order, and answers each in the same order: a node agent
+	// sends its workers' concurrent calls together. An op that fails (a bad
+	// field, an unknown dataset) fails alone; the call as a whole fails only
+	// for a batch that is empty or too large, or when the master cannot
+	// persist it.
+	BatchShards(context.Context, *connect.Request[v1.BatchShardsRequest]) (*connect.Response[v1.BatchShardsResponse], error)
 	// CheckpointDurable reports that a rank's file of a checkpoint step is in
 	// storage; the master writes the step's manifest and the latest marker
 	// once every rank the step needs is durable.
@@ -234,6 +244,12 @@ func NewMasterServiceClient(httpClient connect.HTTPClient, baseURL string, opts 
 			connect.WithSchema(masterServiceMethods.ByName("RestoreDataset")),
 			connect.WithClientOptions(opts...),
 		),
+		batchShards: connect.NewClient[v1.BatchShardsRequest, v1.BatchShardsResponse](
+			httpClient,
+			baseURL+MasterServiceBatchShardsProcedure,
+			connect.WithSchema(masterServiceMethods.ByName("BatchShards")),
+			connect.WithClientOptions(opts...),
+		),
 		checkpointDurable: connect.NewClient[v1.CheckpointDurableRequest, v1.CheckpointDurableResponse](
 			httpClient,
 			baseURL+MasterServiceCheckpointDurableProcedure,
@@ -261,6 +277,7 @@ type masterServiceClient struct {
 	appendStream      *connect.Client[v1.AppendStreamRequest, v1.AppendStreamResponse]
 	getDatasetState   *connect.Client[v1.DatasetStateRequest, v1.DatasetStateResponse]
 	restoreDataset    *connect.Client[v1.RestoreDatasetRequest, v1.RestoreDatasetResponse]
+	batchShards       *connect.Client[v1.BatchShardsRequest, v1.BatchShardsResponse]
 	checkpointDurable *connect.Client[v1.CheckpointDurableRequest, v1.CheckpointDurableResponse]
 }
 
@@ -344,6 +361,11 @@ func (c *masterServiceClient) RestoreDataset(ctx context.Context, req *connect.R
 	return c.restoreDataset.CallUnary(ctx, req)
 }
 
+// BatchShards calls rover.v1.MasterService.BatchShards.
+func (c *masterServiceClient) BatchShards(ctx context.Context, req *connect.Request[v1.BatchShardsRequest]) (*connect.Response[v1.BatchShardsResponse], error) {
+	return c.batchShards.CallUnary(ctx, req)
+}
+
 // CheckpointDurable calls rover.v1.MasterService.CheckpointDurable.
 func (c *masterServiceClient) CheckpointDurable(ctx context.Context, req *connect.Request[v1.CheckpointDurableRequest]) (*connect.Response[v1.CheckpointDurableResponse], error) {
 	return c.checkpointDurable.CallUnary(ctx, req)
@@ -386,6 +408,13 @@ type MasterServiceHandler interface {
 	AppendStream(context.Context, *connect.Request[v1.AppendStreamRequest]) (*connect.Response[v1.AppendStreamResponse], error)
 	GetDatasetState(context.Context, *connect.Request[v1.DatasetStateRequest]) (*connect.Response[v1.DatasetStateResponse], error)
 	RestoreDataset(context.Context, *connect.Request[v1.RestoreDatasetRequest]) (*connect.Response[v1.RestoreDatasetResponse], error)
+	// BatchShards applies several LeaseShards and CompleteShards calls in one
+	// round trip, in order, and answers each in the same order: a node agent
+	// sends its workers' concurrent calls together. An op that fails (a bad
+	// field, an unknown dataset) fails alone; the call as a whole fails only
+	// for a batch that is empty or too large, or when the master cannot
+	// persist it.
+	BatchShards(context.Context, *connect.Request[v1.BatchShardsRequest]) (*connect.Response[v1.BatchShardsResponse], error)
 	// CheckpointDurable reports that a rank's file of a checkpoint step is in
 	// storage; the master writes the step's manifest and the latest marker
 	// once every rank the step needs is durable.
@@ -495,6 +524,12 @@ func NewMasterServiceHandler(svc MasterServiceHandler, opts ...connect.HandlerOp
 		connect.WithSchema(masterServiceMethods.ByName("RestoreDataset")),
 		connect.WithHandlerOptions(opts...),
 	)
+	masterServiceBatchShardsHandler := connect.NewUnaryHandler(
+		MasterServiceBatchShardsProcedure,
+		svc.BatchShards,
+		connect.WithSchema(masterServiceMethods.ByName("BatchShards")),
+		connect.WithHandlerOptions(opts...),
+	)
 	masterServiceCheckpointDurableHandler := connect.NewUnaryHandler(
 		MasterServiceCheckpointDurableProcedure,
 		svc.CheckpointDurable,
@@ -535,6 +570,8 @@ func NewMasterServiceHandler(svc MasterServiceHandler, opts ...connect.HandlerOp
 			masterServiceGetDatasetStateHandler.ServeHTTP(w, r)
 		case MasterServiceRestoreDatasetProcedure:
 			masterServiceRestoreDatasetHandler.ServeHTTP(w, r)
+		case MasterServiceBatchShardsProcedure:
+			masterServiceBatchShardsHandler.ServeHTTP(w, r)
 		case MasterServiceCheckpointDurableProcedure:
 			masterServiceCheckpointDurableHandler.ServeHTTP(w, r)
 		default:
@@ -608,6 +645,10 @@ func (UnimplementedMasterServiceHandler) GetDatasetState(context.Context, *conne
 
 func (UnimplementedMasterServiceHandler) RestoreDataset(context.Context, *connect.Request[v1.RestoreDatasetRequest]) (*connect.Response[v1.RestoreDatasetResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("rover.v1.MasterService.RestoreDataset is not implemented"))
+}
+
+func (UnimplementedMasterServiceHandler) BatchShards(context.Context, *connect.Request[v1.BatchShardsRequest]) (*connect.Response[v1.BatchShardsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("rover.v1.MasterService.BatchShards is not implemented"))
 }
 
 func (UnimplementedMasterServiceHandler) CheckpointDurable(context.Context, *connect.Request[v1.CheckpointDurableRequest]) (*connect.Response[v1.CheckpointDurableResponse], error) {

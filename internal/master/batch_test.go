@@ -1,0 +1,140 @@
+package master
+
+import (
+	"context"
+	"testing"
+
+	"connectrpc.com/connect"
+	"github.com/google/go-cmp/cmp"
+	roverv1 "github.com/roverml/rover/api/rover/v1"
+	"github.com/roverml/rover/internal/store"
+	"google.golang.org/protobuf/testing/protocmp"
+)
+
+func leaseOp(dataset, worker string, max int32) *roverv1.ShardOp {
+	return &roverv1.ShardOp{Op: &roverv1.ShardOp_Lease{Lease: &roverv1.LeaseShardsRequest{Dataset: dataset, Worker: worker, Max: max}}}
+}
+
+func completeOp(dataset, worker string, ok bool, ids ...uint64) *roverv1.ShardOp {
+	r := &roverv1.CompleteShardsRequest{Dataset: dataset, Worker: worker}
+	for _, id := range ids {
+		r.Results = append(r.Results, &roverv1.ShardResult{LeaseId: id, Ok: ok})
+	}
+	return &roverv1.ShardOp{Op: &roverv1.ShardOp_Complete{Complete: r}}
+}
+
+// TestBatchShards sends batches that mix good and bad ops: each op is
+// answered in its place as the single call would be, the good ones are
+// applied in order as one journal record, and the journal replays them.
+func TestBatchShards(t *testing.T) {
+	st := store.NewMemory()
+	m, c := startMaster(t, Config{Store: st})
+	ctx := context.Background()
+	if _, err := c.RegisterDataset(ctx, connect.NewRequest(&roverv1.RegisterDatasetRequest{Dataset: leasedSpec("train")})); err != nil {
+		t.Fatal(err)
+	}
+	batch := func(ops ...*roverv1.ShardOp) []*roverv1.ShardOpResult {
+		t.Helper()
+		before := st.Len()
+		r, err := c.BatchShards(ctx, connect.NewRequest(&roverv1.BatchShardsRequest{Ops: ops}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(r.Msg.GetResults()) != len(ops) {
+			t.Fatalf("%d results for %d ops", len(r.Msg.GetResults()), len(ops))
+		}
+		if n := st.Len() - before; n != 1 {
+			t.Errorf("the batch took %d journal records, want 1", n)
+		}
+		return r.Msg.GetResults()
+	}
+	span := func(r *roverv1.ShardOpResult) [][2]int64 {
+		var out [][2]int64
+		for _, s := range r.GetLease().GetShards() {
+			out = append(out, [2]int64{s.GetStart(), s.GetEnd()})
+		}
+		return out
+	}
+	code := func(r *roverv1.ShardOpResult) connect.Code { return connect.Code(r.GetError().GetCode()) }
+
+	res := batch(
+		leaseOp("train", "n/0", 2),
+		leaseOp("nope", "n/0", 1),
+		leaseOp("train", "n/1", 0),
+		&roverv1.ShardOp{},
+		leaseOp("train", "n/1", 1),
+	)
+	if got, want := span(res[0]), [][2]int64{{0, 10}, {10, 20}}; !cmp.Equal(got, want) {
+		t.Errorf("op 0 leased %v, want %v", got, want)
+	}
+	for i, want := range map[int]connect.Code{1: connect.CodeNotFound, 2: connect.CodeInvalidArgument, 3: connect.CodeInvalidArgument} {
+		if got := code(res[i]); got != want || res[i].GetError().GetMessage() == "" {
+			t.Errorf("op %d: %v, want an error %v with a message", i, res[i], want)
+		}
+	}
+	// Ops apply in order: n/1 gets the shard after n/0's two.
+	if got, want := span(res[4]), [][2]int64{{20, 30}}; !cmp.Equal(got, want) {
+		t.Errorf("op 4 leased %v, want %v", got, want)
+	}
+	a, b := res[0].GetLease().GetShards(), res[4].GetLease().GetShards()
+
+	// n/1 fails its shard (it goes back to the front of the queue), then n/2
+	// leases it in the same batch; n/0 cannot complete a lease it does not
+	// hold, but completes its own.
+	res = batch(
+		completeOp("train", "n/1", false, b[0].GetLeaseId()),
+		leaseOp("train", "n/2", 1),
+		completeOp("train", "n/0", true, b[0].GetLeaseId()),
+		completeOp("train", "n/0", true, a[0].GetLeaseId(), a[1].GetLeaseId()),
+	)
+	if res[0].GetComplete() == nil || len(res[0].GetComplete().GetUnknown()) != 0 {
+		t.Errorf("op 0: %v, want a clean completion", res[0])
+	}
+	if got, want := span(res[1]), [][2]int64{{20, 30}}; !cmp.Equal(got, want) {
+		t.Errorf("op 1 leased %v, want the failed shard %v", got, want)
+	}
+	want := &roverv1.CompleteShardsResponse{Unknown: []uint64{b[0].GetLeaseId()}}
+	if diff := cmp.Diff(want, res[2].GetComplete(), protocmp.Transform()); diff != "" {
+		t.Errorf("op 2 (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(&roverv1.CompleteShardsResponse{}, res[3].GetComplete(), protocmp.Transform()); diff != "" {
+		t.Errorf("op 3 (-want +got):\n%s", diff)
+	}
+
+	// The journal replays both batches to the same shard state.
+	c2 := newCore("test", st)
+	if _, err := c2.restore(ctx, m.cfg.Clock.Now()); err != nil {
+		t.Fatal(err)
+	}
+	want1, _ := m.core.shards.MarshalState()
+	got1, _ := c2.shards.MarshalState()
+	if string(want1) != string(got1) {
+		t.Errorf("replayed shard state differs:\n%s\n%s", want1, got1)
+	}
+}
+
+func TestBatchShardsSizeLimit(t *testing.T) {
+	_, c := startMaster(t, Config{})
+	ctx := context.Background()
+	for _, n := range []int{0, MaxBatchOps + 1} {
+		ops := make([]*roverv1.ShardOp, n)
+		for i := range ops {
+			ops[i] = leaseOp("train", "n/0", 1)
+		}
+		_, err := c.BatchShards(ctx, connect.NewRequest(&roverv1.BatchShardsRequest{Ops: ops}))
+		if connect.CodeOf(err) != connect.CodeInvalidArgument {
+			t.Errorf("batch of %d ops: %v, want InvalidArgument", n, err)
+		}
+	}
+	ops := make([]*roverv1.ShardOp, MaxBatchOps)
+	for i := range ops {
+		ops[i] = leaseOp("train", "n/0", 1)
+	}
+	r, err := c.BatchShards(ctx, connect.NewRequest(&roverv1.BatchShardsRequest{Ops: ops}))
+	if err != nil {
+		t.Fatalf("batch of %d ops: %v", MaxBatchOps, err)
+	}
+	if got := connect.Code(r.Msg.GetResults()[MaxBatchOps-1].GetError().GetCode()); got != connect.CodeNotFound {
+		t.Errorf("lease of an unregistered dataset in a full batch: %v, want NotFound", got)
+	}
+}
