@@ -195,6 +195,8 @@ func (c *core) transitionLocked(e *event) error {
 		c.keys = make(chan struct{})
 	case eventTick:
 		c.rdzv.Tick(e.Time)
+	default:
+		return fmt.Errorf("journal event type %q is unknown to this master (written by a newer version?)", e.Type)
 	}
 	if c.rdzv != nil {
 		c.status = c.rdzv.Status()
