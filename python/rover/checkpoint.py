@@ -13,8 +13,20 @@ every rank of it is durable; ``wait()`` blocks until this rank's pending
 persistence is done; ``load()`` falls back to the newest committed step in
 storage when the ranks hold no common step in memory.
 
+Without ``rover run`` (plain ``python train.py``, torchrun, a notebook) there
+is no agent, and the Checkpointer does the work itself (_direct.py), for a
+local directory only (a path or a file:// URL): ``save`` copies the state
+into process memory; with ``persist`` it also writes this rank's file and,
+once every rank's is durable (the ranks agree over torch.distributed), rank
+0 commits the step, all before ``save`` returns, in the same format and
+layout as the agent (internal/ckpt); ``wait()`` returns the step last made
+durable; ``load()`` returns the newest of the snapshot in memory and the
+newest committed step in storage that validates.
+
 ``state`` is a nested dict/list/tuple of torch tensors and plain values; the
-tensors are stored as tensors, everything else is pickled.
+tensors are stored as tensors, everything else is pickled. A file without
+the pickled skeleton (one written by other tools) loads as a flat dict of its
+tensors by name.
 """
 
 import json
@@ -23,7 +35,7 @@ import os
 import pickle
 import struct
 
-from . import _agent
+from . import _agent, _direct
 
 __all__ = ["Checkpointer", "encode_header", "decode"]
 
@@ -123,20 +135,26 @@ class Checkpointer:
         """dir_or_url: where persisted checkpoints go (None: memory only).
         keep: committed steps kept in storage (0: all). mode: "sharded"
         (every rank saves its own part: FSDP, ZeRO) or "replicated" (every
-        rank holds the same state: DDP; any one rank's file restores all)."""
+        rank holds the same state: DDP; any one rank's file restores all).
+        Without ``rover run``, dir_or_url must be a local directory (a path
+        or a file:// URL); other URLs raise ValueError."""
         if mode not in ("sharded", "replicated"):
             raise ValueError(f"mode must be 'sharded' or 'replicated', not {mode!r}")
+        if dir_or_url is not None:
+            dir_or_url = os.fspath(dir_or_url)
         if dir_or_url and "://" not in dir_or_url:
             dir_or_url = os.path.abspath(dir_or_url)
+        if int(keep) < 0:
+            raise ValueError(f"keep must be 0 (all) or more, not {keep!r}")
         self.url, self.keep, self.mode = dir_or_url, int(keep), mode
         self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
         self._mm, self._mm_path, self._mm_len = None, None, 0
         self._into = None
         self.rank = int(os.environ.get("RANK", "0"))
-        if not _agent.under_rover():
-            raise _agent.AgentError("unavailable", "flash checkpoint needs the rover agent: start the script with `rover run`")
+        # Without the agent: a Store (memory and a local directory).
+        self._direct = None if _agent.under_rover() else _direct.Store(dir_or_url)
 
-    def _layout(self, step, state):
+    def _layout(self, step, state, rank=None, world=None):
         torch = _torch()
         tensors = []
         skeleton = _flatten(state, torch, tensors)
@@ -151,7 +169,9 @@ class Checkpointer:
         flat.sort(key=lambda nt: (-_DTYPES[nt[1].dtype][1], nt[0]))
         entries = [(n, _DTYPES[t.dtype][0], tuple(t.shape), t.numel() * _DTYPES[t.dtype][1]) for n, t in flat]
         entries.append((_EXTRA, "U8", (len(extra),), len(extra)))
-        meta = {"rover.step": step, "rover.rank": self.rank, "rover.world_size": os.environ.get("WORLD_SIZE", "1")}
+        if rank is None:
+            rank, world = self.rank, os.environ.get("WORLD_SIZE", "1")
+        meta = {"rover.step": step, "rover.rank": rank, "rover.world_size": world}
         head, offsets, size = encode_header(entries, meta)
         return flat, extra, head, offsets, size
 
@@ -176,34 +196,41 @@ class Checkpointer:
     def reserve(self, state_or_bytes):
         """Allocates (and pre-faults) this rank's arena for a state like
         state_or_bytes (or that many bytes) ahead of the first save, so that
-        no save pays for it. Optional: the first save reserves otherwise."""
+        no save pays for it. Optional: the first save reserves otherwise.
+        Without ``rover run``: allocates the snapshot buffer in process
+        memory."""
         if isinstance(state_or_bytes, int):
             size = state_or_bytes
         else:
             size = self._layout(0, state_or_bytes)[4] + 64  # room for longer step numbers
+        if self._direct is not None:
+            self._direct.reserve(size)
+            return
         r = _agent.call("CheckpointReserve", {"localRank": self.local_rank, "size": str(size)}, timeout=None)
         self._map(r["path"])
 
     def save(self, step, state, persist=False):
         """Copies state into shared memory as step; blocks only for the copy.
-        With persist, the agent also writes it to storage in the background."""
+        With persist, the agent also writes it to storage in the background.
+        Without ``rover run``: copies state into process memory; with
+        persist, also writes and commits it to the directory before
+        returning (every rank must call save with the same step and
+        persist; a failure on any rank raises on all)."""
         if persist and not self.url:
             raise ValueError("save(persist=True) needs a Checkpointer(dir_or_url)")
-        torch = _torch()
+        if step < 0:
+            raise ValueError(f"step must be 0 or more, not {step}")
+        if self._direct is not None:
+            rank, world, dist = _direct.rank_world()
+            flat, extra, head, offsets, size = self._layout(step, state, rank, world)
+            self._place(self._direct.buffer(size), 0, flat, extra, head, offsets)
+            self._direct.hold(step, size)
+            if persist:
+                self._direct.persist(step, rank, world, dist, self.mode, self.keep)
+            return
         flat, extra, head, offsets, size = self._layout(step, state)
         slot = _agent.call("CheckpointBegin", {"localRank": self.local_rank, "step": str(step), "size": str(size)})
-        base = int(slot.get("offset", 0))
-        mm = self._map(slot["path"])
-        mm[base:base + len(head)] = head
-        data = base + len(head)
-        for (name, t), off in zip(flat, offsets):
-            n = t.numel() * _DTYPES[t.dtype][1]
-            if n:
-                dst = torch.frombuffer(mm, dtype=torch.uint8, count=n, offset=data + off)
-                dst.copy_(t.reshape(-1).view(torch.uint8))
-                del dst
-        off = data + offsets[-1]  # the pickled rest comes last
-        mm[off:off + len(extra)] = extra
+        self._place(self._map(slot["path"]), int(slot.get("offset", 0)), flat, extra, head, offsets)
         commit = {"localRank": self.local_rank, "step": str(step), "length": str(size), "persist": bool(persist)}
         if self.url:
             # Where the agent persists, also when the workers fail.
@@ -211,9 +238,28 @@ class Checkpointer:
                           mode=self.mode, keep=self.keep)
         _agent.call("CheckpointCommit", commit)
 
+    def _place(self, buf, base, flat, extra, head, offsets):
+        """Copies a laid-out snapshot into buf (an mmap or a bytearray) at base."""
+        torch = _torch()
+        buf[base:base + len(head)] = head
+        data = base + len(head)
+        for (name, t), off in zip(flat, offsets):
+            n = t.numel() * _DTYPES[t.dtype][1]
+            if n:
+                dst = torch.frombuffer(buf, dtype=torch.uint8, count=n, offset=data + off)
+                dst.copy_(t.reshape(-1).view(torch.uint8))
+                del dst
+        off = data + offsets[-1]  # the pickled rest comes last
+        buf[off:off + len(extra)] = extra
+
     def wait(self):
         """Blocks until this rank's pending persistence is durable; returns the
-        newest durable step. Raises if a persistence failed since the last wait."""
+        newest durable step. Raises if a persistence failed since the last wait.
+        Without ``rover run`` persistence is synchronous (save returns once
+        the step is committed, or raises): returns the step this process last
+        committed, or None."""
+        if self._direct is not None:
+            return self._direct.durable
         r = _agent.call("CheckpointWait", {"localRank": self.local_rank}, timeout=None)
         if r.get("error"):
             raise _agent.AgentError("unavailable", "persisting a checkpoint failed: " + r["error"])
@@ -225,7 +271,13 @@ class Checkpointer:
                 for s in r.get("snapshots", [])]
 
     def latest_step(self):
-        """The newest step every rank holds in memory, or None."""
+        """The newest step every rank holds in memory, or None. Without
+        ``rover run``: the newest of the step in process memory and the
+        newest committed step in storage whose manifest and file sizes
+        validate (load also checks CRC32Cs, and may fall back further)."""
+        if self._direct is not None:
+            found = self._direct.source(*_direct.rank_world(), verify=False)
+            return found[0] if found else None
         steps = self._agreed_steps()
         return max(steps) if steps else None
 
@@ -248,8 +300,20 @@ class Checkpointer:
         None. With a process group initialised, the ranks agree on the step.
         With ``into`` (a state of the same structure, e.g. the one you save),
         tensors are copied into its tensors in place, which is the fastest
-        restore; otherwise new tensors are returned."""
+        restore; otherwise new tensors are returned. Without ``rover run``:
+        the newest of the snapshot in process memory and the newest
+        committed step in storage that validates (in sharded mode this
+        rank's file, in replicated mode rank 0's or, if it is damaged,
+        another rank's)."""
         self._into = into
+        if self._direct is not None:
+            rank, world, dist = _direct.rank_world()
+            found = self._direct.source(rank, world, dist, verify=True)
+            if found is None:
+                return None
+            step, buf, length = found
+            # A file's buffer is this load's own: its tensors may alias it.
+            return self._decode(buf, 0, length, step, None, alias=buf is not self._direct.buf)
         steps = self._agreed_steps()
         if steps:
             step = max(steps)
@@ -263,13 +327,17 @@ class Checkpointer:
             step = snap["step"]
         else:
             return None
-        return self._read(snap, step)
+        return self._decode(self._map(snap["path"]), snap["offset"], snap["length"], step, self.rank)
 
-    def _read(self, snap, step):
+    def _decode(self, obj, offset, length, step, rank, alias=False):
+        """The state in obj[offset:offset + length] (an mmap or a bytearray),
+        or None when its metadata is not step's (and, sharded, rank's; rank
+        None: checked already). With alias, new tensors are views of obj
+        (which they keep alive) rather than copies: half the memory to
+        touch, for a buffer nothing else writes."""
         torch = _torch()
         by_name = {v[0]: k for k, v in _DTYPES.items()}
-        mm = self._map(snap["path"])
-        buf = memoryview(mm)[snap["offset"]:snap["offset"] + snap["length"]]
+        buf = memoryview(obj)[offset:offset + length]
         targets = {}
         if self._into is not None:
             found = []
@@ -278,27 +346,31 @@ class Checkpointer:
         try:
             header, start = decode(buf)
             meta = header.pop("__metadata__", {})
-            if int(meta.get("rover.step", -1)) != step:
+            if rank is not None and int(meta.get("rover.step", -1)) != step:
                 return None
-            if self.mode == "sharded" and int(meta.get("rover.rank", -1)) != self.rank:
+            if rank is not None and self.mode == "sharded" and int(meta.get("rover.rank", -1)) != rank:
                 return None  # another rank's part: not ours to restore
             tensors, extra = {}, None
-            base = snap["offset"] + start
+            base = offset + start
             for name, info in header.items():
                 b, e = info["data_offsets"]
                 if name == _EXTRA:
                     extra = bytes(buf[start + b:start + e])
                     continue
-                dt = by_name[info["dtype"]]
+                dt = by_name.get(info["dtype"])
+                if dt is None:
+                    raise TypeError(f"checkpoint tensor {name!r} has dtype {info['dtype']}, which cannot be restored")
                 count = (e - b) // _DTYPES[dt][1]
-                src = torch.frombuffer(mm, dtype=dt, count=count, offset=base + b) if count else torch.empty(0, dtype=dt)
+                src = torch.frombuffer(obj, dtype=dt, count=count, offset=base + b) if count else torch.empty(0, dtype=dt)
                 dst = targets.get(name)
                 if dst is not None and dst.dtype == dt and list(dst.shape) == list(info["shape"]) and dst.is_contiguous():
                     dst.copy_(src.reshape(info["shape"]))
                     tensors[name] = dst
                 else:
-                    tensors[name] = src.clone().reshape(info["shape"])
+                    tensors[name] = (src if alias else src.clone()).reshape(info["shape"])
                 del src
         finally:
             del buf
+        if extra is None:
+            return step, tensors
         return step, _inflate(pickle.loads(extra), tensors)
