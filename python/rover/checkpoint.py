@@ -13,8 +13,20 @@ every rank of it is durable; ``wait()`` blocks until this rank's pending
 persistence is done; ``load()`` falls back to the newest committed step in
 storage when the ranks hold no common step in memory.
 
+Without ``rover run`` (plain ``python train.py``, torchrun, a notebook) there
+is no agent, and the Checkpointer does the work itself (_direct.py), for a
+local directory only (a path or a file:// URL): ``save`` copies the state
+into process memory; with ``persist`` it also writes this rank's file and,
+once every rank's is durable (the ranks agree over torch.distributed), rank
+0 commits the step, all before ``save`` returns, in the same format and
+layout as the agent (internal/ckpt); ``wait()`` returns the step last made
+durable; ``load()`` returns the newest of the snapshot in memory and the
+newest committed step in storage that validates.
+
 ``state`` is a nested dict/list/tuple of torch tensors and plain values; the
-tensors are stored as tensors, everything else is pickled.
+tensors are stored as tensors, everything else is pickled. A file without
+the pickled skeleton (one written by other tools) loads as a flat dict of its
+tensors by name.
 """
 
 import json
@@ -22,8 +34,9 @@ import mmap
 import os
 import pickle
 import struct
+import warnings
 
-from . import _agent
+from . import _agent, _direct
 
 __all__ = ["Checkpointer", "encode_header", "decode"]
 
@@ -106,6 +119,14 @@ def decode(buf):
     return header, 8 + n
 
 
+def _view(torch, obj, dtype, count, offset):
+    """A tensor over obj's bytes; obj may be a read-only mapping (the node
+    copy), which is only read from: torch's warning about it is noise."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The given buffer is not writable")
+        return torch.frombuffer(obj, dtype=dtype, count=count, offset=offset)
+
+
 class Checkpointer:
     """Saves and restores training state through the node agent's memory.
 
@@ -123,22 +144,32 @@ class Checkpointer:
         """dir_or_url: where persisted checkpoints go (None: memory only).
         keep: committed steps kept in storage (0: all). mode: "sharded"
         (every rank saves its own part: FSDP, ZeRO) or "replicated" (every
-        rank holds the same state: DDP; any one rank's file restores all)."""
+        rank holds the same state: DDP; any one rank's file restores all).
+        Without ``rover run``, dir_or_url must be a local directory (a path
+        or a file:// URL); other URLs raise ValueError."""
         if mode not in ("sharded", "replicated"):
             raise ValueError(f"mode must be 'sharded' or 'replicated', not {mode!r}")
+        if dir_or_url is not None:
+            dir_or_url = os.fspath(dir_or_url)
         if dir_or_url and "://" not in dir_or_url:
             dir_or_url = os.path.abspath(dir_or_url)
+        if int(keep) < 0:
+            raise ValueError(f"keep must be 0 (all) or more, not {keep!r}")
         self.url, self.keep, self.mode = dir_or_url, int(keep), mode
         self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
         self._mm, self._mm_path, self._mm_len = None, None, 0
         self._into = None
         self.rank = int(os.environ.get("RANK", "0"))
+        # The local rank whose arena holds this rank's snapshots: in
+        # replicated mode local rank 0 keeps one copy for the node.
+        self.home = 0 if mode == "replicated" else self.local_rank
+        self._ro = {}  # read-only mappings of the node copy, by path
         #: Where the last load() found its state: "memory", "storage" or None.
         self.restored_from = None
-        if not _agent.under_rover():
-            raise _agent.AgentError("unavailable", "flash checkpoint needs the rover agent: start the script with `rover run`")
+        # Without the agent: a Store (memory and a local directory).
+        self._direct = None if _agent.under_rover() else _direct.Store(dir_or_url)
 
-    def _layout(self, step, state):
+    def _layout(self, step, state, rank=None, world=None):
         torch = _torch()
         tensors = []
         skeleton = _flatten(state, torch, tensors)
@@ -153,8 +184,9 @@ class Checkpointer:
         flat.sort(key=lambda nt: (-_DTYPES[nt[1].dtype][1], nt[0]))
         entries = [(n, _DTYPES[t.dtype][0], tuple(t.shape), t.numel() * _DTYPES[t.dtype][1]) for n, t in flat]
         entries.append((_EXTRA, "U8", (len(extra),), len(extra)))
-        meta = {"rover.step": step, "rover.rank": self.rank, "rover.world_size": os.environ.get("WORLD_SIZE", "1"),
-                "rover.mode": self.mode}
+        if rank is None:
+            rank, world = self.rank, os.environ.get("WORLD_SIZE", "1")
+        meta = {"rover.step": step, "rover.rank": rank, "rover.world_size": world, "rover.mode": self.mode}
         head, offsets, size = encode_header(entries, meta)
         return flat, extra, head, offsets, size
 
@@ -176,37 +208,63 @@ class Checkpointer:
             del pages
         return self._mm
 
+    def _map_read(self, path):
+        """path mapped for reading: this rank's own mapping, or a read-only
+        one of another rank's arena (the node copy), which must never be
+        written: its owner may be saving into it."""
+        if path == self._mm_path or self.home == self.local_rank:
+            return self._map(path)
+        length = os.stat(path).st_size
+        mm = self._ro.get(path)
+        if mm is None or len(mm) != length:
+            with open(path, "rb") as f:
+                mm = mmap.mmap(f.fileno(), length, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0),
+                               prot=mmap.PROT_READ)
+            self._ro[path] = mm
+        return mm
+
     def reserve(self, state_or_bytes):
         """Allocates (and pre-faults) this rank's arena for a state like
         state_or_bytes (or that many bytes) ahead of the first save, so that
-        no save pays for it. Optional: the first save reserves otherwise."""
+        no save pays for it. Optional: the first save reserves otherwise.
+        Without ``rover run``: allocates the snapshot buffer in process
+        memory."""
         if isinstance(state_or_bytes, int):
             size = state_or_bytes
         else:
             size = self._layout(0, state_or_bytes)[4] + 64  # room for longer step numbers
+        if self._direct is not None:
+            self._direct.reserve(size)
+            return
+        if self.home != self.local_rank:
+            return  # replicated: local rank 0 keeps the node's copy
         r = _agent.call("CheckpointReserve", {"localRank": self.local_rank, "size": str(size)}, timeout=None)
         self._map(r["path"])
 
     def save(self, step, state, persist=False):
         """Copies state into shared memory as step; blocks only for the copy.
-        With persist, the agent also writes it to storage in the background."""
+        With persist, the agent also writes it to storage in the background.
+        Without ``rover run``: copies state into process memory; with
+        persist, also writes and commits it to the directory before
+        returning (every rank must call save with the same step and
+        persist; a failure on any rank raises on all)."""
         if persist and not self.url:
             raise ValueError("save(persist=True) needs a Checkpointer(dir_or_url)")
-        torch = _torch()
+        if step < 0:
+            raise ValueError(f"step must be 0 or more, not {step}")
+        if self._direct is not None:
+            rank, world, dist = _direct.rank_world()
+            flat, extra, head, offsets, size = self._layout(step, state, rank, world)
+            self._place(self._direct.buffer(size), 0, flat, extra, head, offsets)
+            self._direct.hold(step, size)
+            if persist:
+                self._direct.persist(step, rank, world, dist, self.mode, self.keep)
+            return
+        if self.home != self.local_rank:
+            return  # replicated: local rank 0 keeps the node's copy
         flat, extra, head, offsets, size = self._layout(step, state)
         slot = _agent.call("CheckpointBegin", {"localRank": self.local_rank, "step": str(step), "size": str(size)})
-        base = int(slot.get("offset", 0))
-        mm = self._map(slot["path"])
-        mm[base:base + len(head)] = head
-        data = base + len(head)
-        for (name, t), off in zip(flat, offsets):
-            n = t.numel() * _DTYPES[t.dtype][1]
-            if n:
-                dst = torch.frombuffer(mm, dtype=torch.uint8, count=n, offset=data + off)
-                dst.copy_(t.reshape(-1).view(torch.uint8))
-                del dst
-        off = data + offsets[-1]  # the pickled rest comes last
-        mm[off:off + len(extra)] = extra
+        self._place(self._map(slot["path"]), int(slot.get("offset", 0)), flat, extra, head, offsets)
         commit = {"localRank": self.local_rank, "step": str(step), "length": str(size), "persist": bool(persist)}
         if self.url:
             # Where the agent persists, also when the workers fail.
@@ -214,43 +272,86 @@ class Checkpointer:
                           mode=self.mode, keep=self.keep)
         _agent.call("CheckpointCommit", commit)
 
+    def _place(self, buf, base, flat, extra, head, offsets):
+        """Copies a laid-out snapshot into buf (an mmap or a bytearray) at base."""
+        torch = _torch()
+        buf[base:base + len(head)] = head
+        data = base + len(head)
+        for (name, t), off in zip(flat, offsets):
+            n = t.numel() * _DTYPES[t.dtype][1]
+            if n:
+                dst = torch.frombuffer(buf, dtype=torch.uint8, count=n, offset=data + off)
+                dst.copy_(t.reshape(-1).view(torch.uint8))
+                del dst
+        off = data + offsets[-1]  # the pickled rest comes last
+        buf[off:off + len(extra)] = extra
+
     def wait(self):
         """Blocks until this rank's pending persistence is durable; returns the
-        newest durable step. Raises if a persistence failed since the last wait."""
-        r = _agent.call("CheckpointWait", {"localRank": self.local_rank}, timeout=None)
+        newest durable step. Raises if a persistence failed since the last wait.
+        Without ``rover run`` persistence is synchronous (save returns once
+        the step is committed, or raises): returns the step this process last
+        committed, or None."""
+        if self._direct is not None:
+            return self._direct.durable
+        r = _agent.call("CheckpointWait", {"localRank": self.home}, timeout=None)
         if r.get("error"):
             raise _agent.AgentError("unavailable", "persisting a checkpoint failed: " + r["error"])
         return int(r.get("durableStep", 0))
 
     def _snapshots(self):
-        """This rank's snapshots in memory, and the step the master agreed
-        that every rank restores from memory in this round (or None)."""
-        r = _agent.call("CheckpointSnapshots", {"localRank": self.local_rank})
-        snaps = [dict(s, step=int(s["step"]), offset=int(s.get("offset", 0)), length=int(s["length"]))
-                 for s in r.get("snapshots", [])]
-        agreed = r.get("agreedStep")
-        return snaps, (int(agreed) if agreed is not None else None)
+        """The snapshots this rank can load from memory (its own arena's,
+        then in replicated mode the node copy's), and the step the master
+        agreed that every rank restores from memory in this round (or None)."""
+        snaps, agreed = [], None
+        for local in dict.fromkeys((self.local_rank, self.home)):
+            r = _agent.call("CheckpointSnapshots", {"localRank": local})
+            snaps += [dict(s, step=int(s["step"]), offset=int(s.get("offset", 0)), length=int(s["length"]))
+                      for s in r.get("snapshots", [])]
+            if r.get("agreedStep") is not None:
+                agreed = int(r["agreedStep"])
+        return snaps, agreed
 
     def latest_step(self):
-        """The step every rank restores from memory in this round (agreed by
-        the master when the round started), or None."""
+        """The step load() restores from memory: under ``rover run`` the step
+        every rank restores from memory in this round (agreed by the master
+        when the round started), or None. Without ``rover run``: the newest
+        of the step in process memory and the newest committed step in
+        storage whose manifest and file sizes validate (load also checks
+        CRC32Cs, and may fall back further)."""
+        if self._direct is not None:
+            found = self._direct.source(*_direct.rank_world(), verify=False)
+            return found[0] if found else None
         return self._snapshots()[1]
 
     def load(self, into=None):
         """Returns (step, state) of the newest step every rank holds in memory,
         else (with a dir_or_url) of the newest committed step in storage, or
-        None. The master agrees on the memory step when the workers' round
-        starts, from what every node holds, so all ranks load the same step
-        without a process group. With ``into`` (a state of the same
-        structure, e.g. the one you save), tensors are copied into its
+        None; ``restored_from`` says which ("memory", "storage", None).
+        Under ``rover run`` the master agrees on the memory step when the
+        workers' round starts, from what every node holds, so all ranks load
+        the same step without a process group. With ``into`` (a state of the
+        same structure, e.g. the one you save), tensors are copied into its
         tensors in place, which is the fastest restore; otherwise new tensors
-        are returned."""
+        are returned. Without ``rover run``: the newest of the snapshot in
+        process memory and the newest committed step in storage that
+        validates (in sharded mode this rank's file, in replicated mode rank
+        0's or, if it is damaged, another rank's)."""
         self._into, self.restored_from = into, None
+        if self._direct is not None:
+            rank, world, dist = _direct.rank_world()
+            found = self._direct.source(rank, world, dist, verify=True)
+            if found is None:
+                return None
+            step, buf, length = found
+            self.restored_from = "memory" if buf is self._direct.buf else "storage"
+            # A file's buffer is this load's own: its tensors may alias it.
+            return self._decode(buf, 0, length, step, None, alias=buf is not self._direct.buf)
         snaps, agreed = self._snapshots()
         if agreed is not None:
             snap = next((s for s in snaps if s["step"] == agreed), None)
             if snap is not None:
-                restored = self._read(snap, agreed)
+                restored = self._decode(self._map_read(snap["path"]), snap["offset"], snap["length"], agreed, self.rank)
                 if restored is not None:
                     self.restored_from = "memory"
                     return restored
@@ -261,16 +362,20 @@ class Checkpointer:
             return None
         s = r["snapshot"]
         snap = dict(s, step=int(s["step"]), offset=int(s.get("offset", 0)), length=int(s["length"]))
-        restored = self._read(snap, snap["step"])
+        restored = self._decode(self._map(snap["path"]), snap["offset"], snap["length"], snap["step"], self.rank)
         if restored is not None:
             self.restored_from = "storage"
         return restored
 
-    def _read(self, snap, step):
+    def _decode(self, obj, offset, length, step, rank, alias=False):
+        """The state in obj[offset:offset + length] (an mmap or a bytearray),
+        or None when its metadata is not step's (and, sharded, rank's; rank
+        None: checked already). With alias, new tensors are views of obj
+        (which they keep alive) rather than copies: half the memory to
+        touch, for a buffer nothing else writes."""
         torch = _torch()
         by_name = {v[0]: k for k, v in _DTYPES.items()}
-        mm = self._map(snap["path"])
-        buf = memoryview(mm)[snap["offset"]:snap["offset"] + snap["length"]]
+        buf = memoryview(obj)[offset:offset + length]
         targets = {}
         if self._into is not None:
             found = []
@@ -279,27 +384,31 @@ class Checkpointer:
         try:
             header, start = decode(buf)
             meta = header.pop("__metadata__", {})
-            if int(meta.get("rover.step", -1)) != step:
+            if rank is not None and int(meta.get("rover.step", -1)) != step:
                 return None
-            if self.mode == "sharded" and int(meta.get("rover.rank", -1)) != self.rank:
+            if rank is not None and self.mode == "sharded" and int(meta.get("rover.rank", -1)) != rank:
                 return None  # another rank's part: not ours to restore
             tensors, extra = {}, None
-            base = snap["offset"] + start
+            base = offset + start
             for name, info in header.items():
                 b, e = info["data_offsets"]
                 if name == _EXTRA:
                     extra = bytes(buf[start + b:start + e])
                     continue
-                dt = by_name[info["dtype"]]
+                dt = by_name.get(info["dtype"])
+                if dt is None:
+                    raise TypeError(f"checkpoint tensor {name!r} has dtype {info['dtype']}, which cannot be restored")
                 count = (e - b) // _DTYPES[dt][1]
-                src = torch.frombuffer(mm, dtype=dt, count=count, offset=base + b) if count else torch.empty(0, dtype=dt)
+                src = _view(torch, obj, dt, count, base + b) if count else torch.empty(0, dtype=dt)
                 dst = targets.get(name)
                 if dst is not None and dst.dtype == dt and list(dst.shape) == list(info["shape"]) and dst.is_contiguous():
                     dst.copy_(src.reshape(info["shape"]))
                     tensors[name] = dst
                 else:
-                    tensors[name] = src.clone().reshape(info["shape"])
+                    tensors[name] = (src if alias else src.clone()).reshape(info["shape"])
                 del src
         finally:
             del buf
+        if extra is None:
+            return step, tensors
         return step, _inflate(pickle.loads(extra), tensors)
