@@ -30,12 +30,21 @@ type Bucket struct {
 	dir string
 }
 
-// OpenBucket opens the bucket at rawURL. "file:///path" (or a plain path)
-// is a local or network file system, "mem://" an in-memory bucket for
-// tests. Other schemes (s3://, gs://, azblob://) need their gocloud.dev
-// driver linked in: a blank import of gocloud.dev/blob/s3blob, gcsblob or
-// azureblob. They are left out of this package because together they add
-// about 480 packages, 77 modules and 50 MB to the binary.
+// OpenBucket opens the bucket at rawURL: a plain path or "file:///path"
+// (a local or network file system), "mem://" (an in-memory bucket, for
+// tests), or a cloud object store: "s3://bucket/prefix" (Amazon S3 and
+// S3-compatible stores), "gs://bucket/prefix" (Google Cloud Storage) or
+// "azblob://container/prefix" (Azure Blob Storage). The path of a URL other
+// than a file URL is a key prefix ("s3://b/run1" keeps the checkpoints
+// under "run1/"), as is gocloud.dev's "prefix" query parameter; setting
+// both is an error. Other query parameters go to the driver (see
+// docs/flash-checkpoint.md).
+//
+// Package ckpt links only the file and mem drivers; a program that wants
+// the cloud ones imports [github.com/roverml/rover/internal/ckpt/cloudblob]
+// (cmd/rover does). They are kept out of this package, and of its tests,
+// because together they add about 480 packages to a build. For a scheme
+// with no driver linked, the error lists the schemes that are.
 //
 // What fileblob (v0.47.0) does, read from its source: a writer creates a
 // temporary file and renames it to the object's path on Close, so an
@@ -51,6 +60,32 @@ type Bucket struct {
 // when [Keep] deletes its step), metadata=skip (no sidecars) and
 // create_dir.
 func OpenBucket(ctx context.Context, rawURL string) (*Bucket, error) {
+	u, err := bucketURL(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	b, err := blob.OpenBucket(ctx, u.String())
+	if err != nil {
+		if cloudSchemes[u.Scheme] && !blob.DefaultURLMux().ValidBucketScheme(u.Scheme) {
+			err = fmt.Errorf("%w (this program is built without the cloud storage drivers: "+
+				"import github.com/roverml/rover/internal/ckpt/cloudblob, as cmd/rover does)", err)
+		}
+		return nil, &storageError{op: "open", url: rawURL, err: err}
+	}
+	bk := &Bucket{url: rawURL, b: b}
+	if u.Scheme == "file" {
+		bk.dir = u.Path
+	}
+	return bk, nil
+}
+
+// cloudSchemes are the schemes package cloudblob links drivers for.
+var cloudSchemes = map[string]bool{"s3": true, "gs": true, "azblob": true}
+
+// bucketURL turns OpenBucket's argument into the URL for gocloud.dev: a
+// plain path becomes a file URL, a file URL gets its default parameters,
+// and the path of any other URL becomes its prefix parameter.
+func bucketURL(rawURL string) (*url.URL, error) {
 	open := rawURL
 	if !strings.Contains(rawURL, "://") {
 		abs, err := filepath.Abs(rawURL)
@@ -63,28 +98,24 @@ func OpenBucket(ctx context.Context, rawURL string) (*Bucket, error) {
 	if err != nil {
 		return nil, invalidf("checkpoint storage URL %q: %v", rawURL, err)
 	}
-	if u.Scheme == "file" {
-		q := u.Query()
+	q := u.Query()
+	switch prefix := strings.Trim(u.Path, "/"); {
+	case u.Scheme == "file":
 		for k, v := range map[string]string{"no_tmp_dir": "true", "metadata": "skip", "create_dir": "true"} {
 			if !q.Has(k) {
 				q.Set(k, v)
 			}
 		}
-		u.RawQuery = q.Encode()
+	case prefix == "":
+		u.Path, u.RawPath = "", ""
+	case q.Has("prefix"):
+		return nil, invalidf("checkpoint storage URL %q has both a path and a prefix parameter: use one", rawURL)
+	default:
+		q.Set("prefix", prefix+"/")
+		u.Path, u.RawPath = "", ""
 	}
-	b, err := blob.OpenBucket(ctx, u.String())
-	if err != nil {
-		if u.Scheme != "file" && u.Scheme != "mem" {
-			err = fmt.Errorf("%w (this build links only the file:// and mem:// drivers; "+
-				"blank-import gocloud.dev/blob/s3blob, gcsblob or azureblob to add others)", err)
-		}
-		return nil, &storageError{op: "open", url: rawURL, err: err}
-	}
-	bk := &Bucket{url: rawURL, b: b}
-	if u.Scheme == "file" {
-		bk.dir = u.Path
-	}
-	return bk, nil
+	u.RawQuery = q.Encode()
+	return u, nil
 }
 
 // NewBucket wraps an open gocloud.dev bucket; url is only for messages.
