@@ -1,6 +1,7 @@
 package ckpt
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -25,9 +26,19 @@ import (
 type Bucket struct {
 	url string
 	b   *blob.Bucket
+	// files: b is a fileblob bucket; write streams each object into its
+	// temporary file, to fsync it before the rename.
+	files bool
 	// dir is the local directory of a file:// bucket ("" otherwise): fileblob
 	// leaves empty directories behind when it deletes objects.
 	dir string
+}
+
+// isFileblob reports whether b is a fileblob bucket: the only driver whose
+// bucket converts to an os.FileInfo (its directory's).
+func isFileblob(b *blob.Bucket) bool {
+	var fi os.FileInfo
+	return b.As(&fi)
 }
 
 // OpenBucket opens the bucket at rawURL: a plain path or "file:///path"
@@ -72,7 +83,7 @@ func OpenBucket(ctx context.Context, rawURL string) (*Bucket, error) {
 		}
 		return nil, &storageError{op: "open", url: rawURL, err: err}
 	}
-	bk := &Bucket{url: rawURL, b: b}
+	bk := &Bucket{url: rawURL, b: b, files: isFileblob(b)}
 	if u.Scheme == "file" {
 		bk.dir = u.Path
 	}
@@ -119,7 +130,9 @@ func bucketURL(rawURL string) (*url.URL, error) {
 }
 
 // NewBucket wraps an open gocloud.dev bucket; url is only for messages.
-func NewBucket(b *blob.Bucket, url string) *Bucket { return &Bucket{url: url, b: b} }
+func NewBucket(b *blob.Bucket, url string) *Bucket {
+	return &Bucket{url: url, b: b, files: isFileblob(b)}
+}
 
 // URL is the URL the bucket was opened from.
 func (b *Bucket) URL() string { return b.url }
@@ -138,18 +151,30 @@ func (b *Bucket) fail(op, key string, err error) error {
 func notFound(err error) bool { return errors.Is(err, fs.ErrNotExist) }
 
 // write stores data at key. Every gocloud.dev driver makes the object
-// appear whole or not at all when the writer closes (an S3 PUT, a GCS or
-// Azure upload commit, fileblob's rename); for fileblob, write also fsyncs
-// the file before the rename and its directory after, so that the object
-// survives a machine crash too.
+// appear whole or not at all when the writer closes (an S3 PUT or multipart
+// completion, a GCS or Azure upload commit, fileblob's rename); for
+// fileblob, write also fsyncs the file before the rename and its directory
+// after, so that the object survives a machine crash too.
+//
+// Other drivers get the whole object in one Upload call rather than a
+// stream of writes: the drivers that can (s3blob, azureblob) then send it
+// from memory, and azureblob's streaming writer (v0.47.0) panics in Close
+// when the service refuses the upload (the upload goroutine sets the pipe
+// reader that Close then closes to nil), which would take the agent down
+// with a transient storage error.
 func (b *Bucket) write(ctx context.Context, key string, data []byte) error {
+	opts := &blob.WriterOptions{ContentType: "application/octet-stream"}
+	if !b.files {
+		if err := b.b.Upload(ctx, key, bytes.NewReader(data), opts); err != nil {
+			return b.fail("write", key, err)
+		}
+		return nil
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var file *os.File
-	w, err := b.b.NewWriter(ctx, key, &blob.WriterOptions{
-		ContentType: "application/octet-stream",
-		BeforeWrite: func(as func(any) bool) error { as(&file); return nil },
-	})
+	opts.BeforeWrite = func(as func(any) bool) error { as(&file); return nil }
+	w, err := b.b.NewWriter(ctx, key, opts)
 	if err != nil {
 		return b.fail("write", key, err)
 	}
