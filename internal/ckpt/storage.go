@@ -54,7 +54,7 @@ func isFileblob(b *blob.Bucket) bool {
 // Package ckpt links only the file and mem drivers; a program that wants
 // the cloud ones imports [github.com/roverml/rover/internal/ckpt/cloudblob]
 // (cmd/rover does). They are kept out of this package, and of its tests,
-// because together they add about 480 packages to a build. For a scheme
+// because together they add about 475 packages to a build. For a scheme
 // with no driver linked, the error lists the schemes that are.
 //
 // What fileblob (v0.47.0) does, read from its source: a writer creates a

@@ -5,7 +5,7 @@
 // side effects, from a main package.
 //
 // The drivers are kept out of package ckpt because together they add about
-// 480 packages to a build (see docs/benchmarks.md); a package that only
+// 475 packages to a build (see docs/benchmarks.md); a package that only
 // needs files or memory, and its tests, do not pay for them. Credentials
 // come from each SDK's standard chain (environment variables, shared config
 // files, workload identity); docs/flash-checkpoint.md lists them.
