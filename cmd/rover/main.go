@@ -12,6 +12,8 @@ import (
 	"os/signal"
 	"path/filepath"
 	"syscall"
+
+	_ "github.com/roverml/rover/internal/ckpt/cloudblob" // s3://, gs:// and azblob:// checkpoint storage
 )
 
 // version is set at build time with -ldflags "-X main.version=...".

@@ -4,7 +4,19 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+
+	"gocloud.dev/blob"
 )
+
+// TestStorageSchemes checks that the agent and the master, which open
+// checkpoint storage by URL, have a driver for every scheme documented.
+func TestStorageSchemes(t *testing.T) {
+	for _, scheme := range []string{"file", "mem", "s3", "gs", "azblob"} {
+		if !blob.DefaultURLMux().ValidBucketScheme(scheme) {
+			t.Errorf("rover has no driver for %s:// URLs", scheme)
+		}
+	}
+}
 
 func TestCommandLineErrors(t *testing.T) {
 	cases := []struct {

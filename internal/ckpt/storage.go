@@ -1,6 +1,7 @@
 package ckpt
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -25,17 +26,36 @@ import (
 type Bucket struct {
 	url string
 	b   *blob.Bucket
+	// files: b is a fileblob bucket; write streams each object into its
+	// temporary file, to fsync it before the rename.
+	files bool
 	// dir is the local directory of a file:// bucket ("" otherwise): fileblob
 	// leaves empty directories behind when it deletes objects.
 	dir string
 }
 
-// OpenBucket opens the bucket at rawURL. "file:///path" (or a plain path)
-// is a local or network file system, "mem://" an in-memory bucket for
-// tests. Other schemes (s3://, gs://, azblob://) need their gocloud.dev
-// driver linked in: a blank import of gocloud.dev/blob/s3blob, gcsblob or
-// azureblob. They are left out of this package because together they add
-// about 480 packages, 77 modules and 50 MB to the binary.
+// isFileblob reports whether b is a fileblob bucket: the only driver whose
+// bucket converts to an os.FileInfo (its directory's).
+func isFileblob(b *blob.Bucket) bool {
+	var fi os.FileInfo
+	return b.As(&fi)
+}
+
+// OpenBucket opens the bucket at rawURL: a plain path or "file:///path"
+// (a local or network file system), "mem://" (an in-memory bucket, for
+// tests), or a cloud object store: "s3://bucket/prefix" (Amazon S3 and
+// S3-compatible stores), "gs://bucket/prefix" (Google Cloud Storage) or
+// "azblob://container/prefix" (Azure Blob Storage). The path of a URL other
+// than a file URL is a key prefix ("s3://b/run1" keeps the checkpoints
+// under "run1/"), as is gocloud.dev's "prefix" query parameter; setting
+// both is an error. Other query parameters go to the driver (see
+// docs/flash-checkpoint.md).
+//
+// Package ckpt links only the file and mem drivers; a program that wants
+// the cloud ones imports [github.com/roverml/rover/internal/ckpt/cloudblob]
+// (cmd/rover does). They are kept out of this package, and of its tests,
+// because together they add about 475 packages to a build. For a scheme
+// with no driver linked, the error lists the schemes that are.
 //
 // What fileblob (v0.47.0) does, read from its source: a writer creates a
 // temporary file and renames it to the object's path on Close, so an
@@ -51,6 +71,32 @@ type Bucket struct {
 // when [Keep] deletes its step), metadata=skip (no sidecars) and
 // create_dir.
 func OpenBucket(ctx context.Context, rawURL string) (*Bucket, error) {
+	u, err := bucketURL(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	b, err := blob.OpenBucket(ctx, u.String())
+	if err != nil {
+		if cloudSchemes[u.Scheme] && !blob.DefaultURLMux().ValidBucketScheme(u.Scheme) {
+			err = fmt.Errorf("%w (this program is built without the cloud storage drivers: "+
+				"import github.com/roverml/rover/internal/ckpt/cloudblob, as cmd/rover does)", err)
+		}
+		return nil, &storageError{op: "open", url: rawURL, err: err}
+	}
+	bk := &Bucket{url: rawURL, b: b, files: isFileblob(b)}
+	if u.Scheme == "file" {
+		bk.dir = u.Path
+	}
+	return bk, nil
+}
+
+// cloudSchemes are the schemes package cloudblob links drivers for.
+var cloudSchemes = map[string]bool{"s3": true, "gs": true, "azblob": true}
+
+// bucketURL turns OpenBucket's argument into the URL for gocloud.dev: a
+// plain path becomes a file URL, a file URL gets its default parameters,
+// and the path of any other URL becomes its prefix parameter.
+func bucketURL(rawURL string) (*url.URL, error) {
 	open := rawURL
 	if !strings.Contains(rawURL, "://") {
 		abs, err := filepath.Abs(rawURL)
@@ -63,32 +109,30 @@ func OpenBucket(ctx context.Context, rawURL string) (*Bucket, error) {
 	if err != nil {
 		return nil, invalidf("checkpoint storage URL %q: %v", rawURL, err)
 	}
-	if u.Scheme == "file" {
-		q := u.Query()
+	q := u.Query()
+	switch prefix := strings.Trim(u.Path, "/"); {
+	case u.Scheme == "file":
 		for k, v := range map[string]string{"no_tmp_dir": "true", "metadata": "skip", "create_dir": "true"} {
 			if !q.Has(k) {
 				q.Set(k, v)
 			}
 		}
-		u.RawQuery = q.Encode()
+	case prefix == "":
+		u.Path, u.RawPath = "", ""
+	case q.Has("prefix"):
+		return nil, invalidf("checkpoint storage URL %q has both a path and a prefix parameter: use one", rawURL)
+	default:
+		q.Set("prefix", prefix+"/")
+		u.Path, u.RawPath = "", ""
 	}
-	b, err := blob.OpenBucket(ctx, u.String())
-	if err != nil {
-		if u.Scheme != "file" && u.Scheme != "mem" {
-			err = fmt.Errorf("%w (this build links only the file:// and mem:// drivers; "+
-				"blank-import gocloud.dev/blob/s3blob, gcsblob or azureblob to add others)", err)
-		}
-		return nil, &storageError{op: "open", url: rawURL, err: err}
-	}
-	bk := &Bucket{url: rawURL, b: b}
-	if u.Scheme == "file" {
-		bk.dir = u.Path
-	}
-	return bk, nil
+	u.RawQuery = q.Encode()
+	return u, nil
 }
 
 // NewBucket wraps an open gocloud.dev bucket; url is only for messages.
-func NewBucket(b *blob.Bucket, url string) *Bucket { return &Bucket{url: url, b: b} }
+func NewBucket(b *blob.Bucket, url string) *Bucket {
+	return &Bucket{url: url, b: b, files: isFileblob(b)}
+}
 
 // URL is the URL the bucket was opened from.
 func (b *Bucket) URL() string { return b.url }
@@ -107,18 +151,30 @@ func (b *Bucket) fail(op, key string, err error) error {
 func notFound(err error) bool { return errors.Is(err, fs.ErrNotExist) }
 
 // write stores data at key. Every gocloud.dev driver makes the object
-// appear whole or not at all when the writer closes (an S3 PUT, a GCS or
-// Azure upload commit, fileblob's rename); for fileblob, write also fsyncs
-// the file before the rename and its directory after, so that the object
-// survives a machine crash too.
+// appear whole or not at all when the writer closes (an S3 PUT or multipart
+// completion, a GCS or Azure upload commit, fileblob's rename); for
+// fileblob, write also fsyncs the file before the rename and its directory
+// after, so that the object survives a machine crash too.
+//
+// Other drivers get the whole object in one Upload call rather than a
+// stream of writes: the drivers that can (s3blob, azureblob) then send it
+// from memory, and azureblob's streaming writer (v0.47.0) panics in Close
+// when the service refuses the upload (the upload goroutine sets the pipe
+// reader that Close then closes to nil), which would take the agent down
+// with a transient storage error.
 func (b *Bucket) write(ctx context.Context, key string, data []byte) error {
+	opts := &blob.WriterOptions{ContentType: "application/octet-stream"}
+	if !b.files {
+		if err := b.b.Upload(ctx, key, bytes.NewReader(data), opts); err != nil {
+			return b.fail("write", key, err)
+		}
+		return nil
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var file *os.File
-	w, err := b.b.NewWriter(ctx, key, &blob.WriterOptions{
-		ContentType: "application/octet-stream",
-		BeforeWrite: func(as func(any) bool) error { as(&file); return nil },
-	})
+	opts.BeforeWrite = func(as func(any) bool) error { as(&file); return nil }
+	w, err := b.b.NewWriter(ctx, key, opts)
 	if err != nil {
 		return b.fail("write", key, err)
 	}

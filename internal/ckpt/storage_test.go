@@ -273,9 +273,51 @@ func TestOpenBucket(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.Close()
+	// This package's tests do not link the cloud drivers (see TestDependencies).
 	_, err = OpenBucket(ctx, "s3://bucket/prefix")
-	if !errors.Is(err, ErrStorage) || !strings.Contains(err.Error(), "s3://bucket/prefix") {
-		t.Errorf("OpenBucket(s3) without the driver = %v, want ErrStorage naming the URL", err)
+	if !errors.Is(err, ErrStorage) || !strings.Contains(err.Error(), "s3://bucket/prefix") || !strings.Contains(err.Error(), "import github.com/roverml/rover/internal/ckpt/cloudblob") {
+		t.Errorf("OpenBucket(s3) without the driver = %v, want ErrStorage naming the URL and the import", err)
+	}
+	_, err = OpenBucket(ctx, "gopher://bucket")
+	if !errors.Is(err, ErrStorage) || !strings.Contains(err.Error(), "available schemes: file, mem") || strings.Contains(err.Error(), "cloudblob") {
+		t.Errorf("OpenBucket(gopher) = %v, want ErrStorage listing the schemes linked, without the cloud hint", err)
+	}
+	_, err = OpenBucket(ctx, "s3://bucket/run1?prefix=run2/")
+	if !errors.Is(err, ErrInvalidInput) {
+		t.Errorf("OpenBucket with a path and a prefix = %v, want ErrInvalidInput", err)
+	}
+}
+
+func TestBucketURL(t *testing.T) {
+	abs, err := filepath.Abs("ckpt dir")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fileDefaults := "create_dir=true&metadata=skip&no_tmp_dir=true"
+	tests := []struct {
+		in, want string
+	}{
+		{"ckpt dir", "file://" + strings.ReplaceAll(abs, " ", "%20") + "?" + fileDefaults},
+		{"/ckpt", "file:///ckpt?" + fileDefaults},
+		{"file:///ckpt", "file:///ckpt?" + fileDefaults},
+		{"file:///ckpt?metadata=&no_tmp_dir=false", "file:///ckpt?create_dir=true&metadata=&no_tmp_dir=false"},
+		{"mem://", "mem:"}, // the same URL to gocloud.dev
+		{"s3://bucket", "s3://bucket"},
+		{"s3://bucket/", "s3://bucket"},
+		{"s3://bucket/jobs/run1?region=us-east-1", "s3://bucket?prefix=jobs%2Frun1%2F&region=us-east-1"},
+		{"s3://bucket?prefix=jobs/run1/", "s3://bucket?prefix=jobs%2Frun1%2F"},
+		{"gs://bucket/run1/", "gs://bucket?prefix=run1%2F"},
+		{"azblob://container/run%201", "azblob://container?prefix=run+1%2F"},
+	}
+	for _, tt := range tests {
+		u, err := bucketURL(tt.in)
+		if err != nil {
+			t.Errorf("bucketURL(%q): %v", tt.in, err)
+			continue
+		}
+		if u.String() != tt.want {
+			t.Errorf("bucketURL(%q) = %q, want %q", tt.in, u, tt.want)
+		}
 	}
 }
 

@@ -7,11 +7,12 @@ after a worker restart. The bytes in memory are a safetensors file, so the
 same bytes are what persistence writes (docs/design/flash-checkpoint.md).
 
 Under ``rover run``: ``save(..., persist=True)`` also has the agent write the
-snapshot to storage in the background (a directory, or a gocloud blob URL);
-the master commits a step (its manifest, then the ``latest`` marker) once
-every rank of it is durable; ``wait()`` blocks until this rank's pending
-persistence is done; ``load()`` falls back to the newest committed step in
-storage when the ranks hold no common step in memory.
+snapshot to storage in the background (a directory, or an s3://, gs:// or
+azblob:// URL: docs/flash-checkpoint.md); the master commits a step (its
+manifest, then the ``latest`` marker) once every rank of it is durable;
+``wait()`` blocks until this rank's pending persistence is done; ``load()``
+falls back to the newest committed step in storage when the ranks hold no
+common step in memory.
 
 Without ``rover run`` (plain ``python train.py``, torchrun, a notebook) there
 is no agent, and the Checkpointer does the work itself (_direct.py), for a

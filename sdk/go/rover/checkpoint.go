@@ -104,8 +104,9 @@ type Checkpointer struct {
 
 // Checkpointer returns a checkpointer of this worker's state. url is where
 // persisted checkpoints go: a directory (made absolute here, since the
-// agent has its own working directory) or a blob URL the agent can open
-// (file://...); "" keeps snapshots in memory only. Bad options are reported
+// agent has its own working directory) or a URL the agent can open
+// (file://, s3://, gs://, azblob://: docs/flash-checkpoint.md); "" keeps
+// snapshots in memory only. Bad options are reported
 // by the first call that uses them.
 func (c *Client) Checkpointer(url string, opts CheckpointOptions) *Checkpointer {
 	k := &Checkpointer{c: c, url: url, keep: opts.Keep, mode: opts.Mode, rank: opts.Rank, worldSize: opts.WorldSize}
