@@ -20,6 +20,7 @@ import (
 	"github.com/roverml/rover/internal/master"
 	"github.com/roverml/rover/internal/runconfig"
 	"github.com/roverml/rover/internal/store"
+	"github.com/roverml/rover/internal/testsrc"
 )
 
 var fakeWorker, sdkWorker string
@@ -104,6 +105,7 @@ func runAgent(ctx context.Context, t *testing.T, args ...string) agentRun {
 // stderr while it runs.
 func runAgentLogging(ctx context.Context, t *testing.T, stderr *syncBuffer, args ...string) agentRun {
 	t.Helper()
+	testsrc.Track() // the test workers it runs are built from other packages
 	env := map[string]string{"ROVER_TOKEN": token}
 	cfg, err := runconfig.Parse(args, func(k string) string { return env[k] })
 	if err != nil {

@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/roverml/rover/internal/testsrc"
 )
 
 var (
@@ -32,7 +34,7 @@ func setup(m *testing.M) int {
 	if err != nil {
 		panic(err)
 	}
-	repoRoot = filepath.Join(wd, "..", "..")
+	repoRoot = filepath.Clean(filepath.Join(wd, "..", ".."))
 	dir, err := os.MkdirTemp("", "rover-e2e-")
 	if err != nil {
 		panic(err)
@@ -111,6 +113,7 @@ func newCluster(t *testing.T, job string, masterArgs ...string) *cluster {
 
 func (c *cluster) start(name string, args ...string) *process {
 	c.t.Helper()
+	testsrc.Track()
 	p := &process{name: name, out: &lockedBuffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(roverBin, args...)
 	p.cmd.Dir = c.dir
