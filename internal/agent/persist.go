@@ -159,16 +159,28 @@ func (p *persister) retryLocked(ctx context.Context, job persistJob, backoff tim
 
 func (p *persister) bucket(ctx context.Context, url string) (*ckpt.Bucket, error) {
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	if b := p.buckets[url]; b != nil {
+	b := p.buckets[url]
+	p.mu.Unlock()
+	if b != nil {
 		return b, nil
 	}
-	b, err := ckpt.OpenBucket(ctx, url)
+	// Opened without the lock: a driver may take seconds (GCS probes for a
+	// metadata server), and saves must not wait for it.
+	opened, err := ckpt.OpenBucket(ctx, url)
 	if err != nil {
 		return nil, err
 	}
-	p.buckets[url] = b
-	return b, nil
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if b := p.buckets[url]; b != nil || p.stopped {
+		opened.Close()
+		if b == nil {
+			return nil, fmt.Errorf("checkpoint storage %s: the agent is stopping", url)
+		}
+		return b, nil
+	}
+	p.buckets[url] = opened
+	return opened, nil
 }
 
 // persist writes a job's snapshot and reports it to the master; persisted
