@@ -35,6 +35,7 @@ import mmap
 import os
 import pickle
 import struct
+import time
 import warnings
 
 from . import _agent, _direct
@@ -167,6 +168,7 @@ class Checkpointer:
         self._ro = {}  # read-only mappings of the node copy, by path
         #: Where the last load() found its state: "memory", "storage" or None.
         self.restored_from = None
+        self._last_saved = None  # the step this process saved last, under rover run
         # Without the agent: a Store (memory and a local directory).
         self._direct = None if _agent.under_rover() else _direct.Store(dir_or_url)
 
@@ -208,6 +210,17 @@ class Checkpointer:
             pages.add_(0)  # read and write back one byte a page
             del pages
         return self._mm
+
+    def _wait_for(self, step, snaps, timeout=60.0):
+        """snaps, once step is among them: in replicated mode local rank 0
+        may still be copying the step that this rank's save skipped."""
+        deadline = time.monotonic() + timeout
+        while not any(s["step"] == step for s in snaps) and self.home != self.local_rank:
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.005)
+            snaps = self._snapshots()[0]
+        return snaps
 
     def _map_read(self, path):
         """path mapped for reading: this rank's own mapping, or a read-only
@@ -261,6 +274,7 @@ class Checkpointer:
             if persist:
                 self._direct.persist(step, rank, world, dist, self.mode, self.keep)
             return
+        self._last_saved = step
         if self.home != self.local_rank:
             return  # replicated: local rank 0 keeps the node's copy
         flat, extra, head, offsets, size = self._layout(step, state)
@@ -315,14 +329,17 @@ class Checkpointer:
 
     def latest_step(self):
         """The step load() restores from memory: under ``rover run`` the step
-        every rank restores from memory in this round (agreed by the master
-        when the round started), or None. Without ``rover run``: the newest
+        this process saved last, or in a process that has not saved yet the
+        step every rank restores from memory in this round (agreed by the
+        master when the round started), or None. Without ``rover run``: the newest
         of the step in process memory and the newest committed step in
         storage whose manifest and file sizes validate (load also checks
         CRC32Cs, and may fall back further)."""
         if self._direct is not None:
             found = self._direct.source(*_direct.rank_world(), verify=False)
             return found[0] if found else None
+        if self._last_saved is not None:
+            return self._last_saved
         return self._snapshots()[1]
 
     def load(self, into=None):
@@ -331,7 +348,9 @@ class Checkpointer:
         None; ``restored_from`` says which ("memory", "storage", None).
         Under ``rover run`` the master agrees on the memory step when the
         workers' round starts, from what every node holds, so all ranks load
-        the same step without a process group. With ``into`` (a state of the
+        the same step without a process group. After this process has saved
+        (a rollback, say), load() returns the step it saved last, from
+        memory: ranks that saved the same steps load the same one. With ``into`` (a state of the
         same structure, e.g. the one you save), tensors are copied into its
         tensors in place, which is the fastest restore; otherwise new tensors
         are returned. Without ``rover run``: the newest of the snapshot in
@@ -349,6 +368,8 @@ class Checkpointer:
             # A file's buffer is this load's own: its tensors may alias it.
             return self._decode(buf, 0, length, step, None, alias=buf is not self._direct.buf)
         snaps, agreed = self._snapshots()
+        if self._last_saved is not None:
+            agreed, snaps = self._last_saved, self._wait_for(self._last_saved, snaps)
         if agreed is not None:
             snap = next((s for s in snaps if s["step"] == agreed), None)
             if snap is not None:
