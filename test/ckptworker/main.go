@@ -9,6 +9,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -19,6 +20,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"time"
 
@@ -122,6 +124,15 @@ func run(out, url, mode string, checkEmpty bool) error {
 	if durable != 4 && stateRank == r {
 		return fmt.Errorf("durable step after Wait is %d, want 4", durable)
 	}
+	// A load after saves (a rollback) returns the step saved last, from
+	// memory: in replicated mode rank 1 reads local rank 0's copy.
+	step, tensors, extra, found, err := k.Load(ctx)
+	if err != nil || !found || step != 5 {
+		return fmt.Errorf("Load after saving steps 1-5: step %d, found %v, %v; want step 5", step, found, err)
+	}
+	if !sameState(tensors, extra, saved[5]) {
+		return fmt.Errorf("Load after saving steps 1-5 returned other tensors than step 5's")
+	}
 	if err := writeJSON(filepath.Join(out, "saved-"+rank+".json"), saved); err != nil {
 		return err
 	}
@@ -174,6 +185,20 @@ func restarted(ctx context.Context, k *rover.Checkpointer, path string) error {
 		return err
 	}
 	return writeJSON(path, l)
+}
+
+// sameState reports whether tensors and extra are want's, in any order.
+func sameState(tensors []rover.Tensor, extra []byte, want Snapshot) bool {
+	if len(tensors) != len(want.Tensors) || !bytes.Equal(extra, want.Extra) {
+		return false
+	}
+	for _, w := range want.Tensors {
+		i := slices.IndexFunc(tensors, func(t rover.Tensor) bool { return t.Name == w.Name })
+		if i < 0 || tensors[i].DType != w.DType || !slices.Equal(tensors[i].Shape, w.Shape) || !bytes.Equal(tensors[i].Data, w.Data) {
+			return false
+		}
+	}
+	return true
 }
 
 // Huge is what --huge finds.

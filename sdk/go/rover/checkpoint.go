@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"connectrpc.com/connect"
 	roverv1 "github.com/roverml/rover/api/rover/v1"
@@ -98,6 +99,7 @@ type Checkpointer struct {
 	rank, worldSize int
 	local           int32
 	home            int32 // the local rank whose arena holds this rank's saves
+	lastSaved       *int64
 	// err is a bad option or environment variable, returned by every call.
 	err error
 }
@@ -250,6 +252,7 @@ func (k *Checkpointer) write(ctx context.Context, op string, step int64, l *ckpt
 	if persist && k.url == "" {
 		return fmt.Errorf("%s: persist needs storage: give Client.Checkpointer a directory or URL", op)
 	}
+	k.lastSaved = &step
 	if k.home != k.local {
 		return nil // replicated: local rank 0 keeps the node's copy
 	}
@@ -366,7 +369,9 @@ func (k *Checkpointer) Steps(ctx context.Context) ([]int64, error) {
 
 // Load returns the snapshot of the step every rank of the job restores
 // from memory in this round, which the master agreed when the round started
-// from what every node holds (so all ranks load the same step); or, when
+// from what every node holds (so all ranks load the same step), or, once
+// this checkpointer has saved (a rollback, say), of the step it saved last
+// (ranks that saved the same steps load the same one); or, when
 // there is none and the checkpointer has storage, the newest committed step
 // from storage ([Checkpointer.Restore]). found is false when there is
 // neither. extra is nil when the snapshot has none. The returned Data does
@@ -378,6 +383,12 @@ func (k *Checkpointer) Load(ctx context.Context) (step int64, tensors []Tensor, 
 	snaps, agreed, err := k.snapshotsAgreed(ctx)
 	if err != nil {
 		return 0, nil, nil, false, fmt.Errorf("load checkpoint: %w", err)
+	}
+	if k.lastSaved != nil {
+		agreed = k.lastSaved
+		if snaps, err = k.waitFor(ctx, *agreed, snaps); err != nil {
+			return 0, nil, nil, false, fmt.Errorf("load checkpoint: %w", err)
+		}
 	}
 	for _, s := range snaps {
 		if agreed == nil || s.GetStep() != *agreed {
@@ -395,6 +406,26 @@ func (k *Checkpointer) Load(ctx context.Context) (step int64, tensors []Tensor, 
 		return 0, nil, nil, false, nil
 	}
 	return k.Restore(ctx)
+}
+
+// waitFor returns snaps once step is among them: in replicated mode local
+// rank 0 may still be copying the step this rank's save skipped. It gives
+// up after a minute, returning what there is.
+func (k *Checkpointer) waitFor(ctx context.Context, step int64, snaps []*roverv1.CheckpointSnapshot) ([]*roverv1.CheckpointSnapshot, error) {
+	deadline := time.Now().Add(time.Minute)
+	for k.home != k.local && time.Now().Before(deadline) &&
+		!slices.ContainsFunc(snaps, func(s *roverv1.CheckpointSnapshot) bool { return s.GetStep() == step }) {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+		var err error
+		if snaps, _, err = k.snapshotsAgreed(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return snaps, nil
 }
 
 // LoadStep returns this rank's snapshot of step from memory; found is false
