@@ -28,6 +28,8 @@ if restart == 0:
     assert restored is None, restored
     for step in range(1, 6):
         ckpt.save(step, state(step))
+    step, got = ckpt.load()  # a rollback: the step saved last, from memory
+    assert step == 5 and ckpt.restored_from == "memory" and torch.equal(got["w"], state(5)["w"]), step
     dist.barrier()
     if rank == 1:
         sys.exit(3)
@@ -153,6 +155,8 @@ elif phase == "crash":
     # workers fail.
     for step in range(1, 6):
         ckpt.save(step, state(step))
+    step, got = ckpt.load()  # a rollback: the step saved last, from memory
+    assert step == 5 and ckpt.restored_from == "memory" and torch.equal(got["w"], state(5)["w"]), step
     dist.barrier()
     if rank == 1:
         os._exit(3)
