@@ -128,10 +128,10 @@ func run(out, url, mode string, checkEmpty bool) error {
 	// memory: in replicated mode rank 1 reads local rank 0's copy.
 	step, tensors, extra, found, err := k.Load(ctx)
 	if err != nil || !found || step != 5 {
-		return fmt.Errorf("Load after saving steps 1-5: step %d, found %v, %v; want step 5", step, found, err)
+		return fmt.Errorf("load after saving steps 1-5: step %d, found %v, %v; want step 5", step, found, err)
 	}
 	if !sameState(tensors, extra, saved[5]) {
-		return fmt.Errorf("Load after saving steps 1-5 returned other tensors than step 5's")
+		return fmt.Errorf("load after saving steps 1-5 returned other tensors than step 5's")
 	}
 	if err := writeJSON(filepath.Join(out, "saved-"+rank+".json"), saved); err != nil {
 		return err
