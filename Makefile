@@ -41,9 +41,11 @@ check-generated: generate ## fail when the committed generated code is stale
 demo: build ## run a real elastic DDP job on two local nodes, crash a worker, watch it recover
 	PYTHON_EXEC="$$(scripts/find-python --install)" examples/ddp/demo.sh
 
-bench: build ## rendezvous benchmarks (1,000 and 10,000 nodes) and the state-machine micro-benchmarks
+bench: build ## rendezvous (1,000 and 10,000 nodes), shard leasing (256 clients), state-machine micro-benchmarks
 	$(BIN)/rover bench rendezvous --nodes 1000
 	$(BIN)/rover bench rendezvous --nodes 10000 --conns 32
+	$(BIN)/rover bench shards --clients 256 --batch 32
+	$(BIN)/rover bench shards --clients 256 --batch 1 --agents 8
 	$(GO) test -run '^$$' -bench . -benchmem ./internal/rendezvous/ ./internal/node/
 
 bench-ckpt: build ## flash checkpoint benchmark: 1 GiB state, save/restore vs copy, torch.save, torch.load
