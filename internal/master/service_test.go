@@ -3,6 +3,7 @@ package master
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -296,5 +297,33 @@ func TestJournalFailureRejectsTransition(t *testing.T) {
 	}
 	if _, ok, _ := c.key("k"); ok {
 		t.Error("a transition that was not persisted was applied")
+	}
+}
+
+// TestRestoreRefusesUnknownEvents replays a journal with a record that a
+// newer master wrote: the replay fails and names it, rather than skipping a
+// transition and serving a state that never was.
+func TestRestoreRefusesUnknownEvents(t *testing.T) {
+	st := store.NewMemory()
+	ctx := context.Background()
+	now := time.Unix(1000, 0)
+	c1 := newCore("job", st)
+	cfg, err := validateRendezvous(rdzvConfig(2, 2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c1.configure(ctx, *cfg, now); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := (&event{Type: "from_the_future", Time: now}).marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Append(ctx, rec); err != nil {
+		t.Fatal(err)
+	}
+	_, err = newCore("job", st).restore(ctx, now)
+	if err == nil || !strings.Contains(err.Error(), `"from_the_future" is unknown`) {
+		t.Fatalf("restore: %v, want an error naming the unknown event", err)
 	}
 }
