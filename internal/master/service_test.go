@@ -241,18 +241,26 @@ func TestInvalidRequests(t *testing.T) {
 	}
 }
 
-func TestRestoreFromJournal(t *testing.T) {
-	st := store.NewMemory()
-	ctx := context.Background()
-	now := time.Unix(1000, 0)
-	c1 := newCore("job", st)
+// configuredCore is a core journaling to st, configured for a job of
+// exactly 2 nodes at now.
+func configuredCore(t *testing.T, st Store, now time.Time) *core {
+	t.Helper()
+	c := newCore("job", st)
 	cfg, err := validateRendezvous(rdzvConfig(2, 2))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c1.configure(ctx, *cfg, now); err != nil {
+	if err := c.configure(context.Background(), *cfg, now); err != nil {
 		t.Fatal(err)
 	}
+	return c
+}
+
+func TestRestoreFromJournal(t *testing.T) {
+	st := store.NewMemory()
+	ctx := context.Background()
+	now := time.Unix(1000, 0)
+	c1 := configuredCore(t, st, now)
 	for _, id := range []string{"a", "b"} {
 		req, _, err := validateJoin(joinReq(id, rdzvConfig(2, 2)).Msg)
 		if err != nil {
@@ -307,14 +315,7 @@ func TestRestoreRefusesUnknownEvents(t *testing.T) {
 	st := store.NewMemory()
 	ctx := context.Background()
 	now := time.Unix(1000, 0)
-	c1 := newCore("job", st)
-	cfg, err := validateRendezvous(rdzvConfig(2, 2))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c1.configure(ctx, *cfg, now); err != nil {
-		t.Fatal(err)
-	}
+	configuredCore(t, st, now)
 	rec, err := (&event{Type: "from_the_future", Time: now}).marshal()
 	if err != nil {
 		t.Fatal(err)
