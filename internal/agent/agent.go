@@ -106,7 +106,8 @@ func Run(ctx context.Context, cfg *runconfig.Config, opts Options) error {
 		return err
 	}
 	a.persister = newPersister(a)
-	if a.arenas, err = newArenas(jobKey(cfg.RunID, token), a.nodeID, cfg.NprocPerNode); err != nil {
+	self := arenaOwner{NodeID: a.nodeID, Generated: cfg.NodeID == "" && cfg.NodeRank < 0}
+	if a.arenas, err = newArenas(jobKey(cfg.RunID, token), self, cfg.NprocPerNode); err != nil {
 		return err
 	}
 	defer a.arenas.close()

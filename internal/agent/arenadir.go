@@ -18,9 +18,11 @@ import (
 // holds an exclusive flock on for as long as it runs (the kernel releases
 // it when the agent dies, however it dies), and "owner", which names the
 // job key and node id. An agent restarted on the node after its
-// predecessor was killed adopts the orphaned directory of its job (the one
-// of its own node id when there are several), so that the snapshots in
-// memory survive the agent. The job key hashes the run id and the job's
+// predecessor was killed adopts the orphaned directory of its job and node
+// id, so that the snapshots in memory survive the agent. An agent whose node
+// id is generated (from its pid: it cannot match) adopts an orphan whose id
+// was generated too; an explicit node id is never adopted by another node,
+// whose agent may come back for it. The job key hashes the run id and the job's
 // token: only the same job can adopt, and a new run of a job with the same
 // name cannot.
 //
@@ -46,6 +48,14 @@ func jobKey(runID, token string) string {
 type arenaOwner struct {
 	JobKey string `json:"job_key"`
 	NodeID string `json:"node_id"`
+	// Generated is true when the node id was made up from the agent's pid.
+	Generated bool `json:"generated,omitempty"`
+}
+
+// adoptable reports whether an agent of node id (generated or not) may adopt
+// an orphan of o's job.
+func (o arenaOwner) adoptable(nodeID string, generated bool) bool {
+	return o.NodeID == nodeID || (o.Generated && generated)
 }
 
 // arenaDir is an agent's locked arena directory.
@@ -59,7 +69,9 @@ type arenaDir struct {
 // of this job) under base, or creates a new one; on the way it removes
 // orphans of other jobs older than orphanGrace, and directories that agents
 // of the earlier, pid-named layout left behind.
-func openArenaDir(base, key, nodeID string, now time.Time) (*arenaDir, error) {
+func openArenaDir(base, key string, self arenaOwner, now time.Time) (*arenaDir, error) {
+	self.JobKey = key
+	nodeID := self.NodeID
 	removeStale(base, arenaDirPrefix) // the pid-named layout of earlier versions
 	matches, _ := filepath.Glob(filepath.Join(base, arenaDirPrefix+key+"-*"))
 	var adopt *arenaDir
@@ -68,7 +80,7 @@ func openArenaDir(base, key, nodeID string, now time.Time) (*arenaDir, error) {
 		if !ok {
 			continue
 		}
-		if owner.JobKey != key || (adopt != nil && owner.NodeID != nodeID) {
+		if owner.JobKey != key || !owner.adoptable(nodeID, self.Generated) || (adopt != nil && owner.NodeID != nodeID) {
 			d.release() // maybe another node of this job on this host, whose agent may come back
 			continue
 		}
@@ -83,13 +95,13 @@ func openArenaDir(base, key, nodeID string, now time.Time) (*arenaDir, error) {
 	removeOrphans(base, key, now)
 	if adopt != nil {
 		adopt.adopted = true
-		if err := writeOwner(adopt.path, arenaOwner{JobKey: key, NodeID: nodeID}); err != nil {
+		if err := writeOwner(adopt.path, self); err != nil {
 			adopt.release()
 			return nil, err
 		}
 		return adopt, nil
 	}
-	return createArenaDir(base, key, nodeID)
+	return createArenaDir(base, key, self)
 }
 
 // lockOrphan locks dir when no live agent holds it and it is ours to judge.
@@ -135,7 +147,7 @@ func removeOrphans(base, key string, now time.Time) {
 	}
 }
 
-func createArenaDir(base, key, nodeID string) (*arenaDir, error) {
+func createArenaDir(base, key string, self arenaOwner) (*arenaDir, error) {
 	path, err := os.MkdirTemp(base, arenaDirPrefix+key+"-")
 	if err != nil {
 		return nil, err
@@ -153,7 +165,7 @@ func createArenaDir(base, key, nodeID string) (*arenaDir, error) {
 			return nil, fmt.Errorf("lock %s: %w", f.Name(), err)
 		}
 		d := &arenaDir{path: path, lock: f}
-		if err := writeOwner(path, arenaOwner{JobKey: key, NodeID: nodeID}); err != nil {
+		if err := writeOwner(path, self); err != nil {
 			d.release()
 			return nil, err
 		}

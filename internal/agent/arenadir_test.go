@@ -16,7 +16,7 @@ func kill(d *arenaDir) { d.release() }
 func TestArenaDirAdoptedAfterItsAgentDies(t *testing.T) {
 	base, now := t.TempDir(), time.Now()
 	key := jobKey("job", "secret")
-	first, err := openArenaDir(base, key, "n1", now)
+	first, err := openArenaDir(base, key, arenaOwner{NodeID: "n1"}, now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,7 +27,7 @@ func TestArenaDirAdoptedAfterItsAgentDies(t *testing.T) {
 		t.Fatalf("arena dir %v, %v: want mode 0700", fi, err)
 	}
 	// While its agent lives (holds the lock), nobody adopts it.
-	second, err := openArenaDir(base, key, "n1", now)
+	second, err := openArenaDir(base, key, arenaOwner{NodeID: "n1"}, now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,7 +36,7 @@ func TestArenaDirAdoptedAfterItsAgentDies(t *testing.T) {
 	}
 	second.remove()
 	kill(first)
-	third, err := openArenaDir(base, key, "n1", now)
+	third, err := openArenaDir(base, key, arenaOwner{NodeID: "n1"}, now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +45,7 @@ func TestArenaDirAdoptedAfterItsAgentDies(t *testing.T) {
 		t.Fatalf("got %s (adopted %v), want the killed agent's %s adopted", third.path, third.adopted, first.path)
 	}
 	// Another run of the job (another token) does not adopt it.
-	other, err := openArenaDir(base, jobKey("job", "other secret"), "n1", now)
+	other, err := openArenaDir(base, jobKey("job", "other secret"), arenaOwner{NodeID: "n1"}, now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,14 +60,14 @@ func TestArenaDirPrefersItsNode(t *testing.T) {
 	key := jobKey("job", "secret")
 	paths := map[string]string{}
 	for _, node := range []string{"n1", "n2", "n3"} {
-		d, err := openArenaDir(base, key, node, now)
+		d, err := openArenaDir(base, key, arenaOwner{NodeID: node}, now)
 		if err != nil {
 			t.Fatal(err)
 		}
 		paths[node] = d.path
 		kill(d)
 	}
-	d, err := openArenaDir(base, key, "n2", now)
+	d, err := openArenaDir(base, key, arenaOwner{NodeID: "n2"}, now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,15 +84,15 @@ func TestArenaDirPrefersItsNode(t *testing.T) {
 
 func TestArenaDirRemovesOldOrphansOfOtherJobs(t *testing.T) {
 	base, now := t.TempDir(), time.Now()
-	fresh, err := openArenaDir(base, jobKey("a", "t"), "n", now)
+	fresh, err := openArenaDir(base, jobKey("a", "t"), arenaOwner{NodeID: "n"}, now)
 	if err != nil {
 		t.Fatal(err)
 	}
-	old, err := openArenaDir(base, jobKey("b", "t"), "n", now)
+	old, err := openArenaDir(base, jobKey("b", "t"), arenaOwner{NodeID: "n"}, now)
 	if err != nil {
 		t.Fatal(err)
 	}
-	live, err := openArenaDir(base, jobKey("c", "t"), "n", now)
+	live, err := openArenaDir(base, jobKey("c", "t"), arenaOwner{NodeID: "n"}, now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +101,7 @@ func TestArenaDirRemovesOldOrphansOfOtherJobs(t *testing.T) {
 	live.refresh(now.Add(-2 * orphanGrace))
 	kill(fresh)
 	kill(old)
-	d, err := openArenaDir(base, jobKey("d", "t"), "n", now)
+	d, err := openArenaDir(base, jobKey("d", "t"), arenaOwner{NodeID: "n"}, now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +140,7 @@ func saveSnapshot(t *testing.T, s *arenas, local, rank, world int, step int64, m
 
 func TestArenasSurviveAKilledAgent(t *testing.T) {
 	key := jobKey("job", "secret")
-	s, err := newArenas(key, "n1", 4)
+	s, err := newArenas(key, arenaOwner{NodeID: "n1"}, 4)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +155,7 @@ func TestArenasSurviveAKilledAgent(t *testing.T) {
 	kill(s.dir)
 
 	// Its successor runs two workers per node: rank 3's arena goes.
-	again, err := newArenas(key, "n1", 2)
+	again, err := newArenas(key, arenaOwner{NodeID: "n1"}, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,5 +175,45 @@ func TestArenasSurviveAKilledAgent(t *testing.T) {
 		if m.GetLocalRank() != 0 || m.GetStep() != step || m.GetRank() != 4 || m.GetWorldSize() != 8 || m.GetMode() != "sharded" {
 			t.Errorf("inventory[%d] = %v, want local rank 0 step %d of rank 4/8, sharded", i, m, step)
 		}
+	}
+}
+
+// TestArenaDirAdoptsOnlyItsNode: an agent with an explicit node id adopts
+// only that node's orphan (another node's agent may come back for its
+// own); one with a generated id adopts an orphan whose id was generated.
+func TestArenaDirAdoptsOnlyItsNode(t *testing.T) {
+	base, now := t.TempDir(), time.Now()
+	key := jobKey("job", "secret")
+	named, err := openArenaDir(base, key, arenaOwner{NodeID: "node1"}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kill(named)
+	other, err := openArenaDir(base, key, arenaOwner{NodeID: "node2"}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.remove()
+	if other.adopted {
+		t.Fatalf("node2 adopted node1's arenas %s", other.path)
+	}
+	gen, err := openArenaDir(base, key, arenaOwner{NodeID: "host-111", Generated: true}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gen.adopted {
+		t.Fatal("a generated id adopted an explicit node's arenas")
+	}
+	kill(gen)
+	again, err := openArenaDir(base, key, arenaOwner{NodeID: "host-222", Generated: true}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.remove()
+	if !again.adopted || again.path != gen.path {
+		t.Errorf("a restarted agent with a generated id got %s (adopted %v), want %s", again.path, again.adopted, gen.path)
+	}
+	if _, err := os.Stat(named.path); err != nil {
+		t.Errorf("node1's orphan is gone: %v", err)
 	}
 }

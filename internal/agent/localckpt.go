@@ -34,12 +34,12 @@ type arenas struct {
 
 // newArenas opens the arenas of the job's node: those a killed agent of the
 // same job left on this node, or none.
-func newArenas(key, nodeID string, nproc int) (*arenas, error) {
+func newArenas(key string, self arenaOwner, nproc int) (*arenas, error) {
 	base := ckpt.DefaultArenaDir
 	if _, err := os.Stat(base); err != nil {
 		base = os.TempDir()
 	}
-	dir, err := openArenaDir(base, key, nodeID, time.Now())
+	dir, err := openArenaDir(base, key, self, time.Now())
 	if err != nil {
 		return nil, fmt.Errorf("create the checkpoint arena directory: %w", err)
 	}

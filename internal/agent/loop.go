@@ -83,6 +83,7 @@ func (a *agent) loop(ctx context.Context) error {
 					"group_world_size", asg.GetGroupWorldSize(), "world_size", asg.GetWorldSize(), "restart_count", v.GetRestartCount())
 			case v.GetRoundOpen() && joinedRound < round,
 				!v.GetRoundOpen() && (asg == nil || int(asg.GetRound()) != round) && joinedRound <= round:
+				a.persister.drain(ctx) // see drain: the new workers must all find the same committed step
 				if err := a.join(ctx, round); err != nil {
 					if ctx.Err() != nil {
 						continue // handled at the top of the loop

@@ -243,6 +243,34 @@ func (p *persister) waitFor(local int, retries bool) (int64, string) {
 	return p.durable[local], err
 }
 
+// drain blocks until no rank has a persistence queued or running (failed
+// ones waiting for a retry are not waited for), or ctx ends. The agent
+// drains before it joins a new round: every member does, and the round
+// closes only when all have joined, so no commit can land while the new
+// workers read the newest committed step, and they all read the same one.
+func (p *persister) drain(ctx context.Context) {
+	stop := context.AfterFunc(ctx, func() {
+		p.mu.Lock()
+		p.cond.Broadcast()
+		p.mu.Unlock()
+	})
+	defer stop()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for ctx.Err() == nil && !p.stopped && (len(p.pending) > 0 || p.anyBusyLocked()) {
+		p.cond.Wait()
+	}
+}
+
+func (p *persister) anyBusyLocked() bool {
+	for _, b := range p.busy {
+		if b {
+			return true
+		}
+	}
+	return false
+}
+
 // restore copies the newest committed step of url into the rank's arena.
 func (p *persister) restore(ctx context.Context, local int, url string, rank int) (*roverv1.CheckpointSnapshot, error) {
 	b, err := p.bucket(ctx, url)
