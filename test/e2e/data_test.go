@@ -109,6 +109,9 @@ func TestElasticSamplerExactlyOnce(t *testing.T) {
 	starts := map[int]int{} // round -> the step it resumed at
 	worlds := map[int]bool{}
 	for _, l := range logs {
+		if s, ok := starts[l.round]; ok && s != l.start {
+			t.Errorf("round %d: ranks resumed at steps %d and %d; every rank must resume at the same one", l.round, s, l.start)
+		}
 		starts[l.round] = l.start
 		worlds[l.world] = true
 	}
