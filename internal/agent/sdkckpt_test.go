@@ -286,10 +286,14 @@ func TestGoSDKReplicatedKeepsOneCopyPerNode(t *testing.T) {
 	readJSON(t, filepath.Join(dir, "saved-0.json"), &saved)
 	for rank := range 2 {
 		var loaded struct {
-			Steps []int64      `json:"steps"`
-			Load  ckptSnapshot `json:"load"`
+			Steps    []int64      `json:"steps"`
+			Load     ckptSnapshot `json:"load"`
+			Restored []int64      `json:"restored"`
 		}
 		readJSON(t, filepath.Join(dir, "loaded-"+strconv.Itoa(rank)+".json"), &loaded)
+		if len(slices.Compact(slices.Clone(loaded.Restored))) != len(loaded.Restored) || !slices.Contains(loaded.Restored, 5) {
+			t.Errorf("rank %d: steps after the restore %v, want step 5 listed once", rank, loaded.Restored)
+		}
 		// Rank 0's restore from storage may replace step 4 in the node copy
 		// before rank 1 looks.
 		if len(loaded.Steps) == 0 || loaded.Steps[0] != 5 {

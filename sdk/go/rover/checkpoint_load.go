@@ -40,7 +40,9 @@ func (k *Checkpointer) Steps(ctx context.Context) ([]int64, error) {
 			steps = append(steps, s.GetStep())
 		}
 	}
-	return steps, nil
+	// In replicated mode a step may be both in this rank's arena (restored
+	// from storage) and in the node copy: list it once.
+	return slices.Compact(steps), nil
 }
 
 // Load returns the snapshot of the step every rank of the job restores
