@@ -72,16 +72,19 @@ def main():
             break
         for b in range(len(indices) // args.batch_size):
             batch = indices[b * args.batch_size:(b + 1) * args.batch_size]
+            step += 1
+            if log:
+                # Logged before the gradient all-reduce: once any rank has
+                # finished (and saved) this step, every rank has logged it,
+                # even one that is killed right after the all-reduce.
+                log.write(json.dumps({"step": step, "epoch": epoch, "indices": batch}) + "\n")
+                log.flush()
             optim.zero_grad()
             loss = model(data[batch]).pow(2).mean()
             loss.backward()
             optim.step()
-            step += 1
             state = {"model": model.module.state_dict(), "optim": optim.state_dict(), "data": sampler.state_dict(b + 1)}
             ckpt.save(step, state, persist=step % args.persist_every == 0)
-            if log:
-                log.write(json.dumps({"step": step, "epoch": epoch, "indices": batch}) + "\n")
-                log.flush()
             if args.step_sleep:
                 time.sleep(args.step_sleep)
     ckpt.wait()
