@@ -13,13 +13,17 @@ import (
 	"github.com/roverml/rover/internal/node"
 	"github.com/roverml/rover/internal/rendezvous"
 	"github.com/roverml/rover/internal/shard"
+	"github.com/roverml/rover/internal/store"
 	"google.golang.org/protobuf/encoding/protojson"
 )
 
-// Store is the persistence the master needs: an append-only journal.
+// Store is the persistence the master needs: a journal of records, durable
+// when Append returns, and a snapshot of the whole state that replaces the
+// records before it.
 type Store interface {
-	Append(ctx context.Context, rec []byte) error
-	Records(ctx context.Context) ([][]byte, error)
+	Append(ctx context.Context, recs [][]byte) error
+	Snapshot(ctx context.Context, state []byte) error
+	Load(ctx context.Context) (store.Contents, error)
 }
 
 // jobConfig is the rendezvous and liveness configuration of a job.
@@ -80,7 +84,8 @@ func newCore(runID string, store Store) *core {
 
 // restore replays the store's journal.
 func (c *core) restore(ctx context.Context, now time.Time) (int, error) {
-	recs, err := c.store.Records(ctx)
+	contents, err := c.store.Load(ctx)
+	recs := contents.Records
 	if err != nil {
 		return 0, fmt.Errorf("read journal: %w", err)
 	}
@@ -134,7 +139,7 @@ func (c *core) journalLocked(ctx context.Context, e *event) error {
 	if err != nil {
 		return err
 	}
-	if err := c.store.Append(ctx, b); err != nil {
+	if err := c.store.Append(ctx, [][]byte{b}); err != nil {
 		return fmt.Errorf("persist %s: %w", e.Type, err)
 	}
 	return nil

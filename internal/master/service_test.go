@@ -320,7 +320,7 @@ func TestRestoreRefusesUnknownEvents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := st.Append(ctx, rec); err != nil {
+	if err := st.Append(ctx, [][]byte{rec}); err != nil {
 		t.Fatal(err)
 	}
 	_, err = newCore("job", st).restore(ctx, now)

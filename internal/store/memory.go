@@ -9,41 +9,67 @@ import (
 // ErrClosed is returned by a store used after Close.
 var ErrClosed = errors.New("store is closed")
 
+// Contents is what a store holds: the newest snapshot (nil before the first)
+// and the records appended after it, oldest first.
+type Contents struct {
+	Snapshot []byte
+	Records  [][]byte
+}
+
 // Memory is a journal kept in memory. It survives a master restarted in the same
 // process (tests use that), not a process restart.
 type Memory struct {
-	mu      sync.Mutex
-	records [][]byte
-	closed  bool
+	mu       sync.Mutex
+	snapshot []byte
+	records  [][]byte
+	closed   bool
 }
 
 // NewMemory returns an empty in-memory journal.
 func NewMemory() *Memory { return &Memory{} }
 
-// Append adds one record to the journal. The record is copied.
-func (m *Memory) Append(_ context.Context, rec []byte) error {
+// Append adds records to the journal, in order. The records are copied.
+func (m *Memory) Append(_ context.Context, recs [][]byte) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
 		return ErrClosed
 	}
-	m.records = append(m.records, append([]byte(nil), rec...))
+	for _, r := range recs {
+		m.records = append(m.records, append([]byte(nil), r...))
+	}
 	return nil
 }
 
-// Records returns every record in the order appended.
-func (m *Memory) Records(_ context.Context) ([][]byte, error) {
+// Snapshot replaces the snapshot with state, which must reflect every record
+// appended so far, and drops those records.
+func (m *Memory) Snapshot(_ context.Context, state []byte) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
-		return nil, ErrClosed
+		return ErrClosed
 	}
-	out := make([][]byte, len(m.records))
-	copy(out, m.records)
-	return out, nil
+	m.snapshot = append([]byte(nil), state...)
+	m.records = nil
+	return nil
 }
 
-// Len returns the number of records.
+// Load returns the snapshot and the records after it.
+func (m *Memory) Load(_ context.Context) (Contents, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return Contents{}, ErrClosed
+	}
+	c := Contents{Records: make([][]byte, len(m.records))}
+	copy(c.Records, m.records)
+	if m.snapshot != nil {
+		c.Snapshot = m.snapshot
+	}
+	return c, nil
+}
+
+// Len returns the number of records after the snapshot.
 func (m *Memory) Len() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
