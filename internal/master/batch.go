@@ -23,17 +23,24 @@ type batchOp struct {
 	Shard *shardEvent `json:"shard"`
 }
 
+// batchOutcome is each op's outcome and error of the last batch applied.
+type batchOutcome struct {
+	outs []shardOutcome
+	errs []error
+}
+
 // shardBatch journals ops as one record and applies them in order under one
 // lock. It returns each op's outcome and error; err is set, and nothing is
 // applied, when the batch cannot be journaled.
 func (c *core) shardBatch(ctx context.Context, now time.Time, ops []batchOp) (outs []shardOutcome, errs []error, err error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	e := &event{Type: eventShardBatch, Time: now, Batch: ops}
-	if err := c.journalLocked(ctx, e); err != nil {
+	err = c.propose(ctx, e, func(error) {
+		outs, errs = c.batchOut.outs, c.batchOut.errs
+		c.batchOut = batchOutcome{}
+	})
+	if outs == nil {
 		return nil, nil, err
 	}
-	outs, errs = c.applyBatchLocked(e)
 	return outs, errs, nil
 }
 

@@ -53,13 +53,13 @@ type core struct {
 	views    chan struct{}
 	version  uint64 // of the node views
 	keys     chan struct{}
-	// replaying is true while the journal is replayed: nothing is appended.
-	replaying bool
+	commits  committer
 
 	shards *shard.Machine
 	// leaseHolders are the workers that leased shards since their last restart.
 	leaseHolders map[string]struct{}
 	shardOut     shardOutcome
+	batchOut     batchOutcome
 
 	// held is each node's flash-checkpoint snapshots in memory, as of its
 	// last join; memory is the step agreed for the last closed round.
@@ -69,12 +69,13 @@ type core struct {
 
 func newCore(runID string, store Store) *core {
 	return &core{
-		store: store,
-		runID: runID,
-		addrs: map[string]string{},
-		kv:    map[string][]byte{},
-		views: make(chan struct{}),
-		keys:  make(chan struct{}),
+		store:   store,
+		runID:   runID,
+		addrs:   map[string]string{},
+		kv:      map[string][]byte{},
+		views:   make(chan struct{}),
+		keys:    make(chan struct{}),
+		commits: committer{failed: make(chan struct{}), every: snapshotEvery},
 
 		shards:       shard.New(),
 		leaseHolders: map[string]struct{}{},
@@ -82,26 +83,29 @@ func newCore(runID string, store Store) *core {
 	}
 }
 
-// restore replays the store's journal.
+// restore loads the store's snapshot and replays the journal after it.
 func (c *core) restore(ctx context.Context, now time.Time) (int, error) {
 	contents, err := c.store.Load(ctx)
-	recs := contents.Records
 	if err != nil {
-		return 0, fmt.Errorf("read journal: %w", err)
+		return 0, fmt.Errorf("read the master's state: %w", err)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.replaying = true
-	defer func() { c.replaying = false }()
-	for i, b := range recs {
+	if contents.Snapshot != nil {
+		if err := c.restoreStateLocked(contents.Snapshot); err != nil {
+			return 0, fmt.Errorf("restore the master's snapshot: %w", err)
+		}
+	}
+	for i, b := range contents.Records {
 		e, err := unmarshalEvent(b)
 		if err != nil {
 			return i, fmt.Errorf("journal record %d: %w", i, err)
 		}
-		if err := c.applyLocked(ctx, e); err != nil && !isRequestError(err) {
+		if err := c.applyLocked(e); err != nil && !isRequestError(err) {
 			return i, fmt.Errorf("replay journal record %d (%s): %w", i, e.Type, err)
 		}
 	}
+	c.commits.since = len(contents.Records)
 	// Liveness is not journaled: every known node gets a fresh timeout.
 	if c.nodes != nil {
 		for id := range c.addrs {
@@ -109,40 +113,25 @@ func (c *core) restore(ctx context.Context, now time.Time) (int, error) {
 		}
 	}
 	c.changedLocked()
-	return len(recs), nil
+	n := len(contents.Records)
+	if contents.Snapshot != nil {
+		n++
+	}
+	return n, nil
 }
 
-// apply journals an event and applies it. The journal write happens first, so
-// that no transition is acknowledged before it is persisted.
+// apply journals an event and applies it once durable.
 func (c *core) apply(ctx context.Context, e *event) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.applyLocked(ctx, e)
+	return c.propose(ctx, e, nil)
 }
 
-func (c *core) applyLocked(ctx context.Context, e *event) error {
+// applyLocked applies a committed event: the same checks and transition
+// whether the event is new or replayed, so a replay rebuilds the same state.
+func (c *core) applyLocked(e *event) error {
 	if err := c.checkLocked(e); err != nil {
 		return err
 	}
-	if err := c.journalLocked(ctx, e); err != nil {
-		return err
-	}
 	return c.transitionLocked(e)
-}
-
-// journalLocked appends e to the store, except during a replay.
-func (c *core) journalLocked(ctx context.Context, e *event) error {
-	if c.replaying {
-		return nil
-	}
-	b, err := e.marshal()
-	if err != nil {
-		return err
-	}
-	if err := c.store.Append(ctx, [][]byte{b}); err != nil {
-		return fmt.Errorf("persist %s: %w", e.Type, err)
-	}
-	return nil
 }
 
 // checkLocked rejects events that would fail, before they are journaled.
@@ -253,14 +242,19 @@ func (c *core) changedLocked() {
 // case cfg must agree with it.
 func (c *core) configure(ctx context.Context, cfg jobConfig, now time.Time) error {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.cfg != nil {
-		return c.cfg.agrees(cfg)
+	set := c.cfg
+	c.mu.Unlock()
+	if set != nil {
+		return set.agrees(cfg)
 	}
 	if err := cfg.Rendezvous.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", errInvalid, err)
 	}
-	return c.applyLocked(ctx, &event{Type: eventConfigure, Time: now, Config: &cfg})
+	var agreed error
+	err := c.propose(ctx, &event{Type: eventConfigure, Time: now, Config: &cfg}, func(error) {
+		agreed = c.cfg.agrees(cfg) // another agent's configuration may have come first
+	})
+	return errors.Join(err, agreed)
 }
 
 func (a *jobConfig) agrees(b jobConfig) error {
@@ -285,39 +279,45 @@ func (a *jobConfig) agrees(b jobConfig) error {
 // already belongs to is answered without a transition.
 func (c *core) join(ctx context.Context, req rendezvous.JoinRequest, snaps []memorySnapshot, round int, now time.Time) (nodeRank, joinedRound int, err error) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if c.rdzv == nil {
+		c.mu.Unlock()
 		return 0, 0, errNotConfigured
 	}
 	if round > 0 {
 		if rank, r, ok := c.rdzv.Joined(req.NodeID); ok && r >= round {
+			c.mu.Unlock()
 			return rank, r, nil
 		}
 	}
-	if err := c.applyLocked(ctx, &event{Type: eventJoin, Time: now, Join: &req, Snapshots: snaps}); err != nil {
-		return 0, 0, err
-	}
-	rank, r, _ := c.rdzv.Joined(req.NodeID)
-	return rank, r, nil
+	c.mu.Unlock()
+	err = c.propose(ctx, &event{Type: eventJoin, Time: now, Join: &req, Snapshots: snaps}, func(err error) {
+		if err == nil {
+			nodeRank, joinedRound, _ = c.rdzv.Joined(req.NodeID)
+		}
+	})
+	return nodeRank, joinedRound, err
 }
 
-// tick advances the timeouts of both state machines.
+// tick advances the timeouts of both state machines: it proposes the
+// events whose time has come and returns once they are applied.
 func (c *core) tick(ctx context.Context, now time.Time) error {
+	var events []*event
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	var errs []error
 	if d, ok := c.shards.NextDeadline(); ok && !now.Before(d) {
-		errs = append(errs, c.applyLocked(ctx, &event{Type: eventShardTick, Time: now, Shard: &shardEvent{}}))
+		events = append(events, &event{Type: eventShardTick, Time: now, Shard: &shardEvent{}})
 	}
-	if c.rdzv == nil {
-		return errors.Join(errs...)
+	if c.rdzv != nil {
+		for _, lost := range c.nodes.Tick(now) {
+			events = append(events, &event{Type: eventNodeLost, Time: now, Node: lost.ID, Reason: lost.Reason})
+		}
+		if d, ok := c.rdzv.NextDeadline(); ok && !now.Before(d) {
+			events = append(events, &event{Type: eventTick, Time: now})
+		}
 	}
-	for _, lost := range c.nodes.Tick(now) {
-		e := &event{Type: eventNodeLost, Time: now, Node: lost.ID, Reason: lost.Reason}
-		errs = append(errs, c.applyLocked(ctx, e))
-	}
-	if d, ok := c.rdzv.NextDeadline(); ok && !now.Before(d) {
-		errs = append(errs, c.applyLocked(ctx, &event{Type: eventTick, Time: now}))
+	c.mu.Unlock()
+	var errs []error
+	for _, e := range events {
+		errs = append(errs, c.apply(ctx, e))
 	}
 	return errors.Join(errs...)
 }

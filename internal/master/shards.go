@@ -97,7 +97,8 @@ func (c *core) transitionShardsLocked(e *event) (ok bool, err error) {
 		c.shards.Tick(e.Time)
 		return true, nil
 	case eventShardBatch:
-		_, errs := c.applyBatchLocked(e)
+		outs, errs := c.applyBatchLocked(e)
+		c.batchOut = batchOutcome{outs: outs, errs: errs}
 		return true, faults(errs)
 	}
 	return false, nil
@@ -115,11 +116,9 @@ func (c *core) requeueLocked(node string, now time.Time) {
 }
 
 // shardCall journals and applies one shard event and returns its outcome.
-func (c *core) shardCall(ctx context.Context, e *event) (shardOutcome, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	err := c.applyLocked(ctx, e)
-	return c.shardOut, err
+func (c *core) shardCall(ctx context.Context, e *event) (out shardOutcome, err error) {
+	err = c.propose(ctx, e, func(error) { out = c.shardOut })
+	return out, err
 }
 
 func datasetFromProto(d *roverv1.DatasetSpec) (shard.Dataset, error) {

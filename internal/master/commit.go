@@ -1,0 +1,174 @@
+package master
+
+import (
+	"context"
+	"fmt"
+	"sync"
+)
+
+// The master persists a transition before anyone can see it: an event is
+// proposed, appended to the store together with whatever other events were
+// proposed meanwhile (one write, one fsync: group commit), and only then
+// applied to the state machines under the core's lock. Reads (views, keys,
+// GetJob) therefore only ever show durable state, and the store is never
+// written while the core's lock is held.
+//
+// There is no committer goroutine: the first proposer that finds no commit in
+// progress leads, committing batch after batch until its own event is
+// applied, and then hands the lead to the oldest waiting proposer.
+
+// proposal is one event waiting to be committed.
+type proposal struct {
+	e   *event
+	rec []byte
+	// out, when set, runs under the core's lock right after e is applied,
+	// with e's error: it reads the outcome for the caller.
+	out  func(error)
+	err  error
+	done chan struct{} // closed once applied (or failed)
+	lead chan struct{} // closed when this proposal's caller must lead
+}
+
+// committer queues proposals and tracks the lead.
+type committer struct {
+	mu      sync.Mutex
+	queue   []*proposal
+	leading bool
+	// since counts the records appended since the last snapshot, which is
+	// taken once since reaches every (snapshotEvery by default).
+	since, every int
+	// broken is the store error that stopped the master; once set, every
+	// proposal fails with it.
+	broken error
+	failed chan struct{} // closed when broken is set
+}
+
+// snapshotEvery is how many journal records trigger a snapshot of the state,
+// after which the records before it are dropped.
+const snapshotEvery = 8192
+
+// propose journals e, applies it once durable, and returns e's error. out,
+// when not nil, runs under the core's lock right after e is applied. A
+// cancelled ctx does not withdraw the proposal: it is committed or not as if
+// the caller's answer was lost.
+func (c *core) propose(ctx context.Context, e *event, out func(error)) error {
+	c.mu.Lock()
+	err := c.checkLocked(e) // a request that fails now is not journaled
+	c.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	rec, err := e.marshal()
+	if err != nil {
+		return err
+	}
+	p := &proposal{e: e, rec: rec, out: out, done: make(chan struct{}), lead: make(chan struct{})}
+	cm := &c.commits
+	cm.mu.Lock()
+	if cm.broken != nil {
+		cm.mu.Unlock()
+		return cm.broken
+	}
+	cm.queue = append(cm.queue, p)
+	if cm.leading {
+		cm.mu.Unlock()
+		select {
+		case <-p.done:
+			return p.err
+		case <-p.lead:
+		}
+		cm.mu.Lock()
+	}
+	cm.leading = true
+	for !isDone(p) {
+		batch := cm.queue
+		cm.queue = nil
+		cm.mu.Unlock()
+		c.commitBatch(context.WithoutCancel(ctx), batch)
+		cm.mu.Lock()
+	}
+	if len(cm.queue) > 0 {
+		close(cm.queue[0].lead) // it is waiting in the select above
+	} else {
+		cm.leading = false
+	}
+	cm.mu.Unlock()
+	return p.err
+}
+
+func isDone(p *proposal) bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// commitBatch appends a batch to the store and applies it. Only the leader
+// calls it.
+func (c *core) commitBatch(ctx context.Context, batch []*proposal) {
+	recs := make([][]byte, len(batch))
+	for i, p := range batch {
+		recs[i] = p.rec
+	}
+	if err := c.store.Append(ctx, recs); err != nil {
+		c.fail(fmt.Errorf("persist %d master transitions: %w", len(batch), err), batch)
+		return
+	}
+	var state []byte
+	c.mu.Lock()
+	for _, p := range batch {
+		p.err = c.applyLocked(p.e)
+		if p.out != nil {
+			p.out(p.err)
+		}
+	}
+	c.commits.since += len(batch)
+	var snapErr error
+	if c.commits.since >= c.commits.every {
+		state, snapErr = c.marshalStateLocked()
+	}
+	c.mu.Unlock()
+	for _, p := range batch {
+		close(p.done)
+	}
+	if snapErr == nil && state != nil {
+		snapErr = c.store.Snapshot(ctx, state)
+	}
+	if snapErr != nil {
+		c.fail(fmt.Errorf("snapshot the master's state: %w", snapErr), nil)
+		return
+	}
+	if state != nil {
+		c.commits.since = 0 // only the leader touches since
+	}
+}
+
+// fail stops the master: the store did not take a write, so nothing more
+// can be acknowledged. The batch's proposals fail unapplied; a master
+// restarted on the store replays what is durable.
+func (c *core) fail(err error, batch []*proposal) {
+	cm := &c.commits
+	cm.mu.Lock()
+	if cm.broken == nil {
+		cm.broken = err
+		close(cm.failed)
+	}
+	rest := cm.queue
+	cm.queue = nil
+	cm.mu.Unlock()
+	for _, p := range append(batch, rest...) {
+		p.err = err
+		close(p.done)
+	}
+}
+
+// storeFailed returns a channel closed when the store failed, and the error.
+func (c *core) storeFailed() (<-chan struct{}, func() error) {
+	return c.commits.failed, func() error {
+		c.commits.mu.Lock()
+		defer c.commits.mu.Unlock()
+		return c.commits.broken
+	}
+}

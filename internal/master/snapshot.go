@@ -1,0 +1,129 @@
+package master
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+
+	roverv1 "github.com/roverml/rover/api/rover/v1"
+	"github.com/roverml/rover/internal/node"
+	"github.com/roverml/rover/internal/rendezvous"
+	"github.com/roverml/rover/internal/shard"
+	"google.golang.org/protobuf/encoding/protojson"
+)
+
+// stateSchema is the version of the master's snapshot format.
+const stateSchema = 1
+
+// coreState is a snapshot of everything the core keeps but liveness, which
+// restarts fresh: the state machines as their own MarshalState writes them,
+// plus the core's maps.
+type coreState struct {
+	Schema       int                         `json:"schema"`
+	RunID        string                      `json:"run_id"`
+	Config       *jobConfig                  `json:"config,omitempty"`
+	Rendezvous   json.RawMessage             `json:"rendezvous,omitempty"`
+	Addrs        map[string]string           `json:"addrs,omitempty"`
+	KV           map[string][]byte           `json:"kv,omitempty"`
+	Failures     []json.RawMessage           `json:"failures,omitempty"`
+	Shards       json.RawMessage             `json:"shards"`
+	LeaseHolders []string                    `json:"lease_holders,omitempty"`
+	Held         map[string][]memorySnapshot `json:"held,omitempty"`
+	Memory       *memoryJSON                 `json:"memory,omitempty"`
+}
+
+type memoryJSON struct {
+	Round int   `json:"round"`
+	Step  int64 `json:"step"`
+	OK    bool  `json:"ok"`
+}
+
+// marshalStateLocked snapshots the core.
+func (c *core) marshalStateLocked() ([]byte, error) {
+	s := coreState{
+		Schema: stateSchema, RunID: c.runID, Config: c.cfg,
+		Addrs: c.addrs, KV: c.kv, Held: c.held,
+		Memory: &memoryJSON{Round: c.memory.round, Step: c.memory.step, OK: c.memory.ok},
+	}
+	var err error
+	if c.rdzv != nil {
+		if s.Rendezvous, err = c.rdzv.MarshalState(); err != nil {
+			return nil, fmt.Errorf("snapshot the rendezvous: %w", err)
+		}
+	}
+	if s.Shards, err = c.shards.MarshalState(); err != nil {
+		return nil, fmt.Errorf("snapshot the shards: %w", err)
+	}
+	for _, f := range c.failures {
+		b, err := protojson.Marshal(f)
+		if err != nil {
+			return nil, fmt.Errorf("snapshot a failure record: %w", err)
+		}
+		s.Failures = append(s.Failures, b)
+	}
+	for w := range c.leaseHolders {
+		s.LeaseHolders = append(s.LeaseHolders, w)
+	}
+	slices.Sort(s.LeaseHolders)
+	b, err := json.Marshal(s)
+	if err != nil {
+		return nil, fmt.Errorf("encode the master's snapshot: %w", err)
+	}
+	return b, nil
+}
+
+// restoreStateLocked replaces the core's state with a snapshot.
+func (c *core) restoreStateLocked(b []byte) error {
+	var s coreState
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("decode: %w", err)
+	}
+	if s.Schema != stateSchema {
+		return fmt.Errorf("the snapshot has schema %d, this master reads schema %d: run the Rover that wrote it", s.Schema, stateSchema)
+	}
+	if s.RunID != c.runID {
+		return fmt.Errorf("the state belongs to job %q, not %q: pass --job %s, or another state dir", s.RunID, c.runID, s.RunID)
+	}
+	if s.Config != nil {
+		if s.Rendezvous == nil {
+			return fmt.Errorf("a configured job without rendezvous state")
+		}
+		m, err := rendezvous.Restore(s.Rendezvous)
+		if err != nil {
+			return fmt.Errorf("rendezvous: %w", err)
+		}
+		c.cfg, c.rdzv, c.nodes = s.Config, m, node.NewTable(s.Config.Nodes)
+		c.status = m.Status()
+	}
+	shards, err := shard.Restore(s.Shards)
+	if err != nil {
+		return fmt.Errorf("shards: %w", err)
+	}
+	c.shards = shards
+	c.addrs = orEmpty(s.Addrs)
+	c.kv = orEmpty(s.KV)
+	c.held = orEmpty(s.Held)
+	c.failures = nil
+	for _, raw := range s.Failures {
+		f := &roverv1.WorkerFailure{}
+		if err := protojson.Unmarshal(raw, f); err != nil {
+			return fmt.Errorf("failure record: %w", err)
+		}
+		c.failures = append(c.failures, f)
+	}
+	c.leaseHolders = map[string]struct{}{}
+	for _, w := range s.LeaseHolders {
+		c.leaseHolders[w] = struct{}{}
+	}
+	if s.Memory != nil {
+		c.memory = memoryAgreement{round: s.Memory.Round, step: s.Memory.Step, ok: s.Memory.OK}
+	}
+	return nil
+}
+
+func orEmpty[V any](m map[string]V) map[string]V {
+	if m == nil {
+		return map[string]V{}
+	}
+	return m
+}
