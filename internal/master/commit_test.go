@@ -224,7 +224,7 @@ func stateOf(t *testing.T, c *core) string {
 func TestSnapshotKeepsReplayIdentical(t *testing.T) {
 	ctx := context.Background()
 	now := time.Unix(1000, 0)
-	for seed := uint64(1); seed <= 5; seed++ {
+	for seed := uint64(1); seed <= 20; seed++ {
 		full := store.NewMemory()
 		live := configuredCore(t, full, now)
 		drive(t, live, seed, 300)

@@ -3,6 +3,7 @@ package master
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"time"
 
@@ -106,12 +107,20 @@ func (c *core) transitionShardsLocked(e *event) (ok bool, err error) {
 
 // requeueLocked returns the leases of the workers of node (every worker when
 // node is "") to their queues: their processes are gone or restarting.
+// Workers are taken in name order: the queue's order must not depend on map
+// iteration, or a replayed journal would hand out other shards under the
+// same lease IDs than the master that wrote it.
 func (c *core) requeueLocked(node string, now time.Time) {
+	var lost []string
 	for w := range c.leaseHolders {
 		if node == "" || strings.HasPrefix(w, node+"/") {
-			c.shards.WorkerLost(w, now)
-			delete(c.leaseHolders, w)
+			lost = append(lost, w)
 		}
+	}
+	slices.Sort(lost)
+	for _, w := range lost {
+		c.shards.WorkerLost(w, now)
+		delete(c.leaseHolders, w)
 	}
 }
 
