@@ -155,7 +155,7 @@ func TestStoreFailureStopsCommits(t *testing.T) {
 // drive runs a seeded mix of every kind of transition against c: joins,
 // failures and new rounds, keys, datasets, leases, completions, node losses
 // and timeouts.
-func drive(t *testing.T, c *core, seed uint64, steps int) {
+func drive(t *testing.T, c *core, seed uint64, steps int) (leased int) {
 	t.Helper()
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(seed, 1))
@@ -189,6 +189,7 @@ func drive(t *testing.T, c *core, seed uint64, steps int) {
 			if err == nil {
 				for _, l := range out.lease.Shards {
 					held = append(held, l.ID)
+					leased++
 				}
 			}
 		case 5:
@@ -205,6 +206,7 @@ func drive(t *testing.T, c *core, seed uint64, steps int) {
 			}
 		}
 	}
+	return leased
 }
 
 func stateOf(t *testing.T, c *core) string {
@@ -227,11 +229,10 @@ func TestSnapshotKeepsReplayIdentical(t *testing.T) {
 	for seed := uint64(1); seed <= 20; seed++ {
 		full := store.NewMemory()
 		live := configuredCore(t, full, now)
-		drive(t, live, seed, 300)
+		leased := drive(t, live, seed, 300)
 		want := stateOf(t, live)
-		st, err := live.datasetStatus("d")
-		if err != nil || st.Done == 0 || live.job().GetRound() < 2 {
-			t.Fatalf("seed %d: the drive did too little to test anything: round %d, dataset %+v, %v", seed, live.job().GetRound(), st, err)
+		if leased == 0 || live.job().GetRound() < 2 {
+			t.Fatalf("seed %d: the drive did too little to test anything: round %d, %d shards leased", seed, live.job().GetRound(), leased)
 		}
 		contents, err := full.Load(ctx)
 		if err != nil {
