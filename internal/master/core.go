@@ -101,7 +101,10 @@ func (c *core) restore(ctx context.Context, now time.Time) (int, error) {
 		if err != nil {
 			return i, fmt.Errorf("journal record %d: %w", i, err)
 		}
-		if err := c.applyLocked(e); err != nil && !isRequestError(err) {
+		// A transition that failed when it was new fails the same way now,
+		// and changes the state the same way: only an event this master
+		// cannot apply at all stops the replay.
+		if err := c.applyLocked(e); errors.Is(err, errUnknownEvent) {
 			return i, fmt.Errorf("replay journal record %d (%s): %w", i, e.Type, err)
 		}
 	}
@@ -190,7 +193,7 @@ func (c *core) transitionLocked(e *event) error {
 	case eventTick:
 		c.rdzv.Tick(e.Time)
 	default:
-		return fmt.Errorf("journal event type %q is unknown to this master (written by a newer version?)", e.Type)
+		return fmt.Errorf("journal event type %q %w", e.Type, errUnknownEvent)
 	}
 	if c.rdzv != nil {
 		c.status = c.rdzv.Status()
