@@ -13,11 +13,15 @@ import (
 )
 
 const benchUsage = `usage: rover bench rendezvous --nodes N [--conns C] [--heartbeat-period D] [--periods P]
-       rover bench shards --clients N [--batch B] [--agents A] [--duration D]`
+       rover bench shards --clients N [--batch B] [--agents A] [--duration D] [--durable]
+       rover bench recovery [--nodes N] [--shards S]`
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) > 0 && args[0] == "shards" {
 		return runBenchShards(ctx, args[1:], stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "recovery" {
+		return runBenchRecovery(ctx, args[1:], stdout, stderr)
 	}
 	if len(args) == 0 || args[0] != "rendezvous" {
 		return usageError{errors.New(benchUsage)}
@@ -55,6 +59,7 @@ func runBenchShards(ctx context.Context, args []string, stdout, stderr io.Writer
 	fs.IntVar(&cfg.Batch, "batch", 1, "shards leased per call (an agent batches its workers' requests)")
 	fs.DurationVar(&cfg.Duration, "duration", 5*time.Second, "how long to measure")
 	fs.IntVar(&cfg.Conns, "conns", 16, "HTTP/2 connections the clients share")
+	fs.BoolVar(&cfg.Durable, "durable", false, "give the master a state dir: every transition is fsynced before it is answered")
 	fs.IntVar(&cfg.Agents, "agents", 0, "simulated node agents whose workers the clients are; each batches its workers' calls (0: the clients call the master themselves)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -78,5 +83,29 @@ func runBenchShards(ctx context.Context, args []string, stdout, stderr io.Writer
 	}
 	cfg.Rover = exe
 	_, err = bench.Shards(ctx, cfg, stdout)
+	return err
+}
+
+func runBenchRecovery(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cfg := bench.RecoveryConfig{}
+	fs := flag.NewFlagSet("rover bench recovery", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.IntVar(&cfg.Nodes, "nodes", 1000, "nodes joined to the job")
+	fs.IntVar(&cfg.Shards, "shards", 1_000_000, "shard records the master holds: half leased, half completed")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return usageError{err}
+	}
+	if cfg.Nodes < 1 || cfg.Shards < 2 {
+		return usageError{fmt.Errorf("--nodes must be at least 1 and --shards at least 2, got %d and %d", cfg.Nodes, cfg.Shards)}
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("find the rover binary: %w", err)
+	}
+	cfg.Rover = exe
+	_, err = bench.Recovery(ctx, cfg, stdout)
 	return err
 }

@@ -36,6 +36,7 @@ def main():
     p.add_argument("--persist-every", type=int, default=5)
     p.add_argument("--step-sleep", type=float, default=0.0)
     p.add_argument("--log", default=None, help="directory for the per-rank training logs")
+    p.add_argument("--out", default=None, help="rank 0 writes the final step and weights here (JSON)")
     args = p.parse_args()
 
     torch.set_num_threads(1)
@@ -91,6 +92,10 @@ def main():
     dist.barrier()
     if rank == 0:
         print(f"done at step {step}", flush=True)
+        if args.out:
+            weights = {k: v.flatten().tolist() for k, v in model.module.state_dict().items()}
+            with open(args.out, "w") as f:
+                json.dump({"step": step, "world_size": world, "weights": weights}, f)
     dist.destroy_process_group()
 
 

@@ -213,13 +213,28 @@ func startMasterProcess(_ context.Context, cfg RendezvousConfig, token string) (
 	if err != nil {
 		return nil, err
 	}
+	var extra []string
+	if cfg.Durable {
+		extra = []string{"--state-dir", filepath.Join(dir, "state")}
+	}
+	m, err := launchMaster(cfg.Rover, dir, "127.0.0.1:0", token, extra...)
+	if err != nil {
+		os.RemoveAll(dir)
+	}
+	return m, err
+}
+
+// launchMaster starts `rover master` with its files in dir and waits until
+// it listens.
+func launchMaster(rover, dir, listen, token string, extra ...string) (*masterProcess, error) {
 	addrFile := filepath.Join(dir, "addr")
-	cmd := exec.Command(cfg.Rover, "master", "--listen", "127.0.0.1:0", "--job", "bench", "--addr-file", addrFile)
+	os.Remove(addrFile)
+	args := append([]string{"master", "--listen", listen, "--job", "bench", "--addr-file", addrFile}, extra...)
+	cmd := exec.Command(rover, args...)
 	cmd.Env = append(os.Environ(), "ROVER_TOKEN="+token)
 	cmd.Stderr = io.Discard
 	if err := cmd.Start(); err != nil {
-		os.RemoveAll(dir)
-		return nil, fmt.Errorf("start the master process %s: %w", cfg.Rover, err)
+		return nil, fmt.Errorf("start the master process %s: %w", rover, err)
 	}
 	m := &masterProcess{cmd: cmd, dir: dir}
 	deadline := time.Now().Add(10 * time.Second)
@@ -228,10 +243,16 @@ func startMasterProcess(_ context.Context, cfg RendezvousConfig, token string) (
 			m.addr = strings.TrimSpace(string(b))
 			return m, nil // the listener is open: connections queue until it serves
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(5 * time.Millisecond)
 	}
-	m.stop()
+	m.kill()
 	return nil, fmt.Errorf("the master process did not write %s within 10s", addrFile)
+}
+
+// kill SIGKILLs the master and waits for it, keeping its files.
+func (m *masterProcess) kill() {
+	_ = m.cmd.Process.Kill()
+	_ = m.cmd.Wait()
 }
 
 func (m *masterProcess) stop() {

@@ -32,6 +32,8 @@ type ShardsConfig struct {
 	// master through a shardbatch.Batcher, as `rover run` does. At zero
 	// every client calls the master itself.
 	Agents int
+	// Durable gives the master a state dir: every transition is fsynced.
+	Durable bool
 }
 
 // ShardsResult holds the figures; it is printed as the last line in JSON.
@@ -39,6 +41,7 @@ type ShardsResult struct {
 	Clients         int     `json:"clients"`
 	Batch           int     `json:"batch"`
 	Agents          int     `json:"agents,omitempty"`
+	Durable         bool    `json:"durable"`
 	LeasesPerSecond float64 `json:"leases_per_second"`
 	CallsPerSecond  float64 `json:"lease_calls_per_second"`
 	// MasterCallsPerSecond counts the RPCs that reached the master: lease
@@ -68,7 +71,7 @@ func Shards(ctx context.Context, cfg ShardsConfig, w io.Writer) (*ShardsResult, 
 		return nil, fmt.Errorf("--agents must be 0 to --clients (%d), got %d", cfg.Clients, cfg.Agents)
 	}
 	token := master.NewToken()
-	m, err := startMasterProcess(ctx, RendezvousConfig{Rover: cfg.Rover}, token)
+	m, err := startMasterProcess(ctx, RendezvousConfig{Rover: cfg.Rover, Durable: cfg.Durable}, token)
 	if err != nil {
 		return nil, err
 	}
@@ -162,7 +165,7 @@ func Shards(ctx context.Context, cfg ShardsConfig, w io.Writer) (*ShardsResult, 
 		}
 		return float64(latencies[int(p*float64(len(latencies)-1))].Microseconds()) / 1000
 	}
-	res := &ShardsResult{
+	res := &ShardsResult{Durable: cfg.Durable,
 		Clients:              cfg.Clients,
 		Batch:                cfg.Batch,
 		Agents:               cfg.Agents,

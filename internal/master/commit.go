@@ -34,18 +34,20 @@ type committer struct {
 	mu      sync.Mutex
 	queue   []*proposal
 	leading bool
-	// since counts the records appended since the last snapshot, which is
-	// taken once since reaches every (snapshotEvery by default).
-	since, every int
+	// since counts the bytes appended since the last snapshot, which is
+	// taken once since reaches the larger of every (minSnapshotEvery by
+	// default) and the last snapshot's size: the journal stays within about
+	// twice the state, and snapshotting costs O(1) per journaled byte.
+	since, every, lastSnapshot int
 	// broken is the store error that stopped the master; once set, every
 	// proposal fails with it.
 	broken error
 	failed chan struct{} // closed when broken is set
 }
 
-// snapshotEvery is how many journal records trigger a snapshot of the state,
-// after which the records before it are dropped.
-const snapshotEvery = 8192
+// minSnapshotEvery is the least journal growth, in bytes, that triggers a
+// snapshot of the state, after which the records before it are dropped.
+const minSnapshotEvery = 4 << 20
 
 // propose journals e, applies it once durable, and returns e's error. out,
 // when not nil, runs under the core's lock right after e is applied. A
@@ -109,8 +111,10 @@ func isDone(p *proposal) bool {
 // calls it.
 func (c *core) commitBatch(ctx context.Context, batch []*proposal) {
 	recs := make([][]byte, len(batch))
+	size := 0
 	for i, p := range batch {
 		recs[i] = p.rec
+		size += len(p.rec)
 	}
 	if err := c.store.Append(ctx, recs); err != nil {
 		c.fail(fmt.Errorf("persist %d master transitions: %w", len(batch), err), batch)
@@ -124,9 +128,9 @@ func (c *core) commitBatch(ctx context.Context, batch []*proposal) {
 			p.out(p.err)
 		}
 	}
-	c.commits.since += len(batch)
+	c.commits.since += size
 	var snapErr error
-	if c.commits.since >= c.commits.every {
+	if c.commits.since >= max(c.commits.every, c.commits.lastSnapshot) {
 		state, snapErr = c.marshalStateLocked()
 	}
 	c.mu.Unlock()
@@ -141,7 +145,7 @@ func (c *core) commitBatch(ctx context.Context, batch []*proposal) {
 		return
 	}
 	if state != nil {
-		c.commits.since = 0 // only the leader touches since
+		c.commits.since, c.commits.lastSnapshot = 0, len(state) // only the leader touches these
 	}
 }
 

@@ -75,7 +75,7 @@ func newCore(runID string, store Store) *core {
 		kv:      map[string][]byte{},
 		views:   make(chan struct{}),
 		keys:    make(chan struct{}),
-		commits: committer{failed: make(chan struct{}), every: snapshotEvery},
+		commits: committer{failed: make(chan struct{}), every: minSnapshotEvery},
 
 		shards:       shard.New(),
 		leaseHolders: map[string]struct{}{},
@@ -108,7 +108,10 @@ func (c *core) restore(ctx context.Context, now time.Time) (int, error) {
 			return i, fmt.Errorf("replay journal record %d (%s): %w", i, e.Type, err)
 		}
 	}
-	c.commits.since = len(contents.Records)
+	c.commits.lastSnapshot = len(contents.Snapshot)
+	for _, r := range contents.Records {
+		c.commits.since += len(r)
+	}
 	// Liveness is not journaled: every known node gets a fresh timeout.
 	if c.nodes != nil {
 		for id := range c.addrs {

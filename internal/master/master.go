@@ -38,7 +38,11 @@ type Config struct {
 	Preset *RendezvousPreset
 	// TickInterval is how often timeouts are checked (default 50ms).
 	TickInterval time.Duration
-	// Store persists the master's journal (default: in memory).
+	// StateDir is the directory of the durable store (bbolt): a master
+	// restarted on it resumes the job. Empty keeps the state in memory,
+	// unless Store is set.
+	StateDir string
+	// Store persists the master's journal; it overrides StateDir (tests).
 	Store Store
 	// Clock defaults to the wall clock.
 	Clock  Clock
@@ -59,6 +63,7 @@ type Master struct {
 	log  *slog.Logger
 
 	checkpoints *checkpoints
+	closeStore  func() error
 }
 
 // New validates cfg, replays the store's journal and opens the listener.
@@ -72,9 +77,6 @@ func New(ctx context.Context, cfg Config) (*Master, error) {
 	if cfg.TickInterval <= 0 {
 		cfg.TickInterval = 50 * time.Millisecond
 	}
-	if cfg.Store == nil {
-		cfg.Store = store.NewMemory()
-	}
 	if cfg.Clock == nil {
 		cfg.Clock = realClock{}
 	}
@@ -82,13 +84,38 @@ func New(ctx context.Context, cfg Config) (*Master, error) {
 		cfg.Logger = slog.Default()
 	}
 	log := cfg.Logger.With("component", "master", "job", cfg.Job)
+	closeStore := func() error { return nil }
+	switch {
+	case cfg.Store != nil:
+	case cfg.StateDir != "":
+		b, err := store.Open(cfg.StateDir, store.Options{Logger: log})
+		if err != nil {
+			return nil, fmt.Errorf("open the master's state: %w", err)
+		}
+		cfg.Store, closeStore = b, b.Close
+	default:
+		cfg.Store = store.NewMemory()
+	}
+	m, err := newMaster(ctx, cfg, log)
+	if err != nil {
+		closeStore()
+		return nil, err
+	}
+	m.closeStore = closeStore
+	return m, nil
+}
+
+func newMaster(ctx context.Context, cfg Config, log *slog.Logger) (*Master, error) {
+	start := time.Now()
 	c := newCore(cfg.Job, cfg.Store)
 	n, err := c.restore(ctx, cfg.Clock.Now())
 	if err != nil {
-		return nil, fmt.Errorf("restore master state: %w", err)
+		return nil, fmt.Errorf("restore the master's state: %w", err)
 	}
 	if n > 0 {
-		log.Info("restored master state", "records", n)
+		j := c.job()
+		log.Info("restored master state", "records", n, "round", j.GetRound(), "restarts", j.GetRestartCount(),
+			"nodes", len(j.GetNodes()), "state", j.GetJobState().String(), "took", time.Since(start).Round(time.Millisecond))
 	}
 	if cfg.Preset != nil {
 		if err := c.configure(ctx, *cfg.Preset, cfg.Clock.Now()); err != nil {
@@ -141,8 +168,22 @@ func (m *Master) Run(ctx context.Context) error {
 		return m.srv.Close()
 	})
 	g.Go(func() error { return m.tickLoop(ctx) })
+	g.Go(func() error {
+		failed, cause := m.core.storeFailed()
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-failed:
+			// Nothing more can be made durable: stop, so that a master
+			// restarted on the store resumes from what is.
+			return fmt.Errorf("the master's store failed; restart the master on the same state: %w", cause())
+		}
+	})
 	err := g.Wait()
 	m.checkpoints.close()
+	if cerr := m.closeStore(); cerr != nil && err == nil {
+		err = fmt.Errorf("close the master's state: %w", cerr)
+	}
 	return err
 }
 

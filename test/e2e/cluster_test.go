@@ -63,6 +63,8 @@ type cluster struct {
 	tokenFile string
 	job       string
 	master    *process
+	// masterArgs are the master's flags but --listen, for restarts.
+	masterArgs []string
 }
 
 // process is a running rover process with its output in a file.
@@ -96,9 +98,9 @@ func newCluster(t *testing.T, job string, masterArgs ...string) *cluster {
 	c := &cluster{t: t, dir: t.TempDir(), job: job}
 	c.tokenFile = filepath.Join(c.dir, "job.token")
 	addrFile := filepath.Join(c.dir, "master.addr")
-	args := append([]string{"master", "--listen", "127.0.0.1:0", "--job", job, "--token-file", c.tokenFile,
+	c.masterArgs = append([]string{"--job", job, "--token-file", c.tokenFile,
 		"--addr-file", addrFile, "--linger", "3s"}, masterArgs...)
-	c.master = c.start("master", args...)
+	c.master = c.start("master", append([]string{"master", "--listen", "127.0.0.1:0"}, c.masterArgs...)...)
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {
 		if b, err := os.ReadFile(addrFile); err == nil && len(b) > 0 {
@@ -134,6 +136,13 @@ func (c *cluster) start(name string, args ...string) *process {
 		}
 	})
 	return p
+}
+
+// restartMaster starts the master again on the same address with the same
+// flags (and so the same state dir, if it has one).
+func (c *cluster) restartMaster(name string) {
+	c.t.Helper()
+	c.master = c.start(name, append([]string{"master", "--listen", c.addr}, c.masterArgs...)...)
 }
 
 // agent starts a node agent that joins the cluster's master.

@@ -1,0 +1,250 @@
+package e2e
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The master is SIGKILLed mid-training and started again on the same state
+// dir and address: the job goes on where it was, losing nothing.
+
+const (
+	samplerSize, samplerBatch, samplerEpochs = 480, 4, 2
+)
+
+// samplerJob is a two-node ElasticSampler job with flash checkpoints in dir.
+func samplerJob(dir string) []string {
+	return []string{"--nnodes", "2", "--nproc-per-node", "2", "--max-restarts", "3", "--rdzv-conf", rdzvConf,
+		filepath.Join(repoRoot, "examples", "elastic_data", "ddp_sampler.py"),
+		"--size", strconv.Itoa(samplerSize), "--batch-size", strconv.Itoa(samplerBatch), "--epochs", strconv.Itoa(samplerEpochs),
+		"--flash", filepath.Join(dir, "flash"), "--persist-every", "5", "--step-sleep", "0.05",
+		"--log", dir, "--out", filepath.Join(dir, "out.json")}
+}
+
+// nodeRanks reads `rover status`: node id -> node rank.
+func (c *cluster) nodeRanks(t *testing.T) map[string]int {
+	t.Helper()
+	out, err := exec.Command(roverBin, "status", "--master", c.addr, "--token-file", c.tokenFile).CombinedOutput()
+	if err != nil {
+		t.Fatalf("rover status: %v\n%s", err, out)
+	}
+	ranks := map[string]int{}
+	row := regexp.MustCompile(`(?m)^(node\d+)\s+(\d+)\s`)
+	for _, m := range row.FindAllStringSubmatch(string(out), -1) {
+		ranks[m[1]], _ = strconv.Atoi(m[2])
+	}
+	return ranks
+}
+
+// latestCommitted reads the step in a checkpoint directory's latest marker
+// (0 when there is none).
+func latestCommitted(dir string) int {
+	b, err := os.ReadFile(filepath.Join(dir, "latest"))
+	if err != nil {
+		return 0
+	}
+	n, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	return n
+}
+
+// waitOutput waits until every process has printed text.
+func waitOutput(t *testing.T, text string, ps ...*process) {
+	t.Helper()
+	deadline := time.Now().Add(jobTimeout)
+	for _, p := range ps {
+		for !strings.Contains(p.out.String(), text) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s did not print %q in time:\n%s", p.name, text, p.out)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+}
+
+// checkExactlyOnce asserts that every sample of every epoch was trained
+// exactly once over the logged steps, but a tail shorter than a global batch.
+func checkExactlyOnce(t *testing.T, logs []trainedLog, globalBatch int) {
+	t.Helper()
+	count := map[[2]int64]int{}
+	for _, l := range logs {
+		for _, s := range l.steps {
+			for _, i := range s.Indices {
+				count[[2]int64{int64(s.Epoch), i}]++
+			}
+		}
+	}
+	for e := int64(0); e < samplerEpochs; e++ {
+		missing := 0
+		for i := int64(0); i < samplerSize; i++ {
+			switch n := count[[2]int64{e, i}]; {
+			case n > 1:
+				t.Errorf("epoch %d: sample %d trained %d times", e, i, n)
+			case n == 0:
+				missing++
+			}
+		}
+		if missing >= globalBatch {
+			t.Errorf("epoch %d: %d samples never trained", e, missing)
+		}
+	}
+}
+
+// TestMasterRestartLosesNothing SIGKILLs the master mid-epoch of a two-node
+// ElasticSampler job with flash checkpoints and starts it again on the same
+// state dir once both agents noticed: the workers never restart (one round,
+// TORCHELASTIC_RESTART_COUNT 0), every sample is trained exactly once,
+// checkpoints keep being committed, node ranks are unchanged, and the final
+// weights equal an uninterrupted run's.
+func TestMasterRestartLosesNothing(t *testing.T) {
+	refDir := t.TempDir()
+	ref := newCluster(t, "sampler-ref")
+	r0, r1 := ref.agent("node0", samplerJob(refDir)...), ref.agent("node1", samplerJob(refDir)...)
+	for _, a := range []*process{r0, r1} {
+		if code := a.wait(t, jobTimeout); code != 0 {
+			t.Fatalf("reference %s exited %d:\n%s", a.name, code, a.out)
+		}
+	}
+	want := readResult(t, filepath.Join(refDir, "out.json"))
+
+	dir := t.TempDir()
+	c := newCluster(t, "master-restart", "--state-dir", filepath.Join(dir, "state"))
+	a0, a1 := c.agent("node0", samplerJob(dir)...), c.agent("node1", samplerJob(dir)...)
+	steps := func() int { return countSteps(readTrainLogs(t, dir)) }
+	deadline := time.Now().Add(jobTimeout)
+	for steps() < 4*20 || latestCommitted(filepath.Join(dir, "flash")) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the job did not reach step 20 with a commit in time:\n%s\n%s", a0.out, a1.out)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	ranksBefore := c.nodeRanks(t)
+	c.master.kill(t)
+	committedAtKill := latestCommitted(filepath.Join(dir, "flash"))
+	waitOutput(t, "lost the master", a0, a1) // the outage lasts until both agents saw it
+	c.restartMaster("master2")
+	waitOutput(t, "restored master state", c.master)
+	if got := c.nodeRanks(t); len(got) != 2 || got["node0"] != ranksBefore["node0"] || got["node1"] != ranksBefore["node1"] {
+		t.Errorf("node ranks %v after the master restart, were %v", got, ranksBefore)
+	}
+	for _, a := range []*process{a0, a1} {
+		if code := a.wait(t, jobTimeout); code != 0 {
+			t.Fatalf("%s exited %d:\n%s", a.name, code, a.out)
+		}
+	}
+	if code := c.master.wait(t, 30*time.Second); code != 0 {
+		t.Errorf("the restarted master exited %d:\n%s", code, c.master.out)
+	}
+
+	logs := readTrainLogs(t, dir)
+	for _, l := range logs {
+		if l.round != 1 || l.start != 0 {
+			t.Errorf("a worker started in round %d at step %d: workers must not restart when the master does", l.round, l.start)
+		}
+	}
+	checkExactlyOnce(t, logs, 4*samplerBatch)
+	if got := latestCommitted(filepath.Join(dir, "flash")); got <= committedAtKill {
+		t.Errorf("latest committed step %d, %d when the master was killed: no checkpoint was committed after the restart", got, committedAtKill)
+	}
+	got := readResult(t, filepath.Join(dir, "out.json"))
+	if got.Step != want.Step {
+		t.Errorf("finished at step %d, the uninterrupted run at %d", got.Step, want.Step)
+	}
+	if d := maxRelDiff(t, want.Weights, got.Weights); d > 1e-6 {
+		t.Errorf("final weights differ from an uninterrupted run's by %g relative", d)
+	}
+}
+
+// TestMasterRestartAtTheEnd kills the master while the last steps run: the
+// workers finish without it, and once it is back the job ends and every
+// process exits 0.
+func TestMasterRestartAtTheEnd(t *testing.T) {
+	dir := t.TempDir()
+	c := newCluster(t, "master-end", "--state-dir", filepath.Join(dir, "state"))
+	// Steps of 0.2 s after the checkpoint of step 50: the master dies within
+	// the last 10 steps, well before they end.
+	args := append([]string{"--nnodes", "2"}, trainArgs(dir, "--step-sleep", "0.2", "--ckpt-every", "50")...)
+	a0, a1 := c.agent("node0", args...), c.agent("node1", args...)
+	waitExists(t, filepath.Join(dir, "ckpt.pt"), jobTimeout)
+	c.master.kill(t)
+	waitOutput(t, "lost the master", a0)
+	c.restartMaster("master2")
+	for _, a := range []*process{a0, a1} {
+		if code := a.wait(t, jobTimeout); code != 0 {
+			t.Fatalf("%s exited %d:\n%s", a.name, code, a.out)
+		}
+	}
+	if code := c.master.wait(t, 30*time.Second); code != 0 {
+		t.Errorf("the restarted master exited %d:\n%s", code, c.master.out)
+	}
+	if r := readResult(t, filepath.Join(dir, "out.json")); r.Step != 60 || r.RestartCount != 0 {
+		t.Errorf("result: step %d, restarts %d; want 60, 0", r.Step, r.RestartCount)
+	}
+}
+
+// workerPIDs lists the python processes whose command line mentions dir.
+func workerPIDs(dir string) []int {
+	var pids []int
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(b), "\x00")
+		if strings.Contains(filepath.Base(args[0]), "python") && strings.Contains(string(b), dir) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// TestCrashMasterRestartCrash: a worker crashes, the master restarts, another
+// worker crashes: both failures are handled within the restart budget (which
+// the restart does not reset) and the job succeeds with the same weights.
+func TestCrashMasterRestartCrash(t *testing.T) {
+	clean := cleanRun(t)
+	dir := t.TempDir()
+	c := newCluster(t, "crash-restart-crash", "--state-dir", filepath.Join(dir, "state"))
+	marker := filepath.Join(dir, "crashed")
+	args := append([]string{"--nnodes", "2"}, trainArgs(dir, "--step-sleep", "0.1",
+		"--crash-at-step", "15", "--crash-rank", "3", "--crash-marker", marker)...)
+	a0, a1 := c.agent("node0", args...), c.agent("node1", args...)
+	waitOutput(t, "round=2", a0, a1) // the first crash restarted the workers in round 2
+	c.master.kill(t)
+	waitOutput(t, "lost the master", a0, a1)
+	c.restartMaster("master2")
+	waitOutput(t, "restored master state", c.master)
+	if !strings.Contains(c.master.out.String(), "restarts=1") {
+		t.Errorf("the restarted master does not count the first restart:\n%s", c.master.out)
+	}
+	pids := workerPIDs(dir)
+	if len(pids) == 0 {
+		t.Fatal("no worker process found to crash")
+	}
+	if err := syscall.Kill(pids[0], syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range []*process{a0, a1} {
+		if code := a.wait(t, jobTimeout); code != 0 {
+			t.Fatalf("%s exited %d:\n%s", a.name, code, a.out)
+		}
+	}
+	r := readResult(t, filepath.Join(dir, "out.json"))
+	if r.Step != 60 || r.RestartCount != 2 {
+		t.Errorf("result: step %d, restarts %d; want 60, 2", r.Step, r.RestartCount)
+	}
+	if d := maxRelDiff(t, clean.Weights, r.Weights); d > 1e-6 {
+		t.Errorf("weights differ from an uninterrupted run's by %g relative", d)
+	}
+}
