@@ -6,6 +6,7 @@ require (
 	connectrpc.com/connect v1.19.1
 	github.com/google/go-cmp v0.7.0
 	github.com/johannesboyne/gofakes3 v1.2.0
+	go.etcd.io/bbolt v1.5.0
 	gocloud.dev v0.47.0
 	golang.org/x/sync v0.25.0
 	golang.org/x/sys v0.50.0

@@ -54,7 +54,7 @@ func (m *Memory) Snapshot(_ context.Context, state []byte) error {
 	return nil
 }
 
-// Load returns the snapshot and the records after it.
+// Load returns copies of the snapshot and of the records after it.
 func (m *Memory) Load(_ context.Context) (Contents, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -62,9 +62,11 @@ func (m *Memory) Load(_ context.Context) (Contents, error) {
 		return Contents{}, ErrClosed
 	}
 	c := Contents{Records: make([][]byte, len(m.records))}
-	copy(c.Records, m.records)
+	for i, r := range m.records {
+		c.Records[i] = append([]byte(nil), r...)
+	}
 	if m.snapshot != nil {
-		c.Snapshot = m.snapshot
+		c.Snapshot = append([]byte(nil), m.snapshot...)
 	}
 	return c, nil
 }
