@@ -19,6 +19,7 @@ type masterConfig struct {
 	Job       string
 	TokenFile string
 	AddrFile  string
+	StateDir  string
 	Linger    time.Duration
 	// Preset rendezvous; zero MaxNodes means "taken from the first agent".
 	NNodes           string
@@ -38,6 +39,7 @@ func parseMasterFlags(args []string, stderr io.Writer) (*masterConfig, error) {
 	fs.StringVar(&c.Job, "job", "none", "job name (agents' --rdzv-id must match unless it is \"none\")")
 	fs.StringVar(&c.TokenFile, "token-file", "", "file holding the job's secret token; created (mode 0600) when missing. Default: $ROVER_TOKEN, else <job>.token in the working directory")
 	fs.StringVar(&c.AddrFile, "addr-file", "", "write the address the master listens on to this file")
+	fs.StringVar(&c.StateDir, "state-dir", "", "directory of the master's durable state (journal and snapshots); a master restarted on it resumes the job. Default: none (state in memory)")
 	fs.DurationVar(&c.Linger, "linger", 5*time.Second, "how long to keep serving after the job ended, so every agent learns the outcome")
 	fs.StringVar(&c.NNodes, "nnodes", "", "fix the rendezvous instead of taking the first agent's: N or MIN:MAX")
 	fs.IntVar(&c.NodeUnit, "node-unit", 1, "with --nnodes: the world is a multiple of this many nodes")
@@ -112,7 +114,7 @@ func runMaster(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	m, err := master.New(ctx, master.Config{
 		Listen: c.Listen, Job: c.Job, Token: token, Preset: preset,
-		AddrFile: c.AddrFile, Logger: newLogger(stderr),
+		AddrFile: c.AddrFile, StateDir: c.StateDir, Logger: newLogger(stderr),
 	})
 	if err != nil {
 		return err

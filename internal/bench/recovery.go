@@ -2,18 +2,19 @@ package bench
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"runtime"
+	"sync"
 	"time"
 
 	"connectrpc.com/connect"
 	roverv1 "github.com/roverml/rover/api/rover/v1"
 	"github.com/roverml/rover/api/rover/v1/roverv1connect"
 	"github.com/roverml/rover/internal/master"
+	"github.com/roverml/rover/internal/shard"
 	"golang.org/x/sync/errgroup"
 )
 
@@ -62,7 +63,8 @@ func Recovery(ctx context.Context, cfg RecoveryConfig, w io.Writer) (*RecoveryRe
 	fmt.Fprintf(w, "recovery benchmark: %d nodes and %d shard records in a durable master, then SIGKILL and restart\n", cfg.Nodes, cfg.Shards)
 	start := time.Now()
 	clients, closeClients := m.clients(16, token)
-	if err := buildState(ctx, clients, cfg); err != nil {
+	last, err := buildState(ctx, clients, cfg)
+	if err != nil {
 		closeClients()
 		return nil, err
 	}
@@ -83,7 +85,7 @@ func Recovery(ctx context.Context, cfg RecoveryConfig, w io.Writer) (*RecoveryRe
 	clients, closeClients = m2.clients(1, token)
 	defer closeClients()
 	for {
-		ok, err := recovered(ctx, clients[0], cfg)
+		ok, err := recovered(ctx, clients[0], cfg, last)
 		if err != nil {
 			return nil, err
 		}
@@ -103,12 +105,20 @@ func Recovery(ctx context.Context, cfg RecoveryConfig, w io.Writer) (*RecoveryRe
 
 const (
 	recoveryDataset = "recovery"
-	leasePerCall    = 4096
+	leasePerCall    = shard.MaxLeaseShards
 )
 
+// heldLease is a lease a worker holds.
+type heldLease struct {
+	worker string
+	id     uint64
+}
+
 // buildState joins the nodes, registers the dataset and leases every shard,
-// completing every other one.
-func buildState(ctx context.Context, clients []roverv1connect.MasterServiceClient, cfg RecoveryConfig) error {
+// completing every other one. It returns the held lease of the highest ID.
+func buildState(ctx context.Context, clients []roverv1connect.MasterServiceClient, cfg RecoveryConfig) (heldLease, error) {
+	var mu sync.Mutex
+	var last heldLease
 	rdzv := &roverv1.RendezvousConfig{
 		MinNodes: int32(cfg.Nodes), MaxNodes: int32(cfg.Nodes), NodeUnit: 1,
 		LastCallMillis: 30_000, JoinTimeoutMillis: 600_000,
@@ -127,12 +137,12 @@ func buildState(ctx context.Context, clients []roverv1connect.MasterServiceClien
 		})
 	}
 	if err := g.Wait(); err != nil {
-		return err
+		return last, err
 	}
 	_, err := clients[0].RegisterDataset(ctx, connect.NewRequest(&roverv1.RegisterDatasetRequest{Dataset: &roverv1.DatasetSpec{
 		Name: recoveryDataset, Size: int64(cfg.Shards), BatchSize: 1, ShardSize: 1, Epochs: 1}}))
 	if err != nil {
-		return fmt.Errorf("register the dataset: %w", err)
+		return last, fmt.Errorf("register the dataset: %w", err)
 	}
 	g, gctx = errgroup.WithContext(ctx)
 	g.SetLimit(16)
@@ -149,7 +159,13 @@ func buildState(ctx context.Context, clients []roverv1connect.MasterServiceClien
 			for j, s := range resp.Msg.GetShards() {
 				if j%2 == 0 {
 					results = append(results, &roverv1.ShardResult{LeaseId: s.GetLeaseId(), Ok: true})
+					continue
 				}
+				mu.Lock()
+				if s.GetLeaseId() > last.id {
+					last = heldLease{worker: worker, id: s.GetLeaseId()}
+				}
+				mu.Unlock()
 			}
 			if len(results) == 0 {
 				return nil
@@ -161,14 +177,14 @@ func buildState(ctx context.Context, clients []roverv1connect.MasterServiceClien
 			return nil
 		})
 	}
-	return g.Wait()
+	return last, g.Wait()
 }
 
 func nodeName(i int) string { return fmt.Sprintf("bench-node-%05d", i) }
 
 // recovered asks the restarted master for the job and the dataset: true
 // once both show everything the killed master held.
-func recovered(ctx context.Context, c roverv1connect.MasterServiceClient, cfg RecoveryConfig) (bool, error) {
+func recovered(ctx context.Context, c roverv1connect.MasterServiceClient, cfg RecoveryConfig, last heldLease) (bool, error) {
 	job, err := c.GetJob(ctx, connect.NewRequest(&roverv1.GetJobRequest{}))
 	if err != nil {
 		return false, nil // not serving yet
@@ -177,22 +193,14 @@ func recovered(ctx context.Context, c roverv1connect.MasterServiceClient, cfg Re
 		return false, fmt.Errorf("the restarted master shows %d nodes in round %d (open %v), want %d in a closed round",
 			len(job.Msg.GetNodes()), job.Msg.GetRound(), job.Msg.GetRoundOpen(), cfg.Nodes)
 	}
-	ds, err := c.GetDatasetState(ctx, connect.NewRequest(&roverv1.DatasetStateRequest{Dataset: recoveryDataset}))
+	// The newest lease held when the master died must still be held.
+	resp, err := c.CompleteShards(ctx, connect.NewRequest(&roverv1.CompleteShardsRequest{Dataset: recoveryDataset,
+		Worker: last.worker, Results: []*roverv1.ShardResult{{LeaseId: last.id, Ok: true}}}))
 	if err != nil {
-		return false, fmt.Errorf("dataset state after the restart: %w", err)
+		return false, fmt.Errorf("complete lease %d after the restart: %w", last.id, err)
 	}
-	var progress struct {
-		Done int64 `json:"done"`
-	}
-	if err := json.Unmarshal(ds.Msg.GetState(), &progress); err != nil {
-		return false, fmt.Errorf("decode the dataset state: %w", err)
-	}
-	var want int64 // buildState completes every other shard of each call
-	for left := cfg.Shards; left > 0; left -= leasePerCall {
-		want += int64(min(left, leasePerCall)+1) / 2
-	}
-	if progress.Done != want {
-		return false, fmt.Errorf("the restarted master counts %d shards completed, want %d", progress.Done, want)
+	if len(resp.Msg.GetUnknown()) > 0 {
+		return false, fmt.Errorf("the restarted master lost lease %d of %s", last.id, last.worker)
 	}
 	return true, nil
 }

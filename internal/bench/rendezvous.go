@@ -29,6 +29,8 @@ type RendezvousConfig struct {
 	Nodes int
 	// Rover is the rover binary that runs the master process.
 	Rover string
+	// Durable gives the master a state dir (bbolt) instead of memory.
+	Durable bool
 	// Conns is how many HTTP/2 connections the simulated agents share.
 	Conns int
 	// HeartbeatPeriod and Periods set the heartbeat phase.

@@ -1,0 +1,97 @@
+package master
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/roverml/rover/internal/shard"
+	"github.com/roverml/rover/internal/store"
+)
+
+// BenchmarkJournalHour simulates an hour of a job on a durable store: 32
+// workers on 4 nodes heartbeat every second and each leases and completes one
+// shard a second, through their agents' batches. It reports the store file's
+// peak and final size next to the bytes journaled in all: snapshots keep the
+// file bounded by the state, not by the job's age. fsync is off (the size is
+// the point, not the speed).
+//
+//	go test -run '^$' -bench JournalHour ./internal/master/
+func BenchmarkJournalHour(b *testing.B) {
+	for range b.N {
+		ctx := context.Background()
+		st, err := store.Open(b.TempDir(), store.Options{NoSync: true})
+		if err != nil {
+			b.Fatal(err)
+		}
+		now := time.Unix(1000, 0)
+		c := newCore("job", st)
+		cfg, err := validateRendezvous(rdzvConfig(4, 4))
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := c.configure(ctx, *cfg, now); err != nil {
+			b.Fatal(err)
+		}
+		for n := range 4 {
+			req, _, err := validateJoin(joinReq(fmt.Sprint("node", n), rdzvConfig(4, 4)).Msg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, _, err := c.join(ctx, req, nil, 0, now); err != nil {
+				b.Fatal(err)
+			}
+		}
+		ds := shard.Dataset{Name: "train", Size: 1 << 40, BatchSize: 32, ShardSize: 1024, Epochs: 1, Mode: shard.Leased}
+		if _, err := c.shardCall(ctx, &event{Type: eventRegisterDataset, Time: now, Shard: &shardEvent{Dataset: "train", Spec: &ds}}); err != nil {
+			b.Fatal(err)
+		}
+		held := map[string]uint64{}
+		var peak, journaled int64
+		for sec := range 3600 {
+			now = now.Add(time.Second)
+			for n := range 4 {
+				node := fmt.Sprint("node", n)
+				if err := c.seen(node, now); err != nil {
+					b.Fatal(err)
+				}
+				var ops []batchOp
+				for w := range 8 {
+					worker := fmt.Sprintf("%s/%d", node, w)
+					if id, ok := held[worker]; ok {
+						ops = append(ops, batchOp{Type: eventCompleteShards, Shard: &shardEvent{Dataset: "train", Worker: worker, Results: []shardResult{{ID: id, OK: true}}}})
+					}
+					ops = append(ops, batchOp{Type: eventLease, Shard: &shardEvent{Dataset: "train", Worker: worker, Max: 1}})
+				}
+				rec, _ := (&event{Type: eventShardBatch, Time: now, Batch: ops}).marshal()
+				journaled += int64(len(rec))
+				outs, errs, err := c.shardBatch(ctx, now, ops)
+				if err != nil {
+					b.Fatal(err)
+				}
+				for i, op := range ops {
+					if op.Type == eventLease && errs[i] == nil && len(outs[i].lease.Shards) == 1 {
+						held[op.Shard.Worker] = outs[i].lease.Shards[0].ID
+					}
+				}
+			}
+			if err := c.tick(ctx, now); err != nil {
+				b.Fatal(err)
+			}
+			if sec%60 == 59 {
+				s, err := st.Stats()
+				if err != nil {
+					b.Fatal(err)
+				}
+				peak = max(peak, s.FileBytes)
+			}
+		}
+		s, _ := st.Stats()
+		b.ReportMetric(float64(journaled)/1e6, "MB-journaled")
+		b.ReportMetric(float64(peak)/1e6, "MB-peak-file")
+		b.ReportMetric(float64(s.FileBytes)/1e6, "MB-final-file")
+		b.ReportMetric(float64(s.SnapshotBytes)/1e3, "kB-snapshot")
+		st.Close()
+	}
+}
