@@ -21,6 +21,7 @@ import (
 
 var (
 	roverBin   string
+	sdkWorker  string
 	pythonExec string
 	repoRoot   string
 )
@@ -43,6 +44,11 @@ func setup(m *testing.M) int {
 	roverBin = filepath.Join(dir, "rover")
 	if out, err := exec.Command("go", "build", "-o", roverBin, "github.com/roverml/rover/cmd/rover").CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "e2e: build rover: %v\n%s", err, out)
+		return 1
+	}
+	sdkWorker = filepath.Join(dir, "sdkworker")
+	if out, err := exec.Command("go", "build", "-o", sdkWorker, "github.com/roverml/rover/test/sdkworker").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: build sdkworker: %v\n%s", err, out)
 		return 1
 	}
 	out, err := exec.Command(filepath.Join(repoRoot, "scripts", "find-python")).Output()

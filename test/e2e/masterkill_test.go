@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -246,5 +247,70 @@ func TestCrashMasterRestartCrash(t *testing.T) {
 	}
 	if d := maxRelDiff(t, clean.Weights, r.Weights); d > 1e-6 {
 		t.Errorf("weights differ from an uninterrupted run's by %g relative", d)
+	}
+}
+
+// readDone reads the shards the sdkworkers completed: (epoch, sample) -> times.
+func readDone(t *testing.T, path string) (map[[2]int64]int, int) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, 0
+	}
+	count := map[[2]int64]int{}
+	lines := 0
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		var s struct {
+			Epoch   int64   `json:"epoch"`
+			Indices []int64 `json:"indices"`
+		}
+		if err := json.Unmarshal([]byte(line), &s); err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		lines++
+		for _, i := range s.Indices {
+			count[[2]int64{s.Epoch, i}]++
+		}
+	}
+	return count, lines
+}
+
+// TestMasterKilledWhileGoWorkersLease SIGKILLs the master while 32 Go SDK
+// workers lease and complete shards through their agent, and starts it again
+// on the same state dir: the workers' calls wait for it, no worker restarts,
+// and every sample of both epochs is completed exactly once.
+func TestMasterKilledWhileGoWorkersLease(t *testing.T) {
+	const size, epochs = 3200, 2
+	dir := t.TempDir()
+	c := newCluster(t, "sdk-master-restart", "--state-dir", filepath.Join(dir, "state"))
+	a := c.agent("node0", "--nnodes", "1", "--nproc-per-node", "32", "--rdzv-conf", rdzvConf, "--no-python", sdkWorker,
+		"--out", dir, "--size", strconv.Itoa(size), "--shard-size", "10", "--epochs", strconv.Itoa(epochs), "--per-shard", "20ms")
+	done := filepath.Join(dir, "done.jsonl")
+	deadline := time.Now().Add(jobTimeout)
+	for {
+		if _, n := readDone(t, done); n >= 100 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("fewer than 100 shards completed in time:\n%s", a.out)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	c.master.kill(t)
+	waitOutput(t, "lost the master", a)
+	c.restartMaster("master2")
+	if code := a.wait(t, jobTimeout); code != 0 {
+		t.Fatalf("agent exited %d:\n%s", code, a.out)
+	}
+	if strings.Contains(a.out.String(), "round=2") {
+		t.Errorf("the workers restarted:\n%s", a.out)
+	}
+	count, _ := readDone(t, done)
+	for e := int64(0); e < epochs; e++ {
+		for i := int64(0); i < size; i++ {
+			if n := count[[2]int64{e, i}]; n != 1 {
+				t.Errorf("epoch %d sample %d completed %d times, want once", e, i, n)
+			}
+		}
 	}
 }
