@@ -53,7 +53,7 @@ func boolField(field func(*Config) *bool) applyFunc {
 
 func intField(field func(*Config) *int) applyFunc {
 	return func(_ *Parser, c *Config, raw string) error {
-		v, err := parseInt(raw)
+		v, err := ParseInt(raw)
 		if err == nil {
 			*field(c) = v
 		}
@@ -70,7 +70,7 @@ func stringField(field func(*Config) *string) applyFunc {
 
 func durationField(field func(*Config) *time.Duration) applyFunc {
 	return func(_ *Parser, c *Config, raw string) error {
-		v, err := parseSeconds(raw)
+		v, err := ParseSeconds(raw)
 		if err == nil {
 			*field(c) = v
 		}
@@ -96,7 +96,7 @@ var flags = []flagDef{
 	{name: "nnodes", metavar: "N|MIN:MAX", def: "1:1", env: pet("nnodes"), group: groupTorchrun,
 		help: "number of nodes, or a range MIN:MAX for an elastic job",
 		apply: func(_ *Parser, c *Config, raw string) error {
-			lo, hi, err := parseNNodes(raw)
+			lo, hi, err := ParseNNodes(raw)
 			if err == nil {
 				c.MinNodes, c.MaxNodes = lo, hi
 			}
