@@ -15,6 +15,7 @@ import (
 	"connectrpc.com/connect"
 	roverv1 "github.com/roverml/rover/api/rover/v1"
 	"github.com/roverml/rover/api/rover/v1/roverv1connect"
+	"github.com/roverml/rover/internal/client"
 	"github.com/roverml/rover/internal/master"
 	"github.com/roverml/rover/internal/proc"
 	"github.com/roverml/rover/internal/runconfig"
@@ -92,10 +93,10 @@ func Run(ctx context.Context, cfg *runconfig.Config, opts Options) error {
 		return err
 	}
 	defer stopMaster()
-	httpClient := master.NewHTTPClient()
+	httpClient := client.NewHTTPClient()
 	defer httpClient.CloseIdleConnections()
-	a.client = master.NewClient(httpClient, addr, token)
-	a.shards = shardbatch.New(a.client, shardbatch.Options{MaxOps: master.MaxBatchOps})
+	a.client = client.New(httpClient, addr, token)
+	a.shards = shardbatch.New(a.client, shardbatch.Options{MaxOps: client.MaxBatchOps})
 	a.nodeID = a.defaultNodeID()
 	a.host = cfg.LocalAddr
 	if a.host == "" {
@@ -183,7 +184,7 @@ func (a *agent) token() (string, error) {
 	if path == "" {
 		return "", exitErr(ExitUsage, "joining the master at %s needs the job's token: pass --token-file PATH (the file the master wrote) or set ROVER_TOKEN", a.cfg.RdzvEndpoint)
 	}
-	t, err := master.ReadToken(path)
+	t, err := client.ReadToken(path)
 	if err != nil {
 		return "", exitErr(ExitUsage, "%w", err)
 	}
@@ -262,7 +263,7 @@ func retry(ctx context.Context, timeout time.Duration, f func(context.Context) e
 	backoff := 100 * time.Millisecond
 	for {
 		err := f(ctx)
-		if err == nil || !master.Retryable(err) || ctx.Err() != nil {
+		if err == nil || !client.Retryable(err) || ctx.Err() != nil {
 			return err
 		}
 		if time.Now().Add(backoff).After(deadline) {

@@ -9,6 +9,7 @@ import (
 
 	"connectrpc.com/connect"
 	roverv1 "github.com/roverml/rover/api/rover/v1"
+	"github.com/roverml/rover/internal/client"
 	"github.com/roverml/rover/internal/master"
 )
 
@@ -77,7 +78,7 @@ func (a *agent) sessionLoop(ctx context.Context, firstJoin chan<- error) {
 		// Once joined, a broken session is retried until the deadline,
 		// whatever the transport made of the break (a master shutting down
 		// can truncate the stream), unless the master refused the agent.
-		retryable := master.Retryable(err) || errors.Is(err, errSessionEnded) ||
+		retryable := client.Retryable(err) || errors.Is(err, errSessionEnded) ||
 			(!first && !refused(err))
 		switch {
 		case first && !retryable:
