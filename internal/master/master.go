@@ -45,6 +45,7 @@ type Config struct {
 	Logger *slog.Logger
 	// AddrFile, when set, receives the address the master listens on.
 	AddrFile string
+	StateDir string // directory of the durable store (bbolt); empty keeps the state in memory
 }
 
 // RendezvousPreset is a rendezvous configuration given to the master itself.
