@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/roverml/rover/internal/agent"
+	"github.com/roverml/rover/internal/agent/standalone"
 	"github.com/roverml/rover/internal/master"
 	"github.com/roverml/rover/internal/runconfig"
 	"github.com/roverml/rover/internal/store"
@@ -105,6 +106,12 @@ func runAgent(ctx context.Context, t *testing.T, args ...string) agentRun {
 // stderr while it runs.
 func runAgentLogging(ctx context.Context, t *testing.T, stderr *syncBuffer, args ...string) agentRun {
 	t.Helper()
+	return runAgentWith(ctx, t, stderr, standalone.Start, args...)
+}
+
+// runAgentWith is runAgentLogging with start as the embedded master's starter.
+func runAgentWith(ctx context.Context, t *testing.T, stderr *syncBuffer, start agent.StartMaster, args ...string) agentRun {
+	t.Helper()
 	testsrc.Track() // the test workers it runs are built from other packages
 	env := map[string]string{"ROVER_TOKEN": token}
 	cfg, err := runconfig.Parse(args, func(k string) string { return env[k] })
@@ -114,8 +121,9 @@ func runAgentLogging(ctx context.Context, t *testing.T, stderr *syncBuffer, args
 	r := agentRun{stdout: &syncBuffer{}, stderr: stderr}
 	r.err = agent.Run(ctx, cfg, agent.Options{
 		Stdout: r.stdout, Stderr: r.stderr,
-		Getenv: func(k string) string { return env[k] },
-		Logger: slog.New(slog.NewTextHandler(r.stderr, nil)),
+		Getenv:      func(k string) string { return env[k] },
+		Logger:      slog.New(slog.NewTextHandler(r.stderr, nil)),
+		StartMaster: start,
 	})
 	return r
 }

@@ -205,7 +205,7 @@ func (a *agent) workersMaster(ctx context.Context, round, groupRank int) (string
 			}
 		}
 		value := net.JoinHostPort(host, strconv.Itoa(port))
-		err := retry(ctx, a.cfg.JoinTimeout, func(ctx context.Context) error {
+		err := a.callMaster(ctx, func(ctx context.Context) error {
 			_, err := a.client.SetKey(ctx, connect.NewRequest(&roverv1.SetKeyRequest{Key: key, Value: []byte(value)}))
 			return err
 		})
@@ -217,7 +217,7 @@ func (a *agent) workersMaster(ctx context.Context, round, groupRank int) (string
 	deadline := time.Now().Add(a.cfg.JoinTimeout)
 	for time.Now().Before(deadline) {
 		var resp *connect.Response[roverv1.GetKeyResponse]
-		err := retry(ctx, a.cfg.JoinTimeout, func(ctx context.Context) error {
+		err := a.callMaster(ctx, func(ctx context.Context) error {
 			var err error
 			resp, err = a.client.GetKey(ctx, connect.NewRequest(&roverv1.GetKeyRequest{Key: key, WaitMillis: 5000}))
 			return err
