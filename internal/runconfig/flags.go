@@ -217,7 +217,7 @@ var flags = []flagDef{
 
 	// Rover.
 	{name: "token-file", metavar: "PATH", defText: "none", env: roverEnv("token-file"), group: groupRover,
-		help:  "file holding the token that authenticates this node to the master",
+		help:  "file holding the token that authenticates this node to the master; wins over $ROVER_TOKEN",
 		apply: stringField(func(c *Config) *string { return &c.TokenFile })},
 	{name: "node-id", metavar: "ID", defText: "derived by the agent", env: roverEnv("node-id"), group: groupRover,
 		help:  "stable identity of this node's agent across restarts",
