@@ -2,9 +2,18 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/google/go-cmp/cmp"
+	"github.com/roverml/rover/internal/master"
+	"github.com/roverml/rover/internal/runconfig"
 	"gocloud.dev/blob"
 )
 
@@ -31,7 +40,12 @@ func TestCommandLineErrors(t *testing.T) {
 		{[]string{"rover", "run", "--network-check", "--standalone", "--no-python", "true"}, 2, "not implemented yet"},
 		{[]string{"rover", "run", "--nnodes", "2", "--rdzv-endpoint", "127.0.0.1:1", "--no-python", "true"}, 2, "needs the job's token"},
 		{[]string{"rover", "frobnicate"}, 2, `unknown command "frobnicate"`},
-		{[]string{"rover", "master", "--nnodes", "4:2"}, 2, "MaxNodes"},
+		{[]string{"rover", "master", "--nnodes", "4:2"}, 2, "--nnodes=4:2: minimum 4 is greater than maximum 2"},
+		{[]string{"rover", "master", "--nnodes", "2x"}, 2, "--nnodes=2x: want N or MIN:MAX"},
+		{[]string{"rover", "master", "--nnodes", "2", "--node-unit", "0"}, 2, "--node-unit=0: must be at least 1"},
+		{[]string{"rover", "master", "--nnodes", "2", "--heartbeat-timeout", "1ns"}, 2, "--heartbeat-timeout=1ns: must be at least 1ms"},
+		{[]string{"rover", "master", "--nnodes", "2", "--join-timeout=-1s"}, 2, "--join-timeout=-1s: must be positive"},
+		{[]string{"rover", "master", "--bogus"}, 2, "flag provided but not defined: -bogus"},
 		{[]string{"rover", "status"}, 2, "needs --master"},
 		{[]string{"rover", "bench", "rendezvous", "--nodes", "0"}, 2, "--nodes must be at least 1"},
 		{[]string{"dlrover-run", "--nnodes=0"}, 2, "nnodes"},
@@ -57,5 +71,225 @@ func TestHelpAndVersion(t *testing.T) {
 		if code := run(args, &stdout, &stderr); code != 0 || stdout.Len() == 0 {
 			t.Errorf("%v: exit %d, stdout %q, stderr %q", args, code, stdout.String(), stderr.String())
 		}
+	}
+}
+
+func TestMasterFlags(t *testing.T) {
+	defaults := runconfig.Policy{NodeUnit: 1, LastCallTimeout: 30 * time.Second, JoinTimeout: 600 * time.Second,
+		HeartbeatTimeout: 600 * time.Second, DisconnectGrace: 5 * time.Second}
+	preset := func(mod func(*runconfig.Policy)) *runconfig.Policy {
+		p := defaults
+		mod(&p)
+		return &p
+	}
+	tests := []struct {
+		name string
+		args []string
+		want masterConfig
+	}{
+		{"defaults", nil, masterConfig{Listen: "127.0.0.1:29400", Job: "none", Linger: 5 * time.Second}},
+		{"state dir and files", []string{"--state-dir", "/var/lib/rover/j", "--token-file", "j.token", "--addr-file", "a", "--job", "j"},
+			masterConfig{Listen: "127.0.0.1:29400", Job: "j", TokenFile: "j.token", AddrFile: "a", StateDir: "/var/lib/rover/j", Linger: 5 * time.Second}},
+		{"preset, durations in seconds or Go's syntax", []string{"--nnodes", "2:4", "--node-unit", "2", "--max-restarts", "3",
+			"--heartbeat-timeout", "30", "--last-call-timeout", "1.5", "--join-timeout", "10m", "--disconnect-grace", "0", "--linger", "0"},
+			masterConfig{Listen: "127.0.0.1:29400", Job: "none", Preset: preset(func(p *runconfig.Policy) {
+				p.MinNodes, p.MaxNodes, p.NodeUnit, p.MaxRestarts = 2, 4, 2, 3
+				p.HeartbeatTimeout, p.LastCallTimeout, p.JoinTimeout, p.DisconnectGrace = 30*time.Second, 1500*time.Millisecond, 10*time.Minute, 0
+			})}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := parseMasterFlags(tt.args, io.Discard)
+			if err != nil {
+				t.Fatalf("parseMasterFlags(%q): %v", tt.args, err)
+			}
+			if diff := cmp.Diff(&tt.want, got); diff != "" {
+				t.Errorf("parseMasterFlags(%q) (-want +got):\n%s", tt.args, diff)
+			}
+		})
+	}
+}
+
+func TestMasterFlagErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		want []string // every line of the error
+	}{
+		{"nnodes syntax", []string{"--nnodes", "2x"}, []string{"--nnodes=2x: want N or MIN:MAX, e.g. 2 or 1:4"}},
+		{"nnodes reversed", []string{"--nnodes", "4:2"},
+			[]string{"--nnodes=4:2: minimum 4 is greater than maximum 2; write --nnodes=MIN:MAX with MIN <= MAX"}},
+		{"node unit zero", []string{"--nnodes", "2", "--node-unit", "0"}, []string{"--node-unit=0: must be at least 1"}},
+		{"node unit word", []string{"--nnodes", "2", "--node-unit", "x"}, []string{"--node-unit=x: want a whole number"}},
+		{"restarts negative", []string{"--nnodes", "2", "--max-restarts=-1"}, []string{"--max-restarts=-1: must be 0 or more"}},
+		{"heartbeat timeout below the millisecond", []string{"--nnodes", "2", "--heartbeat-timeout", "1ns"},
+			[]string{"--heartbeat-timeout=1ns: must be at least 1ms: the master keeps whole milliseconds"}},
+		{"negative durations", []string{"--nnodes", "2", "--last-call-timeout=-1s", "--join-timeout=-2", "--disconnect-grace=-5s", "--linger=-1s"},
+			[]string{
+				"--linger=-1s: must not be negative",
+				"--join-timeout=-2s: must be positive",
+				"--last-call-timeout=-1s: must be positive",
+				"--disconnect-grace=-5s: must not be negative",
+			}},
+		{"duration word", []string{"--nnodes", "2", "--join-timeout", "soon"},
+			[]string{"--join-timeout=soon: want seconds (e.g. 30 or 0.5) or a duration (e.g. 500ms or 10m)"}},
+		{"preset flag without --nnodes", []string{"--max-restarts", "3"},
+			[]string{"--max-restarts=3 takes effect only with --nnodes: add --nnodes N or MIN:MAX, or drop it to take the first agent's settings"}},
+		{"every problem at once", []string{"--nnodes", "2x", "--node-unit", "0", "--heartbeat-timeout", "1ns", "--linger", "soon", "extra"},
+			[]string{
+				`rover master takes no arguments, got ["extra"]`,
+				"--linger=soon: want seconds (e.g. 30 or 0.5) or a duration (e.g. 500ms or 10m)",
+				"--nnodes=2x: want N or MIN:MAX, e.g. 2 or 1:4",
+				"--node-unit=0: must be at least 1",
+				"--heartbeat-timeout=1ns: must be at least 1ms: the master keeps whole milliseconds",
+			}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := parseMasterFlags(tt.args, io.Discard)
+			if err == nil {
+				t.Fatalf("parseMasterFlags(%q) = %+v, want errors", tt.args, c)
+			}
+			if _, ok := err.(usageError); !ok {
+				t.Errorf("parseMasterFlags(%q) = %T, want a usageError (exit 2)", tt.args, err)
+			}
+			if diff := cmp.Diff(tt.want, strings.Split(err.Error(), "\n")); diff != "" {
+				t.Errorf("parseMasterFlags(%q) errors (-want +got):\n%s", tt.args, diff)
+			}
+		})
+	}
+}
+
+// TestMasterMessagesMatchRun: `rover master` and `rover run` refuse the same
+// values with the same words, each naming its own flag.
+func TestMasterMessagesMatchRun(t *testing.T) {
+	tests := []struct {
+		name           string
+		master, run    []string
+		masterRef, ref string // how each names the setting
+	}{
+		{"node unit", []string{"--nnodes", "2", "--node-unit", "0"}, []string{"--node-unit", "0"}, "--node-unit=0", "--node-unit=0"},
+		{"nnodes", []string{"--nnodes", "2x"}, []string{"--nnodes", "2x"}, "--nnodes=2x", "--nnodes=2x"},
+		{"heartbeat timeout", []string{"--nnodes", "2", "--heartbeat-timeout", "1ns"}, []string{"--rdzv-conf", "heartbeat_timeout=1ns"},
+			"--heartbeat-timeout=1ns", "--rdzv-conf heartbeat_timeout=1ns"},
+		{"negative grace", []string{"--nnodes", "2", "--disconnect-grace", "-1"}, []string{"--rdzv-conf", "disconnect_grace=-1"},
+			"--disconnect-grace=-1s", "--rdzv-conf disconnect_grace=-1s"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, merr := parseMasterFlags(tt.master, io.Discard)
+			_, rerr := runconfig.Parse(append(tt.run, "--no-python", "true"), nil)
+			if merr == nil || rerr == nil {
+				t.Fatalf("rover master: %v; rover run: %v; want both to refuse", merr, rerr)
+			}
+			var want string
+			for _, line := range strings.Split(merr.Error(), "\n") {
+				if rest, ok := strings.CutPrefix(line, tt.masterRef); ok {
+					want = tt.ref + rest
+				}
+			}
+			if want == "" || !strings.Contains(rerr.Error(), want) {
+				t.Errorf("rover run says:\n%v\nwant the line of rover master, %q, with its own flag: %q", rerr, merr, want)
+			}
+		})
+	}
+}
+
+func TestMasterTokenPrecedence(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	existing := filepath.Join(dir, "existing.token")
+	if err := os.WriteFile(existing, []byte("from-file\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name      string
+		tokenFile string
+		env       string
+		want      string // "" for a new random token
+		wantFile  string
+	}{
+		{"--token-file wins over ROVER_TOKEN", existing, "from-env", "from-file", existing},
+		{"--token-file made when missing, even with ROVER_TOKEN", filepath.Join(dir, "new.token"), "from-env", "", filepath.Join(dir, "new.token")},
+		{"ROVER_TOKEN without --token-file", "", "from-env", "from-env", ""},
+		{"neither: <job>.token in the working directory", "", "", "", "j.token"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := &masterConfig{Job: "j", TokenFile: tt.tokenFile}
+			token, file, err := masterToken(c, func(k string) string {
+				if k == "ROVER_TOKEN" {
+					return tt.env
+				}
+				return ""
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if file != tt.wantFile {
+				t.Errorf("token file %q, want %q", file, tt.wantFile)
+			}
+			if tt.want != "" && token != tt.want || tt.want == "" && (token == "" || token == tt.env) {
+				t.Errorf("token %q, want %q (\"\": a new one)", token, tt.want)
+			}
+			if file != "" {
+				b, err := os.ReadFile(file)
+				if err != nil || strings.TrimSpace(string(b)) != token {
+					t.Errorf("%s holds %q (%v), want the token %q", file, b, err, token)
+				}
+			}
+		})
+	}
+}
+
+// startTestMaster runs a master whose token is in a file.
+func startTestMaster(t *testing.T) (addr, tokenFile string) {
+	t.Helper()
+	tokenFile = filepath.Join(t.TempDir(), "job.token")
+	if err := os.WriteFile(tokenFile, []byte("right\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	m, err := master.New(ctx, master.Config{Listen: "127.0.0.1:0", Token: "right", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = m.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return m.Addr(), tokenFile
+}
+
+// TestTokenFileWinsOverTheVariable runs `rover status` and `rover run`
+// against a real master with a wrong ROVER_TOKEN and the right token file.
+func TestTokenFileWinsOverTheVariable(t *testing.T) {
+	addr, tokenFile := startTestMaster(t)
+	t.Setenv("ROVER_TOKEN", "wrong")
+	tests := []struct {
+		name string
+		args []string
+		want string // on stdout
+	}{
+		{"status", []string{"rover", "status", "--master", addr, "--token-file", tokenFile}, "job default: running"},
+		{"run", []string{"rover", "run", "--nnodes", "1", "--rdzv-endpoint", addr, "--token-file", tokenFile,
+			"--node-id", "n", "--no-python", "true"}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			if code := run(tt.args, &stdout, &stderr); code != 0 {
+				t.Fatalf("exit code %d, want 0; stderr:\n%s", code, stderr.String())
+			}
+			if !strings.Contains(stdout.String(), tt.want) {
+				t.Errorf("stdout lacks %q:\n%s", tt.want, stdout.String())
+			}
+		})
+	}
+	// A token file that cannot be read is an error, not a fall back to ROVER_TOKEN.
+	var stdout, stderr bytes.Buffer
+	missing := filepath.Join(t.TempDir(), "missing.token")
+	if code := run([]string{"rover", "run", "--nnodes", "2", "--rdzv-endpoint", addr, "--token-file", missing,
+		"--no-python", "true"}, &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), "missing.token") {
+		t.Errorf("rover run with a missing token file: exit %d, want 2 naming the file; stderr:\n%s", code, stderr.String())
 	}
 }

@@ -7,86 +7,140 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
 	"time"
 
+	"github.com/roverml/rover/internal/client"
 	"github.com/roverml/rover/internal/master"
+	"github.com/roverml/rover/internal/runconfig"
 )
 
-// masterConfig is the command line of `rover master`.
+// masterConfig is the validated command line of `rover master`.
 type masterConfig struct {
-	Listen    string
-	Job       string
+	Listen string
+	Job    string
+	// TokenFile is --token-file; "" when not given.
 	TokenFile string
 	AddrFile  string
 	StateDir  string
 	Linger    time.Duration
-	// Preset rendezvous; zero MaxNodes means "taken from the first agent".
-	NNodes           string
-	NodeUnit         int
-	MaxRestarts      int
-	LastCall         time.Duration
-	JoinTimeout      time.Duration
-	HeartbeatTimeout time.Duration
-	DisconnectGrace  time.Duration
+	// Preset fixes the job's rendezvous (--nnodes and friends); nil takes
+	// the first agent's.
+	Preset *runconfig.Policy
 }
 
+// masterPolicyFlags are the flags of the preset rendezvous, with their
+// defaults, in the order problems are reported.
+var masterPolicyFlags = []struct{ name, def, help string }{
+	{runconfig.SettingNodeUnit, "1", "with --nnodes: the world is a multiple of this many nodes"},
+	{runconfig.SettingMaxRestarts, "0", "with --nnodes: failure restarts allowed per job"},
+	{runconfig.SettingLastCallTimeout, "30s", "with --nnodes: close a round this long after the last join once min nodes joined"},
+	{runconfig.SettingJoinTimeout, "600s", "with --nnodes: fail the job when a round stays below min nodes this long"},
+	{runconfig.SettingHeartbeatTimeout, "600s", "with --nnodes: a node without heartbeats this long is dead"},
+	{runconfig.SettingDisconnectGrace, "5s", "with --nnodes: a node whose session stays closed this long is dead"},
+}
+
+const stateDirHelp = "directory of the master's durable state (journal and snapshots); a master restarted on it resumes the job. Default: none (state in memory)"
+
+// parseMasterFlags parses and validates the command line of `rover master`
+// with the rules and messages of `rover run` (package runconfig), and
+// reports every problem at once, each naming its flag.
 func parseMasterFlags(args []string, stderr io.Writer) (*masterConfig, error) {
 	c := &masterConfig{}
 	fs := flag.NewFlagSet("rover master", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&c.Listen, "listen", "127.0.0.1:29400", "TCP address to serve on (port 0 picks one)")
 	fs.StringVar(&c.Job, "job", "none", "job name (agents' --rdzv-id must match unless it is \"none\")")
-	fs.StringVar(&c.TokenFile, "token-file", "", "file holding the job's secret token; created (mode 0600) when missing. Default: $ROVER_TOKEN, else <job>.token in the working directory")
+	fs.StringVar(&c.TokenFile, "token-file", "", "file holding the job's secret token, created (mode 0600) when missing; wins over $ROVER_TOKEN. Default: $ROVER_TOKEN, else <job>.token in the working directory")
 	fs.StringVar(&c.AddrFile, "addr-file", "", "write the address the master listens on to this file")
-	fs.StringVar(&c.StateDir, "state-dir", "", "directory of the master's durable state (journal and snapshots); a master restarted on it resumes the job. Default: none (state in memory)")
-	fs.DurationVar(&c.Linger, "linger", 5*time.Second, "how long to keep serving after the job ended, so every agent learns the outcome")
-	fs.StringVar(&c.NNodes, "nnodes", "", "fix the rendezvous instead of taking the first agent's: N or MIN:MAX")
-	fs.IntVar(&c.NodeUnit, "node-unit", 1, "with --nnodes: the world is a multiple of this many nodes")
-	fs.IntVar(&c.MaxRestarts, "max-restarts", 0, "with --nnodes: failure restarts allowed per job")
-	fs.DurationVar(&c.LastCall, "last-call-timeout", 30*time.Second, "with --nnodes: close a round this long after the last join once min nodes joined")
-	fs.DurationVar(&c.JoinTimeout, "join-timeout", 600*time.Second, "with --nnodes: fail the job when a round stays below min nodes this long")
-	fs.DurationVar(&c.HeartbeatTimeout, "heartbeat-timeout", 600*time.Second, "with --nnodes: a node without heartbeats this long is dead")
-	fs.DurationVar(&c.DisconnectGrace, "disconnect-grace", 5*time.Second, "with --nnodes: a node whose push stream stays closed this long is dead")
+	fs.StringVar(&c.StateDir, "state-dir", "", stateDirHelp)
+	linger := fs.String("linger", "5s", "how long to keep serving after the job ended, so every agent learns the outcome")
+	nnodes := fs.String("nnodes", "", "fix the rendezvous instead of taking the first agent's: N or MIN:MAX")
+	raw := map[string]*string{}
+	for _, f := range masterPolicyFlags {
+		raw[f.name] = fs.String(f.name, f.def, f.help)
+	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil, err
 		}
 		return nil, usageError{err}
 	}
+	var errs []error
 	if fs.NArg() > 0 {
-		return nil, usageError{fmt.Errorf("rover master takes no arguments, got %q", fs.Args())}
+		errs = append(errs, fmt.Errorf("rover master takes no arguments, got %q", fs.Args()))
+	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	// Each value is read as `rover run` reads it; a bad one is reported and
+	// its default checked instead, so that it is reported once.
+	read := func(name, value, def string, parse func(string) error) {
+		if err := parse(value); err != nil {
+			errs = append(errs, runconfig.ValueError(name, value, err))
+			_ = parse(def)
+		}
+	}
+	seconds := func(d *time.Duration) func(string) error {
+		return func(s string) (err error) { *d, err = runconfig.ParseSeconds(s); return err }
+	}
+	integer := func(n *int) func(string) error {
+		return func(s string) (err error) { *n, err = runconfig.ParseInt(s); return err }
+	}
+	read("linger", *linger, "5s", seconds(&c.Linger))
+	if c.Linger < 0 {
+		errs = append(errs, fmt.Errorf("%s: must not be negative", runconfig.FlagRef("linger", c.Linger.String())))
+	}
+	var p runconfig.Policy
+	fields := map[string]func(string) error{
+		runconfig.SettingNodeUnit:         integer(&p.NodeUnit),
+		runconfig.SettingMaxRestarts:      integer(&p.MaxRestarts),
+		runconfig.SettingLastCallTimeout:  seconds(&p.LastCallTimeout),
+		runconfig.SettingJoinTimeout:      seconds(&p.JoinTimeout),
+		runconfig.SettingHeartbeatTimeout: seconds(&p.HeartbeatTimeout),
+		runconfig.SettingDisconnectGrace:  seconds(&p.DisconnectGrace),
+	}
+	for _, f := range masterPolicyFlags {
+		read(f.name, *raw[f.name], f.def, fields[f.name])
+	}
+	if *nnodes == "" {
+		for _, f := range masterPolicyFlags {
+			if given[f.name] {
+				errs = append(errs, fmt.Errorf("%s takes effect only with --nnodes: add --nnodes N or MIN:MAX, or drop it to take the first agent's settings",
+					runconfig.FlagRef(f.name, *raw[f.name])))
+			}
+		}
+	} else {
+		lo, hi, err := runconfig.ParseNNodes(*nnodes)
+		if err != nil {
+			errs = append(errs, runconfig.ValueError("nnodes", *nnodes, err))
+			lo = max(p.NodeUnit, 1) // check the other settings against a world they fit
+			hi = lo
+		}
+		p.MinNodes, p.MaxNodes = lo, hi
+		errs = append(errs, p.Check(runconfig.FlagRef)...)
+		c.Preset = &p
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, usageError{err}
 	}
 	return c, nil
 }
 
-func (c *masterConfig) preset() (*master.RendezvousPreset, error) {
-	if c.NNodes == "" {
-		return nil, nil
-	}
-	var min, max int
-	lo, hi, ok := strings.Cut(c.NNodes, ":")
-	if _, err := fmt.Sscanf(lo, "%d", &min); err != nil {
-		return nil, usageError{fmt.Errorf("--nnodes=%s: want N or MIN:MAX", c.NNodes)}
-	}
-	max = min
-	if ok {
-		if _, err := fmt.Sscanf(hi, "%d", &max); err != nil {
-			return nil, usageError{fmt.Errorf("--nnodes=%s: want N or MIN:MAX", c.NNodes)}
+// masterToken is the job's token and the file it is in ("" for none): the
+// file --token-file names (created when missing) wins over $ROVER_TOKEN;
+// without either, <job>.token in the working directory (created when
+// missing).
+func masterToken(c *masterConfig, getenv func(string) string) (token, file string, err error) {
+	file = c.TokenFile
+	if file == "" {
+		if t, err := client.Token("", getenv); err == nil {
+			return t, "", nil
 		}
+		file = c.Job + ".token"
 	}
-	p := &master.RendezvousPreset{}
-	p.Rendezvous.MinNodes, p.Rendezvous.MaxNodes = min, max
-	p.Rendezvous.NodeUnit = c.NodeUnit
-	p.Rendezvous.MaxRestarts = c.MaxRestarts
-	p.Rendezvous.LastCall = c.LastCall
-	p.Rendezvous.JoinTimeout = c.JoinTimeout
-	p.Nodes.HeartbeatTimeout = c.HeartbeatTimeout
-	p.Nodes.DisconnectGrace = c.DisconnectGrace
-	if err := p.Rendezvous.Validate(); err != nil {
-		return nil, usageError{err}
+	if token, err = master.LoadOrCreateToken(file); err != nil {
+		return "", "", err
 	}
-	return p, nil
+	return token, file, nil
 }
 
 func runMaster(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -97,20 +151,17 @@ func runMaster(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	preset, err := c.preset()
+	token, file, err := masterToken(c, os.Getenv)
 	if err != nil {
 		return err
 	}
-	token := os.Getenv("ROVER_TOKEN")
-	if token == "" {
-		path := c.TokenFile
-		if path == "" {
-			path = c.Job + ".token"
-		}
-		if token, err = master.LoadOrCreateToken(path); err != nil {
-			return err
-		}
-		fmt.Fprintf(stderr, "rover master: job token in %s (pass --token-file %s to every agent)\n", path, path)
+	if file != "" {
+		fmt.Fprintf(stderr, "rover master: job token in %s (pass --token-file %s to every agent)\n", file, file)
+	}
+	var preset *master.RendezvousPreset
+	if c.Preset != nil {
+		p := master.RendezvousPreset(client.RendezvousFromPolicy(*c.Preset))
+		preset = &p
 	}
 	m, err := master.New(ctx, master.Config{
 		Listen: c.Listen, Job: c.Job, Token: token, Preset: preset,

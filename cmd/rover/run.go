@@ -9,6 +9,7 @@ import (
 	"os"
 
 	"github.com/roverml/rover/internal/agent"
+	"github.com/roverml/rover/internal/agent/standalone"
 	"github.com/roverml/rover/internal/runconfig"
 )
 
@@ -22,7 +23,7 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return usageError{err}
 	}
-	return agent.Run(ctx, cfg, agent.Options{Stdout: stdout, Stderr: stderr, Logger: newLogger(stderr)})
+	return agent.Run(ctx, cfg, agent.Options{Stdout: stdout, Stderr: stderr, Logger: newLogger(stderr), StartMaster: standalone.Start})
 }
 
 func newLogger(w io.Writer) *slog.Logger {

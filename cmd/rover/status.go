@@ -12,14 +12,14 @@ import (
 
 	"connectrpc.com/connect"
 	roverv1 "github.com/roverml/rover/api/rover/v1"
-	"github.com/roverml/rover/internal/master"
+	"github.com/roverml/rover/internal/client"
 )
 
 func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("rover status", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	addr := fs.String("master", os.Getenv("ROVER_MASTER_ADDR"), "the master's HOST:PORT")
-	tokenFile := fs.String("token-file", os.Getenv("ROVER_TOKEN_FILE"), "file holding the job's token (or set ROVER_TOKEN)")
+	tokenFile := fs.String("token-file", os.Getenv("ROVER_TOKEN_FILE"), "file holding the job's token; wins over $ROVER_TOKEN")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -29,19 +29,13 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if *addr == "" {
 		return usageError{errors.New("rover status needs --master HOST:PORT (or ROVER_MASTER_ADDR)")}
 	}
-	token := os.Getenv("ROVER_TOKEN")
-	if token == "" {
-		if *tokenFile == "" {
-			return usageError{errors.New("rover status needs the job's token: --token-file PATH or ROVER_TOKEN")}
-		}
-		var err error
-		if token, err = master.ReadToken(*tokenFile); err != nil {
-			return err
-		}
+	token, err := client.Token(*tokenFile, os.Getenv)
+	if err != nil {
+		return usageError{err}
 	}
-	hc := master.NewHTTPClient()
+	hc := client.NewHTTPClient()
 	defer hc.CloseIdleConnections()
-	resp, err := master.NewClient(hc, *addr, token).GetJob(ctx, connect.NewRequest(&roverv1.GetJobRequest{}))
+	resp, err := client.New(hc, *addr, token).GetJob(ctx, connect.NewRequest(&roverv1.GetJobRequest{}))
 	if err != nil {
 		return fmt.Errorf("ask the master at %s: %w", *addr, err)
 	}

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -10,13 +11,12 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"time"
 
-	"connectrpc.com/connect"
 	roverv1 "github.com/roverml/rover/api/rover/v1"
 	"github.com/roverml/rover/api/rover/v1/roverv1connect"
-	"github.com/roverml/rover/internal/master"
+	"github.com/roverml/rover/internal/client"
 	"github.com/roverml/rover/internal/proc"
+	"github.com/roverml/rover/internal/retry"
 	"github.com/roverml/rover/internal/runconfig"
 	"github.com/roverml/rover/internal/shardbatch"
 	"golang.org/x/sync/errgroup"
@@ -31,6 +31,32 @@ type Options struct {
 	// PythonExec is the interpreter for script entrypoints (torchrun's
 	// PYTHON_EXEC); default: $PYTHON_EXEC, else "python3".
 	PythonExec string
+	// StartMaster starts the embedded master of a standalone job (`rover run
+	// --standalone`); programs pass standalone.Start. Package agent itself
+	// reaches masters only through package client and never links one. A
+	// standalone job fails to start without it.
+	StartMaster StartMaster
+}
+
+// StartMaster starts a standalone job's master and returns it serving.
+type StartMaster func(ctx context.Context, spec EmbeddedMaster) (RunningMaster, error)
+
+// EmbeddedMaster is what a standalone job's master is started with.
+type EmbeddedMaster struct {
+	Job        string
+	Rendezvous client.RendezvousConfig
+	// StateDir is the directory of the master's durable state: the
+	// "master" directory in the agent's log directory.
+	StateDir string
+	Logger   *slog.Logger
+}
+
+// RunningMaster is an embedded master serving on loopback.
+type RunningMaster struct {
+	Addr  string
+	Token string
+	// Stop stops the master and waits for it.
+	Stop func()
 }
 
 type agent struct {
@@ -38,6 +64,7 @@ type agent struct {
 	opts    Options
 	log     *slog.Logger
 	client  roverv1connect.MasterServiceClient
+	addr    string // the master's
 	nodeID  string
 	host    string
 	argv    []string
@@ -45,6 +72,8 @@ type agent struct {
 	tempDir bool
 	out     io.Writer
 	errOut  io.Writer
+	// clock times the retries of calls to the master; nil is the wall clock.
+	clock retry.Clock
 
 	// joined is the node rank and round of the newest join, written by the
 	// session goroutine and the loop.
@@ -87,26 +116,39 @@ func Run(ctx context.Context, cfg *runconfig.Config, opts Options) error {
 		errOut: proc.NewSyncWriter(opts.Stderr),
 		views:  newLatestView(),
 	}
-	addr, token, stopMaster, err := a.connectMaster(ctx)
-	if err != nil {
-		return err
+	var token string
+	if !cfg.Standalone {
+		// Before anything is created: a missing token is a usage error.
+		var err error
+		if token, err = a.token(); err != nil {
+			return err
+		}
+		a.addr = cfg.RdzvEndpoint
 	}
-	defer stopMaster()
-	httpClient := master.NewHTTPClient()
-	defer httpClient.CloseIdleConnections()
-	a.client = master.NewClient(httpClient, addr, token)
-	a.shards = shardbatch.New(a.client, shardbatch.Options{MaxOps: master.MaxBatchOps})
 	a.nodeID = a.defaultNodeID()
-	a.host = cfg.LocalAddr
-	if a.host == "" {
-		a.host = routeAddr(addr)
-	}
 	a.log = opts.Logger.With("component", "agent", "job", cfg.RunID, "node", a.nodeID)
 	if err := a.openLogDir(); err != nil {
 		return err
 	}
+	if cfg.Standalone {
+		m, err := a.startMaster(ctx)
+		if err != nil {
+			return err
+		}
+		defer m.Stop()
+		a.addr, token = m.Addr, m.Token
+	}
+	httpClient := client.NewHTTPClient()
+	defer httpClient.CloseIdleConnections()
+	a.client = client.New(httpClient, a.addr, token)
+	a.shards = shardbatch.New(a.client, shardbatch.Options{MaxOps: client.MaxBatchOps})
+	a.host = cfg.LocalAddr
+	if a.host == "" {
+		a.host = routeAddr(a.addr)
+	}
 	a.persister = newPersister(a)
 	self := arenaOwner{NodeID: a.nodeID, Generated: cfg.NodeID == "" && cfg.NodeRank < 0}
+	var err error
 	if a.arenas, err = newArenas(jobKey(cfg.RunID, token), self, cfg.NprocPerNode); err != nil {
 		return err
 	}
@@ -145,49 +187,40 @@ func Run(ctx context.Context, cfg *runconfig.Config, opts Options) error {
 	return err
 }
 
-// connectMaster returns the master's address and token, starting an embedded
-// master for a standalone job.
-func (a *agent) connectMaster(ctx context.Context) (addr, token string, stop func(), err error) {
-	cfg := a.cfg
-	if cfg.Standalone {
-		token = master.NewToken()
-		preset := &master.RendezvousPreset{}
-		*preset = presetOf(cfg)
-		m, err := master.New(ctx, master.Config{
-			Listen: "127.0.0.1:0", Job: cfg.RunID, Token: token, Preset: preset,
-			Logger: a.opts.Logger,
-		})
-		if err != nil {
-			return "", "", nil, exitErr(ExitRendezvous, "start the embedded master: %w", err)
-		}
-		mctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			_ = m.Run(mctx)
-		}()
-		return m.Addr(), token, func() { cancel(); <-done }, nil
+// startMaster starts the embedded master of a standalone job, with its
+// durable state in the "master" directory of the agent's log directory.
+func (a *agent) startMaster(ctx context.Context) (RunningMaster, error) {
+	if a.opts.StartMaster == nil {
+		return RunningMaster{}, exitErr(ExitRendezvous, "start the embedded master: this program cannot run one (agent.Options.StartMaster is unset); run `rover master` and pass --rdzv-endpoint")
 	}
-	token, err = a.token()
+	m, err := a.opts.StartMaster(ctx, EmbeddedMaster{
+		Job:        a.cfg.RunID,
+		Rendezvous: a.rendezvous(),
+		StateDir:   filepath.Join(a.logDir, "master"),
+		Logger:     a.opts.Logger,
+	})
 	if err != nil {
-		return "", "", nil, err
+		return RunningMaster{}, exitErr(ExitRendezvous, "start the embedded master: %w", err)
 	}
-	return cfg.RdzvEndpoint, token, func() {}, nil
+	return m, nil
 }
 
+// token is the job's token: from --token-file (or ROVER_TOKEN_FILE) when
+// given, else from ROVER_TOKEN.
 func (a *agent) token() (string, error) {
-	if t := strings.TrimSpace(a.opts.Getenv("ROVER_TOKEN")); t != "" {
-		return t, nil
-	}
-	path := a.cfg.TokenFile
-	if path == "" {
+	t, err := client.Token(a.cfg.TokenFile, a.opts.Getenv)
+	if errors.Is(err, client.ErrNoToken) {
 		return "", exitErr(ExitUsage, "joining the master at %s needs the job's token: pass --token-file PATH (the file the master wrote) or set ROVER_TOKEN", a.cfg.RdzvEndpoint)
 	}
-	t, err := master.ReadToken(path)
 	if err != nil {
 		return "", exitErr(ExitUsage, "%w", err)
 	}
 	return t, nil
+}
+
+// rendezvous is the rendezvous configuration the agent joins with.
+func (a *agent) rendezvous() client.RendezvousConfig {
+	return client.RendezvousFromPolicy(a.cfg.Policy())
 }
 
 func (a *agent) defaultNodeID() string {
@@ -242,41 +275,6 @@ func routeAddr(masterAddr string) string {
 	return c.LocalAddr().(*net.UDPAddr).IP.String()
 }
 
-func presetOf(cfg *runconfig.Config) master.RendezvousPreset {
-	var p master.RendezvousPreset
-	p.Rendezvous.MinNodes = cfg.MinNodes
-	p.Rendezvous.MaxNodes = cfg.MaxNodes
-	p.Rendezvous.NodeUnit = cfg.NodeUnit
-	p.Rendezvous.MaxRestarts = cfg.MaxRestarts
-	p.Rendezvous.LastCall = cfg.LastCallTimeout
-	p.Rendezvous.JoinTimeout = cfg.JoinTimeout
-	p.Nodes.HeartbeatTimeout = cfg.HeartbeatTimeout
-	p.Nodes.DisconnectGrace = cfg.DisconnectGrace
-	return p
-}
-
-// retry calls f until it succeeds, fails with a non-retryable error, or the
-// timeout passes; with exponential backoff from 100ms to 3s.
-func retry(ctx context.Context, timeout time.Duration, f func(context.Context) error) error {
-	deadline := time.Now().Add(timeout)
-	backoff := 100 * time.Millisecond
-	for {
-		err := f(ctx)
-		if err == nil || !master.Retryable(err) || ctx.Err() != nil {
-			return err
-		}
-		if time.Now().Add(backoff).After(deadline) {
-			return err
-		}
-		select {
-		case <-time.After(backoff):
-		case <-ctx.Done():
-			return err
-		}
-		backoff = min(backoff*2, 3*time.Second)
-	}
-}
-
 // latestView holds the newest view from the master; readers are woken
 // through a channel of size one, so a slow reader only ever sees the latest.
 type latestView struct {
@@ -305,18 +303,4 @@ func (l *latestView) get() (*roverv1.NodeView, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.view, l.err
-}
-
-// call retries a report to the master a few times.
-func (a *agent) call(ctx context.Context, what string, f func(context.Context) error) {
-	if err := retry(ctx, 30*time.Second, f); err != nil && ctx.Err() == nil {
-		a.log.Warn("could not "+what, "err", err)
-	}
-}
-
-// leave tells the master this node is going away; best effort.
-func (a *agent) leave(reason string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	_, _ = a.client.Leave(ctx, connect.NewRequest(&roverv1.LeaveRequest{NodeId: a.nodeID, Reason: reason}))
 }

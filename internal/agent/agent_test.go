@@ -17,9 +17,9 @@ import (
 	"time"
 
 	"github.com/roverml/rover/internal/agent"
+	"github.com/roverml/rover/internal/agent/standalone"
 	"github.com/roverml/rover/internal/master"
 	"github.com/roverml/rover/internal/runconfig"
-	"github.com/roverml/rover/internal/store"
 	"github.com/roverml/rover/internal/testsrc"
 )
 
@@ -105,6 +105,12 @@ func runAgent(ctx context.Context, t *testing.T, args ...string) agentRun {
 // stderr while it runs.
 func runAgentLogging(ctx context.Context, t *testing.T, stderr *syncBuffer, args ...string) agentRun {
 	t.Helper()
+	return runAgentWith(ctx, t, stderr, standalone.Start, args...)
+}
+
+// runAgentWith is runAgentLogging with start as the embedded master's starter.
+func runAgentWith(ctx context.Context, t *testing.T, stderr *syncBuffer, start agent.StartMaster, args ...string) agentRun {
+	t.Helper()
 	testsrc.Track() // the test workers it runs are built from other packages
 	env := map[string]string{"ROVER_TOKEN": token}
 	cfg, err := runconfig.Parse(args, func(k string) string { return env[k] })
@@ -114,8 +120,9 @@ func runAgentLogging(ctx context.Context, t *testing.T, stderr *syncBuffer, args
 	r := agentRun{stdout: &syncBuffer{}, stderr: stderr}
 	r.err = agent.Run(ctx, cfg, agent.Options{
 		Stdout: r.stdout, Stderr: r.stderr,
-		Getenv: func(k string) string { return env[k] },
-		Logger: slog.New(slog.NewTextHandler(r.stderr, nil)),
+		Getenv:      func(k string) string { return env[k] },
+		Logger:      slog.New(slog.NewTextHandler(r.stderr, nil)),
+		StartMaster: start,
 	})
 	return r
 }
@@ -410,82 +417,5 @@ func TestLogDirRedirects(t *testing.T) {
 	}
 	if !strings.Contains(console, "[default1]:fakeworker rank 1 restart 0 started") {
 		t.Errorf("rank 1's teed output is missing from the console:\n%s", console)
-	}
-}
-
-// startMasterOn runs a master on addr with st as its journal until stop is called.
-func startMasterOn(t *testing.T, addr string, st master.Store) (string, func()) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	var m *master.Master
-	var err error
-	for i := 0; i < 50; i++ { // the port of a stopped master may take a moment to free
-		m, err = master.New(ctx, master.Config{Listen: addr, Job: "test", Token: token, Store: st,
-			Logger: slog.New(slog.NewTextHandler(testWriter{t}, nil))})
-		if err == nil {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { defer close(done); _ = m.Run(ctx) }()
-	var once sync.Once
-	stop := func() { once.Do(func() { cancel(); <-done }) }
-	t.Cleanup(stop)
-	return m.Addr(), stop
-}
-
-// TestMasterRestartKeepsTheJob restarts the master (same journal) while two
-// nodes train: the agents reconnect, nothing restarts, the job succeeds.
-func TestMasterRestartKeepsTheJob(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	st := store.NewMemory()
-	addr, stop := startMasterOn(t, "127.0.0.1:0", st)
-	envDir := t.TempDir()
-	args := func(id string) []string {
-		return nodeArgs(addr, id, "--env-dir", envDir, "--run-time", "4s")
-	}
-	done := make(chan []agentRun, 1)
-	go func() { done <- runAgents(ctx, t, args("n0"), args("n1")) }()
-	deadline := time.Now().Add(30 * time.Second)
-	for len(readEnvs(t, envDir)) < 4 && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
-	stop()
-	startMasterOn(t, addr, st)
-	rs := <-done
-	for i, r := range rs {
-		if r.err != nil {
-			t.Fatalf("agent %d: %v\n%s", i, r.err, r.stderr)
-		}
-	}
-	if n := len(readEnvs(t, envDir)); n != 4 {
-		t.Errorf("%d worker starts, want 4: the master's restart restarted workers", n)
-	}
-}
-
-func TestMasterLostStopsTheAgent(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	addr, stop := startMasterOn(t, "127.0.0.1:0", store.NewMemory())
-	envDir := t.TempDir()
-	done := make(chan agentRun, 1)
-	go func() {
-		done <- runAgent(ctx, t, "--nnodes", "1", "--rdzv-endpoint", addr, "--node-id", "n",
-			"--rdzv-conf", "heartbeat_timeout=2s", "--heartbeat-interval", "500ms", "--stop-grace-period", "1s",
-			"--no-python", fakeWorker, "--hang", "--env-dir", envDir)
-	}()
-	deadline := time.Now().Add(30 * time.Second)
-	for len(readEnvs(t, envDir)) < 1 && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
-	stop()
-	r := <-done
-	if code := agent.ExitCode(r.err); code != agent.ExitMasterLost {
-		t.Fatalf("exit code %d (%v), want %d", code, r.err, agent.ExitMasterLost)
 	}
 }

@@ -4,9 +4,18 @@
 // their root cause, and restarts them into new rounds when the master says
 // so. It does not decide anything about the job; the master does.
 //
+// Its reaction to the master is decide, a pure function from the newest
+// view to the next action, which the loop carries out. It reaches the master
+// through package client only, and retries calls with package retry: while
+// the master is unreachable (restarting), the workers keep running and the
+// agent reconnects, for up to the heartbeat timeout. The embedded master of
+// a standalone job is started by the program (Options.StartMaster, package
+// standalone), so that this package links no master.
+//
 // Two lifecycles are kept apart: stopping the agent (its context) stops the
 // workers first and never orphans them; a worker group ending never stops
 // the agent.
 //
-//	code, err := agent.Run(ctx, cfg, agent.Options{Stdout: os.Stdout, Stderr: os.Stderr})
+//	err := agent.Run(ctx, cfg, agent.Options{Stdout: os.Stdout, Stderr: os.Stderr, StartMaster: standalone.Start})
+//	os.Exit(agent.ExitCode(err))
 package agent

@@ -14,6 +14,7 @@ import (
 	"connectrpc.com/connect"
 	roverv1 "github.com/roverml/rover/api/rover/v1"
 	"github.com/roverml/rover/api/rover/v1/roverv1connect"
+	"github.com/roverml/rover/internal/client"
 	"github.com/roverml/rover/internal/master"
 	"github.com/roverml/rover/internal/runconfig"
 	"github.com/roverml/rover/internal/shardbatch"
@@ -66,9 +67,9 @@ func TestConcurrentShardCallsAreBatched(t *testing.T) {
 	mctx, stop := context.WithCancel(ctx)
 	defer stop()
 	bg.Go(func() error { return m.Run(mctx) })
-	hc := master.NewHTTPClient()
+	hc := client.NewHTTPClient()
 	defer hc.CloseIdleConnections()
-	counter := &countingMaster{MasterServiceClient: master.NewClient(hc, m.Addr(), "t"), delay: 2 * time.Millisecond}
+	counter := &countingMaster{MasterServiceClient: client.New(hc, m.Addr(), "t"), delay: 2 * time.Millisecond}
 	a := &agent{cfg: &runconfig.Config{NprocPerNode: workers}, log: log, nodeID: "node-a", client: counter}
 	a.shards = shardbatch.New(counter, shardbatch.Options{MaxOps: master.MaxBatchOps})
 	bg.Go(func() error { a.shards.Run(mctx); return nil })

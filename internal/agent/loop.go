@@ -14,86 +14,106 @@ import (
 	"github.com/roverml/rover/internal/proc"
 )
 
-// loop reacts to the master's views and to the worker group's end until the
-// job ends or ctx is cancelled.
+// loop carries out decide's actions on the master's views, and reports the
+// worker group's end, until the job ends or ctx is cancelled.
 func (a *agent) loop(ctx context.Context) error {
-	var g *group
-	lastStarted := 0
-	stop := func(why string) {
-		if g != nil {
-			a.log.Info("stopping workers", "round", g.round, "why", why)
-			cause := errors.New(why)
-			if ctx.Err() != nil {
-				cause = context.Cause(ctx) // the agent's own stop: maybe a signal to forward
-			}
-			g.stop(cause)
-			g = nil
-		}
-	}
+	w := &workers{a: a, ctx: ctx}
 	for {
-		var groupDone <-chan groupResult
-		if g != nil {
-			groupDone = g.done
-		}
 		select {
 		case <-ctx.Done():
-			stop("agent stopping")
+			w.stop("agent stopping")
 			pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.cfg.StopGracePeriod+30*time.Second)
 			a.persister.persistOnFailure(pctx)
 			cancel()
 			a.leave("agent stopped: " + context.Cause(ctx).Error())
 			return context.Cause(ctx)
 
-		case res := <-groupDone:
-			g = nil
+		case res := <-w.done():
+			w.g = nil
 			a.groupEnded(ctx, res)
 
 		case <-a.views.notify:
-			v, err := a.views.get()
-			if err != nil {
-				stop("master lost")
+			if end, err := a.react(ctx, w); end {
 				return err
 			}
-			if v == nil {
-				continue
-			}
-			switch v.GetJobState() {
-			case roverv1.JobState_JOB_STATE_SUCCEEDED:
-				stop("job succeeded")
-				a.log.Info("job succeeded", "round", v.GetRound(), "restarts", v.GetRestartCount())
-				return nil
-			case roverv1.JobState_JOB_STATE_FAILED:
-				stop("job failed")
-				return a.jobFailed(v)
-			}
-			if g != nil && int(v.GetRound()) > g.round {
-				stop(fmt.Sprintf("round %d opened", v.GetRound()))
-			}
-			if g != nil {
-				continue
-			}
+		}
+	}
+}
+
+// workers is the loop's worker group, if one runs, and the newest round it
+// started workers for.
+type workers struct {
+	a           *agent
+	ctx         context.Context
+	g           *group
+	lastStarted int
+}
+
+// done is the running group's result channel; nil (never ready) without one.
+func (w *workers) done() <-chan groupResult {
+	if w.g == nil {
+		return nil
+	}
+	return w.g.done
+}
+
+// stop stops the running group, if any, and waits for it.
+func (w *workers) stop(why string) {
+	if w.g == nil {
+		return
+	}
+	w.a.log.Info("stopping workers", "round", w.g.round, "why", why)
+	cause := errors.New(why)
+	if w.ctx.Err() != nil {
+		cause = context.Cause(w.ctx) // the agent's own stop: maybe a signal to forward
+	}
+	w.g.stop(cause)
+	w.g = nil
+}
+
+// state is what decide needs to know.
+func (w *workers) state(joinedRound int) agentState {
+	s := agentState{running: w.g != nil, lastStarted: w.lastStarted, joinedRound: joinedRound}
+	if w.g != nil {
+		s.groupRound = w.g.round
+	}
+	return s
+}
+
+// react carries out decide's actions on the newest view until one leaves
+// the agent waiting for the next; end is true when the agent exits with err.
+func (a *agent) react(ctx context.Context, w *workers) (end bool, err error) {
+	v, sessionErr := a.views.get()
+	for {
+		_, joinedRound := a.joined.get()
+		act := decide(v, sessionErr, w.state(joinedRound))
+		switch act.kind {
+		case actStop:
+			w.stop(act.why) // then decide again, without workers
+		case actStart:
+			w.lastStarted = act.round
+			w.g = startGroup(ctx, a.groupSpec(v))
 			asg := v.GetAssignment()
-			round := int(v.GetRound())
-			_, joinedRound := a.joined.get()
-			switch {
-			case asg != nil && !v.GetRoundOpen() && int(asg.GetRound()) == round && round > lastStarted && round >= joinedRound:
-				lastStarted = round
-				g = startGroup(ctx, a.groupSpec(v))
-				a.log.Info("starting workers", "round", round, "group_rank", asg.GetGroupRank(),
-					"group_world_size", asg.GetGroupWorldSize(), "world_size", asg.GetWorldSize(), "restart_count", v.GetRestartCount())
-			case v.GetRoundOpen() && joinedRound < round,
-				!v.GetRoundOpen() && (asg == nil || int(asg.GetRound()) != round) && joinedRound <= round:
-				a.persister.drain(ctx) // see drain: the new workers must all find the same committed step
-				if err := a.join(ctx, round); err != nil {
-					if ctx.Err() != nil {
-						continue // handled at the top of the loop
-					}
-					if connect.CodeOf(err) == connect.CodeFailedPrecondition {
-						continue // the job ended; the next view says how
-					}
-					return err
-				}
+			a.log.Info("starting workers", "round", act.round, "group_rank", asg.GetGroupRank(),
+				"group_world_size", asg.GetGroupWorldSize(), "world_size", asg.GetWorldSize(), "restart_count", v.GetRestartCount())
+			return false, nil
+		case actRejoin:
+			a.persister.drain(ctx) // see drain: the new workers must all find the same committed step
+			err := a.join(ctx, act.round)
+			if err == nil || ctx.Err() != nil || connect.CodeOf(err) == connect.CodeFailedPrecondition {
+				// Stopping is handled by the loop; a job that ended says how in its next view.
+				return false, nil
 			}
+			return true, err
+		case actSucceeded:
+			a.log.Info("job succeeded", "round", v.GetRound(), "restarts", v.GetRestartCount())
+			return true, nil
+		case actJobFailed:
+			return true, a.jobFailed(v)
+		case actMasterLost:
+			return true, act.err
+		default:
+			return false, nil
 		}
 	}
 }
@@ -205,7 +225,7 @@ func (a *agent) workersMaster(ctx context.Context, round, groupRank int) (string
 			}
 		}
 		value := net.JoinHostPort(host, strconv.Itoa(port))
-		err := retry(ctx, a.cfg.JoinTimeout, func(ctx context.Context) error {
+		err := a.callMaster(ctx, func(ctx context.Context) error {
 			_, err := a.client.SetKey(ctx, connect.NewRequest(&roverv1.SetKeyRequest{Key: key, Value: []byte(value)}))
 			return err
 		})
@@ -217,7 +237,7 @@ func (a *agent) workersMaster(ctx context.Context, round, groupRank int) (string
 	deadline := time.Now().Add(a.cfg.JoinTimeout)
 	for time.Now().Before(deadline) {
 		var resp *connect.Response[roverv1.GetKeyResponse]
-		err := retry(ctx, a.cfg.JoinTimeout, func(ctx context.Context) error {
+		err := a.callMaster(ctx, func(ctx context.Context) error {
 			var err error
 			resp, err = a.client.GetKey(ctx, connect.NewRequest(&roverv1.GetKeyRequest{Key: key, WaitMillis: 5000}))
 			return err

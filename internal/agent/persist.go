@@ -27,7 +27,11 @@ type persistJob struct {
 
 // Persistence retries: a failed snapshot is tried again after 1, 2, 4, 8
 // and 16 s (while it is still in memory and no newer one of its rank is
-// queued), so that a storage outage of half a minute loses nothing.
+// queued), so that a storage outage of half a minute loses nothing. This is
+// storage's policy, not the master's: a fixed number of tries of a whole
+// persistence, each of which gives way to a newer snapshot of its rank.
+// The report to the master within a try waits for an unreachable master
+// with the agent's own policy (callMaster), up to the heartbeat timeout.
 const (
 	persistAttempts     = 6
 	persistFirstBackoff = time.Second
@@ -187,39 +191,63 @@ func (p *persister) bucket(ctx context.Context, url string) (*ckpt.Bucket, error
 // is false (with no error) when newer saves replaced the snapshot in memory
 // before its turn came.
 func (p *persister) persist(ctx context.Context, j persistJob) (persisted bool, err error) {
+	info, written, err := p.write(ctx, j)
+	if err != nil || !written {
+		return false, err
+	}
+	req := &roverv1.CheckpointDurableRequest{Url: j.url, Step: j.step, Rank: int32(j.rank), WorldSize: int32(j.worldSize),
+		Mode: j.mode, Path: info.Path, Size: info.Size, Crc32C: info.CRC32C, Keep: int32(j.keep)}
+	if err := p.report(ctx, req); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// report tells the master a checkpoint file is durable. The file is in
+// storage and the snapshot no longer pinned, so it can wait for a master
+// that is away (restarting) as long as the agent keeps its workers without
+// one: the heartbeat timeout.
+func (p *persister) report(ctx context.Context, req *roverv1.CheckpointDurableRequest) error {
+	err := p.a.callMaster(ctx, func(ctx context.Context) error {
+		_, err := p.a.client.CheckpointDurable(ctx, connect.NewRequest(req))
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("report step %d of rank %d durable to the master: %w", req.GetStep(), req.GetRank(), err)
+	}
+	return nil
+}
+
+// write writes a job's snapshot to storage, holding it pinned in memory
+// meanwhile; written is false (with no error) when newer saves replaced it
+// before its turn came.
+func (p *persister) write(ctx context.Context, j persistJob) (info ckpt.FileInfo, written bool, err error) {
 	arena := p.a.arenas.get(j.local)
 	if arena == nil {
-		return false, fmt.Errorf("local rank %d has no arena", j.local)
+		return info, false, fmt.Errorf("local rank %d has no arena", j.local)
 	}
 	if !j.pinned {
 		if _, ok := p.a.arenas.pin(j.local, j.step); !ok {
 			p.a.log.Info("a checkpoint was superseded in memory before it could be persisted", "step", j.step, "rank", j.rank)
-			return false, nil
+			return info, false, nil
 		}
 	}
 	defer p.a.arenas.unpin(j.local)
 	snap, ok := arena.Valid(j.step)
 	if !ok {
-		return false, fmt.Errorf("step %d was overwritten in memory while pinned", j.step)
+		return info, false, fmt.Errorf("step %d was overwritten in memory while pinned", j.step)
 	}
 	b, err := p.bucket(ctx, j.url)
 	if err != nil {
-		return false, err
+		return info, false, err
 	}
-	info, err := ckpt.PersistRank(ctx, b, j.step, j.rank, snap.Data)
-	if err != nil {
-		return false, err
+	if info, err = ckpt.PersistRank(ctx, b, j.step, j.rank, snap.Data); err != nil {
+		return info, false, err
 	}
 	if err := arena.Check(snap); err != nil {
-		return false, fmt.Errorf("step %d changed in memory while it was persisted: %w", j.step, err)
+		return info, false, fmt.Errorf("step %d changed in memory while it was persisted: %w", j.step, err)
 	}
-	req := &roverv1.CheckpointDurableRequest{Url: j.url, Step: j.step, Rank: int32(j.rank), WorldSize: int32(j.worldSize),
-		Mode: j.mode, Path: info.Path, Size: info.Size, Crc32C: info.CRC32C, Keep: int32(j.keep)}
-	err = retry(ctx, p.a.cfg.JoinTimeout, func(ctx context.Context) error {
-		_, err := p.a.client.CheckpointDurable(ctx, connect.NewRequest(req))
-		return err
-	})
-	return err == nil, err
+	return info, true, nil
 }
 
 // wait blocks until the rank has nothing pending or being retried; it

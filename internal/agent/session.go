@@ -9,7 +9,8 @@ import (
 
 	"connectrpc.com/connect"
 	roverv1 "github.com/roverml/rover/api/rover/v1"
-	"github.com/roverml/rover/internal/master"
+	"github.com/roverml/rover/internal/client"
+	"github.com/roverml/rover/internal/retry"
 )
 
 // joinedState is the node rank and the round of the agent's newest join.
@@ -40,7 +41,7 @@ func (a *agent) joinRequest(round int) *roverv1.JoinRequest {
 		LocalWorldSize: int32(a.cfg.NprocPerNode),
 		Addr:           a.host,
 		Round:          int64(round),
-		Rendezvous:     master.RendezvousProto(presetOf(a.cfg)),
+		Rendezvous:     client.RendezvousProto(a.rendezvous()),
 		RunId:          a.cfg.RunID,
 		Snapshots:      a.arenas.inventory(),
 	}
@@ -49,99 +50,133 @@ func (a *agent) joinRequest(round int) *roverv1.JoinRequest {
 // sessionLoop keeps the agent's session with the master open: it joins (the
 // first time as a fresh agent, later with the newest joined round, which the
 // master treats as a no-op when nothing changed), publishes every view and
-// sends heartbeats. The outcome of the first join goes to firstJoin. When
-// the master stays unreachable past the heartbeat timeout, or refuses the
-// agent, it publishes an error and returns.
+// sends heartbeats. The outcome of the first join goes to firstJoin.
+//
+// When the session breaks, the workers keep running (nothing is published)
+// while the agent reconnects with jittered backoff, for up to the heartbeat
+// timeout: a master restarted within it resumes the job with nothing
+// restarted. Past it, or when the master refuses the agent, it publishes an
+// error, on which the loop stops the workers and exits, and returns.
 func (a *agent) sessionLoop(ctx context.Context, firstJoin chan<- error) {
-	first := true
-	deadline := time.Now().Add(a.cfg.JoinTimeout)
-	backoff := 100 * time.Millisecond
-	for ctx.Err() == nil {
-		_, round := a.joined.get()
-		joined := false
-		err := a.session(ctx, round, func() {
-			if first {
-				first = false
-				firstJoin <- nil
-			}
-			joined = true
-			backoff = 100 * time.Millisecond
-		})
+	s, err := a.connect(ctx, a.cfg.JoinTimeout, true)
+	if ctx.Err() != nil {
+		return
+	}
+	if err != nil {
+		if unreachable(err) {
+			err = exitErr(ExitRendezvous, "could not reach the master at %s within the join timeout (%s): %w; check that `rover master` runs there and that --rdzv-endpoint is right", a.addr, a.cfg.JoinTimeout, err)
+		} else {
+			err = exitErr(ExitRendezvous, "join the job: %w", err)
+		}
+		firstJoin <- err
+		return
+	}
+	firstJoin <- nil
+	for {
+		err := a.serve(s)
 		if ctx.Err() != nil {
 			return
 		}
-		if joined {
-			// The master was there until now: give it the heartbeat timeout to come back.
-			deadline = time.Now().Add(a.cfg.HeartbeatTimeout)
-		}
-		// Once joined, a broken session is retried until the deadline,
-		// whatever the transport made of the break (a master shutting down
-		// can truncate the stream), unless the master refused the agent.
-		retryable := master.Retryable(err) || errors.Is(err, errSessionEnded) ||
-			(!first && !refused(err))
-		switch {
-		case first && !retryable:
-			firstJoin <- exitErr(ExitRendezvous, "join the job: %w", err)
-			return
-		case first && time.Now().After(deadline):
-			firstJoin <- exitErr(ExitRendezvous, "could not reach the master at %s within the join timeout (%s): %w; check that `rover master` runs there and that --rdzv-endpoint is right", a.cfg.RdzvEndpoint, a.cfg.JoinTimeout, err)
-			return
-		case !retryable:
+		if refused(err) {
 			a.views.publish(nil, exitErr(ExitMasterLost, "the master ended this node's session: %w", err))
 			return
-		case time.Now().After(deadline):
-			a.views.publish(nil, exitErr(ExitMasterLost, "lost the master at %s for longer than the heartbeat timeout (%s): %v", a.cfg.RdzvEndpoint, a.cfg.HeartbeatTimeout, err))
+		}
+		a.log.Warn("lost the master; the workers keep running while the agent reconnects",
+			"err", err, "gives_up_after", a.cfg.HeartbeatTimeout)
+		s, err = a.connect(ctx, a.cfg.HeartbeatTimeout, false)
+		switch {
+		case ctx.Err() != nil:
+			return
+		case unreachable(err):
+			a.views.publish(nil, a.masterLost(err))
+			return
+		case err != nil:
+			a.views.publish(nil, exitErr(ExitMasterLost, "the master refused this node's return: %w", err))
 			return
 		}
-		a.log.Debug("session with the master ended; reconnecting", "err", err)
-		select {
-		case <-time.After(backoff):
-		case <-ctx.Done():
-			return
-		}
-		backoff = min(backoff*2, 2*time.Second)
+		_, round := a.joined.get()
+		a.log.Info("reconnected to the master; the workers kept running", "round", round)
 	}
 }
 
 var errSessionEnded = errors.New("the master closed the session")
 
-// session runs one session until it breaks. onJoined runs after the join
-// is answered.
-func (a *agent) session(ctx context.Context, round int, onJoined func()) error {
+// session is an open session whose join the master answered.
+type session struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	stream *connect.BidiStreamForClient[roverv1.SessionRequest, roverv1.SessionResponse]
+}
+
+// connect opens a session, retrying while the master cannot be reached, for
+// up to limit (then the error wraps retry.ErrLimit). A first join gives up on
+// any error but an unreachable master; a return gives up only when the
+// master refuses the agent: a master shutting down can end a stream in many
+// ways.
+func (a *agent) connect(ctx context.Context, limit time.Duration, first bool) (*session, error) {
+	retryable := func(err error) bool { return !refused(err) }
+	if first {
+		retryable = func(err error) bool { return client.Retryable(err) || errors.Is(err, errSessionEnded) }
+	}
+	var s *session
+	err := retry.Do(ctx, a.policy(limit), retryable, func(ctx context.Context) error {
+		var err error
+		if s, err = a.openSession(ctx); err != nil {
+			a.log.Debug("could not join the master; retrying", "err", err)
+		}
+		return err
+	})
+	return s, err
+}
+
+// openSession opens a session and joins with the newest joined round.
+func (a *agent) openSession(ctx context.Context) (*session, error) {
+	_, round := a.joined.get()
 	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	stream := a.client.Session(ctx)
-	defer stream.CloseResponse()
+	fail := func(err error) (*session, error) {
+		_ = stream.CloseResponse()
+		cancel()
+		return nil, err
+	}
 	join := &roverv1.SessionRequest{Msg: &roverv1.SessionRequest_Join{Join: a.joinRequest(round)}}
 	if err := stream.Send(join); err != nil {
 		_, rerr := stream.Receive() // the real error, if the server answered
-		return errors.Join(err, rerr)
+		return fail(errors.Join(err, rerr))
 	}
 	resp, err := stream.Receive()
+	if errors.Is(err, io.EOF) {
+		err = errSessionEnded
+	}
 	if err != nil {
-		return err
+		return fail(err)
 	}
 	joined := resp.GetJoined()
 	if joined == nil {
-		return errors.New("the master's first session message is not a join answer")
+		return fail(errors.New("the master's first session message is not a join answer"))
 	}
 	a.recordJoin(joined, round)
 	a.views.publish(resp.GetView(), nil)
-	onJoined()
+	return &session{ctx: ctx, cancel: cancel, stream: stream}, nil
+}
 
+// serve publishes the session's views and sends heartbeats until the
+// session breaks or its context ends, and closes it.
+func (a *agent) serve(s *session) error {
+	defer s.stream.CloseResponse()
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		a.heartbeats(ctx, stream)
+		a.heartbeats(s.ctx, s.stream)
 	}()
 	defer wg.Wait()
-	defer cancel()
+	defer s.cancel()
 	for {
-		msg, err := stream.Receive()
+		msg, err := s.stream.Receive()
 		if err != nil {
-			if errors.Is(err, context.Canceled) && ctx.Err() != nil {
-				return ctx.Err()
+			if errors.Is(err, context.Canceled) && s.ctx.Err() != nil {
+				return s.ctx.Err()
 			}
 			if errors.Is(err, io.EOF) {
 				return errSessionEnded
@@ -181,18 +216,20 @@ func (a *agent) recordJoin(r *roverv1.JoinResponse, asked int) {
 }
 
 // join joins round again through a unary call (the session stays open),
-// retrying while the master is unreachable, until the join timeout.
+// retrying while the master is unreachable, up to the heartbeat timeout.
 func (a *agent) join(ctx context.Context, round int) error {
 	var resp *connect.Response[roverv1.JoinResponse]
-	err := retry(ctx, a.cfg.JoinTimeout, func(ctx context.Context) error {
+	err := a.callMaster(ctx, func(ctx context.Context) error {
 		var err error
 		resp, err = a.client.Join(ctx, connect.NewRequest(a.joinRequest(round)))
 		return err
 	})
-	if err != nil {
-		if ctx.Err() != nil {
-			return context.Cause(ctx)
-		}
+	switch {
+	case ctx.Err() != nil:
+		return context.Cause(ctx)
+	case unreachable(err):
+		return a.masterLost(err)
+	case err != nil:
 		return exitErr(ExitRendezvous, "join round %d: %w", round, err)
 	}
 	a.recordJoin(resp.Msg, round)

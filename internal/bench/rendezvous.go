@@ -20,6 +20,7 @@ import (
 	"connectrpc.com/connect"
 	roverv1 "github.com/roverml/rover/api/rover/v1"
 	"github.com/roverml/rover/api/rover/v1/roverv1connect"
+	"github.com/roverml/rover/internal/client"
 	"github.com/roverml/rover/internal/master"
 	"golang.org/x/sync/errgroup"
 )
@@ -307,9 +308,9 @@ func (m *masterProcess) clients(n int, token string) ([]roverv1connect.MasterSer
 	out := make([]roverv1connect.MasterServiceClient, n)
 	var https []*http.Client
 	for i := range out {
-		hc := master.NewHTTPClient()
+		hc := client.NewHTTPClient()
 		https = append(https, hc)
-		out[i] = master.NewClient(hc, m.addr, token)
+		out[i] = client.New(hc, m.addr, token)
 	}
 	return out, func() {
 		for _, hc := range https {

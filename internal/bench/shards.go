@@ -13,6 +13,7 @@ import (
 	"connectrpc.com/connect"
 	roverv1 "github.com/roverml/rover/api/rover/v1"
 	"github.com/roverml/rover/api/rover/v1/roverv1connect"
+	"github.com/roverml/rover/internal/client"
 	"github.com/roverml/rover/internal/master"
 	"github.com/roverml/rover/internal/shardbatch"
 	"golang.org/x/sync/errgroup"
@@ -101,7 +102,7 @@ func Shards(ctx context.Context, cfg ShardsConfig, w io.Writer) (*ShardsResult, 
 			cfg.Clients, cfg.Agents, cfg.Batch, cfg.Duration)
 		agents := make([]*shardbatch.Batcher, cfg.Agents)
 		for a := range agents {
-			agents[a] = shardbatch.New(clients[a%len(clients)], shardbatch.Options{MaxOps: master.MaxBatchOps})
+			agents[a] = shardbatch.New(clients[a%len(clients)], shardbatch.Options{MaxOps: client.MaxBatchOps})
 			batchers.Go(func() error { agents[a].Run(bctx); return nil })
 		}
 		for i := range callers {

@@ -12,18 +12,17 @@ import (
 	"strings"
 
 	"connectrpc.com/connect"
+	"github.com/roverml/rover/internal/client"
 )
 
-const authHeader = "Authorization"
-
-// tokenInterceptor rejects requests that do not carry the job's token, and
-// adds the token to a client's requests.
+// tokenInterceptor rejects requests that do not carry the job's token (the
+// client side, which adds it, is package client's).
 type tokenInterceptor struct{ token string }
 
 var _ connect.Interceptor = tokenInterceptor{}
 
 func (t tokenInterceptor) check(h interface{ Get(string) string }) error {
-	got, ok := strings.CutPrefix(h.Get(authHeader), "Bearer ")
+	got, ok := strings.CutPrefix(h.Get(client.AuthHeader), client.AuthScheme)
 	if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(t.token)) != 1 {
 		return connect.NewError(connect.CodeUnauthenticated, errUnauthenticated)
 	}
@@ -32,21 +31,16 @@ func (t tokenInterceptor) check(h interface{ Get(string) string }) error {
 
 func (t tokenInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-		if req.Spec().IsClient {
-			req.Header().Set(authHeader, "Bearer "+t.token)
-		} else if err := t.check(req.Header()); err != nil {
+		if err := t.check(req.Header()); err != nil {
 			return nil, err
 		}
 		return next(ctx, req)
 	}
 }
 
+// WrapStreamingClient is never called: the interceptor is a server's.
 func (t tokenInterceptor) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
-	return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
-		conn := next(ctx, spec)
-		conn.RequestHeader().Set(authHeader, "Bearer "+t.token)
-		return conn
-	}
+	return next
 }
 
 func (t tokenInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
@@ -101,22 +95,9 @@ func LoadOrCreateToken(path string) (string, error) {
 	}
 	if err := os.Link(f.Name(), path); err != nil {
 		if errors.Is(err, os.ErrExist) { // another process made it first
-			return ReadToken(path)
+			return client.ReadToken(path)
 		}
 		return "", fmt.Errorf("create token file: %w", err)
-	}
-	return tok, nil
-}
-
-// ReadToken reads the token in path.
-func ReadToken(path string) (string, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "", fmt.Errorf("read token file: %w", err)
-	}
-	tok := strings.TrimSpace(string(b))
-	if tok == "" {
-		return "", fmt.Errorf("token file %s is empty", path)
 	}
 	return tok, nil
 }

@@ -8,10 +8,12 @@ import (
 
 	"connectrpc.com/connect"
 	roverv1 "github.com/roverml/rover/api/rover/v1"
+	"github.com/roverml/rover/internal/client"
 )
 
-// MaxBatchOps is the most ops one BatchShards call may carry.
-const MaxBatchOps = 1024
+// MaxBatchOps is the most ops one BatchShards call may carry: the limit its
+// clients batch to (package client).
+const MaxBatchOps = client.MaxBatchOps
 
 // eventShardBatch applies the lease and complete events of one BatchShards
 // call, in order, as one journal record.

@@ -10,6 +10,7 @@ import (
 	"connectrpc.com/connect"
 	roverv1 "github.com/roverml/rover/api/rover/v1"
 	"github.com/roverml/rover/api/rover/v1/roverv1connect"
+	"github.com/roverml/rover/internal/client"
 	"github.com/roverml/rover/internal/store"
 )
 
@@ -37,9 +38,9 @@ func startMaster(t *testing.T, cfg Config) (*Master, roverv1connect.MasterServic
 			t.Errorf("master Run: %v", err)
 		}
 	})
-	hc := NewHTTPClient()
+	hc := client.NewHTTPClient()
 	t.Cleanup(hc.CloseIdleConnections)
-	return m, NewClient(hc, m.Addr(), cfg.Token)
+	return m, client.New(hc, m.Addr(), cfg.Token)
 }
 
 func rdzvConfig(min, max int) *roverv1.RendezvousConfig {
@@ -160,9 +161,9 @@ func TestKeyValueWaits(t *testing.T) {
 
 func TestRejectsWrongToken(t *testing.T) {
 	m, _ := startMaster(t, Config{})
-	hc := NewHTTPClient()
+	hc := client.NewHTTPClient()
 	defer hc.CloseIdleConnections()
-	bad := NewClient(hc, m.Addr(), "wrong")
+	bad := client.New(hc, m.Addr(), "wrong")
 	ctx := context.Background()
 	_, err := bad.GetJob(ctx, connect.NewRequest(&roverv1.GetJobRequest{}))
 	if connect.CodeOf(err) != connect.CodeUnauthenticated {

@@ -7,7 +7,7 @@ import (
 	"unicode/utf8"
 
 	roverv1 "github.com/roverml/rover/api/rover/v1"
-	"github.com/roverml/rover/internal/node"
+	"github.com/roverml/rover/internal/client"
 	"github.com/roverml/rover/internal/rendezvous"
 )
 
@@ -89,25 +89,20 @@ func validateRendezvous(r *roverv1.RendezvousConfig) (*jobConfig, error) {
 		return nil, invalid("rendezvous configuration is missing")
 	}
 	var errs []error
-	get := func(name string, v int64) time.Duration {
-		d, err := millis(name, v)
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{
+		{"last_call_millis", r.GetLastCallMillis()},
+		{"join_timeout_millis", r.GetJoinTimeoutMillis()},
+		{"heartbeat_timeout_millis", r.GetHeartbeatTimeoutMillis()},
+		{"disconnect_grace_millis", r.GetDisconnectGraceMillis()},
+	} {
+		_, err := millis(f.name, f.v)
 		errs = append(errs, err)
-		return d
 	}
-	cfg := &jobConfig{
-		Rendezvous: rendezvous.Config{
-			MinNodes:    int(r.GetMinNodes()),
-			MaxNodes:    int(r.GetMaxNodes()),
-			NodeUnit:    int(r.GetNodeUnit()),
-			MaxRestarts: int(r.GetMaxRestarts()),
-			LastCall:    get("last_call_millis", r.GetLastCallMillis()),
-			JoinTimeout: get("join_timeout_millis", r.GetJoinTimeoutMillis()),
-		},
-		Nodes: node.Config{
-			HeartbeatTimeout: get("heartbeat_timeout_millis", r.GetHeartbeatTimeoutMillis()),
-			DisconnectGrace:  get("disconnect_grace_millis", r.GetDisconnectGraceMillis()),
-		},
-	}
+	c := jobConfig(client.RendezvousFromProto(r))
+	cfg := &c
 	if r.GetMaxNodes() > maxNodes {
 		errs = append(errs, invalid("max_nodes %d is more than %d", r.GetMaxNodes(), maxNodes))
 	}
@@ -121,18 +116,9 @@ func validateRendezvous(r *roverv1.RendezvousConfig) (*jobConfig, error) {
 }
 
 // RendezvousProto is the wire form of a rendezvous configuration, as agents
-// send it when they join.
+// send it when they join (package client owns the conversion).
 func RendezvousProto(c RendezvousPreset) *roverv1.RendezvousConfig {
-	return &roverv1.RendezvousConfig{
-		MinNodes:               int32(c.Rendezvous.MinNodes),
-		MaxNodes:               int32(c.Rendezvous.MaxNodes),
-		NodeUnit:               int32(c.Rendezvous.NodeUnit),
-		MaxRestarts:            int32(c.Rendezvous.MaxRestarts),
-		LastCallMillis:         c.Rendezvous.LastCall.Milliseconds(),
-		JoinTimeoutMillis:      c.Rendezvous.JoinTimeout.Milliseconds(),
-		HeartbeatTimeoutMillis: c.Nodes.HeartbeatTimeout.Milliseconds(),
-		DisconnectGraceMillis:  c.Nodes.DisconnectGrace.Milliseconds(),
-	}
+	return client.RendezvousProto(client.RendezvousConfig(c))
 }
 
 func validateFailures(r *roverv1.ReportFailureRequest) error {

@@ -12,6 +12,7 @@ package retry
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"time"
 )
@@ -69,7 +70,8 @@ func (b Backoff) Delay(attempt int) time.Duration {
 type Policy struct {
 	Backoff Backoff
 	// Limit is how long Do keeps trying from its first attempt; zero means
-	// until ctx ends. An attempt is never started past the limit.
+	// until ctx ends. An attempt is never started past the limit; the last
+	// one starts at the limit.
 	Limit time.Duration
 	// Clock defaults to WallClock.
 	Clock Clock
@@ -103,8 +105,14 @@ func Do(ctx context.Context, p Policy, retryable func(error) bool, f func(contex
 			return err
 		}
 		wait := p.Backoff.Delay(attempt)
-		if !deadline.IsZero() && clock.Now().Add(wait).After(deadline) {
-			return errors.Join(ErrLimit, err)
+		if !deadline.IsZero() {
+			left := deadline.Sub(clock.Now())
+			if left <= 0 {
+				return fmt.Errorf("%w: %w", ErrLimit, err)
+			}
+			// The last attempt is made at the limit itself, so that a call
+			// that would succeed just before it is not given up on early.
+			wait = min(wait, left)
 		}
 		select {
 		case <-clock.After(wait):

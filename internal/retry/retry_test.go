@@ -92,8 +92,8 @@ func TestDoGivesUpAtTheLimit(t *testing.T) {
 	if !errors.Is(err, ErrLimit) || !errors.Is(err, down) {
 		t.Fatalf("Do = %v, want ErrLimit wrapping the last error", err)
 	}
-	if elapsed := clock.Now().Sub(start); elapsed > 30*time.Second {
-		t.Errorf("waited %v in all, past the 30s limit", elapsed)
+	if elapsed := clock.Now().Sub(start); elapsed != 30*time.Second {
+		t.Errorf("waited %v in all, want the 30s limit: the last attempt is made at the limit", elapsed)
 	}
 	if calls < 8 {
 		t.Errorf("only %d calls within the 30s limit, want at least 8 (waits of at most 4s)", calls)
@@ -120,5 +120,38 @@ func TestDoEndsWithTheContext(t *testing.T) {
 	}
 	if err := Do(ctx, Policy{}, nil, func(context.Context) error { t.Error("called after ctx ended"); return nil }); !errors.Is(err, context.Canceled) {
 		t.Errorf("Do on an ended ctx = %v, want context.Canceled", err)
+	}
+}
+
+// TestDoCatchesARecoveryJustBeforeTheLimit: a call that starts working
+// shortly before the limit, when the next backoff would pass it, succeeds.
+func TestDoCatchesARecoveryJustBeforeTheLimit(t *testing.T) {
+	tests := []struct {
+		name    string
+		upAfter time.Duration // the call fails until this much time has passed
+		wantErr bool
+	}{
+		{"early", 2 * time.Second, false},
+		{"just before the limit", 29*time.Second + 900*time.Millisecond, false},
+		{"at the limit", 30 * time.Second, false},
+		{"after the limit", 30*time.Second + time.Millisecond, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clock := &fakeClock{now: time.Unix(1000, 0)}
+			start := clock.Now()
+			down := errors.New("down")
+			p := Policy{Backoff: Backoff{Initial: time.Second, Max: 8 * time.Second, Rand: func() float64 { return 0.99 }},
+				Limit: 30 * time.Second, Clock: clock}
+			err := Do(context.Background(), p, nil, func(context.Context) error {
+				if clock.Now().Sub(start) < tt.upAfter {
+					return down
+				}
+				return nil
+			})
+			if gotErr := err != nil; gotErr != tt.wantErr {
+				t.Errorf("Do = %v, want error: %v", err, tt.wantErr)
+			}
+		})
 	}
 }

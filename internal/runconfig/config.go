@@ -162,11 +162,3 @@ func (c *Config) removeHint(flag string) string {
 	}
 	return "remove the flag"
 }
-
-// nnodesText is --nnodes in its own syntax: "N" or "MIN:MAX".
-func (c *Config) nnodesText() string {
-	if c.MinNodes == c.MaxNodes {
-		return strconv.Itoa(c.MinNodes)
-	}
-	return strconv.Itoa(c.MinNodes) + ":" + strconv.Itoa(c.MaxNodes)
-}

@@ -90,7 +90,7 @@ func TestValidate(t *testing.T) {
 		{"endpoint port zero", func(c *Config) { c.RdzvEndpoint, c.Standalone = "h:0", false }, []string{"port 0 is out of range"}},
 		{"min nodes above max", func(c *Config) { c.MinNodes, c.MaxNodes = 3, 2 }, []string{"--nnodes=3:2: minimum 3 is greater than maximum 2"}},
 		{"zero timeouts", func(c *Config) { c.JoinTimeout, c.LastCallTimeout, c.CloseTimeout, c.HeartbeatTimeout = 0, 0, 0, 0 },
-			[]string{"join_timeout=0s must be positive", "last_call_timeout=0s", "close_timeout=0s", "heartbeat_timeout=0s"}},
+			[]string{"--rdzv-conf join_timeout=0s: must be positive", "last_call_timeout=0s", "close_timeout=0s", "heartbeat_timeout=0s"}},
 		{"zero config", func(c *Config) { *c = Config{} }, []string{
 			"--nnodes=0", "--nproc-per-node=0", "--node-unit=0", "--monitor-interval=0s", "--rdzv-backend= is unknown",
 			"--rdzv-id is empty", "--master-port: port 0", "--training-port: port 0", "--start-method= is unknown",

@@ -53,7 +53,7 @@ func boolField(field func(*Config) *bool) applyFunc {
 
 func intField(field func(*Config) *int) applyFunc {
 	return func(_ *Parser, c *Config, raw string) error {
-		v, err := parseInt(raw)
+		v, err := ParseInt(raw)
 		if err == nil {
 			*field(c) = v
 		}
@@ -70,7 +70,7 @@ func stringField(field func(*Config) *string) applyFunc {
 
 func durationField(field func(*Config) *time.Duration) applyFunc {
 	return func(_ *Parser, c *Config, raw string) error {
-		v, err := parseSeconds(raw)
+		v, err := ParseSeconds(raw)
 		if err == nil {
 			*field(c) = v
 		}
@@ -96,7 +96,7 @@ var flags = []flagDef{
 	{name: "nnodes", metavar: "N|MIN:MAX", def: "1:1", env: pet("nnodes"), group: groupTorchrun,
 		help: "number of nodes, or a range MIN:MAX for an elastic job",
 		apply: func(_ *Parser, c *Config, raw string) error {
-			lo, hi, err := parseNNodes(raw)
+			lo, hi, err := ParseNNodes(raw)
 			if err == nil {
 				c.MinNodes, c.MaxNodes = lo, hi
 			}
@@ -217,7 +217,7 @@ var flags = []flagDef{
 
 	// Rover.
 	{name: "token-file", metavar: "PATH", defText: "none", env: roverEnv("token-file"), group: groupRover,
-		help:  "file holding the token that authenticates this node to the master",
+		help:  "file holding the token that authenticates this node to the master; wins over $ROVER_TOKEN",
 		apply: stringField(func(c *Config) *string { return &c.TokenFile })},
 	{name: "node-id", metavar: "ID", defText: "derived by the agent", env: roverEnv("node-id"), group: groupRover,
 		help:  "stable identity of this node's agent across restarts",

@@ -47,7 +47,7 @@ var rdzvKeys = []rdzvKey{
 func setRdzvDefaults(c *Config) {
 	for _, k := range rdzvKeys {
 		if k.field != nil {
-			d, _ := parseSeconds(k.def)
+			d, _ := ParseSeconds(k.def)
 			*k.field(c) = d
 		}
 	}
@@ -87,7 +87,7 @@ func applyRdzvConf(c *Config, raw string) error {
 		}
 		k := rdzvKeys[i]
 		if k.field != nil || k.duration {
-			d, err := parseSeconds(value)
+			d, err := ParseSeconds(value)
 			if err != nil {
 				errs = append(errs, fmt.Errorf("%s=%s: %w", key, value, err))
 				continue

@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 )
 
 // usageLine is the synopsis shown when the script is missing.
@@ -29,26 +28,13 @@ func (c *Config) validate(stat func(string) (fs.FileInfo, error)) error {
 		errs = append(errs, fmt.Errorf(format, a...))
 	}
 
+	// The job's rendezvous policy, checked as `rover master` checks it.
+	errs = append(errs, c.Policy().Check(c.policyRef)...)
+
 	// Nodes and processes.
-	nnodes := c.ref("nnodes", "--nnodes="+c.nnodesText())
-	if c.MinNodes < 1 {
-		add("%s: the minimum number of nodes must be at least 1, not %d", nnodes, c.MinNodes)
-	}
-	if c.MinNodes > c.MaxNodes {
-		add("%s: minimum %d is greater than maximum %d; write --nnodes=MIN:MAX with MIN <= MAX", nnodes, c.MinNodes, c.MaxNodes)
-	}
+	nnodes := c.ref("nnodes", "--nnodes="+c.Policy().NNodesText())
 	if c.NprocPerNode < 1 {
 		add("%s: need at least 1 worker process per node", c.ref("nproc-per-node", "--nproc-per-node="+strconv.Itoa(c.NprocPerNode)))
-	}
-	if c.MaxRestarts < 0 {
-		add("%s: must be 0 or more", c.ref("max-restarts", "--max-restarts="+strconv.Itoa(c.MaxRestarts)))
-	}
-	nodeUnit := c.ref("node-unit", "--node-unit="+strconv.Itoa(c.NodeUnit))
-	switch {
-	case c.NodeUnit < 1:
-		add("%s: must be at least 1", nodeUnit)
-	case c.MaxNodes >= 1 && c.NodeUnit > c.MaxNodes:
-		add("%s is more than the maximum of %d nodes (%s); lower --node-unit or raise --nnodes", nodeUnit, c.MaxNodes, nnodes)
 	}
 	if c.NodeRank < -1 || (c.NodeRank >= 0 && c.MaxNodes >= 1 && c.NodeRank >= c.MaxNodes) {
 		add("%s is out of range: use 0 to %d (%s), or -1 to let the master assign it",
@@ -65,21 +51,8 @@ func (c *Config) validate(stat func(string) (fs.FileInfo, error)) error {
 	if c.MonitorInterval <= 0 {
 		add("%s: must be positive, e.g. 0.1 (seconds)", c.ref("monitor-interval", "--monitor-interval="+c.MonitorInterval.String()))
 	}
-	for _, t := range []struct {
-		key string
-		d   time.Duration
-	}{
-		{"join_timeout", c.JoinTimeout},
-		{"last_call_timeout", c.LastCallTimeout},
-		{"close_timeout", c.CloseTimeout},
-		{"heartbeat_timeout", c.HeartbeatTimeout},
-	} {
-		if t.d <= 0 {
-			add("%s: %s=%v must be positive", c.ref("rdzv-conf", "--rdzv-conf"), t.key, t.d)
-		}
-	}
-	if c.DisconnectGrace < 0 {
-		add("%s: disconnect_grace=%v must not be negative", c.ref("rdzv-conf", "--rdzv-conf"), c.DisconnectGrace)
+	if c.CloseTimeout <= 0 {
+		add("%s: must be positive", c.ref("rdzv-conf", "--rdzv-conf close_timeout="+c.CloseTimeout.String()))
 	}
 	if c.StopGracePeriod < 0 {
 		add("%s: must not be negative", c.ref("stop-grace-period", "--stop-grace-period="+c.StopGracePeriod.String()))
@@ -192,4 +165,30 @@ func (c *Config) checkStd(flag string, s StdSpec) []error {
 			what, strings.Join(bad, ", ")))
 	}
 	return errs
+}
+
+// Policy is the job-wide part of c: what the first agent fixes for the job.
+func (c *Config) Policy() Policy {
+	return Policy{
+		MinNodes: c.MinNodes, MaxNodes: c.MaxNodes, NodeUnit: c.NodeUnit, MaxRestarts: c.MaxRestarts,
+		JoinTimeout: c.JoinTimeout, LastCallTimeout: c.LastCallTimeout,
+		HeartbeatTimeout: c.HeartbeatTimeout, DisconnectGrace: c.DisconnectGrace,
+	}
+}
+
+// policyRefs are the --rdzv-conf keys of the policy's timeouts.
+var policyRefs = map[string]string{
+	SettingJoinTimeout:      "join_timeout",
+	SettingLastCallTimeout:  "last_call_timeout",
+	SettingHeartbeatTimeout: "heartbeat_timeout",
+	SettingDisconnectGrace:  "disconnect_grace",
+}
+
+// policyRef names a policy setting as `rover run` takes it: a flag, or a
+// --rdzv-conf key.
+func (c *Config) policyRef(setting, value string) string {
+	if key, ok := policyRefs[setting]; ok {
+		return c.ref("rdzv-conf", "--rdzv-conf "+key+"="+value)
+	}
+	return c.ref(setting, FlagRef(setting, value))
 }

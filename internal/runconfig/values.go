@@ -25,8 +25,9 @@ func parseBool(raw string) (bool, error) {
 	return v, nil
 }
 
-// parseInt reads a whole number.
-func parseInt(raw string) (int, error) {
+// ParseInt reads a whole number, as every integer flag of `rover run` and
+// `rover master` is read.
+func ParseInt(raw string) (int, error) {
 	n, err := strconv.Atoi(strings.TrimSpace(raw))
 	if err != nil {
 		return 0, errors.New("want a whole number")
@@ -37,9 +38,10 @@ func parseInt(raw string) (int, error) {
 // maxSeconds keeps seconds-to-Duration conversion in range (about 292 years).
 const maxSeconds = float64(math.MaxInt64) / float64(time.Second)
 
-// parseSeconds reads a duration: a plain number is seconds ("30", "0.5"),
-// anything else a Go duration ("500ms", "10m").
-func parseSeconds(raw string) (time.Duration, error) {
+// ParseSeconds reads a duration: a plain number is seconds ("30", "0.5"),
+// anything else a Go duration ("500ms", "10m"). `rover run` and `rover
+// master` read every duration with it.
+func ParseSeconds(raw string) (time.Duration, error) {
 	s := strings.TrimSpace(raw)
 	if f, err := strconv.ParseFloat(s, 64); err == nil {
 		if math.IsNaN(f) || math.IsInf(f, 0) || math.Abs(f) >= maxSeconds {
@@ -54,9 +56,9 @@ func parseSeconds(raw string) (time.Duration, error) {
 	return d, nil
 }
 
-// parseNNodes reads --nnodes: "N" or "MIN:MAX". Ranges are checked by
-// Validate.
-func parseNNodes(raw string) (lo, hi int, err error) {
+// ParseNNodes reads --nnodes: "N" or "MIN:MAX". Ranges are checked by
+// Policy.Check.
+func ParseNNodes(raw string) (lo, hi int, err error) {
 	bad := errors.New("want N or MIN:MAX, e.g. 2 or 1:4")
 	s := strings.TrimSpace(raw)
 	a, b, isRange := strings.Cut(s, ":")

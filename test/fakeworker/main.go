@@ -1,7 +1,8 @@
 // Command fakeworker is a stand-in training process for Rover's integration
-// tests: it runs for a while, then exits with a chosen code, optionally
-// ignoring SIGTERM, hanging, failing only in early restarts, and dumping its
-// environment so tests can check torchrun's contract.
+// tests: it runs for a while (or until a file appears), then exits with a
+// chosen code, optionally ignoring SIGTERM, hanging, failing only in early
+// restarts, and dumping its environment so tests can check torchrun's
+// contract.
 package main
 
 import (
@@ -27,6 +28,7 @@ func main() {
 	failOnceMarker := flag.String("fail-once-marker", "", "exit with --exit-code only if this file does not exist yet (it is created)")
 	ignoreTerm := flag.Bool("ignore-sigterm", false, "ignore SIGTERM")
 	hang := flag.Bool("hang", false, "never exit by itself")
+	runUntil := flag.String("run-until", "", "run until this file exists (instead of --run-time), then exit with --exit-code")
 	envDir := flag.String("env-dir", "", "write the environment as JSON to DIR/env-r<RESTART>-<ROUND>-rank<RANK>.json")
 	errorMessage := flag.String("error-message", "", "write a torch-style error file (TORCHELASTIC_ERROR_FILE) with this message before failing")
 	signalDir := flag.String("signal-dir", "", "on SIGINT or SIGTERM, write the signal's name to DIR/signal-rank<RANK> and exit 0")
@@ -90,7 +92,16 @@ func main() {
 	if code != 0 && *failAfter >= 0 {
 		d = *failAfter
 	}
-	time.Sleep(d)
+	if *runUntil != "" {
+		for {
+			if _, err := os.Stat(*runUntil); err == nil {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	} else {
+		time.Sleep(d)
+	}
 	if code != 0 && *failOnceMarker != "" {
 		f, err := os.OpenFile(*failOnceMarker, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
 		if err != nil {

@@ -1,0 +1,98 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	roverv1 "github.com/roverml/rover/api/rover/v1"
+	"github.com/roverml/rover/api/rover/v1/roverv1connect"
+	"github.com/roverml/rover/internal/retry"
+	"github.com/roverml/rover/internal/runconfig"
+)
+
+// fakeClock advances when waited on: After moves the time forward at once.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) After(d time.Duration) <-chan time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+	ch := make(chan time.Time, 1)
+	ch <- c.now
+	return ch
+}
+
+// awayMaster answers CheckpointDurable with err until the clock reaches
+// back, then succeeds.
+type awayMaster struct {
+	roverv1connect.MasterServiceClient
+	clock *fakeClock
+	back  time.Time
+	err   error
+	calls int
+}
+
+func (m *awayMaster) CheckpointDurable(context.Context, *connect.Request[roverv1.CheckpointDurableRequest]) (*connect.Response[roverv1.CheckpointDurableResponse], error) {
+	m.calls++
+	if m.clock.Now().Before(m.back) {
+		return nil, m.err
+	}
+	return connect.NewResponse(&roverv1.CheckpointDurableResponse{}), nil
+}
+
+// TestReportWaitsForTheMaster: a checkpoint's durable report waits for a
+// master that is away for up to the heartbeat timeout, and fails at once
+// when the master rejects it.
+func TestReportWaitsForTheMaster(t *testing.T) {
+	const timeout = time.Minute
+	unavailable := connect.NewError(connect.CodeUnavailable, errors.New("connection refused"))
+	invalid := connect.NewError(connect.CodeInvalidArgument, errors.New("bad path"))
+	tests := []struct {
+		name      string
+		away      time.Duration // how long the master answers err
+		err       error
+		wantErr   error // nil, retry.ErrLimit, or the error itself
+		manyCalls bool
+	}{
+		{"master there", 0, unavailable, nil, false},
+		{"master back within the heartbeat timeout", 50 * time.Second, unavailable, nil, true},
+		{"master back at the heartbeat timeout", timeout, unavailable, nil, true},
+		{"master away past the heartbeat timeout", timeout + time.Second, unavailable, retry.ErrLimit, true},
+		{"master rejects the report", time.Hour, invalid, invalid, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clock := &fakeClock{now: time.Unix(1000, 0)}
+			start := clock.Now()
+			m := &awayMaster{clock: clock, back: start.Add(tt.away), err: tt.err}
+			a := &agent{cfg: &runconfig.Config{HeartbeatTimeout: timeout}, client: m, clock: clock,
+				log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+			p := newPersister(a)
+			err := p.report(context.Background(), &roverv1.CheckpointDurableRequest{Step: 7, Rank: 1})
+			if tt.wantErr == nil && err != nil || !errors.Is(err, tt.wantErr) {
+				t.Fatalf("report = %v, want %v", err, tt.wantErr)
+			}
+			if waited := clock.Now().Sub(start); waited > timeout {
+				t.Errorf("report waited %v, past the %v heartbeat timeout", waited, timeout)
+			}
+			if tt.manyCalls != (m.calls > 1) {
+				t.Errorf("report called the master %d times", m.calls)
+			}
+		})
+	}
+}

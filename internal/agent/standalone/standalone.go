@@ -1,0 +1,52 @@
+// Package standalone starts the embedded master of `rover run
+// --standalone`: a master on a loopback port, with a fresh token, for a job
+// of one node. It is the one path from the node agent's program to package
+// master. Package agent declares what it needs (agent.StartMaster) and
+// reaches masters only through package client, so that its edge to the
+// master is the protocol; programs wire this package in:
+//
+//	err := agent.Run(ctx, cfg, agent.Options{StartMaster: standalone.Start})
+package standalone
+
+import (
+	"context"
+	"os"
+
+	"github.com/roverml/rover/internal/agent"
+	"github.com/roverml/rover/internal/master"
+)
+
+var _ agent.StartMaster = Start
+
+// Start starts a master for spec on a loopback port and serves until Stop,
+// which outlives ctx: the agent stops its master after it is done with it.
+func Start(ctx context.Context, spec agent.EmbeddedMaster) (agent.RunningMaster, error) {
+	token := master.NewToken()
+	preset := master.RendezvousPreset(spec.Rendezvous)
+	m, err := master.New(ctx, master.Config{
+		Listen: "127.0.0.1:0", Job: spec.Job, Token: token, Preset: &preset,
+		StateDir: spec.StateDir, Logger: spec.Logger,
+	})
+	if err != nil {
+		return agent.RunningMaster{}, err // the agent names the operation
+	}
+	mctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = m.Run(mctx)
+	}()
+	stop := func() {
+		cancel()
+		<-done
+		// A job that ended leaves nothing to resume: the next run of the
+		// same job starts afresh. A killed agent leaves the state for the
+		// next run to resume.
+		now, ask := context.WithCancel(context.Background())
+		ask() // WaitFinished answers at once: finished, or ctx's error
+		if _, err := m.WaitFinished(now); err == nil && spec.StateDir != "" {
+			_ = os.RemoveAll(spec.StateDir)
+		}
+	}
+	return agent.RunningMaster{Addr: m.Addr(), Token: token, Stop: stop}, nil
+}

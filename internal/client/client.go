@@ -1,0 +1,81 @@
+package client
+
+import (
+	"context"
+	"crypto/tls"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/roverml/rover/api/rover/v1/roverv1connect"
+)
+
+// What a master and its clients agree on.
+const (
+	// AuthHeader carries the job's token in every request, after AuthScheme:
+	// "Authorization: Bearer <token>".
+	AuthHeader = "Authorization"
+	AuthScheme = "Bearer "
+	// ReadMaxBytes bounds one message, either way.
+	ReadMaxBytes = 8 << 20
+	// CompressMinBytes keeps small messages uncompressed: compressing a
+	// heartbeat costs more CPU than sending it.
+	CompressMinBytes = 16 << 10
+	// MaxBatchOps is the most ops one BatchShards call may carry.
+	MaxBatchOps = 1024
+)
+
+// NewHTTPClient returns an HTTP client that speaks unencrypted HTTP/2 (h2c),
+// as gRPC needs, to a master. It pings an idle connection, so that a master
+// that vanished without closing it is noticed within about 25 seconds.
+func NewHTTPClient() *http.Client {
+	t := &http.Transport{
+		Protocols:         new(http.Protocols),
+		ForceAttemptHTTP2: true,
+		DialContext:       (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 15 * time.Second}).DialContext,
+		TLSClientConfig:   &tls.Config{},
+	}
+	t.Protocols.SetUnencryptedHTTP2(true)
+	t.HTTP2 = &http.HTTP2Config{SendPingTimeout: 15 * time.Second, PingTimeout: 10 * time.Second}
+	return &http.Client{Transport: t}
+}
+
+// New returns a gRPC client of the master at addr ("host:port" or a URL)
+// that sends token with every request.
+func New(httpClient *http.Client, addr, token string) roverv1connect.MasterServiceClient {
+	if !strings.Contains(addr, "://") {
+		addr = "http://" + addr
+	}
+	return roverv1connect.NewMasterServiceClient(httpClient, addr,
+		connect.WithGRPC(),
+		connect.WithInterceptors(tokenInterceptor{token: token}),
+		connect.WithReadMaxBytes(ReadMaxBytes),
+		connect.WithCompressMinBytes(CompressMinBytes))
+}
+
+// tokenInterceptor adds the job's token to every request.
+type tokenInterceptor struct{ token string }
+
+var _ connect.Interceptor = tokenInterceptor{}
+
+func (t tokenInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		req.Header().Set(AuthHeader, AuthScheme+t.token)
+		return next(ctx, req)
+	}
+}
+
+func (t tokenInterceptor) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
+		conn := next(ctx, spec)
+		conn.RequestHeader().Set(AuthHeader, AuthScheme+t.token)
+		return conn
+	}
+}
+
+// WrapStreamingHandler is never called: the interceptor is a client's.
+func (t tokenInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return next
+}

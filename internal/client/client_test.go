@@ -1,0 +1,225 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/google/go-cmp/cmp"
+	roverv1 "github.com/roverml/rover/api/rover/v1"
+	"github.com/roverml/rover/api/rover/v1/roverv1connect"
+	"github.com/roverml/rover/internal/client"
+	"github.com/roverml/rover/internal/node"
+	"github.com/roverml/rover/internal/rendezvous"
+	"github.com/roverml/rover/internal/runconfig"
+	"google.golang.org/protobuf/testing/protocmp"
+)
+
+// headerMaster answers GetJob and Session with the Authorization header it
+// received, as the job's run id.
+type headerMaster struct {
+	roverv1connect.UnimplementedMasterServiceHandler
+}
+
+func (headerMaster) GetJob(_ context.Context, req *connect.Request[roverv1.GetJobRequest]) (*connect.Response[roverv1.GetJobResponse], error) {
+	return connect.NewResponse(&roverv1.GetJobResponse{RunId: req.Header().Get(client.AuthHeader)}), nil
+}
+
+func (headerMaster) Session(_ context.Context, s *connect.BidiStream[roverv1.SessionRequest, roverv1.SessionResponse]) error {
+	view := &roverv1.NodeView{RunId: s.RequestHeader().Get(client.AuthHeader)}
+	return s.Send(&roverv1.SessionResponse{View: view})
+}
+
+// startH2C serves h on loopback over h2c, as a master does.
+func startH2C(t *testing.T, h http.Handler) string {
+	t.Helper()
+	srv := httptest.NewUnstartedServer(h)
+	srv.Config.Protocols = new(http.Protocols)
+	srv.Config.Protocols.SetHTTP1(true)
+	srv.Config.Protocols.SetUnencryptedHTTP2(true)
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return srv.Listener.Addr().String()
+}
+
+func TestNewSendsTheToken(t *testing.T) {
+	mux := http.NewServeMux()
+	mux.Handle(roverv1connect.NewMasterServiceHandler(headerMaster{}))
+	addr := startH2C(t, mux)
+	hc := client.NewHTTPClient()
+	defer hc.CloseIdleConnections()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, target := range []string{addr, "http://" + addr} {
+		m := client.New(hc, target, "s3cret")
+		resp, err := m.GetJob(ctx, connect.NewRequest(&roverv1.GetJobRequest{}))
+		if err != nil {
+			t.Fatalf("GetJob at %s: %v", target, err)
+		}
+		if got, want := resp.Msg.GetRunId(), "Bearer s3cret"; got != want {
+			t.Errorf("unary call at %s carried %q, want %q", target, got, want)
+		}
+		s := m.Session(ctx)
+		if err := s.Send(&roverv1.SessionRequest{}); err != nil {
+			t.Fatalf("Session send: %v", err)
+		}
+		msg, err := s.Receive()
+		if err != nil {
+			t.Fatalf("Session receive: %v", err)
+		}
+		if got, want := msg.GetView().GetRunId(), "Bearer s3cret"; got != want {
+			t.Errorf("stream at %s carried %q, want %q", target, got, want)
+		}
+		_ = s.CloseRequest()
+		_ = s.CloseResponse()
+	}
+}
+
+func TestRetryable(t *testing.T) {
+	code := func(c connect.Code) error { return connect.NewError(c, errors.New("x")) }
+	tests := []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"nil", nil, false},
+		{"unavailable", code(connect.CodeUnavailable), true},
+		{"unknown", code(connect.CodeUnknown), true},
+		{"the master's deadline", code(connect.CodeDeadlineExceeded), true},
+		{"aborted", code(connect.CodeAborted), true},
+		{"wrapped unavailable", fmt.Errorf("join: %w", code(connect.CodeUnavailable)), true},
+		{"a plain error (a broken stream)", errors.New("unexpected EOF"), true},
+		{"invalid argument", code(connect.CodeInvalidArgument), false},
+		{"unauthenticated", code(connect.CodeUnauthenticated), false},
+		{"failed precondition", code(connect.CodeFailedPrecondition), false},
+		{"not found", code(connect.CodeNotFound), false},
+		{"the caller cancelled", context.Canceled, false},
+		{"the caller cancelled, through connect", connect.NewError(connect.CodeCanceled, context.Canceled), false},
+		{"the caller's deadline, through connect", connect.NewError(connect.CodeDeadlineExceeded, context.DeadlineExceeded), false},
+		{"the caller's deadline, wrapped", fmt.Errorf("call: %w", context.DeadlineExceeded), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := client.Retryable(tt.err); got != tt.want {
+				t.Errorf("Retryable(%v) = %v, want %v", tt.err, got, tt.want)
+			}
+		})
+	}
+}
+
+// TestRetryableRealCalls classifies the errors of real calls: a master that
+// is not there is worth another try; a call its caller cancelled is not.
+func TestRetryableRealCalls(t *testing.T) {
+	hc := client.NewHTTPClient()
+	defer hc.CloseIdleConnections()
+	m := client.New(hc, "127.0.0.1:1", "t") // nothing listens on port 1
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := m.GetJob(ctx, connect.NewRequest(&roverv1.GetJobRequest{}))
+	if !client.Retryable(err) {
+		t.Errorf("a call to a closed port failed with %v (code %v), which Retryable rejects", err, connect.CodeOf(err))
+	}
+	cancelled, cancelNow := context.WithCancel(ctx)
+	cancelNow()
+	_, err = m.GetJob(cancelled, connect.NewRequest(&roverv1.GetJobRequest{}))
+	if err == nil || client.Retryable(err) {
+		t.Errorf("a cancelled call failed with %v, which Retryable accepts", err)
+	}
+}
+
+func TestToken(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "job.token")
+	if err := os.WriteFile(file, []byte("from-file\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	empty := filepath.Join(dir, "empty.token")
+	if err := os.WriteFile(empty, []byte("\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	missing := filepath.Join(dir, "missing.token")
+	tests := []struct {
+		name    string
+		file    string
+		env     string
+		want    string
+		wantErr string // a substring of the error, "" for none
+	}{
+		{"file wins over the variable", file, "from-env", "from-file", ""},
+		{"file alone", file, "", "from-file", ""},
+		{"variable alone", "", " from-env\n", "from-env", ""},
+		{"neither", "", "", "", "no job token: pass --token-file PATH"},
+		{"a missing file is an error, not a fall back to the variable", missing, "from-env", "", "missing.token"},
+		{"an empty file is an error", empty, "from-env", "", "token file " + empty + " is empty"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := client.Token(tt.file, func(k string) string {
+				if k == client.TokenEnv {
+					return tt.env
+				}
+				return ""
+			})
+			if tt.wantErr == "" && err != nil || tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)) {
+				t.Fatalf("Token = %q, %v; want error containing %q", got, err, tt.wantErr)
+			}
+			if got != tt.want {
+				t.Errorf("Token = %q, want %q", got, tt.want)
+			}
+		})
+	}
+	if _, err := client.Token("", func(string) string { return "" }); !errors.Is(err, client.ErrNoToken) {
+		t.Errorf("Token without a source = %v, want ErrNoToken", err)
+	}
+}
+
+func TestRendezvousConversions(t *testing.T) {
+	p := runconfig.Policy{MinNodes: 2, MaxNodes: 8, NodeUnit: 2, MaxRestarts: 3, JoinTimeout: 10 * time.Minute,
+		LastCallTimeout: 1500 * time.Millisecond, HeartbeatTimeout: time.Minute, DisconnectGrace: 5 * time.Second}
+	want := client.RendezvousConfig{
+		Rendezvous: rendezvous.Config{MinNodes: 2, MaxNodes: 8, NodeUnit: 2, MaxRestarts: 3,
+			LastCall: 1500 * time.Millisecond, JoinTimeout: 10 * time.Minute},
+		Nodes: node.Config{HeartbeatTimeout: time.Minute, DisconnectGrace: 5 * time.Second},
+	}
+	got := client.RendezvousFromPolicy(p)
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("RendezvousFromPolicy (-want +got):\n%s", diff)
+	}
+	wire := client.RendezvousProto(got)
+	wantWire := &roverv1.RendezvousConfig{MinNodes: 2, MaxNodes: 8, NodeUnit: 2, MaxRestarts: 3, LastCallMillis: 1500,
+		JoinTimeoutMillis: 600_000, HeartbeatTimeoutMillis: 60_000, DisconnectGraceMillis: 5000}
+	if diff := cmp.Diff(wantWire, wire, protocmp.Transform()); diff != "" {
+		t.Errorf("RendezvousProto (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(want, client.RendezvousFromProto(wire)); diff != "" {
+		t.Errorf("RendezvousFromProto(RendezvousProto(c)) != c (-want +got):\n%s", diff)
+	}
+}
+
+// TestDependencies keeps the client apart from the master's server side:
+// the agent reaches masters only through this package, so it must not pull
+// package master in.
+func TestDependencies(t *testing.T) {
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("no go command on PATH to list the dependencies with: %v", err)
+	}
+	out, err := exec.Command(gobin, "list", "-deps", "-f", "{{.ImportPath}}", ".").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	for _, pkg := range strings.Fields(string(out)) {
+		if pkg == "github.com/roverml/rover/internal/master" {
+			t.Errorf("package client depends on %s", pkg)
+		}
+	}
+}

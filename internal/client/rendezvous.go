@@ -1,0 +1,71 @@
+package client
+
+import (
+	"time"
+
+	roverv1 "github.com/roverml/rover/api/rover/v1"
+	"github.com/roverml/rover/internal/node"
+	"github.com/roverml/rover/internal/rendezvous"
+	"github.com/roverml/rover/internal/runconfig"
+)
+
+// RendezvousConfig is a job's rendezvous policy and liveness settings: what
+// an agent asks for when it joins, and what a master is preset with. Its
+// layout is the master's, which converts it to its own type.
+type RendezvousConfig struct {
+	Rendezvous rendezvous.Config
+	Nodes      node.Config
+}
+
+// RendezvousFromPolicy is the rendezvous configuration a command line asks for.
+func RendezvousFromPolicy(p runconfig.Policy) RendezvousConfig {
+	return RendezvousConfig{
+		Rendezvous: rendezvous.Config{
+			MinNodes:    p.MinNodes,
+			MaxNodes:    p.MaxNodes,
+			NodeUnit:    p.NodeUnit,
+			MaxRestarts: p.MaxRestarts,
+			LastCall:    p.LastCallTimeout,
+			JoinTimeout: p.JoinTimeout,
+		},
+		Nodes: node.Config{
+			HeartbeatTimeout: p.HeartbeatTimeout,
+			DisconnectGrace:  p.DisconnectGrace,
+		},
+	}
+}
+
+// RendezvousProto is the wire form of c. Durations travel in whole
+// milliseconds.
+func RendezvousProto(c RendezvousConfig) *roverv1.RendezvousConfig {
+	return &roverv1.RendezvousConfig{
+		MinNodes:               int32(c.Rendezvous.MinNodes),
+		MaxNodes:               int32(c.Rendezvous.MaxNodes),
+		NodeUnit:               int32(c.Rendezvous.NodeUnit),
+		MaxRestarts:            int32(c.Rendezvous.MaxRestarts),
+		LastCallMillis:         c.Rendezvous.LastCall.Milliseconds(),
+		JoinTimeoutMillis:      c.Rendezvous.JoinTimeout.Milliseconds(),
+		HeartbeatTimeoutMillis: c.Nodes.HeartbeatTimeout.Milliseconds(),
+		DisconnectGraceMillis:  c.Nodes.DisconnectGrace.Milliseconds(),
+	}
+}
+
+// RendezvousFromProto reads the wire form. It checks nothing: the master
+// validates what it receives before it converts it.
+func RendezvousFromProto(p *roverv1.RendezvousConfig) RendezvousConfig {
+	ms := func(v int64) time.Duration { return time.Duration(v) * time.Millisecond }
+	return RendezvousConfig{
+		Rendezvous: rendezvous.Config{
+			MinNodes:    int(p.GetMinNodes()),
+			MaxNodes:    int(p.GetMaxNodes()),
+			NodeUnit:    int(p.GetNodeUnit()),
+			MaxRestarts: int(p.GetMaxRestarts()),
+			LastCall:    ms(p.GetLastCallMillis()),
+			JoinTimeout: ms(p.GetJoinTimeoutMillis()),
+		},
+		Nodes: node.Config{
+			HeartbeatTimeout: ms(p.GetHeartbeatTimeoutMillis()),
+			DisconnectGrace:  ms(p.GetDisconnectGraceMillis()),
+		},
+	}
+}

@@ -1,0 +1,42 @@
+package client
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+)
+
+// TokenEnv is the environment variable that may hold the job's token.
+const TokenEnv = "ROVER_TOKEN"
+
+// ErrNoToken is returned by Token when neither a token file nor $ROVER_TOKEN
+// gives a token.
+var ErrNoToken = errors.New("no job token: pass --token-file PATH (the file `rover master` wrote) or set ROVER_TOKEN")
+
+// Token returns the job's token. A token file the command names (file, from
+// --token-file) wins over $ROVER_TOKEN: a command line says what this run
+// wants, while a variable may be left over in the environment. Without
+// either, it returns ErrNoToken. getenv is os.Getenv outside tests.
+func Token(file string, getenv func(string) string) (string, error) {
+	if file != "" {
+		return ReadToken(file)
+	}
+	if t := strings.TrimSpace(getenv(TokenEnv)); t != "" {
+		return t, nil
+	}
+	return "", ErrNoToken
+}
+
+// ReadToken reads the token in the file at path.
+func ReadToken(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("read the job's token: %w; pass the token file `rover master` wrote", err)
+	}
+	tok := strings.TrimSpace(string(b))
+	if tok == "" {
+		return "", fmt.Errorf("token file %s is empty; pass the token file `rover master` wrote", path)
+	}
+	return tok, nil
+}
