@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"sync"
 	"testing"
@@ -56,7 +55,7 @@ var backends = []backend{
 func mustOpen(t testing.TB, dir string, opts Options) *Bolt {
 	t.Helper()
 	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		opts.Logger = discard()
 	}
 	s, err := Open(dir, opts)
 	if err != nil {
@@ -65,6 +64,9 @@ func mustOpen(t testing.TB, dir string, opts Options) *Bolt {
 	t.Cleanup(func() { _ = s.Close() })
 	return s
 }
+
+// discard returns a logger that drops everything.
+func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 func recs(ss ...string) [][]byte {
 	r := make([][]byte, len(ss))
