@@ -70,12 +70,29 @@ func waitOutput(t *testing.T, text string, ps ...*process) {
 }
 
 // checkExactlyOnce asserts that every sample of every epoch was trained
-// exactly once over the logged steps, but a tail shorter than a global batch.
+// exactly once over the logged steps that survived (a step is rolled back
+// when a later round resumed from an earlier step), but a tail shorter than
+// a global batch.
 func checkExactlyOnce(t *testing.T, logs []trainedLog, globalBatch int) {
 	t.Helper()
+	starts := map[int]int{}
+	for _, l := range logs {
+		starts[l.round] = l.start
+	}
+	survives := func(round, step int) bool {
+		for r, s := range starts {
+			if r > round && s < step {
+				return false
+			}
+		}
+		return true
+	}
 	count := map[[2]int64]int{}
 	for _, l := range logs {
 		for _, s := range l.steps {
+			if !survives(l.round, s.Step) {
+				continue
+			}
 			for _, i := range s.Indices {
 				count[[2]int64{int64(s.Epoch), i}]++
 			}
