@@ -24,16 +24,28 @@ func (s *agentService) worker(local string) (string, error) {
 	return s.a.nodeID + "/" + local, nil
 }
 
-func toMaster[Req, Res any](ctx context.Context, req *Req, call func(context.Context, *connect.Request[Req]) (*connect.Response[Res], error)) (*connect.Response[Res], error) {
-	resp, err := call(ctx, connect.NewRequest(req))
+// toMaster forwards a worker's call to the master, waiting and retrying
+// while the master is unreachable, up to the heartbeat timeout (then the
+// worker gets the error). Only for calls that may safely reach the master
+// twice: a retry after a lost answer repeats the call.
+func toMaster[Req, Res any](ctx context.Context, a *agent, req *Req, call func(context.Context, *connect.Request[Req]) (*connect.Response[Res], error)) (*connect.Response[Res], error) {
+	var resp *connect.Response[Res]
+	err := a.callMaster(ctx, func(ctx context.Context) error {
+		var err error
+		resp, err = call(ctx, connect.NewRequest(req))
+		return err
+	})
 	if err != nil {
+		if unreachable(err) {
+			return nil, connect.NewError(connect.CodeUnavailable, a.masterLost(err))
+		}
 		return nil, err
 	}
 	return connect.NewResponse(resp.Msg), nil
 }
 
 func (s *agentService) RegisterDataset(ctx context.Context, req *connect.Request[roverv1.RegisterDatasetRequest]) (*connect.Response[roverv1.RegisterDatasetResponse], error) {
-	return toMaster(ctx, req.Msg, s.a.client.RegisterDataset)
+	return toMaster(ctx, s.a, req.Msg, s.a.client.RegisterDataset)
 }
 
 func (s *agentService) LeaseShards(ctx context.Context, req *connect.Request[roverv1.LeaseShardsRequest]) (*connect.Response[roverv1.LeaseShardsResponse], error) {
@@ -63,21 +75,26 @@ func (s *agentService) CompleteShards(ctx context.Context, req *connect.Request[
 }
 
 func (s *agentService) GetPosition(ctx context.Context, req *connect.Request[roverv1.GetPositionRequest]) (*connect.Response[roverv1.GetPositionResponse], error) {
-	return toMaster(ctx, req.Msg, s.a.client.GetPosition)
+	return toMaster(ctx, s.a, req.Msg, s.a.client.GetPosition)
 }
 
 func (s *agentService) AdvancePosition(ctx context.Context, req *connect.Request[roverv1.AdvancePositionRequest]) (*connect.Response[roverv1.AdvancePositionResponse], error) {
-	return toMaster(ctx, req.Msg, s.a.client.AdvancePosition)
+	return toMaster(ctx, s.a, req.Msg, s.a.client.AdvancePosition)
 }
 
 func (s *agentService) AppendStream(ctx context.Context, req *connect.Request[roverv1.AppendStreamRequest]) (*connect.Response[roverv1.AppendStreamResponse], error) {
-	return toMaster(ctx, req.Msg, s.a.client.AppendStream)
+	// Not retried: an append whose answer was lost would be counted twice.
+	resp, err := s.a.client.AppendStream(ctx, connect.NewRequest(req.Msg))
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(resp.Msg), nil
 }
 
 func (s *agentService) GetDatasetState(ctx context.Context, req *connect.Request[roverv1.DatasetStateRequest]) (*connect.Response[roverv1.DatasetStateResponse], error) {
-	return toMaster(ctx, req.Msg, s.a.client.GetDatasetState)
+	return toMaster(ctx, s.a, req.Msg, s.a.client.GetDatasetState)
 }
 
 func (s *agentService) RestoreDataset(ctx context.Context, req *connect.Request[roverv1.RestoreDatasetRequest]) (*connect.Response[roverv1.RestoreDatasetResponse], error) {
-	return toMaster(ctx, req.Msg, s.a.client.RestoreDataset)
+	return toMaster(ctx, s.a, req.Msg, s.a.client.RestoreDataset)
 }
