@@ -104,7 +104,7 @@ func TestBatchShards(t *testing.T) {
 	}
 
 	// The journal replays both batches to the same shard state.
-	c2 := newCore("test", st)
+	c2 := newCore("default", st)
 	if _, err := c2.restore(ctx, m.cfg.Clock.Now()); err != nil {
 		t.Fatal(err)
 	}

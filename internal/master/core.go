@@ -91,6 +91,19 @@ func (c *core) restore(ctx context.Context, now time.Time) (int, error) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if contents.Snapshot == nil && len(contents.Records) == 0 {
+		// A new store: mark it as this job's at once, so that a master of
+		// another job started on it is refused.
+		state, err := c.marshalStateLocked()
+		if err == nil {
+			err = c.store.Snapshot(ctx, state)
+		}
+		if err != nil {
+			return 0, fmt.Errorf("initialise the master's state: %w", err)
+		}
+		c.commits.lastSnapshot = len(state)
+		return 0, nil
+	}
 	if contents.Snapshot != nil {
 		if err := c.restoreStateLocked(contents.Snapshot); err != nil {
 			return 0, fmt.Errorf("restore the master's snapshot: %w", err)
