@@ -117,6 +117,11 @@ func Open(dir string, opts Options) (*Bolt, error) {
 		return nil, fmt.Errorf("create state dir %s: %w", dir, err)
 	}
 	path := filepath.Join(dir, fileName)
+	// The freelist is synced (one more page per commit) rather than rebuilt
+	// on open (NoFreelistSync): the rebuild walks the file in a goroutine of
+	// bbolt's own, where a panic on a damaged file would kill the process
+	// instead of coming back as an error. The map freelist allocates the runs
+	// of pages a large snapshot needs faster than the array one.
 	db, err := openBolt(path, &bolt.Options{
 		Timeout:      lockTimeout,
 		FreelistType: bolt.FreelistMapType,
@@ -154,7 +159,9 @@ func Open(dir string, opts Options) (*Bolt, error) {
 }
 
 // openBolt opens a bbolt file, turning a bbolt panic (it has some for garbage
-// files) into an error and then closing the file, which releases its lock.
+// files) into an error and closing the file. The file stays memory-mapped, and
+// so locked, until the process exits: bbolt does not hand back what it mapped.
+// A master exits on the error anyway.
 func openBolt(path string, opts *bolt.Options) (db *bolt.DB, err error) {
 	var f *os.File
 	opts.OpenFile = func(name string, flag int, perm os.FileMode) (*os.File, error) {

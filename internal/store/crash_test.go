@@ -101,7 +101,7 @@ func TestCrashAfterEveryWrite(t *testing.T) {
 	wants := []Contents{{Records: [][]byte{}}}
 	names := []string{"lay out a new store"}
 
-	s := mustOpen(t, dir, Options{NoSync: true})
+	s := mustOpen(t, dir, Options{}) // with fsyncs, so that bbolt grows the file as in production
 	model := NewMemory()
 	record := func(name string) {
 		t.Helper()
@@ -263,6 +263,13 @@ func sameContents(a, b Contents) bool {
 		}
 	}
 	return true
+}
+
+func writeFile(t *testing.T, path string, b []byte) {
+	t.Helper()
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func readFile(t *testing.T, path string) []byte {
