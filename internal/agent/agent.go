@@ -141,7 +141,7 @@ func Run(ctx context.Context, cfg *runconfig.Config, opts Options) error {
 	httpClient := client.NewHTTPClient()
 	defer httpClient.CloseIdleConnections()
 	a.client = client.New(httpClient, a.addr, token)
-	a.shards = shardbatch.New(a.client, shardbatch.Options{MaxOps: client.MaxBatchOps})
+	a.shards = shardbatch.New(a.client, shardbatch.Options{MaxOps: client.MaxBatchOps, InFlight: 2})
 	a.host = cfg.LocalAddr
 	if a.host == "" {
 		a.host = routeAddr(a.addr)

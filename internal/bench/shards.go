@@ -102,7 +102,7 @@ func Shards(ctx context.Context, cfg ShardsConfig, w io.Writer) (*ShardsResult, 
 			cfg.Clients, cfg.Agents, cfg.Batch, cfg.Duration)
 		agents := make([]*shardbatch.Batcher, cfg.Agents)
 		for a := range agents {
-			agents[a] = shardbatch.New(clients[a%len(clients)], shardbatch.Options{MaxOps: client.MaxBatchOps})
+			agents[a] = shardbatch.New(clients[a%len(clients)], shardbatch.Options{MaxOps: client.MaxBatchOps, InFlight: 2})
 			batchers.Go(func() error { agents[a].Run(bctx); return nil })
 		}
 		for i := range callers {

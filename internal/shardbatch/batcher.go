@@ -35,6 +35,12 @@ type Options struct {
 	MaxResults int
 	// Timeout bounds one BatchShards call (default 30s).
 	Timeout time.Duration
+	// InFlight is how many batches may be on their way to the master at
+	// once (default 1). With a durable master every batch waits for a disk
+	// write; a second batch in flight keeps the agent's workers busy
+	// meanwhile. A worker's own calls stay in order: it waits for each
+	// answer before its next call.
+	InFlight int
 }
 
 // ErrStopped is returned for calls made after Run returned.
@@ -82,6 +88,7 @@ func New(m Master, opts Options) *Batcher {
 	if opts.Timeout <= 0 {
 		opts.Timeout = 30 * time.Second
 	}
+	opts.InFlight = max(opts.InFlight, 1)
 	return &Batcher{m: m, opts: opts, kick: make(chan struct{}, 1)}
 }
 
@@ -89,6 +96,17 @@ func New(m Master, opts Options) *Batcher {
 // later ones with ErrStopped.
 func (b *Batcher) Run(ctx context.Context) {
 	defer b.stop()
+	var senders sync.WaitGroup
+	for range b.opts.InFlight - 1 {
+		senders.Go(func() { b.sendLoop(ctx) })
+	}
+	b.sendLoop(ctx)
+	senders.Wait()
+}
+
+// sendLoop sends one batch at a time: the queue when woken, then whatever
+// queued meanwhile, until the queue is empty.
+func (b *Batcher) sendLoop(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():

@@ -164,6 +164,39 @@ func TestGroupCommit(t *testing.T) {
 	}
 }
 
+// TestTwoInFlight: with InFlight 2, a call made while one batch is in flight
+// goes at once in a second batch; the calls made while both are in flight go
+// together in the next, when either returns.
+func TestTwoInFlight(t *testing.T) {
+	f := &fakeMaster{gate: make(chan struct{}), received: make(chan int)}
+	b, _ := start(t, f, Options{InFlight: 2})
+	ctx := context.Background()
+	answers := make(chan answer)
+	leaseAsync(ctx, b, "w0", answers)
+	if n := <-f.received; n != 1 {
+		t.Fatalf("first batch has %d calls, want 1", n)
+	}
+	leaseAsync(ctx, b, "w1", answers)
+	if n := <-f.received; n != 1 {
+		t.Fatalf("second batch has %d calls, want 1: it must not wait for the first", n)
+	}
+	const queued = 10
+	for i := 2; i < 2+queued; i++ {
+		leaseAsync(ctx, b, fmt.Sprintf("w%d", i), answers)
+	}
+	waitQueued(t, b, queued)
+	f.gate <- struct{}{} // one of the two in flight returns
+	checkAnswer(t, <-answers)
+	if n := <-f.received; n != queued {
+		t.Fatalf("third batch has %d calls, want %d", n, queued)
+	}
+	f.gate <- struct{}{}
+	f.gate <- struct{}{}
+	for range queued + 1 {
+		checkAnswer(t, <-answers)
+	}
+}
+
 // TestBounds: a long queue is cut into batches within the bounds.
 func TestBounds(t *testing.T) {
 	for _, tc := range []struct {
