@@ -41,12 +41,17 @@ check-generated: generate ## fail when the committed generated code is stale
 demo: build ## run a real elastic DDP job on two local nodes, crash a worker, watch it recover
 	PYTHON_EXEC="$$(scripts/find-python --install)" examples/ddp/demo.sh
 
-bench: build ## rendezvous (1,000 and 10,000 nodes), shard leasing (256 clients), state-machine micro-benchmarks
+bench: build ## rendezvous (1,000 and 10,000 nodes), shard leasing (memory and durable), master recovery, micro-benchmarks
 	$(BIN)/rover bench rendezvous --nodes 1000
 	$(BIN)/rover bench rendezvous --nodes 10000 --conns 32
 	$(BIN)/rover bench shards --clients 256 --batch 32
 	$(BIN)/rover bench shards --clients 256 --batch 1 --agents 8
-	$(GO) test -run '^$$' -bench . -benchmem ./internal/rendezvous/ ./internal/node/
+	$(BIN)/rover bench shards --clients 256 --batch 1 --agents 8 --durable
+	$(BIN)/rover bench shards --clients 256 --batch 1 --agents 32
+	$(BIN)/rover bench shards --clients 256 --batch 1 --agents 32 --durable
+	$(BIN)/rover bench recovery --nodes 1000 --shards 1000000
+	$(GO) test -run '^$$' -bench . -benchmem ./internal/rendezvous/ ./internal/node/ ./internal/store/
+	$(GO) test -run '^$$' -bench JournalHour -benchtime 1x ./internal/master/
 
 bench-ckpt: build ## flash checkpoint benchmark: 1 GiB state, save/restore vs copy, torch.save, torch.load
 	@out=$$(mktemp); PYTHON_EXEC="$$(scripts/find-python --install)" $(BIN)/rover run --standalone --nproc-per-node 1 \
