@@ -55,7 +55,7 @@ func (c *core) transitionShardsLocked(e *event) (ok bool, err error) {
 	case eventRegisterDataset:
 		return true, c.shards.Register(*s.Spec, e.Time)
 	case eventLease:
-		res, err := c.shards.Lease(s.Dataset, s.Worker, s.Max, e.Time)
+		res, err := c.shards.Lease(s.Dataset, shard.LeaseRequest{Worker: shard.Worker{Name: s.Worker}, Max: s.Max}, e.Time)
 		if err == nil {
 			c.leaseHolders[s.Worker] = struct{}{}
 		}
@@ -67,9 +67,9 @@ func (c *core) transitionShardsLocked(e *event) (ok bool, err error) {
 		for _, r := range s.Results {
 			var err error
 			if r.OK {
-				err = c.shards.Complete(s.Dataset, r.ID, s.Worker, e.Time)
+				err = c.shards.Complete(s.Dataset, r.ID, shard.Worker{Name: s.Worker}, e.Time)
 			} else {
-				err = c.shards.Fail(s.Dataset, r.ID, s.Worker, e.Time)
+				err = c.shards.Fail(s.Dataset, r.ID, shard.Worker{Name: s.Worker}, e.Time)
 			}
 			switch {
 			case errors.Is(err, shard.ErrUnknownLease), errors.Is(err, shard.ErrNotHolder):
