@@ -49,6 +49,9 @@ func workerEnv(base []string, p placement) []string {
 		"ROVER_NODE_ID":                p.NodeID,
 		"ROVER_NODE_RANK":              strconv.Itoa(p.NodeRank),
 		"ROVER_ROUND":                  strconv.Itoa(p.Round),
+		// The worker's incarnation: its shard requests carry it, so that
+		// the master refuses them once a later round has begun.
+		"ROVER_WORKER_INCARNATION": strconv.Itoa(p.Round),
 	}
 	inherit := map[string]string{
 		"TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",

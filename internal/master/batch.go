@@ -89,7 +89,7 @@ func leaseEvent(r *roverv1.LeaseShardsRequest) (*shardEvent, error) {
 	if err := validateLease(r); err != nil {
 		return nil, err
 	}
-	return &shardEvent{Dataset: r.GetDataset(), Worker: r.GetWorker(), Max: int(r.GetMax())}, nil
+	return &shardEvent{Dataset: r.GetDataset(), Worker: r.GetWorker(), Incarnation: r.GetIncarnation(), Request: r.GetRequestId(), Max: int(r.GetMax())}, nil
 }
 
 func completeEvent(r *roverv1.CompleteShardsRequest) (*shardEvent, error) {
@@ -100,7 +100,7 @@ func completeEvent(r *roverv1.CompleteShardsRequest) (*shardEvent, error) {
 	for i, x := range r.GetResults() {
 		results[i] = shardResult{ID: x.GetLeaseId(), OK: x.GetOk()}
 	}
-	return &shardEvent{Dataset: r.GetDataset(), Worker: r.GetWorker(), Results: results}, nil
+	return &shardEvent{Dataset: r.GetDataset(), Worker: r.GetWorker(), Incarnation: r.GetIncarnation(), Results: results}, nil
 }
 
 func leaseResponse(out shardOutcome) *roverv1.LeaseShardsResponse {

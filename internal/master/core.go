@@ -217,7 +217,7 @@ func (c *core) transitionLocked(e *event) error {
 	if c.status != before {
 		c.agreeMemoryLocked()
 		if c.status.Round != before.Round {
-			c.requeueLocked("", e.Time) // every worker restarts in a new round
+			c.fenceShardsLocked(e.Time) // every worker restarts in a new round
 		}
 		c.changedLocked()
 	}

@@ -43,6 +43,8 @@ var codes = []struct {
 	{shard.ErrStalePosition, connect.CodeFailedPrecondition},
 	{shard.ErrUnknownLease, connect.CodeNotFound},
 	{shard.ErrNotHolder, connect.CodePermissionDenied},
+	{shard.ErrSuperseded, connect.CodeFailedPrecondition},
+	{shard.ErrStaleRequest, connect.CodeFailedPrecondition},
 	{context.Canceled, connect.CodeCanceled},
 	{context.DeadlineExceeded, connect.CodeDeadlineExceeded},
 }

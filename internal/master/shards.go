@@ -13,16 +13,20 @@ import (
 
 // shardEvent is the part of an event that drives the shard machine.
 type shardEvent struct {
-	Dataset  string          `json:"dataset"`
-	Spec     *shard.Dataset  `json:"spec,omitempty"`
-	Worker   string          `json:"worker,omitempty"`
-	Max      int             `json:"max,omitempty"`
-	Results  []shardResult   `json:"results,omitempty"`
-	Position *shard.Position `json:"position,omitempty"`
-	Restore  bool            `json:"restore,omitempty"`
-	Samples  int64           `json:"samples,omitempty"`
-	Seal     bool            `json:"seal,omitempty"`
-	State    []byte          `json:"state,omitempty"`
+	Dataset string         `json:"dataset"`
+	Spec    *shard.Dataset `json:"spec,omitempty"`
+	Worker  string         `json:"worker,omitempty"`
+	// Incarnation is the worker's (0: the current round); Request
+	// numbers a lease request (0: not deduplicated).
+	Incarnation int64           `json:"incarnation,omitempty"`
+	Request     uint64          `json:"request,omitempty"`
+	Max         int             `json:"max,omitempty"`
+	Results     []shardResult   `json:"results,omitempty"`
+	Position    *shard.Position `json:"position,omitempty"`
+	Restore     bool            `json:"restore,omitempty"`
+	Samples     int64           `json:"samples,omitempty"`
+	Seal        bool            `json:"seal,omitempty"`
+	State       []byte          `json:"state,omitempty"`
 }
 
 type shardResult struct {
@@ -56,7 +60,7 @@ func (c *core) transitionShardsLocked(e *event) (ok bool, err error) {
 	case eventRegisterDataset:
 		return true, c.shards.Register(*s.Spec, e.Time)
 	case eventLease:
-		res, err := c.shards.Lease(s.Dataset, s.Worker, s.Max, e.Time)
+		res, err := c.shards.Lease(s.Dataset, shard.LeaseRequest{Worker: c.shardWorker(s), Max: s.Max, ID: s.Request}, e.Time)
 		if err == nil {
 			c.leaseHolders[s.Worker] = struct{}{}
 		}
@@ -64,17 +68,20 @@ func (c *core) transitionShardsLocked(e *event) (ok bool, err error) {
 		return true, err
 	case eventCompleteShards:
 		c.shardOut = shardOutcome{}
+		w := c.shardWorker(s)
 		var errs []error
 		for _, r := range s.Results {
 			var err error
 			if r.OK {
-				err = c.shards.Complete(s.Dataset, r.ID, s.Worker, e.Time)
+				err = c.shards.Complete(s.Dataset, r.ID, w, e.Time)
 			} else {
-				err = c.shards.Fail(s.Dataset, r.ID, s.Worker, e.Time)
+				err = c.shards.Fail(s.Dataset, r.ID, w, e.Time)
 			}
 			switch {
 			case errors.Is(err, shard.ErrUnknownLease), errors.Is(err, shard.ErrNotHolder):
 				c.shardOut.unknown = append(c.shardOut.unknown, r.ID)
+			case errors.Is(err, shard.ErrSuperseded):
+				return true, err // the same for every result
 			case err != nil:
 				errs = append(errs, err)
 			}
@@ -105,15 +112,34 @@ func (c *core) transitionShardsLocked(e *event) (ok bool, err error) {
 	return false, nil
 }
 
-// requeueLocked returns the leases of the workers of node (every worker when
-// node is "") to their queues: their processes are gone or restarting.
-// Workers are taken in name order: the queue's order must not depend on map
-// iteration, or a replayed journal would hand out other shards under the
-// same lease IDs than the master that wrote it.
+// shardWorker is the worker of a lease or complete event. Incarnation 0
+// (a caller that does not know rounds: an older agent) stands for the
+// current round, which is never fenced.
+func (c *core) shardWorker(s *shardEvent) shard.Worker {
+	inc := s.Incarnation
+	if inc == 0 {
+		inc = int64(c.status.Round)
+	}
+	return shard.Worker{Name: s.Worker, Incarnation: inc}
+}
+
+// fenceShardsLocked fences the shard machine at a new round: every worker
+// process restarts with the round as its incarnation, so the leases of
+// every earlier one return to their queues, and whatever such a process
+// still sends (a late request, a zombie on a node declared lost) is refused.
+func (c *core) fenceShardsLocked(now time.Time) {
+	c.shards.Fence(int64(c.status.Round), now)
+	clear(c.leaseHolders)
+}
+
+// requeueLocked returns the leases of the workers of node to their queues:
+// their processes are gone. (The round that opens when a member node is
+// lost fences them.) Workers are taken in name order, so that a replay of
+// the journal requeues in the same order.
 func (c *core) requeueLocked(node string, now time.Time) {
 	var lost []string
 	for w := range c.leaseHolders {
-		if node == "" || strings.HasPrefix(w, node+"/") {
+		if strings.HasPrefix(w, node+"/") {
 			lost = append(lost, w)
 		}
 	}
@@ -198,8 +224,15 @@ func checkWorker(w string) error {
 	return nil
 }
 
+func checkIncarnation(inc int64) error {
+	if inc < 0 || inc > 1<<31 {
+		return invalid("incarnation %d is out of range (a round, or 0 for the current one)", inc)
+	}
+	return nil
+}
+
 func validateLease(r *roverv1.LeaseShardsRequest) error {
-	errs := []error{checkDatasetName(r.GetDataset()), checkWorker(r.GetWorker())}
+	errs := []error{checkDatasetName(r.GetDataset()), checkWorker(r.GetWorker()), checkIncarnation(r.GetIncarnation())}
 	if r.GetMax() < 1 || r.GetMax() > maxLeasesPerCall {
 		errs = append(errs, invalid("max must be 1 to %d, got %d", maxLeasesPerCall, r.GetMax()))
 	}
@@ -207,7 +240,7 @@ func validateLease(r *roverv1.LeaseShardsRequest) error {
 }
 
 func validateComplete(r *roverv1.CompleteShardsRequest) error {
-	errs := []error{checkDatasetName(r.GetDataset()), checkWorker(r.GetWorker())}
+	errs := []error{checkDatasetName(r.GetDataset()), checkWorker(r.GetWorker()), checkIncarnation(r.GetIncarnation())}
 	if n := len(r.GetResults()); n == 0 || n > maxResultsPerCall {
 		errs = append(errs, invalid("results must hold 1 to %d entries, got %d", maxResultsPerCall, n))
 	}

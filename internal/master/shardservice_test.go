@@ -88,6 +88,9 @@ func TestShardsRequeuedWhenNodeLost(t *testing.T) {
 	if err != nil || len(out.lease.Shards) != 2 {
 		t.Fatalf("lease: %v %v", out, err)
 	}
+	if _, err := c.shardCall(ctx, &event{Type: eventLease, Time: now, Shard: &shardEvent{Dataset: "d", Worker: "a/1", Max: 1}}); err != nil {
+		t.Fatal(err)
+	}
 	if err := c.apply(ctx, &event{Type: eventNodeLost, Time: now, Node: "a"}); err != nil {
 		t.Fatal(err)
 	}
@@ -95,10 +98,17 @@ func TestShardsRequeuedWhenNodeLost(t *testing.T) {
 	if st1.Doing != 0 || st1.Todo != 10 {
 		t.Errorf("after node a was lost: doing %d todo %d, want 0 and 10", st1.Doing, st1.Todo)
 	}
-	// The first shard handed out next is the lost node's first one.
-	out, err = c.shardCall(ctx, &event{Type: eventLease, Time: now, Shard: &shardEvent{Dataset: "d", Worker: "b/0", Max: 1}})
-	if err != nil || len(out.lease.Shards) != 1 || out.lease.Shards[0].Shard.Start != 0 {
+	// The shards handed out next are the lost node's three, before any new
+	// one. (Its two workers are requeued in name order, so that a replay
+	// requeues them in the same order.)
+	out, err = c.shardCall(ctx, &event{Type: eventLease, Time: now, Shard: &shardEvent{Dataset: "d", Worker: "b/0", Max: 3}})
+	if err != nil || len(out.lease.Shards) != 3 {
 		t.Fatalf("lease after requeue: %+v %v", out.lease, err)
+	}
+	for _, l := range out.lease.Shards {
+		if l.Shard.Start >= 30 {
+			t.Errorf("lease after requeue: %+v is not one of the lost node's", l.Shard)
+		}
 	}
 	c2 := newCore("job", st)
 	if _, err := c2.restore(ctx, now); err != nil {

@@ -20,7 +20,7 @@ func benchLeaseComplete(b *testing.B, ds Dataset) {
 	held := make([]uint64, workers)
 	for i := range names {
 		names[i] = fmt.Sprintf("worker-%03d", i)
-		r, err := m.Lease(ds.Name, names[i], 1, now)
+		r, err := m.Lease(ds.Name, LeaseRequest{Worker: Worker{Name: names[i]}, Max: 1}, now)
 		if err != nil || len(r.Shards) != 1 {
 			b.Fatalf("Lease: %+v, %v", r, err)
 		}
@@ -32,11 +32,11 @@ func benchLeaseComplete(b *testing.B, ds Dataset) {
 		now = now.Add(time.Microsecond)
 		w := i % workers
 		if held[w] != 0 {
-			if err := m.Complete(ds.Name, held[w], names[w], now); err != nil {
+			if err := m.Complete(ds.Name, held[w], Worker{Name: names[w]}, now); err != nil {
 				b.Fatal(err)
 			}
 		}
-		r, err := m.Lease(ds.Name, names[w], 1, now)
+		r, err := m.Lease(ds.Name, LeaseRequest{Worker: Worker{Name: names[w]}, Max: 1}, now)
 		switch {
 		case err != nil || r.End:
 			b.Fatalf("Lease: %+v, %v", r, err)
@@ -92,7 +92,7 @@ func BenchmarkMarshalState(b *testing.B) {
 	m := New()
 	m.Register(Dataset{Name: "train", Size: 1 << 30, BatchSize: 64, ShardSize: 640, LeaseTimeout: time.Minute}, t0)
 	for i := range 256 {
-		m.Lease("train", fmt.Sprintf("worker-%03d", i), 1, t0)
+		m.Lease("train", LeaseRequest{Worker: Worker{Name: fmt.Sprintf("worker-%03d", i)}, Max: 1}, t0)
 	}
 	for b.Loop() {
 		if _, err := m.MarshalState(); err != nil {

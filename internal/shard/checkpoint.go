@@ -21,7 +21,7 @@ func (m *Machine) DatasetState(name string) ([]byte, error) {
 	if d == nil {
 		return nil, errorf(ErrUnknownDataset, "no dataset %q is registered", name)
 	}
-	return json.Marshal(checkpointJSON{Schema: SchemaVersion, Dataset: toConfigJSON(d.cfg), progressJSON: d.progress(true)})
+	return json.Marshal(checkpointJSON{Schema: CheckpointSchemaVersion, Dataset: toConfigJSON(d.cfg), progressJSON: d.progress(true)})
 }
 
 // RestoreDataset rewinds (or forwards) the registered dataset name to a
@@ -45,7 +45,7 @@ func (m *Machine) RestoreDataset(name string, state []byte, now time.Time) error
 		return errorf(ErrUnknownDataset, "no dataset %q is registered", name)
 	}
 	var c checkpointJSON
-	if err := decodeStrict(state, &c, &c.Schema); err != nil {
+	if err := decodeStrict(state, &c, &c.Schema, CheckpointSchemaVersion); err != nil {
 		return err
 	}
 	saved, err := c.Dataset.config()

@@ -23,6 +23,24 @@
 // one pass over an append-only stream grown by [Machine.Append] and ended by
 // [Machine.Seal].
 //
+// # Incarnations and fences
+//
+// A [Worker] is a name and an incarnation: the rendezvous round its process
+// was started in. The leases of a worker belong to one incarnation. A
+// request from an older incarnation than the newest one seen for the name,
+// or from below the job's fence, is refused with ErrSuperseded (the process
+// belongs to an earlier round and must stop); the first request of a newer
+// incarnation returns the older one's leases to the queue. The master calls
+// [Machine.Fence] with the new round whenever a round opens, since every
+// worker then restarts: the leases of every earlier process go back at once,
+// and nothing that process sends later can take a shard.
+//
+// A lease request may carry an ID (see [LeaseRequest]): the same request
+// again, because its answer was lost and the caller retried or because the
+// network delivered it twice, gets the leases the first one got (those still
+// held), never new ones; an older ID is ErrStaleRequest. Completing is
+// idempotent without an ID.
+//
 // # Sync mode
 //
 // For DDP/FSDP, where every rank takes one local batch a step. The master
@@ -42,17 +60,20 @@
 //		Name: "train", Size: 1_000_000, BatchSize: 64, ShardSize: 6400,
 //		Epochs: 2, Shuffle: true, Seed: 7, LeaseTimeout: 5 * time.Minute,
 //	}, now)
-//	// A worker asks for work:
-//	res, err := m.Lease("train", "worker-3", 1, now)
+//	// A worker of round 4 asks for work (its client's 7th request):
+//	w := shard.Worker{Name: "node-a/3", Incarnation: 4}
+//	res, err := m.Lease("train", shard.LeaseRequest{Worker: w, Max: 1, ID: 7}, now)
 //	switch {
+//	case errors.Is(err, shard.ErrSuperseded): // the process must stop
 //	case res.End: // the dataset is finished
 //	case res.Wait: // ask again later
 //	default:
 //		l := res.Shards[0] // train l.Shard.Indices(), then:
-//		err = m.Complete("train", l.ID, "worker-3", now)
+//		err = m.Complete("train", l.ID, w, now)
 //		// ErrUnknownLease: the lease expired and was requeued; discard the result.
 //	}
-//	// When the worker's heartbeats stop: m.WorkerLost("worker-3", now).
+//	// When round 5 opens: m.Fence(5, now).
+//	// When the worker's heartbeats stop: m.WorkerLost("node-a/3", now).
 //	// Whenever m.NextDeadline passes: m.Tick(now).
 //
 //	// Sync mode, on every rank:

@@ -32,6 +32,17 @@ var (
 	ErrUnknownLease = errors.New("unknown lease")
 	// ErrNotHolder: the lease is held by another worker.
 	ErrNotHolder = errors.New("lease held by another worker")
+	// ErrSuperseded: the request comes from an incarnation of its worker
+	// older than the newest one the machine has seen for that name, or
+	// below the job's fence ([Machine.Fence]). The process belongs to a
+	// round that has ended and must stop: its leases were (or will be)
+	// handed to others, so nothing it computes may be kept.
+	ErrSuperseded = errors.New("worker superseded")
+	// ErrStaleRequest: a lease request numbered below the last one its
+	// client sent (see [LeaseRequest].ID): a retry or duplicate delivered
+	// after a newer request was answered. Nobody waits for its answer; it
+	// is refused so that it cannot take shards no one will train.
+	ErrStaleRequest = errors.New("stale lease request")
 	// ErrSealed: Append to a stream that is sealed (or would grow past a
 	// bounded stream's Size).
 	ErrSealed = errors.New("stream sealed")

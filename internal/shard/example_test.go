@@ -17,16 +17,20 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	a, _ := m.Lease("train", "worker-a", 2, now)
-	b, _ := m.Lease("train", "worker-b", 2, now)
+	// Workers are named by the master; the incarnation is the round their
+	// process was started in.
+	wa := shard.Worker{Name: "worker-a", Incarnation: 1}
+	wb := shard.Worker{Name: "worker-b", Incarnation: 1}
+	a, _ := m.Lease("train", shard.LeaseRequest{Worker: wa, Max: 2}, now)
+	b, _ := m.Lease("train", shard.LeaseRequest{Worker: wb, Max: 2}, now)
 	for _, l := range append(a.Shards, b.Shards...) {
 		fmt.Printf("lease %d: samples %v\n", l.ID, l.Shard.Indices())
 	}
 	// worker-a dies; its shards go back to the front of the queue.
 	m.WorkerLost("worker-a", now)
-	r, _ := m.Lease("train", "worker-b", 1, now)
+	r, _ := m.Lease("train", shard.LeaseRequest{Worker: wb, Max: 1}, now)
 	fmt.Printf("worker-b retries [%d, %d)\n", r.Shards[0].Shard.Start, r.Shards[0].Shard.End)
-	err = m.Complete("train", a.Shards[0].ID, "worker-a", now)
+	err = m.Complete("train", a.Shards[0].ID, wa, now)
 	fmt.Println("late result from worker-a:", err)
 	s, _ := m.Status("train")
 	fmt.Printf("epoch %d: %d todo, %d doing, %d done\n", s.Epoch, s.Todo, s.Doing, s.Done)

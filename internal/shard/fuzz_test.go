@@ -70,8 +70,8 @@ func FuzzRestore(f *testing.F) {
 		}
 		cmpMachines(t, r, r2)
 		for _, n := range []string{"a", "b", "s", "y", "x"} {
-			r2.Lease(n, "w", 2, t0.Add(time.Hour))
-			r2.Complete(n, 1, "w", t0.Add(time.Hour))
+			r2.Lease(n, LeaseRequest{Worker: Worker{Name: "w"}, Max: 2}, t0.Add(time.Hour))
+			r2.Complete(n, 1, Worker{Name: "w"}, t0.Add(time.Hour))
 			r2.Append(n, 3, t0.Add(time.Hour))
 			r2.WorkerLost("w", t0.Add(2*time.Hour))
 			checkInvariants(t, r2)

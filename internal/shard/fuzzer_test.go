@@ -94,7 +94,7 @@ func (f *fuzzer) step(kind byte, ds, w string, x, arg int) {
 	t := f.t
 	switch kind {
 	case 0, 1:
-		r, err := f.m.Lease(ds, w, 1+arg%3, f.now)
+		r, err := f.m.Lease(ds, LeaseRequest{Worker: Worker{Name: w}, Max: 1 + arg%3}, f.now)
 		if err != nil {
 			t.Fatalf("Lease: %v", err)
 		}
@@ -110,12 +110,12 @@ func (f *fuzzer) step(kind byte, ds, w string, x, arg int) {
 		var err error
 		switch kind {
 		case 2, 3:
-			err = f.m.Complete(li.ds, li.l.ID, li.worker, f.now)
+			err = f.m.Complete(li.ds, li.l.ID, Worker{Name: li.worker}, f.now)
 			f.completed(li, err)
 		case 4:
-			err = f.m.Fail(li.ds, li.l.ID, li.worker, f.now)
+			err = f.m.Fail(li.ds, li.l.ID, Worker{Name: li.worker}, f.now)
 		case 5:
-			err = f.m.Renew(li.ds, li.l.ID, li.worker, f.now)
+			err = f.m.Renew(li.ds, li.l.ID, Worker{Name: li.worker}, f.now)
 		}
 		if err != nil && !errors.Is(err, ErrUnknownLease) && !errors.Is(err, ErrNotHolder) {
 			t.Fatalf("op %d on lease %+v: %v", kind, li, err)

@@ -23,15 +23,28 @@ func checkInvariants(t testing.TB, m *Machine) {
 		checkLeased(t, m, d)
 	}
 	// Every held lease is on its worker's list, and every list entry held.
+	// Workers are at or above the fence; their last requests are of
+	// distinct clients of Leased datasets, at most MaxClients of them.
 	listed := 0
-	for w, l := range m.workers {
-		if l == nil || l.wprev != nil {
-			t.Fatalf("worker %q list head %+v", w, l)
+	if m.fence < 0 {
+		t.Fatalf("fence %d", m.fence)
+	}
+	for name, w := range m.workers {
+		if w.name != name || w.inc < m.fence || w.leases != nil && w.leases.wprev != nil {
+			t.Fatalf("worker %q: %+v (fence %d)", name, w, m.fence)
 		}
-		for ; l != nil; l = l.wnext {
+		for l := w.leases; l != nil; l = l.wnext {
 			listed++
-			if l.worker != w || l.d.doing[l.id] != l || l.wnext != nil && l.wnext.wprev != l {
-				t.Fatalf("worker %q list holds %+v", w, l)
+			if l.w != w || l.d.doing[l.id] != l || l.wnext != nil && l.wnext.wprev != l {
+				t.Fatalf("worker %q list holds %+v", name, l)
+			}
+		}
+		if len(w.reqs) > MaxClients {
+			t.Fatalf("worker %q remembers %d requests", name, len(w.reqs))
+		}
+		for i, q := range w.reqs {
+			if d := m.datasets[q.dataset]; d == nil || d.cfg.Mode != Leased || q.id == 0 || w.find(q.dataset, q.id) != i {
+				t.Fatalf("worker %q request %d: %+v", name, i, q)
 			}
 		}
 	}

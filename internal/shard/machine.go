@@ -13,14 +13,15 @@ import (
 // concurrent use; the master's driver serialises calls.
 type Machine struct {
 	datasets map[string]*dataset
-	heap     leaseHeap         // leases that can expire, by deadline
-	workers  map[string]*lease // each worker's leases, a linked list
-	free     *lease            // recycled lease records (linked by wnext)
+	heap     leaseHeap          // leases that can expire, by deadline
+	workers  map[string]*worker // by name: incarnation, leases, last requests
+	fence    int64              // incarnations below it are refused
+	free     *lease             // recycled lease records (linked by wnext)
 }
 
 // New returns a machine with no datasets.
 func New() *Machine {
-	return &Machine{datasets: make(map[string]*dataset), workers: make(map[string]*lease)}
+	return &Machine{datasets: make(map[string]*dataset), workers: make(map[string]*worker)}
 }
 
 // Lease is a shard handed to a worker.
@@ -86,50 +87,107 @@ func (m *Machine) Register(ds Dataset, now time.Time) error {
 // MaxLeaseShards caps the shards one [Machine.Lease] call hands out.
 const MaxLeaseShards = 1024
 
-// Lease hands worker up to max (>= 1, capped at MaxLeaseShards) shards of a
-// Leased dataset from the front of its queue: requeued shards first (the
-// latest requeued at the very front; of leases requeued together, the lowest
-// lease ID first), then new shards in epoch order. See
-// [LeaseResult] for Wait and End. The first lease of a shuffled epoch
-// computes the epoch's permutation, O(Size); the others cost O(log leases
-// held) plus the shard's samples when shuffled.
-func (m *Machine) Lease(dataset, worker string, max int, now time.Time) (LeaseResult, error) {
+// LeaseRequest is a worker's request for shards.
+type LeaseRequest struct {
+	Worker Worker
+	// Max is the most shards to hand out, >= 1 (capped at MaxLeaseShards).
+	Max int
+	// ID numbers the request so that a retry is answered instead of
+	// served again; 0 turns that off. Its high 32 bits name the client
+	// that sent it (one process or goroutine of the worker, counting its
+	// own requests), its low 32 bits count that client's requests. See
+	// [Machine.Lease].
+	ID uint64
+}
+
+// Lease hands r.Worker up to r.Max shards of a Leased dataset from the
+// front of its queue: requeued shards first (the latest requeued at the
+// very front; of leases requeued together, the lowest lease ID first), then
+// new shards in epoch order. See [LeaseResult] for Wait and End. The first
+// lease of a shuffled epoch computes the epoch's permutation, O(Size); the
+// others cost O(log leases held) plus the shard's samples when shuffled.
+//
+// A request from a superseded incarnation of the worker is ErrSuperseded
+// (see [Worker]); one from a newer incarnation first requeues the leases of
+// the older ones.
+//
+// Deduplication: the machine remembers, for each client of the worker's
+// incarnation and dataset, the last request ID and the leases it answered
+// with. The same ID again (a retry whose answer was lost, or a duplicate
+// delivery) is answered with those leases that the worker still holds, and
+// never with new ones: Wait (End once the dataset is finished) when none
+// are left. An ID below the client's last is ErrStaleRequest. The machine
+// keeps the last request of at most [MaxClients] clients of each worker,
+// forgetting the least recently used.
+func (m *Machine) Lease(dataset string, r LeaseRequest, now time.Time) (LeaseResult, error) {
 	m.expire(now)
+	if err := m.check(r.Worker); err != nil {
+		return LeaseResult{}, err
+	}
 	d, err := m.lookup(dataset, Leased)
 	if err != nil {
 		return LeaseResult{}, err
 	}
-	if err := validName("worker", worker); err != nil {
+	if r.Max < 1 {
+		return LeaseResult{}, errorf(ErrInvalidRequest, "max is %d; ask for at least 1 shard", r.Max)
+	}
+	w := m.admit(r.Worker)
+	q, err := w.request(dataset, r.ID)
+	if err != nil {
 		return LeaseResult{}, err
 	}
-	if max < 1 {
-		return LeaseResult{}, errorf(ErrInvalidRequest, "max is %d; ask for at least 1 shard", max)
+	if q != nil && q.id == r.ID {
+		return m.repeat(d, w, q), nil
 	}
-	if d.finished {
-		return LeaseResult{End: true}, nil
-	}
-	n := min(int64(max), MaxLeaseShards, d.todo())
-	if n == 0 {
-		return LeaseResult{Wait: true}, nil
-	}
-	res := LeaseResult{Shards: make([]Lease, 0, n)}
-	for range n {
-		t, _ := d.pop()
-		l := m.hold(d, worker, t, now)
-		res.Shards = append(res.Shards, Lease{ID: l.id, Shard: d.shard(t), Retries: t.retries, Deadline: l.deadline})
+	res := m.grant(d, w, r.Max, now)
+	if r.ID != 0 {
+		w.remember(q, dataset, r.ID, res.Shards)
 	}
 	return res, nil
 }
 
-// hold records a new lease of t by worker.
-func (m *Machine) hold(d *dataset, worker string, t task, now time.Time) *lease {
+// grant leases up to max shards of d to w.
+func (m *Machine) grant(d *dataset, w *worker, max int, now time.Time) LeaseResult {
+	if d.finished {
+		return LeaseResult{End: true}
+	}
+	n := min(int64(max), MaxLeaseShards, d.todo())
+	if n == 0 {
+		return LeaseResult{Wait: true}
+	}
+	res := LeaseResult{Shards: make([]Lease, 0, n)}
+	for range n {
+		t, _ := d.pop()
+		l := m.hold(d, w, t, now)
+		res.Shards = append(res.Shards, Lease{ID: l.id, Shard: d.shard(t), Retries: t.retries, Deadline: l.deadline})
+	}
+	return res
+}
+
+// repeat answers request q of w again: with the leases it got that w
+// still holds, else Wait or End.
+func (m *Machine) repeat(d *dataset, w *worker, q *request) LeaseResult {
+	var res LeaseResult
+	for _, id := range q.leases {
+		if l := d.doing[id]; l != nil && l.w == w {
+			res.Shards = append(res.Shards, Lease{ID: id, Shard: d.shard(l.task), Retries: l.retries, Deadline: l.deadline})
+		}
+	}
+	if len(res.Shards) == 0 {
+		res.End, res.Wait = d.finished, !d.finished
+	}
+	return res
+}
+
+// hold records a new lease of t by w.
+func (m *Machine) hold(d *dataset, w *worker, t task, now time.Time) *lease {
 	l := m.free
 	if l != nil {
 		m.free = l.wnext
 	} else {
 		l = new(lease)
 	}
-	*l = lease{task: t, id: d.nextID, d: d, worker: worker, hidx: -1}
+	*l = lease{task: t, id: d.nextID, d: d, w: w, hidx: -1}
 	if d.cfg.LeaseTimeout > 0 {
 		l.deadline = now.Add(d.cfg.LeaseTimeout)
 	}
@@ -151,10 +209,10 @@ func (m *Machine) insert(l *lease) {
 }
 
 func (m *Machine) link(l *lease) {
-	if h := m.workers[l.worker]; h != nil {
+	if h := l.w.leases; h != nil {
 		h.wprev, l.wnext = l, h
 	}
-	m.workers[l.worker] = l
+	l.w.leases = l
 }
 
 // release forgets l: it is no longer held (completed or requeued).
@@ -165,13 +223,10 @@ func (m *Machine) release(l *lease) {
 	if l.hidx >= 0 {
 		heap.Remove(&m.heap, l.hidx)
 	}
-	switch {
-	case l.wprev != nil:
+	if l.wprev != nil {
 		l.wprev.wnext = l.wnext
-	case l.wnext != nil:
-		m.workers[l.worker] = l.wnext
-	default:
-		delete(m.workers, l.worker)
+	} else {
+		l.w.leases = l.wnext
 	}
 	if l.wnext != nil {
 		l.wnext.wprev = l.wprev
@@ -180,19 +235,24 @@ func (m *Machine) release(l *lease) {
 	m.free = l
 }
 
-// held returns worker's lease id of a Leased dataset.
-func (m *Machine) held(dataset string, id uint64, worker string, now time.Time) (*dataset, *lease, error) {
+// held returns the lease id of a Leased dataset held by w, after checking
+// and admitting w.
+func (m *Machine) held(dataset string, id uint64, wk Worker, now time.Time) (*dataset, *lease, error) {
 	m.expire(now)
+	if err := m.check(wk); err != nil {
+		return nil, nil, err
+	}
 	d, err := m.lookup(dataset, Leased)
 	if err != nil {
 		return nil, nil, err
 	}
+	w := m.admit(wk)
 	l := d.doing[id]
 	if l == nil {
 		return d, nil, errorf(ErrUnknownLease, "dataset %q has no lease %d held (it expired, failed or was requeued): discard its result", dataset, id)
 	}
-	if l.worker != worker {
-		return d, nil, errorf(ErrNotHolder, "lease %d of dataset %q is held by %q, not %q", id, dataset, l.worker, worker)
+	if l.w != w {
+		return d, nil, errorf(ErrNotHolder, "lease %d of dataset %q is held by %q, not %q", id, dataset, l.w.name, w.name)
 	}
 	return d, l, nil
 }
@@ -201,8 +261,9 @@ func (m *Machine) held(dataset string, id uint64, worker string, now time.Time) 
 // was already completed returns nil again (the first completion counted; the
 // machine remembers completed IDs, not who completed them, so a repeat is
 // not checked against the worker). A lease that expired, failed or was
-// requeued is ErrUnknownLease: the caller must discard its result.
-func (m *Machine) Complete(dataset string, id uint64, worker string, now time.Time) error {
+// requeued is ErrUnknownLease: the caller must discard its result. A
+// superseded worker is ErrSuperseded, whatever the lease.
+func (m *Machine) Complete(dataset string, id uint64, worker Worker, now time.Time) error {
 	d, l, err := m.held(dataset, id, worker, now)
 	if l == nil {
 		if d != nil && d.completed.has(id) {
@@ -221,7 +282,7 @@ func (m *Machine) Complete(dataset string, id uint64, worker string, now time.Ti
 // Fail records that worker could not process lease id: the shard goes back
 // to the front of the queue with one more failure, or, once it has failed
 // MaxRetries times, is dropped and listed in [Status].Dropped.
-func (m *Machine) Fail(dataset string, id uint64, worker string, now time.Time) error {
+func (m *Machine) Fail(dataset string, id uint64, worker Worker, now time.Time) error {
 	d, l, err := m.held(dataset, id, worker, now)
 	if l == nil {
 		return err
@@ -233,7 +294,7 @@ func (m *Machine) Fail(dataset string, id uint64, worker string, now time.Time) 
 
 // Renew extends lease id by the dataset's LeaseTimeout from now (a no-op
 // without one).
-func (m *Machine) Renew(dataset string, id uint64, worker string, now time.Time) error {
+func (m *Machine) Renew(dataset string, id uint64, worker Worker, now time.Time) error {
 	_, l, err := m.held(dataset, id, worker, now)
 	if l == nil {
 		return err
@@ -245,16 +306,16 @@ func (m *Machine) Renew(dataset string, id uint64, worker string, now time.Time)
 	return nil
 }
 
-// WorkerLost requeues every lease worker holds, in every dataset, to the
-// front of its queue (lowest lease ID first), without counting a failure:
-// the worker died, not the shard. Unknown workers are ignored.
-func (m *Machine) WorkerLost(worker string, now time.Time) {
+// WorkerLost requeues every lease the worker called name holds (whatever
+// its incarnation), in every dataset, to the front of its queue (lowest
+// lease ID first), without counting a failure: the worker died, not the
+// shard. Unknown workers are ignored. The worker's incarnation may still
+// make requests; [Machine.Fence] refuses them too.
+func (m *Machine) WorkerLost(name string, now time.Time) {
 	m.expire(now)
-	var ls []*lease
-	for l := m.workers[worker]; l != nil; l = l.wnext {
-		ls = append(ls, l)
+	if w := m.workers[name]; w != nil {
+		m.requeueAll(w.held(), false)
 	}
-	m.requeueAll(ls, false)
 }
 
 // Tick requeues the leases whose deadline is at or before now to the front

@@ -11,13 +11,35 @@ import (
 	"time"
 )
 
-// SchemaVersion is the "schema" of the JSON written by [Machine.MarshalState]
-// and [Machine.DatasetState].
-const SchemaVersion = 1
+// SchemaVersion is the "schema" of the JSON written by
+// [Machine.MarshalState]. Schema 2 added the workers' incarnations, the
+// fence and the last lease requests; [Restore] still reads schema 1 (its
+// workers are incarnation 0).
+const SchemaVersion = 2
+
+// CheckpointSchemaVersion is the "schema" of the JSON written by
+// [Machine.DatasetState], which holds no workers.
+const CheckpointSchemaVersion = 1
 
 type stateJSON struct {
 	Schema   int           `json:"schema"`
+	Fence    int64         `json:"fence,omitempty"`
+	Workers  []workerJSON  `json:"workers,omitempty"`
 	Datasets []datasetJSON `json:"datasets"`
+}
+
+type workerJSON struct {
+	Name        string `json:"name"`
+	Incarnation int64  `json:"incarnation,omitempty"`
+	// Requests are the last lease request of each client, least recently
+	// used first.
+	Requests []requestJSON `json:"requests,omitempty"`
+}
+
+type requestJSON struct {
+	Dataset string   `json:"dataset"`
+	ID      uint64   `json:"id"`
+	Leases  []uint64 `json:"leases,omitempty"`
 }
 
 type configJSON struct {
@@ -133,14 +155,27 @@ func (d *dataset) progress(flatten bool) progressJSON {
 // reads it back. Its size is O(datasets + queued retries + leases held +
 // failures), not O(shards).
 func (m *Machine) MarshalState() ([]byte, error) {
-	s := stateJSON{Schema: SchemaVersion, Datasets: []datasetJSON{}}
+	s := stateJSON{Schema: SchemaVersion, Fence: m.fence, Datasets: []datasetJSON{}}
+	names := make([]string, 0, len(m.workers))
+	for name := range m.workers {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		w := m.workers[name]
+		wj := workerJSON{Name: name, Incarnation: w.inc}
+		for _, q := range w.reqs {
+			wj.Requests = append(wj.Requests, requestJSON{Dataset: q.dataset, ID: q.id, Leases: slices.Clone(q.leases)})
+		}
+		s.Workers = append(s.Workers, wj)
+	}
 	for _, name := range m.Datasets() {
 		d := m.datasets[name]
 		dj := datasetJSON{Dataset: toConfigJSON(d.cfg), progressJSON: d.progress(false)}
 		if d.cfg.Mode == Leased {
 			dj.NextID = d.nextID
 			for _, l := range d.heldLeases() {
-				lj := leaseJSON{ID: l.id, Worker: l.worker, Start: l.start, End: l.end, Retries: l.retries}
+				lj := leaseJSON{ID: l.id, Worker: l.w.name, Start: l.start, End: l.end, Retries: l.retries}
 				if !l.deadline.IsZero() {
 					dl := l.deadline
 					lj.Deadline = &dl
@@ -159,8 +194,8 @@ func (m *Machine) MarshalState() ([]byte, error) {
 func bad(format string, a ...any) error { return errorf(ErrBadState, format, a...) }
 
 // decodeStrict decodes exactly one JSON object into v, rejecting unknown
-// fields, trailing data and an unknown schema.
-func decodeStrict(data []byte, v any, schema *int) error {
+// fields, trailing data and a schema not in accept.
+func decodeStrict(data []byte, v any, schema *int, accept ...int) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
@@ -169,23 +204,38 @@ func decodeStrict(data []byte, v any, schema *int) error {
 	if _, err := dec.Token(); err != io.EOF {
 		return bad("data after the state object")
 	}
-	if *schema != SchemaVersion {
-		return bad("schema %d, this build reads only schema %d; restore with the matching Rover version", *schema, SchemaVersion)
+	if !slices.Contains(accept, *schema) {
+		return bad("schema %d, this build reads only schema %v; restore with the matching Rover version", *schema, accept)
 	}
 	return nil
 }
 
-// Restore rebuilds a machine from [Machine.MarshalState]'s output. It rejects
-// an unknown schema and any state the machine could not have reached, with
-// an error wrapping [ErrBadState].
+// Restore rebuilds a machine from [Machine.MarshalState]'s output (schema 1
+// or 2). It rejects an unknown schema and any state the machine could not
+// have reached, with an error wrapping [ErrBadState].
 func Restore(data []byte) (*Machine, error) {
 	var s stateJSON
-	if err := decodeStrict(data, &s, &s.Schema); err != nil {
+	if err := decodeStrict(data, &s, &s.Schema, 1, SchemaVersion); err != nil {
 		return nil, err
 	}
 	m := New()
+	if s.Fence < 0 {
+		return nil, bad("fence %d is negative", s.Fence)
+	}
+	m.fence = s.Fence
+	for i, wj := range s.Workers {
+		switch {
+		case validName("worker", wj.Name) != nil:
+			return nil, bad("worker name %q", wj.Name)
+		case i > 0 && s.Workers[i-1].Name >= wj.Name:
+			return nil, bad("workers not sorted by unique name at %q", wj.Name)
+		case wj.Incarnation < m.fence:
+			return nil, bad("worker %q has incarnation %d, below the fence %d", wj.Name, wj.Incarnation, m.fence)
+		}
+		m.workers[wj.Name] = &worker{name: wj.Name, inc: wj.Incarnation}
+	}
 	for i, dj := range s.Datasets {
-		d, err := m.restoreDataset(dj)
+		d, err := m.restoreDataset(dj, s.Schema)
 		if err != nil {
 			return nil, fmt.Errorf("dataset %d (%q): %w", i, dj.Dataset.Name, err)
 		}
@@ -194,7 +244,39 @@ func Restore(data []byte) (*Machine, error) {
 		}
 		m.datasets[d.cfg.Name] = d
 	}
+	for _, wj := range s.Workers {
+		if err := m.restoreRequests(m.workers[wj.Name], wj.Requests); err != nil {
+			return nil, fmt.Errorf("worker %q: %w", wj.Name, err)
+		}
+	}
 	return m, nil
+}
+
+// restoreRequests checks and sets w's last lease requests.
+func (m *Machine) restoreRequests(w *worker, rs []requestJSON) error {
+	if len(rs) > MaxClients {
+		return bad("%d requests remembered, at most %d", len(rs), MaxClients)
+	}
+	for _, rj := range rs {
+		d := m.datasets[rj.Dataset]
+		switch {
+		case d == nil || d.cfg.Mode != Leased:
+			return bad("request %d for %q, which is not a Leased dataset", rj.ID, rj.Dataset)
+		case rj.ID == 0:
+			return bad("request ID 0 for %q", rj.Dataset)
+		case w.find(rj.Dataset, rj.ID) >= 0:
+			return bad("two requests of client %d for %q", rj.ID>>32, rj.Dataset)
+		case len(rj.Leases) > MaxLeaseShards:
+			return bad("request %d answered with %d leases, at most %d", rj.ID, len(rj.Leases), MaxLeaseShards)
+		}
+		for i, id := range rj.Leases {
+			if id < 1 || id >= d.nextID || i > 0 && id <= rj.Leases[i-1] {
+				return bad("request %d has lease IDs %v, not ascending in 1..%d", rj.ID, rj.Leases, d.nextID-1)
+			}
+		}
+		w.reqs = append(w.reqs, &request{dataset: rj.Dataset, id: rj.ID, leases: rj.Leases})
+	}
+	return nil
 }
 
 func (c configJSON) config() (Dataset, error) {
@@ -220,7 +302,10 @@ func (c configJSON) config() (Dataset, error) {
 	return ds, nil
 }
 
-func (m *Machine) restoreDataset(dj datasetJSON) (*dataset, error) {
+// restoreDataset rebuilds one dataset of a state of the given schema; its
+// leases' workers are in m.workers (for schema 1, they are added at
+// incarnation 0).
+func (m *Machine) restoreDataset(dj datasetJSON, schema int) (*dataset, error) {
 	cfg, err := dj.Dataset.config()
 	if err != nil {
 		return nil, err
@@ -263,7 +348,15 @@ func (m *Machine) restoreDataset(dj datasetJSON) (*dataset, error) {
 		case (lj.Deadline == nil) != (cfg.LeaseTimeout == 0):
 			return nil, bad("lease %d has deadline %v with LeaseTimeout %v", lj.ID, lj.Deadline, cfg.LeaseTimeout)
 		}
-		l := &lease{task: held[i], id: lj.ID, d: d, worker: lj.Worker, hidx: -1}
+		w := m.workers[lj.Worker]
+		if w == nil && schema == 1 {
+			w = &worker{name: lj.Worker}
+			m.workers[lj.Worker] = w
+		}
+		if w == nil {
+			return nil, bad("lease %d is held by worker %q, who is not listed", lj.ID, lj.Worker)
+		}
+		l := &lease{task: held[i], id: lj.ID, d: d, w: w, hidx: -1}
 		if lj.Deadline != nil {
 			l.deadline = *lj.Deadline
 		}

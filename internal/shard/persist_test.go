@@ -12,10 +12,11 @@ import (
 // op is one event of a persistence scenario.
 type op struct {
 	after time.Duration
-	kind  string // lease, complete, fail, renew, lost, tick, append, seal, advance, rewind, register
+	kind  string // lease, complete, fail, renew, lost, fence, tick, append, seal, advance, rewind, register
 	ds, w string
-	n     int64  // lease: max; append: samples; advance/rewind: consumed
-	id    uint64 // complete/fail/renew: lease ID; advance/rewind: epoch
+	inc   int64  // the worker's incarnation
+	n     int64  // lease: max; append: samples; advance/rewind: consumed; fence: the minimum incarnation
+	id    uint64 // complete/fail/renew: lease ID; lease: request ID; advance/rewind: epoch
 }
 
 // apply plays o on m and returns what it returned, for comparisons.
@@ -26,18 +27,21 @@ func (o op) apply(m *Machine, now time.Time) any {
 		}
 		return err.Error()
 	}
+	w := Worker{Name: o.w, Incarnation: o.inc}
 	switch o.kind {
 	case "lease":
-		r, err := m.Lease(o.ds, o.w, int(o.n), now)
+		r, err := m.Lease(o.ds, LeaseRequest{Worker: w, Max: int(o.n), ID: o.id}, now)
 		return []any{r, errText(err)}
 	case "complete":
-		return errText(m.Complete(o.ds, o.id, o.w, now))
+		return errText(m.Complete(o.ds, o.id, w, now))
 	case "fail":
-		return errText(m.Fail(o.ds, o.id, o.w, now))
+		return errText(m.Fail(o.ds, o.id, w, now))
 	case "renew":
-		return errText(m.Renew(o.ds, o.id, o.w, now))
+		return errText(m.Renew(o.ds, o.id, w, now))
 	case "lost":
 		m.WorkerLost(o.w, now)
+	case "fence":
+		m.Fence(o.n, now)
 	case "tick":
 		m.Tick(now)
 	case "append":
@@ -89,6 +93,14 @@ var persistOps = []op{
 	{kind: "complete", ds: "st", w: "b", id: 9}, {kind: "lease", ds: "st", w: "b", n: 9},
 	{kind: "complete", ds: "st", w: "b", id: 10}, {kind: "lease", ds: "st", w: "b", n: 9},
 	{kind: "advance", ds: "sy", id: 3, n: 0}, {kind: "lease", ds: "d", w: "b", n: 2},
+	// Incarnations, fences and repeated requests.
+	{kind: "rewind", ds: "sy", n: 0}, {kind: "lease", ds: "d", w: "e", inc: 1, n: 2, id: 7<<32 | 1},
+	{kind: "lease", ds: "d", w: "e", inc: 1, n: 2, id: 7<<32 | 1}, {kind: "lease", ds: "d", w: "e", inc: 1, n: 1, id: 9<<32 | 1},
+	{kind: "lease", ds: "d", w: "e", inc: 1, n: 1, id: 7<<32 | 0}, {kind: "complete", ds: "d", w: "e", inc: 1, id: 21},
+	{kind: "lease", ds: "d", w: "e", inc: 2, n: 1, id: 7<<32 | 1}, {kind: "lease", ds: "d", w: "e", inc: 1, n: 1},
+	{kind: "lease", ds: "d", w: "f", inc: 2, n: 1, id: 3}, {kind: "fence", n: 3},
+	{kind: "lease", ds: "d", w: "f", inc: 2, n: 1, id: 4}, {kind: "lease", ds: "d", w: "f", inc: 3, n: 1, id: 4},
+	{kind: "lease", ds: "d", w: "f", inc: 3, n: 1, id: 4}, {kind: "fence", n: 2},
 }
 
 func newPersistMachine(t testing.TB) *Machine {
@@ -116,7 +128,7 @@ func TestPersistRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !strings.HasPrefix(string(data), `{"schema":1,`) {
+		if !strings.HasPrefix(string(data), `{"schema":2,`) {
 			t.Fatalf("no schema field in %s", data)
 		}
 		restored, err := Restore(data)
@@ -168,9 +180,9 @@ func TestRestoreRejects(t *testing.T) {
 	tests := []struct {
 		name, old, new, wantInMsg string
 	}{
-		{"unknown schema", `"schema":1`, `"schema":2`, "schema 2"},
-		{"missing schema", `"schema":1,`, ``, "schema 0"},
-		{"unknown field", `"schema":1,`, `"schema":1,"extra":true,`, "extra"},
+		{"unknown schema", `"schema":2`, `"schema":3`, "schema 3"},
+		{"missing schema", `"schema":2,`, ``, "schema 0"},
+		{"unknown field", `"schema":2,`, `"schema":2,"extra":true,`, "extra"},
 		{"trailing data", `]}`, `]}{}`, "after"},
 		{"truncated", `]}`, `]`, ""},
 		{"invalid settings", `"shard_size":4`, `"shard_size":0`, "ShardSize"},

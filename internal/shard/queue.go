@@ -17,10 +17,10 @@ type lease struct {
 	task
 	id       uint64
 	d        *dataset
-	worker   string
+	w        *worker   // the holder, at its newest incarnation
 	deadline time.Time // zero: never expires
 	hidx     int       // index in the machine's deadline heap, -1 when not in it
-	// The worker's leases form a doubly linked list (Machine.workers).
+	// The worker's leases form a doubly linked list (worker.leases).
 	wprev, wnext *lease
 }
 

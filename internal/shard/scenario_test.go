@@ -38,7 +38,7 @@ func (e *env) check() { e.t.Helper(); checkInvariants(e.t, e.m) }
 
 func (e *env) lease(ds, w string, max int) LeaseResult {
 	e.t.Helper()
-	r, err := e.m.Lease(ds, w, max, e.now)
+	r, err := e.m.Lease(ds, LeaseRequest{Worker: Worker{Name: w}, Max: max}, e.now)
 	if err != nil {
 		e.t.Fatalf("Lease(%s, %s, %d): %v", ds, w, max, err)
 	}
@@ -72,7 +72,7 @@ func (e *env) wantEnd(ds, w string) {
 
 func (e *env) complete(ds string, l Lease, w string, want error) {
 	e.t.Helper()
-	if err := e.m.Complete(ds, l.ID, w, e.now); !errors.Is(err, want) || (err == nil) != (want == nil) {
+	if err := e.m.Complete(ds, l.ID, Worker{Name: w}, e.now); !errors.Is(err, want) || (err == nil) != (want == nil) {
 		e.t.Fatalf("Complete(%s, %d, %s) = %v, want %v", ds, l.ID, w, err, want)
 	}
 	e.check()
@@ -80,7 +80,7 @@ func (e *env) complete(ds string, l Lease, w string, want error) {
 
 func (e *env) fail(ds string, l Lease, w string) {
 	e.t.Helper()
-	if err := e.m.Fail(ds, l.ID, w, e.now); err != nil {
+	if err := e.m.Fail(ds, l.ID, Worker{Name: w}, e.now); err != nil {
 		e.t.Fatalf("Fail(%s, %d, %s): %v", ds, l.ID, w, err)
 	}
 	e.check()
@@ -149,7 +149,7 @@ func TestLeaseErrors(t *testing.T) {
 		{"d", strings.Repeat("w", MaxNameLen+1), 1, ErrInvalidRequest},
 		{"d", "w", 0, ErrInvalidRequest},
 	} {
-		if _, err := e.m.Lease(tt.ds, tt.w, tt.max, e.now); !errors.Is(err, tt.want) {
+		if _, err := e.m.Lease(tt.ds, LeaseRequest{Worker: Worker{Name: tt.w}, Max: tt.max}, e.now); !errors.Is(err, tt.want) {
 			t.Errorf("Lease(%q, %q, %d) = %v, want %v", tt.ds, tt.w, tt.max, err, tt.want)
 		}
 	}
@@ -159,7 +159,7 @@ func TestLeaseErrors(t *testing.T) {
 	if _, err := e.m.Append("d", 1, e.now); !errors.Is(err, ErrWrongMode) {
 		t.Errorf("Append to a fixed dataset: %v", err)
 	}
-	if err := e.m.Renew("d", 1, "w", e.now); !errors.Is(err, ErrUnknownLease) {
+	if err := e.m.Renew("d", 1, Worker{Name: "w"}, e.now); !errors.Is(err, ErrUnknownLease) {
 		t.Errorf("Renew of no lease: %v", err)
 	}
 	if _, err := e.m.Status("x"); !errors.Is(err, ErrUnknownDataset) {
@@ -188,10 +188,10 @@ func TestExpiryRequeuesToFront(t *testing.T) {
 	}
 	b := e.after(2*sec).lease1("d", "w2", 4, 8)
 	e.after(3 * sec)
-	if err := e.m.Renew("d", a.ID, "w1", e.now); err != nil { // a now expires at 15s
+	if err := e.m.Renew("d", a.ID, Worker{Name: "w1"}, e.now); err != nil { // a now expires at 15s
 		t.Fatal(err)
 	}
-	if err := e.m.Renew("d", a.ID, "w2", e.now); !errors.Is(err, ErrNotHolder) {
+	if err := e.m.Renew("d", a.ID, Worker{Name: "w2"}, e.now); !errors.Is(err, ErrNotHolder) {
 		t.Fatalf("Renew by another worker: %v", err)
 	}
 	if d, _ := e.m.NextDeadline(); !d.Equal(t0.Add(12 * sec)) {
@@ -235,8 +235,8 @@ func TestWorkerLostRequeuesToFront(t *testing.T) {
 	e.lease1("d", "w3", 12, 16)
 	e.complete("other", o, "w1", ErrUnknownLease)
 	e.m.WorkerLost("nobody", e.now)
-	if _, ok := e.m.workers["w1"]; ok {
-		t.Fatal("lost worker still listed")
+	if w := e.m.workers["w1"]; w == nil || w.leases != nil {
+		t.Fatalf("lost worker %+v: want it remembered, without leases", w)
 	}
 	if d, _ := e.m.NextDeadline(); !d.Equal(t0.Add(time.Minute)) {
 		t.Fatalf("NextDeadline %v; want w2's", d.Sub(t0))
@@ -250,7 +250,7 @@ func TestRetriesThenDrop(t *testing.T) {
 	e := newEnv(t, ds)
 	l := e.lease1("d", "w", 0, 4)
 	e.fail("d", l, "w")
-	if err := e.m.Fail("d", l.ID, "w", e.now); !errors.Is(err, ErrUnknownLease) {
+	if err := e.m.Fail("d", l.ID, Worker{Name: "w"}, e.now); !errors.Is(err, ErrUnknownLease) {
 		t.Fatalf("second Fail: %v", err)
 	}
 	l = e.lease1("d", "w", 0, 4) // retried first

@@ -55,9 +55,9 @@ func (m *Machine) Status(dataset string) (Status, error) {
 	s.Dropped = slices.Clone(d.dropped)
 	seen := map[string]bool{}
 	for _, l := range d.doing {
-		if !seen[l.worker] {
-			seen[l.worker] = true
-			s.Workers = append(s.Workers, l.worker)
+		if !seen[l.w.name] {
+			seen[l.w.name] = true
+			s.Workers = append(s.Workers, l.w.name)
 		}
 	}
 	sort.Strings(s.Workers)

@@ -15,6 +15,7 @@ importing torch.
 """
 
 import os
+import threading
 import time
 
 from . import _agent
@@ -161,10 +162,19 @@ class ShardClient:
 
     Iteration ends when the dataset is finished. ``prefetch`` shards are kept
     leased ahead so the data path rarely waits on the network.
+
+    Requests carry the worker's incarnation (ROVER_WORKER_INCARNATION, the
+    round ``rover run`` started the process in): once a later round has
+    begun, the master refuses them with an ``AgentError`` of code
+    ``failed_precondition``, and the process must stop. Lease requests are
+    numbered, so that one sent again is answered with the shards it already
+    got, not new ones; a lease or completion the agent could not be reached
+    for is sent again, unchanged, for up to ``timeout`` seconds (the agent
+    itself waits for an unreachable master up to its heartbeat timeout).
     """
 
     def __init__(self, name, size=0, shard_size=1, batch_size=1, epochs=1, shuffle=False, seed=0,
-                 streaming=False, lease_timeout=0.0, max_retries=3, prefetch=2, poll=0.05):
+                 streaming=False, lease_timeout=0.0, max_retries=3, prefetch=2, poll=0.05, timeout=900.0):
         spec = {"name": name, "size": str(int(size)), "batchSize": int(batch_size), "shardSize": str(int(shard_size)),
                 "epochs": int(epochs), "shuffle": bool(shuffle), "seed": str(int(seed)), "streaming": bool(streaming),
                 "leaseTimeoutMillis": str(int(lease_timeout * 1000)), "maxRetries": int(max_retries),
@@ -172,15 +182,46 @@ class ShardClient:
         self.name = name
         self.spec = _register(spec)
         self.worker = os.environ.get("LOCAL_RANK", "0")
-        self.prefetch, self.poll = max(1, int(prefetch)), poll
+        self.incarnation = int(os.environ.get("ROVER_WORKER_INCARNATION") or 0)
+        self.prefetch, self.poll, self.timeout = max(1, int(prefetch)), poll, float(timeout)
         self._ready = []
         self._ended = False
+        self._lock = threading.Lock()  # lease requests go one at a time, in order
+        self._pid = self._client = self._seq = 0
+
+    def _request_id(self):
+        # A copy in a forked process (a DataLoader worker) counts apart under
+        # a client number of its own: the same number from two processes
+        # would get one process's shards for both.
+        if self._pid != os.getpid() or self._seq >= 0xFFFFFFFF:
+            self._pid, self._seq = os.getpid(), 0
+            self._client = int.from_bytes(os.urandom(4), "big") << 32
+        self._seq += 1
+        return self._client | self._seq
+
+    def _call(self, method, request):
+        """Calls the agent, sending the same request again while it cannot
+        be reached, for up to ``timeout`` seconds in all."""
+        deadline = time.monotonic() + self.timeout
+        delay = 0.1
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                return _agent.call(method, request, timeout=max(left, 1.0))
+            except _agent.AgentError as e:
+                if e.code != "unavailable" or time.monotonic() + delay > deadline:
+                    raise
+            time.sleep(delay)
+            delay = min(delay * 2, 3.0)
 
     def _fill(self):
         want = self.prefetch - len(self._ready)
         if want <= 0 or self._ended:
             return
-        r = _agent.call("LeaseShards", {"dataset": self.name, "worker": self.worker, "max": want})
+        with self._lock:
+            r = self._call("LeaseShards", {"dataset": self.name, "worker": self.worker, "max": want,
+                                           "incarnation": str(self.incarnation),
+                                           "requestId": str(self._request_id())})
         self._ready.extend(Shard(s) for s in r.get("shards", []))
         if r.get("end"):
             self._ended = True
@@ -202,8 +243,9 @@ class ShardClient:
         """Reports a shard done (ok) or failed (retried elsewhere). Returns
         False when the lease had expired and the shard went to another
         worker: then this worker's results for it must be discarded."""
-        r = _agent.call("CompleteShards", {"dataset": self.name, "worker": self.worker,
-                                           "results": [{"leaseId": shard.lease_id, "ok": bool(ok)}]})
+        r = self._call("CompleteShards", {"dataset": self.name, "worker": self.worker,
+                                          "incarnation": str(self.incarnation),
+                                          "results": [{"leaseId": shard.lease_id, "ok": bool(ok)}]})
         return str(shard.lease_id) not in [str(u) for u in r.get("unknown", [])]
 
     def state_dict(self):

@@ -378,8 +378,22 @@ type LeaseShardsRequest struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Dataset string                 `protobuf:"bytes,1,opt,name=dataset,proto3" json:"dataset,omitempty"`
 	// The leasing worker: "<node_id>/<local_rank>" (the agent fills it in).
-	Worker        string `protobuf:"bytes,2,opt,name=worker,proto3" json:"worker,omitempty"`
-	Max           int32  `protobuf:"varint,3,opt,name=max,proto3" json:"max,omitempty"`
+	Worker string `protobuf:"bytes,2,opt,name=worker,proto3" json:"worker,omitempty"`
+	Max    int32  `protobuf:"varint,3,opt,name=max,proto3" json:"max,omitempty"`
+	// The worker process's incarnation: the rendezvous round it was started in
+	// (ROVER_WORKER_INCARNATION). A request from an incarnation older than the
+	// newest one the master has seen for the worker, or from a round before the
+	// current one, is refused (FailedPrecondition: the process must stop). 0:
+	// unknown; the agent fills in the round of its worker group, the master
+	// the current round.
+	Incarnation int64 `protobuf:"varint,4,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	// Numbers the request, so that a retry is answered with the leases the
+	// first delivery got instead of new ones: the high 32 bits name the client
+	// (a random number per process and dataset), the low 32 bits count its
+	// lease requests from 1. The same ID again gets the same leases (those
+	// still held); a lower one is refused (FailedPrecondition). 0: no
+	// deduplication.
+	RequestId     uint64 `protobuf:"varint,5,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -431,6 +445,20 @@ func (x *LeaseShardsRequest) GetWorker() string {
 func (x *LeaseShardsRequest) GetMax() int32 {
 	if x != nil {
 		return x.Max
+	}
+	return 0
+}
+
+func (x *LeaseShardsRequest) GetIncarnation() int64 {
+	if x != nil {
+		return x.Incarnation
+	}
+	return 0
+}
+
+func (x *LeaseShardsRequest) GetRequestId() uint64 {
+	if x != nil {
+		return x.RequestId
 	}
 	return 0
 }
@@ -551,10 +579,16 @@ func (x *ShardResult) GetOk() bool {
 }
 
 type CompleteShardsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Dataset       string                 `protobuf:"bytes,1,opt,name=dataset,proto3" json:"dataset,omitempty"`
-	Worker        string                 `protobuf:"bytes,2,opt,name=worker,proto3" json:"worker,omitempty"`
-	Results       []*ShardResult         `protobuf:"bytes,3,rep,name=results,proto3" json:"results,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Dataset string                 `protobuf:"bytes,1,opt,name=dataset,proto3" json:"dataset,omitempty"`
+	Worker  string                 `protobuf:"bytes,2,opt,name=worker,proto3" json:"worker,omitempty"`
+	Results []*ShardResult         `protobuf:"bytes,3,rep,name=results,proto3" json:"results,omitempty"`
+	// As in LeaseShardsRequest: a superseded incarnation's results are refused.
+	Incarnation int64 `protobuf:"varint,4,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	// Numbers the call like LeaseShardsRequest.request_id. Completing is
+	// idempotent (a repeat gets the same answer), so the master needs no
+	// deduplication and does not check it; 0 is fine.
+	RequestId     uint64 `protobuf:"varint,5,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -608,6 +642,20 @@ func (x *CompleteShardsRequest) GetResults() []*ShardResult {
 		return x.Results
 	}
 	return nil
+}
+
+func (x *CompleteShardsRequest) GetIncarnation() int64 {
+	if x != nil {
+		return x.Incarnation
+	}
+	return 0
+}
+
+func (x *CompleteShardsRequest) GetRequestId() uint64 {
+	if x != nil {
+		return x.RequestId
+	}
+	return 0
 }
 
 type CompleteShardsResponse struct {
@@ -1532,22 +1580,28 @@ const file_api_rover_v1_shard_proto_rawDesc = "" +
 	"\x05start\x18\x03 \x01(\x03R\x05start\x12\x10\n" +
 	"\x03end\x18\x04 \x01(\x03R\x03end\x12\x18\n" +
 	"\aindices\x18\x05 \x03(\x03R\aindices\x120\n" +
-	"\x14deadline_unix_millis\x18\x06 \x01(\x03R\x12deadlineUnixMillis\"X\n" +
+	"\x14deadline_unix_millis\x18\x06 \x01(\x03R\x12deadlineUnixMillis\"\x99\x01\n" +
 	"\x12LeaseShardsRequest\x12\x18\n" +
 	"\adataset\x18\x01 \x01(\tR\adataset\x12\x16\n" +
 	"\x06worker\x18\x02 \x01(\tR\x06worker\x12\x10\n" +
-	"\x03max\x18\x03 \x01(\x05R\x03max\"d\n" +
+	"\x03max\x18\x03 \x01(\x05R\x03max\x12 \n" +
+	"\vincarnation\x18\x04 \x01(\x03R\vincarnation\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x05 \x01(\x04R\trequestId\"d\n" +
 	"\x13LeaseShardsResponse\x12'\n" +
 	"\x06shards\x18\x01 \x03(\v2\x0f.rover.v1.ShardR\x06shards\x12\x12\n" +
 	"\x04wait\x18\x02 \x01(\bR\x04wait\x12\x10\n" +
 	"\x03end\x18\x03 \x01(\bR\x03end\"8\n" +
 	"\vShardResult\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\x04R\aleaseId\x12\x0e\n" +
-	"\x02ok\x18\x02 \x01(\bR\x02ok\"z\n" +
+	"\x02ok\x18\x02 \x01(\bR\x02ok\"\xbb\x01\n" +
 	"\x15CompleteShardsRequest\x12\x18\n" +
 	"\adataset\x18\x01 \x01(\tR\adataset\x12\x16\n" +
 	"\x06worker\x18\x02 \x01(\tR\x06worker\x12/\n" +
-	"\aresults\x18\x03 \x03(\v2\x15.rover.v1.ShardResultR\aresults\"2\n" +
+	"\aresults\x18\x03 \x03(\v2\x15.rover.v1.ShardResultR\aresults\x12 \n" +
+	"\vincarnation\x18\x04 \x01(\x03R\vincarnation\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x05 \x01(\x04R\trequestId\"2\n" +
 	"\x16CompleteShardsResponse\x12\x18\n" +
 	"\aunknown\x18\x01 \x03(\x04R\aunknown\"@\n" +
 	"\fDataPosition\x12\x14\n" +

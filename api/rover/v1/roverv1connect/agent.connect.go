@@ -90,7 +90,11 @@ type AgentServiceClient interface {
 	Info(context.Context, *connect.Request[v1.InfoRequest]) (*connect.Response[v1.InfoResponse], error)
 	// Dynamic data sharding, forwarded to the master. In LeaseShards and
 	// CompleteShards the worker field is the caller's LOCAL_RANK; the agent
-	// names the worker "<node_id>/<local_rank>" for the master.
+	// names the worker "<node_id>/<local_rank>" for the master, and fills in
+	// an incarnation of 0 with the round of its worker group. While the master
+	// is unreachable the agent retries these calls (but AppendStream and
+	// RestoreDataset, which are not idempotent), with the same request_id, up
+	// to its heartbeat timeout.
 	RegisterDataset(context.Context, *connect.Request[v1.RegisterDatasetRequest]) (*connect.Response[v1.RegisterDatasetResponse], error)
 	LeaseShards(context.Context, *connect.Request[v1.LeaseShardsRequest]) (*connect.Response[v1.LeaseShardsResponse], error)
 	CompleteShards(context.Context, *connect.Request[v1.CompleteShardsRequest]) (*connect.Response[v1.CompleteShardsResponse], error)
@@ -326,7 +330,11 @@ type AgentServiceHandler interface {
 	Info(context.Context, *connect.Request[v1.InfoRequest]) (*connect.Response[v1.InfoResponse], error)
 	// Dynamic data sharding, forwarded to the master. In LeaseShards and
 	// CompleteShards the worker field is the caller's LOCAL_RANK; the agent
-	// names the worker "<node_id>/<local_rank>" for the master.
+	// names the worker "<node_id>/<local_rank>" for the master, and fills in
+	// an incarnation of 0 with the round of its worker group. While the master
+	// is unreachable the agent retries these calls (but AppendStream and
+	// RestoreDataset, which are not idempotent), with the same request_id, up
+	// to its heartbeat timeout.
 	RegisterDataset(context.Context, *connect.Request[v1.RegisterDatasetRequest]) (*connect.Response[v1.RegisterDatasetResponse], error)
 	LeaseShards(context.Context, *connect.Request[v1.LeaseShardsRequest]) (*connect.Response[v1.LeaseShardsResponse], error)
 	CompleteShards(context.Context, *connect.Request[v1.CompleteShardsRequest]) (*connect.Response[v1.CompleteShardsResponse], error)
