@@ -135,7 +135,7 @@ func TestOldRoundRefusedAfterRoundChange(t *testing.T) {
 		t.Errorf("lease without an incarnation: %v, %v; want [30, 40)", got, err)
 	}
 
-	c2 := newCore("job", st)
+	c2 := newCore("default", st)
 	if _, err := c2.restore(ctx, m.cfg.Clock.Now()); err != nil {
 		t.Fatal(err)
 	}
@@ -194,7 +194,7 @@ func TestDuplicateLeaseRequest(t *testing.T) {
 		t.Errorf("negative incarnation: %v, want InvalidArgument", err)
 	}
 
-	c2 := newCore("job", st)
+	c2 := newCore("default", st)
 	if _, err := c2.restore(ctx, m.cfg.Clock.Now()); err != nil {
 		t.Fatal(err)
 	}
