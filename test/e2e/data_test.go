@@ -118,7 +118,19 @@ func TestElasticSamplerExactlyOnce(t *testing.T) {
 	if !worlds[2] || !worlds[4] {
 		t.Fatalf("worlds seen %v, want the world to shrink to 2 and grow back to 4", worlds)
 	}
-	// A step survives unless a later round resumed from an earlier step.
+	checkExactlyOnce(t, logs, size, epochs, 4*batch)
+}
+
+// checkExactlyOnce asserts that every sample of every epoch was trained
+// exactly once over the logged steps that survived (a step is rolled back
+// when a later round resumed from an earlier step), but a tail shorter than
+// a global batch that the sampler drops.
+func checkExactlyOnce(t *testing.T, logs []trainedLog, size, epochs, globalBatch int) {
+	t.Helper()
+	starts := map[int]int{}
+	for _, l := range logs {
+		starts[l.round] = l.start
+	}
 	survives := func(round, step int) bool {
 		for r, s := range starts {
 			if r > round && s < step {
@@ -138,9 +150,9 @@ func TestElasticSamplerExactlyOnce(t *testing.T) {
 			}
 		}
 	}
-	for e := int64(0); e < epochs; e++ {
+	for e := int64(0); e < int64(epochs); e++ {
 		missing := 0
-		for i := int64(0); i < size; i++ {
+		for i := int64(0); i < int64(size); i++ {
 			switch n := count[[2]int64{e, i}]; {
 			case n > 1:
 				t.Errorf("epoch %d: sample %d trained %d times", e, i, n)
@@ -148,8 +160,8 @@ func TestElasticSamplerExactlyOnce(t *testing.T) {
 				missing++
 			}
 		}
-		if missing >= 4*batch {
-			t.Errorf("epoch %d: %d samples never trained; only a tail shorter than a global batch (%d) may be dropped", e, missing, 4*batch)
+		if missing >= globalBatch {
+			t.Errorf("epoch %d: %d samples never trained; only a tail shorter than a global batch (%d) may be dropped", e, missing, globalBatch)
 		}
 		t.Logf("epoch %d: every sample trained once but a dropped tail of %d", e, missing)
 	}

@@ -20,7 +20,8 @@ import (
 // old round after the master took the round's leases back was held forever,
 // and the epoch never ended.
 
-// leasedLines reads leased.py's --out: (epoch, sample) -> completions.
+// leasedLines reads a file of completed shards, one JSON line each (leased.py's
+// --out, sdkworker's done.jsonl): (epoch, sample) -> completions, and lines.
 func leasedLines(t *testing.T, path string) (map[[2]int64]int, int) {
 	t.Helper()
 	b, err := os.ReadFile(path)

@@ -69,51 +69,6 @@ func waitOutput(t *testing.T, text string, ps ...*process) {
 	}
 }
 
-// checkExactlyOnce asserts that every sample of every epoch was trained
-// exactly once over the logged steps that survived (a step is rolled back
-// when a later round resumed from an earlier step), but a tail shorter than
-// a global batch.
-func checkExactlyOnce(t *testing.T, logs []trainedLog, globalBatch int) {
-	t.Helper()
-	starts := map[int]int{}
-	for _, l := range logs {
-		starts[l.round] = l.start
-	}
-	survives := func(round, step int) bool {
-		for r, s := range starts {
-			if r > round && s < step {
-				return false
-			}
-		}
-		return true
-	}
-	count := map[[2]int64]int{}
-	for _, l := range logs {
-		for _, s := range l.steps {
-			if !survives(l.round, s.Step) {
-				continue
-			}
-			for _, i := range s.Indices {
-				count[[2]int64{int64(s.Epoch), i}]++
-			}
-		}
-	}
-	for e := int64(0); e < samplerEpochs; e++ {
-		missing := 0
-		for i := int64(0); i < samplerSize; i++ {
-			switch n := count[[2]int64{e, i}]; {
-			case n > 1:
-				t.Errorf("epoch %d: sample %d trained %d times", e, i, n)
-			case n == 0:
-				missing++
-			}
-		}
-		if missing >= globalBatch {
-			t.Errorf("epoch %d: %d samples never trained", e, missing)
-		}
-	}
-}
-
 // TestMasterRestartLosesNothing SIGKILLs the master mid-epoch of a two-node
 // ElasticSampler job with flash checkpoints and starts it again on the same
 // state dir once both agents noticed: the workers never restart (one round,
@@ -166,7 +121,7 @@ func TestMasterRestartLosesNothing(t *testing.T) {
 			t.Errorf("a worker started in round %d at step %d: workers must not restart when the master does", l.round, l.start)
 		}
 	}
-	checkExactlyOnce(t, logs, 4*samplerBatch)
+	checkExactlyOnce(t, logs, samplerSize, samplerEpochs, 4*samplerBatch)
 	if got := latestCommitted(filepath.Join(dir, "flash")); got <= committedAtKill {
 		t.Errorf("latest committed step %d, %d when the master was killed: no checkpoint was committed after the restart", got, committedAtKill)
 	}
@@ -267,31 +222,6 @@ func TestCrashMasterRestartCrash(t *testing.T) {
 	}
 }
 
-// readDone reads the shards the sdkworkers completed: (epoch, sample) -> times.
-func readDone(t *testing.T, path string) (map[[2]int64]int, int) {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, 0
-	}
-	count := map[[2]int64]int{}
-	lines := 0
-	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-		var s struct {
-			Epoch   int64   `json:"epoch"`
-			Indices []int64 `json:"indices"`
-		}
-		if err := json.Unmarshal([]byte(line), &s); err != nil {
-			t.Fatalf("%s: %v", path, err)
-		}
-		lines++
-		for _, i := range s.Indices {
-			count[[2]int64{s.Epoch, i}]++
-		}
-	}
-	return count, lines
-}
-
 // TestMasterKilledWhileGoWorkersLease SIGKILLs the master while 32 Go SDK
 // workers lease and complete shards through their agent, and starts it again
 // on the same state dir: the workers' calls wait for it, no worker restarts,
@@ -305,7 +235,7 @@ func TestMasterKilledWhileGoWorkersLease(t *testing.T) {
 	done := filepath.Join(dir, "done.jsonl")
 	deadline := time.Now().Add(jobTimeout)
 	for {
-		if _, n := readDone(t, done); n >= 100 {
+		if _, n := leasedLines(t, done); n >= 100 {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -322,7 +252,7 @@ func TestMasterKilledWhileGoWorkersLease(t *testing.T) {
 	if strings.Contains(a.out.String(), "round=2") {
 		t.Errorf("the workers restarted:\n%s", a.out)
 	}
-	count, _ := readDone(t, done)
+	count, _ := leasedLines(t, done)
 	for e := int64(0); e < epochs; e++ {
 		for i := int64(0); i < size; i++ {
 			if n := count[[2]int64{e, i}]; n != 1 {
