@@ -96,7 +96,7 @@ var persistOps = []op{
 	// Incarnations, fences and repeated requests.
 	{kind: "rewind", ds: "sy", n: 0}, {kind: "lease", ds: "d", w: "e", inc: 1, n: 2, id: 7<<32 | 1},
 	{kind: "lease", ds: "d", w: "e", inc: 1, n: 2, id: 7<<32 | 1}, {kind: "lease", ds: "d", w: "e", inc: 1, n: 1, id: 9<<32 | 1},
-	{kind: "lease", ds: "d", w: "e", inc: 1, n: 1, id: 7<<32 | 0}, {kind: "complete", ds: "d", w: "e", inc: 1, id: 21},
+	{kind: "lease", ds: "d", w: "e", inc: 1, n: 1, id: 7 << 32}, {kind: "complete", ds: "d", w: "e", inc: 1, id: 21},
 	{kind: "lease", ds: "d", w: "e", inc: 2, n: 1, id: 7<<32 | 1}, {kind: "lease", ds: "d", w: "e", inc: 1, n: 1},
 	{kind: "lease", ds: "d", w: "f", inc: 2, n: 1, id: 3}, {kind: "fence", n: 3},
 	{kind: "lease", ds: "d", w: "f", inc: 2, n: 1, id: 4}, {kind: "lease", ds: "d", w: "f", inc: 3, n: 1, id: 4},
