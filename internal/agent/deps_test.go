@@ -1,9 +1,9 @@
 package agent
 
 import (
-	"os/exec"
-	"strings"
 	"testing"
+
+	"github.com/roverml/rover/internal/testsrc"
 )
 
 // TestDependencies keeps the agent's edge to the master the protocol: the
@@ -12,19 +12,8 @@ import (
 // package standalone's, which programs wire in through Options.StartMaster.
 // (Tests may run real masters: only the package itself is checked.)
 func TestDependencies(t *testing.T) {
-	gobin, err := exec.LookPath("go")
-	if err != nil {
-		t.Fatalf("no go command on PATH to list the dependencies with: %v", err)
-	}
-	out, err := exec.Command(gobin, "list", "-deps", "-f", "{{.ImportPath}}", ".").Output()
-	if err != nil {
-		t.Fatalf("go list: %v", err)
-	}
+	deps := testsrc.Deps(t, false)
 	const forbidden = "github.com/roverml/rover/internal/master"
-	deps := strings.Fields(string(out))
-	if len(deps) == 0 {
-		t.Fatal("go list listed no dependencies")
-	}
 	for _, pkg := range deps {
 		if pkg == forbidden {
 			t.Errorf("package agent depends on %s: reach the master through package client", pkg)

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -21,6 +20,7 @@ import (
 	"github.com/roverml/rover/internal/node"
 	"github.com/roverml/rover/internal/rendezvous"
 	"github.com/roverml/rover/internal/runconfig"
+	"github.com/roverml/rover/internal/testsrc"
 	"google.golang.org/protobuf/testing/protocmp"
 )
 
@@ -209,15 +209,7 @@ func TestRendezvousConversions(t *testing.T) {
 // the agent reaches masters only through this package, so it must not pull
 // package master in.
 func TestDependencies(t *testing.T) {
-	gobin, err := exec.LookPath("go")
-	if err != nil {
-		t.Fatalf("no go command on PATH to list the dependencies with: %v", err)
-	}
-	out, err := exec.Command(gobin, "list", "-deps", "-f", "{{.ImportPath}}", ".").Output()
-	if err != nil {
-		t.Fatalf("go list: %v", err)
-	}
-	for _, pkg := range strings.Fields(string(out)) {
+	for _, pkg := range testsrc.Deps(t, false) {
 		if pkg == "github.com/roverml/rover/internal/master" {
 			t.Errorf("package client depends on %s", pkg)
 		}
