@@ -205,12 +205,18 @@ func TestStats(t *testing.T) {
 	}
 }
 
-// TestSnapshotsBoundTheFile checks that after a few rounds of records and
-// snapshots the file stops growing: bbolt reuses the pages a snapshot frees.
+// TestSnapshotsBoundTheFile checks that the file stays bounded by the state,
+// not by everything ever appended: bbolt reuses the pages a snapshot frees.
+// Sixty rounds append 3 MB of records and 3.8 MB of snapshots in all; the
+// state at any time is a 64 KB snapshot and 50 KB of records.
 func TestSnapshotsBoundTheFile(t *testing.T) {
 	s := mustOpen(t, t.TempDir(), Options{NoSync: true})
-	const rounds, warmup = 60, 10
-	var warm int64
+	const rounds = 60
+	// The state times two (old and new snapshot coexist until a commit),
+	// with room for bbolt's growth steps and fragmentation: a sixth of what
+	// an unbounded file would reach.
+	const limit = int64(1 << 20)
+	var peak int64
 	for round := range rounds {
 		for g := range 5 {
 			var r [][]byte
@@ -224,16 +230,10 @@ func TestSnapshotsBoundTheFile(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if round == warmup {
-			warm = st.FileBytes
-		}
-		if round > warmup && st.FileBytes > warm {
-			t.Fatalf("after round %d the file is %d bytes, up from %d after round %d", round, st.FileBytes, warm, warmup)
+		peak = max(peak, st.FileBytes)
+		if st.FileBytes > limit {
+			t.Fatalf("after round %d the file is %d bytes, over %d", round, st.FileBytes, limit)
 		}
 	}
-	// State (64 KB snapshot, 50 KB of records) times two, with room for
-	// bbolt's doubling growth.
-	if limit := int64(512 << 10); warm > limit {
-		t.Errorf("the file is %d bytes, over %d", warm, limit)
-	}
+	t.Logf("peak file size over %d rounds: %d bytes", rounds, peak)
 }
