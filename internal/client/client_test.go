@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -35,6 +37,11 @@ func (headerMaster) GetJob(_ context.Context, req *connect.Request[roverv1.GetJo
 }
 
 func (headerMaster) Session(_ context.Context, s *connect.BidiStream[roverv1.SessionRequest, roverv1.SessionResponse]) error {
+	// Take the client's message before answering and returning: a stream
+	// that ends first can fail the client's send with EOF.
+	if _, err := s.Receive(); err != nil {
+		return err
+	}
 	view := &roverv1.NodeView{RunId: s.RequestHeader().Get(client.AuthHeader)}
 	return s.Send(&roverv1.SessionResponse{View: view})
 }
@@ -55,11 +62,11 @@ func TestNewSendsTheToken(t *testing.T) {
 	mux := http.NewServeMux()
 	mux.Handle(roverv1connect.NewMasterServiceHandler(headerMaster{}))
 	addr := startH2C(t, mux)
-	hc := client.NewHTTPClient()
-	defer hc.CloseIdleConnections()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for _, target := range []string{addr, "http://" + addr} {
+		hc := client.NewHTTPClient() // each target on its own connection
+		defer hc.CloseIdleConnections()
 		m := client.New(hc, target, "s3cret")
 		resp, err := m.GetJob(ctx, connect.NewRequest(&roverv1.GetJobRequest{}))
 		if err != nil {
@@ -99,6 +106,11 @@ func TestRetryable(t *testing.T) {
 		{"wrapped unavailable", fmt.Errorf("join: %w", code(connect.CodeUnavailable)), true},
 		{"a plain error (a broken stream)", errors.New("unexpected EOF"), true},
 		{"invalid argument", code(connect.CodeInvalidArgument), false},
+		{"an answer cut short (the client's protocol error)",
+			connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("protocol error: incomplete envelope: %w", io.ErrUnexpectedEOF)), true},
+		{"a connection reset mid-answer", connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("read: %w", syscall.ECONNRESET)), true},
+		{"the master's own invalid argument, whatever its cause",
+			connect.NewWireError(connect.CodeInvalidArgument, fmt.Errorf("bad: %w", io.ErrUnexpectedEOF)), false},
 		{"unauthenticated", code(connect.CodeUnauthenticated), false},
 		{"failed precondition", code(connect.CodeFailedPrecondition), false},
 		{"not found", code(connect.CodeNotFound), false},
