@@ -130,10 +130,9 @@ func newMaster(ctx context.Context, cfg Config, log *slog.Logger) (*Master, erro
 	mux := http.NewServeMux()
 	m.checkpoints = newCheckpoints(cfg.Clock)
 	mux.Handle(roverv1connect.NewMasterServiceHandler(&service{core: c, clock: cfg.Clock, checkpoints: m.checkpoints},
-		connect.WithInterceptors(tokenInterceptor{token: cfg.Token}),
 		connect.WithReadMaxBytes(8<<20),
 		connect.WithCompressMinBytes(compressMinBytes)))
-	m.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	m.srv = &http.Server{Handler: requireToken(cfg.Token, mux), ReadHeaderTimeout: 10 * time.Second}
 	m.srv.Protocols = new(http.Protocols)
 	m.srv.Protocols.SetHTTP1(true)
 	m.srv.Protocols.SetUnencryptedHTTP2(true)
