@@ -199,7 +199,7 @@ func TestMasterTokenPrecedence(t *testing.T) {
 	dir := t.TempDir()
 	t.Chdir(dir)
 	existing := filepath.Join(dir, "existing.token")
-	if err := os.WriteFile(existing, []byte("from-file\n"), 0o600); err != nil {
+	if err := os.WriteFile(existing, []byte("from-file-0123456789\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	tests := []struct {
@@ -209,9 +209,9 @@ func TestMasterTokenPrecedence(t *testing.T) {
 		want      string // "" for a new random token
 		wantFile  string
 	}{
-		{"--token-file wins over ROVER_TOKEN", existing, "from-env", "from-file", existing},
-		{"--token-file made when missing, even with ROVER_TOKEN", filepath.Join(dir, "new.token"), "from-env", "", filepath.Join(dir, "new.token")},
-		{"ROVER_TOKEN without --token-file", "", "from-env", "from-env", ""},
+		{"--token-file wins over ROVER_TOKEN", existing, "from-env-0123456789", "from-file-0123456789", existing},
+		{"--token-file made when missing, even with ROVER_TOKEN", filepath.Join(dir, "new.token"), "from-env-0123456789", "", filepath.Join(dir, "new.token")},
+		{"ROVER_TOKEN without --token-file", "", "from-env-0123456789", "from-env-0123456789", ""},
 		{"neither: <job>.token in the working directory", "", "", "", "j.token"},
 	}
 	for _, tt := range tests {
@@ -246,11 +246,11 @@ func TestMasterTokenPrecedence(t *testing.T) {
 func startTestMaster(t *testing.T) (addr, tokenFile string) {
 	t.Helper()
 	tokenFile = filepath.Join(t.TempDir(), "job.token")
-	if err := os.WriteFile(tokenFile, []byte("right\n"), 0o600); err != nil {
+	if err := os.WriteFile(tokenFile, []byte("right-token-0123456789\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	m, err := master.New(ctx, master.Config{Listen: "127.0.0.1:0", Token: "right", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	m, err := master.New(ctx, master.Config{Listen: "127.0.0.1:0", Token: "right-token-0123456789", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}

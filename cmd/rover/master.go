@@ -132,8 +132,12 @@ func parseMasterFlags(args []string, stderr io.Writer) (*masterConfig, error) {
 func masterToken(c *masterConfig, getenv func(string) string) (token, file string, err error) {
 	file = c.TokenFile
 	if file == "" {
-		if t, err := client.Token("", getenv); err == nil {
+		t, err := client.Token("", getenv)
+		switch {
+		case err == nil:
 			return t, "", nil
+		case !errors.Is(err, client.ErrNoToken):
+			return "", "", usageError{err}
 		}
 		file = c.Job + ".token"
 	}

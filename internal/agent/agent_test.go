@@ -47,7 +47,7 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-const token = "test-token"
+const token = "test-token-0123456789"
 
 // startMaster runs a real master on loopback.
 func startMaster(t *testing.T) string {

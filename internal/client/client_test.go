@@ -154,7 +154,7 @@ func TestRetryableRealCalls(t *testing.T) {
 func TestToken(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "job.token")
-	if err := os.WriteFile(file, []byte("from-file\n"), 0o600); err != nil {
+	if err := os.WriteFile(file, []byte("from-file-0123456789\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	empty := filepath.Join(dir, "empty.token")
@@ -169,12 +169,12 @@ func TestToken(t *testing.T) {
 		want    string
 		wantErr string // a substring of the error, "" for none
 	}{
-		{"file wins over the variable", file, "from-env", "from-file", ""},
-		{"file alone", file, "", "from-file", ""},
-		{"variable alone", "", " from-env\n", "from-env", ""},
+		{"file wins over the variable", file, "from-env-0123456789", "from-file-0123456789", ""},
+		{"file alone", file, "", "from-file-0123456789", ""},
+		{"variable alone", "", " from-env-0123456789\n", "from-env-0123456789", ""},
 		{"neither", "", "", "", "no job token: pass --token-file PATH"},
-		{"a missing file is an error, not a fall back to the variable", missing, "from-env", "", "missing.token"},
-		{"an empty file is an error", empty, "from-env", "", "token file " + empty + " is empty"},
+		{"a missing file is an error, not a fall back to the variable", missing, "from-env-0123456789", "", "missing.token"},
+		{"an empty file is an error", empty, "from-env-0123456789", "", "token file " + empty + " is empty"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -228,5 +228,24 @@ func TestDependencies(t *testing.T) {
 		if pkg == "github.com/roverml/rover/internal/master" {
 			t.Errorf("package client depends on %s", pkg)
 		}
+	}
+}
+
+// TestShortTokensRefused: a token that could be guessed is refused, from the
+// variable and from a file, with the way out in the message.
+func TestShortTokensRefused(t *testing.T) {
+	env := func(v string) func(string) string { return func(string) string { return v } }
+	if _, err := client.Token("", env("x")); err == nil || !strings.Contains(err.Error(), "fewer than 16") {
+		t.Errorf("a one-character ROVER_TOKEN: %v, want it refused", err)
+	}
+	short := filepath.Join(t.TempDir(), "short.token")
+	if err := os.WriteFile(short, []byte("abc\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.Token(short, env("")); err == nil || !strings.Contains(err.Error(), short) {
+		t.Errorf("a 3-character token file: %v, want it refused naming the file", err)
+	}
+	if tok, err := client.Token("", env("0123456789abcdef")); err != nil || tok != "0123456789abcdef" {
+		t.Errorf("a 16-character token: %q, %v", tok, err)
 	}
 }

@@ -10,6 +10,20 @@ import (
 // TokenEnv is the environment variable that may hold the job's token.
 const TokenEnv = "ROVER_TOKEN"
 
+// MinTokenLen is the shortest token a job may have: a short one can be
+// guessed. Tokens Rover makes have 64 characters.
+const MinTokenLen = 16
+
+// CheckToken refuses a token shorter than MinTokenLen; from says where it
+// came from.
+func CheckToken(tok, from string) error {
+	if len(tok) < MinTokenLen {
+		return fmt.Errorf("the job token from %s has %d characters, fewer than %d: a short token can be guessed; "+
+			"let `rover master` make one (name a new --token-file), or use at least %d random characters", from, len(tok), MinTokenLen, MinTokenLen)
+	}
+	return nil
+}
+
 // ErrNoToken is returned by Token when neither a token file nor $ROVER_TOKEN
 // gives a token.
 var ErrNoToken = errors.New("no job token: pass --token-file PATH (the file `rover master` wrote) or set ROVER_TOKEN")
@@ -23,7 +37,7 @@ func Token(file string, getenv func(string) string) (string, error) {
 		return ReadToken(file)
 	}
 	if t := strings.TrimSpace(getenv(TokenEnv)); t != "" {
-		return t, nil
+		return t, CheckToken(t, "$"+TokenEnv)
 	}
 	return "", ErrNoToken
 }
@@ -38,5 +52,5 @@ func ReadToken(path string) (string, error) {
 	if tok == "" {
 		return "", fmt.Errorf("token file %s is empty; pass the token file `rover master` wrote", path)
 	}
-	return tok, nil
+	return tok, CheckToken(tok, "token file "+path)
 }

@@ -53,7 +53,7 @@ func LoadOrCreateToken(path string) (string, error) {
 		if tok == "" {
 			return "", fmt.Errorf("token file %s is empty: delete it to have a new token made, or write the job's token into it", path)
 		}
-		return tok, nil
+		return tok, client.CheckToken(tok, "token file "+path)
 	}
 	if !errors.Is(err, os.ErrNotExist) {
 		return "", fmt.Errorf("read token file: %w", err)
