@@ -49,7 +49,7 @@ func checkRound(round int64) error {
 }
 
 func millis(name string, v int64) (time.Duration, error) {
-	if v < 0 || time.Duration(v)*time.Millisecond > maxTimeout {
+	if v < 0 || v > maxTimeout.Milliseconds() { // compared in ms: v*1e6 could overflow
 		return 0, invalid("%s=%dms is out of range (0 to %s)", name, v, maxTimeout)
 	}
 	return time.Duration(v) * time.Millisecond, nil
@@ -164,7 +164,7 @@ func validateGetKey(r *roverv1.GetKeyRequest) (time.Duration, error) {
 	if err := validateKey(r.GetKey()); err != nil {
 		return 0, err
 	}
-	if r.GetWaitMillis() < 0 || time.Duration(r.GetWaitMillis())*time.Millisecond > maxWait {
+	if r.GetWaitMillis() < 0 || r.GetWaitMillis() > maxWait.Milliseconds() { // compared in ms: no overflow
 		return 0, invalid("wait_millis %d is out of range (0 to %d)", r.GetWaitMillis(), maxWait.Milliseconds())
 	}
 	return time.Duration(r.GetWaitMillis()) * time.Millisecond, nil

@@ -1,7 +1,9 @@
 package master
 
 import (
+	"math"
 	"testing"
+	"time"
 
 	roverv1 "github.com/roverml/rover/api/rover/v1"
 	"google.golang.org/protobuf/proto"
@@ -39,4 +41,20 @@ func FuzzValidateOthers(f *testing.F) {
 		_ = validateFailures(&roverv1.ReportFailureRequest{NodeId: node, Round: round,
 			Failures: []*roverv1.WorkerFailure{{Rank: rank, Message: key}}})
 	})
+}
+
+// TestMillisNeverOverflow: durations in milliseconds are checked before they
+// are converted, so a huge value is refused, not wrapped into range.
+func TestMillisNeverOverflow(t *testing.T) {
+	for _, v := range []int64{math.MaxInt64, math.MaxInt64 / 1000, 1 << 62, -1, math.MinInt64} {
+		if d, err := millis("x", v); err == nil {
+			t.Errorf("millis(%d) = %v, want out of range", v, d)
+		}
+		if d, err := validateGetKey(&roverv1.GetKeyRequest{Key: "k", WaitMillis: v}); err == nil {
+			t.Errorf("wait_millis %d accepted as %v", v, d)
+		}
+	}
+	if d, err := millis("x", 1500); err != nil || d != 1500*time.Millisecond {
+		t.Errorf("millis(1500) = %v, %v", d, err)
+	}
 }
