@@ -3,8 +3,10 @@ package master
 import (
 	"bytes"
 	"context"
+	"io"
 	"net/http"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -81,5 +83,36 @@ func TestIdentityBeforeWork(t *testing.T) {
 	}
 	if _, err := good.GetJob(context.Background(), connect.NewRequest(&roverv1.GetJobRequest{})); err != nil {
 		t.Errorf("GetJob with the token after the flood: %v", err)
+	}
+}
+
+// TestStrictJSON: over Connect's JSON protocol, an unknown enum name or a
+// misspelt field is refused, naming it, instead of silently taking the
+// zero value (an unknown shard mode used to register a LEASED dataset).
+func TestStrictJSON(t *testing.T) {
+	m, _ := startMaster(t, Config{})
+	tests := []struct{ name, body, want string }{
+		{"unknown enum name", `{"dataset":{"name":"d","size":"10","shardSize":"1","epochs":1,"mode":"SHARD_MODE_BOGUS"}}`, "SHARD_MODE_BOGUS"},
+		{"misspelt field", `{"dataset":{"name":"d","size":"10","shardSize":"1","epochs":1,"shuffel":true}}`, "shuffel"},
+		{"empty body", ``, "empty"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req, err := http.NewRequest(http.MethodPost, "http://"+m.Addr()+"/rover.v1.MasterService/RegisterDataset", strings.NewReader(tt.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Authorization", "Bearer "+testToken)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(b), tt.want) {
+				t.Errorf("status %d, body %s; want 400 naming %q", resp.StatusCode, b, tt.want)
+			}
+		})
 	}
 }

@@ -130,6 +130,7 @@ func newMaster(ctx context.Context, cfg Config, log *slog.Logger) (*Master, erro
 	mux := http.NewServeMux()
 	m.checkpoints = newCheckpoints(cfg.Clock)
 	mux.Handle(roverv1connect.NewMasterServiceHandler(&service{core: c, clock: cfg.Clock, checkpoints: m.checkpoints},
+		connect.WithCodec(strictJSON{}),
 		connect.WithReadMaxBytes(8<<20),
 		connect.WithCompressMinBytes(compressMinBytes)))
 	m.srv = &http.Server{Handler: requireToken(cfg.Token, mux), ReadHeaderTimeout: 10 * time.Second}
