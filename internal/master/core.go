@@ -48,6 +48,7 @@ type core struct {
 	nodes    *node.Table
 	addrs    map[string]string
 	kv       map[string][]byte
+	kvBytes  int // the values' bytes in kv
 	failures []*roverv1.WorkerFailure
 	status   rendezvous.Status
 	views    chan struct{}
@@ -159,8 +160,10 @@ func (c *core) checkLocked(e *event) error {
 		return nil // the shard machine checks its own events
 	}
 	switch e.Type {
-	case eventConfigure, eventSetKey:
+	case eventConfigure:
 		return nil
+	case eventSetKey:
+		return c.checkKeyLimitsLocked(e.Key, len(e.Value))
 	}
 	if c.rdzv == nil {
 		return errNotConfigured
@@ -203,6 +206,7 @@ func (c *core) transitionLocked(e *event) error {
 	case eventNodeSucceeded:
 		err = c.rdzv.NodeSucceeded(e.Node, e.Round, e.Time)
 	case eventSetKey:
+		c.kvBytes += len(e.Value) - len(c.kv[e.Key])
 		c.kv[e.Key] = e.Value
 		close(c.keys)
 		c.keys = make(chan struct{})
@@ -248,6 +252,19 @@ func (c *core) recordFailuresLocked(raw []json.RawMessage) {
 	if n := len(c.failures); n > maxFailuresKept {
 		c.failures = append([]*roverv1.WorkerFailure(nil), c.failures[n-maxFailuresKept:]...)
 	}
+}
+
+// checkKeyLimitsLocked refuses a key that would take the key-value store
+// past its limits.
+func (c *core) checkKeyLimitsLocked(key string, size int) error {
+	old, exists := c.kv[key]
+	switch {
+	case !exists && len(c.kv) >= maxKeys:
+		return fmt.Errorf("%w: the key-value store holds %d keys, the most a job may have", errLimit, maxKeys)
+	case c.kvBytes-len(old)+size > maxKeyBytes:
+		return fmt.Errorf("%w: the key-value store's values would take more than %d bytes", errLimit, maxKeyBytes)
+	}
+	return nil
 }
 
 // changedLocked wakes every push stream.

@@ -16,6 +16,9 @@ var (
 	errNotConfigured = errors.New("the job has no rendezvous configuration yet: join first")
 	// errConfigMismatch is returned to an agent whose settings differ from the job's.
 	errConfigMismatch = errors.New("rendezvous settings differ from the job's")
+	// errLimit is returned when a request would take the job past one of
+	// the master's limits on its state.
+	errLimit = errors.New("over the master's limit")
 	// errUnauthenticated is returned for a missing or wrong token.
 	errUnauthenticated = errors.New("missing or wrong job token: pass the job's token (--token-file or ROVER_TOKEN)")
 )
@@ -33,6 +36,7 @@ var codes = []struct {
 	{rendezvous.ErrRankTaken, connect.CodeAlreadyExists},
 	{rendezvous.ErrUnknownNode, connect.CodeNotFound},
 	{errUnauthenticated, connect.CodeUnauthenticated},
+	{errLimit, connect.CodeResourceExhausted},
 	{shard.ErrInvalidDataset, connect.CodeInvalidArgument},
 	{shard.ErrInvalidRequest, connect.CodeInvalidArgument},
 	{shard.ErrBadState, connect.CodeInvalidArgument},

@@ -3,6 +3,7 @@ package master
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -58,6 +59,9 @@ func (c *core) transitionShardsLocked(e *event) (ok bool, err error) {
 	s := e.Shard
 	switch e.Type {
 	case eventRegisterDataset:
+		if n := len(c.shards.Datasets()); n >= maxDatasets && !slices.Contains(c.shards.Datasets(), s.Spec.Name) {
+			return true, fmt.Errorf("%w: the job has %d datasets, the most it may have (refusing %q)", errLimit, n, s.Spec.Name)
+		}
 		return true, c.shards.Register(*s.Spec, e.Time)
 	case eventLease:
 		res, err := c.shards.Lease(s.Dataset, shard.LeaseRequest{Worker: c.shardWorker(s), Max: s.Max, ID: s.Request}, e.Time)

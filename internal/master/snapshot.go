@@ -102,6 +102,10 @@ func (c *core) restoreStateLocked(b []byte) error {
 	c.shards = shards
 	c.addrs = orEmpty(s.Addrs)
 	c.kv = orEmpty(s.KV)
+	c.kvBytes = 0
+	for _, v := range c.kv {
+		c.kvBytes += len(v)
+	}
 	c.held = orEmpty(s.Held)
 	c.failures = nil
 	for _, raw := range s.Failures {

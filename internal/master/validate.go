@@ -19,10 +19,17 @@ const (
 	maxNodes          = 1 << 20
 	maxKeyLen         = 512
 	maxValueLen       = 1 << 20
-	maxWait           = 30 * time.Minute
-	maxFailures       = 4096
-	maxFailureText    = 64 << 10
-	maxTimeout        = 30 * 24 * time.Hour
+	// maxKeys and maxKeyBytes bound the key-value store: a round adds one
+	// key of a few dozen bytes, so a job goes through tens of thousands of
+	// rounds before it meets them.
+	maxKeys     = 65536
+	maxKeyBytes = 64 << 20
+	// maxDatasets bounds the datasets of one job.
+	maxDatasets    = 256
+	maxWait        = 30 * time.Minute
+	maxFailures    = 4096
+	maxFailureText = 64 << 10
+	maxTimeout     = 30 * 24 * time.Hour
 )
 
 func invalid(format string, args ...any) error {
