@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,35 +12,15 @@ import (
 	roverv1 "github.com/roverml/rover/api/rover/v1"
 	"github.com/roverml/rover/api/rover/v1/roverv1connect"
 	"github.com/roverml/rover/internal/retry"
+	"github.com/roverml/rover/internal/retry/retrytest"
 	"github.com/roverml/rover/internal/runconfig"
 )
-
-// fakeClock advances when waited on: After moves the time forward at once.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) After(d time.Duration) <-chan time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-	ch := make(chan time.Time, 1)
-	ch <- c.now
-	return ch
-}
 
 // awayMaster answers CheckpointDurable with err until the clock reaches
 // back, then succeeds.
 type awayMaster struct {
 	roverv1connect.MasterServiceClient
-	clock *fakeClock
+	clock *retrytest.Clock
 	back  time.Time
 	err   error
 	calls int
@@ -77,7 +56,7 @@ func TestReportWaitsForTheMaster(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			clock := &fakeClock{now: time.Unix(1000, 0)}
+			clock := retrytest.NewClock(time.Unix(1000, 0))
 			start := clock.Now()
 			m := &awayMaster{clock: clock, back: start.Add(tt.away), err: tt.err}
 			a := &agent{cfg: &runconfig.Config{HeartbeatTimeout: timeout}, client: m, clock: clock,

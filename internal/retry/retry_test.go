@@ -3,33 +3,11 @@ package retry
 import (
 	"context"
 	"errors"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/roverml/rover/internal/retry/retrytest"
 )
-
-// fakeClock advances only when waited on: After moves the time forward at once.
-type fakeClock struct {
-	mu     sync.Mutex
-	now    time.Time
-	waited []time.Duration
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) After(d time.Duration) <-chan time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-	c.waited = append(c.waited, d)
-	ch := make(chan time.Time, 1)
-	ch <- c.now
-	return ch
-}
 
 func TestDelayBounds(t *testing.T) {
 	for _, r := range []float64{0, 0.5, 0.999999} {
@@ -66,7 +44,7 @@ func TestDoStopsOnSuccessAndPermanentErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			calls := 0
-			p := Policy{Clock: &fakeClock{}, Limit: time.Hour}
+			p := Policy{Clock: retrytest.NewClock(time.Time{}), Limit: time.Hour}
 			err := Do(context.Background(), p, isTransient, func(context.Context) error {
 				err := tt.results[calls]
 				calls++
@@ -83,7 +61,7 @@ func TestDoStopsOnSuccessAndPermanentErrors(t *testing.T) {
 }
 
 func TestDoGivesUpAtTheLimit(t *testing.T) {
-	clock := &fakeClock{now: time.Unix(1000, 0)}
+	clock := retrytest.NewClock(time.Unix(1000, 0))
 	start := clock.Now()
 	down := errors.New("down")
 	calls := 0
@@ -98,7 +76,7 @@ func TestDoGivesUpAtTheLimit(t *testing.T) {
 	if calls < 8 {
 		t.Errorf("only %d calls within the 30s limit, want at least 8 (waits of at most 4s)", calls)
 	}
-	for i, d := range clock.waited {
+	for i, d := range clock.Waited() {
 		if d > 4*time.Second {
 			t.Errorf("wait %d was %v, past Max", i, d)
 		}
@@ -108,7 +86,7 @@ func TestDoGivesUpAtTheLimit(t *testing.T) {
 func TestDoEndsWithTheContext(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	calls := 0
-	err := Do(ctx, Policy{Clock: &fakeClock{}}, nil, func(context.Context) error {
+	err := Do(ctx, Policy{Clock: retrytest.NewClock(time.Time{})}, nil, func(context.Context) error {
 		calls++
 		if calls == 3 {
 			cancel()
@@ -138,7 +116,7 @@ func TestDoCatchesARecoveryJustBeforeTheLimit(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			clock := &fakeClock{now: time.Unix(1000, 0)}
+			clock := retrytest.NewClock(time.Unix(1000, 0))
 			start := clock.Now()
 			down := errors.New("down")
 			p := Policy{Backoff: Backoff{Initial: time.Second, Max: 8 * time.Second, Rand: func() float64 { return 0.99 }},
