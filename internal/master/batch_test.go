@@ -104,15 +104,7 @@ func TestBatchShards(t *testing.T) {
 	}
 
 	// The journal replays both batches to the same shard state.
-	c2 := newCore("default", st)
-	if _, err := c2.restore(ctx, m.cfg.Clock.Now()); err != nil {
-		t.Fatal(err)
-	}
-	want1, _ := m.core.shards.MarshalState()
-	got1, _ := c2.shards.MarshalState()
-	if string(want1) != string(got1) {
-		t.Errorf("replayed shard state differs:\n%s\n%s", want1, got1)
-	}
+	checkShardsReplay(t, m, st)
 }
 
 func TestBatchShardsSizeLimit(t *testing.T) {
@@ -188,4 +180,19 @@ func FuzzBatchShards(f *testing.F) {
 			t.Errorf("replayed shard state differs:\n%s\n%s", x, y)
 		}
 	})
+}
+
+// checkShardsReplay restores a new core from st, the store of master m, and
+// checks that the journal replays to m's shard state.
+func checkShardsReplay(t *testing.T, m *Master, st Store) {
+	t.Helper()
+	c2 := newCore(m.cfg.Job, st)
+	if _, err := c2.restore(context.Background(), m.cfg.Clock.Now()); err != nil {
+		t.Fatal(err)
+	}
+	want, _ := m.core.shards.MarshalState()
+	got, _ := c2.shards.MarshalState()
+	if string(want) != string(got) {
+		t.Errorf("replayed shard state differs:\n%s\n%s", want, got)
+	}
 }

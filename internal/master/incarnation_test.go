@@ -135,15 +135,7 @@ func TestOldRoundRefusedAfterRoundChange(t *testing.T) {
 		t.Errorf("lease without an incarnation: %v, %v; want [30, 40)", got, err)
 	}
 
-	c2 := newCore("default", st)
-	if _, err := c2.restore(ctx, m.cfg.Clock.Now()); err != nil {
-		t.Fatal(err)
-	}
-	want, _ := m.core.shards.MarshalState()
-	got, _ := c2.shards.MarshalState()
-	if string(want) != string(got) {
-		t.Errorf("replayed shard state differs:\n%s\n%s", want, got)
-	}
+	checkShardsReplay(t, m, st)
 }
 
 // TestDuplicateLeaseRequest: a lease request sent again with the same
@@ -194,13 +186,5 @@ func TestDuplicateLeaseRequest(t *testing.T) {
 		t.Errorf("negative incarnation: %v, want InvalidArgument", err)
 	}
 
-	c2 := newCore("default", st)
-	if _, err := c2.restore(ctx, m.cfg.Clock.Now()); err != nil {
-		t.Fatal(err)
-	}
-	want, _ := m.core.shards.MarshalState()
-	got, _ := c2.shards.MarshalState()
-	if string(want) != string(got) {
-		t.Errorf("replayed shard state differs:\n%s\n%s", want, got)
-	}
+	checkShardsReplay(t, m, st)
 }
