@@ -34,17 +34,12 @@ func startMasterOn(t *testing.T, addr string, st master.Store) runningMaster {
 	ctx, cancel := context.WithCancel(context.Background())
 	var m *master.Master
 	var err error
-	for i := 0; i < 50; i++ { // the port of a stopped master may take a moment to free
+	// The port of a stopped master may take a moment to free.
+	waitFor(t, "a master to listen on "+addr, func() bool {
 		m, err = master.New(ctx, master.Config{Listen: addr, Job: "test", Token: token, Store: st,
 			Logger: slog.New(slog.NewTextHandler(testWriter{t}, nil))})
-		if err == nil {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+		return err == nil
+	})
 	done := make(chan struct{})
 	go func() { defer close(done); _ = m.Run(ctx) }()
 	var once sync.Once

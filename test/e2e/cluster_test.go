@@ -178,15 +178,25 @@ func (p *process) kill(t *testing.T) {
 	<-p.done
 }
 
+// waitFor polls cond until it holds; past timeout (a deadline that only
+// turns a hang into a failure) the test fails, and the cluster's processes'
+// output is logged.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // waitExists waits until path exists.
 func waitExists(t *testing.T, path string, timeout time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
-		if _, err := os.Stat(path); err == nil {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("%s did not appear within %s", path, timeout)
+	waitFor(t, timeout, path+" to appear", func() bool {
+		_, err := os.Stat(path)
+		return err == nil
+	})
 }

@@ -46,18 +46,6 @@ func leasedLines(t *testing.T, path string) (map[[2]int64]int, int) {
 	return count, n
 }
 
-// waitFor polls cond until it holds, failing after a generous deadline.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // pythonWorkers lists the python processes whose command line mentions text.
 func pythonWorkers(text string) []int { return workerPIDs(text) }
 
@@ -93,16 +81,10 @@ func TestKilledShardClientLosesNoShard(t *testing.T) {
 				"--size", fmt.Sprint(size), "--shard-size", fmt.Sprint(shardSize), "--epochs", fmt.Sprint(epochs),
 				"--per-sample", "0.005", "--out", out}
 			a0, a1 := c.agent("node0", args...), c.agent("node1", args...)
-			deadline := time.Now().Add(jobTimeout)
-			for {
-				if _, n := leasedLines(t, out); n >= after {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("fewer than %d shards completed in time:\n%s\n%s", after, a0.out, a1.out)
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
+			waitFor(t, jobTimeout, fmt.Sprintf("%d shards completed", after), func() bool {
+				_, n := leasedLines(t, out)
+				return n >= after
+			})
 			// Kill a worker of node0 (the workers' command lines name their
 			// node's log dir).
 			stopsBefore := strings.Count(a1.out.String(), "stopping workers")
@@ -118,7 +100,7 @@ func TestKilledShardClientLosesNoShard(t *testing.T) {
 			if both {
 				// node1 learns of the failure and stops its workers
 				// gracefully; kill one of them meanwhile.
-				waitFor(t, "node1 to stop its workers", func() bool {
+				waitFor(t, time.Minute, "node1 to stop its workers", func() bool {
 					return strings.Count(a1.out.String(), "stopping workers") > stopsBefore
 				})
 				for _, pid := range childrenOf(a1.cmd.Process.Pid, pythonWorkers(dir)) {

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -57,14 +58,10 @@ func latestCommitted(dir string) int {
 // waitOutput waits until every process has printed text.
 func waitOutput(t *testing.T, text string, ps ...*process) {
 	t.Helper()
-	deadline := time.Now().Add(jobTimeout)
 	for _, p := range ps {
-		for !strings.Contains(p.out.String(), text) {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s did not print %q in time:\n%s", p.name, text, p.out)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+		waitFor(t, jobTimeout, fmt.Sprintf("%s to print %q", p.name, text), func() bool {
+			return strings.Contains(p.out.String(), text)
+		})
 	}
 }
 
@@ -89,13 +86,9 @@ func TestMasterRestartLosesNothing(t *testing.T) {
 	c := newCluster(t, "master-restart", "--state-dir", filepath.Join(dir, "state"))
 	a0, a1 := c.agent("node0", samplerJob(dir)...), c.agent("node1", samplerJob(dir)...)
 	steps := func() int { return countSteps(readTrainLogs(t, dir)) }
-	deadline := time.Now().Add(jobTimeout)
-	for steps() < 4*20 || latestCommitted(filepath.Join(dir, "flash")) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the job did not reach step 20 with a commit in time:\n%s\n%s", a0.out, a1.out)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitFor(t, jobTimeout, "step 20 with a committed checkpoint", func() bool {
+		return steps() >= 4*20 && latestCommitted(filepath.Join(dir, "flash")) > 0
+	})
 	ranksBefore := c.nodeRanks(t)
 	c.master.kill(t)
 	committedAtKill := latestCommitted(filepath.Join(dir, "flash"))
@@ -232,16 +225,10 @@ func TestMasterKilledWhileGoWorkersLease(t *testing.T) {
 	a := c.agent("node0", "--nnodes", "1", "--nproc-per-node", "32", "--rdzv-conf", rdzvConf, "--no-python", sdkWorker,
 		"--out", dir, "--size", strconv.Itoa(size), "--shard-size", "10", "--epochs", strconv.Itoa(epochs), "--per-shard", "20ms")
 	done := filepath.Join(dir, "done.jsonl")
-	deadline := time.Now().Add(jobTimeout)
-	for {
-		if _, n := leasedLines(t, done); n >= 100 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("fewer than 100 shards completed in time:\n%s", a.out)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitFor(t, jobTimeout, "100 shards completed", func() bool {
+		_, n := leasedLines(t, done)
+		return n >= 100
+	})
 	c.master.kill(t)
 	waitOutput(t, "lost the master", a)
 	c.restartMaster("master2")
