@@ -9,6 +9,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/roverml/rover/internal/ckpt"
 	"github.com/roverml/rover/internal/client"
 	"github.com/roverml/rover/internal/master"
 	"github.com/roverml/rover/internal/runconfig"
@@ -26,6 +27,8 @@ type masterConfig struct {
 	// Preset fixes the job's rendezvous (--nnodes and friends); nil takes
 	// the first agent's.
 	Preset *runconfig.Policy
+	// Checkpoint is --checkpoint-dir (absolute) and --checkpoint-keep.
+	Checkpoint client.CheckpointStorage
 }
 
 // masterPolicyFlags are the flags of the preset rendezvous, with their
@@ -53,6 +56,8 @@ func parseMasterFlags(args []string, stderr io.Writer) (*masterConfig, error) {
 	fs.StringVar(&c.TokenFile, "token-file", "", "file holding the job's secret token, created (mode 0600) when missing; wins over $ROVER_TOKEN. Default: $ROVER_TOKEN, else <job>.token in the working directory")
 	fs.StringVar(&c.AddrFile, "addr-file", "", "write the address the master listens on to this file")
 	fs.StringVar(&c.StateDir, "state-dir", "", stateDirHelp)
+	ckptDir := fs.String("checkpoint-dir", "", "the job's checkpoint storage: a directory, or a file://, s3://, gs:// or azblob:// URL (which may carry the driver's parameters); agents that name another are refused. Default: the first agent's --checkpoint-dir")
+	ckptKeep := fs.String("checkpoint-keep", "1", "with --checkpoint-dir: committed checkpoint steps kept in storage (0: all)")
 	linger := fs.String("linger", "5s", "how long to keep serving after the job ended, so every agent learns the outcome")
 	nnodes := fs.String("nnodes", "", "fix the rendezvous instead of taking the first agent's: N or MIN:MAX")
 	raw := map[string]*string{}
@@ -86,6 +91,25 @@ func parseMasterFlags(args []string, stderr io.Writer) (*masterConfig, error) {
 		return func(s string) (err error) { *n, err = runconfig.ParseInt(s); return err }
 	}
 	read("linger", *linger, "5s", seconds(&c.Linger))
+	read("checkpoint-keep", *ckptKeep, "1", integer(&c.Checkpoint.Keep))
+	switch {
+	case *ckptDir == "" && given["checkpoint-keep"]:
+		errs = append(errs, fmt.Errorf("%s takes effect only with --checkpoint-dir", runconfig.FlagRef("checkpoint-keep", *ckptKeep)))
+		c.Checkpoint.Keep = 0
+	case *ckptDir == "":
+		c.Checkpoint.Keep = 0
+	case c.Checkpoint.Keep < 0:
+		errs = append(errs, fmt.Errorf("%s: must be 0 (keep all) or more", runconfig.FlagRef("checkpoint-keep", *ckptKeep)))
+	default:
+		dir, err := ckpt.AbsLocation(*ckptDir)
+		if err == nil {
+			err = ckpt.CheckLocation(dir, ckpt.FromOperator)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", runconfig.FlagRef("checkpoint-dir", *ckptDir), err))
+		}
+		c.Checkpoint.URL = dir
+	}
 	if c.Linger < 0 {
 		errs = append(errs, fmt.Errorf("%s: must not be negative", runconfig.FlagRef("linger", c.Linger.String())))
 	}
@@ -168,7 +192,7 @@ func runMaster(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		preset = &p
 	}
 	m, err := master.New(ctx, master.Config{
-		Listen: c.Listen, Job: c.Job, Token: token, Preset: preset,
+		Listen: c.Listen, Job: c.Job, Token: token, Preset: preset, Checkpoint: c.Checkpoint,
 		AddrFile: c.AddrFile, StateDir: c.StateDir, Logger: newLogger(stderr),
 	})
 	if err != nil {

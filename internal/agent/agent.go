@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	roverv1 "github.com/roverml/rover/api/rover/v1"
 	"github.com/roverml/rover/api/rover/v1/roverv1connect"
@@ -77,7 +78,10 @@ type agent struct {
 
 	// joined is the node rank and round of the newest join, written by the
 	// session goroutine and the loop.
-	joined    joinedState
+	joined joinedState
+	// storage is the job's checkpoint storage, as the master's last join
+	// answer said (nil: not joined yet).
+	storage   atomic.Pointer[client.CheckpointStorage]
 	views     *latestView
 	local     *localAPI
 	arenas    *arenas
@@ -220,7 +224,19 @@ func (a *agent) token() (string, error) {
 
 // rendezvous is the rendezvous configuration the agent joins with.
 func (a *agent) rendezvous() client.RendezvousConfig {
-	return client.RendezvousFromPolicy(a.cfg.Policy())
+	c := client.RendezvousFromPolicy(a.cfg.Policy())
+	if a.cfg.CheckpointDir != "" {
+		c.Checkpoint = client.CheckpointStorage{URL: a.cfg.CheckpointDir, Keep: a.cfg.CheckpointKeep}
+	}
+	return c
+}
+
+// checkpointStorage is the job's checkpoint storage (URL "": none).
+func (a *agent) checkpointStorage() client.CheckpointStorage {
+	if s := a.storage.Load(); s != nil {
+		return *s
+	}
+	return client.CheckpointStorage{}
 }
 
 func (a *agent) defaultNodeID() string {

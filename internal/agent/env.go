@@ -4,6 +4,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
+
+	"github.com/roverml/rover/internal/client"
 )
 
 // placement is one worker's place in a round's world.
@@ -24,6 +26,9 @@ type placement struct {
 	Role           string
 	ErrorFile      string
 	NodeID         string
+	// Checkpoint is the job's checkpoint storage: workers may check the
+	// location they expect against it, but their requests name steps only.
+	Checkpoint client.CheckpointStorage
 }
 
 // workerEnv returns the environment of one worker: the agent's own
@@ -52,6 +57,8 @@ func workerEnv(base []string, p placement) []string {
 		// The worker's incarnation: its shard requests carry it, so that
 		// the master refuses them once a later round has begun.
 		"ROVER_WORKER_INCARNATION": strconv.Itoa(p.Round),
+		"ROVER_CHECKPOINT_DIR":     p.Checkpoint.URL,
+		"ROVER_CHECKPOINT_KEEP":    strconv.Itoa(p.Checkpoint.Keep),
 	}
 	inherit := map[string]string{
 		"TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",

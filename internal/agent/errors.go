@@ -41,3 +41,8 @@ func ExitCode(err error) int {
 }
 
 func errorf(format string, args ...any) error { return fmt.Errorf(format, args...) }
+
+// errNoStorage: a worker asked to persist or restore a checkpoint in a job
+// that has no checkpoint storage.
+var errNoStorage = errors.New("this job has no checkpoint storage: start it with --checkpoint-dir DIR_OR_URL " +
+	"(on every `rover run`, or on `rover master`) to persist checkpoints")

@@ -294,10 +294,15 @@ func (s *agentService) CheckpointCommit(ctx context.Context, req *connect.Reques
 	if err != nil {
 		return nil, err
 	}
-	if r.GetPersist() || r.GetUrl() != "" {
-		if r.GetUrl() == "" || r.GetWorldSize() < 1 || r.GetRank() < 0 || r.GetRank() >= r.GetWorldSize() || r.GetKeep() < 0 {
+	storage := s.a.checkpointStorage()
+	if r.GetPersist() && storage.URL == "" {
+		return nil, connect.NewError(connect.CodeFailedPrecondition, errNoStorage)
+	}
+	ranked := r.GetWorldSize() > 0
+	if r.GetPersist() || ranked {
+		if r.GetWorldSize() < 1 || r.GetRank() < 0 || r.GetRank() >= r.GetWorldSize() {
 			return nil, connect.NewError(connect.CodeInvalidArgument,
-				fmt.Errorf("persist needs a url, a rank %d below world size %d, and keep >= 0", r.GetRank(), r.GetWorldSize()))
+				fmt.Errorf("persist needs a rank %d below world size %d", r.GetRank(), r.GetWorldSize()))
 		}
 		if m := ckpt.Mode(r.GetMode()); m != ckpt.Sharded && m != ckpt.Replicated {
 			return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("mode %q: want %q or %q", m, ckpt.Sharded, ckpt.Replicated))
@@ -306,13 +311,14 @@ func (s *agentService) CheckpointCommit(ctx context.Context, req *connect.Reques
 	if err := s.a.arenas.commit(local, r.GetStep(), r.GetLength()); err != nil {
 		return nil, connect.NewError(connect.CodeFailedPrecondition, err)
 	}
-	if r.GetUrl() != "" {
-		s.a.persister.remember(persistJob{local: local, rank: int(r.GetRank()), worldSize: int(r.GetWorldSize()),
-			mode: r.GetMode(), url: r.GetUrl(), keep: int(r.GetKeep())})
+	if !ranked || storage.URL == "" {
+		return connect.NewResponse(&roverv1.CheckpointCommitResponse{}), nil
 	}
+	// The world that saved the step: the round of the workers running now.
+	_, round := s.a.joined.get()
+	job := persistJob{local: local, step: r.GetStep(), rank: int(r.GetRank()), mode: r.GetMode(), round: round}
+	s.a.persister.remember(job)
 	if r.GetPersist() {
-		job := persistJob{local: local, step: r.GetStep(), rank: int(r.GetRank()), worldSize: int(r.GetWorldSize()),
-			mode: r.GetMode(), url: r.GetUrl(), keep: int(r.GetKeep())}
 		// Pin now, before the worker's next saves can reuse the slot; when a
 		// persistence of the rank is still running, the job waits unpinned
 		// and is pinned (if still in memory) when its turn comes.
@@ -340,8 +346,9 @@ func (s *agentService) CheckpointWait(ctx context.Context, req *connect.Request[
 	if err != nil {
 		return nil, err
 	}
-	step, perr := s.a.persister.wait(local)
-	return connect.NewResponse(&roverv1.CheckpointWaitResponse{DurableStep: step, Error: perr}), nil
+	w := s.a.persister.wait(local)
+	return connect.NewResponse(&roverv1.CheckpointWaitResponse{DurableStep: w.durable, Error: w.err,
+		CommittedStep: w.committed, Requested: w.requested, LastFailure: w.failure}), nil
 }
 
 func (s *agentService) CheckpointRestore(ctx context.Context, req *connect.Request[roverv1.CheckpointRestoreRequest]) (*connect.Response[roverv1.CheckpointRestoreResponse], error) {
@@ -350,15 +357,19 @@ func (s *agentService) CheckpointRestore(ctx context.Context, req *connect.Reque
 	if err != nil {
 		return nil, err
 	}
-	if r.GetUrl() == "" || r.GetRank() < 0 {
-		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("restore needs a url and a rank >= 0"))
+	if r.GetRank() < 0 {
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("restore needs a rank >= 0"))
 	}
-	snap, err := s.a.persister.restore(ctx, local, r.GetUrl(), int(r.GetRank()))
+	url := s.a.checkpointStorage().URL
+	if url == "" {
+		return connect.NewResponse(&roverv1.CheckpointRestoreResponse{}), nil // nothing was ever persisted
+	}
+	snap, err := s.a.persister.restore(ctx, local, int(r.GetRank()))
 	if errors.Is(err, ckpt.ErrNoCheckpoint) {
 		return connect.NewResponse(&roverv1.CheckpointRestoreResponse{}), nil
 	}
 	if err != nil {
-		return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("restore from %s: %w", r.GetUrl(), err))
+		return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("restore from %s: %w", url, err))
 	}
 	return connect.NewResponse(&roverv1.CheckpointRestoreResponse{Found: true, Snapshot: snap}), nil
 }

@@ -188,6 +188,7 @@ func (a *agent) groupSpec(v *roverv1.NodeView) groupSpec {
 		RunID:          a.cfg.RunID,
 		Role:           a.cfg.Role,
 		NodeID:         a.nodeID,
+		Checkpoint:     a.checkpointStorage(),
 	}
 	return groupSpec{
 		Argv:       a.argv,

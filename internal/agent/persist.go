@@ -14,15 +14,15 @@ import (
 
 // persistJob is one snapshot to write to storage.
 type persistJob struct {
-	local     int
-	step      int64
-	rank      int
-	worldSize int
-	mode      string
-	url       string
-	keep      int
-	pinned    bool // the step's slot is pinned for this job
-	attempt   int  // failed attempts so far
+	local int
+	step  int64
+	rank  int
+	mode  string
+	// round is the world round in which the workers saved the step: the
+	// master commits a step from one round's reports only.
+	round   int
+	pinned  bool // the step's slot is pinned for this job
+	attempt int  // failed attempts so far
 }
 
 // Persistence retries: a failed snapshot is tried again after 1, 2, 4, 8
@@ -51,9 +51,16 @@ type persister struct {
 	retrying map[int]int
 	durable  map[int]int64
 	lastErr  map[int]string
-	buckets  map[string]*ckpt.Bucket
-	wake     chan struct{} // size 1: a pending job may be waiting
-	stopped  bool          // run returned: nothing more will be persisted
+	// requested counts the persistences each rank asked for; failure is
+	// why its last one failed, kept until one succeeds.
+	requested map[int]int64
+	failure   map[int]string
+	// committed is the newest step committed in the job's storage, as the
+	// master last answered (-1: none known).
+	committed int64
+	buckets   map[string]*ckpt.Bucket
+	wake      chan struct{} // size 1: a pending job may be waiting
+	stopped   bool          // run returned: nothing more will be persisted
 	// target is where each rank's checkpoints go, from its latest commit
 	// that named one: what persistOnFailure uses.
 	target map[int]persistJob
@@ -61,14 +68,15 @@ type persister struct {
 
 func newPersister(a *agent) *persister {
 	p := &persister{a: a, pending: map[int]persistJob{}, busy: map[int]bool{}, retrying: map[int]int{}, durable: map[int]int64{},
-		lastErr: map[int]string{}, buckets: map[string]*ckpt.Bucket{}, wake: make(chan struct{}, 1),
-		target: map[int]persistJob{}}
+		lastErr: map[int]string{}, requested: map[int]int64{}, failure: map[int]string{}, committed: -1,
+		buckets: map[string]*ckpt.Bucket{}, wake: make(chan struct{}, 1), target: map[int]persistJob{}}
 	p.cond = sync.NewCond(&p.mu)
 	return p
 }
 
 func (p *persister) enqueue(j persistJob) {
 	p.mu.Lock()
+	p.requested[j.local]++
 	if old, ok := p.pending[j.local]; ok && old.pinned {
 		p.a.arenas.unpin(j.local) // superseded before it started
 	}
@@ -115,6 +123,7 @@ func (p *persister) run(ctx context.Context) {
 		p.busy[job.local] = false
 		if err != nil {
 			p.lastErr[job.local] = err.Error()
+			p.failure[job.local] = err.Error()
 			job.attempt++
 			if job.attempt < persistAttempts && ctx.Err() == nil {
 				backoff := persistFirstBackoff << (job.attempt - 1)
@@ -126,8 +135,7 @@ func (p *persister) run(ctx context.Context) {
 					"attempts", job.attempt, "err", err)
 			}
 		} else if persisted {
-			p.durable[job.local] = max(p.durable[job.local], job.step)
-			delete(p.lastErr, job.local) // a retry (or a newer snapshot) made it
+			p.madeDurableLocked(job.local, job.step)
 		}
 		p.cond.Broadcast()
 		p.mu.Unlock()
@@ -161,7 +169,12 @@ func (p *persister) retryLocked(ctx context.Context, job persistJob, backoff tim
 	}()
 }
 
-func (p *persister) bucket(ctx context.Context, url string) (*ckpt.Bucket, error) {
+// bucket opens the job's checkpoint storage (once).
+func (p *persister) bucket(ctx context.Context) (*ckpt.Bucket, error) {
+	url := p.a.checkpointStorage().URL
+	if url == "" {
+		return nil, errNoStorage
+	}
 	p.mu.Lock()
 	b := p.buckets[url]
 	p.mu.Unlock()
@@ -195,12 +208,21 @@ func (p *persister) persist(ctx context.Context, j persistJob) (persisted bool, 
 	if err != nil || !written {
 		return false, err
 	}
-	req := &roverv1.CheckpointDurableRequest{Url: j.url, Step: j.step, Rank: int32(j.rank), WorldSize: int32(j.worldSize),
-		Mode: j.mode, Path: info.Path, Size: info.Size, Crc32C: info.CRC32C, Keep: int32(j.keep)}
+	req := &roverv1.CheckpointDurableRequest{Step: j.step, Rank: int32(j.rank), Mode: j.mode, Size: info.Size,
+		Crc32C: info.CRC32C, Round: int64(j.round), NodeId: p.a.nodeID}
 	if err := p.report(ctx, req); err != nil {
 		return false, err
 	}
 	return true, nil
+}
+
+// madeDurableLocked records that the rank's step is durable and reported.
+func (p *persister) madeDurableLocked(local int, step int64) {
+	if d, ok := p.durable[local]; !ok || step > d {
+		p.durable[local] = step
+	}
+	delete(p.lastErr, local) // a retry (or a newer snapshot) made it
+	delete(p.failure, local)
 }
 
 // report tells the master a checkpoint file is durable. The file is in
@@ -208,10 +230,17 @@ func (p *persister) persist(ctx context.Context, j persistJob) (persisted bool, 
 // that is away (restarting) as long as the agent keeps its workers without
 // one: the heartbeat timeout.
 func (p *persister) report(ctx context.Context, req *roverv1.CheckpointDurableRequest) error {
+	var latest int64 = -1
 	err := p.a.callMaster(ctx, func(ctx context.Context) error {
-		_, err := p.a.client.CheckpointDurable(ctx, connect.NewRequest(req))
+		resp, err := p.a.client.CheckpointDurable(ctx, connect.NewRequest(req))
+		if err == nil {
+			latest = resp.Msg.GetLatestCommitted()
+		}
 		return err
 	})
+	p.mu.Lock()
+	p.committed = max(p.committed, latest)
+	p.mu.Unlock()
 	if err != nil {
 		return fmt.Errorf("report step %d of rank %d durable to the master: %w", req.GetStep(), req.GetRank(), err)
 	}
@@ -237,11 +266,16 @@ func (p *persister) write(ctx context.Context, j persistJob) (info ckpt.FileInfo
 	if !ok {
 		return info, false, fmt.Errorf("step %d was overwritten in memory while pinned", j.step)
 	}
-	b, err := p.bucket(ctx, j.url)
+	b, err := p.bucket(ctx)
 	if err != nil {
 		return info, false, err
 	}
 	if info, err = ckpt.PersistRank(ctx, b, j.step, j.rank, snap.Data); err != nil {
+		// What the failed write left (a partial file, its directory) goes,
+		// so that storage that filled up has room for the next try.
+		if rerr := ckpt.RemoveRankFile(context.WithoutCancel(ctx), b, j.step, j.rank); rerr != nil {
+			p.a.log.Warn("could not remove a partly persisted checkpoint file", "step", j.step, "rank", j.rank, "err", rerr)
+		}
 		return info, false, err
 	}
 	if err := arena.Check(snap); err != nil {
@@ -250,10 +284,24 @@ func (p *persister) write(ctx context.Context, j persistJob) (info ckpt.FileInfo
 	return info, true, nil
 }
 
+// waitResult is what a worker's wait learns.
+type waitResult struct {
+	durable   int64 // newest step the rank made durable, -1: none
+	err       string
+	committed int64 // newest committed step the master reported, -1: none known
+	requested int64
+	failure   string
+}
+
 // wait blocks until the rank has nothing pending or being retried; it
 // returns the newest durable step and the last error (which it clears),
 // unless the retries made the newest queued snapshot durable after all.
-func (p *persister) wait(local int) (int64, string) { return p.waitFor(local, true) }
+func (p *persister) wait(local int) waitResult {
+	durable, err := p.waitFor(local, true)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return waitResult{durable: durable, err: err, committed: p.committed, requested: p.requested[local], failure: p.failure[local]}
+}
 
 // waitFor is wait; without retries, it does not wait for failed snapshots'
 // retries (storage is failing: the caller has better things to do).
@@ -268,7 +316,10 @@ func (p *persister) waitFor(local int, retries bool) (int64, string) {
 	}
 	err := p.lastErr[local]
 	delete(p.lastErr, local)
-	return p.durable[local], err
+	if d, ok := p.durable[local]; ok {
+		return d, err
+	}
+	return -1, err
 }
 
 // drain blocks until no rank has a persistence queued or running (failed
@@ -299,9 +350,10 @@ func (p *persister) anyBusyLocked() bool {
 	return false
 }
 
-// restore copies the newest committed step of url into the rank's arena.
-func (p *persister) restore(ctx context.Context, local int, url string, rank int) (*roverv1.CheckpointSnapshot, error) {
-	b, err := p.bucket(ctx, url)
+// restore copies the newest committed step of the job's storage into the
+// rank's arena.
+func (p *persister) restore(ctx context.Context, local int, rank int) (*roverv1.CheckpointSnapshot, error) {
+	b, err := p.bucket(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -377,9 +429,10 @@ func (p *persister) persistOnFailure(ctx context.Context) {
 			p.mu.Lock()
 			if err != nil {
 				p.lastErr[j.local] = err.Error()
+				p.failure[j.local] = err.Error()
 				p.a.log.Warn("could not persist the checkpoint held in memory", "step", j.step, "rank", j.rank, "err", err)
 			} else if persisted {
-				p.durable[j.local] = max(p.durable[j.local], j.step)
+				p.madeDurableLocked(j.local, j.step)
 				p.a.log.Info("persisted the checkpoint held in memory after the workers stopped", "step", j.step, "rank", j.rank)
 			}
 			p.mu.Unlock()

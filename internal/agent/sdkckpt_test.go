@@ -104,7 +104,7 @@ func TestGoSDKCheckpointSurvivesRestart(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	dir, store := t.TempDir(), filepath.Join(t.TempDir(), "ckpts")
-	r := runAgent(ctx, t, "--standalone", "--nproc-per-node", "2", "--max-restarts", "1", "--stop-grace-period", "5s",
+	r := runAgent(ctx, t, "--standalone", "--checkpoint-dir", store, "--checkpoint-keep", "2", "--nproc-per-node", "2", "--max-restarts", "1", "--stop-grace-period", "5s",
 		"--no-python", worker, "--out", dir, "--url", store)
 	if r.err != nil {
 		t.Fatalf("agent: %v\n%s", r.err, r.stderr)
@@ -242,7 +242,7 @@ func TestPersistenceRetriesWhileStorageFails(t *testing.T) {
 		}
 		unblocked <- false
 	}()
-	r := runAgentLogging(ctx, t, stderr, "--standalone", "--nproc-per-node", "2", "--max-restarts", "1",
+	r := runAgentLogging(ctx, t, stderr, "--standalone", "--checkpoint-dir", store, "--checkpoint-keep", "2", "--nproc-per-node", "2", "--max-restarts", "1",
 		"--stop-grace-period", "5s", "--no-python", worker, "--out", dir, "--url", store, "--no-initial-load")
 	if r.err != nil {
 		t.Fatalf("agent: %v\n%s", r.err, r.stderr)
@@ -269,7 +269,7 @@ func TestGoSDKReplicatedKeepsOneCopyPerNode(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	dir, store := t.TempDir(), filepath.Join(t.TempDir(), "ckpts")
-	r := runAgent(ctx, t, "--standalone", "--nproc-per-node", "2", "--max-restarts", "1", "--stop-grace-period", "5s",
+	r := runAgent(ctx, t, "--standalone", "--checkpoint-dir", store, "--checkpoint-keep", "2", "--nproc-per-node", "2", "--max-restarts", "1", "--stop-grace-period", "5s",
 		"--no-python", worker, "--out", dir, "--url", store, "--mode", "replicated")
 	if r.err != nil {
 		t.Fatalf("agent: %v\n%s", r.err, r.stderr)

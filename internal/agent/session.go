@@ -208,6 +208,8 @@ func (a *agent) heartbeats(ctx context.Context, stream *connect.BidiStreamForCli
 
 func (a *agent) recordJoin(r *roverv1.JoinResponse, asked int) {
 	rank, round := int(r.GetNodeRank()), int(r.GetRound())
+	storage := client.CheckpointStorageFromProto(r.GetCheckpoint())
+	a.storage.Store(&storage)
 	oldRank, oldRound := a.joined.get()
 	a.joined.set(rank, round)
 	if asked == 0 || oldRank != rank || oldRound != round {

@@ -60,6 +60,15 @@ func (c *Commit) Durable(step int64, rank int, info FileInfo) error {
 	return nil
 }
 
+// Forget drops rank's report of step: its file did not check out, and
+// only a new report (of a new file) may complete the step.
+func (c *Commit) Forget(step int64, rank int) {
+	delete(c.pending[step], rank)
+	if len(c.pending[step]) == 0 {
+		delete(c.pending, step)
+	}
+}
+
 // Ready reports whether step can be committed: in Sharded mode every rank's
 // file is durable, in Replicated mode at least one.
 func (c *Commit) Ready(step int64) bool {

@@ -15,6 +15,27 @@ import (
 type RendezvousConfig struct {
 	Rendezvous rendezvous.Config
 	Nodes      node.Config
+	Checkpoint CheckpointStorage
+}
+
+// CheckpointStorage is where a job's checkpoints go and how many committed
+// steps it keeps: job configuration, set once. An empty URL is none.
+type CheckpointStorage struct {
+	URL  string `json:"url,omitempty"`
+	Keep int    `json:"keep,omitempty"`
+}
+
+// CheckpointStorageProto is the wire form of s (nil for none).
+func CheckpointStorageProto(s CheckpointStorage) *roverv1.CheckpointStorage {
+	if s.URL == "" {
+		return nil
+	}
+	return &roverv1.CheckpointStorage{Url: s.URL, Keep: int32(s.Keep)}
+}
+
+// CheckpointStorageFromProto reads the wire form; it checks nothing.
+func CheckpointStorageFromProto(p *roverv1.CheckpointStorage) CheckpointStorage {
+	return CheckpointStorage{URL: p.GetUrl(), Keep: int(p.GetKeep())}
 }
 
 // RendezvousFromPolicy is the rendezvous configuration a command line asks for.
@@ -47,6 +68,7 @@ func RendezvousProto(c RendezvousConfig) *roverv1.RendezvousConfig {
 		JoinTimeoutMillis:      c.Rendezvous.JoinTimeout.Milliseconds(),
 		HeartbeatTimeoutMillis: c.Nodes.HeartbeatTimeout.Milliseconds(),
 		DisconnectGraceMillis:  c.Nodes.DisconnectGrace.Milliseconds(),
+		Checkpoint:             CheckpointStorageProto(c.Checkpoint),
 	}
 }
 
@@ -67,5 +89,6 @@ func RendezvousFromProto(p *roverv1.RendezvousConfig) RendezvousConfig {
 			HeartbeatTimeout: ms(p.GetHeartbeatTimeoutMillis()),
 			DisconnectGrace:  ms(p.GetDisconnectGraceMillis()),
 		},
+		Checkpoint: CheckpointStorageFromProto(p.GetCheckpoint()),
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	roverv1 "github.com/roverml/rover/api/rover/v1"
+	"github.com/roverml/rover/internal/client"
 	"github.com/roverml/rover/internal/node"
 	"github.com/roverml/rover/internal/rendezvous"
 	"github.com/roverml/rover/internal/shard"
@@ -30,6 +31,9 @@ type Store interface {
 type jobConfig struct {
 	Rendezvous rendezvous.Config `json:"rendezvous"`
 	Nodes      node.Config       `json:"nodes"`
+	// Checkpoint is where the job's checkpoints go (none when its URL is
+	// empty): requests name steps, and the master and agents use this.
+	Checkpoint client.CheckpointStorage `json:"checkpoint,omitzero"`
 }
 
 // maxFailuresKept bounds the failure records the master keeps for reports.
@@ -305,6 +309,7 @@ func (a *jobConfig) agrees(b jobConfig) error {
 	if x.MaxRestarts != y.MaxRestarts {
 		errs = append(errs, fmt.Errorf("--max-restarts=%d, but the job runs with %d", y.MaxRestarts, x.MaxRestarts))
 	}
+	errs = append(errs, checkpointAgrees(a.Checkpoint, b.Checkpoint)...)
 	if len(errs) > 0 {
 		return fmt.Errorf("%w: this agent asks for %w; start every agent with the same settings", errConfigMismatch, errors.Join(errs...))
 	}
@@ -491,4 +496,47 @@ func jobState(s rendezvous.JobState) roverv1.JobState {
 		return roverv1.JobState_JOB_STATE_FAILED
 	}
 	return roverv1.JobState_JOB_STATE_UNSPECIFIED
+}
+
+// checkpointWorld checks a checkpoint report's claim that rank is one of
+// nodeID's ranks in the world of round, and returns the job's checkpoint
+// storage and that world's size. The round must be the last closed one
+// (reports of a world that a failure stopped still count while the next
+// round gathers: the agents drain them before they join it).
+func (c *core) checkpointWorld(nodeID string, round, rank int) (client.CheckpointStorage, int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.rdzv == nil {
+		return client.CheckpointStorage{}, 0, errNotConfigured
+	}
+	mb, worldRound, worldSize, ok := c.rdzv.WorldMember(nodeID)
+	switch {
+	case !ok:
+		return client.CheckpointStorage{}, 0, fmt.Errorf("%w: node %q is not in the world of round %d", errStaleRound, nodeID, worldRound)
+	case round != worldRound:
+		return client.CheckpointStorage{}, 0, fmt.Errorf("%w: the report is for round %d, but the last world is round %d's", errStaleRound, round, worldRound)
+	case rank < mb.RankOffset || rank >= mb.RankOffset+mb.LocalWorldSize:
+		return client.CheckpointStorage{}, 0, invalid("rank %d is not one of node %q's ranks in round %d (%d to %d)",
+			rank, nodeID, round, mb.RankOffset, mb.RankOffset+mb.LocalWorldSize-1)
+	}
+	return c.cfg.Checkpoint, worldSize, nil
+}
+
+// config returns the job's configuration, or nil before it is configured.
+func (c *core) config() *jobConfig {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cfg == nil {
+		return nil
+	}
+	cfg := *c.cfg
+	return &cfg
+}
+
+// fresh reports whether no world of the job has formed yet: no worker has
+// run, so nothing of the job can be writing to its storage.
+func (c *core) fresh() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.rdzv == nil || c.rdzv.Status().WorldRound == 0
 }

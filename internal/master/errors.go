@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"connectrpc.com/connect"
+	"github.com/roverml/rover/internal/ckpt"
 	"github.com/roverml/rover/internal/rendezvous"
 	"github.com/roverml/rover/internal/shard"
 )
@@ -19,6 +20,13 @@ var (
 	// errLimit is returned when a request would take the job past one of
 	// the master's limits on its state.
 	errLimit = errors.New("over the master's limit")
+	// errNoStorage: a checkpoint was reported in a job without storage.
+	errNoStorage = errors.New("no checkpoint storage")
+	// errStaleRound: a checkpoint report names a round or node that is not
+	// the job's current world.
+	errStaleRound = errors.New("not a report of the current world")
+	// errUnverified: a step's files in storage are not what was reported.
+	errUnverified = errors.New("checkpoint files do not match the reports")
 	// errUnauthenticated is returned for a missing or wrong token.
 	errUnauthenticated = errors.New("missing or wrong job token: pass the job's token (--token-file or ROVER_TOKEN)")
 )
@@ -37,6 +45,12 @@ var codes = []struct {
 	{rendezvous.ErrUnknownNode, connect.CodeNotFound},
 	{errUnauthenticated, connect.CodeUnauthenticated},
 	{errLimit, connect.CodeResourceExhausted},
+	{errNoStorage, connect.CodeFailedPrecondition},
+	{errStaleRound, connect.CodeFailedPrecondition},
+	{errUnverified, connect.CodeFailedPrecondition},
+	{ckpt.ErrInvalidInput, connect.CodeInvalidArgument},
+	{ckpt.ErrCorrupt, connect.CodeFailedPrecondition},
+	{ckpt.ErrStorage, connect.CodeUnavailable},
 	{shard.ErrInvalidDataset, connect.CodeInvalidArgument},
 	{shard.ErrInvalidRequest, connect.CodeInvalidArgument},
 	{shard.ErrBadState, connect.CodeInvalidArgument},

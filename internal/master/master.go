@@ -13,6 +13,8 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/roverml/rover/api/rover/v1/roverv1connect"
+	"github.com/roverml/rover/internal/ckpt"
+	"github.com/roverml/rover/internal/client"
 	"github.com/roverml/rover/internal/rendezvous"
 	"github.com/roverml/rover/internal/store"
 	"golang.org/x/sync/errgroup"
@@ -36,6 +38,11 @@ type Config struct {
 	// Preset, when set, fixes the rendezvous configuration before any agent
 	// joins. Without it, the first agent's configuration is taken.
 	Preset *RendezvousPreset
+	// Checkpoint, when its URL is set, is the job's checkpoint storage, as
+	// the operator gave it: it may carry any of the storage driver's
+	// parameters. Agents that name another are refused. Without it, the
+	// first agent's --checkpoint-dir is taken (without driver parameters).
+	Checkpoint client.CheckpointStorage
 	// TickInterval is how often timeouts are checked (default 50ms).
 	TickInterval time.Duration
 	// StateDir is the directory of the durable store (bbolt): a master
@@ -117,8 +124,17 @@ func newMaster(ctx context.Context, cfg Config, log *slog.Logger) (*Master, erro
 		log.Info("restored master state", "records", n, "round", j.GetRound(), "restarts", j.GetRestartCount(),
 			"nodes", len(j.GetNodes()), "state", j.GetJobState().String(), "took", time.Since(start).Round(time.Millisecond))
 	}
+	if err := checkStorage(cfg.Checkpoint, ckpt.FromOperator); err != nil {
+		return nil, fmt.Errorf("--checkpoint-dir: %w", err)
+	}
+	if job := c.config(); job != nil && cfg.Checkpoint.URL != "" && !ckpt.SameLocation(job.Checkpoint.URL, cfg.Checkpoint.URL) {
+		return nil, fmt.Errorf("the job in this state dir keeps its checkpoints in %q, not %q: give the same --checkpoint-dir, or another --state-dir for a new job",
+			job.Checkpoint.URL, cfg.Checkpoint.URL)
+	}
 	if cfg.Preset != nil {
-		if err := c.configure(ctx, *cfg.Preset, cfg.Clock.Now()); err != nil {
+		preset := *cfg.Preset
+		preset.Checkpoint = cfg.Checkpoint
+		if err := c.configure(ctx, preset, cfg.Clock.Now()); err != nil {
 			return nil, fmt.Errorf("configure rendezvous: %w", err)
 		}
 	}
@@ -128,8 +144,11 @@ func newMaster(ctx context.Context, cfg Config, log *slog.Logger) (*Master, erro
 	}
 	m := &Master{cfg: cfg, core: c, ln: ln, log: log}
 	mux := http.NewServeMux()
-	m.checkpoints = newCheckpoints(cfg.Clock)
-	mux.Handle(roverv1connect.NewMasterServiceHandler(&service{core: c, clock: cfg.Clock, checkpoints: m.checkpoints},
+	m.checkpoints = newCheckpoints(cfg.Clock, log)
+	if job := c.config(); job != nil {
+		m.checkpoints.prepare(ctx, job.Checkpoint, c.fresh())
+	}
+	mux.Handle(roverv1connect.NewMasterServiceHandler(&service{core: c, clock: cfg.Clock, checkpoints: m.checkpoints, storage: cfg.Checkpoint},
 		connect.WithCodec(strictJSON{}),
 		connect.WithReadMaxBytes(8<<20),
 		connect.WithCompressMinBytes(compressMinBytes)))

@@ -3,11 +3,15 @@ package master
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"time"
 
 	"connectrpc.com/connect"
 	roverv1 "github.com/roverml/rover/api/rover/v1"
 	"github.com/roverml/rover/api/rover/v1/roverv1connect"
+	"github.com/roverml/rover/internal/ckpt"
+	"github.com/roverml/rover/internal/client"
 	"google.golang.org/protobuf/encoding/protojson"
 )
 
@@ -17,6 +21,8 @@ type service struct {
 	core        *core
 	clock       Clock
 	checkpoints *checkpoints
+	// storage is the operator's checkpoint storage (Config.Checkpoint).
+	storage client.CheckpointStorage
 }
 
 var _ roverv1connect.MasterServiceHandler = (*service)(nil)
@@ -41,14 +47,28 @@ func (s *service) join(ctx context.Context, r *roverv1.JoinRequest) (*roverv1.Jo
 	if id := r.GetRunId(); id != "" && id != "none" && s.core.runID != "none" && id != s.core.runID {
 		return nil, rpcError(invalid("this master runs job %q, not %q: check --rdzv-id and --rdzv-endpoint", s.core.runID, r.GetRunId()))
 	}
+	if s.storage.URL != "" {
+		// The operator's storage is the job's: an agent may only agree.
+		if errs := checkpointAgrees(s.storage, cfg.Checkpoint); len(errs) > 0 {
+			return nil, rpcError(fmt.Errorf("%w: this agent asks for %w; start every agent with the same settings", errConfigMismatch, errors.Join(errs...)))
+		}
+		cfg.Checkpoint = s.storage
+	} else if err := checkStorage(cfg.Checkpoint, ckpt.FromAgent); err != nil {
+		return nil, rpcError(err)
+	}
 	if err := s.core.configure(ctx, *cfg, s.clock.Now()); err != nil {
 		return nil, rpcError(err)
 	}
+	job := s.core.config()
+	// Before the first join returns no worker runs, so a fresh job's
+	// uncommitted steps can all go.
+	s.checkpoints.prepare(ctx, job.Checkpoint, s.core.fresh())
 	rank, round, err := s.core.join(ctx, jr, snaps, int(r.GetRound()), s.clock.Now())
 	if err != nil {
 		return nil, rpcError(err)
 	}
-	return &roverv1.JoinResponse{NodeRank: int32(rank), Round: int64(round), RunId: s.core.runID}, nil
+	return &roverv1.JoinResponse{NodeRank: int32(rank), Round: int64(round), RunId: s.core.runID,
+		Checkpoint: client.CheckpointStorageProto(job.Checkpoint)}, nil
 }
 
 // Session joins the node named by the first message, then streams its views

@@ -96,3 +96,15 @@ func (m *Machine) Assignment(nodeID string) (Member, int, bool) {
 	}
 	return m.world[i], m.round, true
 }
+
+// WorldMember returns nodeID's place in the world of the last closed round,
+// that round and the world's size, whether or not a newer round is open
+// now: what a report about that world's work (a checkpoint) is checked
+// against. It is false when the node is not in that world. O(1).
+func (m *Machine) WorldMember(nodeID string) (member Member, round, worldSize int, ok bool) {
+	i, in := m.index[nodeID]
+	if m.worldRound == 0 || !in {
+		return Member{}, 0, 0, false
+	}
+	return m.world[i], m.worldRound, m.worldSize, true
+}

@@ -78,7 +78,12 @@ type Config struct {
 	TrainingPort                   int
 
 	// Rover extras.
-	TokenFile         string
+	TokenFile string
+	// CheckpointDir is the job's checkpoint storage (absolute once
+	// validated; "" = none) and CheckpointKeep the committed steps kept
+	// there (0 = all).
+	CheckpointDir     string
+	CheckpointKeep    int
 	NodeID            string        // stable agent identity; "" = the agent derives one
 	StopGracePeriod   time.Duration // SIGTERM to SIGKILL grace when stopping workers
 	HeartbeatInterval time.Duration

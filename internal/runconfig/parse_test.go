@@ -50,6 +50,7 @@ func base() *Config {
 		MasterPort:        29500,
 		NodeUnit:          1,
 		TrainingPort:      60000,
+		CheckpointKeep:    1,
 		StopGracePeriod:   30 * time.Second,
 		HeartbeatInterval: 15 * time.Second,
 		Entrypoint:        "train.py",

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"net"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -53,6 +54,16 @@ func (c *Config) validate(stat func(string) (fs.FileInfo, error)) error {
 	}
 	if c.CloseTimeout <= 0 {
 		add("%s: must be positive", c.ref("rdzv-conf", "--rdzv-conf close_timeout="+c.CloseTimeout.String()))
+	}
+	if c.CheckpointKeep < 0 {
+		add("%s: must be 0 (keep all) or more", c.ref("checkpoint-keep", "--checkpoint-keep="+strconv.Itoa(c.CheckpointKeep)))
+	}
+	if d := c.CheckpointDir; d != "" && !strings.Contains(d, "://") {
+		if abs, err := filepath.Abs(d); err != nil {
+			add("%s: %v", c.ref("checkpoint-dir", "--checkpoint-dir="+d), err)
+		} else {
+			c.CheckpointDir = abs
+		}
 	}
 	if c.StopGracePeriod < 0 {
 		add("%s: must not be negative", c.ref("stop-grace-period", "--stop-grace-period="+c.StopGracePeriod.String()))

@@ -94,7 +94,7 @@ func run(out, url, mode string, checkEmpty bool) error {
 	rank, restart := os.Getenv("RANK"), os.Getenv("TORCHELASTIC_RESTART_COUNT")
 	var r int
 	fmt.Sscan(rank, &r)
-	k := c.Checkpointer(url, rover.CheckpointOptions{Keep: 2, Mode: mode})
+	k := c.Checkpointer(url, rover.CheckpointOptions{Mode: mode})
 	stateRank := r
 	if mode == rover.ModeReplicated {
 		stateRank = 0 // every rank holds the same state

@@ -251,17 +251,15 @@ type CheckpointCommitRequest struct {
 	Step      int64                  `protobuf:"varint,2,opt,name=step,proto3" json:"step,omitempty"`
 	// Bytes written at the slot's start.
 	Length int64 `protobuf:"varint,3,opt,name=length,proto3" json:"length,omitempty"`
-	// Persist the snapshot to storage.
+	// Persist the snapshot to the job's checkpoint storage (the agent's
+	// --checkpoint-dir, or the job's as the master says): requests name
+	// steps, never locations.
 	Persist bool `protobuf:"varint,4,opt,name=persist,proto3" json:"persist,omitempty"`
-	// Where: a directory or a gocloud blob URL.
-	Url string `protobuf:"bytes,5,opt,name=url,proto3" json:"url,omitempty"`
 	// The checkpoint's ranks: the global rank saving, the world size, and the
 	// mode ("sharded": every rank's file is needed; "replicated": any one is).
-	Rank      int32  `protobuf:"varint,6,opt,name=rank,proto3" json:"rank,omitempty"`
-	WorldSize int32  `protobuf:"varint,7,opt,name=world_size,json=worldSize,proto3" json:"world_size,omitempty"`
-	Mode      string `protobuf:"bytes,8,opt,name=mode,proto3" json:"mode,omitempty"`
-	// Committed steps to keep in storage (0: all).
-	Keep          int32 `protobuf:"varint,9,opt,name=keep,proto3" json:"keep,omitempty"`
+	Rank          int32  `protobuf:"varint,6,opt,name=rank,proto3" json:"rank,omitempty"`
+	WorldSize     int32  `protobuf:"varint,7,opt,name=world_size,json=worldSize,proto3" json:"world_size,omitempty"`
+	Mode          string `protobuf:"bytes,8,opt,name=mode,proto3" json:"mode,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -324,13 +322,6 @@ func (x *CheckpointCommitRequest) GetPersist() bool {
 	return false
 }
 
-func (x *CheckpointCommitRequest) GetUrl() string {
-	if x != nil {
-		return x.Url
-	}
-	return ""
-}
-
 func (x *CheckpointCommitRequest) GetRank() int32 {
 	if x != nil {
 		return x.Rank
@@ -350,13 +341,6 @@ func (x *CheckpointCommitRequest) GetMode() string {
 		return x.Mode
 	}
 	return ""
-}
-
-func (x *CheckpointCommitRequest) GetKeep() int32 {
-	if x != nil {
-		return x.Keep
-	}
-	return 0
 }
 
 type CheckpointCommitResponse struct {
@@ -441,10 +425,17 @@ func (x *CheckpointWaitRequest) GetLocalRank() int32 {
 
 type CheckpointWaitResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The newest step this rank made durable, and the error of the last
-	// persistence that failed since the previous wait (empty: none).
-	DurableStep   int64  `protobuf:"varint,1,opt,name=durable_step,json=durableStep,proto3" json:"durable_step,omitempty"`
-	Error         string `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	// The newest step this rank made durable (-1: none yet), and the error of
+	// the last persistence that failed since the previous wait (empty: none).
+	DurableStep int64  `protobuf:"varint,1,opt,name=durable_step,json=durableStep,proto3" json:"durable_step,omitempty"`
+	Error       string `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	// The newest step committed in the job's storage as the master last
+	// answered this agent (-1: none known).
+	CommittedStep int64 `protobuf:"varint,3,opt,name=committed_step,json=committedStep,proto3" json:"committed_step,omitempty"`
+	// Persistences this rank asked for, and why the last one failed (kept
+	// until one succeeds): a wait that finds nothing durable names it.
+	Requested     int64  `protobuf:"varint,4,opt,name=requested,proto3" json:"requested,omitempty"`
+	LastFailure   string `protobuf:"bytes,5,opt,name=last_failure,json=lastFailure,proto3" json:"last_failure,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -493,10 +484,30 @@ func (x *CheckpointWaitResponse) GetError() string {
 	return ""
 }
 
+func (x *CheckpointWaitResponse) GetCommittedStep() int64 {
+	if x != nil {
+		return x.CommittedStep
+	}
+	return 0
+}
+
+func (x *CheckpointWaitResponse) GetRequested() int64 {
+	if x != nil {
+		return x.Requested
+	}
+	return 0
+}
+
+func (x *CheckpointWaitResponse) GetLastFailure() string {
+	if x != nil {
+		return x.LastFailure
+	}
+	return ""
+}
+
 type CheckpointRestoreRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	LocalRank int32                  `protobuf:"varint,1,opt,name=local_rank,json=localRank,proto3" json:"local_rank,omitempty"`
-	Url       string                 `protobuf:"bytes,2,opt,name=url,proto3" json:"url,omitempty"`
 	// The rank whose file to load (replicated checkpoints: any saved rank).
 	Rank          int32 `protobuf:"varint,3,opt,name=rank,proto3" json:"rank,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -538,13 +549,6 @@ func (x *CheckpointRestoreRequest) GetLocalRank() int32 {
 		return x.LocalRank
 	}
 	return 0
-}
-
-func (x *CheckpointRestoreRequest) GetUrl() string {
-	if x != nil {
-		return x.Url
-	}
-	return ""
 }
 
 func (x *CheckpointRestoreRequest) GetRank() int32 {
@@ -954,31 +958,32 @@ const file_api_rover_v1_agent_proto_rawDesc = "" +
 	"local_rank\x18\x01 \x01(\x05R\tlocalRank\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\x03R\x04size\"/\n" +
 	"\x19CheckpointReserveResponse\x12\x12\n" +
-	"\x04path\x18\x01 \x01(\tR\x04path\"\xeb\x01\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\"\xdc\x01\n" +
 	"\x17CheckpointCommitRequest\x12\x1d\n" +
 	"\n" +
 	"local_rank\x18\x01 \x01(\x05R\tlocalRank\x12\x12\n" +
 	"\x04step\x18\x02 \x01(\x03R\x04step\x12\x16\n" +
 	"\x06length\x18\x03 \x01(\x03R\x06length\x12\x18\n" +
-	"\apersist\x18\x04 \x01(\bR\apersist\x12\x10\n" +
-	"\x03url\x18\x05 \x01(\tR\x03url\x12\x12\n" +
+	"\apersist\x18\x04 \x01(\bR\apersist\x12\x12\n" +
 	"\x04rank\x18\x06 \x01(\x05R\x04rank\x12\x1d\n" +
 	"\n" +
 	"world_size\x18\a \x01(\x05R\tworldSize\x12\x12\n" +
-	"\x04mode\x18\b \x01(\tR\x04mode\x12\x12\n" +
-	"\x04keep\x18\t \x01(\x05R\x04keep\"\x1a\n" +
+	"\x04mode\x18\b \x01(\tR\x04modeJ\x04\b\x05\x10\x06J\x04\b\t\x10\n" +
+	"R\x03urlR\x04keep\"\x1a\n" +
 	"\x18CheckpointCommitResponse\"6\n" +
 	"\x15CheckpointWaitRequest\x12\x1d\n" +
 	"\n" +
-	"local_rank\x18\x01 \x01(\x05R\tlocalRank\"Q\n" +
+	"local_rank\x18\x01 \x01(\x05R\tlocalRank\"\xb9\x01\n" +
 	"\x16CheckpointWaitResponse\x12!\n" +
 	"\fdurable_step\x18\x01 \x01(\x03R\vdurableStep\x12\x14\n" +
-	"\x05error\x18\x02 \x01(\tR\x05error\"_\n" +
+	"\x05error\x18\x02 \x01(\tR\x05error\x12%\n" +
+	"\x0ecommitted_step\x18\x03 \x01(\x03R\rcommittedStep\x12\x1c\n" +
+	"\trequested\x18\x04 \x01(\x03R\trequested\x12!\n" +
+	"\flast_failure\x18\x05 \x01(\tR\vlastFailure\"X\n" +
 	"\x18CheckpointRestoreRequest\x12\x1d\n" +
 	"\n" +
-	"local_rank\x18\x01 \x01(\x05R\tlocalRank\x12\x10\n" +
-	"\x03url\x18\x02 \x01(\tR\x03url\x12\x12\n" +
-	"\x04rank\x18\x03 \x01(\x05R\x04rank\"k\n" +
+	"local_rank\x18\x01 \x01(\x05R\tlocalRank\x12\x12\n" +
+	"\x04rank\x18\x03 \x01(\x05R\x04rankJ\x04\b\x02\x10\x03R\x03url\"k\n" +
 	"\x19CheckpointRestoreResponse\x12\x14\n" +
 	"\x05found\x18\x01 \x01(\bR\x05found\x128\n" +
 	"\bsnapshot\x18\x02 \x01(\v2\x1c.rover.v1.CheckpointSnapshotR\bsnapshot\";\n" +

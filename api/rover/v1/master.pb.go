@@ -77,17 +77,22 @@ func (JobState) EnumDescriptor() ([]byte, []int) {
 	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{0}
 }
 
+// CheckpointDurableRequest names a step and a rank, never a location: the
+// file is the rank's file of the step in the job's checkpoint storage
+// (CheckpointStorage), and the master checks it there before it commits.
 type CheckpointDurableRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Url           string                 `protobuf:"bytes,1,opt,name=url,proto3" json:"url,omitempty"`
-	Step          int64                  `protobuf:"varint,2,opt,name=step,proto3" json:"step,omitempty"`
-	Rank          int32                  `protobuf:"varint,3,opt,name=rank,proto3" json:"rank,omitempty"`
-	WorldSize     int32                  `protobuf:"varint,4,opt,name=world_size,json=worldSize,proto3" json:"world_size,omitempty"`
-	Mode          string                 `protobuf:"bytes,5,opt,name=mode,proto3" json:"mode,omitempty"`
-	Path          string                 `protobuf:"bytes,6,opt,name=path,proto3" json:"path,omitempty"`
-	Size          int64                  `protobuf:"varint,7,opt,name=size,proto3" json:"size,omitempty"`
-	Crc32C        uint32                 `protobuf:"varint,8,opt,name=crc32c,proto3" json:"crc32c,omitempty"`
-	Keep          int32                  `protobuf:"varint,9,opt,name=keep,proto3" json:"keep,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Step  int64                  `protobuf:"varint,2,opt,name=step,proto3" json:"step,omitempty"`
+	// The global rank whose file it is; it must be one of the reporting
+	// node's ranks in the world of `round`.
+	Rank   int32  `protobuf:"varint,3,opt,name=rank,proto3" json:"rank,omitempty"`
+	Mode   string `protobuf:"bytes,5,opt,name=mode,proto3" json:"mode,omitempty"`
+	Size   int64  `protobuf:"varint,7,opt,name=size,proto3" json:"size,omitempty"`
+	Crc32C uint32 `protobuf:"varint,8,opt,name=crc32c,proto3" json:"crc32c,omitempty"`
+	// The closed round whose world saved the step, and the reporting node:
+	// a step is committed only from the reports of one round's world.
+	Round         int64  `protobuf:"varint,10,opt,name=round,proto3" json:"round,omitempty"`
+	NodeId        string `protobuf:"bytes,11,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -122,13 +127,6 @@ func (*CheckpointDurableRequest) Descriptor() ([]byte, []int) {
 	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{0}
 }
 
-func (x *CheckpointDurableRequest) GetUrl() string {
-	if x != nil {
-		return x.Url
-	}
-	return ""
-}
-
 func (x *CheckpointDurableRequest) GetStep() int64 {
 	if x != nil {
 		return x.Step
@@ -143,23 +141,9 @@ func (x *CheckpointDurableRequest) GetRank() int32 {
 	return 0
 }
 
-func (x *CheckpointDurableRequest) GetWorldSize() int32 {
-	if x != nil {
-		return x.WorldSize
-	}
-	return 0
-}
-
 func (x *CheckpointDurableRequest) GetMode() string {
 	if x != nil {
 		return x.Mode
-	}
-	return ""
-}
-
-func (x *CheckpointDurableRequest) GetPath() string {
-	if x != nil {
-		return x.Path
 	}
 	return ""
 }
@@ -178,19 +162,28 @@ func (x *CheckpointDurableRequest) GetCrc32C() uint32 {
 	return 0
 }
 
-func (x *CheckpointDurableRequest) GetKeep() int32 {
+func (x *CheckpointDurableRequest) GetRound() int64 {
 	if x != nil {
-		return x.Keep
+		return x.Round
 	}
 	return 0
+}
+
+func (x *CheckpointDurableRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
 }
 
 type CheckpointDurableResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// True when this report completed the step and it is committed.
-	Committed     bool `protobuf:"varint,1,opt,name=committed,proto3" json:"committed,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Committed bool `protobuf:"varint,1,opt,name=committed,proto3" json:"committed,omitempty"`
+	// The newest step committed in the job's storage, or -1 for none.
+	LatestCommitted int64 `protobuf:"varint,2,opt,name=latest_committed,json=latestCommitted,proto3" json:"latest_committed,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *CheckpointDurableResponse) Reset() {
@@ -230,6 +223,71 @@ func (x *CheckpointDurableResponse) GetCommitted() bool {
 	return false
 }
 
+func (x *CheckpointDurableResponse) GetLatestCommitted() int64 {
+	if x != nil {
+		return x.LatestCommitted
+	}
+	return 0
+}
+
+// CheckpointStorage is where a job's checkpoints go: part of the job's
+// configuration, set once (by `rover master --checkpoint-dir`, or by the
+// first agent's `rover run --checkpoint-dir`) and journaled.
+type CheckpointStorage struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// An absolute directory or a file://, s3://, gs:// or azblob:// URL;
+	// empty: the job persists no checkpoints.
+	Url string `protobuf:"bytes,1,opt,name=url,proto3" json:"url,omitempty"`
+	// Committed steps kept in storage (0: all).
+	Keep          int32 `protobuf:"varint,2,opt,name=keep,proto3" json:"keep,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckpointStorage) Reset() {
+	*x = CheckpointStorage{}
+	mi := &file_api_rover_v1_master_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckpointStorage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckpointStorage) ProtoMessage() {}
+
+func (x *CheckpointStorage) ProtoReflect() protoreflect.Message {
+	mi := &file_api_rover_v1_master_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckpointStorage.ProtoReflect.Descriptor instead.
+func (*CheckpointStorage) Descriptor() ([]byte, []int) {
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *CheckpointStorage) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *CheckpointStorage) GetKeep() int32 {
+	if x != nil {
+		return x.Keep
+	}
+	return 0
+}
+
 // RendezvousConfig is the rendezvous a node agent was started with.
 type RendezvousConfig struct {
 	state                  protoimpl.MessageState `protogen:"open.v1"`
@@ -241,13 +299,16 @@ type RendezvousConfig struct {
 	JoinTimeoutMillis      int64                  `protobuf:"varint,6,opt,name=join_timeout_millis,json=joinTimeoutMillis,proto3" json:"join_timeout_millis,omitempty"`
 	HeartbeatTimeoutMillis int64                  `protobuf:"varint,7,opt,name=heartbeat_timeout_millis,json=heartbeatTimeoutMillis,proto3" json:"heartbeat_timeout_millis,omitempty"`
 	DisconnectGraceMillis  int64                  `protobuf:"varint,8,opt,name=disconnect_grace_millis,json=disconnectGraceMillis,proto3" json:"disconnect_grace_millis,omitempty"`
-	unknownFields          protoimpl.UnknownFields
-	sizeCache              protoimpl.SizeCache
+	// The checkpoint storage the agent was started with (unset: none, the
+	// agent takes the job's).
+	Checkpoint    *CheckpointStorage `protobuf:"bytes,9,opt,name=checkpoint,proto3" json:"checkpoint,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RendezvousConfig) Reset() {
 	*x = RendezvousConfig{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[2]
+	mi := &file_api_rover_v1_master_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -259,7 +320,7 @@ func (x *RendezvousConfig) String() string {
 func (*RendezvousConfig) ProtoMessage() {}
 
 func (x *RendezvousConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[2]
+	mi := &file_api_rover_v1_master_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -272,7 +333,7 @@ func (x *RendezvousConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RendezvousConfig.ProtoReflect.Descriptor instead.
 func (*RendezvousConfig) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{2}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *RendezvousConfig) GetMinNodes() int32 {
@@ -331,6 +392,13 @@ func (x *RendezvousConfig) GetDisconnectGraceMillis() int64 {
 	return 0
 }
 
+func (x *RendezvousConfig) GetCheckpoint() *CheckpointStorage {
+	if x != nil {
+		return x.Checkpoint
+	}
+	return nil
+}
+
 type JoinRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Stable identity of the node agent.
@@ -356,7 +424,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[3]
+	mi := &file_api_rover_v1_master_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -368,7 +436,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[3]
+	mi := &file_api_rover_v1_master_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -381,7 +449,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{3}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *JoinRequest) GetNodeId() string {
@@ -458,7 +526,7 @@ type MemorySnapshot struct {
 
 func (x *MemorySnapshot) Reset() {
 	*x = MemorySnapshot{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[4]
+	mi := &file_api_rover_v1_master_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -470,7 +538,7 @@ func (x *MemorySnapshot) String() string {
 func (*MemorySnapshot) ProtoMessage() {}
 
 func (x *MemorySnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[4]
+	mi := &file_api_rover_v1_master_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -483,7 +551,7 @@ func (x *MemorySnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemorySnapshot.ProtoReflect.Descriptor instead.
 func (*MemorySnapshot) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{4}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *MemorySnapshot) GetLocalRank() int32 {
@@ -525,15 +593,17 @@ type JoinResponse struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	NodeRank int32                  `protobuf:"varint,1,opt,name=node_rank,json=nodeRank,proto3" json:"node_rank,omitempty"`
 	// Round the node is now joined to.
-	Round         int64  `protobuf:"varint,2,opt,name=round,proto3" json:"round,omitempty"`
-	RunId         string `protobuf:"bytes,3,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	Round int64  `protobuf:"varint,2,opt,name=round,proto3" json:"round,omitempty"`
+	RunId string `protobuf:"bytes,3,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	// The job's checkpoint storage: where the agent persists and restores.
+	Checkpoint    *CheckpointStorage `protobuf:"bytes,4,opt,name=checkpoint,proto3" json:"checkpoint,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[5]
+	mi := &file_api_rover_v1_master_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -545,7 +615,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[5]
+	mi := &file_api_rover_v1_master_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -558,7 +628,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{5}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *JoinResponse) GetNodeRank() int32 {
@@ -582,6 +652,13 @@ func (x *JoinResponse) GetRunId() string {
 	return ""
 }
 
+func (x *JoinResponse) GetCheckpoint() *CheckpointStorage {
+	if x != nil {
+		return x.Checkpoint
+	}
+	return nil
+}
+
 // SessionRequest is a message from a node agent on its session.
 type SessionRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -596,7 +673,7 @@ type SessionRequest struct {
 
 func (x *SessionRequest) Reset() {
 	*x = SessionRequest{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[6]
+	mi := &file_api_rover_v1_master_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -608,7 +685,7 @@ func (x *SessionRequest) String() string {
 func (*SessionRequest) ProtoMessage() {}
 
 func (x *SessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[6]
+	mi := &file_api_rover_v1_master_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -621,7 +698,7 @@ func (x *SessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionRequest.ProtoReflect.Descriptor instead.
 func (*SessionRequest) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{6}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *SessionRequest) GetMsg() isSessionRequest_Msg {
@@ -676,7 +753,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[7]
+	mi := &file_api_rover_v1_master_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -688,7 +765,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[7]
+	mi := &file_api_rover_v1_master_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -701,7 +778,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{7}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{8}
 }
 
 // SessionResponse is a message from the master on a session.
@@ -717,7 +794,7 @@ type SessionResponse struct {
 
 func (x *SessionResponse) Reset() {
 	*x = SessionResponse{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[8]
+	mi := &file_api_rover_v1_master_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -729,7 +806,7 @@ func (x *SessionResponse) String() string {
 func (*SessionResponse) ProtoMessage() {}
 
 func (x *SessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[8]
+	mi := &file_api_rover_v1_master_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -742,7 +819,7 @@ func (x *SessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionResponse.ProtoReflect.Descriptor instead.
 func (*SessionResponse) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{8}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SessionResponse) GetJoined() *JoinResponse {
@@ -781,7 +858,7 @@ type NodeView struct {
 
 func (x *NodeView) Reset() {
 	*x = NodeView{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[9]
+	mi := &file_api_rover_v1_master_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -793,7 +870,7 @@ func (x *NodeView) String() string {
 func (*NodeView) ProtoMessage() {}
 
 func (x *NodeView) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[9]
+	mi := &file_api_rover_v1_master_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -806,7 +883,7 @@ func (x *NodeView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeView.ProtoReflect.Descriptor instead.
 func (*NodeView) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{9}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *NodeView) GetVersion() uint64 {
@@ -899,7 +976,7 @@ type Assignment struct {
 
 func (x *Assignment) Reset() {
 	*x = Assignment{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[10]
+	mi := &file_api_rover_v1_master_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -911,7 +988,7 @@ func (x *Assignment) String() string {
 func (*Assignment) ProtoMessage() {}
 
 func (x *Assignment) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[10]
+	mi := &file_api_rover_v1_master_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -924,7 +1001,7 @@ func (x *Assignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Assignment.ProtoReflect.Descriptor instead.
 func (*Assignment) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{10}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Assignment) GetRound() int64 {
@@ -1007,7 +1084,7 @@ type WorkerFailure struct {
 
 func (x *WorkerFailure) Reset() {
 	*x = WorkerFailure{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[11]
+	mi := &file_api_rover_v1_master_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1019,7 +1096,7 @@ func (x *WorkerFailure) String() string {
 func (*WorkerFailure) ProtoMessage() {}
 
 func (x *WorkerFailure) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[11]
+	mi := &file_api_rover_v1_master_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1032,7 +1109,7 @@ func (x *WorkerFailure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerFailure.ProtoReflect.Descriptor instead.
 func (*WorkerFailure) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{11}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *WorkerFailure) GetNodeId() string {
@@ -1144,7 +1221,7 @@ type ReportFailureRequest struct {
 
 func (x *ReportFailureRequest) Reset() {
 	*x = ReportFailureRequest{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[12]
+	mi := &file_api_rover_v1_master_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1156,7 +1233,7 @@ func (x *ReportFailureRequest) String() string {
 func (*ReportFailureRequest) ProtoMessage() {}
 
 func (x *ReportFailureRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[12]
+	mi := &file_api_rover_v1_master_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1169,7 +1246,7 @@ func (x *ReportFailureRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportFailureRequest.ProtoReflect.Descriptor instead.
 func (*ReportFailureRequest) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{12}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ReportFailureRequest) GetNodeId() string {
@@ -1201,7 +1278,7 @@ type ReportFailureResponse struct {
 
 func (x *ReportFailureResponse) Reset() {
 	*x = ReportFailureResponse{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[13]
+	mi := &file_api_rover_v1_master_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1213,7 +1290,7 @@ func (x *ReportFailureResponse) String() string {
 func (*ReportFailureResponse) ProtoMessage() {}
 
 func (x *ReportFailureResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[13]
+	mi := &file_api_rover_v1_master_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1226,7 +1303,7 @@ func (x *ReportFailureResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportFailureResponse.ProtoReflect.Descriptor instead.
 func (*ReportFailureResponse) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{13}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{14}
 }
 
 type ReportSuccessRequest struct {
@@ -1239,7 +1316,7 @@ type ReportSuccessRequest struct {
 
 func (x *ReportSuccessRequest) Reset() {
 	*x = ReportSuccessRequest{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[14]
+	mi := &file_api_rover_v1_master_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1251,7 +1328,7 @@ func (x *ReportSuccessRequest) String() string {
 func (*ReportSuccessRequest) ProtoMessage() {}
 
 func (x *ReportSuccessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[14]
+	mi := &file_api_rover_v1_master_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1264,7 +1341,7 @@ func (x *ReportSuccessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportSuccessRequest.ProtoReflect.Descriptor instead.
 func (*ReportSuccessRequest) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{14}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ReportSuccessRequest) GetNodeId() string {
@@ -1289,7 +1366,7 @@ type ReportSuccessResponse struct {
 
 func (x *ReportSuccessResponse) Reset() {
 	*x = ReportSuccessResponse{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[15]
+	mi := &file_api_rover_v1_master_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1301,7 +1378,7 @@ func (x *ReportSuccessResponse) String() string {
 func (*ReportSuccessResponse) ProtoMessage() {}
 
 func (x *ReportSuccessResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[15]
+	mi := &file_api_rover_v1_master_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1314,7 +1391,7 @@ func (x *ReportSuccessResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportSuccessResponse.ProtoReflect.Descriptor instead.
 func (*ReportSuccessResponse) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{15}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{16}
 }
 
 type LeaveRequest struct {
@@ -1327,7 +1404,7 @@ type LeaveRequest struct {
 
 func (x *LeaveRequest) Reset() {
 	*x = LeaveRequest{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[16]
+	mi := &file_api_rover_v1_master_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1339,7 +1416,7 @@ func (x *LeaveRequest) String() string {
 func (*LeaveRequest) ProtoMessage() {}
 
 func (x *LeaveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[16]
+	mi := &file_api_rover_v1_master_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1352,7 +1429,7 @@ func (x *LeaveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveRequest.ProtoReflect.Descriptor instead.
 func (*LeaveRequest) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{16}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *LeaveRequest) GetNodeId() string {
@@ -1377,7 +1454,7 @@ type LeaveResponse struct {
 
 func (x *LeaveResponse) Reset() {
 	*x = LeaveResponse{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[17]
+	mi := &file_api_rover_v1_master_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1389,7 +1466,7 @@ func (x *LeaveResponse) String() string {
 func (*LeaveResponse) ProtoMessage() {}
 
 func (x *LeaveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[17]
+	mi := &file_api_rover_v1_master_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1402,7 +1479,7 @@ func (x *LeaveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveResponse.ProtoReflect.Descriptor instead.
 func (*LeaveResponse) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{17}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{18}
 }
 
 type SetKeyRequest struct {
@@ -1415,7 +1492,7 @@ type SetKeyRequest struct {
 
 func (x *SetKeyRequest) Reset() {
 	*x = SetKeyRequest{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[18]
+	mi := &file_api_rover_v1_master_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1427,7 +1504,7 @@ func (x *SetKeyRequest) String() string {
 func (*SetKeyRequest) ProtoMessage() {}
 
 func (x *SetKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[18]
+	mi := &file_api_rover_v1_master_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1440,7 +1517,7 @@ func (x *SetKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetKeyRequest.ProtoReflect.Descriptor instead.
 func (*SetKeyRequest) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{18}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SetKeyRequest) GetKey() string {
@@ -1465,7 +1542,7 @@ type SetKeyResponse struct {
 
 func (x *SetKeyResponse) Reset() {
 	*x = SetKeyResponse{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[19]
+	mi := &file_api_rover_v1_master_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1477,7 +1554,7 @@ func (x *SetKeyResponse) String() string {
 func (*SetKeyResponse) ProtoMessage() {}
 
 func (x *SetKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[19]
+	mi := &file_api_rover_v1_master_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1490,7 +1567,7 @@ func (x *SetKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetKeyResponse.ProtoReflect.Descriptor instead.
 func (*SetKeyResponse) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{19}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{20}
 }
 
 type GetKeyRequest struct {
@@ -1503,7 +1580,7 @@ type GetKeyRequest struct {
 
 func (x *GetKeyRequest) Reset() {
 	*x = GetKeyRequest{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[20]
+	mi := &file_api_rover_v1_master_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1515,7 +1592,7 @@ func (x *GetKeyRequest) String() string {
 func (*GetKeyRequest) ProtoMessage() {}
 
 func (x *GetKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[20]
+	mi := &file_api_rover_v1_master_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1528,7 +1605,7 @@ func (x *GetKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetKeyRequest.ProtoReflect.Descriptor instead.
 func (*GetKeyRequest) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{20}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *GetKeyRequest) GetKey() string {
@@ -1555,7 +1632,7 @@ type GetKeyResponse struct {
 
 func (x *GetKeyResponse) Reset() {
 	*x = GetKeyResponse{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[21]
+	mi := &file_api_rover_v1_master_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1567,7 +1644,7 @@ func (x *GetKeyResponse) String() string {
 func (*GetKeyResponse) ProtoMessage() {}
 
 func (x *GetKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[21]
+	mi := &file_api_rover_v1_master_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1580,7 +1657,7 @@ func (x *GetKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetKeyResponse.ProtoReflect.Descriptor instead.
 func (*GetKeyResponse) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{21}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *GetKeyResponse) GetFound() bool {
@@ -1605,7 +1682,7 @@ type GetJobRequest struct {
 
 func (x *GetJobRequest) Reset() {
 	*x = GetJobRequest{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[22]
+	mi := &file_api_rover_v1_master_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1617,7 +1694,7 @@ func (x *GetJobRequest) String() string {
 func (*GetJobRequest) ProtoMessage() {}
 
 func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[22]
+	mi := &file_api_rover_v1_master_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1630,7 +1707,7 @@ func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobRequest.ProtoReflect.Descriptor instead.
 func (*GetJobRequest) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{22}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{23}
 }
 
 // NodeStatus is one row of the job's node table.
@@ -1648,7 +1725,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[23]
+	mi := &file_api_rover_v1_master_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1660,7 +1737,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[23]
+	mi := &file_api_rover_v1_master_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1673,7 +1750,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{23}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *NodeStatus) GetNodeId() string {
@@ -1737,7 +1814,7 @@ type GetJobResponse struct {
 
 func (x *GetJobResponse) Reset() {
 	*x = GetJobResponse{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[24]
+	mi := &file_api_rover_v1_master_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1749,7 +1826,7 @@ func (x *GetJobResponse) String() string {
 func (*GetJobResponse) ProtoMessage() {}
 
 func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[24]
+	mi := &file_api_rover_v1_master_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1762,7 +1839,7 @@ func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobResponse.ProtoReflect.Descriptor instead.
 func (*GetJobResponse) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{24}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *GetJobResponse) GetRunId() string {
@@ -1846,20 +1923,24 @@ var File_api_rover_v1_master_proto protoreflect.FileDescriptor
 
 const file_api_rover_v1_master_proto_rawDesc = "" +
 	"\n" +
-	"\x19api/rover/v1/master.proto\x12\brover.v1\x1a\x18api/rover/v1/shard.proto\"\xdb\x01\n" +
-	"\x18CheckpointDurableRequest\x12\x10\n" +
-	"\x03url\x18\x01 \x01(\tR\x03url\x12\x12\n" +
+	"\x19api/rover/v1/master.proto\x12\brover.v1\x1a\x18api/rover/v1/shard.proto\"\xe6\x01\n" +
+	"\x18CheckpointDurableRequest\x12\x12\n" +
 	"\x04step\x18\x02 \x01(\x03R\x04step\x12\x12\n" +
-	"\x04rank\x18\x03 \x01(\x05R\x04rank\x12\x1d\n" +
-	"\n" +
-	"world_size\x18\x04 \x01(\x05R\tworldSize\x12\x12\n" +
+	"\x04rank\x18\x03 \x01(\x05R\x04rank\x12\x12\n" +
 	"\x04mode\x18\x05 \x01(\tR\x04mode\x12\x12\n" +
-	"\x04path\x18\x06 \x01(\tR\x04path\x12\x12\n" +
 	"\x04size\x18\a \x01(\x03R\x04size\x12\x16\n" +
-	"\x06crc32c\x18\b \x01(\rR\x06crc32c\x12\x12\n" +
-	"\x04keep\x18\t \x01(\x05R\x04keep\"9\n" +
+	"\x06crc32c\x18\b \x01(\rR\x06crc32c\x12\x14\n" +
+	"\x05round\x18\n" +
+	" \x01(\x03R\x05round\x12\x17\n" +
+	"\anode_id\x18\v \x01(\tR\x06nodeIdJ\x04\b\x01\x10\x02J\x04\b\x04\x10\x05J\x04\b\x06\x10\aJ\x04\b\t\x10\n" +
+	"R\x03urlR\n" +
+	"world_sizeR\x04pathR\x04keep\"d\n" +
 	"\x19CheckpointDurableResponse\x12\x1c\n" +
-	"\tcommitted\x18\x01 \x01(\bR\tcommitted\"\xd8\x02\n" +
+	"\tcommitted\x18\x01 \x01(\bR\tcommitted\x12)\n" +
+	"\x10latest_committed\x18\x02 \x01(\x03R\x0flatestCommitted\"9\n" +
+	"\x11CheckpointStorage\x12\x10\n" +
+	"\x03url\x18\x01 \x01(\tR\x03url\x12\x12\n" +
+	"\x04keep\x18\x02 \x01(\x05R\x04keep\"\x95\x03\n" +
 	"\x10RendezvousConfig\x12\x1b\n" +
 	"\tmin_nodes\x18\x01 \x01(\x05R\bminNodes\x12\x1b\n" +
 	"\tmax_nodes\x18\x02 \x01(\x05R\bmaxNodes\x12\x1b\n" +
@@ -1868,7 +1949,10 @@ const file_api_rover_v1_master_proto_rawDesc = "" +
 	"\x10last_call_millis\x18\x05 \x01(\x03R\x0elastCallMillis\x12.\n" +
 	"\x13join_timeout_millis\x18\x06 \x01(\x03R\x11joinTimeoutMillis\x128\n" +
 	"\x18heartbeat_timeout_millis\x18\a \x01(\x03R\x16heartbeatTimeoutMillis\x126\n" +
-	"\x17disconnect_grace_millis\x18\b \x01(\x03R\x15disconnectGraceMillis\"\xac\x02\n" +
+	"\x17disconnect_grace_millis\x18\b \x01(\x03R\x15disconnectGraceMillis\x12;\n" +
+	"\n" +
+	"checkpoint\x18\t \x01(\v2\x1b.rover.v1.CheckpointStorageR\n" +
+	"checkpoint\"\xac\x02\n" +
 	"\vJoinRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12%\n" +
 	"\x0erequested_rank\x18\x02 \x01(\x05R\rrequestedRank\x12(\n" +
@@ -1887,11 +1971,14 @@ const file_api_rover_v1_master_proto_rawDesc = "" +
 	"\x04rank\x18\x03 \x01(\x05R\x04rank\x12\x1d\n" +
 	"\n" +
 	"world_size\x18\x04 \x01(\x05R\tworldSize\x12\x12\n" +
-	"\x04mode\x18\x05 \x01(\tR\x04mode\"X\n" +
+	"\x04mode\x18\x05 \x01(\tR\x04mode\"\x95\x01\n" +
 	"\fJoinResponse\x12\x1b\n" +
 	"\tnode_rank\x18\x01 \x01(\x05R\bnodeRank\x12\x14\n" +
 	"\x05round\x18\x02 \x01(\x03R\x05round\x12\x15\n" +
-	"\x06run_id\x18\x03 \x01(\tR\x05runId\"y\n" +
+	"\x06run_id\x18\x03 \x01(\tR\x05runId\x12;\n" +
+	"\n" +
+	"checkpoint\x18\x04 \x01(\v2\x1b.rover.v1.CheckpointStorageR\n" +
+	"checkpoint\"y\n" +
 	"\x0eSessionRequest\x12+\n" +
 	"\x04join\x18\x01 \x01(\v2\x15.rover.v1.JoinRequestH\x00R\x04join\x123\n" +
 	"\theartbeat\x18\x02 \x01(\v2\x13.rover.v1.HeartbeatH\x00R\theartbeatB\x05\n" +
@@ -2038,109 +2125,112 @@ func file_api_rover_v1_master_proto_rawDescGZIP() []byte {
 }
 
 var file_api_rover_v1_master_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_api_rover_v1_master_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_api_rover_v1_master_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_api_rover_v1_master_proto_goTypes = []any{
 	(JobState)(0),                     // 0: rover.v1.JobState
 	(*CheckpointDurableRequest)(nil),  // 1: rover.v1.CheckpointDurableRequest
 	(*CheckpointDurableResponse)(nil), // 2: rover.v1.CheckpointDurableResponse
-	(*RendezvousConfig)(nil),          // 3: rover.v1.RendezvousConfig
-	(*JoinRequest)(nil),               // 4: rover.v1.JoinRequest
-	(*MemorySnapshot)(nil),            // 5: rover.v1.MemorySnapshot
-	(*JoinResponse)(nil),              // 6: rover.v1.JoinResponse
-	(*SessionRequest)(nil),            // 7: rover.v1.SessionRequest
-	(*Heartbeat)(nil),                 // 8: rover.v1.Heartbeat
-	(*SessionResponse)(nil),           // 9: rover.v1.SessionResponse
-	(*NodeView)(nil),                  // 10: rover.v1.NodeView
-	(*Assignment)(nil),                // 11: rover.v1.Assignment
-	(*WorkerFailure)(nil),             // 12: rover.v1.WorkerFailure
-	(*ReportFailureRequest)(nil),      // 13: rover.v1.ReportFailureRequest
-	(*ReportFailureResponse)(nil),     // 14: rover.v1.ReportFailureResponse
-	(*ReportSuccessRequest)(nil),      // 15: rover.v1.ReportSuccessRequest
-	(*ReportSuccessResponse)(nil),     // 16: rover.v1.ReportSuccessResponse
-	(*LeaveRequest)(nil),              // 17: rover.v1.LeaveRequest
-	(*LeaveResponse)(nil),             // 18: rover.v1.LeaveResponse
-	(*SetKeyRequest)(nil),             // 19: rover.v1.SetKeyRequest
-	(*SetKeyResponse)(nil),            // 20: rover.v1.SetKeyResponse
-	(*GetKeyRequest)(nil),             // 21: rover.v1.GetKeyRequest
-	(*GetKeyResponse)(nil),            // 22: rover.v1.GetKeyResponse
-	(*GetJobRequest)(nil),             // 23: rover.v1.GetJobRequest
-	(*NodeStatus)(nil),                // 24: rover.v1.NodeStatus
-	(*GetJobResponse)(nil),            // 25: rover.v1.GetJobResponse
-	(*RegisterDatasetRequest)(nil),    // 26: rover.v1.RegisterDatasetRequest
-	(*LeaseShardsRequest)(nil),        // 27: rover.v1.LeaseShardsRequest
-	(*CompleteShardsRequest)(nil),     // 28: rover.v1.CompleteShardsRequest
-	(*GetPositionRequest)(nil),        // 29: rover.v1.GetPositionRequest
-	(*AdvancePositionRequest)(nil),    // 30: rover.v1.AdvancePositionRequest
-	(*AppendStreamRequest)(nil),       // 31: rover.v1.AppendStreamRequest
-	(*DatasetStateRequest)(nil),       // 32: rover.v1.DatasetStateRequest
-	(*RestoreDatasetRequest)(nil),     // 33: rover.v1.RestoreDatasetRequest
-	(*BatchShardsRequest)(nil),        // 34: rover.v1.BatchShardsRequest
-	(*RegisterDatasetResponse)(nil),   // 35: rover.v1.RegisterDatasetResponse
-	(*LeaseShardsResponse)(nil),       // 36: rover.v1.LeaseShardsResponse
-	(*CompleteShardsResponse)(nil),    // 37: rover.v1.CompleteShardsResponse
-	(*GetPositionResponse)(nil),       // 38: rover.v1.GetPositionResponse
-	(*AdvancePositionResponse)(nil),   // 39: rover.v1.AdvancePositionResponse
-	(*AppendStreamResponse)(nil),      // 40: rover.v1.AppendStreamResponse
-	(*DatasetStateResponse)(nil),      // 41: rover.v1.DatasetStateResponse
-	(*RestoreDatasetResponse)(nil),    // 42: rover.v1.RestoreDatasetResponse
-	(*BatchShardsResponse)(nil),       // 43: rover.v1.BatchShardsResponse
+	(*CheckpointStorage)(nil),         // 3: rover.v1.CheckpointStorage
+	(*RendezvousConfig)(nil),          // 4: rover.v1.RendezvousConfig
+	(*JoinRequest)(nil),               // 5: rover.v1.JoinRequest
+	(*MemorySnapshot)(nil),            // 6: rover.v1.MemorySnapshot
+	(*JoinResponse)(nil),              // 7: rover.v1.JoinResponse
+	(*SessionRequest)(nil),            // 8: rover.v1.SessionRequest
+	(*Heartbeat)(nil),                 // 9: rover.v1.Heartbeat
+	(*SessionResponse)(nil),           // 10: rover.v1.SessionResponse
+	(*NodeView)(nil),                  // 11: rover.v1.NodeView
+	(*Assignment)(nil),                // 12: rover.v1.Assignment
+	(*WorkerFailure)(nil),             // 13: rover.v1.WorkerFailure
+	(*ReportFailureRequest)(nil),      // 14: rover.v1.ReportFailureRequest
+	(*ReportFailureResponse)(nil),     // 15: rover.v1.ReportFailureResponse
+	(*ReportSuccessRequest)(nil),      // 16: rover.v1.ReportSuccessRequest
+	(*ReportSuccessResponse)(nil),     // 17: rover.v1.ReportSuccessResponse
+	(*LeaveRequest)(nil),              // 18: rover.v1.LeaveRequest
+	(*LeaveResponse)(nil),             // 19: rover.v1.LeaveResponse
+	(*SetKeyRequest)(nil),             // 20: rover.v1.SetKeyRequest
+	(*SetKeyResponse)(nil),            // 21: rover.v1.SetKeyResponse
+	(*GetKeyRequest)(nil),             // 22: rover.v1.GetKeyRequest
+	(*GetKeyResponse)(nil),            // 23: rover.v1.GetKeyResponse
+	(*GetJobRequest)(nil),             // 24: rover.v1.GetJobRequest
+	(*NodeStatus)(nil),                // 25: rover.v1.NodeStatus
+	(*GetJobResponse)(nil),            // 26: rover.v1.GetJobResponse
+	(*RegisterDatasetRequest)(nil),    // 27: rover.v1.RegisterDatasetRequest
+	(*LeaseShardsRequest)(nil),        // 28: rover.v1.LeaseShardsRequest
+	(*CompleteShardsRequest)(nil),     // 29: rover.v1.CompleteShardsRequest
+	(*GetPositionRequest)(nil),        // 30: rover.v1.GetPositionRequest
+	(*AdvancePositionRequest)(nil),    // 31: rover.v1.AdvancePositionRequest
+	(*AppendStreamRequest)(nil),       // 32: rover.v1.AppendStreamRequest
+	(*DatasetStateRequest)(nil),       // 33: rover.v1.DatasetStateRequest
+	(*RestoreDatasetRequest)(nil),     // 34: rover.v1.RestoreDatasetRequest
+	(*BatchShardsRequest)(nil),        // 35: rover.v1.BatchShardsRequest
+	(*RegisterDatasetResponse)(nil),   // 36: rover.v1.RegisterDatasetResponse
+	(*LeaseShardsResponse)(nil),       // 37: rover.v1.LeaseShardsResponse
+	(*CompleteShardsResponse)(nil),    // 38: rover.v1.CompleteShardsResponse
+	(*GetPositionResponse)(nil),       // 39: rover.v1.GetPositionResponse
+	(*AdvancePositionResponse)(nil),   // 40: rover.v1.AdvancePositionResponse
+	(*AppendStreamResponse)(nil),      // 41: rover.v1.AppendStreamResponse
+	(*DatasetStateResponse)(nil),      // 42: rover.v1.DatasetStateResponse
+	(*RestoreDatasetResponse)(nil),    // 43: rover.v1.RestoreDatasetResponse
+	(*BatchShardsResponse)(nil),       // 44: rover.v1.BatchShardsResponse
 }
 var file_api_rover_v1_master_proto_depIdxs = []int32{
-	3,  // 0: rover.v1.JoinRequest.rendezvous:type_name -> rover.v1.RendezvousConfig
-	5,  // 1: rover.v1.JoinRequest.snapshots:type_name -> rover.v1.MemorySnapshot
-	4,  // 2: rover.v1.SessionRequest.join:type_name -> rover.v1.JoinRequest
-	8,  // 3: rover.v1.SessionRequest.heartbeat:type_name -> rover.v1.Heartbeat
-	6,  // 4: rover.v1.SessionResponse.joined:type_name -> rover.v1.JoinResponse
-	10, // 5: rover.v1.SessionResponse.view:type_name -> rover.v1.NodeView
-	0,  // 6: rover.v1.NodeView.job_state:type_name -> rover.v1.JobState
-	11, // 7: rover.v1.NodeView.assignment:type_name -> rover.v1.Assignment
-	12, // 8: rover.v1.NodeView.failures:type_name -> rover.v1.WorkerFailure
-	12, // 9: rover.v1.ReportFailureRequest.failures:type_name -> rover.v1.WorkerFailure
-	0,  // 10: rover.v1.GetJobResponse.job_state:type_name -> rover.v1.JobState
-	24, // 11: rover.v1.GetJobResponse.nodes:type_name -> rover.v1.NodeStatus
-	12, // 12: rover.v1.GetJobResponse.failures:type_name -> rover.v1.WorkerFailure
-	3,  // 13: rover.v1.GetJobResponse.rendezvous:type_name -> rover.v1.RendezvousConfig
-	7,  // 14: rover.v1.MasterService.Session:input_type -> rover.v1.SessionRequest
-	4,  // 15: rover.v1.MasterService.Join:input_type -> rover.v1.JoinRequest
-	13, // 16: rover.v1.MasterService.ReportFailure:input_type -> rover.v1.ReportFailureRequest
-	15, // 17: rover.v1.MasterService.ReportSuccess:input_type -> rover.v1.ReportSuccessRequest
-	17, // 18: rover.v1.MasterService.Leave:input_type -> rover.v1.LeaveRequest
-	19, // 19: rover.v1.MasterService.SetKey:input_type -> rover.v1.SetKeyRequest
-	21, // 20: rover.v1.MasterService.GetKey:input_type -> rover.v1.GetKeyRequest
-	23, // 21: rover.v1.MasterService.GetJob:input_type -> rover.v1.GetJobRequest
-	26, // 22: rover.v1.MasterService.RegisterDataset:input_type -> rover.v1.RegisterDatasetRequest
-	27, // 23: rover.v1.MasterService.LeaseShards:input_type -> rover.v1.LeaseShardsRequest
-	28, // 24: rover.v1.MasterService.CompleteShards:input_type -> rover.v1.CompleteShardsRequest
-	29, // 25: rover.v1.MasterService.GetPosition:input_type -> rover.v1.GetPositionRequest
-	30, // 26: rover.v1.MasterService.AdvancePosition:input_type -> rover.v1.AdvancePositionRequest
-	31, // 27: rover.v1.MasterService.AppendStream:input_type -> rover.v1.AppendStreamRequest
-	32, // 28: rover.v1.MasterService.GetDatasetState:input_type -> rover.v1.DatasetStateRequest
-	33, // 29: rover.v1.MasterService.RestoreDataset:input_type -> rover.v1.RestoreDatasetRequest
-	34, // 30: rover.v1.MasterService.BatchShards:input_type -> rover.v1.BatchShardsRequest
-	1,  // 31: rover.v1.MasterService.CheckpointDurable:input_type -> rover.v1.CheckpointDurableRequest
-	9,  // 32: rover.v1.MasterService.Session:output_type -> rover.v1.SessionResponse
-	6,  // 33: rover.v1.MasterService.Join:output_type -> rover.v1.JoinResponse
-	14, // 34: rover.v1.MasterService.ReportFailure:output_type -> rover.v1.ReportFailureResponse
-	16, // 35: rover.v1.MasterService.ReportSuccess:output_type -> rover.v1.ReportSuccessResponse
-	18, // 36: rover.v1.MasterService.Leave:output_type -> rover.v1.LeaveResponse
-	20, // 37: rover.v1.MasterService.SetKey:output_type -> rover.v1.SetKeyResponse
-	22, // 38: rover.v1.MasterService.GetKey:output_type -> rover.v1.GetKeyResponse
-	25, // 39: rover.v1.MasterService.GetJob:output_type -> rover.v1.GetJobResponse
-	35, // 40: rover.v1.MasterService.RegisterDataset:output_type -> rover.v1.RegisterDatasetResponse
-	36, // 41: rover.v1.MasterService.LeaseShards:output_type -> rover.v1.LeaseShardsResponse
-	37, // 42: rover.v1.MasterService.CompleteShards:output_type -> rover.v1.CompleteShardsResponse
-	38, // 43: rover.v1.MasterService.GetPosition:output_type -> rover.v1.GetPositionResponse
-	39, // 44: rover.v1.MasterService.AdvancePosition:output_type -> rover.v1.AdvancePositionResponse
-	40, // 45: rover.v1.MasterService.AppendStream:output_type -> rover.v1.AppendStreamResponse
-	41, // 46: rover.v1.MasterService.GetDatasetState:output_type -> rover.v1.DatasetStateResponse
-	42, // 47: rover.v1.MasterService.RestoreDataset:output_type -> rover.v1.RestoreDatasetResponse
-	43, // 48: rover.v1.MasterService.BatchShards:output_type -> rover.v1.BatchShardsResponse
-	2,  // 49: rover.v1.MasterService.CheckpointDurable:output_type -> rover.v1.CheckpointDurableResponse
-	32, // [32:50] is the sub-list for method output_type
-	14, // [14:32] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	3,  // 0: rover.v1.RendezvousConfig.checkpoint:type_name -> rover.v1.CheckpointStorage
+	4,  // 1: rover.v1.JoinRequest.rendezvous:type_name -> rover.v1.RendezvousConfig
+	6,  // 2: rover.v1.JoinRequest.snapshots:type_name -> rover.v1.MemorySnapshot
+	3,  // 3: rover.v1.JoinResponse.checkpoint:type_name -> rover.v1.CheckpointStorage
+	5,  // 4: rover.v1.SessionRequest.join:type_name -> rover.v1.JoinRequest
+	9,  // 5: rover.v1.SessionRequest.heartbeat:type_name -> rover.v1.Heartbeat
+	7,  // 6: rover.v1.SessionResponse.joined:type_name -> rover.v1.JoinResponse
+	11, // 7: rover.v1.SessionResponse.view:type_name -> rover.v1.NodeView
+	0,  // 8: rover.v1.NodeView.job_state:type_name -> rover.v1.JobState
+	12, // 9: rover.v1.NodeView.assignment:type_name -> rover.v1.Assignment
+	13, // 10: rover.v1.NodeView.failures:type_name -> rover.v1.WorkerFailure
+	13, // 11: rover.v1.ReportFailureRequest.failures:type_name -> rover.v1.WorkerFailure
+	0,  // 12: rover.v1.GetJobResponse.job_state:type_name -> rover.v1.JobState
+	25, // 13: rover.v1.GetJobResponse.nodes:type_name -> rover.v1.NodeStatus
+	13, // 14: rover.v1.GetJobResponse.failures:type_name -> rover.v1.WorkerFailure
+	4,  // 15: rover.v1.GetJobResponse.rendezvous:type_name -> rover.v1.RendezvousConfig
+	8,  // 16: rover.v1.MasterService.Session:input_type -> rover.v1.SessionRequest
+	5,  // 17: rover.v1.MasterService.Join:input_type -> rover.v1.JoinRequest
+	14, // 18: rover.v1.MasterService.ReportFailure:input_type -> rover.v1.ReportFailureRequest
+	16, // 19: rover.v1.MasterService.ReportSuccess:input_type -> rover.v1.ReportSuccessRequest
+	18, // 20: rover.v1.MasterService.Leave:input_type -> rover.v1.LeaveRequest
+	20, // 21: rover.v1.MasterService.SetKey:input_type -> rover.v1.SetKeyRequest
+	22, // 22: rover.v1.MasterService.GetKey:input_type -> rover.v1.GetKeyRequest
+	24, // 23: rover.v1.MasterService.GetJob:input_type -> rover.v1.GetJobRequest
+	27, // 24: rover.v1.MasterService.RegisterDataset:input_type -> rover.v1.RegisterDatasetRequest
+	28, // 25: rover.v1.MasterService.LeaseShards:input_type -> rover.v1.LeaseShardsRequest
+	29, // 26: rover.v1.MasterService.CompleteShards:input_type -> rover.v1.CompleteShardsRequest
+	30, // 27: rover.v1.MasterService.GetPosition:input_type -> rover.v1.GetPositionRequest
+	31, // 28: rover.v1.MasterService.AdvancePosition:input_type -> rover.v1.AdvancePositionRequest
+	32, // 29: rover.v1.MasterService.AppendStream:input_type -> rover.v1.AppendStreamRequest
+	33, // 30: rover.v1.MasterService.GetDatasetState:input_type -> rover.v1.DatasetStateRequest
+	34, // 31: rover.v1.MasterService.RestoreDataset:input_type -> rover.v1.RestoreDatasetRequest
+	35, // 32: rover.v1.MasterService.BatchShards:input_type -> rover.v1.BatchShardsRequest
+	1,  // 33: rover.v1.MasterService.CheckpointDurable:input_type -> rover.v1.CheckpointDurableRequest
+	10, // 34: rover.v1.MasterService.Session:output_type -> rover.v1.SessionResponse
+	7,  // 35: rover.v1.MasterService.Join:output_type -> rover.v1.JoinResponse
+	15, // 36: rover.v1.MasterService.ReportFailure:output_type -> rover.v1.ReportFailureResponse
+	17, // 37: rover.v1.MasterService.ReportSuccess:output_type -> rover.v1.ReportSuccessResponse
+	19, // 38: rover.v1.MasterService.Leave:output_type -> rover.v1.LeaveResponse
+	21, // 39: rover.v1.MasterService.SetKey:output_type -> rover.v1.SetKeyResponse
+	23, // 40: rover.v1.MasterService.GetKey:output_type -> rover.v1.GetKeyResponse
+	26, // 41: rover.v1.MasterService.GetJob:output_type -> rover.v1.GetJobResponse
+	36, // 42: rover.v1.MasterService.RegisterDataset:output_type -> rover.v1.RegisterDatasetResponse
+	37, // 43: rover.v1.MasterService.LeaseShards:output_type -> rover.v1.LeaseShardsResponse
+	38, // 44: rover.v1.MasterService.CompleteShards:output_type -> rover.v1.CompleteShardsResponse
+	39, // 45: rover.v1.MasterService.GetPosition:output_type -> rover.v1.GetPositionResponse
+	40, // 46: rover.v1.MasterService.AdvancePosition:output_type -> rover.v1.AdvancePositionResponse
+	41, // 47: rover.v1.MasterService.AppendStream:output_type -> rover.v1.AppendStreamResponse
+	42, // 48: rover.v1.MasterService.GetDatasetState:output_type -> rover.v1.DatasetStateResponse
+	43, // 49: rover.v1.MasterService.RestoreDataset:output_type -> rover.v1.RestoreDatasetResponse
+	44, // 50: rover.v1.MasterService.BatchShards:output_type -> rover.v1.BatchShardsResponse
+	2,  // 51: rover.v1.MasterService.CheckpointDurable:output_type -> rover.v1.CheckpointDurableResponse
+	34, // [34:52] is the sub-list for method output_type
+	16, // [16:34] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_api_rover_v1_master_proto_init() }
@@ -2149,18 +2239,18 @@ func file_api_rover_v1_master_proto_init() {
 		return
 	}
 	file_api_rover_v1_shard_proto_init()
-	file_api_rover_v1_master_proto_msgTypes[6].OneofWrappers = []any{
+	file_api_rover_v1_master_proto_msgTypes[7].OneofWrappers = []any{
 		(*SessionRequest_Join)(nil),
 		(*SessionRequest_Heartbeat)(nil),
 	}
-	file_api_rover_v1_master_proto_msgTypes[10].OneofWrappers = []any{}
+	file_api_rover_v1_master_proto_msgTypes[11].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_rover_v1_master_proto_rawDesc), len(file_api_rover_v1_master_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   25,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -25,7 +25,7 @@ func Start(ctx context.Context, spec agent.EmbeddedMaster) (agent.RunningMaster,
 	preset := master.RendezvousPreset(spec.Rendezvous)
 	m, err := master.New(ctx, master.Config{
 		Listen: "127.0.0.1:0", Job: spec.Job, Token: token, Preset: &preset,
-		StateDir: spec.StateDir, Logger: spec.Logger,
+		StateDir: spec.StateDir, Logger: spec.Logger, Checkpoint: spec.Rendezvous.Checkpoint,
 	})
 	if err != nil {
 		return agent.RunningMaster{}, err // the agent names the operation

@@ -59,8 +59,9 @@ type Tensor struct {
 // sharded snapshots with the rank and world size of the environment and
 // keeps every committed step in storage.
 type CheckpointOptions struct {
-	// Keep is how many committed steps the master keeps in storage; 0 keeps
-	// them all. (The Python package's default is 1.)
+	// Keep, when not 0, is how many committed steps the worker expects the
+	// job to keep in storage: the job's --checkpoint-keep decides, and a
+	// Checkpointer that expects another number reports an error.
 	Keep int
 	// Mode is ModeSharded (the default, for "") or ModeReplicated.
 	Mode string
@@ -98,23 +99,35 @@ type Checkpointer struct {
 	err error
 }
 
-// Checkpointer returns a checkpointer of this worker's state. url is where
-// persisted checkpoints go: a directory (made absolute here, since the
-// agent has its own working directory) or a URL the agent can open
-// (file://, s3://, gs://, azblob://: docs/flash-checkpoint.md); "" keeps
-// snapshots in memory only. Bad options are reported
-// by the first call that uses them.
+// Checkpointer returns a checkpointer of this worker's state. Persisted
+// checkpoints go to the job's checkpoint storage, which `rover run
+// --checkpoint-dir` (or `rover master --checkpoint-dir`) sets and the agent
+// passes on as ROVER_CHECKPOINT_DIR: requests name steps, never locations.
+// url is "" (the job's storage, if any) or the location the worker
+// expects, a directory or a URL, which must be the job's. Bad options are
+// reported by the first call that uses them.
 func (c *Client) Checkpointer(url string, opts CheckpointOptions) *Checkpointer {
-	k := &Checkpointer{c: c, url: url, keep: opts.Keep, mode: opts.Mode, rank: opts.Rank, worldSize: opts.WorldSize}
+	job := os.Getenv("ROVER_CHECKPOINT_DIR")
+	k := &Checkpointer{c: c, url: job, keep: opts.Keep, mode: opts.Mode, rank: opts.Rank, worldSize: opts.WorldSize}
 	if k.mode == "" {
 		k.mode = ModeSharded
 	}
+	var errs []error
 	if url != "" && !strings.Contains(url, "://") {
 		if abs, err := filepath.Abs(url); err == nil {
-			k.url = abs
+			url = abs
 		}
 	}
-	var errs []error
+	switch {
+	case url == "":
+	case job == "":
+		errs = append(errs, fmt.Errorf("checkpoint storage %s: this job has none; start it with --checkpoint-dir %s", url, url))
+	case !ckpt.SameLocation(url, job):
+		errs = append(errs, fmt.Errorf("checkpoint storage %s: the job's checkpoints go to %s (--checkpoint-dir); pass \"\" or that", url, job))
+	}
+	if jobKeep, _ := strconv.Atoi(os.Getenv("ROVER_CHECKPOINT_KEEP")); k.keep != 0 && k.keep != jobKeep {
+		errs = append(errs, fmt.Errorf("keep %d: the job keeps %d committed steps (--checkpoint-keep)", k.keep, jobKeep))
+	}
 	local, err := strconv.ParseInt(c.localRank, 10, 32)
 	if err != nil {
 		errs = append(errs, fmt.Errorf("LOCAL_RANK %q is not a number", c.localRank))
@@ -244,7 +257,7 @@ func (k *Checkpointer) layout(step int64, tensors []Tensor, extra []byte) (all [
 // shared mapping of the arena, and commits it.
 func (k *Checkpointer) write(ctx context.Context, op string, step int64, l *ckpt.Layout, persist bool, place func(dst []byte) error) error {
 	if persist && k.url == "" {
-		return fmt.Errorf("%s: persist needs storage: give Client.Checkpointer a directory or URL", op)
+		return fmt.Errorf("%s: persist needs checkpoint storage: start the job with --checkpoint-dir DIR_OR_URL", op)
 	}
 	k.lastSaved = &step
 	if k.home != k.local {
@@ -264,9 +277,9 @@ func (k *Checkpointer) write(ctx context.Context, op string, step int64, l *ckpt
 	if err := writeSlot(slot.GetPath(), slot.GetOffset(), l.Size, place); err != nil {
 		return fmt.Errorf("%s: %w", op, err)
 	}
-	req := &roverv1.CheckpointCommitRequest{LocalRank: k.local, Step: step, Length: l.Size}
-	if persist {
-		req.Persist, req.Url, req.Rank, req.WorldSize, req.Mode, req.Keep = true, k.url, int32(k.rank), int32(k.worldSize), k.mode, int32(k.keep)
+	req := &roverv1.CheckpointCommitRequest{LocalRank: k.local, Step: step, Length: l.Size, Persist: persist}
+	if k.url != "" {
+		req.Rank, req.WorldSize, req.Mode = int32(k.rank), int32(k.worldSize), k.mode
 	}
 	if _, err := k.c.api.CheckpointCommit(ctx, connect.NewRequest(req)); err != nil {
 		return fmt.Errorf("%s: commit: %w", op, err)
@@ -320,11 +333,13 @@ func (e *shmError) Error() string {
 func (e *shmError) Unwrap() []error { return []error{ErrShmTooSmall, e.err} }
 
 // Wait blocks until this rank's pending persistence is done, and returns
-// the newest step this rank made durable (0: none). In replicated mode a
+// the newest step this rank made durable (-1: none). In replicated mode a
 // local rank other than 0 waits for the node copy's pending persistence,
 // that is for what local rank 0 has saved so far. When a persistence
 // failed since the previous Wait, the error wraps [ErrPersist] (durableStep
-// is still returned). A durable rank file is not yet a committed
+// is still returned); so does a Wait that finds that persistence was asked
+// for and no step was ever made durable, naming the last failure. A
+// durable rank file is not yet a committed
 // checkpoint: the master commits a step once every rank of it is durable.
 func (k *Checkpointer) Wait(ctx context.Context) (durableStep int64, err error) {
 	if k.err != nil {
@@ -336,6 +351,9 @@ func (k *Checkpointer) Wait(ctx context.Context) (durableStep int64, err error) 
 	}
 	if msg := r.Msg.GetError(); msg != "" {
 		return r.Msg.GetDurableStep(), fmt.Errorf("wait for checkpoint persistence: %w: %s", ErrPersist, msg)
+	}
+	if r.Msg.GetDurableStep() < 0 && r.Msg.GetRequested() > 0 {
+		return -1, fmt.Errorf("wait for checkpoint persistence: %w: no step was made durable: %s", ErrPersist, r.Msg.GetLastFailure())
 	}
 	return r.Msg.GetDurableStep(), nil
 }

@@ -138,9 +138,9 @@ func (k *Checkpointer) Restore(ctx context.Context) (step int64, tensors []Tenso
 		return 0, nil, nil, false, fmt.Errorf("restore checkpoint: %w", k.err)
 	}
 	if k.url == "" {
-		return 0, nil, nil, false, errors.New("restore checkpoint: no storage: give Client.Checkpointer a directory or URL")
+		return 0, nil, nil, false, errors.New("restore checkpoint: this job has no checkpoint storage (--checkpoint-dir)")
 	}
-	r, err := k.c.api.CheckpointRestore(ctx, connect.NewRequest(&roverv1.CheckpointRestoreRequest{LocalRank: k.local, Url: k.url, Rank: int32(k.rank)}))
+	r, err := k.c.api.CheckpointRestore(ctx, connect.NewRequest(&roverv1.CheckpointRestoreRequest{LocalRank: k.local, Rank: int32(k.rank)}))
 	if err != nil {
 		return 0, nil, nil, false, fmt.Errorf("restore checkpoint from %s: %w", k.url, err)
 	}
