@@ -89,9 +89,10 @@ def parse_args(argv=None):
     p.add_argument("--seed", type=int, default=1234, help="seed for model init and data (default 1234)")
     p.add_argument("--ckpt", default="./ddp_ckpt.pt",
                    help="checkpoint file, loaded at start if it exists (default ./ddp_ckpt.pt; '' disables)")
-    p.add_argument("--flash", default=None,
+    p.add_argument("--flash", action="store_true",
                    help="use Rover's flash checkpoint instead of --ckpt: save to memory every step, persist to "
-                        "this directory every --ckpt-every steps, resume from memory after a restart")
+                        "the job's checkpoint storage (rover run --checkpoint-dir) every --ckpt-every steps, "
+                        "resume from memory after a restart")
     p.add_argument("--ckpt-every", type=int, default=10,
                    help="rank 0 saves the checkpoint every K steps and at the last step (default 10)")
     p.add_argument("--out", default=None,
@@ -312,7 +313,7 @@ def main(argv=None):
         from rover.checkpoint import Checkpointer
 
         args.ckpt = ""
-        flash = Checkpointer(args.flash, keep=2, mode="replicated")
+        flash = Checkpointer(mode="replicated")
         restored = flash.load()  # the newest step every rank holds in memory, else storage
         source = flash.restored_from or "none"
         if restored:
@@ -346,7 +347,7 @@ def main(argv=None):
                     + (f" source={source}" if source else ""))
     if rank == 0:
         how = f"resuming from step {start_step}" if start_step else "starting fresh"
-        print(f"rank 0: world {world_size} restart {restart}: {how} (ckpt {args.flash or args.ckpt or 'disabled'})",
+        print(f"rank 0: world {world_size} restart {restart}: {how} (ckpt {flash.url if flash else args.ckpt or 'disabled'})",
               flush=True)
 
     target = teacher(args.seed)

@@ -9,7 +9,7 @@ rank can load and continue with exactly the samples not trained yet, whatever
 the world size is now. With --log DIR every rank appends what it trained
 (round, step, epoch, indices) so a test can check exactly-once.
 
-    rover run --nproc-per-node 2 examples/elastic_data/ddp_sampler.py --flash /tmp/flash
+    rover run --nproc-per-node 2 --checkpoint-dir /tmp/flash --checkpoint-keep 2 examples/elastic_data/ddp_sampler.py
 """
 
 import argparse
@@ -32,7 +32,6 @@ def main():
     p.add_argument("--size", type=int, default=600, help="samples per epoch")
     p.add_argument("--batch-size", type=int, default=4, help="per rank")
     p.add_argument("--epochs", type=int, default=2)
-    p.add_argument("--flash", required=True, help="checkpoint directory")
     p.add_argument("--persist-every", type=int, default=5)
     p.add_argument("--step-sleep", type=float, default=0.0)
     p.add_argument("--log", default=None, help="directory for the per-rank training logs")
@@ -48,7 +47,7 @@ def main():
     optim = torch.optim.SGD(model.parameters(), lr=0.01)
     sampler = ElasticSampler("ddp-sampler", size=args.size, batch_size=args.batch_size, shuffle=True, seed=5,
                              epochs=args.epochs)
-    ckpt = Checkpointer(args.flash, keep=2, mode="replicated")
+    ckpt = Checkpointer(mode="replicated")  # persists to the job's --checkpoint-dir
     step = 0
     restored = ckpt.load()
     if restored:

@@ -25,7 +25,6 @@ from rover.checkpoint import Checkpointer
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--dir", required=True, help="where persisted checkpoints go (a directory or URL)")
     p.add_argument("--steps", type=int, default=100)
     p.add_argument("--persist-every", type=int, default=10)
     p.add_argument("--crash-at", type=int, default=0, help="rank 1 exits at this step in the first attempt")
@@ -39,7 +38,9 @@ def main():
     model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 1))
     optim = torch.optim.SGD(model.parameters(), lr=0.05)
 
-    ckpt = Checkpointer(args.dir, keep=2, mode="replicated")  # DDP: every rank holds the same state
+    # DDP: every rank holds the same state. Persisted checkpoints go to the
+    # job's storage: rover run --checkpoint-dir.
+    ckpt = Checkpointer(mode="replicated")
     start = 0
     restored = ckpt.load()
     if restored:
@@ -71,7 +72,7 @@ def main():
             print(f"step {step} loss {loss.item():.4f}", flush=True)
     ckpt.wait()  # what was persisted is durable before the job ends
     if rank == 0:
-        print(f"done at step {args.steps}; persisted checkpoints in {args.dir}", flush=True)
+        print(f"done at step {args.steps}; persisted checkpoints in {ckpt.url}", flush=True)
     dist.destroy_process_group()
 
 

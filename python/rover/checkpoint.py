@@ -129,6 +129,32 @@ def _view(torch, obj, dtype, count, offset):
         return torch.frombuffer(obj, dtype=dtype, count=count, offset=offset)
 
 
+def _job_storage(dir_or_url, keep):
+    """The job's checkpoint storage and keep under ``rover run``, checked
+    against what the caller expects (None: anything)."""
+    job = os.environ.get("ROVER_CHECKPOINT_DIR") or None
+    job_keep = int(os.environ.get("ROVER_CHECKPOINT_KEEP") or 0)
+    if dir_or_url and not job:
+        raise ValueError(f"Checkpointer({dir_or_url!r}): this job has no checkpoint storage; "
+                         f"start it with rover run --checkpoint-dir {dir_or_url}")
+    if dir_or_url and _location(dir_or_url) != _location(job):
+        raise ValueError(f"Checkpointer({dir_or_url!r}): this job's checkpoints go to {job!r} "
+                         "(rover run --checkpoint-dir); leave the location out, or give that one")
+    if keep is not None and job and int(keep) != job_keep:
+        raise ValueError(f"Checkpointer(keep={keep}): this job keeps {job_keep} committed steps "
+                         "(rover run --checkpoint-keep); leave keep out, or give that number")
+    return job, job_keep
+
+
+def _location(loc):
+    """A location compared as the agent does: paths and file URLs by path."""
+    if "://" not in loc:
+        return os.path.normpath(loc)
+    if loc.startswith("file://") and "?" not in loc:
+        return os.path.normpath(loc[len("file://"):])
+    return loc.rstrip("/")
+
+
 class Checkpointer:
     """Saves and restores training state through the node agent's memory.
 
@@ -142,21 +168,32 @@ class Checkpointer:
             ckpt.save(step, {"model": model.state_dict(), "optim": opt.state_dict()})
     """
 
-    def __init__(self, dir_or_url=None, keep=1, mode="sharded"):
-        """dir_or_url: where persisted checkpoints go (None: memory only).
-        keep: committed steps kept in storage (0: all). mode: "sharded"
+    def __init__(self, dir_or_url=None, keep=None, mode="sharded"):
+        """dir_or_url: where persisted checkpoints go. mode: "sharded"
         (every rank saves its own part: FSDP, ZeRO) or "replicated" (every
         rank holds the same state: DDP; any one rank's file restores all).
-        Without ``rover run``, dir_or_url must be a local directory (a path
-        or a file:// URL); other URLs raise ValueError."""
+
+        Under ``rover run`` the job's configuration decides where
+        checkpoints go and how many committed steps are kept (``rover run
+        --checkpoint-dir DIR_OR_URL --checkpoint-keep N``): requests name
+        steps, never locations. dir_or_url and keep may be left out; when
+        given, they must be the job's, else ValueError says what the job
+        has. Without ``rover run``, dir_or_url (None: memory only) must be a
+        local directory (a path or a file:// URL; other URLs raise
+        ValueError) and keep (default 1; 0: all) is the committed steps
+        kept there."""
         if mode not in ("sharded", "replicated"):
             raise ValueError(f"mode must be 'sharded' or 'replicated', not {mode!r}")
         if dir_or_url is not None:
             dir_or_url = os.fspath(dir_or_url)
         if dir_or_url and "://" not in dir_or_url:
             dir_or_url = os.path.abspath(dir_or_url)
-        if int(keep) < 0:
+        if keep is not None and int(keep) < 0:
             raise ValueError(f"keep must be 0 (all) or more, not {keep!r}")
+        if _agent.under_rover():
+            dir_or_url, keep = _job_storage(dir_or_url, keep)
+        elif keep is None:
+            keep = 1
         self.url, self.keep, self.mode = dir_or_url, int(keep), mode
         self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
         self._mm, self._mm_path, self._mm_len = None, None, 0
@@ -169,6 +206,10 @@ class Checkpointer:
         #: Where the last load() found its state: "memory", "storage" or None.
         self.restored_from = None
         self._last_saved = None  # the step this process saved last, under rover run
+        # Whether a save asked for persistence, and why the last save that
+        # did failed before it reached the agent: what wait() reports when
+        # nothing became durable.
+        self._persist_asked, self._save_error = False, None
         # Without the agent: a Store (memory and a local directory).
         self._direct = None if _agent.under_rover() else _direct.Store(dir_or_url)
 
@@ -263,9 +304,22 @@ class Checkpointer:
         returning (every rank must call save with the same step and
         persist; a failure on any rank raises on all)."""
         if persist and not self.url:
+            if self._direct is None:
+                raise ValueError("save(persist=True): this job has no checkpoint storage; "
+                                 "start it with rover run --checkpoint-dir DIR_OR_URL")
             raise ValueError("save(persist=True) needs a Checkpointer(dir_or_url)")
         if step < 0:
             raise ValueError(f"step must be 0 or more, not {step}")
+        if persist:
+            self._persist_asked = True
+        try:
+            self._save(step, state, persist)
+        except BaseException as e:
+            if persist:
+                self._save_error = e
+            raise
+
+    def _save(self, step, state, persist):
         if self._direct is not None:
             rank, world, dist = _direct.rank_world()
             flat, extra, head, offsets, size = self._layout(step, state, rank, world)
@@ -282,9 +336,9 @@ class Checkpointer:
         self._place(self._map(slot["path"]), int(slot.get("offset", 0)), flat, extra, head, offsets)
         commit = {"localRank": self.local_rank, "step": str(step), "length": str(size), "persist": bool(persist)}
         if self.url:
-            # Where the agent persists, also when the workers fail.
-            commit.update(url=self.url, rank=self.rank, worldSize=int(os.environ.get("WORLD_SIZE", "1")),
-                          mode=self.mode, keep=self.keep)
+            # Whose file it is, for the agent to persist, also when the
+            # workers fail; where it goes is the job's storage.
+            commit.update(rank=self.rank, worldSize=int(os.environ.get("WORLD_SIZE", "1")), mode=self.mode)
         _agent.call("CheckpointCommit", commit)
 
     def _place(self, buf, base, flat, extra, head, offsets):
@@ -303,16 +357,29 @@ class Checkpointer:
 
     def wait(self):
         """Blocks until this rank's pending persistence is durable; returns the
-        newest durable step. Raises if a persistence failed since the last wait.
+        newest step this rank made durable, or None when no save asked for
+        persistence. Raises if a persistence failed since the last wait, and
+        when persistence was asked for but no step was ever made durable
+        (naming the cause: storage full or unreachable, shared memory too
+        small, ...). A durable rank file is committed by the master once
+        every rank of the step is durable.
         Without ``rover run`` persistence is synchronous (save returns once
         the step is committed, or raises): returns the step this process last
-        committed, or None."""
+        committed, or None; raises if a save asked for persistence and none
+        was ever committed."""
         if self._direct is not None:
+            if self._direct.durable is None and self._persist_asked:
+                raise RuntimeError(f"no checkpoint step was made durable: the last save failed: {self._save_error}")
             return self._direct.durable
         r = _agent.call("CheckpointWait", {"localRank": self.home}, timeout=None)
+        durable = int(r.get("durableStep", 0))
+        if durable < 0 and (int(r.get("requested", 0)) > 0 or self._persist_asked):
+            cause = r.get("error") or r.get("lastFailure") or (
+                f"the last save failed: {self._save_error}" if self._save_error else "no persistence has finished")
+            raise _agent.AgentError("unavailable", "no checkpoint step was made durable: " + cause)
         if r.get("error"):
             raise _agent.AgentError("unavailable", "persisting a checkpoint failed: " + r["error"])
-        return int(r.get("durableStep", 0))
+        return durable if durable >= 0 else None
 
     def _snapshots(self):
         """The snapshots this rank can load from memory (its own arena's,
@@ -379,7 +446,7 @@ class Checkpointer:
                     return restored
         if not self.url:
             return None
-        r = _agent.call("CheckpointRestore", {"localRank": self.local_rank, "url": self.url, "rank": self.rank})
+        r = _agent.call("CheckpointRestore", {"localRank": self.local_rank, "rank": self.rank})
         if not r.get("found"):
             return None
         s = r["snapshot"]

@@ -81,9 +81,10 @@ func TestElasticSamplerExactlyOnce(t *testing.T) {
 	dir := t.TempDir()
 	const size, batch, epochs = 600, 4, 2
 	args := []string{"--nnodes", "1:2", "--nproc-per-node", "2", "--max-restarts", "5", "--rdzv-conf", rdzvConf,
+		"--checkpoint-dir", filepath.Join(dir, "flash"), "--checkpoint-keep", "2",
 		filepath.Join(repoRoot, "examples", "elastic_data", "ddp_sampler.py"),
 		"--size", strconv.Itoa(size), "--batch-size", strconv.Itoa(batch), "--epochs", strconv.Itoa(epochs),
-		"--flash", filepath.Join(dir, "flash"), "--persist-every", "5", "--step-sleep", "0.05", "--log", dir}
+		"--persist-every", "5", "--step-sleep", "0.05", "--log", dir}
 	a0, a1 := c.agent("node0", args...), c.agent("node1", args...)
 	waitSteps := func(n int) {
 		t.Helper()

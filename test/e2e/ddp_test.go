@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -57,11 +58,19 @@ const (
 )
 
 // trainArgs are the common arguments of a DDP job in dir.
+//
+// "--flash", DIR among extra becomes the agent's --checkpoint-dir DIR (keeping
+// two steps) and the script's --flash: the job's storage is the agent's to set.
 func trainArgs(dir string, extra ...string) []string {
 	script := filepath.Join(repoRoot, "examples", "ddp", "train.py")
-	args := []string{"--nproc-per-node", "2", "--rdzv-conf", rdzvConf, "--max-restarts", "3", script,
+	var agent []string
+	if i := slices.Index(extra, "--flash"); i >= 0 && i+1 < len(extra) {
+		agent = []string{"--checkpoint-dir", extra[i+1], "--checkpoint-keep", "2"}
+		extra = slices.Delete(slices.Clone(extra), i+1, i+2)
+	}
+	args := append(agent, "--nproc-per-node", "2", "--rdzv-conf", rdzvConf, "--max-restarts", "3", script,
 		"--steps", "60", "--ckpt-every", "10", "--ckpt", filepath.Join(dir, "ckpt.pt"),
-		"--out", filepath.Join(dir, "out.json"), "--log-world", filepath.Join(dir, "world.log")}
+		"--out", filepath.Join(dir, "out.json"), "--log-world", filepath.Join(dir, "world.log"))
 	return append(args, extra...)
 }
 

@@ -73,7 +73,8 @@ func TestFlashCheckpointPersists(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := &cluster{t: t, dir: dir}
-	save := c.start("save", "run", "--standalone", "--nproc-per-node", "2", script, "save", store, dir)
+	save := c.start("save", "run", "--standalone", "--nproc-per-node", "2", "--checkpoint-dir", store, "--checkpoint-keep", "2",
+		script, "save", store, dir)
 	if code := save.wait(t, jobTimeout); code != 0 {
 		t.Fatalf("saving job exited %d:\n%s", code, save.out)
 	}
@@ -94,7 +95,8 @@ func TestFlashCheckpointPersists(t *testing.T) {
 			t.Errorf("%s has no manifest: %v", dir, err)
 		}
 	}
-	load := c.start("load", "run", "--standalone", "--nproc-per-node", "2", script, "load", store, dir)
+	load := c.start("load", "run", "--standalone", "--nproc-per-node", "2", "--checkpoint-dir", store, "--checkpoint-keep", "2",
+		script, "load", store, dir)
 	if code := load.wait(t, jobTimeout); code != 0 {
 		t.Fatalf("restoring job exited %d:\n%s", code, load.out)
 	}
@@ -116,7 +118,8 @@ func TestFlashCheckpointPersistedOnFailure(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := &cluster{t: t, dir: dir}
-	crash := c.start("crash", "run", "--standalone", "--nproc-per-node", "2", "--stop-grace-period", "5s", script, "crash", store, dir)
+	crash := c.start("crash", "run", "--standalone", "--nproc-per-node", "2", "--stop-grace-period", "5s",
+		"--checkpoint-dir", store, "--checkpoint-keep", "2", script, "crash", store, dir)
 	if code := crash.wait(t, jobTimeout); code != 1 {
 		t.Fatalf("the crashing job exited %d, want 1:\n%s", code, crash.out)
 	}
@@ -124,7 +127,8 @@ func TestFlashCheckpointPersistedOnFailure(t *testing.T) {
 	if err != nil || strings.TrimSpace(string(latest)) != "5" {
 		t.Fatalf("latest = %q (%v), want 5 persisted on failure\n%s", latest, err, crash.out)
 	}
-	load := c.start("load", "run", "--standalone", "--nproc-per-node", "2", script, "load-crashed", store, dir)
+	load := c.start("load", "run", "--standalone", "--nproc-per-node", "2", "--checkpoint-dir", store, "--checkpoint-keep", "2",
+		script, "load-crashed", store, dir)
 	if code := load.wait(t, jobTimeout); code != 0 {
 		t.Fatalf("restoring job exited %d:\n%s", code, load.out)
 	}
@@ -141,7 +145,7 @@ const persistScript = `import json, os, struct, sys, torch, torch.distributed as
 from rover.checkpoint import Checkpointer
 dist.init_process_group("gloo")
 rank, phase, store = dist.get_rank(), sys.argv[1], sys.argv[2]
-ckpt = Checkpointer(store, keep=2)
+ckpt = Checkpointer(store)  # the job's --checkpoint-dir, checked
 def state(step):
     g = torch.Generator().manual_seed(1000 * step + rank)
     return {"w": torch.randn(16, 8, generator=g), "i": torch.arange(step, dtype=torch.int64), "meta": {"step": step}}
@@ -188,7 +192,8 @@ func TestFlashExample(t *testing.T) {
 	store := filepath.Join(dir, "flash-demo")
 	c := &cluster{t: t, dir: dir}
 	p := c.start("agent", "run", "--standalone", "--nproc-per-node", "2", "--max-restarts", "1",
-		filepath.Join(repoRoot, "examples", "flash_ckpt", "train.py"), "--dir", store, "--crash-at", "37")
+		"--checkpoint-dir", store, "--checkpoint-keep", "2",
+		filepath.Join(repoRoot, "examples", "flash_ckpt", "train.py"), "--crash-at", "37")
 	if code := p.wait(t, jobTimeout); code != 0 {
 		t.Fatalf("agent exited %d:\n%s", code, p.out)
 	}

@@ -23,9 +23,10 @@ const (
 // samplerJob is a two-node ElasticSampler job with flash checkpoints in dir.
 func samplerJob(dir string) []string {
 	return []string{"--nnodes", "2", "--nproc-per-node", "2", "--max-restarts", "3", "--rdzv-conf", rdzvConf,
+		"--checkpoint-dir", filepath.Join(dir, "flash"), "--checkpoint-keep", "2",
 		filepath.Join(repoRoot, "examples", "elastic_data", "ddp_sampler.py"),
 		"--size", strconv.Itoa(samplerSize), "--batch-size", strconv.Itoa(samplerBatch), "--epochs", strconv.Itoa(samplerEpochs),
-		"--flash", filepath.Join(dir, "flash"), "--persist-every", "5", "--step-sleep", "0.05",
+		"--persist-every", "5", "--step-sleep", "0.05",
 		"--log", dir, "--out", filepath.Join(dir, "out.json")}
 }
 
