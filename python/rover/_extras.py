@@ -49,7 +49,7 @@ VERSION = 1
 #: itself) is refused by save; a document deeper than this by load.
 MAX_DEPTH = 100
 # Each value level is at most 4 JSON levels ($sd: object, list, pairs, pair).
-_MAX_JSON_DEPTH = 4 * MAX_DEPTH + 2
+_MAX_JSON_DEPTH = 4 * (MAX_DEPTH + 2)
 _INT64 = 1 << 63
 
 SUPPORTED = ("tensors, None, bool, int, float, str, bytes, list, tuple, dict (keys: str, int, float, bool "
