@@ -92,7 +92,7 @@ func i64s(vs ...int64) []byte {
 	return b
 }
 
-// byName indexes tensors, dropping the pickled skeleton.
+// byName indexes tensors, dropping the extras document.
 func byName(tensors []ckpt.Tensor) map[string]ckpt.Tensor {
 	m := map[string]ckpt.Tensor{}
 	for _, x := range tensors {
@@ -187,7 +187,7 @@ print("ok")
 		t.Errorf("tensors of step 5 (-want +got):\n%s", diff)
 	}
 	if _, extra := ckpt.SplitExtra(tensors); len(extra) == 0 {
-		t.Error("no pickled skeleton (__rover_extra__)")
+		t.Error("no extras document (__rover_extra__)")
 	}
 	if deleted, err := ckpt.Keep(ctx, b, 2); err != nil || len(deleted) != 0 {
 		t.Errorf("Go's Keep(2) after Python's deleted %v (err %v), want nothing", deleted, err)
@@ -240,7 +240,7 @@ func rankTensors(rank int, step int64) []ckpt.Tensor {
 // TestGoCheckpointLoadedByPython commits checkpoints with internal/ckpt, as
 // the agent and master do, and loads them in Python without the agent:
 // sharded, each rank gets its own file; replicated, a rank without a file
-// gets rank 0's. The files carry no pickled skeleton (other tools write
+// gets rank 0's. The files carry no extras document (other tools write
 // plain safetensors), so the state is a flat dict of tensors.
 func TestGoCheckpointLoadedByPython(t *testing.T) {
 	t.Parallel()

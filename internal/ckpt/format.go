@@ -16,8 +16,9 @@ import (
 // Names the format reserves.
 const (
 	// ExtraName is the tensor that carries a snapshot's opaque extra bytes
-	// (e.g. a pickle of the non-tensor Python state), as a 1-D U8 tensor so
-	// that standard safetensors readers still load the file.
+	// (the Python package's JSON document of the non-tensor state, see
+	// docs/flash-checkpoint.md), as a 1-D U8 tensor so that standard
+	// safetensors readers still load the file.
 	ExtraName = "__rover_extra__"
 	// MetaStep, MetaRank and MetaWorldSize are the __metadata__ keys for
 	// the training step, the global rank and the world size, as decimal

@@ -57,7 +57,7 @@ func TestEncodeDecode(t *testing.T) {
 		}, map[string]string{"format": "pt", "quote\"key<&>": "value\nwith newline"}},
 		{"extra", []Tensor{
 			{Name: "w", DType: "F16", Shape: []int64{4}, Data: filled(8, 9)},
-			Extra([]byte("pickled python state")),
+			Extra([]byte(`{"rover_extras":1,"state":null}`)),
 		}, map[string]string{MetaStep: "7"}},
 	}
 	for _, tt := range tests {

@@ -25,22 +25,25 @@ durable; ``load()`` returns the newest of the snapshot in memory and the
 newest committed step in storage that validates.
 
 ``state`` is a nested dict/list/tuple of torch tensors and plain values; the
-tensors are stored as tensors, everything else is pickled. A file without
-the pickled skeleton (one written by other tools) loads as a flat dict of its
-tensors by name.
+tensors are stored as tensors, everything else as one JSON document of a
+closed set of types (_extras.py: None, bool, int, float, str, bytes, list,
+tuple, dict, OrderedDict, torch.dtype and torch.Size), never as a pickle, so
+loading a checkpoint cannot run code. ``save`` raises TypeError, naming the
+path in the state, for any other value. A file without that document (one
+written by other tools) loads as a flat dict of its tensors by name.
 """
 
 import json
 import mmap
 import os
-import pickle
 import struct
 import time
 import warnings
 
-from . import _agent, _direct
+from . import _agent, _direct, _extras
+from ._extras import ExtrasError
 
-__all__ = ["Checkpointer", "encode_header", "decode"]
+__all__ = ["Checkpointer", "ExtrasError", "encode_header", "decode"]
 
 _EXTRA = "__rover_extra__"
 
@@ -56,43 +59,6 @@ def _torch():
                          (torch.int16, "I16"), (torch.int8, "I8"), (torch.uint8, "U8"), (torch.bool, "BOOL")]:
             _DTYPES[dt] = (name, torch.tensor([], dtype=dt).element_size())
     return torch
-
-
-class _Ref:
-    """A placeholder for a tensor inside the pickled skeleton."""
-
-    __slots__ = ("name",)
-
-    def __init__(self, name):
-        self.name = name
-
-    def __reduce__(self):
-        return (_Ref, (self.name,))
-
-
-def _flatten(obj, torch, tensors, path="state"):
-    if isinstance(obj, torch.Tensor):
-        name = path
-        tensors.append((name, obj.detach()))
-        return _Ref(name)
-    if isinstance(obj, dict):
-        return {k: _flatten(v, torch, tensors, f"{path}.{k}") for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        items = [_flatten(v, torch, tensors, f"{path}.{i}") for i, v in enumerate(obj)]
-        return items if isinstance(obj, list) else tuple(items)
-    return obj
-
-
-def _inflate(obj, tensors):
-    if isinstance(obj, _Ref):
-        return tensors[obj.name]
-    if isinstance(obj, dict):
-        return {k: _inflate(v, tensors) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_inflate(v, tensors) for v in obj]
-    if isinstance(obj, tuple):
-        return tuple(_inflate(v, tensors) for v in obj)
-    return obj
 
 
 def encode_header(entries, meta):
@@ -215,9 +181,7 @@ class Checkpointer:
 
     def _layout(self, step, state, rank=None, world=None):
         torch = _torch()
-        tensors = []
-        skeleton = _flatten(state, torch, tensors)
-        extra = pickle.dumps(skeleton, protocol=pickle.HIGHEST_PROTOCOL)
+        extra, tensors = _extras.encode(state, torch)
         flat = []
         for name, t in tensors:
             if t.dtype not in _DTYPES:
@@ -352,7 +316,7 @@ class Checkpointer:
                 dst = torch.frombuffer(buf, dtype=torch.uint8, count=n, offset=data + off)
                 dst.copy_(t.reshape(-1).view(torch.uint8))
                 del dst
-        off = data + offsets[-1]  # the pickled rest comes last
+        off = data + offsets[-1]  # the extras document comes last
         buf[off:off + len(extra)] = extra
 
     def wait(self):
@@ -467,9 +431,7 @@ class Checkpointer:
         buf = memoryview(obj)[offset:offset + length]
         targets = {}
         if self._into is not None:
-            found = []
-            _flatten(self._into, torch, found)
-            targets = dict(found)
+            targets = dict(_extras.tensors_of(self._into, torch))
         try:
             header, start = decode(buf)
             meta = header.pop("__metadata__", {})
@@ -500,4 +462,7 @@ class Checkpointer:
             del buf
         if extra is None:
             return step, tensors
-        return step, _inflate(pickle.loads(extra), tensors)
+        try:
+            return step, _extras.decode(extra, tensors, torch)
+        except ExtrasError as e:
+            raise ExtrasError(f"cannot load step {step} of this checkpoint: {e}") from None
