@@ -17,7 +17,7 @@ import (
 const testToken = "secret-token"
 
 // startMaster runs a real master on a loopback port for the test's duration.
-func startMaster(t *testing.T, cfg Config) (*Master, roverv1connect.MasterServiceClient) {
+func startMaster(t testing.TB, cfg Config) (*Master, roverv1connect.MasterServiceClient) {
 	t.Helper()
 	if cfg.Listen == "" {
 		cfg.Listen = "127.0.0.1:0"
@@ -57,7 +57,7 @@ func joinReq(id string, cfg *roverv1.RendezvousConfig) *connect.Request[roverv1.
 type session = *connect.BidiStreamForClient[roverv1.SessionRequest, roverv1.SessionResponse]
 
 // openSessionRank opens a node's session with a join asking for a node rank.
-func openSessionRank(ctx context.Context, t *testing.T, c roverv1connect.MasterServiceClient, id string, rank int, cfg *roverv1.RendezvousConfig) session {
+func openSessionRank(ctx context.Context, t testing.TB, c roverv1connect.MasterServiceClient, id string, rank int, cfg *roverv1.RendezvousConfig) session {
 	t.Helper()
 	s := c.Session(ctx)
 	t.Cleanup(func() { _ = s.CloseRequest() })
@@ -70,7 +70,7 @@ func openSessionRank(ctx context.Context, t *testing.T, c roverv1connect.MasterS
 }
 
 // nextView receives views until one satisfies ok.
-func nextView(t *testing.T, s session, ok func(*roverv1.NodeView) bool) *roverv1.NodeView {
+func nextView(t testing.TB, s session, ok func(*roverv1.NodeView) bool) *roverv1.NodeView {
 	t.Helper()
 	for {
 		msg, err := s.Receive()
