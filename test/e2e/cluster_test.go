@@ -121,9 +121,16 @@ func newCluster(t *testing.T, job string, masterArgs ...string) *cluster {
 
 func (c *cluster) start(name string, args ...string) *process {
 	c.t.Helper()
+	return c.startCmd(name, roverBin, args...)
+}
+
+// startCmd starts prog (which runs rover itself, as in `unshare ... rover
+// run`) in the cluster's directory, with start's environment.
+func (c *cluster) startCmd(name, prog string, args ...string) *process {
+	c.t.Helper()
 	testsrc.Track()
 	p := &process{name: name, out: &lockedBuffer{}, done: make(chan struct{})}
-	p.cmd = exec.Command(roverBin, args...)
+	p.cmd = exec.Command(prog, args...)
 	p.cmd.Dir = c.dir
 	p.cmd.Env = append(os.Environ(), "PYTHON_EXEC="+pythonExec, "PYTHONUNBUFFERED=1")
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out

@@ -119,3 +119,46 @@ func TestCheckpointStorageFull(t *testing.T) {
 		t.Errorf("steps in storage %v, want only the committed step 5", steps)
 	}
 }
+
+// shmScript saves a state larger than the node's shared memory: save
+// raises, and wait() raises too, naming why nothing was made durable.
+const shmScript = `import os, sys, torch
+from rover.checkpoint import Checkpointer
+rank, out = int(os.environ["RANK"]), sys.argv[1]
+ckpt = Checkpointer()
+try:
+    ckpt.save(1, {"w": torch.zeros(4 << 20)}, persist=True)  # 16 MiB
+    open(os.path.join(out, "saved-%d" % rank), "w").write("saved")
+except Exception as e:
+    open(os.path.join(out, "save-raised-%d" % rank), "w").write(str(e))
+try:
+    ckpt.wait()
+    open(os.path.join(out, "wait-returned-%d" % rank), "w").write("no error")
+except Exception as e:
+    open(os.path.join(out, "wait-raised-%d" % rank), "w").write(str(e))
+`
+
+// TestSharedMemoryTooSmall runs a job whose /dev/shm (a 1 MiB tmpfs in a
+// mount namespace of its own) cannot hold a snapshot: save raises saying
+// so, and wait() does not report success but names the cause.
+func TestSharedMemoryTooSmall(t *testing.T) {
+	dir := t.TempDir()
+	script := filepath.Join(dir, "shm.py")
+	if err := os.WriteFile(script, []byte(shmScript), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c := &cluster{t: t, dir: dir}
+	p := c.startCmd("agent", "unshare", "-m", "sh", "-c", `mount -t tmpfs -o size=1m tmpfs /dev/shm && exec "$@"`, "sh",
+		roverBin, "run", "--standalone", "--checkpoint-dir", filepath.Join(dir, "ckpts"), script, dir)
+	if code := p.wait(t, jobTimeout); code != 0 {
+		t.Fatalf("the job exited %d:\n%s", code, p.out)
+	}
+	save, err := os.ReadFile(filepath.Join(dir, "save-raised-0"))
+	if err != nil || !strings.Contains(string(save), "shared memory") {
+		t.Errorf("save with /dev/shm too small: %q (%v), want it to raise naming the shared memory\n%s", save, err, p.out)
+	}
+	wait, err := os.ReadFile(filepath.Join(dir, "wait-raised-0"))
+	if err != nil || !strings.Contains(string(wait), "no checkpoint step was made durable") || !strings.Contains(string(wait), "shared memory") {
+		t.Errorf("wait() after the failed save: %q (%v), want it to raise naming the cause\n%s", wait, err, p.out)
+	}
+}
