@@ -40,7 +40,7 @@ func FuzzRestore(f *testing.F) {
 			f.Add(d)
 		}
 	}
-	f.Add([]byte(`{"schema":2}`))
+	f.Add([]byte(`{"schema":3}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		m := New()
 		for _, ds := range fuzzDatasets([]byte{0, 4, 9, 3, 5, 20}) {

@@ -14,6 +14,11 @@ def _mix(z):
 
 _ROUNDS = 8
 
+# ORDER_VERSION names the shuffled orders of this module in saved positions:
+# 2 is the Feistel network below; positions saved without it (1) refer to
+# the Fisher–Yates permutations of earlier Rovers.
+ORDER_VERSION = 2
+
 
 class _Permutation:
     """A shuffled epoch order: a keyed Feistel network with cycle-walking,
