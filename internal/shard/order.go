@@ -92,21 +92,27 @@ func (o Order) At(i int64) int64 {
 	if i < 0 || i >= o.size {
 		panic("shard: Order.At out of range")
 	}
-	x := o.encrypt(uint64(i))
+	return int64(o.walk(uint64(i)))
+}
+
+// walk is At of a shuffled order: E, cycle-walked into [0, size).
+func (o *Order) walk(x uint64) uint64 {
+	x = o.encrypt(x)
 	for x >= uint64(o.size) {
 		x = o.encrypt(x)
 	}
-	return int64(x)
+	return x
 }
 
 // encrypt is the Feistel network E of [EpochOrder].
-func (o Order) encrypt(x uint64) uint64 {
-	mask := uint64(1)<<o.half - 1
-	l, r := x>>o.half, x&mask
-	for _, k := range o.keys {
-		l, r = r, l^(mix(r^k)&mask)
+func (o *Order) encrypt(x uint64) uint64 {
+	h := o.half
+	mask := uint64(1)<<h - 1
+	l, r := x>>h, x&mask
+	for k := range o.keys {
+		l, r = r, l^(mix(r^o.keys[k])&mask)
 	}
-	return l<<o.half | r
+	return l<<h | r
 }
 
 // AppendRange appends the samples at positions [lo, hi) to dst.
