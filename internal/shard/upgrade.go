@@ -13,8 +13,8 @@ import (
 // shuffled epoch, would train the rest of that epoch's positions in the new
 // order: some samples twice, others not at all. Such state is refused,
 // saying what to do; an epoch boundary (or a finished dataset) is the same
-// in both orders, and is accepted. (Dropped shards listed from before, Status.Dropped,
-// name positions of the old order.)
+// in both orders, and is accepted. Shards dropped before ([Status].Dropped)
+// still name positions of the old orders.
 
 // oldOrderProblem describes why d, restored from state that used the old
 // shuffled orders, cannot carry on; "" when it can.
