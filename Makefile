@@ -41,7 +41,7 @@ check-generated: generate ## fail when the committed generated code is stale
 demo: build ## run a real elastic DDP job on two local nodes, crash a worker, watch it recover
 	PYTHON_EXEC="$$(scripts/find-python --install)" examples/ddp/demo.sh
 
-bench: build ## rendezvous (1,000 and 10,000 nodes), shard leasing (memory and durable), master recovery, micro-benchmarks
+bench: build ## rendezvous (1,000 and 10,000 nodes), shard leasing (memory, durable, a 2^32-sample shuffled dataset), master recovery, micro-benchmarks
 	$(BIN)/rover bench rendezvous --nodes 1000
 	$(BIN)/rover bench rendezvous --nodes 10000 --conns 32
 	$(BIN)/rover bench shards --clients 256 --batch 32
@@ -49,9 +49,11 @@ bench: build ## rendezvous (1,000 and 10,000 nodes), shard leasing (memory and d
 	$(BIN)/rover bench shards --clients 256 --batch 1 --agents 8 --durable
 	$(BIN)/rover bench shards --clients 256 --batch 1 --agents 32
 	$(BIN)/rover bench shards --clients 256 --batch 1 --agents 32 --durable
+	$(BIN)/rover bench shards --clients 64 --batch 4 --size 4294967296 --shard-size 512 --shuffle
 	$(BIN)/rover bench recovery --nodes 1000 --shards 1000000
 	$(GO) test -run '^$$' -bench . -benchmem ./internal/rendezvous/ ./internal/node/ ./internal/store/
 	$(GO) test -run '^$$' -bench JournalHour -benchtime 1x ./internal/master/
+	$(GO) test -run '^$$' -bench 'OrderAt|EpochOrder|LeaseCompleteShuffled' -benchmem ./internal/shard/
 
 bench-ckpt: build ## flash checkpoint benchmark: 1 GiB state, save/restore vs copy, torch.save, torch.load
 	@out=$$(mktemp); PYTHON_EXEC="$$(scripts/find-python --install)" $(BIN)/rover run --standalone --nproc-per-node 1 \

@@ -43,3 +43,37 @@ print("ok")
 		t.Fatalf("python3: %v\n%s", err, out)
 	}
 }
+
+// TestElasticSamplerRefusesOldOrders: a position part-way through a shuffled
+// epoch saved by an earlier Rover (no "order" key: its shuffled orders were
+// other permutations) is refused with a message saying what to do; at an
+// epoch boundary, unshuffled, or saved by this Rover, it loads.
+func TestElasticSamplerRefusesOldOrders(t *testing.T) {
+	script := `
+import sys
+sys.path.insert(0, ".")
+from rover.data import ElasticSampler
+s = ElasticSampler("d", 100, 4, shuffle=True, seed=7, rank=0, world_size=2)
+it = iter(s)
+[next(it) for _ in range(8)]
+state = s.state_dict(2)
+assert state["order"] == 2, state
+s.load_state_dict(state)
+old = {"name": "d", "epoch": 3, "consumed": 16}
+try:
+    s.load_state_dict(old)
+    raise SystemExit("an old position part-way through a shuffled epoch loaded")
+except ValueError as e:
+    msg = str(e)
+    for want in ("part-way through shuffled epoch 3 (16 of 100", "earlier Rover", "{'epoch': 4, 'consumed': 0}"):
+        assert want in msg, (want, msg)
+s.load_state_dict({"name": "d", "epoch": 4, "consumed": 0})
+assert s.position == (4, 0), s.position
+ElasticSampler("d", 100, 4, shuffle=False, rank=0, world_size=2).load_state_dict(old)
+print("ok")
+`
+	out, err := exec.Command("python3", "-c", script).CombinedOutput()
+	if err != nil || string(out) != "ok\n" {
+		t.Fatalf("python3: %v\n%s", err, out)
+	}
+}

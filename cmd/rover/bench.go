@@ -10,10 +10,11 @@ import (
 	"time"
 
 	"github.com/roverml/rover/internal/bench"
+	"github.com/roverml/rover/internal/shard"
 )
 
 const benchUsage = `usage: rover bench rendezvous --nodes N [--conns C] [--heartbeat-period D] [--periods P]
-       rover bench shards --clients N [--batch B] [--agents A] [--duration D] [--durable]
+       rover bench shards --clients N [--batch B] [--agents A] [--duration D] [--durable] [--size S] [--shard-size K] [--shuffle]
        rover bench recovery [--nodes N] [--shards S]`
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -61,6 +62,9 @@ func runBenchShards(ctx context.Context, args []string, stdout, stderr io.Writer
 	fs.IntVar(&cfg.Conns, "conns", 16, "HTTP/2 connections the clients share")
 	fs.BoolVar(&cfg.Durable, "durable", false, "give the master a state dir: every transition is fsynced before it is answered")
 	fs.IntVar(&cfg.Agents, "agents", 0, "simulated node agents whose workers the clients are; each batches its workers' calls (0: the clients call the master themselves)")
+	fs.Int64Var(&cfg.Size, "size", 1<<24, "samples in the dataset")
+	fs.Int64Var(&cfg.ShardSize, "shard-size", 1, "samples per shard")
+	fs.BoolVar(&cfg.Shuffle, "shuffle", false, "shuffle the dataset: every shard carries its samples")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -73,6 +77,16 @@ func runBenchShards(ctx context.Context, args []string, stdout, stderr io.Writer
 	}
 	if cfg.Agents < 0 || cfg.Agents > max(cfg.Clients, 1) {
 		errs = append(errs, fmt.Errorf("--agents must be 0 to --clients (%d), got %d", cfg.Clients, cfg.Agents))
+	}
+	if cfg.Size < 1 || cfg.Size > shard.MaxSize {
+		errs = append(errs, fmt.Errorf("--size must be 1 to %d, got %d", int64(shard.MaxSize), cfg.Size))
+	}
+	maxShard := int64(shard.MaxSize)
+	if cfg.Shuffle {
+		maxShard = shard.MaxLeaseSamples // a shuffled shard carries its samples
+	}
+	if cfg.ShardSize < 1 || cfg.ShardSize > maxShard {
+		errs = append(errs, fmt.Errorf("--shard-size must be 1 to %d, got %d", maxShard, cfg.ShardSize))
 	}
 	if len(errs) > 0 {
 		return usageError{errors.Join(errs...)}

@@ -47,15 +47,24 @@ func TestRendezvousBenchmarkRuns(t *testing.T) {
 }
 
 func TestShardsBenchmarkRuns(t *testing.T) {
-	for _, agents := range []int{0, 2} {
-		t.Run(fmt.Sprintf("agents=%d", agents), func(t *testing.T) {
+	for _, tt := range []struct {
+		agents  int
+		size    int64
+		shuffle bool
+	}{{0, 0, false}, {2, 0, false}, {0, 1 << 32, true}} {
+		t.Run(fmt.Sprintf("agents=%d,size=%d,shuffle=%v", tt.agents, tt.size, tt.shuffle), func(t *testing.T) {
 			var out bytes.Buffer
-			res, err := Shards(context.Background(), ShardsConfig{Clients: 8, Batch: 4, Agents: agents, Duration: 300 * time.Millisecond, Rover: rover}, &out)
+			res, err := Shards(context.Background(), ShardsConfig{Clients: 8, Batch: 4, Agents: tt.agents, Duration: 300 * time.Millisecond, Rover: rover,
+				Size: tt.size, ShardSize: 64, Shuffle: tt.shuffle}, &out)
 			if err != nil {
 				t.Fatalf("%v\n%s", err, out.String())
 			}
-			if res.Clients != 8 || res.Agents != agents || res.LeasesPerSecond <= 0 || res.P99LeaseMillis <= 0 || res.MasterCallsPerSecond <= 0 {
+			if res.Clients != 8 || res.Agents != tt.agents || res.LeasesPerSecond <= 0 || res.P99LeaseMillis <= 0 || res.MasterCallsPerSecond <= 0 {
 				t.Errorf("figures %+v", res)
+			}
+			if res.Shuffle != tt.shuffle || res.ShardSize != 64 || res.Size < 1 || res.FirstLeaseMillis <= 0 || res.GetJobCalls < 1 ||
+				res.P99GetJobMillis <= 0 || res.MasterPeakRSS <= 0 {
+				t.Errorf("dataset figures %+v", res)
 			}
 		})
 	}

@@ -35,6 +35,11 @@ type ShardsConfig struct {
 	Agents int
 	// Durable gives the master a state dir: every transition is fsynced.
 	Durable bool
+	// Size, ShardSize and Shuffle describe the dataset leased from
+	// (defaults: 2^24 samples, shards of 1, unshuffled).
+	Size      int64
+	ShardSize int64
+	Shuffle   bool
 }
 
 // ShardsResult holds the figures; it is printed as the last line in JSON.
@@ -52,6 +57,20 @@ type ShardsResult struct {
 	P99LeaseMillis       float64 `json:"p99_lease_ms"`
 	MasterCPUFraction    float64 `json:"master_cpu_cores"`
 	Cores                int     `json:"cores"`
+	Size                 int64   `json:"size"`
+	ShardSize            int64   `json:"shard_size"`
+	Shuffle              bool    `json:"shuffle"`
+	// RegisterMillis and FirstLeaseMillis time the dataset's registration
+	// and the first lease from it, before the clients start.
+	RegisterMillis   float64 `json:"register_ms"`
+	FirstLeaseMillis float64 `json:"first_lease_ms"`
+	// GetJob is called in a loop, one call at a time, while the clients
+	// lease: it waits for the master's lock like any call.
+	GetJobCalls     int     `json:"getjob_calls"`
+	P50GetJobMillis float64 `json:"p50_getjob_ms"`
+	P99GetJobMillis float64 `json:"p99_getjob_ms"`
+	MaxGetJobMillis float64 `json:"max_getjob_ms"`
+	MasterPeakRSS   int64   `json:"master_peak_rss_bytes"`
 }
 
 // Shards runs the benchmark: Clients simulated agents (or workers of Agents
@@ -71,6 +90,10 @@ func Shards(ctx context.Context, cfg ShardsConfig, w io.Writer) (*ShardsResult, 
 	if cfg.Agents < 0 || cfg.Agents > cfg.Clients {
 		return nil, fmt.Errorf("--agents must be 0 to --clients (%d), got %d", cfg.Clients, cfg.Agents)
 	}
+	if cfg.Size <= 0 {
+		cfg.Size = 1 << 24
+	}
+	cfg.ShardSize = max(cfg.ShardSize, 1)
 	token := master.NewToken()
 	m, err := startMasterProcess(ctx, RendezvousConfig{Rover: cfg.Rover, Durable: cfg.Durable}, token)
 	if err != nil {
@@ -83,9 +106,27 @@ func Shards(ctx context.Context, cfg ShardsConfig, w io.Writer) (*ShardsResult, 
 	for i, c := range conns {
 		clients[i] = &countingClient{MasterServiceClient: c}
 	}
-	spec := &roverv1.DatasetSpec{Name: "bench", Size: 1 << 24, BatchSize: 1, ShardSize: 1, Epochs: 0, Mode: roverv1.ShardMode_SHARD_MODE_LEASED}
+	// GetJob is probed from the start, on a connection of its own: it
+	// waits for the master's lock while the dataset is registered and
+	// leased from, and for nothing else.
+	probeConn, closeProbe := m.clients(1, token)
+	defer closeProbe()
+	probe, stopProbe := context.WithCancel(ctx)
+	var prober sync.WaitGroup
+	var jobLatencies []time.Duration
+	prober.Go(func() { jobLatencies = probeGetJob(probe, probeConn[0]) })
+	defer prober.Wait()
+	defer stopProbe()
+	spec := &roverv1.DatasetSpec{Name: "bench", Size: cfg.Size, BatchSize: 1, ShardSize: cfg.ShardSize, Epochs: 0,
+		Shuffle: cfg.Shuffle, Seed: 1, Mode: roverv1.ShardMode_SHARD_MODE_LEASED}
+	t0 := time.Now()
 	if _, err := clients[0].RegisterDataset(ctx, connect.NewRequest(&roverv1.RegisterDatasetRequest{Dataset: spec})); err != nil {
 		return nil, fmt.Errorf("register the dataset: %w", err)
+	}
+	registered := time.Since(t0)
+	first, err := firstLease(ctx, clients[0])
+	if err != nil {
+		return nil, err
 	}
 	callers := make([]shardCaller, cfg.Clients)
 	bctx, stopBatchers := context.WithCancel(ctx)
@@ -153,19 +194,18 @@ func Shards(ctx context.Context, cfg ShardsConfig, w io.Writer) (*ShardsResult, 
 			return nil
 		})
 	}
-	if err := g.Wait(); err != nil {
+	err = g.Wait()
+	stopProbe()
+	prober.Wait()
+	if err != nil {
 		return nil, err
 	}
 	elapsed := time.Since(start).Seconds()
 	cpu1, _ := m.cpuSeconds()
+	rss, _ := m.rssBytes()
 	rpcs := masterCalls(clients) - rpcs0
 	slices.Sort(latencies)
-	pct := func(p float64) float64 {
-		if len(latencies) == 0 {
-			return 0
-		}
-		return float64(latencies[int(p*float64(len(latencies)-1))].Microseconds()) / 1000
-	}
+	pct := func(p float64) float64 { return percentile(latencies, p) }
 	res := &ShardsResult{Durable: cfg.Durable,
 		Clients:              cfg.Clients,
 		Batch:                cfg.Batch,
@@ -177,11 +217,72 @@ func Shards(ctx context.Context, cfg ShardsConfig, w io.Writer) (*ShardsResult, 
 		P99LeaseMillis:       pct(0.99),
 		MasterCPUFraction:    round3((cpu1 - cpu0) / elapsed),
 		Cores:                runtime.NumCPU(),
+		Size:                 cfg.Size,
+		ShardSize:            cfg.ShardSize,
+		Shuffle:              cfg.Shuffle,
+		RegisterMillis:       millis(registered),
+		FirstLeaseMillis:     millis(first),
+		GetJobCalls:          len(jobLatencies),
+		P50GetJobMillis:      percentile(jobLatencies, 0.50),
+		P99GetJobMillis:      percentile(jobLatencies, 0.99),
+		MaxGetJobMillis:      percentile(jobLatencies, 1),
+		MasterPeakRSS:        rss,
 	}
 	fmt.Fprintf(w, "leases: %.0f/s in %.0f lease calls/s; lease call latency p50 %.2fms p99 %.2fms; master %.0f calls/s, %.2f cores\n",
 		res.LeasesPerSecond, res.CallsPerSecond, res.P50LeaseMillis, res.P99LeaseMillis, res.MasterCallsPerSecond, res.MasterCPUFraction)
+	fmt.Fprintf(w, "dataset of %d samples (shuffled: %v), shards of %d: registered in %.2fms, first lease in %.2fms; GetJob p50 %.2fms p99 %.2fms max %.2fms (%d calls); master peak RSS %.1f MiB\n",
+		res.Size, res.Shuffle, res.ShardSize, res.RegisterMillis, res.FirstLeaseMillis, res.P50GetJobMillis, res.P99GetJobMillis,
+		res.MaxGetJobMillis, res.GetJobCalls, float64(rss)/(1<<20))
 	return res, printJSON(w, res)
 }
+
+// firstLease times one lease of the dataset and completes it.
+func firstLease(ctx context.Context, c roverv1connect.MasterServiceClient) (time.Duration, error) {
+	t0 := time.Now()
+	r, err := c.LeaseShards(ctx, connect.NewRequest(&roverv1.LeaseShardsRequest{Dataset: "bench", Worker: "bench-first/0", Max: 1}))
+	took := time.Since(t0)
+	if err != nil {
+		return 0, fmt.Errorf("first lease: %w", err)
+	}
+	for _, s := range r.Msg.GetShards() {
+		if _, err := c.CompleteShards(ctx, connect.NewRequest(&roverv1.CompleteShardsRequest{Dataset: "bench", Worker: "bench-first/0",
+			Results: []*roverv1.ShardResult{{LeaseId: s.GetLeaseId(), Ok: true}}})); err != nil {
+			return 0, fmt.Errorf("complete the first lease: %w", err)
+		}
+	}
+	return took, nil
+}
+
+// probeGetJob calls GetJob one call at a time, every millisecond, until ctx
+// is done, and returns the latencies, sorted.
+func probeGetJob(ctx context.Context, c roverv1connect.MasterServiceClient) []time.Duration {
+	var out []time.Duration
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			slices.Sort(out)
+			return out
+		case <-tick.C:
+		}
+		t0 := time.Now()
+		if _, err := c.GetJob(ctx, connect.NewRequest(&roverv1.GetJobRequest{})); err != nil {
+			continue // cancelled at the end
+		}
+		out = append(out, time.Since(t0))
+	}
+}
+
+// percentile returns the p-th (0 to 1) of sorted latencies, in milliseconds.
+func percentile(sorted []time.Duration, p float64) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	return millis(sorted[int(p*float64(len(sorted)-1))])
+}
+
+func millis(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // shardCaller is how a benchmark client leases and completes shards: on the
 // master itself, or through its agent's batcher.

@@ -114,16 +114,28 @@ func (c *core) restore(ctx context.Context, now time.Time) (int, error) {
 			return 0, fmt.Errorf("restore the master's snapshot: %w", err)
 		}
 	}
+	old := false // replaying records of schema 1, from before shuffled orders changed
 	for i, b := range contents.Records {
 		e, err := unmarshalEvent(b)
 		if err != nil {
 			return i, fmt.Errorf("journal record %d: %w", i, err)
 		}
+		if old && e.Schema > 1 {
+			if err := c.checkOldOrdersLocked(i); err != nil {
+				return i, err
+			}
+		}
+		old = e.Schema == 1
 		// A transition that failed when it was new fails the same way now,
 		// and changes the state the same way: only an event this master
 		// cannot apply at all stops the replay.
 		if err := c.applyLocked(e); errors.Is(err, errUnknownEvent) {
 			return i, fmt.Errorf("replay journal record %d (%s): %w", i, e.Type, err)
+		}
+	}
+	if old {
+		if err := c.checkOldOrdersLocked(len(contents.Records)); err != nil {
+			return len(contents.Records), err
 		}
 	}
 	c.commits.lastSnapshot = len(contents.Snapshot)
@@ -142,6 +154,16 @@ func (c *core) restore(ctx context.Context, now time.Time) (int, error) {
 		n++
 	}
 	return n, nil
+}
+
+// checkOldOrdersLocked checks the state after the journal records of an
+// earlier Rover (the first n records), whose shuffled orders differ from
+// this one's: no shuffled dataset may be part-way through an epoch in it.
+func (c *core) checkOldOrdersLocked(n int) error {
+	if err := c.shards.CheckOldOrders(); err != nil {
+		return fmt.Errorf("replay the %d journal records of an earlier Rover: %w", n, err)
+	}
+	return nil
 }
 
 // apply journals an event and applies it once durable.

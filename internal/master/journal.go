@@ -8,8 +8,12 @@ import (
 	"github.com/roverml/rover/internal/rendezvous"
 )
 
-// journalSchema is the version of the records the master appends to its Store.
-const journalSchema = 1
+// journalSchema is the version of the records the master appends to its
+// Store. Schema 2 records the same events as 1, applied with the shuffled
+// orders of shard schema 3 ([shard.SchemaVersion]); the master replays
+// records of schema 1 too, then checks that no shuffled dataset is left
+// part-way through an epoch (see core.restore).
+const journalSchema = 2
 
 // event is one transition of the master's state. The state machines are
 // deterministic, so replaying the journal rebuilds the state exactly.
@@ -62,8 +66,8 @@ func unmarshalEvent(b []byte) (*event, error) {
 	if err := json.Unmarshal(b, &e); err != nil {
 		return nil, fmt.Errorf("decode journal record: %w", err)
 	}
-	if e.Schema != journalSchema {
-		return nil, fmt.Errorf("journal record has schema %d, this master reads schema %d", e.Schema, journalSchema)
+	if e.Schema < 1 || e.Schema > journalSchema {
+		return nil, fmt.Errorf("journal record has schema %d, this master reads schemas 1 to %d", e.Schema, journalSchema)
 	}
 	return &e, nil
 }

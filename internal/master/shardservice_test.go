@@ -2,11 +2,13 @@ package master
 
 import (
 	"context"
+	"runtime"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
 	roverv1 "github.com/roverml/rover/api/rover/v1"
+	"github.com/roverml/rover/internal/shard"
 	"github.com/roverml/rover/internal/store"
 )
 
@@ -177,4 +179,64 @@ func TestStreamingOverRPC(t *testing.T) {
 	if r := lease(); !r.GetEnd() {
 		t.Errorf("the sealed, finished stream does not end: %v", r)
 	}
+}
+
+// TestHugeShuffledDataset registers a shuffled dataset of 2^32 samples
+// (its order used to be a 16 GiB permutation), leases and completes a few
+// shards of it, and registers and advances a Sync one of 2^62 samples,
+// against a real master: the memory the process allocates meanwhile, the
+// test's client included, stays below 64 MiB.
+func TestHugeShuffledDataset(t *testing.T) {
+	_, c := startMaster(t, Config{})
+	ctx := context.Background()
+	const bound = 64 << 20
+	var before runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	spec := &roverv1.DatasetSpec{Name: "huge", Size: 1 << 32, BatchSize: 64, ShardSize: 4096, Epochs: 2, Shuffle: true, Seed: 9,
+		Mode: roverv1.ShardMode_SHARD_MODE_LEASED}
+	if _, err := c.RegisterDataset(ctx, connect.NewRequest(&roverv1.RegisterDatasetRequest{Dataset: spec})); err != nil {
+		t.Fatal(err)
+	}
+	order := shard.EpochOrder(shard.Dataset{Size: 1 << 32, Shuffle: true, Seed: 9}, 0)
+	for range 4 {
+		r, err := c.LeaseShards(ctx, connect.NewRequest(&roverv1.LeaseShardsRequest{Dataset: "huge", Worker: "n/0", Max: 8}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var results []*roverv1.ShardResult
+		for _, s := range r.Msg.GetShards() {
+			if n := s.GetEnd() - s.GetStart(); n != 4096 || int64(len(s.GetIndices())) != n {
+				t.Fatalf("shard [%d, %d) with %d indices", s.GetStart(), s.GetEnd(), len(s.GetIndices()))
+			}
+			for i, x := range s.GetIndices() {
+				if want := order.At(s.GetStart() + int64(i)); x != want {
+					t.Fatalf("position %d: sample %d, want %d", s.GetStart()+int64(i), x, want)
+				}
+			}
+			results = append(results, &roverv1.ShardResult{LeaseId: s.GetLeaseId(), Ok: true})
+		}
+		if len(results) != 8 {
+			t.Fatalf("leased %d shards, want 8", len(results))
+		}
+		if _, err := c.CompleteShards(ctx, connect.NewRequest(&roverv1.CompleteShardsRequest{Dataset: "huge", Worker: "n/0", Results: results})); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.GetJob(ctx, connect.NewRequest(&roverv1.GetJobRequest{})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sync := &roverv1.DatasetSpec{Name: "sync", Size: shard.MaxSize, BatchSize: 64, Shuffle: true, Mode: roverv1.ShardMode_SHARD_MODE_SYNC}
+	if _, err := c.RegisterDataset(ctx, connect.NewRequest(&roverv1.RegisterDatasetRequest{Dataset: sync})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.AdvancePosition(ctx, connect.NewRequest(&roverv1.AdvancePositionRequest{Dataset: "sync", Position: &roverv1.DataPosition{Consumed: 1 << 40}})); err != nil {
+		t.Fatal(err)
+	}
+	var after runtime.MemStats
+	runtime.ReadMemStats(&after)
+	if grew := after.TotalAlloc - before.TotalAlloc; grew > bound {
+		t.Errorf("the process allocated %d MiB to register and lease; want below %d MiB", grew>>20, bound>>20)
+	}
+	t.Logf("allocated %.1f MiB, heap in use %.1f MiB", float64(after.TotalAlloc-before.TotalAlloc)/(1<<20), float64(after.HeapInuse)/(1<<20))
 }

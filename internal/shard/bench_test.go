@@ -58,18 +58,43 @@ func BenchmarkLeaseComplete(b *testing.B) {
 }
 
 // BenchmarkLeaseCompleteShuffled is the same on a shuffled 1M-sample
-// dataset of 64-sample shards: each lease copies its shard's samples, and
-// every epoch (15,625 shards) computes a new permutation.
+// dataset of 64-sample shards: each lease computes its shard's samples.
 func BenchmarkLeaseCompleteShuffled(b *testing.B) {
 	benchLeaseComplete(b, Dataset{Name: "train", Size: 1 << 20, BatchSize: 64, ShardSize: 64,
 		Shuffle: true, Seed: 1, LeaseTimeout: time.Minute})
 }
 
-// BenchmarkEpochOrder shuffles a 1M-sample epoch.
+// BenchmarkLeaseCompleteShuffled4G is the same on a shuffled dataset of
+// 2^32 samples: a lease costs what it does on 1M samples.
+func BenchmarkLeaseCompleteShuffled4G(b *testing.B) {
+	benchLeaseComplete(b, Dataset{Name: "train", Size: 1 << 32, BatchSize: 64, ShardSize: 64,
+		Shuffle: true, Seed: 1, LeaseTimeout: time.Minute})
+}
+
+// BenchmarkEpochOrder computes the order of an epoch of 2^32 samples (its
+// keys: O(1)).
 func BenchmarkEpochOrder(b *testing.B) {
-	ds := Dataset{Size: 1 << 20, Shuffle: true, Seed: 1}
+	ds := Dataset{Size: 1 << 32, Shuffle: true, Seed: 1}
 	for b.Loop() {
 		EpochOrder(ds, 0)
+	}
+}
+
+// BenchmarkOrderAt is one sample of a shuffled order, at sizes whose Feistel
+// domain is just above (the fewest cycle-walks) and nearly 4 times (the
+// most) the size.
+func BenchmarkOrderAt(b *testing.B) {
+	for _, size := range []int64{1 << 20, 1<<20 + 1, 1 << 32, 1<<32 + 1} {
+		b.Run(fmt.Sprint(size), func(b *testing.B) {
+			o := EpochOrder(Dataset{Size: size, Shuffle: true, Seed: 1}, 0)
+			i := int64(0)
+			for b.Loop() {
+				o.At(i)
+				if i++; i == size {
+					i = 0
+				}
+			}
+		})
 	}
 }
 

@@ -32,7 +32,9 @@ func (m *Machine) DatasetState(name string) ([]byte, error) {
 //
 // The saved dataset must have the same sample order as the registered one:
 // the same Size, Shuffle, Seed, Mode and Streaming (else ErrConflict naming
-// the fields). The other settings may differ and the registered ones apply:
+// the fields). State of schema 1 is from before shuffled orders changed:
+// it is ErrConflict too when its dataset is shuffled and part-way through an
+// epoch (see [Machine.CheckOldOrders]). The other settings may differ and the registered ones apply:
 // a new ShardSize cuts the rest of the epoch in new sizes (requeued shards
 // keep theirs), a retry count at or above a lower MaxRetries is lowered to
 // MaxRetries-1, and the saved epoch must be below a new Epochs. A stream
@@ -45,7 +47,7 @@ func (m *Machine) RestoreDataset(name string, state []byte, now time.Time) error
 		return errorf(ErrUnknownDataset, "no dataset %q is registered", name)
 	}
 	var c checkpointJSON
-	if err := decodeStrict(state, &c, &c.Schema, CheckpointSchemaVersion); err != nil {
+	if err := decodeStrict(state, &c, &c.Schema, 1, CheckpointSchemaVersion); err != nil {
 		return err
 	}
 	saved, err := c.Dataset.config()
@@ -65,6 +67,12 @@ func (m *Machine) RestoreDataset(name string, state []byte, now time.Time) error
 	d, err := loadProgress(cur.cfg, p, nil, false)
 	if err != nil {
 		return err
+	}
+	if c.Schema < 2 {
+		if p := d.oldOrderProblem(); p != "" {
+			return errorf(ErrConflict, "%s. Finish the epoch with the Rover that saved the checkpoint, "+
+				"or do not restore this dataset's state, and train from where the dataset is now", p)
+		}
 	}
 	for _, l := range cur.heldLeases() {
 		m.release(l)

@@ -30,32 +30,41 @@ func (m Mode) String() string {
 	return fmt.Sprintf("Mode(%d)", int(m))
 }
 
-// Limits on Dataset fields and names.
+// Limits on Dataset fields and names. MaxSize, MaxBatchSize and MaxWorldSize
+// keep the index arithmetic in int64: a position plus a global batch
+// (MaxSize + MaxWorldSize*MaxBatchSize = 2^62 + 2^51) stays below 2^63, and
+// a shuffled order's Feistel domain holds at most 2^62 values.
 const (
-	MaxNameLen      = 253     // longest dataset or worker name, in bytes
-	MaxSize         = 1 << 62 // largest Dataset.Size
-	MaxShuffledSize = 1 << 32 // largest Size of a shuffled dataset (its order takes 4 bytes a sample)
-	MaxBatchSize    = 1 << 31 // largest Dataset.BatchSize
-	MaxWorldSize    = 1 << 20 // largest worldSize for RankBatch
-	DefaultRetries  = 3       // MaxRetries when Dataset.MaxRetries is 0
+	MaxNameLen     = 253       // longest dataset or worker name, in bytes
+	MaxSize        = 1 << 62   // largest Dataset.Size, shuffled or not
+	MaxBatchSize   = 1 << 31   // largest Dataset.BatchSize
+	MaxWorldSize   = 1 << 20   // largest worldSize for RankBatch
+	MaxEpochs      = 1<<31 - 1 // largest Dataset.Epochs (the wire carries epochs as int32)
+	DefaultRetries = 3         // MaxRetries when Dataset.MaxRetries is 0
+	// MaxLeaseSamples is the largest ShardSize of a shuffled Leased dataset,
+	// and the most samples one [Machine.Lease] call of one hands out: a
+	// shuffled shard carries its samples' indices (at most 9 bytes each on
+	// the wire, within a message's 8 MiB), computed under the master's lock.
+	MaxLeaseSamples = 1 << 19
 )
 
 // Dataset describes one registered dataset.
 type Dataset struct {
 	// Name identifies the dataset (non-empty, at most MaxNameLen bytes).
 	Name string
-	// Size is the number of samples in an epoch, 1..MaxSize (at most
-	// MaxShuffledSize when shuffled). A Streaming dataset may give 0 for an
-	// unbounded stream, or a bound: the stream seals itself when Size
-	// samples have been appended.
+	// Size is the number of samples in an epoch, 1..MaxSize, shuffled or
+	// not. A Streaming dataset may give 0 for an unbounded stream, or a
+	// bound: the stream seals itself when Size samples have been appended.
 	Size int64
 	// BatchSize is the per-rank batch, 1..MaxBatchSize.
 	BatchSize int
 	// ShardSize is the samples per leased shard (DLRover: batch size times
-	// minibatches per shard), >= 1 in Leased mode; ignored in Sync mode.
+	// minibatches per shard), >= 1 in Leased mode (at most MaxLeaseSamples
+	// when shuffled); ignored in Sync mode.
 	ShardSize int64
-	// Epochs is the number of passes, or 0 for no limit (until the job stops
-	// using the dataset). A Streaming dataset is one pass: 0 or 1.
+	// Epochs is the number of passes, 0..MaxEpochs, 0 for no limit (until
+	// the job stops using the dataset). A Streaming dataset is one pass: 0
+	// or 1.
 	Epochs int
 	// Shuffle makes each epoch's order a seeded permutation ([EpochOrder]).
 	Shuffle bool
@@ -90,8 +99,6 @@ func (d Dataset) Validate() error {
 		bad("Size is %d; it must be 1..%d", d.Size, int64(MaxSize))
 	case d.Size == 0 && !d.Streaming:
 		bad("Size is 0; only a Streaming dataset may be unbounded")
-	case d.Shuffle && d.Size > MaxShuffledSize:
-		bad("Size is %d; a shuffled dataset holds at most %d samples", d.Size, int64(MaxShuffledSize))
 	}
 	if d.BatchSize < 1 || d.BatchSize > MaxBatchSize {
 		bad("BatchSize is %d; it must be 1..%d", d.BatchSize, MaxBatchSize)
@@ -105,8 +112,11 @@ func (d Dataset) Validate() error {
 	if d.ShardSize < 0 {
 		bad("ShardSize is %d; it must not be negative", d.ShardSize)
 	}
-	if d.Epochs < 0 {
-		bad("Epochs is %d; use 0 for no limit or a positive count", d.Epochs)
+	if d.Mode == Leased && d.Shuffle && d.ShardSize > MaxLeaseSamples {
+		bad("ShardSize is %d; a shuffled shard carries its samples' indices, at most %d: use a smaller ShardSize (or lease more shards at a time)", d.ShardSize, MaxLeaseSamples)
+	}
+	if d.Epochs < 0 || d.Epochs > MaxEpochs {
+		bad("Epochs is %d; use 0 for no limit or a count up to %d", d.Epochs, MaxEpochs)
 	}
 	if d.Streaming {
 		if d.Mode != Leased {

@@ -3,7 +3,7 @@
 // lost or trained twice when workers die or the world changes size.
 //
 // It is a pure state machine in the etcd-raft style: no goroutines, no I/O,
-// no clock and no randomness (shuffles come from a seeded, specified PRNG;
+// no clock and no randomness (shuffles are seeded, specified permutations;
 // see [EpochOrder]). Every event carries the caller's now; leases whose
 // deadline is at or before an event's now expire before the event, and
 // [Machine.NextDeadline] tells the driver when to call [Machine.Tick].
@@ -18,8 +18,9 @@
 // lost worker go back to the front without a failure. The next epoch starts
 // only when every shard of the current one is completed or dropped, so
 // epochs never overlap: a worker that asks while others hold the epoch's
-// last shards is told to wait. Unshuffled epochs cost O(1) memory whatever
-// their size; a shuffled one holds its permutation. A Streaming dataset is
+// last shards is told to wait. An epoch costs O(1) memory whatever its
+// size, shuffled or not: a shuffled shard's samples are computed when it is
+// leased, at most MaxLeaseSamples a call. A Streaming dataset is
 // one pass over an append-only stream grown by [Machine.Append] and ended by
 // [Machine.Seal].
 //
@@ -53,7 +54,9 @@
 // [Machine.MarshalState] and [Restore] save and rebuild the whole machine
 // (for a master failover); [Machine.DatasetState] and
 // [Machine.RestoreDataset] save one dataset's progress with a training
-// checkpoint and rewind to it.
+// checkpoint and rewind to it. State saved by a Rover whose shuffled orders
+// were other permutations is refused part-way through a shuffled epoch
+// ([Machine.CheckOldOrders]).
 //
 //	m := shard.New()
 //	err := m.Register(shard.Dataset{

@@ -40,7 +40,7 @@ func FuzzRestore(f *testing.F) {
 			f.Add(d)
 		}
 	}
-	f.Add([]byte(`{"schema":2}`))
+	f.Add([]byte(`{"schema":3}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		m := New()
 		for _, ds := range fuzzDatasets([]byte{0, 4, 9, 3, 5, 20}) {
@@ -102,5 +102,94 @@ func TestRandomSequences(t *testing.T) {
 			}
 		}
 		t.Run(fmt.Sprint(i), func(t *testing.T) { newFuzzer(t, fuzzDatasets(data)).play(data[6:]) })
+	}
+}
+
+// FuzzValidate feeds arbitrary settings to Dataset.Validate: it must never
+// panic, its errors must wrap ErrInvalidDataset, and a dataset it accepts
+// must register, lease (Leased) or compute rank batches (Sync) near the
+// ends of its index ranges without overflowing: every shard and sample
+// inside the epoch, a shuffled call within MaxLeaseSamples.
+func FuzzValidate(f *testing.F) {
+	f.Add(int64(10), int64(1), int64(3), int64(2), true, uint8(0), false, int64(0), int64(0))
+	f.Add(int64(MaxSize), int64(MaxBatchSize), int64(MaxLeaseSamples), int64(MaxEpochs), true, uint8(0), false, int64(0), int64(3))
+	f.Add(int64(MaxSize), int64(MaxBatchSize), int64(0), int64(MaxEpochs), true, uint8(1), false, int64(0), int64(0))
+	f.Add(int64(MaxSize), int64(1), int64(MaxSize), int64(0), false, uint8(0), false, int64(0), int64(0))
+	f.Add(int64(1<<32), int64(64), int64(MaxLeaseSamples+1), int64(1), true, uint8(0), false, int64(0), int64(0))
+	f.Add(int64(MaxSize+1), int64(MaxBatchSize+1), int64(-1), int64(MaxEpochs+1), true, uint8(2), true, int64(-1), int64(-1))
+	f.Add(int64(0), int64(1), int64(1), int64(1), false, uint8(0), true, int64(1e9), int64(0))
+	f.Fuzz(func(t *testing.T, size, batch, shardSize, epochs int64, shuffle bool, mode uint8, streaming bool, timeout, retries int64) {
+		ds := Dataset{Name: "d", Size: size, BatchSize: int(batch), ShardSize: shardSize, Epochs: int(epochs),
+			Shuffle: shuffle, Seed: uint64(size) * 0x9E3779B97F4A7C15, Mode: Mode(mode % 3), Streaming: streaming,
+			LeaseTimeout: time.Duration(timeout), MaxRetries: int(retries)}
+		err := ds.Validate()
+		if err != nil {
+			if !errors.Is(err, ErrInvalidDataset) {
+				t.Fatalf("Validate error %v does not wrap ErrInvalidDataset", err)
+			}
+			if rerr := New().Register(ds, t0); !errors.Is(rerr, ErrInvalidDataset) {
+				t.Fatalf("Register of an invalid dataset: %v", rerr)
+			}
+			return
+		}
+		m := New()
+		if err := m.Register(ds, t0); err != nil {
+			t.Fatalf("Register of a valid dataset: %v", err)
+		}
+		if ds.Mode == Sync {
+			fuzzRankBatches(t, ds)
+			return
+		}
+		if ds.Streaming {
+			return
+		}
+		for _, max := range []int{1, MaxLeaseShards} {
+			r, err := m.Lease("d", LeaseRequest{Worker: Worker{Name: "w"}, Max: max}, t0)
+			if err != nil {
+				t.Fatalf("Lease: %v", err)
+			}
+			var samples int64
+			for _, l := range r.Shards {
+				s := l.Shard
+				if s.Start < 0 || s.Start >= s.End || s.End > ds.Size || s.Len() > ds.ShardSize {
+					t.Fatalf("shard [%d, %d) of a %d-sample epoch, shard size %d", s.Start, s.End, ds.Size, ds.ShardSize)
+				}
+				samples += s.Len()
+				for _, x := range s.Samples {
+					if x < 0 || x >= ds.Size {
+						t.Fatalf("sample %d of a %d-sample epoch", x, ds.Size)
+					}
+				}
+			}
+			if ds.Shuffle && len(r.Shards) > 1 && samples > MaxLeaseSamples {
+				t.Fatalf("one call leased %d shuffled samples", samples)
+			}
+		}
+		checkInvariants(t, m)
+	})
+}
+
+// fuzzRankBatches computes rank batches of ds at the start and end of an
+// epoch, for the smallest and largest worlds, when the batch is small
+// enough to hold.
+func fuzzRankBatches(t *testing.T, ds Dataset) {
+	if ds.BatchSize > 1<<10 {
+		return
+	}
+	order := EpochOrder(ds, 0)
+	for _, world := range []int{1, MaxWorldSize} {
+		for _, c := range []int64{0, ds.Size / 2, ds.Size - 1, ds.Size} {
+			for _, tail := range []TailPolicy{DropTail, PadTail} {
+				idx, next, ok := RankBatch(ds, order, Position{Consumed: c}, world, world-1, tail)
+				for _, x := range idx {
+					if x < 0 || x >= ds.Size {
+						t.Fatalf("sample %d of a %d-sample epoch", x, ds.Size)
+					}
+				}
+				if ok && (next.Epoch < 0 || next.Consumed < 0 || next.Consumed > ds.Size) {
+					t.Fatalf("next position %+v of a %d-sample epoch", next, ds.Size)
+				}
+			}
+		}
 	}
 }

@@ -263,13 +263,13 @@ func TestLeaseDeduplicationForgetsOldClients(t *testing.T) {
 }
 
 // TestRestoreSchema1 reads a state written before incarnations: its
-// workers are incarnation 0, and it writes back as schema 2.
+// workers are incarnation 0, and it writes back as the current schema.
 func TestRestoreSchema1(t *testing.T) {
 	e := newEnv(t, leased("d", 20, 4))
 	e.lease("d", "a/0", 2)
 	e.lease("d", "b/0", 1)
 	v2, _ := e.m.MarshalState()
-	v1 := strings.Replace(string(v2), `"schema":2,"workers":[{"name":"a/0"},{"name":"b/0"}],`, `"schema":1,`, 1)
+	v1 := strings.Replace(string(v2), `"schema":3,"workers":[{"name":"a/0"},{"name":"b/0"}],`, `"schema":1,`, 1)
 	if v1 == string(v2) {
 		t.Fatalf("no workers to strip in %s", v2)
 	}
@@ -295,7 +295,7 @@ func TestRestoreRejectsWorkers(t *testing.T) {
 		{kind: "lease", ds: "d", w: wk("b/0", 3), max: 1, req: 5, spans: [][2]int64{{8, 12}}},
 	})
 	good, _ := e.m.MarshalState()
-	want := `{"schema":2,"fence":2,"workers":[{"name":"a/0","incarnation":2,"requests":[{"dataset":"d","id":4294967299,"leases":[1,2]}]},{"name":"b/0","incarnation":3,"requests":[{"dataset":"d","id":5,"leases":[3]}]}],"datasets":[`
+	want := `{"schema":3,"fence":2,"workers":[{"name":"a/0","incarnation":2,"requests":[{"dataset":"d","id":4294967299,"leases":[1,2]}]},{"name":"b/0","incarnation":3,"requests":[{"dataset":"d","id":5,"leases":[3]}]}],"datasets":[`
 	if !strings.HasPrefix(string(good), want) {
 		t.Fatalf("state\n%s\ndoes not start with\n%s", good, want)
 	}

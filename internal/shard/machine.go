@@ -103,9 +103,11 @@ type LeaseRequest struct {
 // Lease hands r.Worker up to r.Max shards of a Leased dataset from the
 // front of its queue: requeued shards first (the latest requeued at the
 // very front; of leases requeued together, the lowest lease ID first), then
-// new shards in epoch order. See [LeaseResult] for Wait and End. The first
-// lease of a shuffled epoch computes the epoch's permutation, O(Size); the
-// others cost O(log leases held) plus the shard's samples when shuffled.
+// new shards in epoch order. See [LeaseResult] for Wait and End. Each shard
+// costs O(log leases held), plus O(1) a sample when shuffled (its samples
+// are computed then, see [EpochOrder]), whatever the dataset's size; of a
+// shuffled dataset one call hands out at most MaxLeaseSamples samples, and
+// always at least one shard when any is queued.
 //
 // A request from a superseded incarnation of the worker is ErrSuperseded
 // (see [Worker]); one from a newer incarnation first requeues the leases of
@@ -156,7 +158,15 @@ func (m *Machine) grant(d *dataset, w *worker, max int, now time.Time) LeaseResu
 		return LeaseResult{Wait: true}
 	}
 	res := LeaseResult{Shards: make([]Lease, 0, n)}
+	var samples int64 // of a shuffled dataset, computed for this call
 	for range n {
+		if d.cfg.Shuffle {
+			k := d.frontLen()
+			if samples > 0 && samples+k > MaxLeaseSamples {
+				break
+			}
+			samples += k
+		}
 		t, _ := d.pop()
 		l := m.hold(d, w, t, now)
 		res.Shards = append(res.Shards, Lease{ID: l.id, Shard: d.shard(t), Retries: t.retries, Deadline: l.deadline})

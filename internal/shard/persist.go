@@ -13,13 +13,17 @@ import (
 
 // SchemaVersion is the "schema" of the JSON written by
 // [Machine.MarshalState]. Schema 2 added the workers' incarnations, the
-// fence and the last lease requests; [Restore] still reads schema 1 (its
-// workers are incarnation 0).
-const SchemaVersion = 2
+// fence and the last lease requests; schema 3 changed nothing in the JSON
+// but the shuffled orders it refers to ([EpochOrder]). [Restore] still
+// reads schema 1 (its workers are incarnation 0) and 2, unless a shuffled
+// dataset is part-way through an epoch in them (see [Machine.CheckOldOrders]).
+const SchemaVersion = 3
 
 // CheckpointSchemaVersion is the "schema" of the JSON written by
-// [Machine.DatasetState], which holds no workers.
-const CheckpointSchemaVersion = 1
+// [Machine.DatasetState], which holds no workers. Schema 2 changed the
+// shuffled orders only; [Machine.RestoreDataset] reads schema 1 unless its
+// shuffled dataset is part-way through an epoch.
+const CheckpointSchemaVersion = 2
 
 type stateJSON struct {
 	Schema   int           `json:"schema"`
@@ -211,11 +215,13 @@ func decodeStrict(data []byte, v any, schema *int, accept ...int) error {
 }
 
 // Restore rebuilds a machine from [Machine.MarshalState]'s output (schema 1
-// or 2). It rejects an unknown schema and any state the machine could not
-// have reached, with an error wrapping [ErrBadState].
+// to 3). It rejects an unknown schema, any state the machine could not have
+// reached, and state of schema 1 or 2 with a shuffled dataset part-way
+// through an epoch (whose order has changed since), with an error wrapping
+// [ErrBadState].
 func Restore(data []byte) (*Machine, error) {
 	var s stateJSON
-	if err := decodeStrict(data, &s, &s.Schema, 1, SchemaVersion); err != nil {
+	if err := decodeStrict(data, &s, &s.Schema, 1, 2, SchemaVersion); err != nil {
 		return nil, err
 	}
 	m := New()
@@ -247,6 +253,11 @@ func Restore(data []byte) (*Machine, error) {
 	for _, wj := range s.Workers {
 		if err := m.restoreRequests(m.workers[wj.Name], wj.Requests); err != nil {
 			return nil, fmt.Errorf("worker %q: %w", wj.Name, err)
+		}
+	}
+	if s.Schema < 3 {
+		if err := m.CheckOldOrders(); err != nil {
+			return nil, err
 		}
 	}
 	return m, nil

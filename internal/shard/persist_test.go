@@ -128,7 +128,7 @@ func TestPersistRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !strings.HasPrefix(string(data), `{"schema":2,`) {
+		if !strings.HasPrefix(string(data), `{"schema":3,`) {
 			t.Fatalf("no schema field in %s", data)
 		}
 		restored, err := Restore(data)
@@ -180,9 +180,9 @@ func TestRestoreRejects(t *testing.T) {
 	tests := []struct {
 		name, old, new, wantInMsg string
 	}{
-		{"unknown schema", `"schema":2`, `"schema":3`, "schema 3"},
-		{"missing schema", `"schema":2,`, ``, "schema 0"},
-		{"unknown field", `"schema":2,`, `"schema":2,"extra":true,`, "extra"},
+		{"unknown schema", `"schema":3`, `"schema":4`, "schema 4"},
+		{"missing schema", `"schema":3,`, ``, "schema 0"},
+		{"unknown field", `"schema":3,`, `"schema":3,"extra":true,`, "extra"},
 		{"trailing data", `]}`, `]}{}`, "after"},
 		{"truncated", `]}`, `]`, ""},
 		{"invalid settings", `"shard_size":4`, `"shard_size":0`, "ShardSize"},
@@ -235,7 +235,7 @@ func TestDatasetStateCheckpoint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.HasPrefix(string(saved), `{"schema":1,`) {
+	if !strings.HasPrefix(string(saved), `{"schema":2,`) {
 		t.Fatalf("no schema in %s", saved)
 	}
 	// Train on into epoch 1, then restore the checkpoint.
@@ -300,8 +300,8 @@ func TestDatasetStateCheckpoint(t *testing.T) {
 	if err := e.m.RestoreDataset("nope", saved, e.now); !errors.Is(err, ErrUnknownDataset) {
 		t.Fatalf("RestoreDataset of an unknown dataset: %v", err)
 	}
-	if err := e.m.RestoreDataset("d", []byte(`{"schema":2}`), e.now); !errors.Is(err, ErrBadState) {
-		t.Fatalf("RestoreDataset of schema 2: %v", err)
+	if err := e.m.RestoreDataset("d", []byte(`{"schema":3}`), e.now); !errors.Is(err, ErrBadState) {
+		t.Fatalf("RestoreDataset of schema 3: %v", err)
 	}
 }
 
@@ -341,7 +341,7 @@ func TestDatasetStateSync(t *testing.T) {
 		t.Fatalf("position %+v after restore", p)
 	}
 	e.check()
-	want := (`{"schema":1,"dataset":{"name":"s","size":100,"batch_size":4,"shard_size":0,"epochs":2,"shuffle":true,"seed":11,"mode":"Sync","streaming":false,"lease_timeout":"0s","max_retries":0},"epoch":1,"position":{"epoch":1,"consumed":40}}`)
+	want := (`{"schema":2,"dataset":{"name":"s","size":100,"batch_size":4,"shard_size":0,"epochs":2,"shuffle":true,"seed":11,"mode":"Sync","streaming":false,"lease_timeout":"0s","max_retries":0},"epoch":1,"position":{"epoch":1,"consumed":40}}`)
 	if string(saved) != want {
 		t.Fatalf("saved\n%s\nwant\n%s", saved, want)
 	}

@@ -27,8 +27,10 @@ type lease struct {
 // dataset is everything the machine keeps about one registered dataset.
 // In Leased mode the current epoch's queue is retry (requeued shards; the
 // LAST element is the front of the queue) followed by the positions
-// [cursor, limit()) not cut into shards yet, so an unshuffled epoch costs
-// O(1) memory however many shards it has.
+// [cursor, limit()) not cut into shards yet, so an epoch, shuffled or not,
+// costs O(1) memory however many shards it has (plus its requeued shards and
+// the leases held); a shuffled shard's samples are computed when it is
+// handed out.
 type dataset struct {
 	cfg      Dataset // normalized
 	epoch    int
@@ -46,7 +48,6 @@ type dataset struct {
 	dropped      []Shard // every shard dropped, in drop order
 	nextID       uint64  // next lease ID (IDs start at 1)
 	completed    idSet   // IDs of completed leases
-	order        Order   // cached order of a shuffled epoch (perm nil: none)
 
 	appended int64 // Streaming: samples appended so far
 	sealed   bool
@@ -109,6 +110,15 @@ func (d *dataset) pop() (task, bool) {
 	return t, true
 }
 
+// frontLen is the number of samples of the shard pop would take; the queue
+// must not be empty (todo() > 0).
+func (d *dataset) frontLen() int64 {
+	if n := len(d.retry); n > 0 {
+		return d.retry[n-1].end - d.retry[n-1].start
+	}
+	return min(d.limit()-d.cursor, d.cfg.ShardSize)
+}
+
 // pushFront puts t at the front of the queue.
 func (d *dataset) pushFront(t task) {
 	d.retry = append(d.retry, t)
@@ -128,11 +138,9 @@ func (d *dataset) settle() {
 	}
 	if d.cfg.Streaming || d.cfg.Epochs > 0 && d.epoch+1 >= d.cfg.Epochs {
 		d.finished = true
-		d.order = Order{}
 		return
 	}
 	d.epoch++
-	d.order = Order{}
 	d.cursor, d.done, d.doneSamples, d.dropN, d.dropSamples = 0, 0, 0, 0, 0
 }
 
@@ -144,14 +152,11 @@ func (d *dataset) drop(t task) {
 }
 
 // shard returns the Shard of t in the current epoch, with its samples when
-// the dataset is shuffled.
+// the dataset is shuffled: O(t's samples), whatever the dataset's size.
 func (d *dataset) shard(t task) Shard {
 	s := Shard{Epoch: d.epoch, Start: t.start, End: t.end}
 	if d.cfg.Shuffle {
-		if !d.order.matches(d.cfg, d.epoch) {
-			d.order = EpochOrder(d.cfg, d.epoch)
-		}
-		s.Samples = d.order.AppendRange(make([]int64, 0, t.end-t.start), t.start, t.end)
+		s.Samples = EpochOrder(d.cfg, d.epoch).AppendRange(make([]int64, 0, t.end-t.start), t.start, t.end)
 	}
 	return s
 }

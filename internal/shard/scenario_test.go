@@ -340,12 +340,26 @@ func TestValidate(t *testing.T) {
 	}
 	for _, ds := range []Dataset{
 		{Name: "a", Size: 0, BatchSize: 1, ShardSize: 1},
-		{Name: "a", Size: MaxShuffledSize + 1, BatchSize: 1, ShardSize: 1, Shuffle: true},
+		{Name: "a", Size: MaxSize + 1, BatchSize: 1, ShardSize: 1, Shuffle: true},
+		{Name: "a", Size: 1 << 32, BatchSize: 1, ShardSize: MaxLeaseSamples + 1, Shuffle: true},
+		{Name: "a", Size: 10, BatchSize: 1, ShardSize: 1, Epochs: MaxEpochs + 1},
+		{Name: "a", Size: 10, BatchSize: MaxBatchSize + 1, Mode: Sync},
 		{Name: "a", BatchSize: 1, ShardSize: 1, Streaming: true, Mode: Sync},
 		{Name: "a", BatchSize: 1, ShardSize: 1, Streaming: true, Shuffle: true},
 		{Name: "a", BatchSize: 1, ShardSize: 1, Streaming: true, Epochs: 2},
 	} {
 		if err := ds.Validate(); !errors.Is(err, ErrInvalidDataset) {
+			t.Errorf("Validate(%+v) = %v", ds, err)
+		}
+	}
+	// The limits themselves are valid.
+	for _, ds := range []Dataset{
+		{Name: "a", Size: MaxSize, BatchSize: MaxBatchSize, ShardSize: MaxLeaseSamples, Epochs: MaxEpochs, Shuffle: true},
+		{Name: "a", Size: MaxSize, BatchSize: 1, ShardSize: MaxSize, Epochs: MaxEpochs},
+		{Name: "a", Size: MaxSize, BatchSize: MaxBatchSize, Epochs: MaxEpochs, Shuffle: true, Mode: Sync},
+		{Name: "a", Size: 10, BatchSize: 1, ShardSize: MaxLeaseSamples + 1, Shuffle: true, Mode: Sync}, // ShardSize ignored
+	} {
+		if err := ds.Validate(); err != nil {
 			t.Errorf("Validate(%+v) = %v", ds, err)
 		}
 	}
@@ -378,5 +392,40 @@ func TestShuffledLeases(t *testing.T) {
 		if len(seen) != 20 {
 			t.Fatalf("epoch %d: %d samples", ep, len(seen))
 		}
+	}
+}
+
+// TestShuffledLeaseCap: one call hands out at most MaxLeaseSamples shuffled
+// samples, but always a shard when one is queued, requeued shards included;
+// an unshuffled dataset's shards are ranges and have no such cap.
+func TestShuffledLeaseCap(t *testing.T) {
+	quarter := int64(MaxLeaseSamples / 4)
+	ds := Dataset{Name: "d", Size: 1 << 32, BatchSize: 1, ShardSize: quarter, Shuffle: true, Seed: 1}
+	plain := Dataset{Name: "p", Size: 1 << 32, BatchSize: 1, ShardSize: quarter}
+	e := newEnv(t, ds, plain)
+	if r := e.lease("d", "w", 10); len(r.Shards) != 4 {
+		t.Fatalf("leased %d shards of %d samples in one call; want 4", len(r.Shards), quarter)
+	}
+	if r := e.lease("p", "w", 10); len(r.Shards) != 10 {
+		t.Fatalf("leased %d unshuffled shards; want 10", len(r.Shards))
+	}
+	big := Dataset{Name: "b", Size: 3*MaxLeaseSamples - 5, BatchSize: 1, ShardSize: MaxLeaseSamples, Shuffle: true, Seed: 2}
+	if err := e.m.Register(big, e.now); err != nil {
+		t.Fatal(err)
+	}
+	r := e.lease("b", "w", 3)
+	if len(r.Shards) != 1 || r.Shards[0].Shard.Len() != MaxLeaseSamples {
+		t.Fatalf("leased %+v; want one full shard", r.Shards)
+	}
+	e.m.WorkerLost("w", e.now)
+	e.check()
+	if r := e.lease("b", "w2", 3); len(r.Shards) != 1 || r.Shards[0].Shard.Start != 0 {
+		t.Fatalf("after a requeue leased %d shards; want the requeued one alone", len(r.Shards))
+	}
+	if r := e.lease("b", "w2", 3); len(r.Shards) != 1 {
+		t.Fatalf("leased %d shards; want 1", len(r.Shards))
+	}
+	if r := e.lease("b", "w2", 3); len(r.Shards) != 1 || r.Shards[0].Shard.Len() != MaxLeaseSamples-5 {
+		t.Fatalf("leased %+v; want the last, short shard", r.Shards)
 	}
 }

@@ -75,8 +75,8 @@ func (t TailPolicy) String() string {
 //
 // order is used when it is EpochOrder(ds, e) for the epoch of step 3
 // (any Order for an unshuffled dataset); otherwise RankBatch computes that
-// order itself, which costs O(Size) for a shuffled dataset: pass
-// EpochOrder(ds, next.Epoch) whenever next moves to a new epoch.
+// order itself, which is cheap (O(1), see [EpochOrder]): a zero Order will
+// do. A call costs O(BatchSize) whatever the dataset's size.
 //
 // RankBatch panics on arguments no caller should produce: ds.Size or
 // ds.BatchSize out of range, worldSize outside 1..MaxWorldSize, rank outside
@@ -122,8 +122,8 @@ func RankBatch(ds Dataset, order Order, pos Position, worldSize, rank int, tail 
 // rolled into the next epoch.
 func normPosition(d *dataset, p Position) (Position, error) {
 	n := d.cfg.Size
-	if p.Epoch < 0 || p.Consumed < 0 || p.Consumed > n {
-		return p, errorf(ErrInvalidRequest, "position %+v is outside dataset %q (epochs from 0, consumed 0..%d)", p, d.cfg.Name, n)
+	if p.Epoch < 0 || p.Epoch > MaxEpochs || p.Consumed < 0 || p.Consumed > n || p.Epoch == MaxEpochs && p.Consumed == n {
+		return p, errorf(ErrInvalidRequest, "position %+v is outside dataset %q (epochs 0..%d, consumed 0..%d)", p, d.cfg.Name, MaxEpochs, n)
 	}
 	if p.Consumed == n {
 		p = Position{p.Epoch + 1, 0}

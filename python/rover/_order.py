@@ -12,38 +12,64 @@ def _mix(z):
     return z ^ (z >> 31)
 
 
-class _RNG:
-    __slots__ = ("state",)
+_ROUNDS = 8
 
-    def __init__(self, seed, epoch):
-        self.state = (seed ^ _mix((epoch + _GOLDEN) & _MASK)) & _MASK
+# ORDER_VERSION names the shuffled orders of this module in saved positions:
+# 2 is the Feistel network below; positions saved without it (1) refer to
+# the Fisher–Yates permutations of earlier Rovers.
+ORDER_VERSION = 2
 
-    def next(self):
-        self.state = (self.state + _GOLDEN) & _MASK
-        return _mix(self.state)
 
-    def below(self, n):
-        # Lemire's multiply-and-reject, as Go's bits.Mul64 version.
-        m = self.next() * n
-        lo = m & _MASK
-        if lo < n:
-            t = ((1 << 64) - n) % n
-            while lo < t:
-                m = self.next() * n
-                lo = m & _MASK
-        return m >> 64
+class _Permutation:
+    """A shuffled epoch order: a keyed Feistel network with cycle-walking,
+    bit for bit as shard.EpochOrder (internal/shard/order.go documents the
+    algorithm). O(1) memory; indexing computes one sample."""
+
+    __slots__ = ("size", "_half", "_mask", "_keys")
+
+    def __init__(self, size, epoch, seed):
+        self.size = size
+        self._half = max(1, ((size - 1).bit_length() + 1) // 2)
+        self._mask = (1 << self._half) - 1
+        state = (seed ^ _mix((epoch + _GOLDEN) & _MASK)) & _MASK
+        keys = []
+        for _ in range(_ROUNDS):
+            state = (state + _GOLDEN) & _MASK
+            keys.append(_mix(state))
+        self._keys = tuple(keys)
+
+    def _encrypt(self, x):
+        h, mask = self._half, self._mask
+        left, right = x >> h, x & mask
+        for k in self._keys:
+            left, right = right, left ^ (_mix(right ^ k) & mask)
+        return (left << h) | right
+
+    def __len__(self):
+        return self.size
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(self.size))]
+        if i < 0:
+            i += self.size
+        if not 0 <= i < self.size:
+            raise IndexError(f"position {i} outside an epoch of {self.size} samples")
+        x = self._encrypt(i)
+        while x >= self.size:
+            x = self._encrypt(x)
+        return x
+
+    def __iter__(self):
+        return (self[i] for i in range(self.size))
 
 
 def epoch_order(size, epoch, shuffle, seed):
-    """The order of an epoch: range(size), or its seeded permutation."""
+    """The order of an epoch: range(size), or its seeded permutation (a
+    sequence that computes each sample when indexed, in O(1) memory)."""
     if not shuffle:
         return range(size)
-    p = list(range(size))
-    r = _RNG(seed, epoch)
-    for i in range(size - 1, 0, -1):
-        j = r.below(i + 1)
-        p[i], p[j] = p[j], p[i]
-    return p
+    return _Permutation(size, epoch, seed)
 
 
 DROP_TAIL = "drop"

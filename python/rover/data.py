@@ -19,7 +19,7 @@ import threading
 import time
 
 from . import _agent
-from ._order import DROP_TAIL, PAD_TAIL, epoch_order, rank_batch
+from ._order import DROP_TAIL, ORDER_VERSION, PAD_TAIL, epoch_order, rank_batch
 
 __all__ = ["ElasticSampler", "ShardClient", "Shard", "DROP_TAIL", "PAD_TAIL"]
 
@@ -119,11 +119,22 @@ class ElasticSampler:
         e, c = self._steps[batches]
         if _agent.under_rover():
             _agent.call("AdvancePosition", {"dataset": self.name, "position": {"epoch": e, "consumed": str(c)}})
-        return {"name": self.name, "epoch": e, "consumed": c}
+        return {"name": self.name, "epoch": e, "consumed": c, "order": ORDER_VERSION}
 
     def load_state_dict(self, state):
-        """Continues from a saved position (rewinding the master's)."""
+        """Continues from a saved position (rewinding the master's). A
+        position part-way through a shuffled epoch saved by an earlier Rover
+        (no "order" in it), whose shuffled orders differ, is refused with a
+        ValueError: it would train some samples twice and others not at
+        all."""
         e, c = int(state["epoch"]), int(state["consumed"])
+        if self.shuffle and int(state.get("order", 1)) < ORDER_VERSION and 0 < c < self.size:
+            raise ValueError(
+                f"the data state of {self.name!r} is part-way through shuffled epoch {e} ({c} of {self.size} "
+                f"positions trained) and was saved by an earlier Rover, whose shuffled orders differ from this "
+                f"one's: resuming would train some samples twice and others not at all. Finish the epoch with the "
+                f"Rover that saved it, or load {{'epoch': {e + 1}, 'consumed': 0}} to go on with the next epoch "
+                f"(or {{'epoch': {e}, 'consumed': 0}} to train this one again)")
         if _agent.under_rover():
             _agent.call("AdvancePosition", {"dataset": self.name, "restore": True,
                                             "position": {"epoch": e, "consumed": str(c)}})
