@@ -9,6 +9,7 @@ import (
 	"connectrpc.com/connect"
 	roverv1 "github.com/roverml/rover/api/rover/v1"
 	"github.com/roverml/rover/internal/client"
+	"github.com/roverml/rover/internal/shard"
 )
 
 // MaxBatchOps is the most ops one BatchShards call may carry: the limit its
@@ -46,17 +47,30 @@ func (c *core) shardBatch(ctx context.Context, now time.Time, ops []batchOp) (ou
 	return outs, errs, nil
 }
 
-// applyBatchLocked applies the ops of a batch event in order.
+// applyBatchLocked applies the ops of a batch event in order. The shuffled
+// samples a batch hands out are bounded as one call's are
+// (shard.MaxLeaseSamples): once its leases carry that many, its later
+// lease ops are answered Wait, unapplied, and lease again. Without the
+// bound, one batch of MaxBatchOps leases of the largest shuffled shards
+// would make the master compute and send 2^29 sample indices.
 func (c *core) applyBatchLocked(e *event) ([]shardOutcome, []error) {
 	outs := make([]shardOutcome, len(e.Batch))
 	errs := make([]error, len(e.Batch))
+	var samples int
 	for i, op := range e.Batch {
 		if (op.Type != eventLease && op.Type != eventCompleteShards) || op.Shard == nil {
 			errs[i] = fmt.Errorf("%w: a batch holds lease and complete events, not %q", errInvalid, op.Type)
 			continue
 		}
+		if op.Type == eventLease && samples >= shard.MaxLeaseSamples {
+			outs[i] = shardOutcome{lease: shard.LeaseResult{Wait: true}}
+			continue
+		}
 		_, errs[i] = c.transitionShardsLocked(&event{Type: op.Type, Time: e.Time, Shard: op.Shard})
 		outs[i] = c.shardOut
+		for _, l := range c.shardOut.lease.Shards {
+			samples += len(l.Shard.Samples)
+		}
 	}
 	return outs, errs
 }

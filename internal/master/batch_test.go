@@ -2,12 +2,14 @@ package master
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
 	"github.com/google/go-cmp/cmp"
 	roverv1 "github.com/roverml/rover/api/rover/v1"
+	"github.com/roverml/rover/internal/shard"
 	"github.com/roverml/rover/internal/store"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/testing/protocmp"
@@ -194,5 +196,51 @@ func checkShardsReplay(t *testing.T, m *Master, st Store) {
 	got, _ := c2.shards.MarshalState()
 	if string(want) != string(got) {
 		t.Errorf("replayed shard state differs:\n%s\n%s", want, got)
+	}
+}
+
+// TestBatchSampleBudget: a batch of leases of the largest shuffled shards
+// hands out about one call's worth of sample indices; its other leases are
+// told to wait and get their shards from the next batch.
+func TestBatchSampleBudget(t *testing.T) {
+	_, c := startMaster(t, Config{})
+	ctx := context.Background()
+	const shardSize = shard.MaxLeaseSamples
+	spec := &roverv1.DatasetSpec{Name: "big", Size: 64 * shardSize, BatchSize: 1, ShardSize: shardSize, Epochs: 1,
+		Shuffle: true, Seed: 3, Mode: roverv1.ShardMode_SHARD_MODE_LEASED}
+	if _, err := c.RegisterDataset(ctx, connect.NewRequest(&roverv1.RegisterDatasetRequest{Dataset: spec})); err != nil {
+		t.Fatal(err)
+	}
+	var ops []*roverv1.ShardOp
+	for i := range 16 {
+		ops = append(ops, leaseOp("big", fmt.Sprintf("n/%d", i), 4))
+	}
+	leased := 0
+	for round := 0; leased < 16; round++ {
+		if round > 32 {
+			t.Fatalf("16 workers got %d shards in 32 batches", leased)
+		}
+		r, err := c.BatchShards(ctx, connect.NewRequest(&roverv1.BatchShardsRequest{Ops: ops}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		indices, got := 0, 0
+		for _, res := range r.Msg.GetResults() {
+			for _, s := range res.GetLease().GetShards() {
+				indices += len(s.GetIndices())
+				got++
+			}
+			if len(res.GetLease().GetShards()) == 0 && !res.GetLease().GetWait() {
+				t.Errorf("a lease without shards that is not told to wait: %v", res)
+			}
+		}
+		if indices > shardSize || got != 1 {
+			t.Fatalf("a batch handed out %d shards with %d indices, want one shard of %d", got, indices, shardSize)
+		}
+		leased += got
+		ops = ops[1:] // the worker served leases no more
+		if len(ops) == 0 {
+			break
+		}
 	}
 }
