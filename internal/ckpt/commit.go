@@ -165,11 +165,5 @@ func Keep(ctx context.Context, b *Bucket, n int) ([]int64, error) {
 			doomed = append(doomed, s)
 		}
 	}
-	slices.Sort(doomed)
-	for i, s := range doomed {
-		if err := b.deleteStep(ctx, s); err != nil {
-			return doomed[:i], err
-		}
-	}
-	return doomed, nil
+	return b.deleteSteps(ctx, doomed)
 }

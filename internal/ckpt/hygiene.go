@@ -23,17 +23,7 @@ import (
 // rank and what was found, and its rank is in bad; a storage failure is
 // returned as it is.
 func VerifyFiles(ctx context.Context, b *Bucket, m Manifest) (bad []int, err error) {
-	errs := make([]error, len(m.Files))
-	sem := make(chan struct{}, verifyParallelism)
-	var wg sync.WaitGroup
-	for i, f := range m.Files {
-		wg.Go(func() {
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			errs[i] = verifyFile(ctx, b, m.Step, f)
-		})
-	}
-	wg.Wait()
+	errs := eachFile(m.Files, func(f FileInfo) error { return verifyFile(ctx, b, m.Step, f) })
 	for i, err := range errs {
 		if errors.Is(err, ErrCorrupt) {
 			bad = append(bad, m.Files[i].Rank)
@@ -149,11 +139,33 @@ func RemoveUncommitted(ctx context.Context, b *Bucket, all bool) ([]int64, error
 			doomed = append(doomed, s)
 		}
 	}
-	slices.Sort(doomed)
-	for i, s := range doomed {
+	return b.deleteSteps(ctx, doomed)
+}
+
+// deleteSteps deletes steps in increasing order and returns those deleted.
+func (b *Bucket) deleteSteps(ctx context.Context, steps []int64) ([]int64, error) {
+	slices.Sort(steps)
+	for i, s := range steps {
 		if err := b.deleteStep(ctx, s); err != nil {
-			return doomed[:i], err
+			return steps[:i], err
 		}
 	}
-	return doomed, nil
+	return steps, nil
+}
+
+// eachFile calls check for every file, verifyParallelism at a time, and
+// returns their errors in the files' order.
+func eachFile(files []FileInfo, check func(FileInfo) error) []error {
+	errs := make([]error, len(files))
+	sem := make(chan struct{}, verifyParallelism)
+	var wg sync.WaitGroup
+	for i, f := range files {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			errs[i] = check(f)
+		})
+	}
+	wg.Wait()
+	return errs
 }

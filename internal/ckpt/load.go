@@ -7,7 +7,6 @@ import (
 	"math"
 	"slices"
 	"strings"
-	"sync"
 )
 
 // Verify is how thoroughly [FindLatest] checks a step's files.
@@ -116,17 +115,7 @@ func checkStep(ctx context.Context, b *Bucket, step int64, v Verify) (Manifest, 
 	if m.Step != step {
 		return Manifest{}, corruptf("manifest in the directory of step %d is for step %d", step, m.Step)
 	}
-	errs := make([]error, len(m.Files))
-	sem := make(chan struct{}, verifyParallelism)
-	var wg sync.WaitGroup
-	for i, f := range m.Files {
-		wg.Go(func() {
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			errs[i] = checkFile(ctx, b, f, v)
-		})
-	}
-	wg.Wait()
+	errs := eachFile(m.Files, func(f FileInfo) error { return checkFile(ctx, b, f, v) })
 	for _, err := range errs { // storage failures first: they are not the step's fault
 		if err != nil && !errors.Is(err, ErrCorrupt) {
 			return Manifest{}, err
