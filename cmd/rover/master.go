@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -22,7 +23,10 @@ type masterConfig struct {
 	TokenFile string
 	AddrFile  string
 	StateDir  string
-	Linger    time.Duration
+	// TLSCert and TLSKey are --tls-cert and --tls-key: both, or neither
+	// for cleartext HTTP/2.
+	TLSCert, TLSKey string
+	Linger          time.Duration
 	// Preset fixes the job's rendezvous (--nnodes and friends); nil takes
 	// the first agent's.
 	Preset *runconfig.Policy
@@ -53,6 +57,8 @@ func parseMasterFlags(args []string, stderr io.Writer) (*masterConfig, error) {
 	fs.StringVar(&c.TokenFile, "token-file", "", "file holding the job's secret token, created (mode 0600) when missing; wins over $ROVER_TOKEN. Default: $ROVER_TOKEN, else <job>.token in the working directory")
 	fs.StringVar(&c.AddrFile, "addr-file", "", "write the address the master listens on to this file")
 	fs.StringVar(&c.StateDir, "state-dir", "", stateDirHelp)
+	fs.StringVar(&c.TLSCert, "tls-cert", "", "serve HTTP/2 over TLS with this PEM certificate (chain); agents then need --tls-ca. Default: cleartext HTTP/2 (h2c)")
+	fs.StringVar(&c.TLSKey, "tls-key", "", "the PEM private key of --tls-cert")
 	linger := fs.String("linger", "5s", "how long to keep serving after the job ended, so every agent learns the outcome")
 	nnodes := fs.String("nnodes", "", "fix the rendezvous instead of taking the first agent's: N or MIN:MAX")
 	raw := map[string]*string{}
@@ -84,6 +90,9 @@ func parseMasterFlags(args []string, stderr io.Writer) (*masterConfig, error) {
 	}
 	integer := func(n *int) func(string) error {
 		return func(s string) (err error) { *n, err = runconfig.ParseInt(s); return err }
+	}
+	if (c.TLSCert == "") != (c.TLSKey == "") {
+		errs = append(errs, errors.New("--tls-cert and --tls-key go together: give both to serve TLS, or neither to serve cleartext HTTP/2"))
 	}
 	read("linger", *linger, "5s", seconds(&c.Linger))
 	if c.Linger < 0 {
@@ -162,6 +171,14 @@ func runMaster(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if file != "" {
 		fmt.Fprintf(stderr, "rover master: job token in %s (pass --token-file %s to every agent)\n", file, file)
 	}
+	var tc *tls.Config
+	if c.TLSCert != "" {
+		cert, err := master.LoadKeyPair(c.TLSCert, c.TLSKey, time.Now())
+		if err != nil {
+			return usageError{err}
+		}
+		tc = &tls.Config{Certificates: []tls.Certificate{cert}}
+	}
 	var preset *master.RendezvousPreset
 	if c.Preset != nil {
 		p := master.RendezvousPreset(client.RendezvousFromPolicy(*c.Preset))
@@ -169,7 +186,7 @@ func runMaster(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	m, err := master.New(ctx, master.Config{
 		Listen: c.Listen, Job: c.Job, Token: token, Preset: preset,
-		AddrFile: c.AddrFile, StateDir: c.StateDir, Logger: newLogger(stderr),
+		AddrFile: c.AddrFile, StateDir: c.StateDir, TLS: tc, Logger: newLogger(stderr),
 	})
 	if err != nil {
 		return err

@@ -2,6 +2,7 @@ package master
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -49,6 +50,10 @@ type Config struct {
 	Logger *slog.Logger
 	// AddrFile, when set, receives the address the master listens on.
 	AddrFile string
+	// TLS, when set, makes the master serve HTTP/2 over TLS with its
+	// certificates (see LoadKeyPair) instead of cleartext HTTP/2 (h2c);
+	// cleartext clients are then told to use TLS.
+	TLS *tls.Config
 }
 
 // RendezvousPreset is a rendezvous configuration given to the master itself.
@@ -60,7 +65,12 @@ type Master struct {
 	core *core
 	ln   net.Listener
 	srv  *http.Server
-	log  *slog.Logger
+	// split and plain serve a TLS master's port: split tells TLS
+	// connections from cleartext ones, which plain answers with an error.
+	// Both are nil for a cleartext master.
+	split *splitListener
+	plain *http.Server
+	log   *slog.Logger
 
 	checkpoints *checkpoints
 	closeStore  func() error
@@ -136,11 +146,23 @@ func newMaster(ctx context.Context, cfg Config, log *slog.Logger) (*Master, erro
 	m.srv = &http.Server{Handler: requireToken(cfg.Token, mux), ReadHeaderTimeout: 10 * time.Second}
 	m.srv.Protocols = new(http.Protocols)
 	m.srv.Protocols.SetHTTP1(true)
-	m.srv.Protocols.SetUnencryptedHTTP2(true)
 	// Streams per connection are bounded: every agent holds one session
 	// stream, and agents share connections only in benchmarks (10,000
 	// simulated agents over 32 connections is about 300 each).
 	m.srv.HTTP2 = &http.HTTP2Config{MaxConcurrentStreams: 4096}
+	if cfg.TLS == nil {
+		m.srv.Protocols.SetUnencryptedHTTP2(true)
+	} else {
+		m.srv.Protocols.SetHTTP2(true)
+		m.srv.TLSConfig = cfg.TLS.Clone()
+		m.srv.TLSConfig.MinVersion = max(m.srv.TLSConfig.MinVersion, tls.VersionTLS12)
+		m.split = newSplitListener(ln)
+		m.plain = &http.Server{Handler: refuseCleartext(), ReadHeaderTimeout: 10 * time.Second}
+		m.plain.Protocols = new(http.Protocols)
+		m.plain.Protocols.SetHTTP1(true)
+		m.plain.Protocols.SetUnencryptedHTTP2(true)
+		m.plain.HTTP2 = &http.HTTP2Config{MaxConcurrentStreams: 16}
+	}
 	if cfg.AddrFile != "" {
 		if err := writeFileAtomic(cfg.AddrFile, []byte(m.Addr()+"\n")); err != nil {
 			ln.Close()
@@ -155,20 +177,41 @@ func (m *Master) Addr() string { return m.ln.Addr().String() }
 
 // Run serves until ctx ends.
 func (m *Master) Run(ctx context.Context) error {
-	m.log.Info("master serving", "addr", m.Addr())
+	m.log.Info("master serving", "addr", m.Addr(), "tls", m.split != nil)
 	g, ctx := errgroup.WithContext(ctx)
-	g.Go(func() error {
-		if err := m.srv.Serve(m.ln); !errors.Is(err, http.ErrServerClosed) {
-			return fmt.Errorf("serve: %w", err)
+	serve := func(srv *http.Server, ln net.Listener, tls bool) func() error {
+		return func() error {
+			var err error
+			if tls {
+				err = srv.ServeTLS(ln, "", "")
+			} else {
+				err = srv.Serve(ln)
+			}
+			if !errors.Is(err, http.ErrServerClosed) {
+				return fmt.Errorf("serve: %w", err)
+			}
+			return nil
 		}
-		return nil
-	})
+	}
+	if m.split == nil {
+		g.Go(serve(m.srv, m.ln, false))
+	} else {
+		g.Go(m.split.run)
+		g.Go(serve(m.srv, m.split.tls, true))
+		g.Go(serve(m.plain, m.split.plain, false))
+	}
 	g.Go(func() error {
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
+		var err error
+		if m.plain != nil {
+			_ = m.plain.Shutdown(sctx)
+			err = m.plain.Close()
+		}
 		_ = m.srv.Shutdown(sctx) // streams are long-lived: close what is left
-		return m.srv.Close()
+		_ = m.ln.Close()         // a TLS master's listener is the splitter's
+		return errors.Join(m.srv.Close(), err)
 	})
 	g.Go(func() error { return m.tickLoop(ctx) })
 	g.Go(func() error {
