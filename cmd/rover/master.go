@@ -164,13 +164,7 @@ func runMaster(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	token, file, err := masterToken(c, os.Getenv)
-	if err != nil {
-		return err
-	}
-	if file != "" {
-		fmt.Fprintf(stderr, "rover master: job token in %s (pass --token-file %s to every agent)\n", file, file)
-	}
+	// Before the token file is made: nothing is created for a bad command line.
 	var tc *tls.Config
 	if c.TLSCert != "" {
 		cert, err := master.LoadKeyPair(c.TLSCert, c.TLSKey, time.Now())
@@ -178,6 +172,13 @@ func runMaster(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			return usageError{err}
 		}
 		tc = &tls.Config{Certificates: []tls.Certificate{cert}}
+	}
+	token, file, err := masterToken(c, os.Getenv)
+	if err != nil {
+		return err
+	}
+	if file != "" {
+		fmt.Fprintf(stderr, "rover master: job token in %s (pass --token-file %s to every agent)\n", file, file)
 	}
 	var preset *master.RendezvousPreset
 	if c.Preset != nil {

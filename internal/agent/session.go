@@ -141,7 +141,11 @@ func (a *agent) openSession(ctx context.Context) (*session, error) {
 	}
 	join := &roverv1.SessionRequest{Msg: &roverv1.SessionRequest_Join{Join: a.joinRequest(round)}}
 	if err := stream.Send(join); err != nil {
-		_, rerr := stream.Receive() // the real error, if the server answered
+		// Send reports a failed stream as EOF; Receive has the real error.
+		_, rerr := stream.Receive()
+		if errors.Is(err, io.EOF) && rerr != nil && !errors.Is(rerr, io.EOF) {
+			return fail(rerr)
+		}
 		return fail(errors.Join(err, rerr))
 	}
 	resp, err := stream.Receive()

@@ -78,7 +78,14 @@ type Config struct {
 	TrainingPort                   int
 
 	// Rover extras.
-	TokenFile         string
+	TokenFile string
+	// TLSCA is --tls-ca: the PEM bundle of the CAs that sign the master's
+	// certificate. Set, the agent speaks TLS to the master; "" is
+	// cleartext HTTP/2.
+	TLSCA string
+	// TLSServerName is --tls-server-name: the name the master's
+	// certificate must hold; "" takes the host of --rdzv-endpoint.
+	TLSServerName     string
 	NodeID            string        // stable agent identity; "" = the agent derives one
 	StopGracePeriod   time.Duration // SIGTERM to SIGKILL grace when stopping workers
 	HeartbeatInterval time.Duration
