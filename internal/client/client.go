@@ -18,7 +18,8 @@ const (
 	// "Authorization: Bearer <token>".
 	AuthHeader = "Authorization"
 	AuthScheme = "Bearer "
-	// ReadMaxBytes bounds one message, either way.
+	// ReadMaxBytes bounds one message a client reads from a master. (The
+	// master bounds each method's requests by the largest valid one.)
 	ReadMaxBytes = 8 << 20
 	// CompressMinBytes keeps small messages uncompressed: compressing a
 	// heartbeat costs more CPU than sending it.

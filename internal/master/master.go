@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	"github.com/roverml/rover/api/rover/v1/roverv1connect"
 	"github.com/roverml/rover/internal/rendezvous"
 	"github.com/roverml/rover/internal/store"
 	"golang.org/x/sync/errgroup"
@@ -137,13 +136,11 @@ func newMaster(ctx context.Context, cfg Config, log *slog.Logger) (*Master, erro
 		return nil, fmt.Errorf("listen on %s: %w", cfg.Listen, err)
 	}
 	m := &Master{cfg: cfg, core: c, ln: ln, log: log}
-	mux := http.NewServeMux()
 	m.checkpoints = newCheckpoints(cfg.Clock)
-	mux.Handle(roverv1connect.NewMasterServiceHandler(&service{core: c, clock: cfg.Clock, checkpoints: m.checkpoints},
+	methods := methodHandler(&service{core: c, clock: cfg.Clock, checkpoints: m.checkpoints},
 		connect.WithCodec(strictJSON{}),
-		connect.WithReadMaxBytes(8<<20),
-		connect.WithCompressMinBytes(compressMinBytes)))
-	m.srv = &http.Server{Handler: requireToken(cfg.Token, mux), ReadHeaderTimeout: 10 * time.Second}
+		connect.WithCompressMinBytes(compressMinBytes))
+	m.srv = &http.Server{Handler: requireToken(cfg.Token, methods), ReadHeaderTimeout: 10 * time.Second}
 	m.srv.Protocols = new(http.Protocols)
 	m.srv.Protocols.SetHTTP1(true)
 	// Streams per connection are bounded: every agent holds one session
