@@ -55,6 +55,10 @@ type Config struct {
 	TLS *tls.Config
 }
 
+// receiveWindow is the HTTP/2 flow-control window of a master's connections
+// and streams: what a client may send before the master reads it.
+const receiveWindow = 256 << 10
+
 // RendezvousPreset is a rendezvous configuration given to the master itself.
 type RendezvousPreset = jobConfig
 
@@ -145,8 +149,14 @@ func newMaster(ctx context.Context, cfg Config, log *slog.Logger) (*Master, erro
 	m.srv.Protocols.SetHTTP1(true)
 	// Streams per connection are bounded: every agent holds one session
 	// stream, and agents share connections only in benchmarks (10,000
-	// simulated agents over 32 connections is about 300 each).
-	m.srv.HTTP2 = &http.HTTP2Config{MaxConcurrentStreams: 4096}
+	// simulated agents over 32 connections is about 300 each). So is what
+	// a connection may send before the master reads it: a request refused
+	// unread (no token, over its limit) can have cost the master at most
+	// this much of its body, per connection, while the refusal is on its
+	// way. 256 KiB rather than Go's 1 MiB: control messages are small, and
+	// the largest (8 MiB) still streams at 256 KiB per round trip.
+	m.srv.HTTP2 = &http.HTTP2Config{MaxConcurrentStreams: 4096,
+		MaxReceiveBufferPerConnection: receiveWindow, MaxReceiveBufferPerStream: receiveWindow}
 	if cfg.TLS == nil {
 		m.srv.Protocols.SetUnencryptedHTTP2(true)
 	} else {
@@ -158,7 +168,8 @@ func newMaster(ctx context.Context, cfg Config, log *slog.Logger) (*Master, erro
 		m.plain.Protocols = new(http.Protocols)
 		m.plain.Protocols.SetHTTP1(true)
 		m.plain.Protocols.SetUnencryptedHTTP2(true)
-		m.plain.HTTP2 = &http.HTTP2Config{MaxConcurrentStreams: 16}
+		m.plain.HTTP2 = &http.HTTP2Config{MaxConcurrentStreams: 16,
+			MaxReceiveBufferPerConnection: receiveWindow, MaxReceiveBufferPerStream: receiveWindow}
 	}
 	if cfg.AddrFile != "" {
 		if err := writeFileAtomic(cfg.AddrFile, []byte(m.Addr()+"\n")); err != nil {

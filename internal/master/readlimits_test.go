@@ -5,12 +5,14 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
 	"testing"
+	"testing/iotest"
 
 	"connectrpc.com/connect"
 	roverv1 "github.com/roverml/rover/api/rover/v1"
@@ -186,6 +188,56 @@ func TestLargestValidRequestsFit(t *testing.T) {
 		// was accepted.
 		if err := tt.call(); connect.CodeOf(err) == connect.CodeResourceExhausted {
 			t.Errorf("%s: %.300v", tt.name, err)
+		}
+	}
+}
+
+// TestEnvelopeLimit: the reader of enveloped messages hands on every byte of
+// messages within the limit, however the reads split the envelopes, and
+// fails right after the header of the first message over it.
+func TestEnvelopeLimit(t *testing.T) {
+	envelopes := func(sizes ...int) []byte {
+		var b []byte
+		for i, n := range sizes {
+			h := make([]byte, 5)
+			binary.BigEndian.PutUint32(h[1:], uint32(n))
+			b = append(append(b, h...), bytes.Repeat([]byte{byte(i)}, n)...)
+		}
+		return b
+	}
+	readers := map[string]func(io.Reader) io.Reader{
+		"whole":    func(r io.Reader) io.Reader { return r },
+		"one byte": iotest.OneByteReader,
+		"halves":   iotest.HalfReader,
+	}
+	tests := []struct {
+		name    string
+		sizes   []int
+		wantLen int // bytes handed on before the error; -1: all, no error
+	}{
+		{"within the limit", []int{0, 1, 10, 3}, -1},
+		{"the first over it", []int{11, 1}, 5},
+		{"a later one over it", []int{10, 2, 4096}, 5 + 10 + 5 + 2 + 5},
+	}
+	for _, tt := range tests {
+		for rname, wrap := range readers {
+			t.Run(tt.name+"/"+rname, func(t *testing.T) {
+				in := envelopes(tt.sizes...)
+				e := &envelopeLimit{ReadCloser: io.NopCloser(wrap(bytes.NewReader(in))), limit: 10,
+					tooLarge: func(size string) *connect.Error {
+						return connect.NewError(connect.CodeResourceExhausted, errors.New(size))
+					}}
+				got, err := io.ReadAll(e)
+				if tt.wantLen < 0 {
+					if err != nil || !bytes.Equal(got, in) {
+						t.Errorf("read %d of %d bytes, %v", len(got), len(in), err)
+					}
+					return
+				}
+				if connect.CodeOf(err) != connect.CodeResourceExhausted || !bytes.Equal(got, in[:tt.wantLen]) {
+					t.Errorf("read %d bytes, %v; want %d bytes, then resource_exhausted", len(got), err, tt.wantLen)
+				}
+			})
 		}
 	}
 }
