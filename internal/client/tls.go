@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 )
 
@@ -97,8 +98,7 @@ func NewTLSHTTPClient(cfg *tls.Config, caFile string) *http.Client {
 		}
 		if p := conn.ConnectionState().NegotiatedProtocol; p != "h2" {
 			conn.Close()
-			return nil, &TLSError{Addr: addr, Err: fmt.Errorf("the server negotiated %q, not HTTP/2 (ALPN h2)", p),
-				Hint: "the master, or a proxy in front of it, must speak HTTP/2 over TLS: gRPC needs it; let the proxy pass HTTP/2 through"}
+			return nil, noHTTP2(addr, fmt.Errorf("the server negotiated %q, not HTTP/2 (ALPN h2)", p))
 		}
 		return conn, nil
 	}
@@ -118,6 +118,11 @@ func (e *TLSError) Error() string {
 }
 
 func (e *TLSError) Unwrap() error { return e.Err }
+
+func noHTTP2(addr string, err error) *TLSError {
+	return &TLSError{Addr: addr, Err: err,
+		Hint: "the master, or a proxy in front of it, must speak HTTP/2 over TLS (ALPN h2): gRPC needs it; let the proxy pass HTTP/2 through"}
+}
 
 // classifyHandshake wraps the handshake errors that mean a misconfiguration
 // in a *TLSError and passes the others (a connection reset, a timeout: a
@@ -139,6 +144,8 @@ func classifyHandshake(addr, caFile, serverName string, err error) error {
 	case errors.As(err, &host):
 		return &TLSError{Addr: addr, Err: err,
 			Hint: fmt.Sprintf("its certificate is not valid for %q: reach the master by a name its certificate holds, or give that name with --tls-server-name", serverName)}
+	case strings.Contains(err.Error(), "tls: no application protocol"): // the server's alert: it has no h2
+		return noHTTP2(addr, err)
 	case errors.As(err, &invalid):
 		return &TLSError{Addr: addr, Err: err, Hint: "the master's certificate cannot be used (expired, not yet valid, or not for a server): give the master a valid one"}
 	}

@@ -43,6 +43,22 @@ func startTLS(t *testing.T, h http.Handler, certPEM, keyPEM []byte) (addr string
 	return srv.Listener.Addr().String(), h2
 }
 
+// startTLSHTTP1 serves h over HTTP/1.1 and TLS (ALPN http/1.1 only), as a
+// proxy without HTTP/2 would.
+func startTLSHTTP1(t *testing.T, h http.Handler, ca *tlstest.CA) string {
+	t.Helper()
+	certPEM, keyPEM := ca.Issue(t, "127.0.0.1")
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(h)
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	return srv.Listener.Addr().String()
+}
+
 func masterMux() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle(roverv1connect.NewMasterServiceHandler(headerMaster{}))
@@ -107,6 +123,7 @@ func TestTLSRefusals(t *testing.T) {
 	cert, key = ca.IssueValid(t, time.Now().Add(-48*time.Hour), time.Now().Add(-24*time.Hour), "127.0.0.1")
 	expired, _ := startTLS(t, masterMux(), cert, key)
 	cleartext := startH2C(t, masterMux())
+	http1Only := startTLSHTTP1(t, masterMux(), ca)
 
 	tests := []struct {
 		name string
@@ -122,6 +139,8 @@ func TestTLSRefusals(t *testing.T) {
 			[]string{`not valid for "127.0.0.1"`, "--tls-server-name"}},
 		{"a server name the certificate lacks", good, client.TLS{CAFile: caFile, ServerName: "elsewhere.example"},
 			[]string{`not valid for "elsewhere.example"`}},
+		{"a server that offers HTTP/1.1 only", http1Only, client.TLS{CAFile: caFile},
+			[]string{"HTTP/2", "proxy"}},
 		{"an expired certificate", expired, client.TLS{CAFile: caFile},
 			[]string{"expired", "give the master a valid one"}},
 	}
