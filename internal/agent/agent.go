@@ -133,7 +133,6 @@ func Run(ctx context.Context, cfg *runconfig.Config, opts Options) error {
 	if err != nil {
 		return exitErr(ExitUsage, "%w", err) // a CA bundle that cannot be read
 	}
-	defer httpClient.CloseIdleConnections()
 	a.nodeID = a.defaultNodeID()
 	a.log = opts.Logger.With("component", "agent", "job", cfg.RunID, "node", a.nodeID)
 	if err := a.openLogDir(); err != nil {
@@ -147,6 +146,9 @@ func Run(ctx context.Context, cfg *runconfig.Config, opts Options) error {
 		defer m.Stop()
 		a.addr, token = m.Addr, m.Token
 	}
+	// Closed before an embedded master stops, which then has no connection
+	// to wait for.
+	defer httpClient.CloseIdleConnections()
 	a.client = client.New(httpClient, via.URL(a.addr), token)
 	a.shards = shardbatch.New(a.client, shardbatch.Options{MaxOps: client.MaxBatchOps, InFlight: 2})
 	a.host = cfg.LocalAddr
