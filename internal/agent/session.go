@@ -197,10 +197,15 @@ func (a *agent) heartbeats(ctx context.Context, stream *connect.BidiStreamForCli
 	t := time.NewTicker(a.cfg.HeartbeatInterval)
 	defer t.Stop()
 	beat := &roverv1.SessionRequest{Msg: &roverv1.SessionRequest_Heartbeat{Heartbeat: &roverv1.Heartbeat{}}}
+	// Closing the agent's side on every way out is what ends serve's
+	// Receive: the master then ends the stream. (Cancelling the context does
+	// not end an established stream's read by itself, and a tick that wins
+	// the race with the cancellation fails its Send on the cancelled
+	// context.)
+	defer func() { _ = stream.CloseRequest() }()
 	for {
 		select {
 		case <-ctx.Done():
-			_ = stream.CloseRequest()
 			return
 		case <-t.C:
 			if err := stream.Send(beat); err != nil {
