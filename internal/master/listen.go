@@ -19,6 +19,8 @@ type splitListener struct {
 	// firstByteTimeout bounds the wait for a connection's first byte.
 	firstByteTimeout time.Duration
 	sniffers         sync.WaitGroup
+	mu               sync.Mutex
+	waiting          map[net.Conn]struct{} // connections whose first byte is awaited
 }
 
 // tlsHandshakeRecord is the first byte of every TLS connection: the record
@@ -26,16 +28,24 @@ type splitListener struct {
 const tlsHandshakeRecord = 0x16
 
 func newSplitListener(ln net.Listener) *splitListener {
-	return &splitListener{ln: ln, tls: newConnQueue(ln.Addr()), plain: newConnQueue(ln.Addr()), firstByteTimeout: 10 * time.Second}
+	return &splitListener{ln: ln, tls: newConnQueue(ln.Addr()), plain: newConnQueue(ln.Addr()),
+		firstByteTimeout: 10 * time.Second, waiting: map[net.Conn]struct{}{}}
 }
 
-// run accepts connections until ln is closed, then closes both queues and
-// waits for the connections being told apart.
+// run accepts connections until ln is closed, then closes both queues, and
+// the connections that have not sent their first byte yet, and waits for
+// the connections being told apart.
 func (s *splitListener) run() error {
 	defer func() {
-		s.sniffers.Wait()
 		s.tls.Close()
 		s.plain.Close()
+		s.mu.Lock()
+		for c := range s.waiting {
+			_ = c.SetReadDeadline(time.Now()) // ends its route now
+		}
+		s.waiting = nil
+		s.mu.Unlock()
+		s.sniffers.Wait()
 	}()
 	var backoff time.Duration
 	for {
@@ -60,7 +70,19 @@ func (s *splitListener) run() error {
 func (s *splitListener) route(c net.Conn) {
 	var first [1]byte
 	_ = c.SetReadDeadline(time.Now().Add(s.firstByteTimeout))
-	if _, err := io.ReadFull(c, first[:]); err != nil {
+	s.mu.Lock()
+	if s.waiting == nil { // closed
+		s.mu.Unlock()
+		c.Close()
+		return
+	}
+	s.waiting[c] = struct{}{}
+	s.mu.Unlock()
+	_, err := io.ReadFull(c, first[:])
+	s.mu.Lock()
+	delete(s.waiting, c)
+	s.mu.Unlock()
+	if err != nil {
 		c.Close()
 		return
 	}

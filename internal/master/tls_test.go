@@ -5,8 +5,10 @@ import (
 	"crypto/tls"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -180,5 +182,51 @@ func TestLoadKeyPair(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestTLSMasterStopsWithSilentConnections: connections that never send
+// their first byte do not hold up a master that stops (the wait for a first
+// byte is an hour here, so that only stopping can end it).
+func TestTLSMasterStopsWithSilentConnections(t *testing.T) {
+	files := tlstest.NewCA(t, "job CA").WriteServer(t, t.TempDir(), "127.0.0.1")
+	cert, err := LoadKeyPair(files.Cert, files.Key, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	m, err := New(ctx, Config{Listen: "127.0.0.1:0", Token: testToken, TLS: &tls.Config{Certificates: []tls.Certificate{cert}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.split.firstByteTimeout = time.Hour
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	for range 2 {
+		c, err := net.Dial("tcp", m.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+	}
+	deadline := time.Now().Add(time.Minute) // turns a hang into a failure
+	for waiting := 0; waiting < 2; {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of 2 silent connections reached the splitter", waiting)
+		}
+		runtime.Gosched()
+		m.split.mu.Lock()
+		waiting = len(m.split.waiting)
+		m.split.mu.Unlock()
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	case <-time.After(time.Minute): // turns a hang into a failure
+		t.Fatal("the master did not stop while two connections stayed silent")
 	}
 }
