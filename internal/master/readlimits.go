@@ -171,13 +171,14 @@ func (e *envelopeLimit) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// sizeText writes n bytes in KiB or MiB.
+// sizeText writes a limit (a whole number of KiB) in MiB and KiB.
 func sizeText(n int) string {
-	if n >= 1<<20 && n%(1<<20) == 0 {
-		return fmt.Sprintf("%d MiB", n>>20)
+	mib, kib := n>>20, n%(1<<20)>>10
+	switch {
+	case mib > 0 && kib > 0:
+		return fmt.Sprintf("%d MiB + %d KiB", mib, kib)
+	case mib > 0:
+		return fmt.Sprintf("%d MiB", mib)
 	}
-	if n >= 1<<20 {
-		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-	}
-	return fmt.Sprintf("%d KiB", n>>10)
+	return fmt.Sprintf("%d KiB", kib)
 }
