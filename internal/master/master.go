@@ -55,9 +55,17 @@ type Config struct {
 	TLS *tls.Config
 }
 
-// receiveWindow is the HTTP/2 flow-control window of a master's connections
-// and streams: what a client may send before the master reads it.
-const receiveWindow = 256 << 10
+// The HTTP/2 settings that bound what a client's connection costs the
+// master before anything reads it.
+const (
+	// receiveWindow is the flow-control window of a master's connections
+	// and streams: what a client may send before the master reads it.
+	// 256 KiB rather than Go's 1 MiB: control messages are small, and the
+	// largest (8 MiB) still streams at 256 KiB per round trip.
+	receiveWindow = 256 << 10
+	// readFrameSize is the largest frame a client may send.
+	readFrameSize = 16 << 10
+)
 
 // RendezvousPreset is a rendezvous configuration given to the master itself.
 type RendezvousPreset = jobConfig
@@ -150,12 +158,14 @@ func newMaster(ctx context.Context, cfg Config, log *slog.Logger) (*Master, erro
 	// Streams per connection are bounded: every agent holds one session
 	// stream, and agents share connections only in benchmarks (10,000
 	// simulated agents over 32 connections is about 300 each). So is what
-	// a connection may send before the master reads it: a request refused
-	// unread (no token, over its limit) can have cost the master at most
-	// this much of its body, per connection, while the refusal is on its
-	// way. 256 KiB rather than Go's 1 MiB: control messages are small, and
-	// the largest (8 MiB) still streams at 256 KiB per round trip.
-	m.srv.HTTP2 = &http.HTTP2Config{MaxConcurrentStreams: 4096,
+	// a connection may send before the master reads it (receiveWindow), and
+	// the frames it is read in (16 KiB, HTTP/2's own default, where Go's
+	// server takes up to 1 MiB and keeps a buffer of the largest frame per
+	// connection): a request refused unread (no token, over its limit) can
+	// have cost the master at most a window of its body, per connection,
+	// while the refusal is on its way. TestMasterMemoryUnderFloods in
+	// test/e2e measures it.
+	m.srv.HTTP2 = &http.HTTP2Config{MaxConcurrentStreams: 4096, MaxReadFrameSize: readFrameSize,
 		MaxReceiveBufferPerConnection: receiveWindow, MaxReceiveBufferPerStream: receiveWindow}
 	if cfg.TLS == nil {
 		m.srv.Protocols.SetUnencryptedHTTP2(true)
@@ -168,7 +178,7 @@ func newMaster(ctx context.Context, cfg Config, log *slog.Logger) (*Master, erro
 		m.plain.Protocols = new(http.Protocols)
 		m.plain.Protocols.SetHTTP1(true)
 		m.plain.Protocols.SetUnencryptedHTTP2(true)
-		m.plain.HTTP2 = &http.HTTP2Config{MaxConcurrentStreams: 16,
+		m.plain.HTTP2 = &http.HTTP2Config{MaxConcurrentStreams: 16, MaxReadFrameSize: readFrameSize,
 			MaxReceiveBufferPerConnection: receiveWindow, MaxReceiveBufferPerStream: receiveWindow}
 	}
 	if cfg.AddrFile != "" {
