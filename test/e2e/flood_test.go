@@ -22,10 +22,11 @@ import (
 )
 
 // floodRSSBound is what the master's peak resident memory may reach during
-// TestMasterMemoryUnderFloods: twice the measured peak (50-64 MiB, see
-// docs/benchmarks.md), and above the worst case its receive windows allow
-// (about 35 MiB idle, plus 256 KiB of body and some 100 KiB of buffers per
-// connection: 90 MiB), while reading the bodies would take 1.2 GB per flood.
+// TestMasterMemoryUnderFloods: twice the measured peak (49-60 MiB, see
+// docs/benchmarks.md), and above what the master's HTTP/2 settings allow
+// (about 35 MiB idle, plus per connection a 256 KiB window of body, a 16 KiB
+// frame and some 100 KiB of buffers: 90 MiB), while reading the bodies would
+// take 1.2 GB per flood.
 const floodRSSBound = 128 << 20
 
 // TestMasterMemoryUnderFloods starts the real `rover master` and floods it
