@@ -135,6 +135,10 @@ func TestMasterFlagErrors(t *testing.T) {
 			[]string{"--join-timeout=soon: want seconds (e.g. 30 or 0.5) or a duration (e.g. 500ms or 10m)"}},
 		{"preset flag without --nnodes", []string{"--max-restarts", "3"},
 			[]string{"--max-restarts=3 takes effect only with --nnodes: add --nnodes N or MIN:MAX, or drop it to take the first agent's settings"}},
+		{"a TLS certificate without its key", []string{"--tls-cert", "cert.pem"},
+			[]string{"--tls-cert and --tls-key go together: give both to serve TLS, or neither to serve cleartext HTTP/2"}},
+		{"a TLS key without its certificate", []string{"--tls-key", "key.pem"},
+			[]string{"--tls-cert and --tls-key go together: give both to serve TLS, or neither to serve cleartext HTTP/2"}},
 		{"every problem at once", []string{"--nnodes", "2x", "--node-unit", "0", "--heartbeat-timeout", "1ns", "--linger", "soon", "extra"},
 			[]string{
 				`rover master takes no arguments, got ["extra"]`,

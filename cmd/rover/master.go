@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -23,7 +24,10 @@ type masterConfig struct {
 	TokenFile string
 	AddrFile  string
 	StateDir  string
-	Linger    time.Duration
+	// TLSCert and TLSKey are --tls-cert and --tls-key: both, or neither
+	// for cleartext HTTP/2.
+	TLSCert, TLSKey string
+	Linger          time.Duration
 	// Preset fixes the job's rendezvous (--nnodes and friends); nil takes
 	// the first agent's.
 	Preset *runconfig.Policy
@@ -58,6 +62,8 @@ func parseMasterFlags(args []string, stderr io.Writer) (*masterConfig, error) {
 	fs.StringVar(&c.StateDir, "state-dir", "", stateDirHelp)
 	ckptDir := fs.String("checkpoint-dir", "", "the job's checkpoint storage: a directory, or a file://, s3://, gs:// or azblob:// URL (which may carry the driver's parameters); agents that name another are refused. Default: the first agent's --checkpoint-dir")
 	ckptKeep := fs.String("checkpoint-keep", "1", "with --checkpoint-dir: committed checkpoint steps kept in storage (0: all)")
+	fs.StringVar(&c.TLSCert, "tls-cert", "", "serve HTTP/2 over TLS with this PEM certificate (chain); agents then need --tls-ca. Default: cleartext HTTP/2 (h2c)")
+	fs.StringVar(&c.TLSKey, "tls-key", "", "the PEM private key of --tls-cert")
 	linger := fs.String("linger", "5s", "how long to keep serving after the job ended, so every agent learns the outcome")
 	nnodes := fs.String("nnodes", "", "fix the rendezvous instead of taking the first agent's: N or MIN:MAX")
 	raw := map[string]*string{}
@@ -89,6 +95,9 @@ func parseMasterFlags(args []string, stderr io.Writer) (*masterConfig, error) {
 	}
 	integer := func(n *int) func(string) error {
 		return func(s string) (err error) { *n, err = runconfig.ParseInt(s); return err }
+	}
+	if (c.TLSCert == "") != (c.TLSKey == "") {
+		errs = append(errs, errors.New("--tls-cert and --tls-key go together: give both to serve TLS, or neither to serve cleartext HTTP/2"))
 	}
 	read("linger", *linger, "5s", seconds(&c.Linger))
 	read("checkpoint-keep", *ckptKeep, "1", integer(&c.Checkpoint.Keep))
@@ -179,6 +188,15 @@ func runMaster(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
+	// Before the token file is made: nothing is created for a bad command line.
+	var tc *tls.Config
+	if c.TLSCert != "" {
+		cert, err := master.LoadKeyPair(c.TLSCert, c.TLSKey, time.Now())
+		if err != nil {
+			return usageError{err}
+		}
+		tc = &tls.Config{Certificates: []tls.Certificate{cert}}
+	}
 	token, file, err := masterToken(c, os.Getenv)
 	if err != nil {
 		return err
@@ -193,7 +211,7 @@ func runMaster(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	m, err := master.New(ctx, master.Config{
 		Listen: c.Listen, Job: c.Job, Token: token, Preset: preset, Checkpoint: c.Checkpoint,
-		AddrFile: c.AddrFile, StateDir: c.StateDir, Logger: newLogger(stderr),
+		AddrFile: c.AddrFile, StateDir: c.StateDir, TLS: tc, Logger: newLogger(stderr),
 	})
 	if err != nil {
 		return err

@@ -121,6 +121,9 @@ func Run(ctx context.Context, cfg *runconfig.Config, opts Options) error {
 		views:  newLatestView(),
 	}
 	var token string
+	// The embedded master of a standalone job serves cleartext HTTP/2 on
+	// loopback; a master elsewhere is reached as --tls-ca says.
+	var via client.TLS
 	if !cfg.Standalone {
 		// Before anything is created: a missing token is a usage error.
 		var err error
@@ -128,6 +131,11 @@ func Run(ctx context.Context, cfg *runconfig.Config, opts Options) error {
 			return err
 		}
 		a.addr = cfg.RdzvEndpoint
+		via = client.TLS{CAFile: cfg.TLSCA, ServerName: cfg.TLSServerName}
+	}
+	httpClient, err := via.HTTPClient()
+	if err != nil {
+		return exitErr(ExitUsage, "%w", err) // a CA bundle that cannot be read
 	}
 	a.nodeID = a.defaultNodeID()
 	a.log = opts.Logger.With("component", "agent", "job", cfg.RunID, "node", a.nodeID)
@@ -142,9 +150,10 @@ func Run(ctx context.Context, cfg *runconfig.Config, opts Options) error {
 		defer m.Stop()
 		a.addr, token = m.Addr, m.Token
 	}
-	httpClient := client.NewHTTPClient()
+	// Closed before an embedded master stops, which then has no connection
+	// to wait for.
 	defer httpClient.CloseIdleConnections()
-	a.client = client.New(httpClient, a.addr, token)
+	a.client = client.New(httpClient, via.URL(a.addr), token)
 	a.shards = shardbatch.New(a.client, shardbatch.Options{MaxOps: client.MaxBatchOps, InFlight: 2})
 	a.host = cfg.LocalAddr
 	if a.host == "" {
@@ -152,7 +161,6 @@ func Run(ctx context.Context, cfg *runconfig.Config, opts Options) error {
 	}
 	a.persister = newPersister(a)
 	self := arenaOwner{NodeID: a.nodeID, Generated: cfg.NodeID == "" && cfg.NodeRank < 0}
-	var err error
 	if a.arenas, err = newArenas(jobKey(cfg.RunID, token), self, cfg.NprocPerNode); err != nil {
 		return err
 	}

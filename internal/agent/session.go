@@ -141,7 +141,11 @@ func (a *agent) openSession(ctx context.Context) (*session, error) {
 	}
 	join := &roverv1.SessionRequest{Msg: &roverv1.SessionRequest_Join{Join: a.joinRequest(round)}}
 	if err := stream.Send(join); err != nil {
-		_, rerr := stream.Receive() // the real error, if the server answered
+		// Send reports a failed stream as EOF; Receive has the real error.
+		_, rerr := stream.Receive()
+		if errors.Is(err, io.EOF) && rerr != nil && !errors.Is(rerr, io.EOF) {
+			return fail(rerr)
+		}
 		return fail(errors.Join(err, rerr))
 	}
 	resp, err := stream.Receive()
@@ -193,10 +197,15 @@ func (a *agent) heartbeats(ctx context.Context, stream *connect.BidiStreamForCli
 	t := time.NewTicker(a.cfg.HeartbeatInterval)
 	defer t.Stop()
 	beat := &roverv1.SessionRequest{Msg: &roverv1.SessionRequest_Heartbeat{Heartbeat: &roverv1.Heartbeat{}}}
+	// Closing the agent's side on every way out is what ends serve's
+	// Receive: the master then ends the stream. (Cancelling the context does
+	// not end an established stream's read by itself, and a tick that wins
+	// the race with the cancellation fails its Send on the cancelled
+	// context.)
+	defer func() { _ = stream.CloseRequest() }()
 	for {
 		select {
 		case <-ctx.Done():
-			_ = stream.CloseRequest()
 			return
 		case <-t.C:
 			if err := stream.Send(beat); err != nil {

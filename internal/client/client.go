@@ -18,7 +18,8 @@ const (
 	// "Authorization: Bearer <token>".
 	AuthHeader = "Authorization"
 	AuthScheme = "Bearer "
-	// ReadMaxBytes bounds one message, either way.
+	// ReadMaxBytes bounds one message a client reads from a master. (The
+	// master bounds each method's requests by the largest valid one.)
 	ReadMaxBytes = 8 << 20
 	// CompressMinBytes keeps small messages uncompressed: compressing a
 	// heartbeat costs more CPU than sending it.
@@ -29,17 +30,25 @@ const (
 
 // NewHTTPClient returns an HTTP client that speaks unencrypted HTTP/2 (h2c),
 // as gRPC needs, to a master. It pings an idle connection, so that a master
-// that vanished without closing it is noticed within about 25 seconds.
+// that vanished without closing it is noticed within about 25 seconds. For a
+// master that serves TLS, see TLS.HTTPClient.
 func NewHTTPClient() *http.Client {
+	t := newTransport()
+	t.Protocols.SetUnencryptedHTTP2(true)
+	t.DialContext = (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 15 * time.Second}).DialContext
+	return &http.Client{Transport: t}
+}
+
+// newTransport is the HTTP/2 transport of every client of a master, with no
+// protocol enabled yet.
+func newTransport() *http.Transport {
 	t := &http.Transport{
 		Protocols:         new(http.Protocols),
 		ForceAttemptHTTP2: true,
-		DialContext:       (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 15 * time.Second}).DialContext,
 		TLSClientConfig:   &tls.Config{},
 	}
-	t.Protocols.SetUnencryptedHTTP2(true)
 	t.HTTP2 = &http.HTTP2Config{SendPingTimeout: 15 * time.Second, PingTimeout: 10 * time.Second}
-	return &http.Client{Transport: t}
+	return t
 }
 
 // New returns a gRPC client of the master at addr ("host:port" or a URL)

@@ -13,9 +13,11 @@ import (
 // is unreachable or restarting (Unavailable, Unknown, DeadlineExceeded,
 // Aborted, or an answer cut short by a connection that broke), and the
 // caller did not end the call itself by cancelling its context or letting
-// its deadline pass. Pass it to retry.Do.
+// its deadline pass. A TLS misconfiguration (a *TLSError) is not worth
+// another try. Pass it to retry.Do.
 func Retryable(err error) bool {
-	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+	var te *TLSError
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.As(err, &te) {
 		return false
 	}
 	switch connect.CodeOf(err) {

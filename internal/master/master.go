@@ -2,6 +2,7 @@ package master
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -12,7 +13,6 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	"github.com/roverml/rover/api/rover/v1/roverv1connect"
 	"github.com/roverml/rover/internal/ckpt"
 	"github.com/roverml/rover/internal/client"
 	"github.com/roverml/rover/internal/rendezvous"
@@ -56,7 +56,23 @@ type Config struct {
 	Logger *slog.Logger
 	// AddrFile, when set, receives the address the master listens on.
 	AddrFile string
+	// TLS, when set, makes the master serve HTTP/2 over TLS with its
+	// certificates (see LoadKeyPair) instead of cleartext HTTP/2 (h2c);
+	// cleartext clients are then told to use TLS.
+	TLS *tls.Config
 }
+
+// The HTTP/2 settings that bound what a client's connection costs the
+// master before anything reads it.
+const (
+	// receiveWindow is the flow-control window of a master's connections
+	// and streams: what a client may send before the master reads it.
+	// 256 KiB rather than Go's 1 MiB: control messages are small, and the
+	// largest (8 MiB) still streams at 256 KiB per round trip.
+	receiveWindow = 256 << 10
+	// readFrameSize is the largest frame a client may send.
+	readFrameSize = 16 << 10
+)
 
 // RendezvousPreset is a rendezvous configuration given to the master itself.
 type RendezvousPreset = jobConfig
@@ -67,7 +83,12 @@ type Master struct {
 	core *core
 	ln   net.Listener
 	srv  *http.Server
-	log  *slog.Logger
+	// split and plain serve a TLS master's port: split tells TLS
+	// connections from cleartext ones, which plain answers with an error.
+	// Both are nil for a cleartext master.
+	split *splitListener
+	plain *http.Server
+	log   *slog.Logger
 
 	checkpoints *checkpoints
 	closeStore  func() error
@@ -143,23 +164,42 @@ func newMaster(ctx context.Context, cfg Config, log *slog.Logger) (*Master, erro
 		return nil, fmt.Errorf("listen on %s: %w", cfg.Listen, err)
 	}
 	m := &Master{cfg: cfg, core: c, ln: ln, log: log}
-	mux := http.NewServeMux()
 	m.checkpoints = newCheckpoints(cfg.Clock, log)
 	if job := c.config(); job != nil {
 		m.checkpoints.prepare(ctx, job.Checkpoint, c.fresh())
 	}
-	mux.Handle(roverv1connect.NewMasterServiceHandler(&service{core: c, clock: cfg.Clock, checkpoints: m.checkpoints, storage: cfg.Checkpoint},
+	methods := methodHandler(&service{core: c, clock: cfg.Clock, checkpoints: m.checkpoints, storage: cfg.Checkpoint},
 		connect.WithCodec(strictJSON{}),
-		connect.WithReadMaxBytes(8<<20),
-		connect.WithCompressMinBytes(compressMinBytes)))
-	m.srv = &http.Server{Handler: requireToken(cfg.Token, mux), ReadHeaderTimeout: 10 * time.Second}
+		connect.WithCompressMinBytes(compressMinBytes))
+	m.srv = &http.Server{Handler: requireToken(cfg.Token, methods), ReadHeaderTimeout: 10 * time.Second}
 	m.srv.Protocols = new(http.Protocols)
 	m.srv.Protocols.SetHTTP1(true)
-	m.srv.Protocols.SetUnencryptedHTTP2(true)
 	// Streams per connection are bounded: every agent holds one session
 	// stream, and agents share connections only in benchmarks (10,000
-	// simulated agents over 32 connections is about 300 each).
-	m.srv.HTTP2 = &http.HTTP2Config{MaxConcurrentStreams: 4096}
+	// simulated agents over 32 connections is about 300 each). So is what
+	// a connection may send before the master reads it (receiveWindow), and
+	// the frames it is read in (16 KiB, HTTP/2's own default, where Go's
+	// server takes up to 1 MiB and keeps a buffer of the largest frame per
+	// connection): a request refused unread (no token, over its limit) can
+	// have cost the master at most a window of its body, per connection,
+	// while the refusal is on its way. TestMasterMemoryUnderFloods in
+	// test/e2e measures it.
+	m.srv.HTTP2 = &http.HTTP2Config{MaxConcurrentStreams: 4096, MaxReadFrameSize: readFrameSize,
+		MaxReceiveBufferPerConnection: receiveWindow, MaxReceiveBufferPerStream: receiveWindow}
+	if cfg.TLS == nil {
+		m.srv.Protocols.SetUnencryptedHTTP2(true)
+	} else {
+		m.srv.Protocols.SetHTTP2(true)
+		m.srv.TLSConfig = cfg.TLS.Clone()
+		m.srv.TLSConfig.MinVersion = max(m.srv.TLSConfig.MinVersion, tls.VersionTLS12)
+		m.split = newSplitListener(ln)
+		m.plain = &http.Server{Handler: refuseCleartext(), ReadHeaderTimeout: 10 * time.Second}
+		m.plain.Protocols = new(http.Protocols)
+		m.plain.Protocols.SetHTTP1(true)
+		m.plain.Protocols.SetUnencryptedHTTP2(true)
+		m.plain.HTTP2 = &http.HTTP2Config{MaxConcurrentStreams: 16, MaxReadFrameSize: readFrameSize,
+			MaxReceiveBufferPerConnection: receiveWindow, MaxReceiveBufferPerStream: receiveWindow}
+	}
 	if cfg.AddrFile != "" {
 		if err := writeFileAtomic(cfg.AddrFile, []byte(m.Addr()+"\n")); err != nil {
 			ln.Close()
@@ -174,20 +214,41 @@ func (m *Master) Addr() string { return m.ln.Addr().String() }
 
 // Run serves until ctx ends.
 func (m *Master) Run(ctx context.Context) error {
-	m.log.Info("master serving", "addr", m.Addr())
+	m.log.Info("master serving", "addr", m.Addr(), "tls", m.split != nil)
 	g, ctx := errgroup.WithContext(ctx)
-	g.Go(func() error {
-		if err := m.srv.Serve(m.ln); !errors.Is(err, http.ErrServerClosed) {
-			return fmt.Errorf("serve: %w", err)
+	serve := func(srv *http.Server, ln net.Listener, tls bool) func() error {
+		return func() error {
+			var err error
+			if tls {
+				err = srv.ServeTLS(ln, "", "")
+			} else {
+				err = srv.Serve(ln)
+			}
+			if !errors.Is(err, http.ErrServerClosed) {
+				return fmt.Errorf("serve: %w", err)
+			}
+			return nil
 		}
-		return nil
-	})
+	}
+	if m.split == nil {
+		g.Go(serve(m.srv, m.ln, false))
+	} else {
+		g.Go(m.split.run)
+		g.Go(serve(m.srv, m.split.tls, true))
+		g.Go(serve(m.plain, m.split.plain, false))
+	}
 	g.Go(func() error {
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
+		var err error
+		if m.plain != nil {
+			_ = m.plain.Shutdown(sctx)
+			err = m.plain.Close()
+		}
 		_ = m.srv.Shutdown(sctx) // streams are long-lived: close what is left
-		return m.srv.Close()
+		_ = m.ln.Close()         // a TLS master's listener is the splitter's
+		return errors.Join(m.srv.Close(), err)
 	})
 	g.Go(func() error { return m.tickLoop(ctx) })
 	g.Go(func() error {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"time"
 
 	"connectrpc.com/connect"
@@ -76,8 +77,11 @@ func (s *service) join(ctx context.Context, r *roverv1.JoinRequest) (*roverv1.Jo
 // agent goes away, which the node table records as a disconnect.
 func (s *service) Session(ctx context.Context, stream *connect.BidiStream[roverv1.SessionRequest, roverv1.SessionResponse]) error {
 	first, err := stream.Receive()
-	if err != nil {
+	if errors.Is(err, io.EOF) || ctx.Err() != nil {
 		return nil // the agent went away before saying anything
+	}
+	if err != nil {
+		return err // a message over the read limit, or one that does not decode
 	}
 	jr := first.GetJoin()
 	if jr == nil {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	roverv1 "github.com/roverml/rover/api/rover/v1"
+	"github.com/roverml/rover/internal/client"
 	"github.com/roverml/rover/internal/shard"
 )
 
@@ -211,7 +212,9 @@ func shardsToProto(ls []shard.Lease) []*roverv1.Shard {
 const (
 	maxLeasesPerCall  = 4096
 	maxResultsPerCall = 65536
-	maxStateBytes     = 64 << 20
+	// maxStateBytes bounds a dataset state given to RestoreDataset: what
+	// GetDatasetState can answer a client, which reads client.ReadMaxBytes.
+	maxStateBytes = client.ReadMaxBytes
 )
 
 func checkDatasetName(name string) error {

@@ -82,8 +82,15 @@ type Config struct {
 	// CheckpointDir is the job's checkpoint storage (absolute once
 	// validated; "" = none) and CheckpointKeep the committed steps kept
 	// there (0 = all).
-	CheckpointDir     string
-	CheckpointKeep    int
+	CheckpointDir  string
+	CheckpointKeep int
+	// TLSCA is --tls-ca: the PEM bundle of the CAs that sign the master's
+	// certificate. Set, the agent speaks TLS to the master; "" is
+	// cleartext HTTP/2.
+	TLSCA string
+	// TLSServerName is --tls-server-name: the name the master's
+	// certificate must hold; "" takes the host of --rdzv-endpoint.
+	TLSServerName     string
 	NodeID            string        // stable agent identity; "" = the agent derives one
 	StopGracePeriod   time.Duration // SIGTERM to SIGKILL grace when stopping workers
 	HeartbeatInterval time.Duration

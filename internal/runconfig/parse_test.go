@@ -163,6 +163,12 @@ func TestParse(t *testing.T) {
 			want: func(c *Config) {
 				c.TokenFile, c.NodeID, c.StopGracePeriod, c.HeartbeatInterval = "/t", "n2", 90*time.Second, 2500*time.Millisecond
 			}},
+		{name: "TLS flags", args: []string{"--nnodes=2", "--tls-ca", "/ca.pem", "--tls-server-name=m.example", "train.py"},
+			env:  map[string]string{"ROVER_MASTER_ADDR": "m:5"},
+			want: func(c *Config) { multi(2, 2, "m:5")(c); c.TLSCA, c.TLSServerName = "/ca.pem", "m.example" }},
+		{name: "TLS flags from env", args: []string{"--nnodes=2", "train.py"},
+			env:  map[string]string{"ROVER_MASTER_ADDR": "m:5", "ROVER_TLS_CA": "/ca.pem", "ROVER_TLS_SERVER_NAME": "m.example"},
+			want: func(c *Config) { multi(2, 2, "m:5")(c); c.TLSCA, c.TLSServerName = "/ca.pem", "m.example" }},
 		{name: "standalone flag", args: []string{"--standalone", "train.py"}},
 		{name: "standalone=true", args: []string{"--standalone=true", "train.py"}},
 		{name: "standalone=false with endpoint", args: []string{"--standalone=false", "--rdzv-endpoint=m", "train.py"},

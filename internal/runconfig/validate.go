@@ -113,6 +113,14 @@ func (c *Config) validate(stat func(string) (fs.FileInfo, error)) error {
 		add("%s runs a single node, but %s allows %d; drop --standalone and give --rdzv-endpoint, or use --nnodes=1",
 			c.ref("standalone", "--standalone"), nnodes, c.MaxNodes)
 	}
+	if c.TLSServerName != "" && c.TLSCA == "" {
+		add("%s needs --tls-ca: it names the master's certificate, which only TLS checks; add --tls-ca PATH or %s",
+			c.ref("tls-server-name", "--tls-server-name="+c.TLSServerName), c.removeHint("tls-server-name"))
+	}
+	if c.TLSCA != "" && c.Standalone {
+		add("%s needs a master to reach (--rdzv-endpoint): the embedded master of --standalone serves this node alone, on loopback, without TLS; %s",
+			c.ref("tls-ca", "--tls-ca="+c.TLSCA), c.removeHint("tls-ca"))
+	}
 	c.checkPort(&errs, c.ref("master-port", "--master-port"), strconv.Itoa(c.MasterPort))
 	c.checkPort(&errs, c.ref("training-port", "--training-port"), strconv.Itoa(c.TrainingPort))
 
