@@ -3,7 +3,6 @@ package master
 import (
 	"bytes"
 	"context"
-	"io"
 	"net/http"
 	"runtime"
 	"strings"
@@ -98,20 +97,9 @@ func TestStrictJSON(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			req, err := http.NewRequest(http.MethodPost, "http://"+m.Addr()+"/rover.v1.MasterService/RegisterDataset", strings.NewReader(tt.body))
-			if err != nil {
-				t.Fatal(err)
-			}
-			req.Header.Set("Content-Type", "application/json")
-			req.Header.Set("Authorization", "Bearer "+testToken)
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer resp.Body.Close()
-			b, _ := io.ReadAll(resp.Body)
-			if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(b), tt.want) {
-				t.Errorf("status %d, body %s; want 400 naming %q", resp.StatusCode, b, tt.want)
+			status, b := rawCall(t, m, "RegisterDataset", tt.body)
+			if status != http.StatusBadRequest || !strings.Contains(b, tt.want) {
+				t.Errorf("status %d, body %s; want 400 naming %q", status, b, tt.want)
 			}
 		})
 	}
