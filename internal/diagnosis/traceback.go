@@ -114,18 +114,20 @@ func splitException(msg string) (typ, text string) {
 	return m[1], strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(msg), m[1]+":"))
 }
 
-var (
-	hexNumber = regexp.MustCompile(`0[xX][0-9a-fA-F]+`)
-	decNumber = regexp.MustCompile(`[0-9]+`)
-)
+// number is a hexadecimal number (an address) or a run of digits.
+var number = regexp.MustCompile(`0[xX][0-9a-fA-F]+|[0-9]+`)
 
 // normalizeMessage makes an exception message comparable across attempts:
 // hexadecimal numbers (addresses) become "0x#", other digit runs (sizes,
 // ranks, ports, times) become "#", runs of white space become one space,
 // and the result is cut to 256 bytes.
 func normalizeMessage(msg string) string {
-	msg = hexNumber.ReplaceAllString(msg, "0x#")
-	msg = decNumber.ReplaceAllString(msg, "#")
+	msg = number.ReplaceAllStringFunc(msg, func(n string) string {
+		if len(n) > 2 && (n[1] == 'x' || n[1] == 'X') {
+			return "0x#"
+		}
+		return "#"
+	})
 	msg = strings.Join(strings.Fields(msg), " ")
 	if len(msg) > maxSignatureMessage {
 		// A rune cut in two at the end is dropped.
