@@ -20,7 +20,7 @@ type Caps struct {
 	// same rank (Kubernetes can; the local platform cannot).
 	Relaunch bool
 	// MoreMemory says the platform has the resources to relaunch a node
-	// with more memory.
+	// with more memory. It counts only together with Relaunch.
 	MoreMemory bool
 	// Memory is the failed node's memory limit in bytes; 0 if unknown.
 	Memory int64
@@ -106,7 +106,7 @@ func Decide(h History, f Failure, caps Caps) Decision {
 		case RelaunchWithMoreMemory:
 			next, grow := NextMemory(caps.Memory)
 			switch {
-			case !caps.MoreMemory:
+			case !caps.MoreMemory || !caps.Relaunch:
 				d.Action, why = RestartInPlace, "the platform has no resources for more memory, so the workers restart in place with the same memory"
 			case !grow && caps.Memory <= 0:
 				d.Action, why = RestartInPlace, "the node's memory is unknown, so the workers restart in place with the same memory"

@@ -98,8 +98,12 @@ func TestFailFast(t *testing.T) {
 		return &roverv1.WorkerFailure{Round: round, ExitCode: 1, Message: "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
 			Traceback: "Traceback (most recent call last):\n  File \"/w/train.py\", line 60, in step\n    loss = model(x)\ntorch.cuda.OutOfMemoryError: CUDA out of memory."}
 	}
-	killed := func(round int64) *roverv1.WorkerFailure { return &roverv1.WorkerFailure{Round: round, ExitCode: -1, Signal: 9} }
-	segv := func(round int64) *roverv1.WorkerFailure { return &roverv1.WorkerFailure{Round: round, ExitCode: -1, Signal: 11} }
+	killed := func(round int64) *roverv1.WorkerFailure {
+		return &roverv1.WorkerFailure{Round: round, ExitCode: -1, Signal: 9}
+	}
+	segv := func(round int64) *roverv1.WorkerFailure {
+		return &roverv1.WorkerFailure{Round: round, ExitCode: -1, Signal: 11}
+	}
 	tests := []struct {
 		name   string
 		rounds []*roverv1.WorkerFailure // decided and recorded in order
