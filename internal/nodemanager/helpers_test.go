@@ -16,6 +16,7 @@ type step struct {
 	at   time.Duration
 	do   func(m *Manager, now time.Time) []Command
 	want []string
+	ev   *platform.Event // the platform event fed, if any
 }
 
 func (s step) then(want ...string) step { s.want = want; return s }
@@ -26,7 +27,7 @@ func start() step {
 }
 
 func event(ev platform.Event) step {
-	return step{do: func(m *Manager, now time.Time) []Command { ev.Time = now; return m.Observe(ev, now) }}
+	return step{ev: &ev, do: func(m *Manager, now time.Time) []Command { ev.Time = now; return m.Observe(ev, now) }}
 }
 
 func running(id, host string) step {

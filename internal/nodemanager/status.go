@@ -36,8 +36,9 @@ func (m *Manager) Status() Status {
 	if m.fail != nil {
 		st.Failed, st.Reason = true, m.fail.reason
 	}
-	for gi, g := range m.spec.Groups {
-		for _, s := range m.slots[gi] {
+	for gi, slots := range m.slots { // none before Start
+		g := m.spec.Groups[gi]
+		for _, s := range slots {
 			st.Nodes = append(st.Nodes, NodeStatus{
 				Group: g.name(), Rank: s.rank, NodeID: s.id, State: s.state, Relaunches: s.relaunch,
 				Budget: g.budget(), Critical: g.critical(s.rank), Host: s.host, Since: s.since,
