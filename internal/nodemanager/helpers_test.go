@@ -19,7 +19,7 @@ type step struct {
 	ev   *platform.Event // the platform event fed, if any
 }
 
-func (s step) then(want ...string) step { s.want = want; return s }
+func (s step) then(want ...string) step   { s.want = want; return s }
 func (s step) after(d time.Duration) step { s.at = d; return s }
 
 func start() step {

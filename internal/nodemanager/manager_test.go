@@ -169,8 +169,8 @@ func TestScenarios(t *testing.T) {
 		wantErr: ErrPendingTimeout,
 		reason:  []string{"train-worker-1-0", "pending strategy: all"},
 	}, {
-		name: "pending strategy skip never fails",
-		spec: Spec{Job: "train", Groups: []GroupSpec{workers(2, 2)}, PendingTimeout: time.Minute, PendingStrategy: PendingSkip},
+		name:  "pending strategy skip never fails",
+		spec:  Spec{Job: "train", Groups: []GroupSpec{workers(2, 2)}, PendingTimeout: time.Minute, PendingStrategy: PendingSkip},
 		steps: []step{start(), tick().after(time.Hour).then()},
 	}, {
 		name: "OOM relaunch with more memory passes the new memory on",

@@ -152,4 +152,3 @@ func TestRandomInvariants(t *testing.T) {
 		})
 	}
 }
-
