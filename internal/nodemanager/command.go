@@ -1,0 +1,67 @@
+package nodemanager
+
+import (
+	"fmt"
+
+	"github.com/roverml/rover/internal/platform"
+)
+
+// CommandKind is what the master must do.
+type CommandKind int
+
+// Command kinds.
+const (
+	CreateNode CommandKind = iota + 1 // platform.Create(ctx, Spec)
+	DeleteNode                        // platform.Delete(ctx, NodeID)
+	FailJob                           // stop the job: it failed for Reason ([Manager.Err] has the same)
+)
+
+func (k CommandKind) String() string {
+	switch k {
+	case CreateNode:
+		return "Create"
+	case DeleteNode:
+		return "Delete"
+	case FailJob:
+		return "Fail"
+	}
+	return fmt.Sprintf("CommandKind(%d)", int(k))
+}
+
+// Command is one thing the master must carry out, in the order given. Every
+// command says why, for the job's log.
+type Command struct {
+	Kind   CommandKind
+	Spec   platform.NodeSpec // CreateNode
+	NodeID string            // DeleteNode, and CreateNode (Spec.ID)
+	Reason string
+}
+
+func (c Command) String() string {
+	return fmt.Sprintf("%s %s: %s", c.Kind, c.NodeID, c.Reason)
+}
+
+// ActionKind is a diagnosis decision about one node or host.
+type ActionKind int
+
+// Action kinds.
+const (
+	// RelaunchNode replaces the node (same rank, next relaunch), counting
+	// against its budget; for example after a failed node check.
+	RelaunchNode ActionKind = iota + 1
+	// RelaunchWithMoreMemory replaces the node as RelaunchNode does, and it
+	// and every later relaunch of its rank ask for MemoryBytes.
+	RelaunchWithMoreMemory
+	// MarkHostBad records Host as bad: every later NodeSpec lists it in
+	// AvoidHosts. Nodes on it are not replaced by this action alone.
+	MarkHostBad
+)
+
+// Action is a diagnosis decision fed to [Manager.Act].
+type Action struct {
+	Kind        ActionKind
+	NodeID      string // RelaunchNode, RelaunchWithMoreMemory
+	MemoryBytes int64  // RelaunchWithMoreMemory: the new memory, more than before
+	Host        string // MarkHostBad
+	Reason      string // the diagnosis, such as "OOMKilled twice" or "node check failed"
+}

@@ -1,0 +1,35 @@
+// Package nodemanager is the job master's node manager: it decides which
+// nodes the job should have on its platform and what to do when one fails. It
+// is a pure state machine in the etcd-raft style: no goroutines, no I/O and
+// no clock; every input carries the caller's now, and each returns the
+// [Command]s the master must carry out through internal/platform, in order.
+// It does not talk to the platform, detect lost agents (internal/node does)
+// or diagnose failures (diagnosis sends [Action]s).
+//
+// Rules (DLRover's, see docs/design/node-manager.md):
+//
+//   - At Start every group gets MaxNodes nodes, ranks 0..MaxNodes-1, with ids
+//     "<job>-<group>-<rank>-<relaunch>" ("train-worker-3-0").
+//   - A node that exits non-zero, is deleted by the platform, is lost, or that
+//     diagnosis asks to relaunch is replaced by a node of the same rank and
+//     relaunch+1 (the old one is deleted first when the platform may still
+//     hold it), while the rank's RestartCount (default 3, at most 5) and the
+//     job's MaxRelaunches last.
+//   - Exit 0 is success: the rank is Succeeded and not relaunched.
+//   - A rank whose budget is used up is Failed. The job fails when it is a
+//     critical rank, or when its group has fewer usable (live or succeeded)
+//     nodes than MinNodes.
+//   - A node pending past PendingTimeout (default 15 min) fails the job per
+//     PendingStrategy (default PendingNecessary).
+//   - Events of replaced or unknown node ids are ignored, so repeated and
+//     late events are harmless.
+//
+// The whole state round-trips through [Manager.MarshalState] and [Restore].
+//
+//	m, err := nodemanager.New(spec)
+//	run(m.Start(now))
+//	// platform events, lost agents, diagnosis, timers:
+//	run(m.Observe(ev, now)); run(m.Lost(id, "no heartbeat for 600s", now))
+//	run(m.Act(action, now)); run(m.Tick(now))
+//	if d, ok := m.NextDeadline(); ok { timer.Reset(d.Sub(now)) }
+package nodemanager

@@ -1,0 +1,336 @@
+package nodemanager
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/roverml/rover/internal/platform"
+)
+
+// NodeState is where the node of one rank stands.
+type NodeState int
+
+// Node states. Pending and Running nodes are live; Succeeded and Failed are
+// final for the rank.
+const (
+	Pending   NodeState = iota + 1 // created, not yet running
+	Running                        // the platform reports it running
+	Succeeded                      // exited 0; not relaunched
+	Failed                         // ended, and its relaunch budget (or the job's) is used up
+)
+
+var stateNames = [...]string{Pending: "Pending", Running: "Running", Succeeded: "Succeeded", Failed: "Failed"}
+
+func (s NodeState) String() string {
+	if s >= Pending && s <= Failed {
+		return stateNames[s]
+	}
+	return fmt.Sprintf("NodeState(%d)", int(s))
+}
+
+func (s NodeState) live() bool { return s == Pending || s == Running }
+
+// slot is one rank of one group: the node that holds it now, and its history.
+type slot struct {
+	group    int // index in spec.Groups
+	rank     int
+	relaunch int    // relaunches so far; the current node's NodeSpec.Relaunch
+	id       string // current node id
+	state    NodeState
+	host     string
+	since    time.Time // when the current node was created, or last changed state
+	timedOut bool      // pending past the timeout (reported once)
+	held     bool      // the platform may still hold id (no Deleted seen)
+	memory   int64     // memory override from RelaunchWithMoreMemory; 0: the group's
+	lastExit string    // how the previous or current node ended
+	reason   string    // the latest decision about this rank
+}
+
+// Manager is the node manager of one job. It is not safe for concurrent use;
+// the master's driver serialises calls.
+type Manager struct {
+	spec       Spec
+	started    bool
+	slots      [][]*slot        // by group index, then rank
+	byID       map[string]*slot // current node ids only
+	retired    map[string]bool  // replaced node ids; their events are ignored
+	badHosts   []string         // sorted
+	relaunches int              // over the whole job
+	fail       *failure
+}
+
+// New returns a manager for spec that has created nothing yet; call
+// [Manager.Start].
+func New(spec Spec) (*Manager, error) {
+	if err := spec.Validate(); err != nil {
+		return nil, err
+	}
+	return &Manager{spec: spec, byID: make(map[string]*slot), retired: make(map[string]bool)}, nil
+}
+
+// Err is nil unless the job failed; then it says why and wraps
+// [ErrTooFewNodes], [ErrCriticalNode] or [ErrPendingTimeout].
+func (m *Manager) Err() error {
+	if m.fail == nil {
+		return nil
+	}
+	return m.fail
+}
+
+// Start creates every group's MaxNodes nodes, ranks 0..MaxNodes-1. Later
+// calls return nothing.
+func (m *Manager) Start(now time.Time) []Command {
+	if m.started {
+		return nil
+	}
+	m.started = true
+	var cmds []Command
+	m.slots = make([][]*slot, len(m.spec.Groups))
+	for gi, g := range m.spec.Groups {
+		m.slots[gi] = make([]*slot, g.MaxNodes)
+		for r := range g.MaxNodes {
+			s := &slot{group: gi, rank: r}
+			m.slots[gi][r] = s
+			cmds = append(cmds, m.create(s, now, fmt.Sprintf("start %s rank %d of %d", g.name(), r, g.MaxNodes)))
+		}
+	}
+	return cmds
+}
+
+// create points s at a new node (its current relaunch) and asks for it.
+func (m *Manager) create(s *slot, now time.Time, reason string) Command {
+	g := m.spec.Groups[s.group]
+	s.id = nodeID(m.spec.Job, g.name(), s.rank, s.relaunch)
+	s.state, s.host, s.since, s.timedOut, s.held, s.reason = Pending, "", now, false, true, reason
+	m.byID[s.id] = s
+	spec := platform.NodeSpec{
+		Job: m.spec.Job, Group: g.name(), Rank: s.rank, Relaunch: s.relaunch, ID: s.id,
+		Argv: slices.Clone(g.Argv), Env: maps.Clone(g.Env), Image: g.Image, Resources: g.Resources,
+		AvoidHosts: slices.Clone(m.badHosts),
+	}
+	if s.memory > 0 {
+		spec.Resources.MemoryBytes = s.memory
+	}
+	return Command{Kind: CreateNode, Spec: spec, NodeID: s.id, Reason: reason}
+}
+
+// current returns the slot whose current node is id, or nil for an unknown,
+// replaced or final node, or once the job failed.
+func (m *Manager) current(id string) *slot {
+	if m.fail != nil {
+		return nil
+	}
+	s := m.byID[id]
+	if s == nil || !s.state.live() {
+		return nil
+	}
+	return s
+}
+
+// Observe applies a platform event. Events for unknown or replaced node ids,
+// repeats, and events after the job failed change nothing.
+func (m *Manager) Observe(ev platform.Event, now time.Time) []Command {
+	cmds := m.expire(now)
+	s := m.current(ev.NodeID)
+	if s == nil {
+		return cmds
+	}
+	if ev.Host != "" {
+		s.host = ev.Host
+	}
+	switch ev.Kind {
+	case platform.Running:
+		if s.state == Pending {
+			s.state, s.since, s.timedOut = Running, now, false
+			s.reason = fmt.Sprintf("node %s is running", s.id)
+		}
+	case platform.Exited:
+		if !ev.Failed() {
+			s.state, s.since, s.lastExit = Succeeded, now, ev.Describe()
+			s.reason = fmt.Sprintf("node %s %s: succeeded, not relaunched", s.id, ev.Describe())
+			return cmds
+		}
+		return append(cmds, m.replace(s, ev.Describe(), now)...)
+	case platform.Deleted:
+		s.held = false
+		return append(cmds, m.replace(s, ev.Describe(), now)...)
+	}
+	return cmds
+}
+
+// Lost applies the master's finding that a node's agent is gone (heartbeat or
+// session expired; see internal/node), with cause in words. The node is
+// replaced like a failed one.
+func (m *Manager) Lost(nodeID, cause string, now time.Time) []Command {
+	cmds := m.expire(now)
+	if s := m.current(nodeID); s != nil {
+		cmds = append(cmds, m.replace(s, "was lost: "+cause, now)...)
+	}
+	return cmds
+}
+
+// Act applies a diagnosis action. Actions naming an unknown, replaced or final
+// node change nothing; so does asking for less memory than the node has.
+func (m *Manager) Act(a Action, now time.Time) []Command {
+	cmds := m.expire(now)
+	if a.Kind == MarkHostBad {
+		if a.Host != "" && !slices.Contains(m.badHosts, a.Host) {
+			m.badHosts = append(m.badHosts, a.Host)
+			slices.Sort(m.badHosts)
+		}
+		return cmds
+	}
+	s := m.current(a.NodeID)
+	if s == nil {
+		return cmds
+	}
+	cause := "diagnosis: " + a.Reason
+	if a.Kind == RelaunchWithMoreMemory {
+		if a.MemoryBytes <= m.memory(s) {
+			return cmds
+		}
+		s.memory = a.MemoryBytes
+		cause = fmt.Sprintf("diagnosis: %s; memory raised to %d bytes", a.Reason, a.MemoryBytes)
+	} else if a.Kind != RelaunchNode {
+		return cmds
+	}
+	return append(cmds, m.replace(s, cause, now)...)
+}
+
+func (m *Manager) memory(s *slot) int64 {
+	if s.memory > 0 {
+		return s.memory
+	}
+	return m.spec.Groups[s.group].Resources.MemoryBytes
+}
+
+// replace handles a live node that ended without success: relaunch it while
+// its budget and the job's last, else mark the rank Failed and fail the job
+// if it cannot go on.
+func (m *Manager) replace(s *slot, cause string, now time.Time) []Command {
+	g := m.spec.Groups[s.group]
+	var cmds []Command
+	old := s.id
+	who := fmt.Sprintf("node %s (%s rank %d)", old, g.name(), s.rank)
+	if s.held {
+		cmds = append(cmds, Command{Kind: DeleteNode, NodeID: old, Reason: fmt.Sprintf("%s %s; removing it before its replacement", who, cause)})
+	}
+	delete(m.byID, old)
+	m.retired[old] = true
+	s.lastExit = cause
+	budget := g.budget()
+	jobLeft := m.spec.MaxRelaunches == 0 || m.relaunches < m.spec.MaxRelaunches
+	if s.relaunch < budget && jobLeft {
+		s.relaunch++
+		m.relaunches++
+		reason := fmt.Sprintf("%s %s; relaunching it as %s (relaunch %d of %d)",
+			who, cause, nodeID(m.spec.Job, g.name(), s.rank, s.relaunch), s.relaunch, budget)
+		return append(cmds, m.create(s, now, reason))
+	}
+	s.state, s.since, s.timedOut = Failed, now, false
+	why := fmt.Sprintf("its relaunch budget of %d is used up", budget)
+	if !jobLeft && s.relaunch < budget {
+		why = fmt.Sprintf("the job's relaunch budget of %d is used up", m.spec.MaxRelaunches)
+	}
+	s.reason = fmt.Sprintf("%s %s after %d relaunches; not relaunched: %s", who, cause, s.relaunch, why)
+	switch usable := m.usable(s.group); {
+	case g.critical(s.rank):
+		cmds = append(cmds, m.failJob(ErrCriticalNode, fmt.Sprintf("critical %s", s.reason)))
+	case usable < g.MinNodes:
+		cmds = append(cmds, m.failJob(ErrTooFewNodes, fmt.Sprintf("%s; %s has %d usable nodes, fewer than its minimum %d", s.reason, g.name(), usable, g.MinNodes)))
+	}
+	return cmds
+}
+
+// usable counts the group's nodes that are live or succeeded.
+func (m *Manager) usable(gi int) int {
+	n := 0
+	for _, s := range m.slots[gi] {
+		if s.state != Failed {
+			n++
+		}
+	}
+	return n
+}
+
+func (m *Manager) failJob(kind error, reason string) Command {
+	m.fail = &failure{kind: kind, reason: reason}
+	return Command{Kind: FailJob, Reason: reason}
+}
+
+// Tick applies the pending timeout at now. The driver calls it when
+// [Manager.NextDeadline] passes; every other input applies it too.
+func (m *Manager) Tick(now time.Time) []Command { return m.expire(now) }
+
+// NextDeadline is when a pending node next times out, if any will.
+func (m *Manager) NextDeadline() (time.Time, bool) {
+	var next time.Time
+	if !m.timesOut() {
+		return next, false
+	}
+	for _, s := range m.pendingSlots() {
+		if d := s.since.Add(m.spec.pendingTimeout()); next.IsZero() || d.Before(next) {
+			next = d
+		}
+	}
+	return next, !next.IsZero()
+}
+
+func (m *Manager) timesOut() bool {
+	return m.fail == nil && m.spec.PendingStrategy != PendingSkip && m.spec.pendingTimeout() > 0
+}
+
+// pendingSlots lists pending nodes that have not timed out yet.
+func (m *Manager) pendingSlots() []*slot {
+	var out []*slot
+	for _, g := range m.slots {
+		for _, s := range g {
+			if s.state == Pending && !s.timedOut {
+				out = append(out, s)
+			}
+		}
+	}
+	return out
+}
+
+func (m *Manager) expire(now time.Time) []Command {
+	if !m.timesOut() {
+		return nil
+	}
+	timeout := m.spec.pendingTimeout()
+	var late []string
+	for _, s := range m.pendingSlots() {
+		if !now.Before(s.since.Add(timeout)) {
+			s.timedOut = true
+			s.reason = fmt.Sprintf("node %s has been pending for more than %v (since %s)", s.id, timeout, s.since.UTC().Format(time.RFC3339))
+			late = append(late, s.id)
+		}
+	}
+	if len(late) == 0 {
+		return nil
+	}
+	if m.spec.PendingStrategy == PendingAll {
+		return []Command{m.failJob(ErrPendingTimeout, fmt.Sprintf("nodes %s pending for more than %v (pending strategy: all)", strings.Join(late, ", "), timeout))}
+	}
+	for gi, g := range m.spec.Groups {
+		ready := 0
+		var waiting []string
+		for _, s := range m.slots[gi] {
+			switch {
+			case s.timedOut && g.critical(s.rank):
+				return []Command{m.failJob(ErrPendingTimeout, fmt.Sprintf("critical node %s pending for more than %v", s.id, timeout))}
+			case s.timedOut:
+				waiting = append(waiting, s.id)
+			case s.state != Failed:
+				ready++
+			}
+		}
+		if ready < g.MinNodes {
+			return []Command{m.failJob(ErrPendingTimeout, fmt.Sprintf("nodes %s pending for more than %v leave %s %d nodes, fewer than its minimum %d", strings.Join(waiting, ", "), timeout, g.name(), ready, g.MinNodes))}
+		}
+	}
+	return nil
+}

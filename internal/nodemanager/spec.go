@@ -1,0 +1,145 @@
+package nodemanager
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/roverml/rover/internal/platform"
+)
+
+// Defaults and limits, as DLRover has them.
+const (
+	DefaultRestartCount   = 3                // relaunches per node (replica spec restartCount)
+	MaxRestartCount       = 5                // restartCount is capped here
+	DefaultPendingTimeout = 15 * time.Minute // DLRover's pending_timeout, 900 s
+	DefaultGroup          = "worker"
+)
+
+// PendingStrategy says what a node pending past Spec.PendingTimeout does to
+// the job (DLRover's pending_fail_strategy).
+type PendingStrategy int
+
+const (
+	// PendingNecessary (the default, DLRover's 1): fail the job when a
+	// critical node, or so many nodes that the group has fewer than its
+	// minimum that are not timed-out pending, pend past the timeout.
+	PendingNecessary PendingStrategy = iota
+	// PendingSkip (DLRover's 0 and -1): never fail for pending nodes.
+	PendingSkip
+	// PendingAll (DLRover's 2): fail the job as soon as any node pends
+	// past the timeout.
+	PendingAll
+)
+
+// Spec is the job's desired nodes and the rules for replacing them.
+type Spec struct {
+	Job    string      `json:"job"` // job name, the prefix of node ids
+	Groups []GroupSpec `json:"groups"`
+	// MaxRelaunches bounds relaunches over the whole job; 0: no job-wide
+	// bound (only each node's RestartCount).
+	MaxRelaunches int `json:"max_relaunches,omitempty"`
+	// PendingTimeout: how long a node may stay pending (created, not yet
+	// running) before PendingStrategy applies. 0: DefaultPendingTimeout;
+	// negative: never time out.
+	PendingTimeout  time.Duration   `json:"pending_timeout,omitempty"`
+	PendingStrategy PendingStrategy `json:"pending_strategy,omitempty"`
+}
+
+// GroupSpec is one replica type: how many nodes, how to start them, and how
+// often each may be relaunched.
+type GroupSpec struct {
+	Name     string `json:"name"` // "" means DefaultGroup
+	MinNodes int    `json:"min_nodes"`
+	MaxNodes int    `json:"max_nodes"` // nodes created at start, ranks 0..MaxNodes-1
+	// RestartCount is each node's relaunch budget. 0: DefaultRestartCount;
+	// -1: never relaunch; at most MaxRestartCount.
+	RestartCount  int                `json:"restart_count,omitempty"`
+	CriticalRanks []int              `json:"critical_ranks,omitempty"` // ranks whose loss fails the job
+	Argv          []string           `json:"argv"`
+	Env           map[string]string  `json:"env,omitempty"`
+	Image         string             `json:"image,omitempty"`
+	Resources     platform.Resources `json:"resources"`
+}
+
+// budget is the group's relaunch budget per node after defaults.
+func (g GroupSpec) budget() int {
+	switch {
+	case g.RestartCount == 0:
+		return DefaultRestartCount
+	case g.RestartCount < 0:
+		return 0
+	}
+	return g.RestartCount
+}
+
+func (g GroupSpec) name() string {
+	if g.Name == "" {
+		return DefaultGroup
+	}
+	return g.Name
+}
+
+func (s Spec) pendingTimeout() time.Duration {
+	if s.PendingTimeout == 0 {
+		return DefaultPendingTimeout
+	}
+	return s.PendingTimeout
+}
+
+// Validate reports every field out of range, each wrapping [ErrInvalidSpec].
+func (s Spec) Validate() error {
+	var errs []error
+	bad := func(format string, a ...any) {
+		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidSpec}, a...)...))
+	}
+	probe := platform.NodeSpec{Job: s.Job, Group: DefaultGroup, ID: nodeID(s.Job, DefaultGroup, 999, MaxRestartCount), Argv: []string{"x"}}
+	if s.Job == "" || probe.Validate() != nil {
+		bad("Job %q must be a short DNS label (lower-case letters, digits, '-')", s.Job)
+	}
+	if len(s.Groups) == 0 {
+		bad("Groups is empty; give at least one group of nodes")
+	}
+	if s.MaxRelaunches < 0 {
+		bad("MaxRelaunches is %d; use 0 for no job-wide bound or a positive number", s.MaxRelaunches)
+	}
+	if s.PendingStrategy < PendingNecessary || s.PendingStrategy > PendingAll {
+		bad("PendingStrategy is %d; want PendingNecessary, PendingSkip or PendingAll", s.PendingStrategy)
+	}
+	seen := map[string]bool{}
+	for i, g := range s.Groups {
+		name := g.name()
+		if seen[name] {
+			bad("Groups[%d]: group %q listed twice", i, name)
+		}
+		seen[name] = true
+		if p := (platform.NodeSpec{Job: "j", Group: name, ID: name, Argv: []string{"x"}}); p.Validate() != nil {
+			bad("Groups[%d].Name %q must be a DNS label", i, name)
+		}
+		if g.MinNodes < 0 || g.MaxNodes < 1 || g.MinNodes > g.MaxNodes {
+			bad("Groups[%d] (%s): MinNodes %d, MaxNodes %d; want 0 <= MinNodes <= MaxNodes, MaxNodes >= 1", i, name, g.MinNodes, g.MaxNodes)
+		}
+		if g.RestartCount < -1 || g.RestartCount > MaxRestartCount {
+			bad("Groups[%d] (%s): RestartCount %d; want -1 (never), 0 (default %d) or up to %d", i, name, g.RestartCount, DefaultRestartCount, MaxRestartCount)
+		}
+		for _, r := range g.CriticalRanks {
+			if r < 0 || r >= g.MaxNodes {
+				bad("Groups[%d] (%s): critical rank %d is not in 0..%d", i, name, r, g.MaxNodes-1)
+			}
+		}
+		if len(g.Argv) == 0 {
+			bad("Groups[%d] (%s): Argv is empty; give the agent's command line", i, name)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// nodeID names the node of rank in group after relaunch relaunches:
+// "<job>-<group>-<rank>-<relaunch>", such as "train-worker-3-1". It is unique
+// for the job's lifetime because (group, rank, relaunch) never repeats.
+func nodeID(job, group string, rank, relaunch int) string {
+	return fmt.Sprintf("%s-%s-%d-%d", job, group, rank, relaunch)
+}
+
+func (g GroupSpec) critical(rank int) bool { return slices.Contains(g.CriticalRanks, rank) }

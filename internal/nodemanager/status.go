@@ -1,0 +1,50 @@
+package nodemanager
+
+import (
+	"slices"
+	"time"
+)
+
+// Status is a snapshot for `rover status` and logs.
+type Status struct {
+	Job        string
+	Failed     bool
+	Reason     string // why the job failed; empty while it has not
+	Relaunches int    // over the whole job
+	BadHosts   []string
+	Nodes      []NodeStatus // by group (spec order), then rank
+}
+
+// NodeStatus is one rank of one group.
+type NodeStatus struct {
+	Group      string
+	Rank       int
+	NodeID     string // the current node, or the last one of a Failed rank
+	State      NodeState
+	Relaunches int
+	Budget     int // the rank's relaunch budget
+	Critical   bool
+	Host       string
+	Since      time.Time // when the node entered State (Pending: when it was created)
+	LastExit   string    // how the previous node of this rank ended, in words
+	Reason     string    // the latest decision about this rank
+}
+
+// Status returns a snapshot; it shares nothing with the manager.
+func (m *Manager) Status() Status {
+	st := Status{Job: m.spec.Job, Relaunches: m.relaunches, BadHosts: slices.Clone(m.badHosts)}
+	if m.fail != nil {
+		st.Failed, st.Reason = true, m.fail.reason
+	}
+	for gi, slots := range m.slots { // none before Start
+		g := m.spec.Groups[gi]
+		for _, s := range slots {
+			st.Nodes = append(st.Nodes, NodeStatus{
+				Group: g.name(), Rank: s.rank, NodeID: s.id, State: s.state, Relaunches: s.relaunch,
+				Budget: g.budget(), Critical: g.critical(s.rank), Host: s.host, Since: s.since,
+				LastExit: s.lastExit, Reason: s.reason,
+			})
+		}
+	}
+	return st
+}
