@@ -1,0 +1,278 @@
+// Package local is the platform that runs a job's nodes on this machine:
+// each node is a node agent (`rover run`) started as a child process, in
+// a process group of its own, with its output in log files of its own
+// (<Dir>/<node id>/stdout.log and stderr.log) and, prefixed with the node
+// id, on a console. It is
+// what `rover submit` runs a job on when there is no cluster, and it keeps
+// the contract of package platform, so the master's node manager drives it
+// as it will drive Kubernetes pods.
+//
+// A node is held from Create until Delete: an agent that exits is reported
+// Exited and stays held (its log file too) until the master deletes it,
+// which reports Deleted. Delete stops a running agent with SIGTERM, then
+// SIGKILL after the grace period; the agent stops its workers and removes
+// its shared memory on SIGTERM. The machine has no resources to reserve,
+// no images and one host, so a NodeSpec asking for any of them is refused
+// with platform.ErrUnsupported.
+package local
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/roverml/rover/internal/platform"
+	"github.com/roverml/rover/internal/proc"
+)
+
+// Options configure a local platform.
+type Options struct {
+	// Dir receives each node's log directory; it is created if missing.
+	Dir string
+	// Console, when set, also receives every node's output, each line
+	// prefixed with "[<node id>] ".
+	Console io.Writer
+	// Env is the base environment of every agent (nil: this process's).
+	Env []string
+	// Grace is how long Delete waits after SIGTERM before SIGKILL
+	// (default 30s).
+	Grace time.Duration
+	// Now is the clock of events (default time.Now).
+	Now func() time.Time
+}
+
+// Local runs nodes as processes on this machine.
+type Local struct {
+	opts Options
+	host string
+
+	mu     sync.Mutex
+	cond   *sync.Cond
+	nodes  map[string]*node
+	events []platform.Event // every event, in order: watchers read from it
+}
+
+var _ platform.Platform = (*Local)(nil)
+
+type node struct {
+	spec   platform.NodeSpec
+	p      *proc.Process
+	out    *proc.Output
+	exited bool
+	exit   platform.Event
+}
+
+// New returns a local platform.
+func New(opts Options) (*Local, error) {
+	if opts.Dir == "" {
+		return nil, errors.New("local platform: Options.Dir (where node logs go) is empty")
+	}
+	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("local platform: create the log directory: %w", err)
+	}
+	if opts.Env == nil {
+		opts.Env = os.Environ()
+	}
+	if opts.Grace <= 0 {
+		opts.Grace = 30 * time.Second
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	host, _ := os.Hostname()
+	if host == "" {
+		host = "localhost"
+	}
+	l := &Local{opts: opts, host: host, nodes: map[string]*node{}}
+	l.cond = sync.NewCond(&l.mu)
+	return l, nil
+}
+
+// Capabilities: one host, no resources, no images.
+func (l *Local) Capabilities() platform.Capabilities { return platform.Capabilities{} }
+
+// Create starts the node's agent.
+func (l *Local) Create(ctx context.Context, spec platform.NodeSpec) error {
+	if err := spec.Validate(); err != nil {
+		return err
+	}
+	switch {
+	case spec.Image != "":
+		return fmt.Errorf("%w: the local platform runs processes on this machine and cannot run image %q", platform.ErrUnsupported, spec.Image)
+	case !spec.Resources.IsZero():
+		return fmt.Errorf("%w: the local platform cannot reserve resources %+v", platform.ErrUnsupported, spec.Resources)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, ok := l.nodes[spec.ID]; ok {
+		return fmt.Errorf("%w: node %s", platform.ErrExists, spec.ID)
+	}
+	tee, redirect := proc.None, proc.Stdout|proc.Stderr
+	if l.opts.Console != nil {
+		tee, redirect = redirect, proc.None
+	}
+	out, err := proc.OpenOutput(proc.OutputSpec{
+		Dir:        l.LogDir(spec.ID),
+		Redirect:   redirect,
+		Tee:        tee,
+		Console:    l.opts.Console != nil,
+		Prefix:     "[" + spec.ID + "]",
+		ConsoleOut: l.opts.Console,
+		ConsoleErr: l.opts.Console,
+	})
+	if err != nil {
+		return fmt.Errorf("node %s: open its log: %w", spec.ID, err)
+	}
+	l.emitLocked(platform.Event{NodeID: spec.ID, Kind: platform.Pending, Host: l.host})
+	p, err := proc.Start(proc.Spec{Argv: spec.Argv, Env: l.env(spec), Stdout: out.Stdout(), Stderr: out.Stderr()})
+	if err != nil {
+		out.Close()
+		n := &node{spec: spec, exited: true}
+		n.exit = platform.Event{NodeID: spec.ID, Kind: platform.Exited, ExitCode: 127, Reason: err.Error(), Host: l.host}
+		l.nodes[spec.ID] = n
+		l.emitLocked(n.exit)
+		return nil // the node exists and has failed: the manager relaunches or fails
+	}
+	n := &node{spec: spec, p: p, out: out}
+	l.nodes[spec.ID] = n
+	l.emitLocked(platform.Event{NodeID: spec.ID, Kind: platform.Running, Host: l.host})
+	go l.reap(n)
+	return nil
+}
+
+// env is the agent's environment: the base, the spec's, and the node's
+// identity as DLRover gives it to a pod.
+func (l *Local) env(spec platform.NodeSpec) []string {
+	env := slices.Clone(l.opts.Env)
+	keys := make([]string, 0, len(spec.Env))
+	for k := range spec.Env {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		env = append(env, k+"="+spec.Env[k])
+	}
+	return append(env, "NODE_ID="+spec.ID, "NODE_RANK="+strconv.Itoa(spec.Rank), "NODE_TYPE="+spec.Group,
+		"ELASTIC_JOB_NAME="+spec.Job, "ROVER_RELAUNCH_COUNT="+strconv.Itoa(spec.Relaunch))
+}
+
+// reap reports the agent's exit.
+func (l *Local) reap(n *node) {
+	<-n.p.Done()
+	e := n.p.Exit()
+	n.out.Close()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n.exited = true
+	n.exit = platform.Event{NodeID: n.spec.ID, Kind: platform.Exited, ExitCode: e.ShellCode(), Signal: int(e.Signal), Host: l.host}
+	l.emitLocked(n.exit)
+}
+
+// Delete stops the node's agent (SIGTERM, then SIGKILL after the grace
+// period) and forgets it.
+func (l *Local) Delete(ctx context.Context, id string) error {
+	l.mu.Lock()
+	n, ok := l.nodes[id]
+	l.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	if n.p != nil {
+		n.p.Stop(l.opts.Grace)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, ok := l.nodes[id]; !ok {
+		return nil // a concurrent Delete finished first
+	}
+	for !n.exited {
+		l.cond.Wait() // reap reports the exit before the node goes
+	}
+	delete(l.nodes, id)
+	l.emitLocked(platform.Event{NodeID: id, Kind: platform.Deleted, Host: l.host})
+	return nil
+}
+
+// Close deletes every node, as Delete does, concurrently.
+func (l *Local) Close() {
+	l.mu.Lock()
+	ids := make([]string, 0, len(l.nodes))
+	for id := range l.nodes {
+		ids = append(ids, id)
+	}
+	l.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, id := range ids {
+		wg.Go(func() { _ = l.Delete(context.Background(), id) })
+	}
+	wg.Wait()
+}
+
+// Watch reports the state of every held node, then every event, until ctx
+// ends.
+func (l *Local) Watch(ctx context.Context, fn func(platform.Event)) error {
+	stop := context.AfterFunc(ctx, func() {
+		l.mu.Lock()
+		l.cond.Broadcast()
+		l.mu.Unlock()
+	})
+	defer stop()
+	l.mu.Lock()
+	var first []platform.Event
+	for _, id := range slices.Sorted(mapsKeys(l.nodes)) {
+		n := l.nodes[id]
+		if n.exited {
+			first = append(first, n.exit)
+		} else {
+			first = append(first, platform.Event{NodeID: id, Kind: platform.Running, Host: l.host, Time: l.opts.Now()})
+		}
+	}
+	next := len(l.events)
+	l.mu.Unlock()
+	for _, e := range first {
+		fn(e)
+	}
+	for {
+		l.mu.Lock()
+		for next == len(l.events) && ctx.Err() == nil {
+			l.cond.Wait()
+		}
+		if ctx.Err() != nil {
+			l.mu.Unlock()
+			return ctx.Err()
+		}
+		batch := slices.Clone(l.events[next:])
+		next = len(l.events)
+		l.mu.Unlock()
+		for _, e := range batch {
+			fn(e)
+		}
+	}
+}
+
+func (l *Local) emitLocked(e platform.Event) {
+	e.Time = l.opts.Now()
+	l.events = append(l.events, e)
+	l.cond.Broadcast()
+}
+
+// LogDir is the directory of node id's stdout.log and stderr.log.
+func (l *Local) LogDir(id string) string { return filepath.Join(l.opts.Dir, id) }
+
+func mapsKeys(m map[string]*node) func(func(string) bool) {
+	return func(yield func(string) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}

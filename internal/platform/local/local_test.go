@@ -1,0 +1,170 @@
+package local
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/roverml/rover/internal/platform"
+)
+
+// recorder collects the events a Watch delivers.
+type recorder struct {
+	mu     sync.Mutex
+	events []platform.Event
+	ch     chan struct{}
+}
+
+func watch(t *testing.T, l *Local) *recorder {
+	t.Helper()
+	r := &recorder{ch: make(chan struct{}, 1)}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- l.Watch(ctx, func(e platform.Event) {
+			r.mu.Lock()
+			r.events = append(r.events, e)
+			r.mu.Unlock()
+			select {
+			case r.ch <- struct{}{}:
+			default:
+			}
+		})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Errorf("Watch returned %v, want context.Canceled", err)
+		}
+	})
+	return r
+}
+
+// waitFor waits until an event of id and kind has arrived and returns it.
+func (r *recorder) waitFor(t *testing.T, id string, kind platform.EventKind) platform.Event {
+	t.Helper()
+	deadline := time.After(30 * time.Second)
+	for {
+		r.mu.Lock()
+		for _, e := range r.events {
+			if e.NodeID == id && e.Kind == kind {
+				r.mu.Unlock()
+				return e
+			}
+		}
+		r.mu.Unlock()
+		select {
+		case <-r.ch:
+		case <-deadline:
+			t.Fatalf("no %v event of %s; got %+v", kind, id, r.events)
+		}
+	}
+}
+
+func spec(id string, argv ...string) platform.NodeSpec {
+	return platform.NodeSpec{Job: "j", Group: "worker", ID: id, Argv: argv, Env: map[string]string{"GREETING": "hi"}}
+}
+
+// syncBuf is a console shared by the nodes' output goroutines.
+type syncBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestLocalNodes runs real processes: one that exits with a code, one that
+// runs until deleted; their events, logs, console and environment.
+func TestLocalNodes(t *testing.T) {
+	ctx := context.Background()
+	console := &syncBuf{}
+	l, err := New(Options{Dir: t.TempDir(), Console: console, Grace: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(l.Close)
+	r := watch(t, l)
+
+	if err := l.Create(ctx, spec("j-worker-0-0", "sh", "-c", `echo "$GREETING from $NODE_ID rank $NODE_RANK"; exit 3`)); err != nil {
+		t.Fatal(err)
+	}
+	if e := r.waitFor(t, "j-worker-0-0", platform.Exited); e.ExitCode != 3 || e.Signal != 0 || !e.Failed() {
+		t.Errorf("exit event %+v, want code 3", e)
+	}
+	log, _ := os.ReadFile(filepath.Join(l.LogDir("j-worker-0-0"), "stdout.log"))
+	if string(log) != "hi from j-worker-0-0 rank 0\n" {
+		t.Errorf("node log %q", log)
+	}
+	if !strings.Contains(console.String(), "[j-worker-0-0]") {
+		t.Errorf("console %q lacks the node's prefix", console.String())
+	}
+	if err := l.Create(ctx, spec("j-worker-0-0", "true")); !errors.Is(err, platform.ErrExists) {
+		t.Errorf("Create of a held id: %v, want ErrExists", err)
+	}
+
+	if err := l.Create(ctx, spec("j-worker-1-0", "sleep", "600")); err != nil {
+		t.Fatal(err)
+	}
+	r.waitFor(t, "j-worker-1-0", platform.Running)
+	// A second watcher first hears of every node held now.
+	r2 := watch(t, l)
+	r2.waitFor(t, "j-worker-0-0", platform.Exited)
+	r2.waitFor(t, "j-worker-1-0", platform.Running)
+
+	for _, id := range []string{"j-worker-1-0", "j-worker-0-0", "j-worker-1-0", "unknown"} {
+		if err := l.Delete(ctx, id); err != nil {
+			t.Errorf("Delete(%s): %v", id, err)
+		}
+	}
+	if e := r.waitFor(t, "j-worker-1-0", platform.Exited); e.Signal != 15 || e.ExitCode != 143 {
+		t.Errorf("deleted node's exit %+v, want SIGTERM (143)", e)
+	}
+	r.waitFor(t, "j-worker-1-0", platform.Deleted)
+	r.waitFor(t, "j-worker-0-0", platform.Deleted)
+}
+
+// TestLocalRefuses: what the local platform cannot do is refused, not ignored.
+func TestLocalRefuses(t *testing.T) {
+	l, err := New(Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(l.Close)
+	s := spec("j-worker-0-0", "true")
+	s.Image = "train:latest"
+	if err := l.Create(context.Background(), s); !errors.Is(err, platform.ErrUnsupported) {
+		t.Errorf("an image: %v, want ErrUnsupported", err)
+	}
+	s = spec("j-worker-0-0", "true")
+	s.Resources.MemoryBytes = 1 << 30
+	if err := l.Create(context.Background(), s); !errors.Is(err, platform.ErrUnsupported) {
+		t.Errorf("resources: %v, want ErrUnsupported", err)
+	}
+	if err := l.Create(context.Background(), spec("Bad_ID", "true")); !errors.Is(err, platform.ErrInvalidSpec) {
+		t.Errorf("a bad id: %v, want ErrInvalidSpec", err)
+	}
+	// A program that cannot start is a node that failed at once.
+	r := watch(t, l)
+	if err := l.Create(context.Background(), spec("j-worker-2-0", "/nonexistent/agent")); err != nil {
+		t.Fatal(err)
+	}
+	if e := r.waitFor(t, "j-worker-2-0", platform.Exited); e.ExitCode != 127 || e.Reason == "" {
+		t.Errorf("a missing program: %+v, want exit 127 with the reason", e)
+	}
+}
