@@ -71,5 +71,39 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\n", n.GetNodeId(), n.GetNodeRank(), gr, n.GetAddr(), st)
 	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return printFailures(stdout, j.GetFailures())
+}
+
+// printFailures prints the job's failure history, oldest first, with the
+// master's diagnosis of each round (docs/fault-tolerance.md).
+func printFailures(w io.Writer, fs []*roverv1.WorkerFailure) error {
+	if len(fs) == 0 {
+		return nil
+	}
+	fmt.Fprintln(w, "\nfailures:")
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ROUND\tNODE\tRANK\tEXIT\tCAUSE\tACTION\tWHY")
+	for _, f := range fs {
+		exit := fmt.Sprint(f.GetExitCode())
+		if f.GetSignal() != 0 {
+			exit = fmt.Sprintf("signal %d", f.GetSignal())
+		}
+		why := f.GetDiagnosis()
+		if why == "" {
+			why = f.GetMessage()
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\t%s\t%s\n", f.GetRound(), f.GetNodeId(), f.GetRank(), exit,
+			orDash(f.GetCause()), orDash(f.GetAction()), strings.ReplaceAll(why, "\n", " "))
+	}
 	return tw.Flush()
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }

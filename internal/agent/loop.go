@@ -304,5 +304,8 @@ func failureFromProto(w *roverv1.WorkerFailure) proc.Failure {
 	if w.GetMessage() != "" || w.GetTraceback() != "" {
 		f.Error = &proc.ErrorRecord{Message: w.GetMessage(), Traceback: w.GetTraceback(), Time: f.Time}
 	}
+	if w.GetCause() != "" {
+		f.Diagnosis = w.GetCause() + " -> " + w.GetAction() + ": " + w.GetDiagnosis()
+	}
 	return f
 }

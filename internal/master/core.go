@@ -11,6 +11,7 @@ import (
 
 	roverv1 "github.com/roverml/rover/api/rover/v1"
 	"github.com/roverml/rover/internal/client"
+	"github.com/roverml/rover/internal/diagnosis"
 	"github.com/roverml/rover/internal/node"
 	"github.com/roverml/rover/internal/rendezvous"
 	"github.com/roverml/rover/internal/shard"
@@ -54,6 +55,7 @@ type core struct {
 	kv       map[string][]byte
 	kvBytes  int // the values' bytes in kv
 	failures []*roverv1.WorkerFailure
+	diag     diagnosis.History // the diagnoses of the rounds that failed
 	status   rendezvous.Status
 	views    chan struct{}
 	version  uint64 // of the node views
@@ -226,7 +228,10 @@ func (c *core) transitionLocked(e *event) error {
 	case eventWorkerFailed:
 		cur := c.rdzv.Status()
 		if e.Round == cur.Round && !cur.Open {
-			c.recordFailuresLocked(e.Failures)
+			if d := c.recordFailuresLocked(e.Round, e.Failures); d.FailFast {
+				c.rdzv.FailFast(d.Reason)
+				break
+			}
 		}
 		err = c.rdzv.WorkerFailed(e.Node, e.Round, e.Time)
 	case eventNodeSucceeded:
@@ -268,16 +273,35 @@ func (c *core) configureLocked(cfg *jobConfig, now time.Time) error {
 	return nil
 }
 
-func (c *core) recordFailuresLocked(raw []json.RawMessage) {
+// recordFailuresLocked keeps a report's failures, each annotated with the
+// diagnosis of the round (internal/diagnosis): its cause, the action it
+// calls for and why; it returns the diagnosis (FailFast: the job must fail
+// now rather than restart). The diagnosis depends only on the reports and the
+// history of earlier rounds' diagnoses, so a replay annotates alike.
+func (c *core) recordFailuresLocked(round int, raw []json.RawMessage) (d diagnosis.Decision) {
+	var fs []*roverv1.WorkerFailure
 	for _, b := range raw {
 		f := &roverv1.WorkerFailure{}
 		if protojson.Unmarshal(b, f) == nil {
-			c.failures = append(c.failures, f)
+			fs = append(fs, f)
 		}
 	}
+	if len(fs) > 0 {
+		in := make([]diagnosis.Failure, len(fs))
+		for i, f := range fs {
+			in[i] = diagnosis.FromProto(f)
+		}
+		d = diagnosis.DecideRound(c.diag, in, diagnosis.Caps{})
+		c.diag = c.diag.Record(int64(round), d)
+		for _, f := range fs {
+			f.Cause, f.Action, f.Diagnosis = d.Cause.String(), d.Action.String(), d.Reason
+		}
+	}
+	c.failures = append(c.failures, fs...)
 	if n := len(c.failures); n > maxFailuresKept {
 		c.failures = append([]*roverv1.WorkerFailure(nil), c.failures[n-maxFailuresKept:]...)
 	}
+	return d
 }
 
 // checkKeyLimitsLocked refuses a key that would take the key-value store

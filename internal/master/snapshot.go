@@ -3,6 +3,7 @@ package master
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/roverml/rover/internal/diagnosis"
 	"slices"
 
 	roverv1 "github.com/roverml/rover/api/rover/v1"
@@ -26,6 +27,7 @@ type coreState struct {
 	Addrs        map[string]string           `json:"addrs,omitempty"`
 	KV           map[string][]byte           `json:"kv,omitempty"`
 	Failures     []json.RawMessage           `json:"failures,omitempty"`
+	Diagnosis    *diagnosis.History          `json:"diagnosis,omitempty"`
 	Shards       json.RawMessage             `json:"shards"`
 	LeaseHolders []string                    `json:"lease_holders,omitempty"`
 	Held         map[string][]memorySnapshot `json:"held,omitempty"`
@@ -60,6 +62,9 @@ func (c *core) marshalStateLocked() ([]byte, error) {
 			return nil, fmt.Errorf("snapshot a failure record: %w", err)
 		}
 		s.Failures = append(s.Failures, b)
+	}
+	if c.diag.Len() > 0 {
+		s.Diagnosis = &c.diag
 	}
 	for w := range c.leaseHolders {
 		s.LeaseHolders = append(s.LeaseHolders, w)
@@ -114,6 +119,10 @@ func (c *core) restoreStateLocked(b []byte) error {
 			return fmt.Errorf("failure record: %w", err)
 		}
 		c.failures = append(c.failures, f)
+	}
+	c.diag = diagnosis.History{}
+	if s.Diagnosis != nil {
+		c.diag = *s.Diagnosis
 	}
 	c.leaseHolders = map[string]struct{}{}
 	for _, w := range s.LeaseHolders {

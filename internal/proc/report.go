@@ -31,6 +31,9 @@ type Failure struct {
 	ErrorFile string       // error file path, or ""
 	Error     *ErrorRecord // parsed error file; may be nil
 	LogTail   string       // last lines of the worker's output; may be ""
+	// Diagnosis is the master's verdict on the round's failure: "cause ->
+	// action: why" (docs/fault-tolerance.md); "" when not known.
+	Diagnosis string
 }
 
 // RootCause picks the first observed failure: the earliest Time, ties going
@@ -91,6 +94,9 @@ func writeFailure(b *strings.Builder, idx int, f Failure) {
 	field(b, "traceback", traceback(f))
 	if f.Error == nil && strings.TrimSpace(f.LogTail) != "" {
 		field(b, "log tail", f.LogTail)
+	}
+	if f.Diagnosis != "" {
+		field(b, "diagnosis", f.Diagnosis)
 	}
 }
 

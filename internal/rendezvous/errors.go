@@ -29,6 +29,10 @@ var (
 	// ErrRestartsExhausted: the job failed because workers failed after the
 	// restart budget was used up. Returned by [Machine.Err].
 	ErrRestartsExhausted = errors.New("restart budget exhausted")
+	// ErrDeterministicFailure: the job failed because its workers failed
+	// the same way (the same exception at the same place) on consecutive
+	// attempts: restarting again would fail again. See [Machine.FailFast].
+	ErrDeterministicFailure = errors.New("the same failure repeated")
 	// ErrBadState: data given to [Restore] is not a valid saved state.
 	ErrBadState = errors.New("invalid saved rendezvous state")
 )

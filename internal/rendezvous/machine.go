@@ -267,6 +267,16 @@ func (m *Machine) NextDeadline() (time.Time, bool) {
 	return time.Time{}, false
 }
 
+// FailFast fails a running job whose workers failed deterministically
+// (the master's diagnosis saw the same exception at the same place on
+// consecutive attempts), with reason, instead of spending restarts that
+// would fail alike. It does nothing to a finished job.
+func (m *Machine) FailFast(reason string) {
+	if m.job == Running {
+		m.failJob(ErrDeterministicFailure, reason)
+	}
+}
+
 func (m *Machine) failJob(kind error, reason string) {
 	m.job = Failed
 	m.fail = &failure{kind: kind, reason: reason}

@@ -54,6 +54,7 @@ type nodeJSON struct {
 var failureKinds = map[string]error{
 	"too_few_nodes":      ErrTooFewNodes,
 	"restarts_exhausted": ErrRestartsExhausted,
+	"deterministic":      ErrDeterministicFailure,
 }
 
 // MarshalState encodes the machine's whole state as JSON for persistence.

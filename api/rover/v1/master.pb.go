@@ -1078,6 +1078,12 @@ type WorkerFailure struct {
 	Traceback     string `protobuf:"bytes,12,opt,name=traceback,proto3" json:"traceback,omitempty"`
 	LogTail       string `protobuf:"bytes,13,opt,name=log_tail,json=logTail,proto3" json:"log_tail,omitempty"`
 	Round         int64  `protobuf:"varint,14,opt,name=round,proto3" json:"round,omitempty"`
+	// The master's diagnosis of the round's failure (internal/diagnosis,
+	// docs/fault-tolerance.md): its cause, the action it calls for, and why.
+	// Set by the master; agents leave them empty.
+	Cause         string `protobuf:"bytes,15,opt,name=cause,proto3" json:"cause,omitempty"`
+	Action        string `protobuf:"bytes,16,opt,name=action,proto3" json:"action,omitempty"`
+	Diagnosis     string `protobuf:"bytes,17,opt,name=diagnosis,proto3" json:"diagnosis,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1208,6 +1214,27 @@ func (x *WorkerFailure) GetRound() int64 {
 		return x.Round
 	}
 	return 0
+}
+
+func (x *WorkerFailure) GetCause() string {
+	if x != nil {
+		return x.Cause
+	}
+	return ""
+}
+
+func (x *WorkerFailure) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+func (x *WorkerFailure) GetDiagnosis() string {
+	if x != nil {
+		return x.Diagnosis
+	}
+	return ""
 }
 
 type ReportFailureRequest struct {
@@ -2016,7 +2043,7 @@ const file_api_rover_v1_master_proto_rawDesc = "" +
 	"world_size\x18\a \x01(\x05R\tworldSize\x12$\n" +
 	"\vmemory_step\x18\b \x01(\x03H\x00R\n" +
 	"memoryStep\x88\x01\x01B\x0e\n" +
-	"\f_memory_step\"\x83\x03\n" +
+	"\f_memory_step\"\xcf\x03\n" +
 	"\rWorkerFailure\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1b\n" +
 	"\tnode_rank\x18\x02 \x01(\x05R\bnodeRank\x12\x12\n" +
@@ -2034,7 +2061,10 @@ const file_api_rover_v1_master_proto_rawDesc = "" +
 	"\amessage\x18\v \x01(\tR\amessage\x12\x1c\n" +
 	"\ttraceback\x18\f \x01(\tR\ttraceback\x12\x19\n" +
 	"\blog_tail\x18\r \x01(\tR\alogTail\x12\x14\n" +
-	"\x05round\x18\x0e \x01(\x03R\x05round\"z\n" +
+	"\x05round\x18\x0e \x01(\x03R\x05round\x12\x14\n" +
+	"\x05cause\x18\x0f \x01(\tR\x05cause\x12\x16\n" +
+	"\x06action\x18\x10 \x01(\tR\x06action\x12\x1c\n" +
+	"\tdiagnosis\x18\x11 \x01(\tR\tdiagnosis\"z\n" +
 	"\x14ReportFailureRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x14\n" +
 	"\x05round\x18\x02 \x01(\x03R\x05round\x123\n" +
