@@ -76,7 +76,7 @@ func (s JobSpec) Check(c Capabilities) error {
 			ctr = base
 		}
 		if !slices.Contains(c.ReplicaTypes, t) {
-			refuse(base+" (a "+string(t)+" group)", "remove it")
+			refuse(base+" (Rover runs worker groups only here)", "remove it")
 			continue
 		}
 		if !c.Scheduling {

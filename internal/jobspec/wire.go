@@ -134,15 +134,15 @@ func checkShape(t reflect.Type, v any, path string) []error {
 	if v == nil {
 		return nil
 	}
+	if t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
 	if reflect.PointerTo(t).Implements(unmarshaler) {
 		b, _ := json.Marshal(v)
 		if err := reflect.New(t).Interface().(json.Unmarshaler).UnmarshalJSON(b); err != nil {
 			return []error{fmt.Errorf("%s: %v", path, err)}
 		}
 		return nil
-	}
-	if t.Kind() == reflect.Pointer {
-		t = t.Elem()
 	}
 	bad := func(want string) []error {
 		return []error{fmt.Errorf("%s: want %s, got %s", path, want, describe(v))}
