@@ -125,4 +125,3 @@ type unsupportedError struct{ msg string }
 
 func (e *unsupportedError) Error() string        { return e.msg }
 func (e *unsupportedError) Is(target error) bool { return target == ErrUnsupported }
-

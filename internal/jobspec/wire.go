@@ -248,4 +248,3 @@ func orTop(path string) string {
 	}
 	return path
 }
-
