@@ -1,0 +1,330 @@
+package jobspec
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/roverml/rover/internal/runconfig"
+)
+
+// builder turns the wire form into a JobSpec, collecting every problem.
+type builder struct {
+	prefix string // "spec." for an ElasticJob, "" for a bare spec
+	errs   []error
+}
+
+func (b *builder) addf(path, format string, a ...any) {
+	b.errs = append(b.errs, fmt.Errorf(b.prefix+path+": "+format, a...))
+}
+
+// build validates ws and returns the JobSpec.
+func build(meta wireMeta, ws wireSpec, prefix string) (*JobSpec, error) {
+	b := &builder{prefix: prefix}
+	spec := &JobSpec{
+		Name:         meta.Name,
+		Namespace:    meta.Namespace,
+		Strategy:     AllreduceStrategy,
+		OptimizeMode: "single-job",
+		Replicas:     map[ReplicaType]*ReplicaGroup{},
+		Suspend:      ws.Suspend,
+		NodeUnit:     1,
+		prefix:       prefix,
+	}
+	switch ws.DistributionStrategy {
+	case "", AllreduceStrategy:
+	case "ParameterServerStrategy":
+		b.addf("distributionStrategy", "ParameterServerStrategy is not supported: Rover runs allreduce jobs (PyTorch DDP/FSDP) only; use AllreduceStrategy")
+	default:
+		b.addf("distributionStrategy", "%q is unknown; use AllreduceStrategy", ws.DistributionStrategy)
+	}
+	switch ws.OptimizeMode {
+	case "", "single-job":
+	case "cluster", "manual":
+		b.addf("optimizeMode", "%q is not supported: Rover optimizes each job on its own; use single-job or leave it out", ws.OptimizeMode)
+	default:
+		b.addf("optimizeMode", "%q is unknown; use single-job or leave it out", ws.OptimizeMode)
+	}
+	for _, name := range slices.Sorted(maps.Keys(ws.Envs)) {
+		if !validEnvName(name) {
+			b.addf("envs."+name, "not a valid environment variable name; use letters, digits and _, not starting with a digit")
+		}
+		spec.Env = append(spec.Env, EnvVar{Name: name, Value: ws.Envs[name].Value})
+	}
+	spec.ResourceLimits = b.resources("resourceLimits", ws.ResourceLimits)
+	if ws.PendingTimeout != nil {
+		spec.PendingTimeout = b.duration("pendingTimeout", string(*ws.PendingTimeout))
+	} else if v, ok := meta.Annotations["pending_timeout"]; ok {
+		b2 := &builder{}
+		spec.PendingTimeout = b2.duration("metadata.annotations.pending_timeout", v)
+		b.errs = append(b.errs, b2.errs...)
+	}
+
+	if len(ws.ReplicaSpecs) == 0 {
+		b.addf("replicaSpecs", "missing; give at least replicaSpecs.worker with the training container")
+	}
+	for _, key := range slices.Sorted(maps.Keys(ws.ReplicaSpecs)) {
+		t := ReplicaType(key)
+		if !slices.Contains(replicaTypes, t) {
+			b.addf("replicaSpecs."+key, "unknown replica type; use worker (also accepted: ps, chief, evaluator)")
+			continue
+		}
+		if g := b.group(t, ws.ReplicaSpecs[key], spec.Env); g != nil {
+			spec.Replicas[t] = g
+		}
+	}
+	if _, ok := ws.ReplicaSpecs[string(Worker)]; len(ws.ReplicaSpecs) > 0 && !ok {
+		b.addf("replicaSpecs.worker", "missing; every job needs a worker group")
+	}
+
+	// Job-wide settings: the worker launcher's flags, or the spec's fields.
+	spec.MaxRestarts = b.jobInt("maxRestarts", ws.MaxRestarts, spec.Replicas[Worker], "max-restarts",
+		func(c *runconfig.Config) int { return c.MaxRestarts }, 0, 0)
+	spec.NodeUnit = b.jobInt("nodeUnit", ws.NodeUnit, spec.Replicas[Worker], "node-unit",
+		func(c *runconfig.Config) int { return c.NodeUnit }, 1, 1)
+
+	if len(b.errs) > 0 {
+		return nil, errors.Join(b.errs...)
+	}
+	return spec, nil
+}
+
+// jobInt settles a job-wide number given by the spec's field, the worker
+// launcher's flag, or both (which must agree).
+func (b *builder) jobInt(field string, v *int, w *ReplicaGroup, flag string, get func(*runconfig.Config) int, def, least int) int {
+	if v != nil && *v < least {
+		b.addf(field, "%d is too small; use %d or more", *v, least)
+		return def
+	}
+	if w == nil || w.Launch == nil {
+		if v != nil {
+			return *v
+		}
+		return def
+	}
+	fromFlag := get(w.Launch)
+	if v != nil && *v != fromFlag {
+		b.addf(field, "%d disagrees with --%s=%d in %s; give the value once, in the launcher flags or here", *v, flag, fromFlag, w.ctrPath+".command")
+	}
+	return fromFlag
+}
+
+// group builds and validates one replica group.
+func (b *builder) group(t ReplicaType, w *wireReplica, jobEnv []EnvVar) *ReplicaGroup {
+	base := "replicaSpecs." + string(t)
+	if w == nil {
+		b.addf(base, "empty; give replicas and a template with the training container")
+		return nil
+	}
+	g := &ReplicaGroup{Type: t, AutoScale: w.AutoScale, RestartCount: DefaultRestartCount}
+	n := len(b.errs)
+
+	if w.RestartCount != nil {
+		switch rc := *w.RestartCount; {
+		case rc < 0:
+			b.addf(base+".restartCount", "%d is negative; use 0 to %d relaunches per node", rc, MaxRestartCount)
+		case rc > MaxRestartCount:
+			b.addf(base+".restartCount", "%d is above the cap of %d relaunches per node (as in DLRover); use %d or less", rc, MaxRestartCount, MaxRestartCount)
+		default:
+			g.RestartCount = rc
+		}
+	}
+	if w.RestartTimeout != nil {
+		if *w.RestartTimeout < 0 {
+			b.addf(base+".restartTimeout", "%d is negative; give seconds, 0 or more", *w.RestartTimeout)
+		}
+		g.RestartTimeout = time.Duration(*w.RestartTimeout) * time.Second
+	}
+	if w.Priority != nil {
+		g.Priority = string(*w.Priority)
+		if f, err := strconv.ParseFloat(g.Priority, 64); g.Priority != "high" && g.Priority != "low" && (err != nil || f < 0 || f > 1) {
+			b.addf(base+".priority", "%q is not a priority; use high, low, or a fraction between 0 and 1 such as 0.5", g.Priority)
+		}
+	}
+	if w.CriticalNodes != nil {
+		g.CriticalNodes = b.criticalNodes(base+".criticalNodes", string(*w.CriticalNodes))
+	}
+
+	ctr, ctrPath := b.container(base, w)
+	if ctr != nil {
+		g.ctrPath = b.prefix + ctrPath
+		g.Container, g.Image, g.ImagePullPolicy, g.WorkingDir = ctr.Name, ctr.Image, ctr.ImagePullPolicy, ctr.WorkingDir
+		g.Requests = b.resources(ctrPath+".resources.requests", ctr.Resources.Requests)
+		g.Limits = b.resources(ctrPath+".resources.limits", ctr.Resources.Limits)
+		g.Env = b.env(ctrPath+".env", jobEnv, ctr.Env)
+		b.command(g, w, ctr, ctrPath)
+	}
+	if len(b.errs) > n {
+		return nil
+	}
+	return g
+}
+
+// container finds the training container: the one named main, or the only one.
+func (b *builder) container(base string, w *wireReplica) (*wireContainer, string) {
+	ps := &w.Template.Spec
+	switch ps.RestartPolicy {
+	case "", "Never":
+	default:
+		b.addf(base+".template.spec.restartPolicy", "%q is not supported: Rover relaunches failed nodes itself (restartCount); use Never or leave it out", ps.RestartPolicy)
+	}
+	cs := ps.Containers
+	path := base + ".template.spec.containers"
+	switch {
+	case len(cs) == 0:
+		b.addf(path, "no containers; give one container (named main) with the training command")
+		return nil, ""
+	case len(cs) == 1:
+		return &cs[0], path + "[0]"
+	}
+	for i := range cs {
+		if cs[i].Name == "main" {
+			return &cs[i], fmt.Sprintf("%s[%d]", path, i)
+		}
+	}
+	b.addf(path, "%d containers and none is named main; name the training container main", len(cs))
+	return nil, ""
+}
+
+// command sets the group's command, launcher and node counts.
+func (b *builder) command(g *ReplicaGroup, w *wireReplica, ctr *wireContainer, ctrPath string) {
+	argv := append(append([]string{}, ctr.Command...), ctr.Args...)
+	cmdPath := ctrPath + ".command"
+	if len(argv) == 0 || strings.TrimSpace(strings.Join(argv, "")) == "" {
+		b.addf(cmdPath, "empty; give the training command, e.g. [dlrover-run, --nnodes=2, --nproc_per_node=2, train.py]")
+		return
+	}
+	base := "replicaSpecs." + string(g.Type)
+	count := func(f string, p *int, least int) {
+		if p != nil && *p < least {
+			what := "negative"
+			if *p >= 0 {
+				what = "too small"
+			}
+			b.addf(base+"."+f, "%d is %s; a group needs at least %d", *p, what, least)
+		}
+	}
+	count("replicas", w.Replicas, 1)
+	count("minReplicas", w.MinReplicas, 1)
+	count("maxReplicas", w.MaxReplicas, 1)
+	count("nprocPerNode", w.NprocPerNode, 1)
+
+	line, err := findLauncher(argv)
+	if err != nil {
+		b.addf(cmdPath, "%v", err)
+		return
+	}
+	if line == nil {
+		g.Command = argv
+		g.NprocPerNode = deref(w.NprocPerNode, 1)
+		lo, hi := deref(w.MinReplicas, 0), deref(w.MaxReplicas, 0)
+		r := deref(w.Replicas, 0)
+		switch {
+		case lo == 0 && hi == 0:
+			lo, hi = max(r, 1), max(r, 1)
+		case hi == 0:
+			hi = max(r, lo)
+		case lo == 0:
+			lo = hi
+		}
+		if r != 0 && hi != 0 && r != hi {
+			b.addf(base+".replicas", "%d disagrees with maxReplicas: %d; replicas is the most nodes the group runs: drop one or make them equal", r, hi)
+		}
+		if lo > hi {
+			b.addf(base+".minReplicas", "%d is above maxReplicas: %d; the minimum must not exceed the maximum", lo, hi)
+		}
+		g.MinNodes, g.MaxNodes = lo, hi
+		return
+	}
+
+	args, features := stripFeatures(line.args)
+	cfg, err := launchParser(g.Limits).Parse(args)
+	if err != nil {
+		for _, e := range unjoin(err) {
+			b.addf(cmdPath, "%s: %v", line.name, e)
+		}
+		return
+	}
+	g.Launch, g.LaunchArgs, g.LauncherFeatures = cfg, args, features
+	g.Command = cfg.WorkerArgv("python")
+	g.MinNodes, g.MaxNodes, g.NprocPerNode = cfg.MinNodes, cfg.MaxNodes, cfg.NprocPerNode
+	nn := fmt.Sprintf("--nnodes=%s in %s%s", cfg.Policy().NNodesText(), b.prefix, cmdPath)
+	agree := func(field string, p *int, want int, what string) {
+		if p != nil && *p != want {
+			b.addf(base+"."+field, "%d disagrees with %s; %s: set %s: %d or change --nnodes", *p, nn, what, field, want)
+		}
+	}
+	agree("replicas", w.Replicas, cfg.MaxNodes, "replicas is the most nodes the group runs")
+	agree("maxReplicas", w.MaxReplicas, cfg.MaxNodes, "maxReplicas is the most nodes the group runs")
+	agree("minReplicas", w.MinReplicas, cfg.MinNodes, "minReplicas is the fewest nodes the job trains with")
+	if w.NprocPerNode != nil && *w.NprocPerNode != cfg.NprocPerNode {
+		b.addf(base+".nprocPerNode", "%d disagrees with --nproc-per-node=%d in %s%s; give it once", *w.NprocPerNode, cfg.NprocPerNode, b.prefix, cmdPath)
+	}
+}
+
+// featureFlags are dlrover-run switches Rover parses but does not
+// implement; stripFeatures lifts them out of a launcher line so that the
+// spec parses and Check can refuse them per platform.
+var featureFlags = []string{"network-check", "exclude-straggler", "save-at-breakpoint", "comm-perf-test", "auto-config", "auto-tunning"}
+
+// stripFeatures removes the feature switches (exact spellings, with - or _,
+// optionally =true) that come before the script. Switches are booleans, so
+// they never take the next argument, and an option-looking argument is
+// never a flag's value: everything before the first non-option argument
+// that is not a flag's value is an option. To stay exact it stops at the
+// first argument that does not start with "-" and is not preceded by a
+// value-taking flag; it treats "--" as the end.
+func stripFeatures(args []string) (kept, features []string) {
+	kept = make([]string, 0, len(args))
+	i := 0
+	for ; i < len(args); i++ {
+		a := args[i]
+		if a == "--" || !strings.HasPrefix(a, "-") {
+			break
+		}
+		name, val, hasVal := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		name = strings.ReplaceAll(name, "_", "-")
+		if strings.HasPrefix(a, "--") && slices.Contains(featureFlags, name) && (!hasVal || val == "true" || val == "false") {
+			if val != "false" {
+				features = append(features, name)
+			}
+			continue
+		}
+		kept = append(kept, a)
+		if !hasVal && strings.HasPrefix(a, "--") && i+1 < len(args) && !strings.HasPrefix(args[i+1], "-") && takesValue(name) {
+			i++
+			kept = append(kept, args[i])
+		}
+	}
+	return append(kept, args[i:]...), features
+}
+
+// takesValue reports whether a long flag (or a prefix of one) takes a
+// value; booleans of rover run do not.
+func takesValue(name string) bool {
+	for _, b := range []string{"standalone", "module", "no-python", "run-path", "help"} {
+		if strings.HasPrefix(b, name) {
+			return false
+		}
+	}
+	return true
+}
+
+func deref(p *int, def int) int {
+	if p == nil {
+		return def
+	}
+	return *p
+}
+
+// unjoin splits an errors.Join error into its parts.
+func unjoin(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
+}

@@ -1,0 +1,127 @@
+package jobspec
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+)
+
+// Capabilities says what a platform can honour. Check refuses every field
+// of a spec outside it rather than ignoring it.
+type Capabilities struct {
+	// Platform describes the platform for messages, e.g. "the local
+	// platform runs processes on this machine".
+	Platform string
+	// Instead says what to do instead, e.g. "submit to Kubernetes".
+	Instead string
+	// ReplicaTypes are the replica types it runs.
+	ReplicaTypes []ReplicaType
+	// Resources are the resource names it can reserve (cpu, memory,
+	// nvidia.com/gpu); none means resources cannot be given.
+	Resources []string
+	// Images: it runs container images (image, imagePullPolicy).
+	Images bool
+	// Namespaces: it places jobs in namespaces.
+	Namespaces bool
+	// Scheduling: it honours priority, autoScale, restartTimeout,
+	// pendingTimeout, suspend and resourceLimits.
+	Scheduling bool
+	// CriticalNodes: it honours criticalNodes.
+	CriticalNodes bool
+	// LauncherFeatures are the dlrover-run switches it implements.
+	LauncherFeatures []string
+}
+
+// LocalCapabilities is what the local platform honours: worker processes
+// on this machine, no images, no resource reservations, no scheduler.
+var LocalCapabilities = Capabilities{
+	Platform:     "the local platform runs processes on this machine",
+	Instead:      "submit to Kubernetes",
+	ReplicaTypes: []ReplicaType{Worker},
+}
+
+// ErrUnsupported is wrapped by Check's errors.
+var ErrUnsupported = errors.New("not supported by the platform")
+
+// Check returns an error listing every field of s that c cannot honour,
+// each naming the field path, or nil. Its errors match ErrUnsupported.
+func (s JobSpec) Check(c Capabilities) error {
+	var errs []error
+	refuse := func(path, remove string) {
+		errs = append(errs, &unsupportedError{msg: fmt.Sprintf("%s: it cannot honour %s; %s or %s", c.Platform, path, remove, c.Instead)})
+	}
+	if s.Namespace != "" && !c.Namespaces {
+		refuse("metadata.namespace", "remove it")
+	}
+	if !c.Scheduling {
+		if s.Suspend {
+			refuse(s.prefix+"suspend", "remove it")
+		}
+		if s.PendingTimeout != 0 {
+			refuse(s.prefix+"pendingTimeout (or the pending_timeout annotation)", "remove it")
+		}
+		if len(s.ResourceLimits) > 0 {
+			refuse(s.prefix+"resourceLimits", "remove it")
+		}
+	}
+	for _, t := range replicaTypes {
+		g := s.Replicas[t]
+		if g == nil {
+			continue
+		}
+		base := s.prefix + "replicaSpecs." + string(t)
+		ctr := g.ctrPath
+		if ctr == "" {
+			ctr = base
+		}
+		if !slices.Contains(c.ReplicaTypes, t) {
+			refuse(base+" (Rover runs worker groups only here)", "remove it")
+			continue
+		}
+		if !c.Scheduling {
+			if g.Priority != "" {
+				refuse(base+".priority", "remove it")
+			}
+			if g.AutoScale {
+				refuse(base+".autoScale", "remove it")
+			}
+			if g.RestartTimeout != 0 {
+				refuse(base+".restartTimeout", "remove it")
+			}
+		}
+		if len(g.CriticalNodes) > 0 && !c.CriticalNodes {
+			refuse(base+".criticalNodes", "remove it")
+		}
+		if !c.Images {
+			if g.Image != "" {
+				refuse(ctr+".image", "remove it")
+			}
+			if g.ImagePullPolicy != "" {
+				refuse(ctr+".imagePullPolicy", "remove it")
+			}
+		}
+		for _, list := range []struct {
+			name string
+			rl   ResourceList
+		}{{"limits", g.Limits}, {"requests", g.Requests}} {
+			for _, r := range slices.Sorted(maps.Keys(list.rl)) {
+				if !slices.Contains(c.Resources, r) {
+					refuse(join(ctr+".resources."+list.name, r), "remove it")
+				}
+			}
+		}
+		for _, f := range g.LauncherFeatures {
+			if !slices.Contains(c.LauncherFeatures, f) {
+				refuse(ctr+".command flag --"+f+" (not implemented yet in Rover)", "remove the flag")
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// unsupportedError is one field a platform cannot honour.
+type unsupportedError struct{ msg string }
+
+func (e *unsupportedError) Error() string        { return e.msg }
+func (e *unsupportedError) Is(target error) bool { return target == ErrUnsupported }

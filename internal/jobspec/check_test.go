@@ -1,0 +1,67 @@
+package jobspec
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestCheckLocal(t *testing.T) {
+	tests := []struct {
+		name string
+		yaml string
+		want []string // substrings; none means Check passes
+	}{
+		{"local spec passes", readTestdata(t, "local.yaml"), nil},
+		{"reference example", readTestdata(t, "torch-mnist.yaml"), []string{
+			"the local platform runs processes on this machine: it cannot honour spec.replicaSpecs.worker.template.spec.containers[0].image; remove it or submit to Kubernetes",
+			"containers[0].imagePullPolicy",
+			"containers[0].resources.limits.cpu", "containers[0].resources.requests.memory",
+			"containers[0].command flag --network-check",
+		}},
+		{"other replica types and scheduling", `
+suspend: true
+resourceLimits: {cpu: 8}
+replicaSpecs:
+  worker: {priority: 0.5, autoScale: true, restartTimeout: 30, criticalNodes: "0", template: {spec: {containers: [{command: [x]}]}}}
+  evaluator: {template: {spec: {containers: [{command: [x]}]}}}`, []string{
+			"cannot honour suspend;", "cannot honour resourceLimits;", "replicaSpecs.worker.priority", "replicaSpecs.worker.autoScale",
+			"replicaSpecs.worker.restartTimeout", "replicaSpecs.worker.criticalNodes", "replicaSpecs.evaluator (Rover runs worker groups only here)",
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			spec, err := Parse([]byte(tt.yaml))
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = spec.Check(LocalCapabilities)
+			if len(tt.want) == 0 {
+				if err != nil {
+					t.Fatalf("Check: %v", err)
+				}
+				return
+			}
+			if !errors.Is(err, ErrUnsupported) {
+				t.Fatalf("Check = %v; want ErrUnsupported", err)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error does not contain %q:\n%v", w, err)
+				}
+			}
+		})
+	}
+}
+
+func TestCheckKubernetesLike(t *testing.T) {
+	spec, err := Parse([]byte(readTestdata(t, "torch-mnist.yaml")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k8s := Capabilities{Platform: "k8s", Instead: "x", ReplicaTypes: []ReplicaType{Worker}, Images: true,
+		Resources: []string{CPU, Memory, GPU}, Scheduling: true, CriticalNodes: true, LauncherFeatures: []string{"network-check"}}
+	if err := spec.Check(k8s); err != nil {
+		t.Errorf("Check: %v", err)
+	}
+}
