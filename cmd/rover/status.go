@@ -71,5 +71,28 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\n", n.GetNodeId(), n.GetNodeRank(), gr, n.GetAddr(), st)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if fs := j.GetFailures(); len(fs) > 0 {
+		fmt.Fprintln(stdout, "\nfailures (newest last):")
+		for _, f := range fs {
+			what := f.GetMessage()
+			if what == "" {
+				what = fmt.Sprintf("exit code %d", f.GetExitCode())
+				if f.GetSignal() != 0 {
+					what = fmt.Sprintf("killed by signal %d", f.GetSignal())
+				}
+			}
+			fmt.Fprintf(stdout, "  round %d: node %s (node rank %d), rank %d: %s\n",
+				f.GetRound(), f.GetNodeId(), f.GetNodeRank(), f.GetRank(), firstLine(what))
+		}
+	}
+	return nil
+}
+
+// firstLine is s up to its first newline.
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(s, "\n")
+	return line
 }

@@ -212,7 +212,7 @@ func TestStandaloneMasterSpec(t *testing.T) {
 		Rendezvous: client.RendezvousConfig{
 			Rendezvous: rendezvous.Config{MinNodes: 1, MaxNodes: 1, NodeUnit: 1, MaxRestarts: 2,
 				LastCall: 30 * time.Second, JoinTimeout: 600 * time.Second},
-			Nodes: node.Config{HeartbeatTimeout: 600 * time.Second, DisconnectGrace: 5 * time.Second},
+			Nodes: node.Config{HeartbeatTimeout: 30 * time.Second, DisconnectGrace: 5 * time.Second},
 		},
 		StateDir: filepath.Join(logDir, "sd", "n", "master"),
 	}
