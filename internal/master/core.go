@@ -217,8 +217,7 @@ func (c *core) transitionLocked(e *event) error {
 	case eventJoin:
 		mb, worldRound, _, member := c.rdzv.WorldMember(e.Join.NodeID)
 		_, err = c.rdzv.Join(*e.Join, e.Time)
-		if err == nil && member && !before.Open && before.Round == worldRound && c.rdzv.Status().Round > worldRound &&
-			c.failedOthersLocked(e.Join.NodeID, worldRound) {
+		if err == nil && member && !before.Open && before.Job == rendezvous.Running && before.Round == worldRound && c.rdzv.Status().Round > worldRound {
 			// A member's agent restarted, ending the world: the others'
 			// failures in it were its consequences.
 			c.blameLossLocked(&event{Node: e.Join.NodeID, Time: e.Time, Reason: "its agent restarted"}, mb, worldRound)
@@ -316,14 +315,6 @@ func (c *core) blameLossLocked(e *event, mb rendezvous.Member, round int) {
 	if n := len(c.failures); n > maxFailuresKept {
 		c.failures = append([]*roverv1.WorkerFailure(nil), c.failures[n-maxFailuresKept:]...)
 	}
-}
-
-// failedOthersLocked reports whether nodes other than id reported failures
-// in round.
-func (c *core) failedOthersLocked(id string, round int) bool {
-	return slices.ContainsFunc(c.failures, func(f *roverv1.WorkerFailure) bool {
-		return f.GetRound() == int64(round) && f.GetNodeId() != id
-	})
 }
 
 func (c *core) recordFailuresLocked(raw []json.RawMessage) {

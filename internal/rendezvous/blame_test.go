@@ -73,11 +73,17 @@ func TestBlameScenarios(t *testing.T) {
 			fail("a", 1).at(sec).then(open(2).prev("a", "b").restarts(1)),
 			lost("b").at(15 * sec).then(open(2).prev("a", "b").restarts(1)),
 		}},
-		{"a new world settles the blame", blame(1), []step{
+		{"a loss noticed after a new world formed still takes the blame", blame(1), []step{
+			join("a"), join("b"),
+			fail("a", 1).at(sec).then(open(2).prev("a", "b").restarts(1)),
+			join("c"), join("a").then(closed(2, "a", "c").restarts(1)), // c replaced b before b was noticed
+			lost("b").at(5 * sec).then(closed(2, "a", "c")),
+		}},
+		{"a member of both worlds lost: the restart is given back", blame(1), []step{
 			join("a"), join("b"),
 			fail("a", 1).at(sec).then(open(2).prev("a", "b").restarts(1)),
 			join("a"), join("b").then(closed(2, "a", "b").restarts(1)),
-			lost("b").at(sec).then(open(3).prev("a", "b").restarts(1)),
+			lost("b").at(sec).then(open(3).prev("a", "b")),
 		}},
 		{"no window: the failure is charged at once", cfg(minmax(2, 2), func(c *Config) { c.MaxRestarts = 0 }), []step{
 			join("a"), join("b"),

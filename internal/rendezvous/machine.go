@@ -48,7 +48,8 @@ type Machine struct {
 }
 
 // suspect is a worker failure reported at at for round, whose blame passes
-// to a member of that round's world lost before at+BlameWindow.
+// to a member of that round's world lost before at+BlameWindow, even when a
+// new world formed meanwhile (without the member not yet noticed lost).
 type suspect struct {
 	node  string
 	round int
@@ -58,6 +59,9 @@ type suspect struct {
 	// when the window ends, unless a loss comes first.
 	charged bool
 	reason  string // the job's failure reason when !charged
+	// members is the failed world (NodeID -> group rank): a new world may
+	// form while a member's loss is still to be noticed.
+	members map[string]int
 }
 
 // New returns a machine for a job whose round 1 opens at now.
@@ -210,8 +214,8 @@ func (m *Machine) NodeLost(nodeID string, now time.Time) (blamed bool) {
 	m.ranks.lost(n)
 	m.dropJoined(n)
 	m.changed()
-	if s := m.suspect; s != nil && s.round == m.worldRound && n.succeeded != m.worldRound {
-		if _, member := m.index[n.id]; member {
+	if s := m.suspect; s != nil && n.succeeded != s.round {
+		if _, member := s.members[n.id]; member {
 			m.suspect = nil
 			blamed = true
 			if s.charged {
@@ -268,7 +272,7 @@ func (m *Machine) WorkerFailed(nodeID string, round int, now time.Time) error {
 	}
 	var sus *suspect
 	if m.cfg.BlameWindow > 0 {
-		sus = &suspect{node: n.id, round: round, at: now}
+		sus = &suspect{node: n.id, round: round, at: now, members: m.index}
 	}
 	if m.restarts >= m.cfg.MaxRestarts {
 		reason := fmt.Sprintf(
@@ -432,9 +436,6 @@ func (m *Machine) close(k int) {
 	}
 	m.world, m.index, m.worldSize = world, index, off
 	m.worldRound = m.round
-	if m.suspect != nil && m.suspect.charged {
-		m.suspect = nil // a new world formed: the failed one's losses no longer matter
-	}
 	m.nSucceeded = 0
 	m.open = false
 	m.changed()

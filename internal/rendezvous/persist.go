@@ -39,6 +39,7 @@ type suspectJSON struct {
 	At      time.Time `json:"at"`
 	Charged bool      `json:"charged,omitempty"`
 	Reason  string    `json:"reason,omitempty"`
+	Members []string  `json:"members"` // the failed world's NodeIDs
 }
 
 type configJSON struct {
@@ -86,6 +87,10 @@ func (m *Machine) MarshalState() ([]byte, error) {
 	}
 	if x := m.suspect; x != nil {
 		s.Suspect = &suspectJSON{Node: x.node, Round: x.round, At: x.at, Charged: x.charged, Reason: x.reason}
+		for id := range x.members {
+			s.Suspect.Members = append(s.Suspect.Members, id)
+		}
+		slices.Sort(s.Suspect.Members)
 	}
 	if m.fail != nil {
 		for k, v := range failureKinds {
@@ -145,12 +150,19 @@ func Restore(data []byte) (*Machine, error) {
 		switch {
 		case m.cfg.BlameWindow <= 0 || m.job != Running:
 			return nil, bad("a suspect failure in a job %s with blame window %v", m.job, m.cfg.BlameWindow)
-		case x.Round != m.worldRound || m.nodes[x.Node] == nil:
+		case x.Round > m.worldRound || x.Round < 1 || m.nodes[x.Node] == nil || !slices.Contains(x.Members, x.Node):
 			return nil, bad("suspect failure of node %q in round %d, but the last world is round %d's", x.Node, x.Round, m.worldRound)
-		case x.Charged == (x.Reason != "") || (!x.Charged && m.open):
-			return nil, bad("suspect failure charged %v with reason %q in a round open %v", x.Charged, x.Reason, m.open)
+		case x.Charged == (x.Reason != "") || (!x.Charged && (m.open || x.Round != m.worldRound)):
+			return nil, bad("suspect failure charged %v with reason %q in round %d (open %v)", x.Charged, x.Reason, m.round, m.open)
 		}
-		m.suspect = &suspect{node: x.Node, round: x.Round, at: x.At, charged: x.Charged, reason: x.Reason}
+		members := make(map[string]int, len(x.Members))
+		for i, id := range x.Members {
+			if m.nodes[id] == nil {
+				return nil, bad("suspect failure's world member %q is not a known node", id)
+			}
+			members[id] = i
+		}
+		m.suspect = &suspect{node: x.Node, round: x.Round, at: x.At, charged: x.Charged, reason: x.Reason, members: members}
 	}
 	return m, nil
 }

@@ -72,7 +72,8 @@ func (c *cluster) status(t *testing.T) string {
 	return string(out)
 }
 
-// waitStep waits until a rank of the job saved step.
+// waitStep waits until a rank of the job saved step (train.py's --log-saves,
+// which logs flash saves).
 func waitStep(t *testing.T, saves string, step int) {
 	t.Helper()
 	waitFor(t, jobTimeout, fmt.Sprintf("training to reach step %d", step), func() bool {
@@ -116,7 +117,8 @@ func TestDDPLostNodeSpendsNoRestart(t *testing.T) {
 			dir := t.TempDir()
 			saves := filepath.Join(dir, "saves.log")
 			c := newCluster(t, "blame")
-			args := append([]string{"--nnodes", "2"}, trainArgs(dir, "--log-saves", saves, "--step-sleep", "0.05")...)
+			args := append([]string{"--nnodes", "2"}, trainArgs(dir, "--flash", filepath.Join(dir, "flash"),
+				"--log-saves", saves, "--step-sleep", "0.05")...)
 			args = setArg(t, args, "--max-restarts", "0")
 			a0, a1 := c.agent("node0", args...), c.agent("node1", args...)
 			at := 12 + time.Now().Nanosecond()%20 // a random step mid-run
@@ -163,7 +165,8 @@ func TestFrozenNodeIsLost(t *testing.T) {
 	dir := t.TempDir()
 	saves := filepath.Join(dir, "saves.log")
 	c := newCluster(t, "frozen")
-	args := append([]string{"--nnodes", "1:2"}, trainArgs(dir, "--log-saves", saves, "--step-sleep", "0.1")...)
+	args := append([]string{"--nnodes", "1:2"}, trainArgs(dir, "--flash", filepath.Join(dir, "flash"),
+		"--log-saves", saves, "--step-sleep", "0.1")...)
 	// The defaults, but for the test's short timeouts of rounds.
 	args = setArg(t, args, "--rdzv-conf", "last_call_timeout=1s,join_timeout=60s")
 	args = slices.Insert(args, 0, "--heartbeat-interval", "5s") // after the cluster's 1s, before the script
