@@ -104,7 +104,8 @@ func zombie(pid int) bool {
 
 // TestDDPLostNodeSpendsNoRestart runs two nodes with no restart budget and
 // SIGKILLs one node's agent (its workers die with it) mid-training, at a
-// random step, then starts a new agent for that node. The survivor's workers
+// random step, then starts a new agent for that node (at once, or once the
+// master declared the node lost). The survivor's workers
 // die of their broken collectives and its agent reports a failure, usually
 // before the master has noticed the loss: the master takes that failure as
 // the loss's consequence, so the job finishes with no restart spent and the
@@ -124,6 +125,13 @@ func TestDDPLostNodeSpendsNoRestart(t *testing.T) {
 			at := 12 + time.Now().Nanosecond()%20 // a random step mid-run
 			waitStep(t, saves, at)
 			killAgent(t, a1)
+			if try == 1 {
+				// The other order: the master notices the loss before the
+				// node's new agent joins.
+				waitFor(t, time.Minute, "the master to declare node1 lost", func() bool {
+					return regexp.MustCompile(`(?m)^node1\s.*lost: `).MatchString(c.status(t))
+				})
+			}
 			a1 = c.agent("node1", args...)
 			var st string
 			waitFor(t, jobTimeout, "a new world of both nodes", func() bool {
@@ -139,7 +147,7 @@ func TestDDPLostNodeSpendsNoRestart(t *testing.T) {
 			if !strings.Contains(st, "restarts 0 of 0") {
 				t.Errorf("status does not show 0 of 0 restarts spent:\n%s", st)
 			}
-			if !regexp.MustCompile(`node node1 \(node rank 1\), rank 2: node node1 \(node rank 1\) was lost`).MatchString(st) {
+			if !regexp.MustCompile(`node node1 \(node rank \d\), rank \d: node node1 \(node rank \d\) was lost`).MatchString(st) {
 				t.Errorf("the failure records do not name the lost node1:\n%s", st)
 			}
 			if strings.Contains(st, "node node0") {
@@ -261,5 +269,65 @@ func TestDDPFlashReplacedNodeResumesFromMemory(t *testing.T) {
 	}
 	if d := maxRelDiff(t, clean.Weights, res.Weights); d > 1e-6 {
 		t.Errorf("weights differ by %g relative, want <= 1e-6", d)
+	}
+}
+
+// TestDDPFlashGrownWorldResumesFromMemory adds a third node, with nothing in
+// memory, to a two-node DDP job with flash checkpoints (memory every step,
+// storage every 10) at step ~25. The running workers are stopped, not
+// failed, so it is the agents' persisting before they rejoin that lets
+// every rank of the grown world resume from the newest step the two nodes
+// held in memory, not from the last persisted step 20.
+func TestDDPFlashGrownWorldResumesFromMemory(t *testing.T) {
+	dir := t.TempDir()
+	saves := filepath.Join(dir, "saves.log")
+	c := newCluster(t, "grow-flash")
+	args := append([]string{"--nnodes", "2:3"}, trainArgs(dir, "--flash", filepath.Join(dir, "flash"),
+		"--log-saves", saves, "--step-sleep", "0.05")...)
+	a0, a1 := c.agent("node0", args...), c.agent("node1", args...)
+	waitStep(t, saves, 25)
+	before := 0 // a step every rank had saved before the new node came
+	per := map[int]int{}
+	for _, s := range readSaves(t, saves) {
+		per[s.rank] = max(per[s.rank], s.step)
+	}
+	before = min(per[0], per[1], per[2], per[3])
+	a2 := c.agent("node2", args...)
+	for _, a := range []*process{a0, a1, a2} {
+		if code := a.wait(t, jobTimeout); code != 0 {
+			t.Fatalf("%s exited %d:\n%s", a.name, code, a.out)
+		}
+	}
+	if r := readResult(t, filepath.Join(dir, "out.json")); r.Step != 60 || r.WorldSize != 6 {
+		t.Fatalf("result: step %d world %d; want 60 on a world of 6", r.Step, r.WorldSize)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "world.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) != 10 {
+		t.Fatalf("world.log has %d starts, want 4 + 6:\n%s", len(lines), b)
+	}
+	t.Logf("node2 added once every rank had saved step %d; resumed:\n%s", before, strings.Join(lines[4:], "\n"))
+	var resumed []int
+	for _, line := range lines[4:] {
+		var restart, world, rank, step int
+		var source string
+		if _, err := fmt.Sscanf(line, "restart=%d world=%d rank=%d start_step=%d source=%s", &restart, &world, &rank, &step, &source); err != nil {
+			t.Fatalf("world.log line %q: %v", line, err)
+		}
+		if world != 6 {
+			t.Errorf("%q: want a world of 6", line)
+		}
+		resumed = append(resumed, step)
+	}
+	for _, s := range resumed {
+		if s != resumed[0] {
+			t.Fatalf("ranks resumed from different steps %v", resumed)
+		}
+	}
+	if resumed[0] < before || resumed[0] <= 20 {
+		t.Errorf("every rank resumed from step %d; want at least %d, the newest step all held in memory (not 20)", resumed[0], before)
 	}
 }
