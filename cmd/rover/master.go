@@ -42,7 +42,7 @@ var masterPolicyFlags = []struct{ name, def, help string }{
 	{runconfig.SettingMaxRestarts, "0", "with --nnodes: failure restarts allowed per job"},
 	{runconfig.SettingLastCallTimeout, "30s", "with --nnodes: close a round this long after the last join once min nodes joined"},
 	{runconfig.SettingJoinTimeout, "600s", "with --nnodes: fail the job when a round stays below min nodes this long"},
-	{runconfig.SettingHeartbeatTimeout, "600s", "with --nnodes: a node without heartbeats this long is dead"},
+	{runconfig.SettingHeartbeatTimeout, "30s", "with --nnodes: a node without heartbeats this long is dead"},
 	{runconfig.SettingDisconnectGrace, "5s", "with --nnodes: a node whose session stays closed this long is dead"},
 }
 

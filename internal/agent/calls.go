@@ -20,7 +20,7 @@ var masterBackoff = retry.Backoff{Initial: 100 * time.Millisecond, Max: 2 * time
 // the agent keeps its workers running without a master: the heartbeat
 // timeout. A master restarted within it finds the agents waiting.
 func (a *agent) masterPolicy() retry.Policy {
-	return a.policy(a.cfg.HeartbeatTimeout)
+	return a.policy(a.cfg.MasterTimeout)
 }
 
 func (a *agent) policy(limit time.Duration) retry.Policy {
@@ -45,7 +45,7 @@ func (a *agent) call(ctx context.Context, what string, f func(context.Context) e
 // the heartbeat timeout.
 func (a *agent) masterLost(err error) error {
 	return exitErr(ExitMasterLost, "lost the master at %s for longer than the heartbeat timeout (%s): %w; "+
-		"restart `rover master` (with its --state-dir, to resume the job) and then the agents", a.addr, a.cfg.HeartbeatTimeout, err)
+		"restart `rover master` (with its --state-dir, to resume the job) and then the agents", a.addr, a.cfg.MasterTimeout, err)
 }
 
 // unreachable reports whether err says the master could not be reached

@@ -59,7 +59,7 @@ func TestReportWaitsForTheMaster(t *testing.T) {
 			clock := retrytest.NewClock(time.Unix(1000, 0))
 			start := clock.Now()
 			m := &awayMaster{clock: clock, back: start.Add(tt.away), err: tt.err}
-			a := &agent{cfg: &runconfig.Config{HeartbeatTimeout: timeout}, client: m, clock: clock,
+			a := &agent{cfg: &runconfig.Config{MasterTimeout: timeout}, client: m, clock: clock,
 				log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 			p := newPersister(a)
 			err := p.report(context.Background(), &roverv1.CheckpointDurableRequest{Step: 7, Rank: 1})

@@ -59,7 +59,7 @@ func (s *agentService) incarnation(inc int64) (int64, error) {
 // forward makes a call to the master, retrying it while the master is
 // unreachable, up to the heartbeat timeout (without one: until ctx ends).
 func (s *agentService) forward(ctx context.Context, method string, call func(context.Context) error) error {
-	limit := s.a.cfg.HeartbeatTimeout
+	limit := s.a.cfg.MasterTimeout
 	var last error
 	err := retry.Do(ctx, s.a.masterPolicy(), retryable, func(ctx context.Context) error {
 		last = call(ctx)

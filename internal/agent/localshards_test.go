@@ -321,7 +321,7 @@ func (m *flakyMaster) AppendStream(context.Context, *connect.Request[roverv1.App
 // until the master answers.
 func TestShardCallsWaitForMaster(t *testing.T) {
 	fm := &flakyMaster{fails: 3}
-	l := startAgentAPI(t, fm, runconfig.Config{HeartbeatTimeout: time.Minute})
+	l := startAgentAPI(t, fm, runconfig.Config{MasterTimeout: time.Minute})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	api := roverv1connect.NewAgentServiceClient(unixClient(l.socket), "http://agent")
@@ -343,7 +343,7 @@ func TestShardCallsWaitForMaster(t *testing.T) {
 // timeout; a stream append, which must not be sent twice, fails at once.
 func TestShardCallsGiveUpAtHeartbeatTimeout(t *testing.T) {
 	fm := &flakyMaster{fails: 1 << 30}
-	l := startAgentAPI(t, fm, runconfig.Config{HeartbeatTimeout: 300 * time.Millisecond, RdzvEndpoint: "master.example:7000"})
+	l := startAgentAPI(t, fm, runconfig.Config{MasterTimeout: 300 * time.Millisecond, RdzvEndpoint: "master.example:7000"})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	api := roverv1connect.NewAgentServiceClient(unixClient(l.socket), "http://agent")

@@ -90,6 +90,12 @@ func (a *agent) react(ctx context.Context, w *workers) (end bool, err error) {
 		switch act.kind {
 		case actStop:
 			w.stop(act.why) // then decide again, without workers
+			// A new round: the world may change (a node lost, added or
+			// replaced), and a newcomer holds nothing in memory, so no step
+			// is common to every rank's memory. Making the newest snapshot
+			// durable first lets every rank resume from it (the newcomer
+			// from storage) instead of the last persisted step.
+			a.persister.persistOnFailure(ctx)
 		case actStart:
 			w.lastStarted = act.round
 			w.g = startGroup(ctx, a.groupSpec(v))

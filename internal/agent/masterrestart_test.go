@@ -153,7 +153,7 @@ func TestMasterRestartKeepsTheJob(t *testing.T) {
 }
 
 // TestMasterLostStopsTheAgent: a master that never comes back is given the
-// heartbeat timeout; then the agent stops its worker and exits 4.
+// master_timeout; then the agent stops its worker and exits 4.
 func TestMasterLostStopsTheAgent(t *testing.T) {
 	const heartbeatTimeout = 2 * time.Second
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -164,7 +164,7 @@ func TestMasterLostStopsTheAgent(t *testing.T) {
 	done := make(chan agentRun, 1)
 	go func() {
 		done <- runAgentLogging(ctx, t, stderr, "--nnodes", "1", "--rdzv-endpoint", m.Addr(), "--node-id", "n",
-			"--rdzv-conf", "heartbeat_timeout="+heartbeatTimeout.String(), "--heartbeat-interval", "500ms", "--stop-grace-period", "1s",
+			"--rdzv-conf", "master_timeout="+heartbeatTimeout.String(), "--heartbeat-interval", "500ms", "--stop-grace-period", "1s",
 			"--no-python", fakeWorker, "--hang", "--env-dir", envDir)
 	}()
 	waitFor(t, "the worker to start", func() bool { return len(workerPids(t, envDir)) == 1 })
@@ -212,7 +212,7 @@ func TestStandaloneMasterSpec(t *testing.T) {
 		Rendezvous: client.RendezvousConfig{
 			Rendezvous: rendezvous.Config{MinNodes: 1, MaxNodes: 1, NodeUnit: 1, MaxRestarts: 2,
 				LastCall: 30 * time.Second, JoinTimeout: 600 * time.Second},
-			Nodes: node.Config{HeartbeatTimeout: 600 * time.Second, DisconnectGrace: 5 * time.Second},
+			Nodes: node.Config{HeartbeatTimeout: 30 * time.Second, DisconnectGrace: 5 * time.Second},
 		},
 		StateDir: filepath.Join(logDir, "sd", "n", "master"),
 	}

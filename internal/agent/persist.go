@@ -397,7 +397,9 @@ func (p *persister) remember(j persistJob) {
 // persistOnFailure writes to storage, once the workers are stopped, every
 // snapshot in memory newer than what each rank made durable: both slots, so
 // that the newest step every rank holds is among them and the master can
-// commit it. It runs before the workers restart and before the agent exits.
+// commit it. It runs before the workers restart (after they failed, or were
+// stopped for a new round, whose world may hold a node with nothing in
+// memory) and before the agent exits.
 func (p *persister) persistOnFailure(ctx context.Context) {
 	p.mu.Lock()
 	targets := make([]persistJob, 0, len(p.target))

@@ -82,8 +82,8 @@ func (a *agent) sessionLoop(ctx context.Context, firstJoin chan<- error) {
 			return
 		}
 		a.log.Warn("lost the master; the workers keep running while the agent reconnects",
-			"err", err, "gives_up_after", a.cfg.HeartbeatTimeout)
-		s, err = a.connect(ctx, a.cfg.HeartbeatTimeout, false)
+			"err", err, "gives_up_after", a.cfg.MasterTimeout)
+		s, err = a.connect(ctx, a.cfg.MasterTimeout, false)
 		switch {
 		case ctx.Err() != nil:
 			return

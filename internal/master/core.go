@@ -1,10 +1,12 @@
 package master
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -215,14 +217,23 @@ func (c *core) transitionLocked(e *event) error {
 	case eventConfigure:
 		err = c.configureLocked(e.Config, e.Time)
 	case eventJoin:
+		mb, worldRound, _, member := c.rdzv.WorldMember(e.Join.NodeID)
 		_, err = c.rdzv.Join(*e.Join, e.Time)
+		if err == nil && member && !before.Open && before.Job == rendezvous.Running && before.Round == worldRound && c.rdzv.Status().Round > worldRound {
+			// A member's agent restarted, ending the world: the others'
+			// failures in it were its consequences.
+			c.blameLossLocked(&event{Node: e.Join.NodeID, Time: e.Time, Reason: "its agent restarted"}, mb, worldRound)
+		}
 		if err == nil {
 			c.addrs[e.Join.NodeID] = e.Join.Addr
 			c.nodes.Seen(e.Join.NodeID, e.Time)
 			c.held[e.Join.NodeID] = e.Snapshots
 		}
 	case eventNodeLost:
-		c.rdzv.NodeLost(e.Node, e.Time)
+		mb, worldRound, _, member := c.rdzv.WorldMember(e.Node)
+		if c.rdzv.NodeLost(e.Node, e.Time) && member {
+			c.blameLossLocked(e, mb, worldRound)
+		}
 		delete(c.held, e.Node)
 		c.requeueLocked(e.Node, e.Time)
 	case eventWorkerFailed:
@@ -259,11 +270,31 @@ func (c *core) transitionLocked(e *event) error {
 	return err
 }
 
+// blameMargin is how long, beyond the disconnect grace, a worker failure
+// waits for a node loss to take the blame: the survivors of a killed node
+// report their broken collectives within seconds, and their agents first
+// persist what their workers held in memory.
+const blameMargin = 10 * time.Second
+
+// blameWindow is the rendezvous BlameWindow of a job with liveness cfg: a
+// node whose agent died is lost within DisconnectGrace of its session's
+// end, so a failure reported up to that long (plus a margin) before it is
+// taken as its consequence. A frozen node's peers do not fail at once (they
+// block in their collectives), so the heartbeat timeout does not count.
+// The price: a job out of restarts fails this much later after a genuine
+// failure; with restarts left, the restart starts at once and is given back
+// if a loss follows.
+func blameWindow(cfg node.Config) time.Duration {
+	return cfg.DisconnectGrace + blameMargin
+}
+
 func (c *core) configureLocked(cfg *jobConfig, now time.Time) error {
 	if c.rdzv != nil {
 		return nil
 	}
-	m, err := rendezvous.New(cfg.Rendezvous, now)
+	rc := cfg.Rendezvous
+	rc.BlameWindow = blameWindow(cfg.Nodes)
+	m, err := rendezvous.New(rc, now)
 	if err != nil {
 		return err
 	}
@@ -271,6 +302,24 @@ func (c *core) configureLocked(cfg *jobConfig, now time.Time) error {
 	c.rdzv = m
 	c.nodes = node.NewTable(cfg.Nodes)
 	return nil
+}
+
+// blameLossLocked records that a lost node ended its world's round: the
+// failures the other members reported for that round were the loss's
+// consequences (their collectives broke), so they are dropped, and the lost
+// node is named instead.
+func (c *core) blameLossLocked(e *event, mb rendezvous.Member, round int) {
+	c.failures = slices.DeleteFunc(c.failures, func(f *roverv1.WorkerFailure) bool {
+		return f.GetRound() == int64(round) && f.GetNodeId() != e.Node
+	})
+	c.failures = append(c.failures, &roverv1.WorkerFailure{
+		NodeId: e.Node, NodeRank: int32(mb.NodeRank), Host: mb.Addr, Rank: int32(mb.RankOffset),
+		ExitCode: -1, TimeUnixNanos: e.Time.UnixNano(), Round: int64(round),
+		Message: fmt.Sprintf("node %s (node rank %d) was lost: %s", e.Node, mb.NodeRank, cmp.Or(e.Reason, "its agent is gone")),
+	})
+	if n := len(c.failures); n > maxFailuresKept {
+		c.failures = append([]*roverv1.WorkerFailure(nil), c.failures[n-maxFailuresKept:]...)
+	}
 }
 
 // recordFailuresLocked keeps a report's failures, each annotated with the

@@ -23,6 +23,17 @@ type Config struct {
 	// JoinTimeout: the job fails when a round stays open this long without
 	// enough nodes for a world (>= 0; 0 waits forever).
 	JoinTimeout time.Duration
+	// BlameWindow is how long after a worker failure a member of the failed
+	// world may still be lost and take the blame (>= 0; 0: never). Workers
+	// on the surviving nodes of a lost node die of their broken collectives
+	// before the master notices the loss (its agent's disconnect grace, or
+	// heartbeat timeout), so their failure reports usually arrive first:
+	// such a failure is the loss's consequence, and spends no restart. A
+	// failure is therefore settled only when the window has passed: with
+	// restarts left, its restart starts at once and is given back if a loss
+	// follows; with none left, the job fails only once the window passed
+	// without a loss. See [Machine.WorkerFailed].
+	BlameWindow time.Duration
 }
 
 // Validate reports every field that is out of range at once, joined into one
@@ -52,6 +63,9 @@ func (c Config) Validate() error {
 	}
 	if c.JoinTimeout < 0 {
 		bad("JoinTimeout is %v; use 0 to wait forever or a positive duration", c.JoinTimeout)
+	}
+	if c.BlameWindow < 0 {
+		bad("BlameWindow is %v; use 0 for none or a positive duration", c.BlameWindow)
 	}
 	return errors.Join(errs...)
 }

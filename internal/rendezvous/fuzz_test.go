@@ -21,6 +21,7 @@ func fuzzConfig(b []byte) (Config, bool) {
 		MaxRestarts: int(b[3] % 3),
 		LastCall:    time.Duration(b[4]%3) * 5 * time.Second,
 		JoinTimeout: time.Duration(b[5]%3) * time.Minute,
+		BlameWindow: time.Duration(b[5]/3%3) * 10 * time.Second,
 	}
 	return c, c.Validate() == nil
 }

@@ -94,7 +94,10 @@ func checkInvariants(t testing.TB, m *Machine) {
 	if m.open == false && m.job == Running && m.nSucceeded >= len(m.world) {
 		t.Fatalf("%d of %d succeeded but the job runs", m.nSucceeded, len(m.world))
 	}
-	if d, ok := m.NextDeadline(); ok != (s.Job == Running && s.Open && (c.JoinTimeout > 0 || c.take(len(s.Joined)) >= c.MinNodes)) {
+	if x := m.suspect; x != nil && (s.Job != Running || x.round > s.WorldRound || !x.charged && (x.round != s.WorldRound || s.Open) || c.BlameWindow <= 0) {
+		t.Fatalf("suspect failure %+v in state %+v", *x, s)
+	}
+	if d, ok := m.NextDeadline(); ok != (s.Job == Running && (m.suspect != nil || s.Open && (c.JoinTimeout > 0 || c.take(len(s.Joined)) >= c.MinNodes))) {
 		t.Fatalf("NextDeadline = %v, %v in state %+v", d, ok, s)
 	}
 }

@@ -31,6 +31,9 @@ type Machine struct {
 	lastJoin time.Time // last join to the current open round (or its opening)
 	restarts int
 	version  uint64
+	// suspect is the latest failure whose blame is not settled yet (nil:
+	// none): see Config.BlameWindow.
+	suspect *suspect
 
 	nodes  map[string]*nodeRec
 	live   int // nodes not lost
@@ -42,6 +45,23 @@ type Machine struct {
 	worldSize  int            // sum of LocalWorldSize over world
 	index      map[string]int // NodeID -> position in world
 	nSucceeded int            // members of world that succeeded in worldRound
+}
+
+// suspect is a worker failure reported at at for round, whose blame passes
+// to a member of that round's world lost before at+BlameWindow, even when a
+// new world formed meanwhile (without the member not yet noticed lost).
+type suspect struct {
+	node  string
+	round int
+	at    time.Time
+	// charged: the failure opened the next round and spent a restart, to be
+	// given back. Else the restart budget was used up and the job fails
+	// when the window ends, unless a loss comes first.
+	charged bool
+	reason  string // the job's failure reason when !charged
+	// members is the failed world (NodeID -> group rank): a new world may
+	// form while a member's loss is still to be noticed.
+	members map[string]int
 }
 
 // New returns a machine for a job whose round 1 opens at now.
@@ -134,10 +154,15 @@ func (m *Machine) Join(req JoinRequest, now time.Time) (int, error) {
 
 	if !m.open {
 		if m.inWorld(n) {
-			m.openNext(now, false) // its agent restarted: re-form the world
+			// Its agent restarted: re-form the world. Like a loss, this
+			// takes the blame for a failure of the world it left.
+			m.suspect = nil
+			m.openNext(now, false)
 		} else {
 			m.addJoined(n)
-			if len(m.world) < m.cfg.MaxNodes && m.cfg.take(len(m.world)+len(m.joined)) > len(m.world) {
+			// A world that failed out of restarts does not grow while
+			// its failure waits for a loss to excuse it.
+			if m.suspect == nil && len(m.world) < m.cfg.MaxNodes && m.cfg.take(len(m.world)+len(m.joined)) > len(m.world) {
 				m.openNext(now, false) // room to grow
 			}
 			m.maybeClose(now)
@@ -169,21 +194,41 @@ func (m *Machine) dropJoined(n *nodeRec) {
 // member of the current world opens the next round (a membership change, not
 // a failure restart), unless that member had already succeeded. Unknown and
 // already lost nodes are ignored.
-func (m *Machine) NodeLost(nodeID string, now time.Time) {
+//
+// Losing a member of a world whose worker failure is still unsettled (within
+// BlameWindow of its report) makes that failure the loss's consequence: a
+// restart it spent is given back, and when it was waiting to fail the job
+// for want of restarts, the next round opens as a membership change instead.
+//
+// blamed reports whether the loss stopped a world that was running or had
+// just failed: the lost node, not the members whose workers failed with it,
+// is the cause of that round's end.
+func (m *Machine) NodeLost(nodeID string, now time.Time) (blamed bool) {
 	m.maybeClose(now)
 	n := m.nodes[nodeID]
 	if m.finished() || n == nil || n.lost {
-		return
+		return false
 	}
 	n.lost = true
 	m.live--
 	m.ranks.lost(n)
 	m.dropJoined(n)
 	m.changed()
+	if s := m.suspect; s != nil && n.succeeded != s.round {
+		if _, member := s.members[n.id]; member {
+			m.suspect = nil
+			blamed = true
+			if s.charged {
+				m.restarts-- // the failure restart was this loss's membership change
+			}
+		}
+	}
 	if m.inWorld(n) && n.succeeded != m.worldRound {
 		m.openNext(now, false)
+		blamed = true
 	}
 	m.maybeClose(now)
+	return blamed
 }
 
 // report resolves a WorkerFailed/NodeSucceeded report to a world member, or
@@ -211,22 +256,58 @@ func (m *Machine) report(nodeID string, round int) (*nodeRec, error) {
 // WorkerFailed records that the workers of a world member failed in round.
 // Reports for another round, or while the round is open, are stale and
 // ignored. Otherwise the next round opens as a failure restart, or, with the
-// restart budget used up, the job fails.
+// restart budget used up, the job fails. With a BlameWindow, the failure is
+// a suspect until the window passes: a member of the same world lost
+// meanwhile takes the blame (see [Machine.NodeLost]), and a job out of
+// restarts fails only when the window ends (at the first event or Tick at or
+// after it; [Machine.NextDeadline] says when).
 func (m *Machine) WorkerFailed(nodeID string, round int, now time.Time) error {
 	m.maybeClose(now)
 	n, err := m.report(nodeID, round)
 	if n == nil {
 		return err
 	}
+	if s := m.suspect; s != nil && !s.charged && s.round == round {
+		return nil // the world already failed; the job fails unless a loss comes first
+	}
+	var sus *suspect
+	if m.cfg.BlameWindow > 0 {
+		sus = &suspect{node: n.id, round: round, at: now, members: m.index}
+	}
 	if m.restarts >= m.cfg.MaxRestarts {
-		m.failJob(ErrRestartsExhausted, fmt.Sprintf(
+		reason := fmt.Sprintf(
 			"workers on node %s (node rank %d) failed in round %d and the restart budget (%d) is exhausted",
-			n.id, n.rank, round, m.cfg.MaxRestarts))
+			n.id, n.rank, round, m.cfg.MaxRestarts)
+		if sus == nil {
+			m.failJob(ErrRestartsExhausted, reason)
+			return nil
+		}
+		sus.reason = reason
+		m.suspect = sus
+		m.changed()
 		return nil
 	}
+	if sus != nil {
+		sus.charged = true
+	}
+	m.suspect = sus
 	m.openNext(now, true)
 	m.maybeClose(now)
 	return nil
+}
+
+// settle ends the blame window of a suspect failure once it has passed: a
+// job that waited for a loss to excuse its failure fails now.
+func (m *Machine) settle(now time.Time) {
+	s := m.suspect
+	if s == nil || m.finished() || now.Before(s.at.Add(m.cfg.BlameWindow)) {
+		return
+	}
+	m.suspect = nil
+	m.changed()
+	if !s.charged {
+		m.failJob(ErrRestartsExhausted, s.reason)
+	}
 }
 
 // NodeSucceeded records that the workers of a world member finished
@@ -248,14 +329,31 @@ func (m *Machine) NodeSucceeded(nodeID string, round int, now time.Time) error {
 }
 
 // Tick applies the timers: it closes an open round whose last call has
-// passed, or fails the job when a round stayed too small past JoinTimeout.
+// passed, fails the job when a round stayed too small past JoinTimeout, and
+// settles a suspect failure whose blame window has passed.
 func (m *Machine) Tick(now time.Time) { m.maybeClose(now) }
 
 // NextDeadline returns when [Machine.Tick] next matters: the end of the last
-// call when the open round has enough nodes, else the join timeout. It
-// returns false when no timer is pending.
+// call when the open round has enough nodes, else the join timeout, or the
+// end of a suspect failure's blame window when that comes first. It returns
+// false when no timer is pending.
 func (m *Machine) NextDeadline() (time.Time, bool) {
-	if m.finished() || !m.open {
+	if m.finished() {
+		return time.Time{}, false
+	}
+	if m.suspect != nil {
+		d := m.suspect.at.Add(m.cfg.BlameWindow)
+		if r, ok := m.roundDeadline(); ok && r.Before(d) {
+			return r, true
+		}
+		return d, true
+	}
+	return m.roundDeadline()
+}
+
+// roundDeadline is NextDeadline's rule for the open round.
+func (m *Machine) roundDeadline() (time.Time, bool) {
+	if !m.open {
 		return time.Time{}, false
 	}
 	if m.cfg.take(len(m.joined)) >= m.cfg.MinNodes {
@@ -278,6 +376,7 @@ func (m *Machine) FailFast(reason string) {
 }
 
 func (m *Machine) failJob(kind error, reason string) {
+	m.suspect = nil
 	m.job = Failed
 	m.fail = &failure{kind: kind, reason: reason}
 	m.changed()
@@ -298,6 +397,7 @@ func (m *Machine) openNext(now time.Time, failure bool) {
 // maybeClose closes the open round when a closing rule holds, or fails the
 // job on join timeout.
 func (m *Machine) maybeClose(now time.Time) {
+	m.settle(now)
 	if m.finished() || !m.open {
 		return
 	}

@@ -15,20 +15,31 @@ import (
 const SchemaVersion = 1
 
 type stateJSON struct {
-	Schema      int        `json:"schema"`
-	Config      configJSON `json:"config"`
-	Job         string     `json:"job"`
-	FailureKind string     `json:"failure_kind,omitempty"`
-	Reason      string     `json:"reason,omitempty"`
-	Round       int        `json:"round"`
-	Open        bool       `json:"open"`
-	OpenedAt    time.Time  `json:"opened_at"`
-	LastJoin    time.Time  `json:"last_join"`
-	Restarts    int        `json:"restarts"`
-	Version     uint64     `json:"version"`
-	Nodes       []nodeJSON `json:"nodes"`
-	World       []Member   `json:"world"`
-	WorldRound  int        `json:"world_round"`
+	Schema      int          `json:"schema"`
+	Config      configJSON   `json:"config"`
+	Job         string       `json:"job"`
+	FailureKind string       `json:"failure_kind,omitempty"`
+	Reason      string       `json:"reason,omitempty"`
+	Round       int          `json:"round"`
+	Open        bool         `json:"open"`
+	OpenedAt    time.Time    `json:"opened_at"`
+	LastJoin    time.Time    `json:"last_join"`
+	Restarts    int          `json:"restarts"`
+	Version     uint64       `json:"version"`
+	Nodes       []nodeJSON   `json:"nodes"`
+	World       []Member     `json:"world"`
+	WorldRound  int          `json:"world_round"`
+	Suspect     *suspectJSON `json:"suspect,omitempty"`
+}
+
+// suspectJSON is an unsettled worker failure (see Config.BlameWindow).
+type suspectJSON struct {
+	Node    string    `json:"node"`
+	Round   int       `json:"round"`
+	At      time.Time `json:"at"`
+	Charged bool      `json:"charged,omitempty"`
+	Reason  string    `json:"reason,omitempty"`
+	Members []string  `json:"members"` // the failed world's NodeIDs
 }
 
 type configJSON struct {
@@ -38,6 +49,7 @@ type configJSON struct {
 	MaxRestarts int    `json:"max_restarts"`
 	LastCall    string `json:"last_call"`
 	JoinTimeout string `json:"join_timeout"`
+	BlameWindow string `json:"blame_window,omitempty"`
 }
 
 type nodeJSON struct {
@@ -70,6 +82,16 @@ func (m *Machine) MarshalState() ([]byte, error) {
 		Job: m.job.String(), Round: m.round, Open: m.open,
 		OpenedAt: m.openedAt, LastJoin: m.lastJoin, Restarts: m.restarts, Version: m.version,
 		World: m.world, WorldRound: m.worldRound,
+	}
+	if m.cfg.BlameWindow != 0 {
+		s.Config.BlameWindow = m.cfg.BlameWindow.String()
+	}
+	if x := m.suspect; x != nil {
+		s.Suspect = &suspectJSON{Node: x.node, Round: x.round, At: x.at, Charged: x.charged, Reason: x.reason}
+		for id := range x.members {
+			s.Suspect.Members = append(s.Suspect.Members, id)
+		}
+		slices.Sort(s.Suspect.Members)
 	}
 	if m.fail != nil {
 		for k, v := range failureKinds {
@@ -125,6 +147,24 @@ func Restore(data []byte) (*Machine, error) {
 	if err := m.restoreWorld(s.World, s.WorldRound); err != nil {
 		return nil, err
 	}
+	if x := s.Suspect; x != nil {
+		switch {
+		case m.cfg.BlameWindow <= 0 || m.job != Running:
+			return nil, bad("a suspect failure in a job %s with blame window %v", m.job, m.cfg.BlameWindow)
+		case x.Round > m.worldRound || x.Round < 1 || m.nodes[x.Node] == nil || !slices.Contains(x.Members, x.Node):
+			return nil, bad("suspect failure of node %q in round %d, but the last world is round %d's", x.Node, x.Round, m.worldRound)
+		case x.Charged == (x.Reason != "") || (!x.Charged && (m.open || x.Round != m.worldRound)):
+			return nil, bad("suspect failure charged %v with reason %q in round %d (open %v)", x.Charged, x.Reason, m.round, m.open)
+		}
+		members := make(map[string]int, len(x.Members))
+		for i, id := range x.Members {
+			if m.nodes[id] == nil {
+				return nil, bad("suspect failure's world member %q is not a known node", id)
+			}
+			members[id] = i
+		}
+		m.suspect = &suspect{node: x.Node, round: x.Round, at: x.At, charged: x.Charged, reason: x.Reason, members: members}
+	}
 	return m, nil
 }
 
@@ -135,10 +175,15 @@ func bad(format string, a ...any) error {
 func (c configJSON) config() (Config, error) {
 	lc, err1 := time.ParseDuration(c.LastCall)
 	jt, err2 := time.ParseDuration(c.JoinTimeout)
-	if err := errors.Join(err1, err2); err != nil {
+	var bw time.Duration
+	var err3 error
+	if c.BlameWindow != "" {
+		bw, err3 = time.ParseDuration(c.BlameWindow)
+	}
+	if err := errors.Join(err1, err2, err3); err != nil {
 		return Config{}, bad("config durations: %v", err)
 	}
-	cfg := Config{MinNodes: c.MinNodes, MaxNodes: c.MaxNodes, NodeUnit: c.NodeUnit, MaxRestarts: c.MaxRestarts, LastCall: lc, JoinTimeout: jt}
+	cfg := Config{MinNodes: c.MinNodes, MaxNodes: c.MaxNodes, NodeUnit: c.NodeUnit, MaxRestarts: c.MaxRestarts, LastCall: lc, JoinTimeout: jt, BlameWindow: bw}
 	return cfg, cfg.Validate()
 }
 

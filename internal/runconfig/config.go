@@ -38,6 +38,10 @@ type Config struct {
 	CloseTimeout     time.Duration // close_timeout
 	HeartbeatTimeout time.Duration // heartbeat_timeout: a node without heartbeats this long is dead
 	DisconnectGrace  time.Duration // disconnect_grace: grace after a node's connection drops
+	// MasterTimeout is master_timeout: how long the agent keeps its workers
+	// running while it cannot reach the master (a master restarting), before
+	// it stops them and exits. Agent-only, unlike the timeouts above.
+	MasterTimeout time.Duration
 	// RdzvConf holds the raw --rdzv-conf pairs, for reference; nil if none.
 	RdzvConf map[string]string
 

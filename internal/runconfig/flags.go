@@ -237,7 +237,7 @@ var flags = []flagDef{
 	{name: "stop-grace-period", metavar: "DURATION", def: "30s", env: roverEnv("stop-grace-period"), group: groupRover,
 		help:  "when stopping workers, time between SIGTERM and SIGKILL",
 		apply: durationField(func(c *Config) *time.Duration { return &c.StopGracePeriod })},
-	{name: "heartbeat-interval", metavar: "DURATION", def: "15s", env: roverEnv("heartbeat-interval"), group: groupRover,
+	{name: "heartbeat-interval", metavar: "DURATION", def: "5s", env: roverEnv("heartbeat-interval"), group: groupRover,
 		help:  "how often the agent sends a heartbeat to the master",
 		apply: durationField(func(c *Config) *time.Duration { return &c.HeartbeatInterval })},
 }

@@ -40,7 +40,8 @@ func base() *Config {
 		JoinTimeout:       600 * time.Second,
 		LastCallTimeout:   30 * time.Second,
 		CloseTimeout:      30 * time.Second,
-		HeartbeatTimeout:  600 * time.Second,
+		HeartbeatTimeout:  30 * time.Second,
+		MasterTimeout:     600 * time.Second,
 		DisconnectGrace:   5 * time.Second,
 		MonitorInterval:   100 * time.Millisecond,
 		StartMethod:       "spawn",
@@ -52,7 +53,7 @@ func base() *Config {
 		TrainingPort:      60000,
 		CheckpointKeep:    1,
 		StopGracePeriod:   30 * time.Second,
-		HeartbeatInterval: 15 * time.Second,
+		HeartbeatInterval: 5 * time.Second,
 		Entrypoint:        "train.py",
 	}
 }

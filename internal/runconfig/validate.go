@@ -71,9 +71,13 @@ func (c *Config) validate(stat func(string) (fs.FileInfo, error)) error {
 	hb := c.ref("heartbeat-interval", "--heartbeat-interval="+c.HeartbeatInterval.String())
 	switch {
 	case c.HeartbeatInterval <= 0:
-		add("%s: must be positive, e.g. 15s", hb)
-	case c.HeartbeatTimeout > 0 && c.HeartbeatInterval >= c.HeartbeatTimeout:
-		add("%s must be shorter than --rdzv-conf heartbeat_timeout=%v, or every node would be declared dead", hb, c.HeartbeatTimeout)
+		add("%s: must be positive, e.g. 5s", hb)
+	case c.HeartbeatTimeout > 0 && 3*c.HeartbeatInterval > c.HeartbeatTimeout:
+		add("%s must be at most a third of --rdzv-conf heartbeat_timeout=%v, or one or two late beats (a GC pause, a slow network) would declare a healthy node dead", hb, c.HeartbeatTimeout)
+	}
+
+	if c.MasterTimeout <= 0 {
+		add("%s: must be positive, e.g. 600s", c.ref("rdzv-conf", "--rdzv-conf master_timeout="+c.MasterTimeout.String()))
 	}
 
 	// Output.
