@@ -44,6 +44,13 @@ func newCheckpoints(clock Clock, log *slog.Logger) *checkpoints {
 	return &checkpoints{clock: clock, log: log, latest: -1}
 }
 
+// latestStep is the newest committed step this master knows, -1 none.
+func (c *checkpoints) latestStep() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.latest
+}
+
 func (c *checkpoints) close() {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -7,7 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sort"
+
 	"sync"
 	"time"
 
@@ -15,6 +15,7 @@ import (
 	"github.com/roverml/rover/internal/client"
 	"github.com/roverml/rover/internal/diagnosis"
 	"github.com/roverml/rover/internal/node"
+	"github.com/roverml/rover/internal/nodemanager"
 	"github.com/roverml/rover/internal/rendezvous"
 	"github.com/roverml/rover/internal/shard"
 	"github.com/roverml/rover/internal/store"
@@ -74,6 +75,19 @@ type core struct {
 	// last join; memory is the step agreed for the last closed round.
 	held   map[string][]memorySnapshot
 	memory memoryAgreement
+
+	// The node manager's side (fleetstate.go). fleet is its journaled
+	// state; fleetOn says the master owns the job's nodes; caps is what
+	// its platform lets a diagnosis do. live is false while the journal
+	// replays.
+	fleetOn   bool
+	caps      diagnosis.Caps
+	fleet     json.RawMessage
+	fleetView *nodemanager.Status
+	platform  string
+	notices   []fleetNotice
+	noticeCh  chan struct{}
+	live      bool
 }
 
 func newCore(runID string, store Store) *core {
@@ -89,6 +103,7 @@ func newCore(runID string, store Store) *core {
 		shards:       shard.New(),
 		leaseHolders: map[string]struct{}{},
 		held:         map[string][]memorySnapshot{},
+		noticeCh:     make(chan struct{}, 1),
 	}
 }
 
@@ -111,6 +126,7 @@ func (c *core) restore(ctx context.Context, now time.Time) (int, error) {
 			return 0, fmt.Errorf("initialise the master's state: %w", err)
 		}
 		c.commits.lastSnapshot = len(state)
+		c.live = true
 		return 0, nil
 	}
 	if contents.Snapshot != nil {
@@ -152,6 +168,7 @@ func (c *core) restore(ctx context.Context, now time.Time) (int, error) {
 			c.nodes.Seen(id, now)
 		}
 	}
+	c.live = true
 	c.changedLocked()
 	n := len(contents.Records)
 	if contents.Snapshot != nil {
@@ -190,7 +207,7 @@ func (c *core) checkLocked(e *event) error {
 		return nil // the shard machine checks its own events
 	}
 	switch e.Type {
-	case eventConfigure:
+	case eventConfigure, eventFleet:
 		return nil
 	case eventSetKey:
 		return c.checkKeyLimitsLocked(e.Key, len(e.Value))
@@ -236,6 +253,7 @@ func (c *core) transitionLocked(e *event) error {
 		}
 		delete(c.held, e.Node)
 		c.requeueLocked(e.Node, e.Time)
+		c.noticeLocked(fleetNotice{lost: true, node: e.Node, reason: e.Reason})
 	case eventWorkerFailed:
 		cur := c.rdzv.Status()
 		if e.Round == cur.Round && !cur.Open {
@@ -254,6 +272,10 @@ func (c *core) transitionLocked(e *event) error {
 		c.keys = make(chan struct{})
 	case eventTick:
 		c.rdzv.Tick(e.Time)
+	case eventFleet:
+		c.fleet = e.Fleet
+	case eventFailNodes:
+		c.rdzv.FailNodes(e.Reason)
 	default:
 		return fmt.Errorf("journal event type %q %w", e.Type, errUnknownEvent)
 	}
@@ -340,11 +362,12 @@ func (c *core) recordFailuresLocked(round int, raw []json.RawMessage) (d diagnos
 		for i, f := range fs {
 			in[i] = diagnosis.FromProto(f)
 		}
-		d = diagnosis.DecideRound(c.diag, in, diagnosis.Caps{})
+		d = diagnosis.DecideRound(c.diag, in, c.caps)
 		c.diag = c.diag.Record(int64(round), d)
 		for _, f := range fs {
 			f.Cause, f.Action, f.Diagnosis = d.Cause.String(), d.Action.String(), d.Reason
 		}
+		c.noticeDiagnosisLocked(d, fs)
 	}
 	c.failures = append(c.failures, fs...)
 	if n := len(c.failures); n > maxFailuresKept {
@@ -482,115 +505,6 @@ func (c *core) connected(id string, open bool, now time.Time) error {
 		c.nodes.Disconnected(id, now)
 	}
 	return nil
-}
-
-// view returns the node's view and a channel closed at the next change.
-func (c *core) view(id string) (*roverv1.NodeView, <-chan struct{}) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	v := &roverv1.NodeView{RunId: c.runID}
-	if c.rdzv == nil {
-		v.JobState = roverv1.JobState_JOB_STATE_RUNNING
-		return v, c.views
-	}
-	s := c.status
-	v.Version = c.version
-	v.JobState = jobState(s.Job)
-	v.Reason = s.Reason
-	v.Round = int64(s.Round)
-	v.RoundOpen = s.Open
-	v.RestartCount = int32(s.Restarts)
-	v.MaxRestarts = int32(s.MaxRestarts)
-	if m, round, ok := c.rdzv.Assignment(id); ok {
-		v.Assignment = &roverv1.Assignment{
-			Round:          int64(round),
-			NodeRank:       int32(m.NodeRank),
-			GroupRank:      int32(m.GroupRank),
-			GroupWorldSize: int32(s.GroupWorldSize),
-			LocalWorldSize: int32(m.LocalWorldSize),
-			RankOffset:     int32(m.RankOffset),
-			WorldSize:      int32(s.WorldSize),
-		}
-		if c.memory.ok && c.memory.round == round {
-			step := c.memory.step // not a pointer into c: views are marshalled after the lock is released
-			v.Assignment.MemoryStep = &step
-		}
-	}
-	if s.Job != rendezvous.Running {
-		v.Failures = c.failures
-	}
-	return v, c.views
-}
-
-// key returns a value and a channel closed at the next key change.
-func (c *core) key(k string) ([]byte, bool, <-chan struct{}) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	v, ok := c.kv[k]
-	return v, ok, c.keys
-}
-
-// job returns the job's status for GetJob.
-func (c *core) job() *roverv1.GetJobResponse {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	r := &roverv1.GetJobResponse{RunId: c.runID, JobState: roverv1.JobState_JOB_STATE_RUNNING}
-	if c.rdzv == nil {
-		return r
-	}
-	s := c.rdzv.Snapshot()
-	r.JobState = jobState(s.Job)
-	r.Reason = s.Reason
-	r.Round = int64(s.Round)
-	r.RoundOpen = s.Open
-	r.WorldSize = int32(s.WorldSize)
-	r.RestartCount = int32(s.Restarts)
-	r.MaxRestarts = int32(s.MaxRestarts)
-	r.Failures = c.failures
-	r.Rendezvous = RendezvousProto(*c.cfg)
-	ids := make([]string, 0, len(c.addrs))
-	for id := range c.addrs {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-	for _, id := range ids {
-		ns := &roverv1.NodeStatus{NodeId: id, Addr: c.addrs[id], GroupRank: -1}
-		if rank, _, ok := c.rdzv.Joined(id); ok {
-			ns.NodeRank = int32(rank)
-		}
-		if m, ok := s.Member(id); ok {
-			ns.GroupRank = int32(m.GroupRank)
-			ns.NodeRank = int32(m.NodeRank)
-		}
-		if info, ok := c.nodes.Get(id); ok {
-			ns.Lost = info.Lost
-			ns.LostReason = info.LostReason
-		}
-		r.Nodes = append(r.Nodes, ns)
-	}
-	return r
-}
-
-// finished reports whether the job has ended, and the change channel.
-func (c *core) finished() (bool, rendezvous.JobState, <-chan struct{}) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.rdzv == nil {
-		return false, rendezvous.Running, c.views
-	}
-	return c.status.Job != rendezvous.Running, c.status.Job, c.views
-}
-
-func jobState(s rendezvous.JobState) roverv1.JobState {
-	switch s {
-	case rendezvous.Running:
-		return roverv1.JobState_JOB_STATE_RUNNING
-	case rendezvous.Succeeded:
-		return roverv1.JobState_JOB_STATE_SUCCEEDED
-	case rendezvous.Failed:
-		return roverv1.JobState_JOB_STATE_FAILED
-	}
-	return roverv1.JobState_JOB_STATE_UNSPECIFIED
 }
 
 // checkpointWorld checks a checkpoint report's claim that rank is one of

@@ -38,6 +38,8 @@ type event struct {
 	Shard *shardEvent `json:"shard,omitempty"`
 	// Batch is set on eventShardBatch: shard events applied in order, at Time.
 	Batch []batchOp `json:"batch,omitempty"`
+	// Fleet is set on eventFleet: the node manager's MarshalState.
+	Fleet json.RawMessage `json:"fleet,omitempty"`
 }
 
 type eventType string
@@ -50,6 +52,12 @@ const (
 	eventNodeSucceeded eventType = "node_succeeded"
 	eventSetKey        eventType = "set_key"
 	eventTick          eventType = "tick"
+	// eventFleet records the node manager's whole state (Fleet), before
+	// the commands it decided are carried out.
+	eventFleet eventType = "fleet"
+	// eventFailNodes fails the job for Reason: the node manager could not
+	// keep its nodes.
+	eventFailNodes eventType = "fail_nodes"
 )
 
 func (e *event) marshal() ([]byte, error) {

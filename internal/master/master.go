@@ -15,6 +15,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/roverml/rover/internal/ckpt"
 	"github.com/roverml/rover/internal/client"
+	"github.com/roverml/rover/internal/diagnosis"
 	"github.com/roverml/rover/internal/rendezvous"
 	"github.com/roverml/rover/internal/store"
 	"golang.org/x/sync/errgroup"
@@ -60,6 +61,10 @@ type Config struct {
 	// certificates (see LoadKeyPair) instead of cleartext HTTP/2 (h2c);
 	// cleartext clients are then told to use TLS.
 	TLS *tls.Config
+	// Nodes, when set, makes the master create, relaunch and delete the
+	// job's nodes on a platform (rover submit); without it, agents are
+	// started by someone else.
+	Nodes *NodesConfig
 }
 
 // The HTTP/2 settings that bound what a client's connection costs the
@@ -92,6 +97,7 @@ type Master struct {
 
 	checkpoints *checkpoints
 	closeStore  func() error
+	fleet       *fleet // nil unless Config.Nodes is set
 }
 
 // New validates cfg, replays the store's journal and opens the listener.
@@ -136,6 +142,11 @@ func New(ctx context.Context, cfg Config) (*Master, error) {
 func newMaster(ctx context.Context, cfg Config, log *slog.Logger) (*Master, error) {
 	start := time.Now()
 	c := newCore(cfg.Job, cfg.Store)
+	if cfg.Nodes != nil && cfg.Nodes.Platform != nil {
+		// Set before the replay: diagnoses replay as they were made.
+		c.fleetOn = true
+		c.caps = diagnosis.Caps{Relaunch: true, MoreMemory: cfg.Nodes.Platform.Capabilities().Resources}
+	}
 	n, err := c.restore(ctx, cfg.Clock.Now())
 	if err != nil {
 		return nil, fmt.Errorf("restore the master's state: %w", err)
@@ -164,6 +175,12 @@ func newMaster(ctx context.Context, cfg Config, log *slog.Logger) (*Master, erro
 		return nil, fmt.Errorf("listen on %s: %w", cfg.Listen, err)
 	}
 	m := &Master{cfg: cfg, core: c, ln: ln, log: log}
+	if cfg.Nodes != nil {
+		if m.fleet, err = newFleet(*cfg.Nodes, c, cfg.Clock, log); err != nil {
+			ln.Close()
+			return nil, fmt.Errorf("the job's nodes: %w", err)
+		}
+	}
 	m.checkpoints = newCheckpoints(cfg.Clock, log)
 	if job := c.config(); job != nil {
 		m.checkpoints.prepare(ctx, job.Checkpoint, c.fresh())
@@ -237,8 +254,14 @@ func (m *Master) Run(ctx context.Context) error {
 		g.Go(serve(m.srv, m.split.tls, true))
 		g.Go(serve(m.plain, m.split.plain, false))
 	}
+	if m.fleet != nil {
+		g.Go(func() error { return m.fleet.run(ctx) })
+	}
 	g.Go(func() error {
 		<-ctx.Done()
+		if m.fleet != nil {
+			<-m.fleet.gone // agents being stopped still talk to the master
+		}
 		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		var err error
@@ -304,6 +327,18 @@ func (m *Master) WaitFinished(ctx context.Context) (Outcome, error) {
 			return Outcome{}, ctx.Err()
 		}
 	}
+}
+
+// NodesGone is closed once a master that owns its nodes (Config.Nodes) has
+// deleted them all: after the job ended, or Run's context ended. It is
+// closed at once for a master that owns none.
+func (m *Master) NodesGone() <-chan struct{} {
+	if m.fleet == nil {
+		c := make(chan struct{})
+		close(c)
+		return c
+	}
+	return m.fleet.gone
 }
 
 func writeFileAtomic(path string, data []byte) error {

@@ -226,5 +226,9 @@ func (s *service) GetKey(ctx context.Context, req *connect.Request[roverv1.GetKe
 }
 
 func (s *service) GetJob(ctx context.Context, req *connect.Request[roverv1.GetJobRequest]) (*connect.Response[roverv1.GetJobResponse], error) {
-	return connect.NewResponse(s.core.job()), nil
+	r := s.core.job()
+	if s.checkpoints != nil {
+		r.CheckpointStep = s.checkpoints.latestStep()
+	}
+	return connect.NewResponse(r), nil
 }

@@ -32,6 +32,7 @@ type coreState struct {
 	LeaseHolders []string                    `json:"lease_holders,omitempty"`
 	Held         map[string][]memorySnapshot `json:"held,omitempty"`
 	Memory       *memoryJSON                 `json:"memory,omitempty"`
+	Fleet        json.RawMessage             `json:"fleet,omitempty"`
 }
 
 type memoryJSON struct {
@@ -46,6 +47,7 @@ func (c *core) marshalStateLocked() ([]byte, error) {
 		Schema: stateSchema, RunID: c.runID, Config: c.cfg,
 		Addrs: c.addrs, KV: c.kv, Held: c.held,
 		Memory: &memoryJSON{Round: c.memory.round, Step: c.memory.step, OK: c.memory.ok},
+		Fleet:  c.fleet,
 	}
 	var err error
 	if c.rdzv != nil {
@@ -128,6 +130,7 @@ func (c *core) restoreStateLocked(b []byte) error {
 	for _, w := range s.LeaseHolders {
 		c.leaseHolders[w] = struct{}{}
 	}
+	c.fleet = s.Fleet
 	if s.Memory != nil {
 		c.memory = memoryAgreement{round: s.Memory.Round, step: s.Memory.Step, ok: s.Memory.OK}
 	}

@@ -33,6 +33,11 @@ var (
 	// the same way (the same exception at the same place) on consecutive
 	// attempts: restarting again would fail again. See [Machine.FailFast].
 	ErrDeterministicFailure = errors.New("the same failure repeated")
+	// ErrNodesFailed: the job failed because its nodes could not be kept:
+	// the master's node manager found a node that cannot be relaunched
+	// (its budget is used up) leaving too few, a critical node lost, or
+	// nodes pending too long. See [Machine.FailNodes].
+	ErrNodesFailed = errors.New("nodes could not be kept")
 	// ErrBadState: data given to [Restore] is not a valid saved state.
 	ErrBadState = errors.New("invalid saved rendezvous state")
 )

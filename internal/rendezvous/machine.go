@@ -375,6 +375,15 @@ func (m *Machine) FailFast(reason string) {
 	}
 }
 
+// FailNodes fails a running job whose nodes the master's node manager could
+// not keep (see [ErrNodesFailed]), with reason. It does nothing to a
+// finished job.
+func (m *Machine) FailNodes(reason string) {
+	if m.job == Running {
+		m.failJob(ErrNodesFailed, reason)
+	}
+}
+
 func (m *Machine) failJob(kind error, reason string) {
 	m.suspect = nil
 	m.job = Failed

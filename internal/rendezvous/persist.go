@@ -67,6 +67,7 @@ var failureKinds = map[string]error{
 	"too_few_nodes":      ErrTooFewNodes,
 	"restarts_exhausted": ErrRestartsExhausted,
 	"deterministic":      ErrDeterministicFailure,
+	"nodes":              ErrNodesFailed,
 }
 
 // MarshalState encodes the machine's whole state as JSON for persistence.

@@ -1739,13 +1739,18 @@ func (*GetJobRequest) Descriptor() ([]byte, []int) {
 
 // NodeStatus is one row of the job's node table.
 type NodeStatus struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	NodeRank      int32                  `protobuf:"varint,2,opt,name=node_rank,json=nodeRank,proto3" json:"node_rank,omitempty"`
-	Addr          string                 `protobuf:"bytes,3,opt,name=addr,proto3" json:"addr,omitempty"`
-	Lost          bool                   `protobuf:"varint,4,opt,name=lost,proto3" json:"lost,omitempty"`
-	LostReason    string                 `protobuf:"bytes,5,opt,name=lost_reason,json=lostReason,proto3" json:"lost_reason,omitempty"`
-	GroupRank     int32                  `protobuf:"varint,6,opt,name=group_rank,json=groupRank,proto3" json:"group_rank,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	NodeId     string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	NodeRank   int32                  `protobuf:"varint,2,opt,name=node_rank,json=nodeRank,proto3" json:"node_rank,omitempty"`
+	Addr       string                 `protobuf:"bytes,3,opt,name=addr,proto3" json:"addr,omitempty"`
+	Lost       bool                   `protobuf:"varint,4,opt,name=lost,proto3" json:"lost,omitempty"`
+	LostReason string                 `protobuf:"bytes,5,opt,name=lost_reason,json=lostReason,proto3" json:"lost_reason,omitempty"`
+	GroupRank  int32                  `protobuf:"varint,6,opt,name=group_rank,json=groupRank,proto3" json:"group_rank,omitempty"`
+	// relaunch_count is how many nodes held this node's rank before it, when
+	// the master's platform runs the node (0 otherwise).
+	RelaunchCount int32 `protobuf:"varint,7,opt,name=relaunch_count,json=relaunchCount,proto3" json:"relaunch_count,omitempty"`
+	// host is where the node runs, as its platform reports it ("" unknown).
+	Host          string `protobuf:"bytes,8,opt,name=host,proto3" json:"host,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1822,26 +1827,180 @@ func (x *NodeStatus) GetGroupRank() int32 {
 	return 0
 }
 
+func (x *NodeStatus) GetRelaunchCount() int32 {
+	if x != nil {
+		return x.RelaunchCount
+	}
+	return 0
+}
+
+func (x *NodeStatus) GetHost() string {
+	if x != nil {
+		return x.Host
+	}
+	return ""
+}
+
+// ManagedNode is one rank of a node group that the master's platform runs
+// for the job (rover submit, Kubernetes): the node now holding it, or the
+// last one when the rank has failed or finished.
+type ManagedNode struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Group  string                 `protobuf:"bytes,1,opt,name=group,proto3" json:"group,omitempty"`
+	Rank   int32                  `protobuf:"varint,2,opt,name=rank,proto3" json:"rank,omitempty"`
+	NodeId string                 `protobuf:"bytes,3,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// state is Pending, Running, Succeeded or Failed.
+	State      string `protobuf:"bytes,4,opt,name=state,proto3" json:"state,omitempty"`
+	Relaunches int32  `protobuf:"varint,5,opt,name=relaunches,proto3" json:"relaunches,omitempty"`
+	// budget is the rank's relaunch budget.
+	Budget   int32  `protobuf:"varint,6,opt,name=budget,proto3" json:"budget,omitempty"`
+	Host     string `protobuf:"bytes,7,opt,name=host,proto3" json:"host,omitempty"`
+	Critical bool   `protobuf:"varint,8,opt,name=critical,proto3" json:"critical,omitempty"`
+	// last_exit says how the previous node of this rank ended, in words.
+	LastExit string `protobuf:"bytes,9,opt,name=last_exit,json=lastExit,proto3" json:"last_exit,omitempty"`
+	// reason is the node manager's latest decision about this rank.
+	Reason         string `protobuf:"bytes,10,opt,name=reason,proto3" json:"reason,omitempty"`
+	SinceUnixNanos int64  `protobuf:"varint,11,opt,name=since_unix_nanos,json=sinceUnixNanos,proto3" json:"since_unix_nanos,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *ManagedNode) Reset() {
+	*x = ManagedNode{}
+	mi := &file_api_rover_v1_master_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ManagedNode) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ManagedNode) ProtoMessage() {}
+
+func (x *ManagedNode) ProtoReflect() protoreflect.Message {
+	mi := &file_api_rover_v1_master_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ManagedNode.ProtoReflect.Descriptor instead.
+func (*ManagedNode) Descriptor() ([]byte, []int) {
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *ManagedNode) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *ManagedNode) GetRank() int32 {
+	if x != nil {
+		return x.Rank
+	}
+	return 0
+}
+
+func (x *ManagedNode) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *ManagedNode) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *ManagedNode) GetRelaunches() int32 {
+	if x != nil {
+		return x.Relaunches
+	}
+	return 0
+}
+
+func (x *ManagedNode) GetBudget() int32 {
+	if x != nil {
+		return x.Budget
+	}
+	return 0
+}
+
+func (x *ManagedNode) GetHost() string {
+	if x != nil {
+		return x.Host
+	}
+	return ""
+}
+
+func (x *ManagedNode) GetCritical() bool {
+	if x != nil {
+		return x.Critical
+	}
+	return false
+}
+
+func (x *ManagedNode) GetLastExit() string {
+	if x != nil {
+		return x.LastExit
+	}
+	return ""
+}
+
+func (x *ManagedNode) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *ManagedNode) GetSinceUnixNanos() int64 {
+	if x != nil {
+		return x.SinceUnixNanos
+	}
+	return 0
+}
+
 type GetJobResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	RunId         string                 `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
-	JobState      JobState               `protobuf:"varint,2,opt,name=job_state,json=jobState,proto3,enum=rover.v1.JobState" json:"job_state,omitempty"`
-	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
-	Round         int64                  `protobuf:"varint,4,opt,name=round,proto3" json:"round,omitempty"`
-	RoundOpen     bool                   `protobuf:"varint,5,opt,name=round_open,json=roundOpen,proto3" json:"round_open,omitempty"`
-	WorldSize     int32                  `protobuf:"varint,6,opt,name=world_size,json=worldSize,proto3" json:"world_size,omitempty"`
-	RestartCount  int32                  `protobuf:"varint,7,opt,name=restart_count,json=restartCount,proto3" json:"restart_count,omitempty"`
-	MaxRestarts   int32                  `protobuf:"varint,8,opt,name=max_restarts,json=maxRestarts,proto3" json:"max_restarts,omitempty"`
-	Nodes         []*NodeStatus          `protobuf:"bytes,9,rep,name=nodes,proto3" json:"nodes,omitempty"`
-	Failures      []*WorkerFailure       `protobuf:"bytes,10,rep,name=failures,proto3" json:"failures,omitempty"`
-	Rendezvous    *RendezvousConfig      `protobuf:"bytes,11,opt,name=rendezvous,proto3" json:"rendezvous,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	RunId        string                 `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	JobState     JobState               `protobuf:"varint,2,opt,name=job_state,json=jobState,proto3,enum=rover.v1.JobState" json:"job_state,omitempty"`
+	Reason       string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	Round        int64                  `protobuf:"varint,4,opt,name=round,proto3" json:"round,omitempty"`
+	RoundOpen    bool                   `protobuf:"varint,5,opt,name=round_open,json=roundOpen,proto3" json:"round_open,omitempty"`
+	WorldSize    int32                  `protobuf:"varint,6,opt,name=world_size,json=worldSize,proto3" json:"world_size,omitempty"`
+	RestartCount int32                  `protobuf:"varint,7,opt,name=restart_count,json=restartCount,proto3" json:"restart_count,omitempty"`
+	MaxRestarts  int32                  `protobuf:"varint,8,opt,name=max_restarts,json=maxRestarts,proto3" json:"max_restarts,omitempty"`
+	Nodes        []*NodeStatus          `protobuf:"bytes,9,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	Failures     []*WorkerFailure       `protobuf:"bytes,10,rep,name=failures,proto3" json:"failures,omitempty"`
+	Rendezvous   *RendezvousConfig      `protobuf:"bytes,11,opt,name=rendezvous,proto3" json:"rendezvous,omitempty"`
+	// managed_nodes are the nodes the master's platform runs, by group then
+	// rank; empty when agents are started by hand.
+	ManagedNodes []*ManagedNode `protobuf:"bytes,12,rep,name=managed_nodes,json=managedNodes,proto3" json:"managed_nodes,omitempty"`
+	// relaunches counts node relaunches over the whole job.
+	Relaunches int32 `protobuf:"varint,13,opt,name=relaunches,proto3" json:"relaunches,omitempty"`
+	// platform names the platform the master runs nodes on ("" none).
+	Platform string `protobuf:"bytes,14,opt,name=platform,proto3" json:"platform,omitempty"`
+	// checkpoint_step is the newest committed checkpoint step; -1 none.
+	CheckpointStep int64 `protobuf:"varint,15,opt,name=checkpoint_step,json=checkpointStep,proto3" json:"checkpoint_step,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *GetJobResponse) Reset() {
 	*x = GetJobResponse{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[25]
+	mi := &file_api_rover_v1_master_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1853,7 +2012,7 @@ func (x *GetJobResponse) String() string {
 func (*GetJobResponse) ProtoMessage() {}
 
 func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[25]
+	mi := &file_api_rover_v1_master_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1866,7 +2025,7 @@ func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobResponse.ProtoReflect.Descriptor instead.
 func (*GetJobResponse) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{25}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GetJobResponse) GetRunId() string {
@@ -1944,6 +2103,34 @@ func (x *GetJobResponse) GetRendezvous() *RendezvousConfig {
 		return x.Rendezvous
 	}
 	return nil
+}
+
+func (x *GetJobResponse) GetManagedNodes() []*ManagedNode {
+	if x != nil {
+		return x.ManagedNodes
+	}
+	return nil
+}
+
+func (x *GetJobResponse) GetRelaunches() int32 {
+	if x != nil {
+		return x.Relaunches
+	}
+	return 0
+}
+
+func (x *GetJobResponse) GetPlatform() string {
+	if x != nil {
+		return x.Platform
+	}
+	return ""
+}
+
+func (x *GetJobResponse) GetCheckpointStep() int64 {
+	if x != nil {
+		return x.CheckpointStep
+	}
+	return 0
 }
 
 var File_api_rover_v1_master_proto protoreflect.FileDescriptor
@@ -2089,7 +2276,7 @@ const file_api_rover_v1_master_proto_rawDesc = "" +
 	"\x0eGetKeyResponse\x12\x14\n" +
 	"\x05found\x18\x01 \x01(\bR\x05found\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\"\x0f\n" +
-	"\rGetJobRequest\"\xaa\x01\n" +
+	"\rGetJobRequest\"\xe5\x01\n" +
 	"\n" +
 	"NodeStatus\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1b\n" +
@@ -2099,7 +2286,24 @@ const file_api_rover_v1_master_proto_rawDesc = "" +
 	"\vlost_reason\x18\x05 \x01(\tR\n" +
 	"lostReason\x12\x1d\n" +
 	"\n" +
-	"group_rank\x18\x06 \x01(\x05R\tgroupRank\"\xa9\x03\n" +
+	"group_rank\x18\x06 \x01(\x05R\tgroupRank\x12%\n" +
+	"\x0erelaunch_count\x18\a \x01(\x05R\rrelaunchCount\x12\x12\n" +
+	"\x04host\x18\b \x01(\tR\x04host\"\xad\x02\n" +
+	"\vManagedNode\x12\x14\n" +
+	"\x05group\x18\x01 \x01(\tR\x05group\x12\x12\n" +
+	"\x04rank\x18\x02 \x01(\x05R\x04rank\x12\x17\n" +
+	"\anode_id\x18\x03 \x01(\tR\x06nodeId\x12\x14\n" +
+	"\x05state\x18\x04 \x01(\tR\x05state\x12\x1e\n" +
+	"\n" +
+	"relaunches\x18\x05 \x01(\x05R\n" +
+	"relaunches\x12\x16\n" +
+	"\x06budget\x18\x06 \x01(\x05R\x06budget\x12\x12\n" +
+	"\x04host\x18\a \x01(\tR\x04host\x12\x1a\n" +
+	"\bcritical\x18\b \x01(\bR\bcritical\x12\x1b\n" +
+	"\tlast_exit\x18\t \x01(\tR\blastExit\x12\x16\n" +
+	"\x06reason\x18\n" +
+	" \x01(\tR\x06reason\x12(\n" +
+	"\x10since_unix_nanos\x18\v \x01(\x03R\x0esinceUnixNanos\"\xca\x04\n" +
 	"\x0eGetJobResponse\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12/\n" +
 	"\tjob_state\x18\x02 \x01(\x0e2\x12.rover.v1.JobStateR\bjobState\x12\x16\n" +
@@ -2116,7 +2320,13 @@ const file_api_rover_v1_master_proto_rawDesc = "" +
 	" \x03(\v2\x17.rover.v1.WorkerFailureR\bfailures\x12:\n" +
 	"\n" +
 	"rendezvous\x18\v \x01(\v2\x1a.rover.v1.RendezvousConfigR\n" +
-	"rendezvous*k\n" +
+	"rendezvous\x12:\n" +
+	"\rmanaged_nodes\x18\f \x03(\v2\x15.rover.v1.ManagedNodeR\fmanagedNodes\x12\x1e\n" +
+	"\n" +
+	"relaunches\x18\r \x01(\x05R\n" +
+	"relaunches\x12\x1a\n" +
+	"\bplatform\x18\x0e \x01(\tR\bplatform\x12'\n" +
+	"\x0fcheckpoint_step\x18\x0f \x01(\x03R\x0echeckpointStep*k\n" +
 	"\bJobState\x12\x19\n" +
 	"\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11JOB_STATE_RUNNING\x10\x01\x12\x17\n" +
@@ -2155,7 +2365,7 @@ func file_api_rover_v1_master_proto_rawDescGZIP() []byte {
 }
 
 var file_api_rover_v1_master_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_api_rover_v1_master_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_api_rover_v1_master_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_api_rover_v1_master_proto_goTypes = []any{
 	(JobState)(0),                     // 0: rover.v1.JobState
 	(*CheckpointDurableRequest)(nil),  // 1: rover.v1.CheckpointDurableRequest
@@ -2183,25 +2393,26 @@ var file_api_rover_v1_master_proto_goTypes = []any{
 	(*GetKeyResponse)(nil),            // 23: rover.v1.GetKeyResponse
 	(*GetJobRequest)(nil),             // 24: rover.v1.GetJobRequest
 	(*NodeStatus)(nil),                // 25: rover.v1.NodeStatus
-	(*GetJobResponse)(nil),            // 26: rover.v1.GetJobResponse
-	(*RegisterDatasetRequest)(nil),    // 27: rover.v1.RegisterDatasetRequest
-	(*LeaseShardsRequest)(nil),        // 28: rover.v1.LeaseShardsRequest
-	(*CompleteShardsRequest)(nil),     // 29: rover.v1.CompleteShardsRequest
-	(*GetPositionRequest)(nil),        // 30: rover.v1.GetPositionRequest
-	(*AdvancePositionRequest)(nil),    // 31: rover.v1.AdvancePositionRequest
-	(*AppendStreamRequest)(nil),       // 32: rover.v1.AppendStreamRequest
-	(*DatasetStateRequest)(nil),       // 33: rover.v1.DatasetStateRequest
-	(*RestoreDatasetRequest)(nil),     // 34: rover.v1.RestoreDatasetRequest
-	(*BatchShardsRequest)(nil),        // 35: rover.v1.BatchShardsRequest
-	(*RegisterDatasetResponse)(nil),   // 36: rover.v1.RegisterDatasetResponse
-	(*LeaseShardsResponse)(nil),       // 37: rover.v1.LeaseShardsResponse
-	(*CompleteShardsResponse)(nil),    // 38: rover.v1.CompleteShardsResponse
-	(*GetPositionResponse)(nil),       // 39: rover.v1.GetPositionResponse
-	(*AdvancePositionResponse)(nil),   // 40: rover.v1.AdvancePositionResponse
-	(*AppendStreamResponse)(nil),      // 41: rover.v1.AppendStreamResponse
-	(*DatasetStateResponse)(nil),      // 42: rover.v1.DatasetStateResponse
-	(*RestoreDatasetResponse)(nil),    // 43: rover.v1.RestoreDatasetResponse
-	(*BatchShardsResponse)(nil),       // 44: rover.v1.BatchShardsResponse
+	(*ManagedNode)(nil),               // 26: rover.v1.ManagedNode
+	(*GetJobResponse)(nil),            // 27: rover.v1.GetJobResponse
+	(*RegisterDatasetRequest)(nil),    // 28: rover.v1.RegisterDatasetRequest
+	(*LeaseShardsRequest)(nil),        // 29: rover.v1.LeaseShardsRequest
+	(*CompleteShardsRequest)(nil),     // 30: rover.v1.CompleteShardsRequest
+	(*GetPositionRequest)(nil),        // 31: rover.v1.GetPositionRequest
+	(*AdvancePositionRequest)(nil),    // 32: rover.v1.AdvancePositionRequest
+	(*AppendStreamRequest)(nil),       // 33: rover.v1.AppendStreamRequest
+	(*DatasetStateRequest)(nil),       // 34: rover.v1.DatasetStateRequest
+	(*RestoreDatasetRequest)(nil),     // 35: rover.v1.RestoreDatasetRequest
+	(*BatchShardsRequest)(nil),        // 36: rover.v1.BatchShardsRequest
+	(*RegisterDatasetResponse)(nil),   // 37: rover.v1.RegisterDatasetResponse
+	(*LeaseShardsResponse)(nil),       // 38: rover.v1.LeaseShardsResponse
+	(*CompleteShardsResponse)(nil),    // 39: rover.v1.CompleteShardsResponse
+	(*GetPositionResponse)(nil),       // 40: rover.v1.GetPositionResponse
+	(*AdvancePositionResponse)(nil),   // 41: rover.v1.AdvancePositionResponse
+	(*AppendStreamResponse)(nil),      // 42: rover.v1.AppendStreamResponse
+	(*DatasetStateResponse)(nil),      // 43: rover.v1.DatasetStateResponse
+	(*RestoreDatasetResponse)(nil),    // 44: rover.v1.RestoreDatasetResponse
+	(*BatchShardsResponse)(nil),       // 45: rover.v1.BatchShardsResponse
 }
 var file_api_rover_v1_master_proto_depIdxs = []int32{
 	3,  // 0: rover.v1.RendezvousConfig.checkpoint:type_name -> rover.v1.CheckpointStorage
@@ -2220,47 +2431,48 @@ var file_api_rover_v1_master_proto_depIdxs = []int32{
 	25, // 13: rover.v1.GetJobResponse.nodes:type_name -> rover.v1.NodeStatus
 	13, // 14: rover.v1.GetJobResponse.failures:type_name -> rover.v1.WorkerFailure
 	4,  // 15: rover.v1.GetJobResponse.rendezvous:type_name -> rover.v1.RendezvousConfig
-	8,  // 16: rover.v1.MasterService.Session:input_type -> rover.v1.SessionRequest
-	5,  // 17: rover.v1.MasterService.Join:input_type -> rover.v1.JoinRequest
-	14, // 18: rover.v1.MasterService.ReportFailure:input_type -> rover.v1.ReportFailureRequest
-	16, // 19: rover.v1.MasterService.ReportSuccess:input_type -> rover.v1.ReportSuccessRequest
-	18, // 20: rover.v1.MasterService.Leave:input_type -> rover.v1.LeaveRequest
-	20, // 21: rover.v1.MasterService.SetKey:input_type -> rover.v1.SetKeyRequest
-	22, // 22: rover.v1.MasterService.GetKey:input_type -> rover.v1.GetKeyRequest
-	24, // 23: rover.v1.MasterService.GetJob:input_type -> rover.v1.GetJobRequest
-	27, // 24: rover.v1.MasterService.RegisterDataset:input_type -> rover.v1.RegisterDatasetRequest
-	28, // 25: rover.v1.MasterService.LeaseShards:input_type -> rover.v1.LeaseShardsRequest
-	29, // 26: rover.v1.MasterService.CompleteShards:input_type -> rover.v1.CompleteShardsRequest
-	30, // 27: rover.v1.MasterService.GetPosition:input_type -> rover.v1.GetPositionRequest
-	31, // 28: rover.v1.MasterService.AdvancePosition:input_type -> rover.v1.AdvancePositionRequest
-	32, // 29: rover.v1.MasterService.AppendStream:input_type -> rover.v1.AppendStreamRequest
-	33, // 30: rover.v1.MasterService.GetDatasetState:input_type -> rover.v1.DatasetStateRequest
-	34, // 31: rover.v1.MasterService.RestoreDataset:input_type -> rover.v1.RestoreDatasetRequest
-	35, // 32: rover.v1.MasterService.BatchShards:input_type -> rover.v1.BatchShardsRequest
-	1,  // 33: rover.v1.MasterService.CheckpointDurable:input_type -> rover.v1.CheckpointDurableRequest
-	10, // 34: rover.v1.MasterService.Session:output_type -> rover.v1.SessionResponse
-	7,  // 35: rover.v1.MasterService.Join:output_type -> rover.v1.JoinResponse
-	15, // 36: rover.v1.MasterService.ReportFailure:output_type -> rover.v1.ReportFailureResponse
-	17, // 37: rover.v1.MasterService.ReportSuccess:output_type -> rover.v1.ReportSuccessResponse
-	19, // 38: rover.v1.MasterService.Leave:output_type -> rover.v1.LeaveResponse
-	21, // 39: rover.v1.MasterService.SetKey:output_type -> rover.v1.SetKeyResponse
-	23, // 40: rover.v1.MasterService.GetKey:output_type -> rover.v1.GetKeyResponse
-	26, // 41: rover.v1.MasterService.GetJob:output_type -> rover.v1.GetJobResponse
-	36, // 42: rover.v1.MasterService.RegisterDataset:output_type -> rover.v1.RegisterDatasetResponse
-	37, // 43: rover.v1.MasterService.LeaseShards:output_type -> rover.v1.LeaseShardsResponse
-	38, // 44: rover.v1.MasterService.CompleteShards:output_type -> rover.v1.CompleteShardsResponse
-	39, // 45: rover.v1.MasterService.GetPosition:output_type -> rover.v1.GetPositionResponse
-	40, // 46: rover.v1.MasterService.AdvancePosition:output_type -> rover.v1.AdvancePositionResponse
-	41, // 47: rover.v1.MasterService.AppendStream:output_type -> rover.v1.AppendStreamResponse
-	42, // 48: rover.v1.MasterService.GetDatasetState:output_type -> rover.v1.DatasetStateResponse
-	43, // 49: rover.v1.MasterService.RestoreDataset:output_type -> rover.v1.RestoreDatasetResponse
-	44, // 50: rover.v1.MasterService.BatchShards:output_type -> rover.v1.BatchShardsResponse
-	2,  // 51: rover.v1.MasterService.CheckpointDurable:output_type -> rover.v1.CheckpointDurableResponse
-	34, // [34:52] is the sub-list for method output_type
-	16, // [16:34] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	26, // 16: rover.v1.GetJobResponse.managed_nodes:type_name -> rover.v1.ManagedNode
+	8,  // 17: rover.v1.MasterService.Session:input_type -> rover.v1.SessionRequest
+	5,  // 18: rover.v1.MasterService.Join:input_type -> rover.v1.JoinRequest
+	14, // 19: rover.v1.MasterService.ReportFailure:input_type -> rover.v1.ReportFailureRequest
+	16, // 20: rover.v1.MasterService.ReportSuccess:input_type -> rover.v1.ReportSuccessRequest
+	18, // 21: rover.v1.MasterService.Leave:input_type -> rover.v1.LeaveRequest
+	20, // 22: rover.v1.MasterService.SetKey:input_type -> rover.v1.SetKeyRequest
+	22, // 23: rover.v1.MasterService.GetKey:input_type -> rover.v1.GetKeyRequest
+	24, // 24: rover.v1.MasterService.GetJob:input_type -> rover.v1.GetJobRequest
+	28, // 25: rover.v1.MasterService.RegisterDataset:input_type -> rover.v1.RegisterDatasetRequest
+	29, // 26: rover.v1.MasterService.LeaseShards:input_type -> rover.v1.LeaseShardsRequest
+	30, // 27: rover.v1.MasterService.CompleteShards:input_type -> rover.v1.CompleteShardsRequest
+	31, // 28: rover.v1.MasterService.GetPosition:input_type -> rover.v1.GetPositionRequest
+	32, // 29: rover.v1.MasterService.AdvancePosition:input_type -> rover.v1.AdvancePositionRequest
+	33, // 30: rover.v1.MasterService.AppendStream:input_type -> rover.v1.AppendStreamRequest
+	34, // 31: rover.v1.MasterService.GetDatasetState:input_type -> rover.v1.DatasetStateRequest
+	35, // 32: rover.v1.MasterService.RestoreDataset:input_type -> rover.v1.RestoreDatasetRequest
+	36, // 33: rover.v1.MasterService.BatchShards:input_type -> rover.v1.BatchShardsRequest
+	1,  // 34: rover.v1.MasterService.CheckpointDurable:input_type -> rover.v1.CheckpointDurableRequest
+	10, // 35: rover.v1.MasterService.Session:output_type -> rover.v1.SessionResponse
+	7,  // 36: rover.v1.MasterService.Join:output_type -> rover.v1.JoinResponse
+	15, // 37: rover.v1.MasterService.ReportFailure:output_type -> rover.v1.ReportFailureResponse
+	17, // 38: rover.v1.MasterService.ReportSuccess:output_type -> rover.v1.ReportSuccessResponse
+	19, // 39: rover.v1.MasterService.Leave:output_type -> rover.v1.LeaveResponse
+	21, // 40: rover.v1.MasterService.SetKey:output_type -> rover.v1.SetKeyResponse
+	23, // 41: rover.v1.MasterService.GetKey:output_type -> rover.v1.GetKeyResponse
+	27, // 42: rover.v1.MasterService.GetJob:output_type -> rover.v1.GetJobResponse
+	37, // 43: rover.v1.MasterService.RegisterDataset:output_type -> rover.v1.RegisterDatasetResponse
+	38, // 44: rover.v1.MasterService.LeaseShards:output_type -> rover.v1.LeaseShardsResponse
+	39, // 45: rover.v1.MasterService.CompleteShards:output_type -> rover.v1.CompleteShardsResponse
+	40, // 46: rover.v1.MasterService.GetPosition:output_type -> rover.v1.GetPositionResponse
+	41, // 47: rover.v1.MasterService.AdvancePosition:output_type -> rover.v1.AdvancePositionResponse
+	42, // 48: rover.v1.MasterService.AppendStream:output_type -> rover.v1.AppendStreamResponse
+	43, // 49: rover.v1.MasterService.GetDatasetState:output_type -> rover.v1.DatasetStateResponse
+	44, // 50: rover.v1.MasterService.RestoreDataset:output_type -> rover.v1.RestoreDatasetResponse
+	45, // 51: rover.v1.MasterService.BatchShards:output_type -> rover.v1.BatchShardsResponse
+	2,  // 52: rover.v1.MasterService.CheckpointDurable:output_type -> rover.v1.CheckpointDurableResponse
+	35, // [35:53] is the sub-list for method output_type
+	17, // [17:35] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_api_rover_v1_master_proto_init() }
@@ -2280,7 +2492,7 @@ func file_api_rover_v1_master_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_rover_v1_master_proto_rawDesc), len(file_api_rover_v1_master_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   26,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1,0 +1,131 @@
+package master
+
+import (
+	"sort"
+	"time"
+
+	roverv1 "github.com/roverml/rover/api/rover/v1"
+	"github.com/roverml/rover/internal/rendezvous"
+)
+
+// What the core shows: node views for the push streams, keys, and the
+// job's status for GetJob.
+
+// view returns the node's view and a channel closed at the next change.
+func (c *core) view(id string) (*roverv1.NodeView, <-chan struct{}) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	v := &roverv1.NodeView{RunId: c.runID}
+	if c.rdzv == nil {
+		v.JobState = roverv1.JobState_JOB_STATE_RUNNING
+		return v, c.views
+	}
+	s := c.status
+	v.Version = c.version
+	v.JobState = jobState(s.Job)
+	v.Reason = s.Reason
+	v.Round = int64(s.Round)
+	v.RoundOpen = s.Open
+	v.RestartCount = int32(s.Restarts)
+	v.MaxRestarts = int32(s.MaxRestarts)
+	if m, round, ok := c.rdzv.Assignment(id); ok {
+		v.Assignment = &roverv1.Assignment{
+			Round:          int64(round),
+			NodeRank:       int32(m.NodeRank),
+			GroupRank:      int32(m.GroupRank),
+			GroupWorldSize: int32(s.GroupWorldSize),
+			LocalWorldSize: int32(m.LocalWorldSize),
+			RankOffset:     int32(m.RankOffset),
+			WorldSize:      int32(s.WorldSize),
+		}
+		if c.memory.ok && c.memory.round == round {
+			step := c.memory.step // not a pointer into c: views are marshalled after the lock is released
+			v.Assignment.MemoryStep = &step
+		}
+	}
+	if s.Job != rendezvous.Running {
+		v.Failures = c.failures
+	}
+	return v, c.views
+}
+
+// key returns a value and a channel closed at the next key change.
+func (c *core) key(k string) ([]byte, bool, <-chan struct{}) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	v, ok := c.kv[k]
+	return v, ok, c.keys
+}
+
+// job returns the job's status for GetJob.
+func (c *core) job() *roverv1.GetJobResponse {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r := &roverv1.GetJobResponse{RunId: c.runID, JobState: roverv1.JobState_JOB_STATE_RUNNING, CheckpointStep: -1}
+	if c.rdzv == nil {
+		c.fleetProtoLocked(r)
+		return r
+	}
+	s := c.rdzv.Snapshot()
+	r.JobState = jobState(s.Job)
+	r.Reason = s.Reason
+	r.Round = int64(s.Round)
+	r.RoundOpen = s.Open
+	r.WorldSize = int32(s.WorldSize)
+	r.RestartCount = int32(s.Restarts)
+	r.MaxRestarts = int32(s.MaxRestarts)
+	r.Failures = c.failures
+	r.Rendezvous = RendezvousProto(*c.cfg)
+	ids := make([]string, 0, len(c.addrs))
+	for id := range c.addrs {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		ns := &roverv1.NodeStatus{NodeId: id, Addr: c.addrs[id], GroupRank: -1}
+		if rank, _, ok := c.rdzv.Joined(id); ok {
+			ns.NodeRank = int32(rank)
+		}
+		if m, ok := s.Member(id); ok {
+			ns.GroupRank = int32(m.GroupRank)
+			ns.NodeRank = int32(m.NodeRank)
+		}
+		if info, ok := c.nodes.Get(id); ok {
+			ns.Lost = info.Lost
+			ns.LostReason = info.LostReason
+		}
+		r.Nodes = append(r.Nodes, ns)
+	}
+	c.fleetProtoLocked(r)
+	return r
+}
+
+// finished reports whether the job has ended, and the change channel.
+func (c *core) finished() (bool, rendezvous.JobState, <-chan struct{}) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.rdzv == nil {
+		return false, rendezvous.Running, c.views
+	}
+	return c.status.Job != rendezvous.Running, c.status.Job, c.views
+}
+
+func jobState(s rendezvous.JobState) roverv1.JobState {
+	switch s {
+	case rendezvous.Running:
+		return roverv1.JobState_JOB_STATE_RUNNING
+	case rendezvous.Succeeded:
+		return roverv1.JobState_JOB_STATE_SUCCEEDED
+	case rendezvous.Failed:
+		return roverv1.JobState_JOB_STATE_FAILED
+	}
+	return roverv1.JobState_JOB_STATE_UNSPECIFIED
+}
+
+// unixNanos is t in Unix nanoseconds, 0 for the zero time.
+func unixNanos(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}

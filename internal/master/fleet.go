@@ -1,0 +1,317 @@
+package master
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/roverml/rover/internal/nodemanager"
+	"github.com/roverml/rover/internal/platform"
+)
+
+// NodesConfig makes a master own its job's nodes: it creates them on a
+// platform, relaunches those that die, and deletes them when the job ends.
+// The rules are the node manager's (package nodemanager); the platform is
+// only how nodes are made, so the same master drives local processes and
+// Kubernetes pods.
+type NodesConfig struct {
+	Platform platform.Platform
+	// Name names the platform for `rover status` ("local", "kubernetes").
+	Name string
+	// Spec is the job's node groups and relaunch rules.
+	Spec nodemanager.Spec
+	// ExitGrace is how long nodes may take to exit on their own once the
+	// job has ended before they are deleted (default 30s).
+	ExitGrace time.Duration
+}
+
+// defaultExitGrace: agents learn the outcome from their push stream within
+// a second, then stop their workers; 30 s covers a slow persist.
+const defaultExitGrace = 30 * time.Second
+
+// fleet drives the node manager: it feeds it the platform's events and the
+// core's notices (a node's agent lost, a diagnosis that calls for a
+// relaunch), journals its state through the core before anything it decided
+// is done, and carries out its commands on the platform. It is the only
+// goroutine that touches the manager.
+type fleet struct {
+	cfg   NodesConfig
+	core  *core
+	clock Clock
+	log   *slog.Logger
+
+	mgr   *nodemanager.Manager
+	saved []byte // the state last journaled
+
+	mu      sync.Mutex
+	queue   []platform.Event
+	wake    chan struct{}
+	held    map[string]bool // node ids the platform holds: true once exited
+	deletes sync.WaitGroup
+
+	gone chan struct{} // closed once the job ended and every node is deleted
+}
+
+func newFleet(cfg NodesConfig, c *core, clock Clock, log *slog.Logger) (*fleet, error) {
+	if cfg.Platform == nil {
+		return nil, errors.New("NodesConfig.Platform is nil")
+	}
+	if err := cfg.Spec.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.ExitGrace <= 0 {
+		cfg.ExitGrace = defaultExitGrace
+	}
+	return &fleet{cfg: cfg, core: c, clock: clock, log: log.With("platform", cfg.Name),
+		wake: make(chan struct{}, 1), held: map[string]bool{}, gone: make(chan struct{})}, nil
+}
+
+// run drives the nodes until the job ends and its nodes are gone, or ctx
+// ends; either way it deletes every node it holds before it returns.
+func (f *fleet) run(ctx context.Context) error {
+	defer close(f.gone)
+	watchCtx, stopWatch := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopWatch()
+	watched := make(chan error, 1)
+	go func() { watched <- f.cfg.Platform.Watch(watchCtx, f.enqueue) }()
+
+	cmds, err := f.start()
+	if err != nil {
+		return err
+	}
+	f.carry(ctx, cmds)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		done, _, changed := f.core.finished()
+		if done {
+			f.drain(ctx)
+			return nil
+		}
+		f.arm(timer)
+		select {
+		case <-ctx.Done():
+			f.deleteAll()
+			return nil
+		case err := <-watched:
+			f.deleteAll()
+			return fmt.Errorf("watch the %s platform's nodes: %w", f.cfg.Name, err)
+		case <-f.wake:
+			// Once the job has ended its agents exit, some with failures:
+			// those are the ending, not faults to relaunch (drain).
+			for _, ev := range f.take() {
+				if f.ended() {
+					break
+				}
+				f.carry(ctx, f.observe(ctx, ev))
+			}
+		case <-f.core.noticeCh:
+			for _, n := range f.core.takeNotices() {
+				if f.ended() {
+					break
+				}
+				f.carry(ctx, f.notice(n))
+			}
+		case <-timer.C:
+			if !f.ended() {
+				f.carry(ctx, f.mgr.Tick(f.clock.Now()))
+			}
+		case <-changed:
+		}
+	}
+}
+
+func (f *fleet) ended() bool {
+	done, _, _ := f.core.finished()
+	return done
+}
+
+// start restores the manager from the journal, or creates it and its
+// first nodes.
+func (f *fleet) start() ([]nodemanager.Command, error) {
+	if saved := f.core.fleetSaved(); saved != nil {
+		m, err := nodemanager.Restore(saved)
+		if err != nil {
+			return nil, fmt.Errorf("restore the node manager: %w", err)
+		}
+		f.mgr, f.saved = m, saved
+		f.log.Info("restored the node manager", "nodes", len(m.Status().Nodes))
+		return nil, nil
+	}
+	m, err := nodemanager.New(f.cfg.Spec)
+	if err != nil {
+		return nil, err
+	}
+	f.mgr = m
+	return m.Start(f.clock.Now()), nil
+}
+
+// arm sets timer to the manager's next pending deadline.
+func (f *fleet) arm(timer *time.Timer) {
+	d := time.Hour
+	if next, ok := f.mgr.NextDeadline(); ok {
+		d = max(next.Sub(f.clock.Now()), 0)
+	}
+	if !timer.Stop() {
+		select {
+		case <-timer.C:
+		default:
+		}
+	}
+	timer.Reset(d)
+}
+
+// enqueue is the platform's event callback: it never blocks.
+func (f *fleet) enqueue(ev platform.Event) {
+	f.mu.Lock()
+	f.queue = append(f.queue, ev)
+	switch ev.Kind {
+	case platform.Pending, platform.Running:
+		if _, ok := f.held[ev.NodeID]; !ok {
+			f.held[ev.NodeID] = false
+		}
+	case platform.Exited:
+		f.held[ev.NodeID] = true
+	case platform.Deleted:
+		delete(f.held, ev.NodeID)
+	}
+	f.mu.Unlock()
+	select {
+	case f.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (f *fleet) take() []platform.Event {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	q := f.queue
+	f.queue = nil
+	return q
+}
+
+// observe feeds one platform event to the manager. A node whose agent
+// ended without success is lost to the rendezvous at once: the platform
+// knows before the heartbeats do.
+func (f *fleet) observe(ctx context.Context, ev platform.Event) []nodemanager.Command {
+	now := f.clock.Now()
+	if ev.Failed() || ev.Kind == platform.Deleted {
+		e := &event{Type: eventNodeLost, Time: now, Node: ev.NodeID, Reason: "its agent " + ev.Describe()}
+		if err := f.core.apply(ctx, e); err != nil && !errors.Is(err, errNotConfigured) {
+			f.log.Warn("record a node's loss", "node", ev.NodeID, "err", err)
+		}
+	}
+	return f.mgr.Observe(ev, now)
+}
+
+// notice feeds the manager what the core learned.
+func (f *fleet) notice(n fleetNotice) []nodemanager.Command {
+	now := f.clock.Now()
+	if n.lost {
+		return f.mgr.Lost(n.node, n.reason, now)
+	}
+	return f.mgr.Act(n.action, now)
+}
+
+// carry journals the manager's state, shows it, then carries out cmds in
+// order. Deletes run in the background (they wait out the agent's grace
+// period); a create the platform refuses is reported back as the node's
+// failure, for the manager to relaunch or give up on.
+func (f *fleet) carry(ctx context.Context, cmds []nodemanager.Command) {
+	state, err := f.mgr.MarshalState()
+	if err != nil {
+		f.log.Error("encode the node manager's state", "err", err)
+		return
+	}
+	if !bytes.Equal(state, f.saved) {
+		if err := f.core.apply(ctx, &event{Type: eventFleet, Time: f.clock.Now(), Fleet: state}); err != nil {
+			// Nothing is done that the journal does not hold: the master
+			// stops when its store fails, and a restarted one redoes it.
+			f.log.Error("journal the node manager's state", "err", err)
+			return
+		}
+		f.saved = state
+	}
+	f.core.setFleetView(f.mgr.Status(), f.cfg.Name)
+	for _, c := range cmds {
+		f.log.Info("node manager: "+c.Kind.String(), "node", c.NodeID, "reason", c.Reason)
+		switch c.Kind {
+		case nodemanager.CreateNode:
+			if err := f.cfg.Platform.Create(ctx, c.Spec); err != nil {
+				f.log.Error("create a node", "node", c.NodeID, "err", err)
+				f.enqueue(platform.Event{NodeID: c.NodeID, Kind: platform.Exited, ExitCode: 127,
+					Reason: fmt.Sprintf("the platform could not create it: %v", err), Time: f.clock.Now()})
+			}
+		case nodemanager.DeleteNode:
+			f.delete(c.NodeID)
+		case nodemanager.FailJob:
+			if err := f.core.apply(ctx, &event{Type: eventFailNodes, Time: f.clock.Now(), Reason: c.Reason}); err != nil {
+				f.log.Error("fail the job", "reason", c.Reason, "err", err)
+			}
+		}
+	}
+}
+
+func (f *fleet) delete(id string) {
+	f.deletes.Add(1)
+	go func() {
+		defer f.deletes.Done()
+		if err := f.cfg.Platform.Delete(context.Background(), id); err != nil {
+			f.log.Warn("delete a node", "node", id, "err", err)
+		}
+	}()
+}
+
+// drain waits, once the job has ended, for its nodes to exit on their own
+// (their agents learn the outcome and stop their workers), at most
+// ExitGrace or until ctx ends, then deletes every node.
+func (f *fleet) drain(ctx context.Context) {
+	f.log.Info("the job ended: waiting for its nodes to exit", "grace", f.cfg.ExitGrace)
+	deadline := time.NewTimer(f.cfg.ExitGrace)
+	defer deadline.Stop()
+	for !f.allExited() {
+		select {
+		case <-ctx.Done():
+			f.deleteAll()
+			return
+		case <-deadline.C:
+			f.deleteAll()
+			return
+		case <-f.wake:
+			f.take() // the manager no longer acts on events: the job is over
+		}
+	}
+	f.deleteAll()
+}
+
+func (f *fleet) allExited() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, exited := range f.held {
+		if !exited {
+			return false
+		}
+	}
+	return true
+}
+
+// deleteAll deletes every node the platform holds and waits for the deletes.
+func (f *fleet) deleteAll() {
+	f.mu.Lock()
+	ids := make([]string, 0, len(f.held))
+	for id := range f.held {
+		ids = append(ids, id)
+	}
+	f.mu.Unlock()
+	for _, id := range ids {
+		f.delete(id)
+	}
+	f.deletes.Wait()
+	if f.mgr != nil {
+		f.core.setFleetView(f.mgr.Status(), f.cfg.Name)
+	}
+}
