@@ -8,11 +8,11 @@ import (
 	"io"
 	"os"
 	"strings"
-	"text/tabwriter"
 
 	"connectrpc.com/connect"
 	roverv1 "github.com/roverml/rover/api/rover/v1"
 	"github.com/roverml/rover/internal/client"
+	"github.com/roverml/rover/internal/jobview"
 )
 
 func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -48,62 +48,5 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return fmt.Errorf("ask the master at %s: %w", *addr, err)
 	}
-	j := resp.Msg
-	state := strings.ToLower(strings.TrimPrefix(j.GetJobState().String(), "JOB_STATE_"))
-	fmt.Fprintf(stdout, "job %s: %s", j.GetRunId(), state)
-	if j.GetReason() != "" {
-		fmt.Fprintf(stdout, " (%s)", j.GetReason())
-	}
-	phase := "training"
-	if j.GetRoundOpen() {
-		phase = "collecting nodes"
-	}
-	fmt.Fprintf(stdout, "\nround %d (%s), world size %d, restarts %d of %d\n\n", j.GetRound(), phase, j.GetWorldSize(), j.GetRestartCount(), j.GetMaxRestarts())
-	tw := tabwriter.NewWriter(stdout, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tRANK\tGROUP RANK\tADDR\tSTATE")
-	for _, n := range j.GetNodes() {
-		st, gr := "alive", "-"
-		if n.GetLost() {
-			st = "lost: " + n.GetLostReason()
-		}
-		if n.GetGroupRank() >= 0 {
-			gr = fmt.Sprint(n.GetGroupRank())
-		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\n", n.GetNodeId(), n.GetNodeRank(), gr, n.GetAddr(), st)
-	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	return printFailures(stdout, j.GetFailures())
-}
-
-// printFailures prints the job's failure history, oldest first, with the
-// master's diagnosis of each round (docs/fault-tolerance.md).
-func printFailures(w io.Writer, fs []*roverv1.WorkerFailure) error {
-	if len(fs) == 0 {
-		return nil
-	}
-	fmt.Fprintln(w, "\nfailures:")
-	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ROUND\tNODE\tRANK\tEXIT\tCAUSE\tACTION\tWHY")
-	for _, f := range fs {
-		exit := fmt.Sprint(f.GetExitCode())
-		if f.GetSignal() != 0 {
-			exit = fmt.Sprintf("signal %d", f.GetSignal())
-		}
-		why := f.GetDiagnosis()
-		if why == "" {
-			why = f.GetMessage()
-		}
-		fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\t%s\t%s\n", f.GetRound(), f.GetNodeId(), f.GetRank(), exit,
-			orDash(f.GetCause()), orDash(f.GetAction()), strings.ReplaceAll(why, "\n", " "))
-	}
-	return tw.Flush()
-}
-
-func orDash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
+	return jobview.Status(stdout, resp.Msg)
 }
