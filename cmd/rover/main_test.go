@@ -275,6 +275,8 @@ func TestTokenFileWinsOverTheVariable(t *testing.T) {
 		want string // on stdout
 	}{
 		{"status", []string{"rover", "status", "--master", addr, "--token-file", tokenFile}, "job default: running"},
+		{"status table", []string{"rover", "status", "--master", addr, "--token-file", tokenFile},
+			"NODE  RANK  GROUP RANK  ADDR  RELAUNCHES  HOST  STATE\n"},
 		{"run", []string{"rover", "run", "--nnodes", "1", "--rdzv-endpoint", addr, "--token-file", tokenFile,
 			"--node-id", "n", "--no-python", "true"}, ""},
 	}

@@ -24,7 +24,13 @@ func Status(w io.Writer, j *roverv1.GetJobResponse) error {
 	if j.GetReason() != "" {
 		fmt.Fprintf(&b, " (%s)", oneLine(j.GetReason()))
 	}
-	fmt.Fprintf(&b, "\nround %d (%s), world size %d, restarts %d of %d", j.GetRound(), phase(j), j.GetWorldSize(),
+	// The round line says what the round does even once the job has ended,
+	// as it always has: the job line says that it ended.
+	roundPhase := "training"
+	if j.GetRoundOpen() {
+		roundPhase = "collecting nodes"
+	}
+	fmt.Fprintf(&b, "\nround %d (%s), world size %d, restarts %d of %d", j.GetRound(), roundPhase, j.GetWorldSize(),
 		j.GetRestartCount(), j.GetMaxRestarts())
 	if j.GetPlatform() != "" {
 		fmt.Fprintf(&b, ", relaunches %d", j.GetRelaunches())
@@ -119,8 +125,8 @@ func state(j *roverv1.GetJobResponse) string {
 	return strings.ToLower(strings.TrimPrefix(j.GetJobState().String(), "JOB_STATE_"))
 }
 
-// phase is what the job's round is doing: collecting nodes or training
-// while the job runs, else the job's state.
+// phase is what Progress says the job's round is doing: collecting nodes or
+// training while the job runs, else the job's state.
 func phase(j *roverv1.GetJobResponse) string {
 	switch {
 	case j.GetJobState() != roverv1.JobState_JOB_STATE_RUNNING:
