@@ -60,6 +60,7 @@ type Manager struct {
 	badHosts   []string         // sorted
 	relaunches int              // over the whole job
 	fail       *failure
+	ended      bool // the job is over: nodes are no longer replaced
 }
 
 // New returns a manager for spec that has created nothing yet; call
@@ -207,6 +208,11 @@ func (m *Manager) memory(s *slot) int64 {
 	return m.spec.Groups[s.group].Resources.MemoryBytes
 }
 
+// End records that the job is over (it succeeded, or failed for a reason
+// outside the manager): from now on events record how nodes end, but no
+// node is relaunched, and a failed node fails nothing more.
+func (m *Manager) End() { m.ended = true }
+
 // replace handles a live node that ended without success: relaunch it while
 // its budget and the job's last, else mark the rank Failed and fail the job
 // if it cannot go on.
@@ -221,6 +227,11 @@ func (m *Manager) replace(s *slot, cause string, now time.Time) []Command {
 	delete(m.byID, old)
 	m.retired[old] = true
 	s.lastExit = cause
+	if m.ended {
+		s.state, s.since, s.timedOut = Failed, now, false
+		s.reason = fmt.Sprintf("%s %s after the job ended; not relaunched", who, cause)
+		return cmds
+	}
 	budget := g.budget()
 	jobLeft := m.spec.MaxRelaunches == 0 || m.relaunches < m.spec.MaxRelaunches
 	if s.relaunch < budget && jobLeft {
@@ -280,7 +291,7 @@ func (m *Manager) NextDeadline() (time.Time, bool) {
 }
 
 func (m *Manager) timesOut() bool {
-	return m.fail == nil && m.spec.PendingStrategy != PendingSkip && m.spec.pendingTimeout() > 0
+	return m.fail == nil && !m.ended && m.spec.PendingStrategy != PendingSkip && m.spec.pendingTimeout() > 0
 }
 
 // pendingSlots lists pending nodes that have not timed out yet.

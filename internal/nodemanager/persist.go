@@ -16,6 +16,7 @@ type stateJSON struct {
 	Schema      int        `json:"schema"`
 	Spec        Spec       `json:"spec"`
 	Started     bool       `json:"started"`
+	Ended       bool       `json:"ended,omitempty"`
 	Relaunches  int        `json:"relaunches"`
 	BadHosts    []string   `json:"bad_hosts,omitempty"`
 	Retired     []string   `json:"retired,omitempty"`
@@ -41,7 +42,7 @@ type slotJSON struct {
 // MarshalState encodes the manager's whole state as JSON for the master's
 // journal. The encoding is deterministic; [Restore] reads it back.
 func (m *Manager) MarshalState() ([]byte, error) {
-	s := stateJSON{Schema: SchemaVersion, Spec: m.spec, Started: m.started, Relaunches: m.relaunches, BadHosts: m.badHosts}
+	s := stateJSON{Schema: SchemaVersion, Spec: m.spec, Started: m.started, Ended: m.ended, Relaunches: m.relaunches, BadHosts: m.badHosts}
 	for id := range m.retired {
 		s.Retired = append(s.Retired, id)
 	}
@@ -90,7 +91,7 @@ func Restore(data []byte) (*Manager, error) {
 	if err != nil {
 		return nil, err
 	}
-	m.started, m.relaunches, m.badHosts = s.Started, s.Relaunches, s.BadHosts
+	m.started, m.ended, m.relaunches, m.badHosts = s.Started, s.Ended, s.Relaunches, s.BadHosts
 	if !slices.IsSorted(m.badHosts) || len(slices.Compact(slices.Clone(m.badHosts))) != len(m.badHosts) {
 		return nil, bad("bad hosts %q are not sorted and distinct", m.badHosts)
 	}
