@@ -11,6 +11,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/roverml/rover/internal/ckpt"
 )
 
 // The arena directory of an agent is base/rover-arenas-<job key>-<random>,
@@ -217,4 +219,30 @@ func arenaRanks(dir string) []int {
 		}
 	}
 	return out
+}
+
+// RemoveJobArenas removes the arena directories that agents of job runID
+// (with token) left on this machine and no live agent holds: those of
+// agents killed before they could clean up. `rover submit` calls it once
+// the job's nodes are gone, so that a job leaves nothing in /dev/shm. It
+// returns how many it removed.
+func RemoveJobArenas(runID, token string) int {
+	base := ckpt.DefaultArenaDir
+	if _, err := os.Stat(base); err != nil {
+		base = os.TempDir()
+	}
+	key := jobKey(runID, token)
+	matches, _ := filepath.Glob(filepath.Join(base, arenaDirPrefix+key+"-*"))
+	n := 0
+	for _, m := range matches {
+		d, owner, ok := lockOrphan(m)
+		if !ok {
+			continue
+		}
+		if owner.JobKey == key && os.RemoveAll(d.path) == nil {
+			n++
+		}
+		d.release()
+	}
+	return n
 }
