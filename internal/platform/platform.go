@@ -40,7 +40,9 @@ type Capabilities struct {
 // NodeSpec describes one node to create. Platforms expose Job, Group, Rank,
 // Relaunch and ID as labels (Kubernetes: elasticjob.dlrover/name,
 // replica-type, rank-index, relaunch-count, replica-index) and as the
-// agent's environment (NODE_ID, NODE_RANK, NODE_TYPE, ELASTIC_JOB_NAME).
+// agent's environment (NODE_ID, NODE_RANK, NODE_TYPE, ELASTIC_JOB_NAME, and
+// ROVER_NODE_ID and PET_NODE_RANK, which `rover run` reads as --node-id and
+// --node-rank).
 type NodeSpec struct {
 	Job      string `json:"job"`      // job name
 	Group    string `json:"group"`    // replica type, such as "worker"
