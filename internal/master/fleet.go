@@ -103,8 +103,10 @@ func (f *fleet) run(ctx context.Context) error {
 		case <-f.wake:
 			// Once the job has ended its agents exit, some with failures:
 			// those are the ending, not faults to relaunch (drain).
-			for _, ev := range f.take() {
+			evs := f.take()
+			for i, ev := range evs {
 				if f.ended() {
+					f.requeue(evs[i:])
 					break
 				}
 				f.carry(ctx, f.observe(ctx, ev))
@@ -179,6 +181,17 @@ func (f *fleet) enqueue(ev platform.Event) {
 	case platform.Deleted:
 		delete(f.held, ev.NodeID)
 	}
+	f.mu.Unlock()
+	select {
+	case f.wake <- struct{}{}:
+	default:
+	}
+}
+
+// requeue puts events taken but not handled back at the queue's head.
+func (f *fleet) requeue(evs []platform.Event) {
+	f.mu.Lock()
+	f.queue = append(evs, f.queue...)
 	f.mu.Unlock()
 	select {
 	case f.wake <- struct{}{}:
@@ -268,24 +281,34 @@ func (f *fleet) delete(id string) {
 
 // drain waits, once the job has ended, for its nodes to exit on their own
 // (their agents learn the outcome and stop their workers), at most
-// ExitGrace or until ctx ends, then deletes every node.
+// ExitGrace or until ctx ends, then deletes every node. The manager records
+// how the nodes end, and relaunches none.
 func (f *fleet) drain(ctx context.Context) {
 	f.log.Info("the job ended: waiting for its nodes to exit", "grace", f.cfg.ExitGrace)
+	f.mgr.End()
+	f.carry(ctx, nil)
+	record := func() {
+		var cmds []nodemanager.Command
+		for _, ev := range f.take() {
+			cmds = append(cmds, f.mgr.Observe(ev, f.clock.Now())...)
+		}
+		f.carry(ctx, cmds)
+	}
 	deadline := time.NewTimer(f.cfg.ExitGrace)
 	defer deadline.Stop()
-	for !f.allExited() {
+	for waiting := true; waiting && !f.allExited(); {
 		select {
 		case <-ctx.Done():
-			f.deleteAll()
-			return
+			waiting = false
 		case <-deadline.C:
-			f.deleteAll()
-			return
+			waiting = false
 		case <-f.wake:
-			f.take() // the manager no longer acts on events: the job is over
+			record()
 		}
 	}
 	f.deleteAll()
+	record()
+	f.deletes.Wait()
 }
 
 func (f *fleet) allExited() bool {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	roverv1 "github.com/roverml/rover/api/rover/v1"
 	"github.com/roverml/rover/internal/ckpt"
 	"github.com/roverml/rover/internal/client"
 	"github.com/roverml/rover/internal/diagnosis"
@@ -327,6 +328,13 @@ func (m *Master) WaitFinished(ctx context.Context) (Outcome, error) {
 			return Outcome{}, ctx.Err()
 		}
 	}
+}
+
+// Status is the job's status, as GetJob answers it.
+func (m *Master) Status() *roverv1.GetJobResponse {
+	r := m.core.job()
+	r.CheckpointStep = m.checkpoints.latestStep()
+	return r
 }
 
 // NodesGone is closed once a master that owns its nodes (Config.Nodes) has
