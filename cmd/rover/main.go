@@ -23,6 +23,9 @@ const usage = `rover: elastic, fault-tolerant distributed training
 
 Usage:
   rover run [options] SCRIPT [ARGS...]   start this node's agent and workers (torchrun-compatible)
+  rover submit JOB.yaml | [options] SCRIPT [ARGS...]
+                                         run a whole job on this machine: a master
+                                         that starts, relaunches and stops its nodes
   rover master [options]                 run a job's master (control plane)
   rover status --master HOST:PORT        print a job's status
   rover bench rendezvous --nodes N       benchmark the rendezvous at scale
@@ -66,6 +69,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = runAgent(ctx, rest, stdout, stderr)
 	case "master":
 		err = runMaster(ctx, rest, stdout, stderr)
+	case "submit":
+		err = runSubmit(ctx, rest, stdout, stderr)
 	case "status":
 		err = runStatus(ctx, rest, stdout, stderr)
 	case "bench":

@@ -1,0 +1,126 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/roverml/rover/internal/agent"
+	"github.com/roverml/rover/internal/jobspec"
+	"github.com/roverml/rover/internal/submit"
+)
+
+const submitUsage = `Usage:
+  rover submit [SUBMIT OPTIONS] JOB.yaml
+  rover submit [SUBMIT OPTIONS] [RUN OPTIONS] SCRIPT [ARGS...]
+
+Runs a job on this machine as a cluster would: an embedded master starts
+each node's agent ("rover run") as a child process, relaunches nodes that
+die, shows the job's progress, and ends with the job's outcome and a summary.
+JOB.yaml is a DLRover ElasticJob or its spec (docs/job-spec.md); RUN OPTIONS
+are those of "rover run" (see rover run --help), less those the master gives
+each node (--rdzv-endpoint, --node-rank, --node-id, --token-file,
+--standalone). Ctrl-C stops every node and leaves nothing behind.
+
+Submit options (before anything else):
+  --job-dir DIR   where node logs (DIR/nodes/<node id>) and the master's
+                  state go (default: $TMPDIR/rover-jobs/<job>-<time>)
+  --quiet         do not show the nodes' output, only progress and summary
+  -h, --help      show this help
+`
+
+// submitConfig is the command line of `rover submit`.
+type submitConfig struct {
+	JobDir string
+	Quiet  bool
+	Spec   jobspec.JobSpec
+}
+
+// parseSubmitArgs reads submit's own options, then a job file or a launcher
+// command line.
+func parseSubmitArgs(args []string) (*submitConfig, error) {
+	c := &submitConfig{}
+	for len(args) > 0 {
+		a := args[0]
+		switch {
+		case a == "-h" || a == "--help":
+			return nil, errHelp
+		case a == "--quiet":
+			c.Quiet = true
+		case a == "--job-dir":
+			if len(args) < 2 || args[1] == "" {
+				return nil, errors.New("--job-dir needs a directory")
+			}
+			c.JobDir, args = args[1], args[1:]
+		case strings.HasPrefix(a, "--job-dir="):
+			if c.JobDir = strings.TrimPrefix(a, "--job-dir="); c.JobDir == "" {
+				return nil, errors.New("--job-dir needs a directory")
+			}
+		default:
+			return c, c.parseJob(args)
+		}
+		args = args[1:]
+	}
+	return nil, errors.New("rover submit needs a job: JOB.yaml, or rover run's options and a SCRIPT (see rover submit --help)")
+}
+
+func (c *submitConfig) parseJob(args []string) error {
+	if ext := strings.ToLower(filepath.Ext(args[0])); !strings.HasPrefix(args[0], "-") && (ext == ".yaml" || ext == ".yml" || ext == ".json") {
+		if len(args) > 1 {
+			return fmt.Errorf("%s is a job file: it takes no other arguments (found %q); put the script's arguments in the file's command", args[0], args[1:])
+		}
+		spec, err := jobspec.ParseFile(args[0])
+		if err != nil {
+			return err
+		}
+		c.Spec = *spec
+		return nil
+	}
+	spec, err := jobspec.FromLaunchArgs(args)
+	if err != nil {
+		return err
+	}
+	c.Spec = spec
+	return nil
+}
+
+var errHelp = errors.New("help requested")
+
+func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c, err := parseSubmitArgs(args)
+	if errors.Is(err, errHelp) {
+		fmt.Fprint(stdout, submitUsage)
+		return nil
+	}
+	if err != nil {
+		return usageError{err}
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("find the rover binary for the nodes: %w", err)
+	}
+	plan, err := submit.NewPlan(c.Spec, exe)
+	if err != nil {
+		return usageError{err}
+	}
+	if c.JobDir == "" {
+		c.JobDir = filepath.Join(os.TempDir(), "rover-jobs", plan.Name+"-"+time.Now().Format("20060102-150405"))
+	}
+	o := submit.Options{Dir: c.JobDir, Progress: stderr, Logger: newLogger(stderr)}
+	if !c.Quiet {
+		o.Console = stdout
+	}
+	res, err := submit.Run(ctx, plan, o)
+	if err != nil {
+		return err
+	}
+	if !res.Succeeded {
+		return &agent.ExitError{Code: agent.ExitJobFailed, Err: fmt.Errorf("job %s failed: %s", plan.Name, res.Reason)}
+	}
+	return nil
+}

@@ -1,0 +1,182 @@
+package submit
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/roverml/rover/internal/client"
+	"github.com/roverml/rover/internal/jobspec"
+	"github.com/roverml/rover/internal/master"
+	"github.com/roverml/rover/internal/nodemanager"
+	"github.com/roverml/rover/internal/runconfig"
+)
+
+// Plan is how a job spec runs: the master's settings and the node manager's
+// spec, whose nodes run `rover run` with the job's launcher flags.
+type Plan struct {
+	// Name is the job's name: the master's job and the agents' run id,
+	// and the prefix of node ids.
+	Name string
+	// Launch is the agents' command line, parsed as they parse it.
+	Launch *runconfig.Config
+	// Nodes is the node manager's spec.
+	Nodes nodemanager.Spec
+	// Preset is the job's rendezvous, fixed before any agent joins.
+	Preset master.RendezvousPreset
+	// Checkpoint is the job's checkpoint storage (URL "" for none).
+	Checkpoint client.CheckpointStorage
+}
+
+// ErrBadSpec is wrapped by NewPlan's errors.
+var ErrBadSpec = errors.New("the job cannot be submitted")
+
+// refused are the launcher flags a submitted job may not carry: the
+// platform gives every node its master, rank, identity and token.
+var refused = []struct {
+	set       func(*runconfig.Config) bool
+	flag, why string
+}{
+	{func(c *runconfig.Config) bool { return c.RdzvEndpoint != "" }, "--rdzv-endpoint", "rover submit runs the job's master itself"},
+	{func(c *runconfig.Config) bool { return c.Standalone }, "--standalone", "rover submit runs the job's master itself; use rover run --standalone for a one-node job without one"},
+	{func(c *runconfig.Config) bool { return c.NodeRank >= 0 }, "--node-rank", "the master gives each node its rank"},
+	{func(c *runconfig.Config) bool { return c.NodeID != "" }, "--node-id", "the master names each node"},
+	{func(c *runconfig.Config) bool { return c.TokenFile != "" }, "--token-file", "rover submit makes the job's token and hands it to its nodes"},
+	{func(c *runconfig.Config) bool { return c.TLSCA != "" || c.TLSServerName != "" }, "--tls-ca/--tls-server-name", "the local platform's nodes reach their master over loopback"},
+}
+
+// NewPlan checks spec against what the local platform can do and returns
+// how to run it; roverExe is the rover binary the nodes run. Every problem
+// is reported at once, each wrapping ErrBadSpec (or jobspec.ErrUnsupported
+// for fields the platform cannot honour).
+func NewPlan(spec jobspec.JobSpec, roverExe string) (*Plan, error) {
+	if err := spec.Check(jobspec.LocalCapabilities); err != nil {
+		return nil, err
+	}
+	g := spec.Replicas[jobspec.Worker]
+	if g == nil {
+		return nil, fmt.Errorf("%w: the job has no worker group", ErrBadSpec)
+	}
+	args, err := launchArgs(spec, g)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := jobspec.ParseLaunchArgs(args)
+	if err != nil {
+		return nil, fmt.Errorf("%w: the worker command: %w", ErrBadSpec, err)
+	}
+	var errs []error
+	for _, r := range refused {
+		if r.set(cfg) {
+			errs = append(errs, fmt.Errorf("%w: remove %s: %s", ErrBadSpec, r.flag, r.why))
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	name := jobName(spec, cfg)
+	if cfg.RunID != "none" && cfg.RunID != name {
+		return nil, fmt.Errorf("%w: --rdzv-id=%s names the job, but it is %q: give the same name, or leave --rdzv-id out", ErrBadSpec, cfg.RunID, name)
+	}
+	p := &Plan{Name: name, Launch: cfg}
+	p.Preset = master.RendezvousPreset(client.RendezvousFromPolicy(cfg.Policy()))
+	if cfg.CheckpointDir != "" {
+		dir := cfg.CheckpointDir
+		if !strings.Contains(dir, "://") {
+			if dir, err = filepath.Abs(dir); err != nil {
+				return nil, fmt.Errorf("%w: --checkpoint-dir: %w", ErrBadSpec, err)
+			}
+		}
+		p.Checkpoint = client.CheckpointStorage{URL: dir, Keep: cfg.CheckpointKeep}
+	}
+	env := map[string]string{}
+	for _, e := range g.Env {
+		env[e.Name] = e.Value
+	}
+	if cfg.RunID == "none" {
+		env["PET_RDZV_ID"] = name
+	}
+	p.Nodes = nodemanager.Spec{
+		Job: name,
+		Groups: []nodemanager.GroupSpec{{
+			Name:          string(jobspec.Worker),
+			MinNodes:      cfg.MinNodes,
+			MaxNodes:      cfg.MaxNodes,
+			RestartCount:  restartCount(g.RestartCount),
+			CriticalRanks: criticalRanks(g.CriticalNodes),
+			Argv:          append([]string{roverExe, "run"}, args...),
+			Env:           env,
+		}},
+		PendingTimeout: spec.PendingTimeout,
+	}
+	if err := p.Nodes.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBadSpec, err)
+	}
+	return p, nil
+}
+
+// launchArgs returns the arguments of the nodes' `rover run`: the
+// launcher's own when the command runs one, else flags that run the
+// command NprocPerNode times per node.
+func launchArgs(spec jobspec.JobSpec, g *jobspec.ReplicaGroup) ([]string, error) {
+	if g.LaunchArgs != nil {
+		return slices.Clone(g.LaunchArgs), nil
+	}
+	if g.Launch != nil {
+		return nil, fmt.Errorf("%w: the worker group was built from parsed flags without their command line (jobspec.FromRunConfig); use jobspec.FromLaunchArgs", ErrBadSpec)
+	}
+	if len(g.Command) == 0 {
+		return nil, fmt.Errorf("%w: the worker container has no command", ErrBadSpec)
+	}
+	nnodes := strconv.Itoa(g.MaxNodes)
+	if g.MinNodes != g.MaxNodes {
+		nnodes = fmt.Sprintf("%d:%d", g.MinNodes, g.MaxNodes)
+	}
+	args := []string{"--nnodes=" + nnodes, "--nproc-per-node=" + strconv.Itoa(max(g.NprocPerNode, 1)),
+		"--max-restarts=" + strconv.Itoa(spec.MaxRestarts), "--node-unit=" + strconv.Itoa(max(spec.NodeUnit, 1)), "--no-python"}
+	return append(args, g.Command...), nil
+}
+
+// restartCount maps the spec's per-node relaunch budget (0: never) to the
+// node manager's (-1: never).
+func restartCount(n int) int {
+	if n == 0 {
+		return -1
+	}
+	return n
+}
+
+func criticalRanks(cs []jobspec.CriticalNode) []int {
+	var out []int
+	for _, c := range cs {
+		out = append(out, c.ID)
+	}
+	return out
+}
+
+var notLabel = regexp.MustCompile(`[^a-z0-9-]+`)
+
+// jobName is the spec's name, else --rdzv-id, else the script's base name,
+// made a DNS label short enough for node ids.
+func jobName(spec jobspec.JobSpec, cfg *runconfig.Config) string {
+	name := spec.Name
+	if name == "" && cfg.RunID != "none" {
+		name = cfg.RunID
+	}
+	if name == "" {
+		base := filepath.Base(cfg.Entrypoint)
+		name = strings.TrimSuffix(base, filepath.Ext(base))
+	}
+	name = strings.Trim(notLabel.ReplaceAllString(strings.ToLower(name), "-"), "-")
+	if len(name) > 40 {
+		name = strings.TrimRight(name[:40], "-")
+	}
+	if name == "" || name[0] >= '0' && name[0] <= '9' {
+		name = "job-" + name
+	}
+	return strings.TrimRight(name, "-")
+}

@@ -1,0 +1,197 @@
+// Package submit runs a job on this machine the way a cluster would: an
+// embedded master that owns the job's nodes through the local platform
+// (package platform/local), which starts each node's agent (`rover run`)
+// as a child process. It is `rover submit`: it shows the job's progress,
+// relaunches nodes that die (the master's node manager decides), and ends
+// with the job's outcome and a summary. Cancelling its context (Ctrl-C)
+// stops every node and leaves no process and no shared memory behind.
+package submit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"os"
+	"path/filepath"
+	"time"
+
+	roverv1 "github.com/roverml/rover/api/rover/v1"
+	"github.com/roverml/rover/internal/agent"
+	"github.com/roverml/rover/internal/jobview"
+	"github.com/roverml/rover/internal/master"
+	"github.com/roverml/rover/internal/platform"
+	"github.com/roverml/rover/internal/platform/local"
+)
+
+// Options configure a submitted job.
+type Options struct {
+	// Dir is the job's directory: node logs in Dir/nodes/<node id>, the
+	// master's state in Dir/master. It is created if missing.
+	Dir string
+	// Console, when set, shows every node's output, each line prefixed
+	// with its node id.
+	Console io.Writer
+	// Progress receives progress lines while the job runs and the summary
+	// at the end.
+	Progress io.Writer
+	// Logger is the master's log.
+	Logger *slog.Logger
+	// Env is the nodes' base environment (nil: this process's).
+	Env []string
+	// StopGrace is how long a node's agent has to stop after SIGTERM
+	// before SIGKILL (default 30s).
+	StopGrace time.Duration
+	// ProgressEvery is how often the job's status is checked for the
+	// progress line (default 1s).
+	ProgressEvery time.Duration
+}
+
+// Result is how a submitted job ended.
+type Result struct {
+	Succeeded bool
+	Reason    string
+	// Status is the master's last view of the job.
+	Status *roverv1.GetJobResponse
+	Took   time.Duration
+}
+
+// Run runs the job of plan until it ends or ctx does; then it stops every
+// node, removes what their agents left in shared memory, and writes the
+// summary. The error is ctx's cause when the job was cancelled, or a
+// failure to run the job at all; a job that failed is a Result, not an
+// error.
+func Run(ctx context.Context, plan *Plan, o Options) (Result, error) {
+	start := time.Now()
+	if o.Progress == nil {
+		o.Progress = io.Discard
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if o.ProgressEvery <= 0 {
+		o.ProgressEvery = time.Second
+	}
+	if o.Env == nil {
+		o.Env = os.Environ()
+	}
+	if err := os.MkdirAll(o.Dir, 0o700); err != nil {
+		return Result{}, fmt.Errorf("create the job directory: %w", err)
+	}
+	plat, err := local.New(local.Options{Dir: filepath.Join(o.Dir, "nodes"), Console: o.Console, Env: o.Env, Grace: o.StopGrace})
+	if err != nil {
+		return Result{}, err
+	}
+	defer plat.Close()
+	nodes := &withMaster{Platform: plat}
+	token := master.NewToken()
+	preset := plan.Preset
+	m, err := master.New(ctx, master.Config{
+		Listen: "127.0.0.1:0", Job: plan.Name, Token: token, Preset: &preset, Checkpoint: plan.Checkpoint,
+		StateDir: filepath.Join(o.Dir, "master"), Logger: o.Logger,
+		Nodes: &master.NodesConfig{Platform: nodes, Name: "local", Spec: plan.Nodes},
+	})
+	if err != nil {
+		return Result{}, fmt.Errorf("start the job's master: %w", err)
+	}
+	nodes.env = map[string]string{"ROVER_MASTER_ADDR": m.Addr(), "ROVER_TOKEN": token, "PET_LOCAL_ADDR": "127.0.0.1"}
+	fmt.Fprintf(o.Progress, "rover submit: job %s, master at %s, %s, logs in %s\n",
+		plan.Name, m.Addr(), nodeCount(plan), filepath.Join(o.Dir, "nodes"))
+
+	mctx, stopMaster := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopMaster()
+	served := make(chan error, 1)
+	go func() { served <- m.Run(mctx) }()
+
+	outcome, waitErr := watch(ctx, m, o)
+	if waitErr != nil {
+		fmt.Fprintf(o.Progress, "rover submit: stopping job %s: %v\n", plan.Name, context.Cause(ctx))
+	}
+	stopMaster() // deletes every node that is left, then stops serving
+	serveErr := <-served
+	plat.Close()
+	if n := agent.RemoveJobArenas(plan.Name, token); n > 0 {
+		o.Logger.Info("removed shared memory that killed agents left", "directories", n)
+	}
+	res := Result{Succeeded: outcome.Succeeded, Reason: outcome.Reason, Status: m.Status(), Took: time.Since(start)}
+	if waitErr == nil && serveErr != nil {
+		waitErr = fmt.Errorf("the job's master: %w", serveErr)
+	}
+	if err := jobview.Summary(o.Progress, res.Status, res.Took); err != nil {
+		return res, err
+	}
+	fmt.Fprintf(o.Progress, "logs: %s\n", filepath.Join(o.Dir, "nodes"))
+	return res, waitErr
+}
+
+// watch shows the job's progress until it ends and its nodes are gone, or
+// ctx ends (then it returns ctx's error).
+func watch(ctx context.Context, m *master.Master, o Options) (master.Outcome, error) {
+	finished := make(chan master.Outcome, 1)
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	go func() {
+		if out, err := m.WaitFinished(wctx); err == nil {
+			finished <- out
+		}
+	}()
+	tick := time.NewTicker(o.ProgressEvery)
+	defer tick.Stop()
+	last := ""
+	show := func() {
+		if line := jobview.Progress(m.Status()); line != last {
+			fmt.Fprintln(o.Progress, line)
+			last = line
+		}
+	}
+	var outcome master.Outcome
+	for done := false; !done; {
+		select {
+		case <-ctx.Done():
+			return outcome, ctx.Err()
+		case outcome = <-finished:
+			done = true
+		case <-tick.C:
+			show()
+		}
+	}
+	show()
+	select { // the nodes exit on their own once they learn the outcome
+	case <-m.NodesGone():
+		return outcome, nil
+	case <-ctx.Done():
+		return outcome, ctx.Err()
+	}
+}
+
+func nodeCount(p *Plan) string {
+	g := p.Nodes.Groups[0]
+	if g.MinNodes == g.MaxNodes {
+		return fmt.Sprintf("%d nodes of %d processes", g.MaxNodes, p.Launch.NprocPerNode)
+	}
+	return fmt.Sprintf("%d to %d nodes of %d processes", g.MinNodes, g.MaxNodes, p.Launch.NprocPerNode)
+}
+
+// withMaster gives every node the master's address and the job's token,
+// which exist only once the master listens, and which stay out of the
+// master's journal (the node manager's spec is journaled).
+type withMaster struct {
+	platform.Platform
+	env map[string]string
+}
+
+func (w *withMaster) Create(ctx context.Context, spec platform.NodeSpec) error {
+	if spec.Env == nil {
+		spec.Env = map[string]string{}
+	} else {
+		spec.Env = maps.Clone(spec.Env)
+	}
+	maps.Copy(spec.Env, w.env)
+	return w.Platform.Create(ctx, spec)
+}
+
+// ErrJobFailed is returned by callers that turn a failed Result into an
+// error.
+var ErrJobFailed = errors.New("the job failed")
