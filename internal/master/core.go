@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"slices"
 
+	"strings"
 	"sync"
 	"time"
 
@@ -338,10 +339,30 @@ func (c *core) blameLossLocked(e *event, mb rendezvous.Member, round int) {
 		NodeId: e.Node, NodeRank: int32(mb.NodeRank), Host: mb.Addr, Rank: int32(mb.RankOffset),
 		ExitCode: -1, TimeUnixNanos: e.Time.UnixNano(), Round: int64(round),
 		Message: fmt.Sprintf("node %s (node rank %d) was lost: %s", e.Node, mb.NodeRank, cmp.Or(e.Reason, "its agent is gone")),
+		Cause:   lossCause(e.Reason).String(), Action: "re-form-world",
+		Diagnosis: "a lost node ends its world: the others restart in a new round without spending a restart",
 	})
+	if c.fleetOn {
+		f := c.failures[len(c.failures)-1]
+		f.Action = diagnosis.RelaunchNode.String()
+		f.Diagnosis = "a lost node ends its world: the node manager relaunches it, and the others restart in a new round without spending a restart"
+	}
 	if n := len(c.failures); n > maxFailuresKept {
 		c.failures = append([]*roverv1.WorkerFailure(nil), c.failures[n-maxFailuresKept:]...)
 	}
+}
+
+// lossCause classifies why a node was lost, from the words of its reason.
+func lossCause(reason string) diagnosis.Cause {
+	switch {
+	case strings.Contains(reason, "Evicted"), strings.Contains(reason, "Preempted"):
+		return diagnosis.Preempted
+	case strings.Contains(reason, "OOMKilled"):
+		return diagnosis.OutOfMemory
+	case strings.Contains(reason, "signal"), strings.Contains(reason, "exited"):
+		return diagnosis.Killed
+	}
+	return diagnosis.Unknown
 }
 
 // recordFailuresLocked keeps a report's failures, each annotated with the

@@ -119,9 +119,10 @@ func (m *Manager) create(s *slot, now time.Time, reason string) Command {
 }
 
 // current returns the slot whose current node is id, or nil for an unknown,
-// replaced or final node, or once the job failed.
+// replaced or final node, or once the job failed (unless it ended: then
+// events still record how nodes end).
 func (m *Manager) current(id string) *slot {
-	if m.fail != nil {
+	if m.fail != nil && !m.ended {
 		return nil
 	}
 	s := m.byID[id]
