@@ -249,7 +249,7 @@ func (c *core) transitionLocked(e *event) error {
 		}
 	case eventNodeLost:
 		mb, worldRound, _, member := c.rdzv.WorldMember(e.Node)
-		if c.rdzv.NodeLost(e.Node, e.Time) && member {
+		if c.rdzv.NodeLostSince(e.Node, e.Since, e.Time) && member {
 			c.blameLossLocked(e, mb, worldRound)
 		}
 		delete(c.held, e.Node)
@@ -488,7 +488,7 @@ func (c *core) tick(ctx context.Context, now time.Time) error {
 	}
 	if c.rdzv != nil {
 		for _, lost := range c.nodes.Tick(now) {
-			events = append(events, &event{Type: eventNodeLost, Time: now, Node: lost.ID, Reason: lost.Reason})
+			events = append(events, &event{Type: eventNodeLost, Time: now, Node: lost.ID, Reason: lost.Reason, Since: lost.Since})
 		}
 		if d, ok := c.rdzv.NextDeadline(); ok && !now.Before(d) {
 			events = append(events, &event{Type: eventTick, Time: now})

@@ -213,7 +213,7 @@ func (f *fleet) take() []platform.Event {
 func (f *fleet) observe(ctx context.Context, ev platform.Event) []nodemanager.Command {
 	now := f.clock.Now()
 	if ev.Failed() || ev.Kind == platform.Deleted {
-		e := &event{Type: eventNodeLost, Time: now, Node: ev.NodeID, Reason: "its agent " + ev.Describe()}
+		e := &event{Type: eventNodeLost, Time: now, Node: ev.NodeID, Reason: "its agent " + ev.Describe(), Since: ev.Time}
 		if err := f.core.apply(ctx, e); err != nil && !errors.Is(err, errNotConfigured) {
 			f.log.Warn("record a node's loss", "node", ev.NodeID, "err", err)
 		}

@@ -34,6 +34,8 @@ type event struct {
 	// Failures are set on eventWorkerFailed, as protobuf JSON.
 	Failures []json.RawMessage `json:"failures,omitempty"`
 	Reason   string            `json:"reason,omitempty"`
+	// Since is set on eventNodeLost when the loss's time is known.
+	Since time.Time `json:"since,omitzero"`
 	// Shard is set on the shard events (shards.go).
 	Shard *shardEvent `json:"shard,omitempty"`
 	// Batch is set on eventShardBatch: shard events applied in order, at Time.

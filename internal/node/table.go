@@ -52,6 +52,9 @@ type Info struct {
 type Lost struct {
 	ID     string
 	Reason string
+	// Since is when the node was last known alive: the end of its
+	// session, or its last heartbeat.
+	Since time.Time
 }
 
 type cause uint8
@@ -197,13 +200,15 @@ func (t *Table) Tick(now time.Time) []Lost {
 	for len(t.dl) > 0 && !now.Before(t.dl[0].deadline) {
 		e := heap.Pop(&t.dl).(*entry)
 		e.lost = true
+		since := e.lastSeen
 		switch e.cause {
 		case causeDisconnect:
 			e.reason = "disconnected for " + t.cfg.DisconnectGrace.String()
+			since = e.discSince
 		default:
 			e.reason = "no heartbeat for " + t.cfg.HeartbeatTimeout.String()
 		}
-		out = append(out, Lost{ID: e.id, Reason: e.reason})
+		out = append(out, Lost{ID: e.id, Reason: e.reason, Since: since})
 	}
 	slices.SortFunc(out, func(a, b Lost) int { return strings.Compare(a.ID, b.ID) })
 	return out

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 )
 
 var t0 = time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -41,22 +42,22 @@ func TestTableScenarios(t *testing.T) {
 			{at: 18, op: "tick"},
 			{at: 18.5, op: "seen", id: "a", next: 28.5},
 			{at: 28.4, op: "tick"},
-			{at: 28.5, op: "tick", lost: []Lost{{"a", hb}}, next: -1,
+			{at: 28.5, op: "tick", lost: []Lost{{ID: "a", Reason: hb}}, next: -1,
 				info: &Info{ID: "a", LastSeen: at(18.5), Lost: true, LostReason: hb}},
 			{at: 40, op: "tick"}, // reported once
 		}},
 		{"lost node comes back", cfg, []step{
 			{at: 0, op: "seen", id: "a"},
-			{at: 10, op: "tick", lost: []Lost{{"a", hb}}},
+			{at: 10, op: "tick", lost: []Lost{{ID: "a", Reason: hb}}},
 			{at: 12, op: "seen", id: "a", next: 22, info: &Info{ID: "a", LastSeen: at(12)}},
-			{at: 22, op: "tick", lost: []Lost{{"a", hb}}},
+			{at: 22, op: "tick", lost: []Lost{{ID: "a", Reason: hb}}},
 		}},
 		{"several lost at once, sorted", cfg, []step{
 			{at: 0, op: "seen", id: "c"},
 			{at: 1, op: "seen", id: "a"},
 			{at: 2, op: "seen", id: "b"},
 			{at: 3, op: "seen", id: "d", next: 10},
-			{at: 12.5, op: "tick", lost: []Lost{{"a", hb}, {"b", hb}, {"c", hb}}, next: 13},
+			{at: 12.5, op: "tick", lost: []Lost{{ID: "a", Reason: hb}, {ID: "b", Reason: hb}, {ID: "c", Reason: hb}}, next: 13},
 		}},
 		{"disconnect grace", cfg, []step{
 			{at: 0, op: "conn", id: "a", next: 10, info: &Info{ID: "a", LastSeen: at(0), Connected: 1}},
@@ -65,14 +66,14 @@ func TestTableScenarios(t *testing.T) {
 				info: &Info{ID: "a", LastSeen: at(5), DisconnectedSince: at(6)}},
 			{at: 7, op: "seen", id: "a", next: 9}, // heartbeats do not cancel the grace
 			{at: 8.9, op: "tick"},
-			{at: 9, op: "tick", lost: []Lost{{"a", dc}}, next: -1},
+			{at: 9, op: "tick", lost: []Lost{{ID: "a", Reason: dc}}, next: -1},
 		}},
 		{"reconnect within grace", cfg, []step{
 			{at: 0, op: "conn", id: "a"},
 			{at: 1, op: "disc", id: "a", next: 4},
 			{at: 3, op: "conn", id: "a", next: 13},
 			{at: 5, op: "tick"},
-			{at: 13, op: "tick", lost: []Lost{{"a", hb}}},
+			{at: 13, op: "tick", lost: []Lost{{ID: "a", Reason: hb}}},
 		}},
 		{"two streams, one closes", cfg, []step{
 			{at: 0, op: "conn", id: "a"},
@@ -80,19 +81,19 @@ func TestTableScenarios(t *testing.T) {
 			{at: 2, op: "disc", id: "a", next: 11, info: &Info{ID: "a", LastSeen: at(1), Connected: 1}},
 			{at: 8, op: "tick"},
 			{at: 9, op: "disc", id: "a", next: 11},
-			{at: 11, op: "tick", lost: []Lost{{"a", hb}}},
+			{at: 11, op: "tick", lost: []Lost{{ID: "a", Reason: hb}}},
 		}},
 		{"heartbeat timeout earlier than grace", Config{HeartbeatTimeout: 2 * time.Second, DisconnectGrace: time.Minute}, []step{
 			{at: 0, op: "conn", id: "a"},
 			{at: 1, op: "disc", id: "a", next: 2},
-			{at: 2, op: "tick", lost: []Lost{{"a", "no heartbeat for 2s"}}},
+			{at: 2, op: "tick", lost: []Lost{{ID: "a", Reason: "no heartbeat for 2s"}}},
 		}},
 		{"revived node forgets the old disconnect", cfg, []step{
 			{at: 0, op: "conn", id: "a"},
 			{at: 1, op: "disc", id: "a"},
-			{at: 4, op: "tick", lost: []Lost{{"a", dc}}},
+			{at: 4, op: "tick", lost: []Lost{{ID: "a", Reason: dc}}},
 			{at: 5, op: "seen", id: "a", next: 15, info: &Info{ID: "a", LastSeen: at(5)}},
-			{at: 15, op: "tick", lost: []Lost{{"a", hb}}},
+			{at: 15, op: "tick", lost: []Lost{{ID: "a", Reason: hb}}},
 		}},
 		{"unmatched disconnect ignored", cfg, []step{
 			{at: 0, op: "disc", id: "ghost", next: -1},
@@ -101,7 +102,7 @@ func TestTableScenarios(t *testing.T) {
 		}},
 		{"connect revives a lost node", cfg, []step{
 			{at: 0, op: "seen", id: "a"},
-			{at: 10, op: "tick", lost: []Lost{{"a", hb}}},
+			{at: 10, op: "tick", lost: []Lost{{ID: "a", Reason: hb}}},
 			{at: 11, op: "conn", id: "a", next: 21, info: &Info{ID: "a", LastSeen: at(11), Connected: 1}},
 		}},
 		{"heartbeat rule disabled", Config{DisconnectGrace: 0}, []step{
@@ -109,13 +110,13 @@ func TestTableScenarios(t *testing.T) {
 			{at: 1000, op: "tick"},
 			{at: 1000, op: "conn", id: "a", next: -1},
 			{at: 1001, op: "disc", id: "a", next: 1001},
-			{at: 1001, op: "tick", lost: []Lost{{"a", "disconnected for 0s"}}},
+			{at: 1001, op: "tick", lost: []Lost{{ID: "a", Reason: "disconnected for 0s"}}},
 		}},
 		{"forget", cfg, []step{
 			{at: 0, op: "seen", id: "a"},
 			{at: 1, op: "seen", id: "b", next: 10},
 			{at: 2, op: "forget", id: "a", next: 11},
-			{at: 20, op: "tick", lost: []Lost{{"b", hb}}},
+			{at: 20, op: "tick", lost: []Lost{{ID: "b", Reason: hb}}},
 		}},
 		{"out of order times keep the latest", cfg, []step{
 			{at: 5, op: "seen", id: "a"},
@@ -137,7 +138,7 @@ func TestTableScenarios(t *testing.T) {
 				case "forget":
 					tb.Forget(s.id)
 				case "tick":
-					if diff := cmp.Diff(s.lost, tb.Tick(now)); diff != "" {
+					if diff := cmp.Diff(s.lost, tb.Tick(now), cmpopts.IgnoreFields(Lost{}, "Since")); diff != "" {
 						t.Fatalf("step %d (%s at %v): Tick (-want +got):\n%s", i, s.op, s.at, diff)
 					}
 				default:
@@ -327,5 +328,25 @@ func BenchmarkHeartbeatRound10000(b *testing.B) {
 		if lost := tb.Tick(now.Add(time.Minute)); len(lost) != len(ids) {
 			b.Fatalf("lost %d, want %d", len(lost), len(ids))
 		}
+	}
+}
+
+// TestLostSince: a lost node says when it was last known alive: the end of
+// its session when it disconnected, its last heartbeat otherwise.
+func TestLostSince(t *testing.T) {
+	cfg := Config{HeartbeatTimeout: 10 * time.Second, DisconnectGrace: 3 * time.Second}
+	tb := NewTable(cfg)
+	tb.Seen("hb", at(1))
+	tb.Seen("dc", at(1))
+	tb.Connected("dc", at(1))
+	tb.Seen("dc", at(4))
+	tb.Disconnected("dc", at(5))
+	got := tb.Tick(at(20))
+	want := []Lost{
+		{ID: "dc", Reason: "disconnected for 3s", Since: at(5)},
+		{ID: "hb", Reason: "no heartbeat for 10s", Since: at(1)},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("lost (-want +got):\n%s", diff)
 	}
 }

@@ -170,3 +170,52 @@ func roundTrip(t *testing.T, m *Machine, rng *rand.Rand) *Machine {
 	}
 	return r
 }
+
+// TestLossSinceAfterFailure: a member of a failed world that rejoined and
+// trained, and whose agent died well after the failure's report, did not
+// cause it: the restart the failure spent stays spent. Its loss just before
+// the report (within lossSlack after it, for clocks apart) still takes the
+// blame.
+func TestLossSinceAfterFailure(t *testing.T) {
+	for _, tt := range []struct {
+		name      string
+		sinceAt   time.Duration // the loss's time, after the failure's report
+		restarts  int
+		wantBlame bool
+	}{
+		{"long after the report", 8 * sec, 1, false},
+		{"just after the report", lossSlack, 0, true},
+		{"before the report", -sec, 0, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			m, err := New(blame(3), t0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, id := range []string{"a", "b"} {
+				if _, err := m.Join(JoinRequest{NodeID: id, RequestedRank: -1, LocalWorldSize: 1, Addr: id}, t0); err != nil {
+					t.Fatal(err)
+				}
+			}
+			m.Tick(t0.Add(time.Minute))
+			failAt := t0.Add(time.Minute + sec)
+			if err := m.WorkerFailed("a", 1, failAt); err != nil {
+				t.Fatal(err)
+			}
+			for _, id := range []string{"a", "b"} {
+				if _, err := m.Join(JoinRequest{NodeID: id, RequestedRank: -1, LocalWorldSize: 1, Addr: id}, failAt); err != nil {
+					t.Fatal(err)
+				}
+			}
+			m.Tick(failAt.Add(time.Second))
+			if st := m.Status(); st.Round != 2 || st.Open || st.Restarts != 1 {
+				t.Fatalf("after the failure: round %d open %v restarts %d, want round 2 closed, 1 restart", st.Round, st.Open, st.Restarts)
+			}
+			since := failAt.Add(tt.sinceAt)
+			m.NodeLostSince("b", since, failAt.Add(9*sec))
+			if got := m.Status().Restarts; got != tt.restarts {
+				t.Errorf("restarts after b's loss at +%v = %d, want %d (blame taken: %v)", tt.sinceAt, got, tt.restarts, tt.wantBlame)
+			}
+		})
+	}
+}

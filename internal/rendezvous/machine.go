@@ -204,6 +204,19 @@ func (m *Machine) dropJoined(n *nodeRec) {
 // just failed: the lost node, not the members whose workers failed with it,
 // is the cause of that round's end.
 func (m *Machine) NodeLost(nodeID string, now time.Time) (blamed bool) {
+	return m.NodeLostSince(nodeID, time.Time{}, now)
+}
+
+// lossSlack is how much later than a failure's report a node may have been
+// lost (by its own clock or a platform's) and still be taken as its cause.
+const lossSlack = 2 * time.Second
+
+// NodeLostSince is NodeLost for a loss known to have happened at since
+// (the agent's exit as its platform saw it, or the end of its session):
+// such a loss takes the blame for a worker failure only when it came before
+// the failure's report (within lossSlack), as a cause does. A zero since
+// is unknown, as for NodeLost.
+func (m *Machine) NodeLostSince(nodeID string, since, now time.Time) (blamed bool) {
 	m.maybeClose(now)
 	n := m.nodes[nodeID]
 	if m.finished() || n == nil || n.lost {
@@ -214,7 +227,7 @@ func (m *Machine) NodeLost(nodeID string, now time.Time) (blamed bool) {
 	m.ranks.lost(n)
 	m.dropJoined(n)
 	m.changed()
-	if s := m.suspect; s != nil && n.succeeded != s.round {
+	if s := m.suspect; s != nil && n.succeeded != s.round && (since.IsZero() || !since.After(s.at.Add(lossSlack))) {
 		if _, member := s.members[n.id]; member {
 			m.suspect = nil
 			blamed = true
