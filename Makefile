@@ -4,7 +4,7 @@ GO ?= go
 BIN := bin
 PROTOS := $(wildcard api/rover/v1/*.proto)
 
-.PHONY: help build test test-unit deps-test lint generate check-generated demo bench bench-ckpt clean
+.PHONY: help build test test-unit deps-test lint generate check-generated demo bench bench-ckpt bench-relaunch clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -58,6 +58,9 @@ bench: build ## rendezvous (1,000 and 10,000 nodes), shard leasing (memory, dura
 bench-ckpt: build ## flash checkpoint benchmark: 1 GiB state, save/restore vs copy, torch.save, torch.load
 	@out=$$(mktemp); PYTHON_EXEC="$$(scripts/find-python --install)" $(BIN)/rover run --standalone --nproc-per-node 1 \
 		examples/flash_ckpt/bench.py --gib $${GIB:-1} --json $$out && cat $$out && echo && rm -f $$out
+
+bench-relaunch: ## node death to training again on rover submit, by phase (detect, launch, rendezvous, worker, init, restore)
+	PYTHON_EXEC="$$(scripts/find-python --install)" $(GO) test ./test/e2e -run '^$$' -bench NodeRelaunch -benchtime $${RUNS:-5}x
 
 clean:
 	rm -rf $(BIN)

@@ -33,6 +33,10 @@ checkpoint saved "at step s" holds the weights after s updates.
 See README.md in this directory for how to run it and how crash injection works.
 """
 
+import time
+
+PROCESS_START = time.time()  # before torch is imported: for --log-times
+
 import argparse
 import datetime
 import fcntl
@@ -41,7 +45,6 @@ import os
 import socket
 import sys
 import tempfile
-import time
 import traceback
 
 import torch
@@ -115,6 +118,10 @@ def parse_args(argv=None):
                         "start (S: memory, storage or none, with --flash)")
     p.add_argument("--log-saves", default=None,
                    help="file; with --flash, each rank appends 'restart=R rank=r pid=P step=s' after every save")
+    p.add_argument("--log-times", default=None,
+                   help="file; each rank appends 'event=E restart=R rank=r step=s t=UNIX_TIME' for E in "
+                        "start (the process began), joined (the process group formed), resumed (the "
+                        "checkpoint is loaded) and trained (the first step after it is done)")
     p.add_argument("--allreduce", choices=("ordered", "ddp"), default="ordered",
                    help="gradient averaging: 'ordered' (all-gather + sum in rank order, bitwise "
                         "reproducible across restarts) or 'ddp' (stock DDP all-reduce) (default ordered)")
@@ -296,8 +303,15 @@ def main(argv=None):
         info["hostname"] = socket.gethostname()
         atomic_write_json(os.path.join(args.env_dump, f"env-rank{rank}-restart{restart}.json"), info)
 
+    def log_time(event, step=0, t=None):
+        if args.log_times:
+            append_line(args.log_times, f"event={event} restart={restart} rank={rank} step={step} "
+                                        f"t={time.time() if t is None else t:.6f}")
+
+    log_time("start", t=PROCESS_START)
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.pg_timeout))
     assert dist.get_rank() == rank and dist.get_world_size() == world_size
+    log_time("joined")
 
     torch.manual_seed(args.seed)
     model = MLP()
@@ -350,6 +364,7 @@ def main(argv=None):
         print(f"rank 0: world {world_size} restart {restart}: {how} (ckpt {flash.url if flash else args.ckpt or 'disabled'})",
               flush=True)
 
+    log_time("resumed", start_step)
     target = teacher(args.seed)
     loss_fn = nn.MSELoss()
     t0 = time.time()
@@ -361,6 +376,8 @@ def main(argv=None):
         loss = loss_fn(ddp(x), y)
         loss.backward()  # DDP all-reduces (averages) the gradients here
         optim.step()
+        if step == start_step + 1:
+            log_time("trained", step)
 
         if step % 10 == 0 or step == args.steps:
             mean_loss = loss.detach().clone()
