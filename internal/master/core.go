@@ -277,6 +277,8 @@ func (c *core) transitionLocked(e *event) error {
 		c.fleet = e.Fleet
 	case eventFailNodes:
 		c.rdzv.FailNodes(e.Reason)
+	case eventCancel:
+		c.rdzv.Cancel(e.Reason)
 	default:
 		return fmt.Errorf("journal event type %q %w", e.Type, errUnknownEvent)
 	}
@@ -345,7 +347,7 @@ func (c *core) blameLossLocked(e *event, mb rendezvous.Member, round int) {
 	if c.fleetOn {
 		f := c.failures[len(c.failures)-1]
 		f.Action = diagnosis.RelaunchNode.String()
-		f.Diagnosis = "a lost node ends its world: the node manager relaunches it, and the others restart in a new round without spending a restart"
+		f.Diagnosis = "a lost node ends its world: the node manager relaunches it while its relaunch budget lasts, and the others restart in a new round without spending a restart"
 	}
 	if n := len(c.failures); n > maxFailuresKept {
 		c.failures = append([]*roverv1.WorkerFailure(nil), c.failures[n-maxFailuresKept:]...)

@@ -95,7 +95,7 @@ func (f *fleet) run(ctx context.Context) error {
 		f.arm(timer)
 		select {
 		case <-ctx.Done():
-			f.deleteAll()
+			f.stop()
 			return nil
 		case err := <-watched:
 			f.deleteAll()
@@ -308,6 +308,21 @@ func (f *fleet) drain(ctx context.Context) {
 	}
 	f.deleteAll()
 	record()
+	f.deletes.Wait()
+}
+
+// stop deletes every node at once, the master's context having ended: the
+// manager records how they end and relaunches none.
+func (f *fleet) stop() {
+	ctx := context.Background() // the journal still takes what happens
+	f.mgr.End()
+	f.carry(ctx, nil)
+	f.deleteAll()
+	var cmds []nodemanager.Command
+	for _, ev := range f.take() {
+		cmds = append(cmds, f.mgr.Observe(ev, f.clock.Now())...)
+	}
+	f.carry(ctx, cmds)
 	f.deletes.Wait()
 }
 

@@ -60,6 +60,8 @@ const (
 	// eventFailNodes fails the job for Reason: the node manager could not
 	// keep its nodes.
 	eventFailNodes eventType = "fail_nodes"
+	// eventCancel ends the job for Reason: its user stopped it.
+	eventCancel eventType = "cancel"
 )
 
 func (e *event) marshal() ([]byte, error) {

@@ -330,6 +330,13 @@ func (m *Master) WaitFinished(ctx context.Context) (Outcome, error) {
 	}
 }
 
+// Cancel ends the job because its user stopped it: it fails with reason,
+// every agent learns it as it learns any failure and stops its workers, and
+// a master that owns its nodes then deletes them (see NodesGone).
+func (m *Master) Cancel(ctx context.Context, reason string) error {
+	return m.core.apply(ctx, &event{Type: eventCancel, Time: m.cfg.Clock.Now(), Reason: reason})
+}
+
 // Status is the job's status, as GetJob answers it.
 func (m *Master) Status() *roverv1.GetJobResponse {
 	r := m.core.job()

@@ -223,7 +223,11 @@ func (m *Manager) replace(s *slot, cause string, now time.Time) []Command {
 	old := s.id
 	who := fmt.Sprintf("node %s (%s rank %d)", old, g.name(), s.rank)
 	if s.held {
-		cmds = append(cmds, Command{Kind: DeleteNode, NodeID: old, Reason: fmt.Sprintf("%s %s; removing it before its replacement", who, cause)})
+		why := "removing it before its replacement"
+		if m.ended {
+			why = "removing it: the job is over"
+		}
+		cmds = append(cmds, Command{Kind: DeleteNode, NodeID: old, Reason: fmt.Sprintf("%s %s; %s", who, cause, why)})
 	}
 	delete(m.byID, old)
 	m.retired[old] = true
@@ -252,7 +256,7 @@ func (m *Manager) replace(s *slot, cause string, now time.Time) []Command {
 	case g.critical(s.rank):
 		cmds = append(cmds, m.failJob(ErrCriticalNode, fmt.Sprintf("critical %s", s.reason)))
 	case usable < g.MinNodes:
-		cmds = append(cmds, m.failJob(ErrTooFewNodes, fmt.Sprintf("%s; %s has %d usable nodes, fewer than its minimum %d", s.reason, g.name(), usable, g.MinNodes)))
+		cmds = append(cmds, m.failJob(ErrTooFewNodes, fmt.Sprintf("%s; %s has %s left, fewer than its minimum %d", s.reason, g.name(), nodes(usable), g.MinNodes)))
 	}
 	return cmds
 }
@@ -345,4 +349,12 @@ func (m *Manager) expire(now time.Time) []Command {
 		}
 	}
 	return nil
+}
+
+// nodes is "1 usable node" or "n usable nodes".
+func nodes(n int) string {
+	if n == 1 {
+		return "1 usable node"
+	}
+	return fmt.Sprintf("%d usable nodes", n)
 }

@@ -73,7 +73,7 @@ func TestScenarios(t *testing.T) {
 			running("train-worker-1-0", "h").then(),
 		},
 		wantErr: ErrTooFewNodes,
-		reason:  []string{"train-worker-0-2", "after 2 relaunches", "OOMKilled", "2 usable nodes, fewer than its minimum 3"},
+		reason:  []string{"train-worker-0-2", "after 2 relaunches", "OOMKilled", "2 usable nodes left, fewer than its minimum 3"},
 	}, {
 		name: "job-wide relaunch budget",
 		spec: Spec{Job: "train", Groups: []GroupSpec{workers(2, 2)}, MaxRelaunches: 1},

@@ -38,6 +38,9 @@ var (
 	// (its budget is used up) leaving too few, a critical node lost, or
 	// nodes pending too long. See [Machine.FailNodes].
 	ErrNodesFailed = errors.New("nodes could not be kept")
+	// ErrCancelled: the job was stopped by its user (Ctrl-C on rover
+	// submit). See [Machine.Cancel].
+	ErrCancelled = errors.New("the job was stopped")
 	// ErrBadState: data given to [Restore] is not a valid saved state.
 	ErrBadState = errors.New("invalid saved rendezvous state")
 )

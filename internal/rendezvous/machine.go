@@ -397,6 +397,15 @@ func (m *Machine) FailNodes(reason string) {
 	}
 }
 
+// Cancel ends a running job because its user stopped it, with reason: it
+// fails with [ErrCancelled], and every agent stops its workers and exits as
+// for any failure. It does nothing to a finished job.
+func (m *Machine) Cancel(reason string) {
+	if m.job == Running {
+		m.failJob(ErrCancelled, reason)
+	}
+}
+
 func (m *Machine) failJob(kind error, reason string) {
 	m.suspect = nil
 	m.job = Failed

@@ -68,6 +68,7 @@ var failureKinds = map[string]error{
 	"restarts_exhausted": ErrRestartsExhausted,
 	"deterministic":      ErrDeterministicFailure,
 	"nodes":              ErrNodesFailed,
+	"cancelled":          ErrCancelled,
 }
 
 // MarshalState encodes the machine's whole state as JSON for persistence.

@@ -108,6 +108,8 @@ func Run(ctx context.Context, plan *Plan, o Options) (Result, error) {
 	outcome, waitErr := watch(ctx, m, o)
 	if waitErr != nil {
 		fmt.Fprintf(o.Progress, "rover submit: stopping job %s: %v\n", plan.Name, context.Cause(ctx))
+		stop(m, "stopped by its user: "+context.Cause(ctx).Error(), o.stopGrace()+10*time.Second)
+		outcome = master.Outcome{Reason: m.Status().GetReason()}
 	}
 	stopMaster() // deletes every node that is left, then stops serving
 	serveErr := <-served
@@ -124,6 +126,28 @@ func Run(ctx context.Context, plan *Plan, o Options) (Result, error) {
 	}
 	fmt.Fprintf(o.Progress, "logs: %s\n", filepath.Join(o.Dir, "nodes"))
 	return res, waitErr
+}
+
+// stop ends the job for reason and waits, at most wait, for its nodes to
+// stop their workers and exit on their own (as for any failure), then for
+// the master to delete them. Past wait, stopping the master deletes them.
+func stop(m *master.Master, reason string, wait time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	if err := m.Cancel(ctx, reason); err != nil {
+		return
+	}
+	select {
+	case <-m.NodesGone():
+	case <-ctx.Done():
+	}
+}
+
+func (o Options) stopGrace() time.Duration {
+	if o.StopGrace > 0 {
+		return o.StopGrace
+	}
+	return 30 * time.Second
 }
 
 // watch shows the job's progress until it ends and its nodes are gone, or

@@ -80,7 +80,11 @@ func relaunchOnce(b *testing.B, run int) []time.Duration {
 		return n >= 40
 	})
 	victim := job + "-worker-1-0"
-	pid := agentPid(b, victim)
+	var pid int
+	poll(b, time.Minute, "the agent of "+victim, func() bool {
+		pid = agentPid(victim)
+		return pid != 0
+	})
 	kill := time.Now()
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		b.Fatal(err)
@@ -172,34 +176,6 @@ func readFile(b *testing.B, path string) string {
 		b.Fatal(err)
 	}
 	return string(s)
-}
-
-// agentPid finds the `rover run` process of node id, by its environment.
-func agentPid(b *testing.B, id string) int {
-	var pid int
-	poll(b, time.Minute, "the agent of "+id, func() bool {
-		ents, _ := os.ReadDir("/proc")
-		for _, e := range ents {
-			p, err := strconv.Atoi(e.Name())
-			if err != nil {
-				continue
-			}
-			cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-			args := strings.Split(string(cmdline), "\x00")
-			if len(args) < 2 || filepath.Base(args[0]) != "rover" || args[1] != "run" {
-				continue
-			}
-			env, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
-			for _, kv := range strings.Split(string(env), "\x00") {
-				if kv == "ROVER_NODE_ID="+id {
-					pid = p
-					return true
-				}
-			}
-		}
-		return false
-	})
-	return pid
 }
 
 // poll waits for cond, failing past timeout.

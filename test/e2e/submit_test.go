@@ -283,6 +283,24 @@ func TestSubmitInterruptStopsEverything(t *testing.T) {
 	if !strings.Contains(s.stderr.String(), "rover: stopped: received interrupt") {
 		t.Errorf("stderr does not say the job was stopped by the interrupt")
 	}
+	// The summary tells the truth: the job ended because it was stopped,
+	// its nodes are no longer running, and no node was lost or relaunched.
+	summary := s.stderr.String()
+	if i := strings.LastIndex(summary, "job "+s.job+" failed after"); i < 0 {
+		t.Errorf("the summary does not say the job ended")
+	} else {
+		summary = summary[i:]
+		for _, want := range []string{"stopped by its user: received interrupt", "node relaunches 0"} {
+			if !strings.Contains(summary, want) {
+				t.Errorf("the summary does not say %q:\n%s", want, summary)
+			}
+		}
+		for _, bad := range []string{"Running", "was lost"} {
+			if strings.Contains(summary, bad) {
+				t.Errorf("the summary of a stopped job says %q:\n%s", bad, summary)
+			}
+		}
+	}
 }
 
 // TestSubmitRefusesBadInput: a command line or job spec that cannot run is
