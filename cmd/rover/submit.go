@@ -116,6 +116,9 @@ func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		o.Console = stdout
 	}
 	res, err := submit.Run(ctx, plan, o)
+	if errors.Is(err, submit.ErrBadSpec) {
+		return usageError{err}
+	}
 	if err != nil {
 		return err
 	}

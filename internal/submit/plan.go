@@ -3,6 +3,7 @@ package submit
 import (
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -73,6 +74,13 @@ func NewPlan(spec jobspec.JobSpec, roverExe string) (*Plan, error) {
 	for _, r := range refused {
 		if r.set(cfg) {
 			errs = append(errs, fmt.Errorf("%w: remove %s: %s", ErrBadSpec, r.flag, r.why))
+		}
+	}
+	if !cfg.Module && !cfg.NoPython {
+		// The local platform's nodes run here: a script that is not
+		// here would fail every node, relaunch after relaunch.
+		if _, err := os.Stat(cfg.Entrypoint); err != nil {
+			errs = append(errs, fmt.Errorf("%w: the script %s: %w", ErrBadSpec, cfg.Entrypoint, err))
 		}
 	}
 	if len(errs) > 0 {

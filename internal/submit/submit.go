@@ -77,6 +77,9 @@ func Run(ctx context.Context, plan *Plan, o Options) (Result, error) {
 	if o.Env == nil {
 		o.Env = os.Environ()
 	}
+	if ents, err := os.ReadDir(o.Dir); err == nil && len(ents) > 0 {
+		return Result{}, fmt.Errorf("%w: the job directory %s is not empty (an earlier job's logs and state?): give another --job-dir, or remove it", ErrBadSpec, o.Dir)
+	}
 	if err := os.MkdirAll(o.Dir, 0o700); err != nil {
 		return Result{}, fmt.Errorf("create the job directory: %w", err)
 	}
@@ -97,8 +100,13 @@ func Run(ctx context.Context, plan *Plan, o Options) (Result, error) {
 		return Result{}, fmt.Errorf("start the job's master: %w", err)
 	}
 	nodes.env = map[string]string{"ROVER_MASTER_ADDR": m.Addr(), "ROVER_TOKEN": token, "PET_LOCAL_ADDR": "127.0.0.1"}
+	tokenFile := filepath.Join(o.Dir, "token")
+	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
+		return Result{}, fmt.Errorf("write the job's token: %w", err)
+	}
 	fmt.Fprintf(o.Progress, "rover submit: job %s, master at %s, %s, logs in %s\n",
 		plan.Name, m.Addr(), nodeCount(plan), filepath.Join(o.Dir, "nodes"))
+	fmt.Fprintf(o.Progress, "rover submit: rover status --master %s --token-file %s\n", m.Addr(), tokenFile)
 
 	mctx, stopMaster := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopMaster()

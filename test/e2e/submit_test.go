@@ -332,6 +332,8 @@ func TestSubmitRefusesBadInput(t *testing.T) {
 		{"rdzv endpoint", []string{"--rdzv-endpoint", "127.0.0.1:29400", "train.py"}, "remove --rdzv-endpoint"},
 		{"node rank", []string{"--nnodes", "2", "--node-rank", "0", "train.py"}, "remove --node-rank"},
 		{"no script", []string{"--nnodes", "2"}, "no training script given"},
+		{"missing script", []string{"--nnodes", "2", "missing.py"}, "the script missing.py: stat missing.py: no such file or directory"},
+		{"job dir not empty", []string{"--job-dir", specs, good}, "is not empty"},
 		{"unknown flag", []string{"--bogus", "train.py"}, "unknown flag --bogus"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
