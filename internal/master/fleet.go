@@ -50,7 +50,7 @@ type fleet struct {
 	mu      sync.Mutex
 	queue   []platform.Event
 	wake    chan struct{}
-	held    map[string]bool // node ids the platform holds: true once exited
+	held    map[string]bool // node ids created or reported and not yet deleted: true once exited
 	deletes sync.WaitGroup
 
 	gone chan struct{} // closed once the job ended and every node is deleted
@@ -254,6 +254,7 @@ func (f *fleet) carry(ctx context.Context, cmds []nodemanager.Command) {
 		f.log.Info("node manager: "+c.Kind.String(), "node", c.NodeID, "reason", c.Reason)
 		switch c.Kind {
 		case nodemanager.CreateNode:
+			f.hold(c.NodeID)
 			if err := f.cfg.Platform.Create(ctx, c.Spec); err != nil {
 				f.log.Error("create a node", "node", c.NodeID, "err", err)
 				f.enqueue(platform.Event{NodeID: c.NodeID, Kind: platform.Exited, ExitCode: 127,
@@ -266,6 +267,17 @@ func (f *fleet) carry(ctx context.Context, cmds []nodemanager.Command) {
 				f.log.Error("fail the job", "reason", c.Reason, "err", err)
 			}
 		}
+	}
+}
+
+// hold records id as held from its create on, not from the platform's
+// first event of it: a node created just before the job ends must be
+// deleted with the rest.
+func (f *fleet) hold(id string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.held[id]; !ok {
+		f.held[id] = false
 	}
 }
 

@@ -61,14 +61,15 @@ func (c *core) noticeDiagnosisLocked(d diagnosis.Decision, fs []*roverv1.WorkerF
 	if node == "" {
 		return
 	}
+	// The host first: the node's replacement must avoid it.
+	if d.MarkHostBad && host != "" {
+		c.noticeLocked(fleetNotice{node: node, reason: d.Reason, action: nodemanager.Action{Kind: nodemanager.MarkHostBad, Host: host, Reason: d.Reason}})
+	}
 	switch d.Action {
 	case diagnosis.RelaunchNode:
 		c.noticeLocked(fleetNotice{node: node, reason: d.Reason, action: nodemanager.Action{Kind: nodemanager.RelaunchNode, NodeID: node, Reason: d.Reason}})
 	case diagnosis.RelaunchWithMoreMemory:
 		c.noticeLocked(fleetNotice{node: node, reason: d.Reason, action: nodemanager.Action{Kind: nodemanager.RelaunchWithMoreMemory, NodeID: node, MemoryBytes: d.Memory, Reason: d.Reason}})
-	}
-	if d.MarkHostBad && host != "" {
-		c.noticeLocked(fleetNotice{node: node, reason: d.Reason, action: nodemanager.Action{Kind: nodemanager.MarkHostBad, Host: host, Reason: d.Reason}})
 	}
 }
 

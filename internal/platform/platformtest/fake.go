@@ -87,13 +87,13 @@ func (f *Fake) Delete(ctx context.Context, nodeID string) error {
 // ctx ends.
 func (f *Fake) Watch(ctx context.Context, fn func(platform.Event)) error {
 	f.mu.Lock()
-	held := make([]*fakeNode, 0, len(f.nodes))
+	held := make([]fakeNode, 0, len(f.nodes)) // copies: n.last changes under f.mu
 	for _, n := range f.nodes {
-		held = append(held, n)
+		held = append(held, *n)
 	}
 	next := len(f.log)
 	f.mu.Unlock()
-	slices.SortFunc(held, func(a, b *fakeNode) int { return a.seq - b.seq })
+	slices.SortFunc(held, func(a, b fakeNode) int { return a.seq - b.seq })
 	for _, n := range held {
 		fn(n.last)
 	}
