@@ -27,6 +27,11 @@ type NodesConfig struct {
 	// ExitGrace is how long nodes may take to exit on their own once the
 	// job has ended before they are deleted (default 30s).
 	ExitGrace time.Duration
+	// KeepNodes leaves the nodes running when Run's context ends before
+	// the job does, for a master restarted on the same state to adopt
+	// (Kubernetes: the master's pod is replaced, the workers' are not).
+	// Without it they are deleted (rover submit stopping).
+	KeepNodes bool
 }
 
 // defaultExitGrace: agents learn the outcome from their push stream within
@@ -95,7 +100,9 @@ func (f *fleet) run(ctx context.Context) error {
 		f.arm(timer)
 		select {
 		case <-ctx.Done():
-			f.stop()
+			if !f.cfg.KeepNodes {
+				f.stop()
+			}
 			return nil
 		case err := <-watched:
 			f.deleteAll()

@@ -55,6 +55,7 @@ type fleetOptions struct {
 	rdzv      *roverv1.RendezvousConfig // nil: rdzvConfig(2, 2)
 	store     Store                     // nil: a new in-memory store
 	exitGrace time.Duration             // 0: a minute (longer than any test waits)
+	keepNodes bool                      // NodesConfig.KeepNodes
 }
 
 // startFleet runs a master whose rendezvous is preset and which owns the
@@ -73,7 +74,7 @@ func startFleet(t *testing.T, o fleetOptions) fleetMaster {
 	preset := RendezvousPreset(client.RendezvousFromProto(o.rdzv))
 	ctx, cancel := context.WithCancel(context.Background())
 	m, err := New(ctx, Config{Listen: "127.0.0.1:0", Job: o.spec.Job, Token: testToken, Store: o.store, Preset: &preset,
-		Nodes: &NodesConfig{Platform: o.platform, Name: "fake", Spec: o.spec, ExitGrace: o.exitGrace}})
+		Nodes: &NodesConfig{Platform: o.platform, Name: "fake", Spec: o.spec, ExitGrace: o.exitGrace, KeepNodes: o.keepNodes}})
 	if err != nil {
 		cancel()
 		t.Fatal(err)
@@ -458,7 +459,7 @@ func TestFleetRestoresFromJournal(t *testing.T) {
 	fake := newFake()
 	st := store.NewMemory()
 	first := &crashable{Platform: fake}
-	fm := startFleet(t, fleetOptions{spec: fleetJob(3), platform: first, store: st})
+	fm := startFleet(t, fleetOptions{spec: fleetJob(3), platform: first, store: st, keepNodes: true})
 	waitCreated(t, fake, "train-worker-0-0", "train-worker-1-0")
 	if err := fake.Start("train-worker-1-0", "host-b"); err != nil {
 		t.Fatal(err)
@@ -544,5 +545,23 @@ func TestFleetCancelDeletesNodes(t *testing.T) {
 				t.Error("NodesGone not closed after Run returned")
 			}
 		})
+	}
+}
+
+// TestFleetKeepNodes: a master told to keep its nodes (Kubernetes, where the
+// master's pod is replaced and the workers' stay) deletes none when its
+// context ends before the job does.
+func TestFleetKeepNodes(t *testing.T) {
+	fake := newFake()
+	fm := startFleet(t, fleetOptions{spec: fleetJob(3), platform: fake, keepNodes: true})
+	waitCreated(t, fake, "train-worker-0-0", "train-worker-1-0")
+	if err := fm.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if d := fake.Deleted(); len(d) > 0 {
+		t.Errorf("a master keeping its nodes deleted %v when it stopped", d)
+	}
+	if held := fake.Held(); !slices.Equal(held, []string{"train-worker-0-0", "train-worker-1-0"}) {
+		t.Errorf("the platform holds %v after the master stopped, want both nodes", held)
 	}
 }
