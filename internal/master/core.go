@@ -252,6 +252,7 @@ func (c *core) transitionLocked(e *event) error {
 		if c.rdzv.NodeLostSince(e.Node, e.Since, e.Time) && member {
 			c.blameLossLocked(e, mb, worldRound)
 		}
+		c.nodes.Lose(e.Node, e.Reason)
 		delete(c.held, e.Node)
 		c.requeueLocked(e.Node, e.Time)
 		c.noticeLocked(fleetNotice{lost: true, node: e.Node, reason: e.Reason})

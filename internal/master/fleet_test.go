@@ -270,6 +270,9 @@ func TestFleetRelaunchesFailedNode(t *testing.T) {
 	if n := managed(t, r, 1); n.GetNodeId() != "train-worker-1-0" || n.GetRelaunches() != 0 {
 		t.Errorf("managed rank 1: %v, want train-worker-1-0 untouched", n)
 	}
+	if n := nodeRow(t, r, "train-worker-0-0"); !n.GetLost() || !strings.Contains(n.GetLostReason(), "exited with code 137") {
+		t.Errorf("node row of the killed node: %v, want it lost for the platform's reason", n)
+	}
 
 	// The survivor and the replacement's agent, under its own id, form
 	// the next round.

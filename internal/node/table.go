@@ -152,6 +152,18 @@ func (t *Table) Disconnected(id string, now time.Time) {
 	t.update(e)
 }
 
+// Lose marks id lost for reason, as found by someone else (the platform
+// saw its agent exit): it is not reported by Tick. A heartbeat brings it
+// back, as after Tick. Unknown and lost ids are ignored. O(log n).
+func (t *Table) Lose(id, reason string) {
+	e := t.nodes[id]
+	if e == nil || e.lost {
+		return
+	}
+	e.lost, e.reason = true, reason
+	t.update(e)
+}
+
 // Forget removes id from the table (the node left the job for good). Unknown
 // ids are ignored. O(log n).
 func (t *Table) Forget(id string) {

@@ -350,3 +350,24 @@ func TestLostSince(t *testing.T) {
 		t.Errorf("lost (-want +got):\n%s", diff)
 	}
 }
+
+// TestLose: a node found lost by someone else is lost with their reason,
+// and Tick does not report it again.
+func TestLose(t *testing.T) {
+	tb := NewTable(Config{HeartbeatTimeout: 10 * time.Second})
+	tb.Seen("a", at(0))
+	tb.Lose("a", "its agent exited with code 137")
+	if info, _ := tb.Get("a"); !info.Lost || info.LostReason != "its agent exited with code 137" {
+		t.Errorf("after Lose: %+v", info)
+	}
+	if lost := tb.Tick(at(60)); len(lost) > 0 {
+		t.Errorf("Tick reported %v after Lose", lost)
+	}
+	if _, ok := tb.NextDeadline(); ok {
+		t.Errorf("a lost node still has a deadline")
+	}
+	tb.Seen("a", at(61))
+	if info, _ := tb.Get("a"); info.Lost {
+		t.Errorf("a heartbeat did not bring the node back: %+v", info)
+	}
+}
