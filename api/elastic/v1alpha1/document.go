@@ -9,7 +9,7 @@ import (
 // spec parser (internal/jobspec) reads: apiVersion, kind, the metadata a
 // user writes (name, namespace, labels, annotations) and the spec, without
 // the status, the server's metadata and the nulls of Go's zero values
-// (a template's creationTimestamp).
+// (a template's creationTimestamp) with the objects they leave empty.
 func (j *ElasticJob) JobSpecDocument() ([]byte, error) {
 	meta := map[string]any{"name": j.Name}
 	if j.Namespace != "" {
@@ -37,12 +37,13 @@ func (j *ElasticJob) JobSpecDocument() ([]byte, error) {
 	return json.Marshal(dropNulls(doc))
 }
 
-// dropNulls removes the null members of every object in v.
+// dropNulls removes the null members of every object in v, and the objects
+// left empty by that (a template's metadata of only creationTimestamp).
 func dropNulls(v any) any {
 	switch v := v.(type) {
 	case map[string]any:
 		for k, e := range v {
-			if e == nil {
+			if m, ok := e.(map[string]any); e == nil || ok && len(m) > 0 && len(dropNulls(m).(map[string]any)) == 0 {
 				delete(v, k)
 				continue
 			}
