@@ -260,3 +260,25 @@ func TestLabels(t *testing.T) {
 		}
 	}
 }
+
+// TestDDPSample: deploy/samples/ddp-elasticjob.yaml decodes and is the job
+// it says: 2 nodes of 2 processes running examples/ddp/train.py.
+func TestDDPSample(t *testing.T) {
+	b, err := os.ReadFile("../../../deploy/samples/ddp-elasticjob.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := decodeStrict(t, b).JobSpecDocument()
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := jobspec.Parse(doc)
+	if err != nil {
+		t.Fatalf("jobspec.Parse: %v", err)
+	}
+	w := spec.Replicas[jobspec.Worker]
+	if w.MinNodes != 2 || w.MaxNodes != 2 || w.NprocPerNode != 2 || w.Image != "rover:latest" || w.Command[len(w.Command)-1] != "examples/ddp/train.py" {
+		t.Errorf("got nodes %d:%d nproc %d image %q command %q; want 2:2 2 rover:latest [... examples/ddp/train.py]",
+			w.MinNodes, w.MaxNodes, w.NprocPerNode, w.Image, w.Command)
+	}
+}
