@@ -282,3 +282,15 @@ func TestDDPSample(t *testing.T) {
 			w.MinNodes, w.MaxNodes, w.NprocPerNode, w.Image, w.Command)
 	}
 }
+
+// TestNoKubernetesModule: the root module never requires k8s.io/kubernetes
+// (the k8s.io/* staging libraries are enough).
+func TestNoKubernetesModule(t *testing.T) {
+	b, err := os.ReadFile("../../../go.mod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(b), "k8s.io/kubernetes ") {
+		t.Error("go.mod requires k8s.io/kubernetes; use the k8s.io/* staging modules instead")
+	}
+}
