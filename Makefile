@@ -46,8 +46,8 @@ manifests: ## regenerate the Kubernetes API's deepcopy code and CRDs (deploy/crd
 	@# RBAC: add `$(CONTROLLER_GEN) rbac:roleName=rover-operator paths=./internal/operator/... output:rbac:artifacts:config=deploy/rbac` with the operator
 
 check-manifests: manifests ## fail when the committed deepcopy code or CRDs are stale
-	@git diff --exit-code -- api/elastic deploy/crd && test -z "$$(git status --porcelain -- api/elastic deploy/crd)" || \
-		{ echo "Kubernetes manifests are stale: run make manifests and commit" >&2; git status --short -- api/elastic deploy/crd >&2; exit 1; }
+	@out=$$(git status --porcelain -- deploy/crd ':(glob)api/elastic/**/zz_generated.*'); test -z "$$out" || \
+		{ echo "Kubernetes manifests are stale: run make manifests and commit" >&2; echo "$$out" >&2; exit 1; }
 
 demo: build ## run a real elastic DDP job on two local nodes, crash a worker, watch it recover
 	PYTHON_EXEC="$$(scripts/find-python --install)" examples/ddp/demo.sh
