@@ -42,7 +42,7 @@ check-generated: generate ## fail when the committed generated code is stale
 
 manifests: ## regenerate the Kubernetes API's deepcopy code and CRDs (deploy/crd)
 	$(CONTROLLER_GEN) object paths=$(KUBE_API)
-	$(CONTROLLER_GEN) crd paths=$(KUBE_API) output:crd:artifacts:config=deploy/crd
+	$(CONTROLLER_GEN) crd:generateEmbeddedObjectMeta=true paths=$(KUBE_API) output:crd:artifacts:config=deploy/crd
 	@# RBAC: add `$(CONTROLLER_GEN) rbac:roleName=rover-operator paths=./internal/operator/... output:rbac:artifacts:config=deploy/rbac` with the operator
 
 check-manifests: manifests ## fail when the committed deepcopy code or CRDs are stale
