@@ -3,8 +3,10 @@ SHELL := /bin/bash
 GO ?= go
 BIN := bin
 PROTOS := $(wildcard api/rover/v1/*.proto)
+CONTROLLER_GEN ?= $(GO) run sigs.k8s.io/controller-tools/cmd/controller-gen@v0.23.0
+KUBE_API := ./api/elastic/...
 
-.PHONY: help build test test-unit deps-test lint generate check-generated demo bench bench-ckpt bench-relaunch clean
+.PHONY: help build test test-unit deps-test lint generate check-generated manifests check-manifests demo bench bench-ckpt bench-relaunch clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -37,6 +39,15 @@ generate: $(BIN)/protoc-gen-go $(BIN)/protoc-gen-connect-go ## regenerate the pr
 
 check-generated: generate ## fail when the committed generated code is stale
 	@git diff --exit-code -- api/ || { echo "generated code is stale: run make generate and commit" >&2; exit 1; }
+
+manifests: ## regenerate the Kubernetes API's deepcopy code and CRDs (deploy/crd)
+	$(CONTROLLER_GEN) object paths=$(KUBE_API)
+	$(CONTROLLER_GEN) crd:generateEmbeddedObjectMeta=true paths=$(KUBE_API) output:crd:artifacts:config=deploy/crd
+	@# RBAC: add `$(CONTROLLER_GEN) rbac:roleName=rover-operator paths=./internal/operator/... output:rbac:artifacts:config=deploy/rbac` with the operator
+
+check-manifests: manifests ## fail when the committed deepcopy code or CRDs are stale
+	@out=$$(git status --porcelain -- deploy/crd ':(glob)api/elastic/**/zz_generated.*'); test -z "$$out" || \
+		{ echo "Kubernetes manifests are stale: run make manifests and commit" >&2; echo "$$out" >&2; exit 1; }
 
 demo: build ## run a real elastic DDP job on two local nodes, crash a worker, watch it recover
 	PYTHON_EXEC="$$(scripts/find-python --install)" examples/ddp/demo.sh

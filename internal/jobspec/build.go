@@ -69,6 +69,14 @@ func build(meta wireMeta, ws wireSpec, prefix string) (*JobSpec, error) {
 	}
 	for _, key := range slices.Sorted(maps.Keys(ws.ReplicaSpecs)) {
 		t := ReplicaType(key)
+		if t == dlroverMaster {
+			// DLRover's master group: Rover makes its own master, so
+			// one without containers is accepted and ignored.
+			if w := ws.ReplicaSpecs[key]; w != nil && len(w.Template.Spec.Containers) > 0 {
+				b.addf("replicaSpecs."+key+".template.spec.containers", "Rover makes the job's master from its own image; remove dlrover-master or its containers")
+			}
+			continue
+		}
 		if !slices.Contains(replicaTypes, t) {
 			b.addf("replicaSpecs."+key, "unknown replica type; use worker (also accepted: ps, chief, evaluator)")
 			continue

@@ -14,7 +14,12 @@ import (
 )
 
 // APIVersion is the apiVersion of an ElasticJob object, as in DLRover.
-const APIVersion = "elastic.iml.github.io/v1alpha1"
+// RoverAPIVersion, Rover's own Kubernetes API (api/elastic/v1alpha1), is
+// accepted too: the same spec under either.
+const (
+	APIVersion      = "elastic.iml.github.io/v1alpha1"
+	RoverAPIVersion = "elastic.rover.dev/v1alpha1"
+)
 
 // ParseFile reads and parses a job spec file. A bare spec takes its name
 // from the file's base name without extension.
@@ -76,8 +81,8 @@ func parseObject(js []byte, m map[string]any) (*JobSpec, error) {
 	if obj.Kind != "ElasticJob" {
 		errs = append(errs, fmt.Errorf("kind: %q is not supported; use kind: ElasticJob", obj.Kind))
 	}
-	if obj.APIVersion != APIVersion {
-		errs = append(errs, fmt.Errorf("apiVersion: %q is not supported; use apiVersion: %s", obj.APIVersion, APIVersion))
+	if obj.APIVersion != APIVersion && obj.APIVersion != RoverAPIVersion {
+		errs = append(errs, fmt.Errorf("apiVersion: %q is not supported; use apiVersion: %s (or DLRover's %s)", obj.APIVersion, RoverAPIVersion, APIVersion))
 	}
 	if obj.Metadata.Name == "" {
 		errs = append(errs, errors.New("metadata.name: missing; give the job a name"))

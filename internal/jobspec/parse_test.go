@@ -162,6 +162,10 @@ func TestParseBad(t *testing.T) {
 		{"maxRestarts contradicts the launcher", "maxRestarts: 1\n" + worker("", `{command: [torchrun, --max-restarts=2, t.py]}`), []string{"maxRestarts: 1 disagrees with --max-restarts=2"}},
 		{"bad env", "envs: {1A: x}\n" + worker("", `{command: [x], env: [{name: A, value: b}, {name: A}]}`), []string{"envs.1A:", "containers[0].env[1].name: A is set twice"}},
 		{"criticalNodes", worker(`criticalNodes: "0:9,x",`, ok), []string{"replicaSpecs.worker.criticalNodes:", "above the cap", `"x" is not a node`}},
+		{"dlrover-master with containers", worker("", ok) + "  dlrover-master: {template: {spec: {containers: [{name: main, image: dlrover-master}]}}}",
+			[]string{"replicaSpecs.dlrover-master.template.spec.containers: Rover makes the job's master"}},
+		{"another API group", strings.Replace(readTestdata(t, "torch-mnist.yaml"), "elastic.iml.github.io", "elastic.example.com", 1),
+			[]string{`apiVersion: "elastic.example.com/v1alpha1" is not supported; use apiVersion: elastic.rover.dev/v1alpha1`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -175,6 +179,32 @@ func TestParseBad(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestParseBothAPIVersions: DLRover's ElasticJob and Rover's (the same
+// document under elastic.rover.dev) give the same JobSpec, and an empty
+// dlrover-master group is accepted and ignored.
+func TestParseBothAPIVersions(t *testing.T) {
+	dlrover := readTestdata(t, "torch-mnist.yaml")
+	rover := strings.Replace(dlrover, "apiVersion: "+APIVersion, "apiVersion: "+RoverAPIVersion, 1)
+	if rover == dlrover {
+		t.Fatal("testdata/torch-mnist.yaml has no DLRover apiVersion line")
+	}
+	master := rover + "    dlrover-master:\n      template: {}\n"
+	want, err := Parse([]byte(dlrover))
+	if err != nil {
+		t.Fatalf("Parse DLRover's: %v", err)
+	}
+	opts := cmp.Options{cmpopts.IgnoreUnexported(JobSpec{}, ReplicaGroup{}, runconfig.Config{}), cmpopts.EquateEmpty()}
+	for name, doc := range map[string]string{"rover": rover, "rover with dlrover-master": master} {
+		got, err := Parse([]byte(doc))
+		if err != nil {
+			t.Fatalf("Parse %s: %v", name, err)
+		}
+		if diff := cmp.Diff(want, got, opts); diff != "" {
+			t.Errorf("%s differs from DLRover's (-dlrover +%s):\n%s", name, name, diff)
+		}
 	}
 }
 

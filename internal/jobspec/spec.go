@@ -19,6 +19,10 @@ const (
 	Evaluator ReplicaType = "evaluator"
 )
 
+// dlroverMaster is DLRover's master group: accepted without containers,
+// and ignored.
+const dlroverMaster ReplicaType = "dlrover-master"
+
 // replicaTypes lists the accepted replica types, in the order errors show them.
 var replicaTypes = []ReplicaType{Worker, PS, Chief, Evaluator}
 
