@@ -52,6 +52,13 @@ type fleet struct {
 	mgr   *nodemanager.Manager
 	saved []byte // the state last journaled
 
+	// restored are the live nodes of a manager restored from the journal,
+	// to check against the platform's first report (Synced); replayed are
+	// the nodes that report named.
+	restored []string
+	replayed map[string]bool
+	synced   bool
+
 	mu      sync.Mutex
 	queue   []platform.Event
 	wake    chan struct{}
@@ -148,7 +155,12 @@ func (f *fleet) start() ([]nodemanager.Command, error) {
 			return nil, fmt.Errorf("restore the node manager: %w", err)
 		}
 		f.mgr, f.saved = m, saved
-		f.log.Info("restored the node manager", "nodes", len(m.Status().Nodes))
+		for _, n := range m.Status().Nodes {
+			if n.State == nodemanager.Pending || n.State == nodemanager.Running {
+				f.restored = append(f.restored, n.NodeID)
+			}
+		}
+		f.log.Info("restored the node manager", "nodes", len(m.Status().Nodes), "live", len(f.restored))
 		return nil, nil
 	}
 	m, err := nodemanager.New(f.cfg.Spec)
@@ -219,6 +231,17 @@ func (f *fleet) take() []platform.Event {
 // knows before the heartbeats do.
 func (f *fleet) observe(ctx context.Context, ev platform.Event) []nodemanager.Command {
 	now := f.clock.Now()
+	if !f.synced {
+		if ev.Kind != platform.Synced {
+			if f.replayed == nil {
+				f.replayed = map[string]bool{}
+			}
+			f.replayed[ev.NodeID] = true
+		} else {
+			f.synced = true
+			return f.missing(ctx, now)
+		}
+	}
 	if ev.Failed() || ev.Kind == platform.Deleted {
 		e := &event{Type: eventNodeLost, Time: now, Node: ev.NodeID, Reason: "its agent " + ev.Describe(), Since: ev.Time}
 		if err := f.core.apply(ctx, e); err != nil && !errors.Is(err, errNotConfigured) {
@@ -226,6 +249,21 @@ func (f *fleet) observe(ctx context.Context, ev platform.Event) []nodemanager.Co
 		}
 	}
 	return f.mgr.Observe(ev, now)
+}
+
+// missing handles the platform's first report: a node the restored
+// manager had live that the platform does not hold went away while the
+// master was down (a reboot, a pod deleted meanwhile), and is replaced.
+func (f *fleet) missing(ctx context.Context, now time.Time) []nodemanager.Command {
+	var cmds []nodemanager.Command
+	for _, id := range f.restored {
+		if !f.replayed[id] {
+			ev := platform.Event{NodeID: id, Kind: platform.Deleted, Reason: "gone while the master was away", Time: now}
+			cmds = append(cmds, f.observe(ctx, ev)...)
+		}
+	}
+	f.restored, f.replayed = nil, nil
+	return cmds
 }
 
 // notice feeds the manager what the core learned.

@@ -568,3 +568,29 @@ func TestFleetKeepNodes(t *testing.T) {
 		t.Errorf("the platform holds %v after the master stopped, want both nodes", held)
 	}
 }
+
+// TestFleetReplacesNodesGoneWhileAway: a node that disappeared while the
+// master was down (deleted, its machine rebooted) is missing from the
+// platform's first report to the restarted master, which replaces it; the
+// node still there is adopted as it is.
+func TestFleetReplacesNodesGoneWhileAway(t *testing.T) {
+	fake := newFake()
+	st := store.NewMemory()
+	fm := startFleet(t, fleetOptions{spec: fleetJob(3), platform: fake, store: st, keepNodes: true})
+	waitCreated(t, fake, "train-worker-0-0", "train-worker-1-0")
+	if err := fm.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := fake.Delete(context.Background(), "train-worker-1-0"); err != nil {
+		t.Fatal(err)
+	}
+	fm = startFleet(t, fleetOptions{spec: fleetJob(3), platform: fake, store: st})
+	waitCreated(t, fake, "train-worker-0-0", "train-worker-1-0", "train-worker-1-1")
+	r := fm.job(t)
+	if n := managed(t, r, 1); n.GetNodeId() != "train-worker-1-1" || !strings.Contains(n.GetLastExit(), "gone while the master was away") {
+		t.Errorf("managed rank 1: %v, want its replacement, saying the node was gone", n)
+	}
+	if n := managed(t, r, 0); n.GetNodeId() != "train-worker-0-0" || n.GetRelaunches() != 0 {
+		t.Errorf("managed rank 0: %v, want train-worker-0-0 adopted", n)
+	}
+}

@@ -21,7 +21,8 @@ type Platform interface {
 	Delete(ctx context.Context, nodeID string) error
 	// Watch calls fn for every event, one call at a time, until ctx ends or
 	// the platform fails; it returns ctx.Err() or the failure. It first
-	// reports the current state of every node the platform holds. fn must
+	// reports the current state of every node the platform holds, then one
+	// Synced event: a node not reported before it is not held. fn must
 	// not block for long: it delays every later event.
 	Watch(ctx context.Context, fn func(Event)) error
 	// Capabilities says which NodeSpec fields the platform honours.
@@ -114,12 +115,15 @@ const (
 	Running                      // the agent process runs
 	Exited                       // the agent process ended; ExitCode, Signal and Reason say how
 	Deleted                      // the node is gone from the platform; the last event of an id
+	// Synced ends Watch's report of the nodes held when it began; it
+	// names no node.
+	Synced
 )
 
-var kindNames = [...]string{Pending: "Pending", Running: "Running", Exited: "Exited", Deleted: "Deleted"}
+var kindNames = [...]string{Pending: "Pending", Running: "Running", Exited: "Exited", Deleted: "Deleted", Synced: "Synced"}
 
 func (k EventKind) String() string {
-	if k >= Pending && k <= Deleted {
+	if k >= Pending && k <= Synced {
 		return kindNames[k]
 	}
 	return fmt.Sprintf("EventKind(%d)", int(k))

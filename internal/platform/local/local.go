@@ -219,8 +219,8 @@ func (l *Local) Close() {
 	wg.Wait()
 }
 
-// Watch reports the state of every held node, then every event, until ctx
-// ends.
+// Watch reports the state of every held node, then Synced, then every
+// event, until ctx ends.
 func (l *Local) Watch(ctx context.Context, fn func(platform.Event)) error {
 	stop := context.AfterFunc(ctx, func() {
 		l.mu.Lock()
@@ -243,6 +243,7 @@ func (l *Local) Watch(ctx context.Context, fn func(platform.Event)) error {
 	for _, e := range first {
 		fn(e)
 	}
+	fn(platform.Event{Kind: platform.Synced, Time: l.opts.Now()})
 	for {
 		l.mu.Lock()
 		for next == len(l.events) && ctx.Err() == nil {

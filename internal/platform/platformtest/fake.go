@@ -83,8 +83,8 @@ func (f *Fake) Delete(ctx context.Context, nodeID string) error {
 	return nil
 }
 
-// Watch replays the state of every held node, then every later event, until
-// ctx ends.
+// Watch replays the state of every held node, then Synced, then every
+// later event, until ctx ends.
 func (f *Fake) Watch(ctx context.Context, fn func(platform.Event)) error {
 	f.mu.Lock()
 	held := make([]fakeNode, 0, len(f.nodes)) // copies: n.last changes under f.mu
@@ -97,6 +97,7 @@ func (f *Fake) Watch(ctx context.Context, fn func(platform.Event)) error {
 	for _, n := range held {
 		fn(n.last)
 	}
+	fn(platform.Event{Kind: platform.Synced})
 	for {
 		f.mu.Lock()
 		evs, wake := f.log[next:], f.wake

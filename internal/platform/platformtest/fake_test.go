@@ -41,7 +41,7 @@ func TestFakeContract(t *testing.T) {
 	go func() { done <- f.Watch(ctx, func(ev platform.Event) { got <- ev }) }()
 	next := func() string { ev := <-got; return ev.NodeID + " " + ev.Kind.String() + " " + ev.Host }
 	var seen []string
-	seen = append(seen, next(), next())
+	seen = append(seen, next(), next(), next())
 	if err := f.Exit("a", 1, 0, "Error"); err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +58,7 @@ func TestFakeContract(t *testing.T) {
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("Watch = %v", err)
 	}
-	want := []string{"a Running h1", "b Pending ", "a Exited h1", "a Deleted h1", "b Deleted "}
+	want := []string{"a Running h1", "b Pending ", " Synced ", "a Exited h1", "a Deleted h1", "b Deleted "}
 	if diff := cmp.Diff(want, seen); diff != "" {
 		t.Fatalf("events (-want +got):\n%s", diff)
 	}
