@@ -17,10 +17,12 @@ const KubeVersion = "v1.37.2"
 // modulePath names the root module; RepoRoot looks for its go.mod.
 const modulePath = "github.com/roverml/rover"
 
-// buildHint tells a developer how to get the binaries. It ends every error
-// about missing binaries.
-const buildHint = "build them with `make testbin` (or `testbin/build.sh \"$HOME/.cache/rover/testbin-" +
-	KubeVersion + "\"`; about 5-7 min once on 2 cores) and, for a folder of your own, set KUBEBUILDER_ASSETS to it"
+// buildHint tells a developer how to get the binaries into dir. It ends every
+// error about missing binaries.
+func buildHint(dir string) string {
+	return fmt.Sprintf("build them with `make testbin TESTBIN=%s` (or `testbin/build.sh %s`) "+
+		"from the repository root; it takes about 5-7 min once on 2 cores (docs/design/k8s-testing.md)", dir, dir)
+}
 
 // DefaultAssetsDir is where `make testbin` puts the binaries:
 // $HOME/.cache/rover/testbin-v1.37.2. It returns "" when there is no home
@@ -45,7 +47,8 @@ func AssetsDir() (string, error) {
 	}
 	dir := DefaultAssetsDir()
 	if dir == "" {
-		return "", fmt.Errorf("KUBEBUILDER_ASSETS is unset and there is no home folder for the default: %s", buildHint)
+		return "", errors.New("KUBEBUILDER_ASSETS is unset and there is no home folder for the default: " +
+			"build the binaries with `testbin/build.sh DIR` and set KUBEBUILDER_ASSETS=DIR")
 	}
 	if err := checkBinaries(dir, "kube-apiserver", "etcd"); err != nil {
 		return "", fmt.Errorf("KUBEBUILDER_ASSETS is unset and the default folder %s: %w", dir, err)
@@ -63,7 +66,7 @@ func checkBinaries(dir string, names ...string) error {
 		}
 	}
 	if len(missing) > 0 {
-		return fmt.Errorf("no executable %s there: %s", strings.Join(missing, ", "), buildHint)
+		return fmt.Errorf("no executable %s there: %s", strings.Join(missing, ", "), buildHint(dir))
 	}
 	return nil
 }
