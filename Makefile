@@ -5,8 +5,11 @@ BIN := bin
 PROTOS := $(wildcard api/rover/v1/*.proto)
 CONTROLLER_GEN ?= $(GO) run sigs.k8s.io/controller-tools/cmd/controller-gen@v0.23.0
 KUBE_API := ./api/elastic/...
+# The Kubernetes binaries the tests run against (testbin/, docs/design/k8s-testing.md).
+TESTBIN ?= $(HOME)/.cache/rover/testbin-v1.37.2
+TESTBIN_EXTRA ?= kubectl kube-scheduler kube-controller-manager kwok
 
-.PHONY: help build test test-unit deps-test lint generate check-generated manifests check-manifests demo bench bench-ckpt bench-relaunch clean
+.PHONY: help build test test-unit testbin deps-test lint generate check-generated manifests check-manifests demo bench bench-ckpt bench-relaunch clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -14,11 +17,14 @@ help: ## list the targets
 build: ## build bin/rover
 	$(GO) build -o $(BIN)/rover ./cmd/rover
 
-test: deps-test ## run every test (unit, integration, end-to-end with real torch)
-	PYTHON_EXEC="$$(scripts/find-python)" $(GO) test -race -timeout 30m ./...
+test: deps-test testbin ## run every test (unit, integration, Kubernetes, end-to-end with real torch)
+	KUBEBUILDER_ASSETS="$(TESTBIN)" PYTHON_EXEC="$$(scripts/find-python)" $(GO) test -race -timeout 30m ./...
 
-test-unit: ## run the unit and integration tests only (no torch needed)
-	$(GO) test -race $$($(GO) list ./... | grep -v /test/e2e)
+test-unit: testbin ## run the unit and integration tests only (no torch needed)
+	KUBEBUILDER_ASSETS="$(TESTBIN)" $(GO) test -race $$($(GO) list ./... | grep -v /test/e2e)
+
+testbin: ## build kube-apiserver, etcd, kubectl, kube-scheduler, kube-controller-manager and kwok into TESTBIN (once; ~7 min cold)
+	TESTBIN_EXTRA="$(TESTBIN_EXTRA)" testbin/build.sh "$(TESTBIN)"
 
 deps-test: ## install python3-torch when no Python can import torch
 	@scripts/find-python --install >/dev/null
