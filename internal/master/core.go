@@ -338,18 +338,18 @@ func (c *core) blameLossLocked(e *event, mb rendezvous.Member, round int) {
 	c.failures = slices.DeleteFunc(c.failures, func(f *roverv1.WorkerFailure) bool {
 		return f.GetRound() == int64(round) && f.GetNodeId() != e.Node
 	})
-	c.failures = append(c.failures, &roverv1.WorkerFailure{
+	msg := fmt.Sprintf("node %s (node rank %d) was lost: %s", e.Node, mb.NodeRank, cmp.Or(e.Reason, "its agent is gone"))
+	f := &roverv1.WorkerFailure{
 		NodeId: e.Node, NodeRank: int32(mb.NodeRank), Host: mb.Addr, Rank: int32(mb.RankOffset),
-		ExitCode: -1, TimeUnixNanos: e.Time.UnixNano(), Round: int64(round),
-		Message: fmt.Sprintf("node %s (node rank %d) was lost: %s", e.Node, mb.NodeRank, cmp.Or(e.Reason, "its agent is gone")),
-		Cause:   lossCause(e.Reason).String(), Action: "re-form-world",
-		Diagnosis: "a lost node ends its world: the others restart in a new round without spending a restart",
-	})
-	if c.fleetOn {
-		f := c.failures[len(c.failures)-1]
-		f.Action = diagnosis.RelaunchNode.String()
-		f.Diagnosis = "a lost node ends its world: the node manager relaunches it while its relaunch budget lasts, and the others restart in a new round without spending a restart"
+		ExitCode: -1, TimeUnixNanos: e.Time.UnixNano(), Round: int64(round), Message: msg,
+		Cause: lossCause(e.Reason).String(), Action: "re-form-world",
+		Diagnosis: msg + "; its world ends, and the others restart in a new round without spending a restart",
 	}
+	if c.fleetOn {
+		f.Action = diagnosis.RelaunchNode.String()
+		f.Diagnosis = msg + "; the node manager relaunches it while its relaunch budget lasts, and the others restart in a new round without spending a restart"
+	}
+	c.failures = append(c.failures, f)
 	if n := len(c.failures); n > maxFailuresKept {
 		c.failures = append([]*roverv1.WorkerFailure(nil), c.failures[n-maxFailuresKept:]...)
 	}

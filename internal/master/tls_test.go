@@ -50,6 +50,9 @@ func TestTLSMaster(t *testing.T) {
 
 	s := openSessionRank(ctx, t, c, "n0", -1, rdzvConfig(1, 1))
 	defer s.CloseRequest()
+	// The join travels on the stream: wait for its answer before asking
+	// for the job.
+	nextView(t, s, func(v *roverv1.NodeView) bool { return v.GetAssignment() != nil })
 	if err := s.Send(&roverv1.SessionRequest{Msg: &roverv1.SessionRequest_Heartbeat{Heartbeat: &roverv1.Heartbeat{}}}); err != nil {
 		t.Fatalf("heartbeat over TLS: %v", err)
 	}
