@@ -105,6 +105,9 @@ func New(opts Options) (*Platform, error) {
 	missing(opts.Client == nil, "Client")
 	missing(opts.Namespace == "", "Namespace")
 	missing(opts.Job == "", "Job (the ElasticJob's name)")
+	if opts.Job != "" && !isLabelValue(opts.Job) {
+		errs = append(errs, fmt.Errorf("kubernetes platform: job name %q cannot be a label value (at most 63 letters, digits, '-', '_' or '.'): give the ElasticJob a shorter name", opts.Job))
+	}
 	missing(opts.JobUID == "", "JobUID (the ElasticJob's UID, for the pods' owner reference)")
 	missing(opts.MasterAddr == "", "MasterAddr (the master's Service host:port)")
 	missing(opts.TokenSecret == "", "TokenSecret (the Secret holding the job's token)")

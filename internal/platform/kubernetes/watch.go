@@ -86,7 +86,7 @@ func (p *Platform) selector() labels.Selector {
 	req := func(key string, op selection.Operator, vals ...string) labels.Requirement {
 		r, err := labels.NewRequirement(key, op, vals)
 		if err != nil {
-			panic(fmt.Sprintf("kubernetes platform: label requirement on %s: %v", key, err)) // the job name was checked by the API server
+			panic(fmt.Sprintf("kubernetes platform: label requirement on %s: %v", key, err)) // New checked the job name
 		}
 		return *r
 	}
