@@ -21,6 +21,7 @@ func TestPlatform(t *testing.T) {
 	t.Run("create", func(t *testing.T) { testCreate(t, c) })
 	t.Run("lifecycle", func(t *testing.T) { testLifecycle(t, c) })
 	t.Run("replay", func(t *testing.T) { testReplay(t, c) })
+	t.Run("forbidden", func(t *testing.T) { testForbidden(t, c) })
 }
 
 // testCreate: the pod Create makes, and what it refuses.

@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
@@ -30,7 +31,17 @@ func (p *Platform) Watch(ctx context.Context, fn func(platform.Event)) error {
 		informers.WithNamespace(p.opts.Namespace),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = p.selector().String() }))
 	inf := factory.Core().V1().Pods().Informer()
+	// Forbidden does not heal by retrying: Watch fails with what to grant.
+	// Other failures are retried by the informer, with backoff.
+	forbidden := make(chan error, 1)
 	if err := inf.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
+		if apierrors.IsForbidden(err) {
+			select {
+			case forbidden <- err:
+			default:
+			}
+			return
+		}
 		p.log.Warn("watching the job's pods failed; retrying", "err", err)
 	}); err != nil {
 		cancel()
@@ -58,6 +69,8 @@ func (p *Platform) Watch(ctx context.Context, fn func(platform.Event)) error {
 	case <-reg.HasSyncedChecker().Done():
 	case <-ctx.Done():
 		return ctx.Err()
+	case err := <-forbidden:
+		return p.forbidden(err)
 	}
 	w := &watcher{p: p, fn: fn, last: map[string]platform.Event{}}
 	latest := map[string]change{}
@@ -72,12 +85,19 @@ func (p *Platform) Watch(ctx context.Context, fn func(platform.Event)) error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
+		case err := <-forbidden:
+			return p.forbidden(err)
 		case <-q.ready:
 		}
 		for _, c := range q.take() {
 			w.observe(c)
 		}
 	}
+}
+
+func (p *Platform) forbidden(err error) error {
+	return fmt.Errorf("watch the pods of job %s in namespace %s: %w (grant the master's service account get, list and watch on pods there)",
+		p.opts.Job, p.opts.Namespace, err)
 }
 
 // selector picks the job's node pods: those labelled with the job's name, a

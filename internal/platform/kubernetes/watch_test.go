@@ -2,12 +2,16 @@ package kubernetes
 
 import (
 	"context"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	clientset "k8s.io/client-go/kubernetes"
 
 	elasticv1 "github.com/roverml/rover/api/elastic/v1alpha1"
 	"github.com/roverml/rover/internal/platform"
@@ -207,4 +211,27 @@ func testReplay(t *testing.T, c *cluster) {
 		t.Fatal(err)
 	}
 	r.waitKind(t, "job-worker-0-1", platform.Deleted)
+}
+
+// testForbidden: a master whose account may not list pods fails Watch with
+// what to grant, instead of waiting forever.
+func testForbidden(t *testing.T, c *cluster) {
+	_, job := c.newJob(t, "forbidden", "job")
+	_, cfg := c.env.AddUser(t, "no-rights")
+	cs, err := clientset.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := JobOptions(job)
+	opts.Client, opts.MasterAddr, opts.TokenSecret = cs, "m:29400", "job-token"
+	p, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err = p.Watch(ctx, func(e platform.Event) { t.Errorf("event %+v without the right to list pods", e) })
+	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "grant") {
+		t.Errorf("Watch without rights: %v, want Forbidden, saying what to grant", err)
+	}
 }
