@@ -38,10 +38,10 @@ type Capabilities struct {
 	AvoidHosts bool // AvoidHosts is honoured (node anti-affinity)
 }
 
-// NodeSpec describes one node to create. Platforms expose Job, Group, Rank,
-// Relaunch and ID as labels (Kubernetes: elasticjob.dlrover/name,
-// replica-type, rank-index, relaunch-count, replica-index) and as the
-// agent's environment (NODE_ID, NODE_RANK, NODE_TYPE, ELASTIC_JOB_NAME, and
+// NodeSpec describes one node to create. Platforms expose Job, Group, Rank
+// and Relaunch as labels (Kubernetes: elasticjob.dlrover/name, replica-type,
+// rank-index and replica-index, relaunch-count), ID as the node's name (the
+// pod's name), and all of them as the agent's environment (NODE_ID, NODE_RANK, NODE_TYPE, ELASTIC_JOB_NAME, and
 // ROVER_NODE_ID and PET_NODE_RANK, which `rover run` reads as --node-id and
 // --node-rank).
 type NodeSpec struct {
