@@ -33,6 +33,12 @@ type masterConfig struct {
 	Preset *runconfig.Policy
 	// Checkpoint is --checkpoint-dir (absolute) and --checkpoint-keep.
 	Checkpoint client.CheckpointStorage
+	// Platform is --platform: "" (agents are started by someone else) or
+	// "kubernetes" (the master creates the ElasticJob's worker pods).
+	Platform string
+	// Namespace and Kubeconfig are --namespace and --kubeconfig, with
+	// --platform kubernetes.
+	Namespace, Kubeconfig string
 }
 
 // masterPolicyFlags are the flags of the preset rendezvous, with their
@@ -66,6 +72,9 @@ func parseMasterFlags(args []string, stderr io.Writer) (*masterConfig, error) {
 	fs.StringVar(&c.TLSKey, "tls-key", "", "the PEM private key of --tls-cert")
 	linger := fs.String("linger", "5s", "how long to keep serving after the job ended, so every agent learns the outcome")
 	nnodes := fs.String("nnodes", "", "fix the rendezvous instead of taking the first agent's: N or MIN:MAX")
+	fs.StringVar(&c.Platform, "platform", "", `"kubernetes": run the ElasticJob named by --job in --namespace, creating and relaunching its worker pods (what the operator's master pod runs). Default: none, agents are started by hand`)
+	fs.StringVar(&c.Namespace, "namespace", os.Getenv("POD_NAMESPACE"), "with --platform kubernetes: the ElasticJob's namespace (default $POD_NAMESPACE)")
+	fs.StringVar(&c.Kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "with --platform kubernetes: the kubeconfig to reach the API server (default $KUBECONFIG, else the pod's service account)")
 	raw := map[string]*string{}
 	for _, f := range masterPolicyFlags {
 		raw[f.name] = fs.String(f.name, f.def, f.help)
@@ -152,10 +161,46 @@ func parseMasterFlags(args []string, stderr io.Writer) (*masterConfig, error) {
 		errs = append(errs, p.Check(runconfig.FlagRef)...)
 		c.Preset = &p
 	}
+	errs = append(errs, checkPlatform(c, given)...)
 	if err := errors.Join(errs...); err != nil {
 		return nil, usageError{err}
 	}
 	return c, nil
+}
+
+// checkPlatform checks --platform and the flags that go with it: on
+// Kubernetes the ElasticJob fixes the rendezvous and checkpoint storage.
+func checkPlatform(c *masterConfig, given map[string]bool) []error {
+	var errs []error
+	switch c.Platform {
+	case "":
+		for _, f := range []string{"namespace", "kubeconfig"} {
+			if given[f] {
+				errs = append(errs, fmt.Errorf("--%s takes effect only with --platform kubernetes", f))
+			}
+		}
+		return errs
+	case "kubernetes":
+	default:
+		return []error{fmt.Errorf("--platform=%s: want kubernetes, or leave it out for agents started by hand", c.Platform)}
+	}
+	if c.Namespace == "" || c.Job == "none" {
+		errs = append(errs, errors.New("--platform kubernetes needs --namespace (or $POD_NAMESPACE) and --job: the ElasticJob to run"))
+	}
+	for _, f := range append([]string{"nnodes", "checkpoint-dir", "checkpoint-keep"}, policyNames()...) {
+		if given[f] {
+			errs = append(errs, fmt.Errorf("--%s: with --platform kubernetes the ElasticJob's command sets it", f))
+		}
+	}
+	return errs
+}
+
+func policyNames() []string {
+	var out []string
+	for _, f := range masterPolicyFlags {
+		out = append(out, f.name)
+	}
+	return out
 }
 
 // masterToken is the job's token and the file it is in ("" for none): the
@@ -187,6 +232,9 @@ func runMaster(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	if err != nil {
 		return err
+	}
+	if c.Platform == "kubernetes" {
+		return runKubeMaster(ctx, c, stderr)
 	}
 	// Before the token file is made: nothing is created for a bad command line.
 	var tc *tls.Config

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/roverml/rover/internal/agent"
+	"github.com/roverml/rover/internal/jobplan"
 	"github.com/roverml/rover/internal/jobspec"
 	"github.com/roverml/rover/internal/submit"
 )
@@ -104,7 +105,7 @@ func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return fmt.Errorf("find the rover binary for the nodes: %w", err)
 	}
-	plan, err := submit.NewPlan(c.Spec, exe)
+	plan, err := jobplan.New(c.Spec, jobplan.Local(exe))
 	if err != nil {
 		return usageError{err}
 	}
@@ -116,7 +117,7 @@ func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		o.Console = stdout
 	}
 	res, err := submit.Run(ctx, plan, o)
-	if errors.Is(err, submit.ErrBadSpec) {
+	if errors.Is(err, jobplan.ErrBadSpec) {
 		return usageError{err}
 	}
 	if err != nil {

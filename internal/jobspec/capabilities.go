@@ -27,6 +27,9 @@ type Capabilities struct {
 	// Scheduling: it honours priority, autoScale, restartTimeout,
 	// pendingTimeout, suspend and resourceLimits.
 	Scheduling bool
+	// Suspend and PendingTimeout: it honours suspend and pendingTimeout
+	// even without Scheduling.
+	Suspend, PendingTimeout bool
 	// CriticalNodes: it honours criticalNodes.
 	CriticalNodes bool
 	// LauncherFeatures are the dlrover-run switches it implements.
@@ -39,6 +42,23 @@ var LocalCapabilities = Capabilities{
 	Platform:     "the local platform runs processes on this machine",
 	Instead:      "submit to Kubernetes",
 	ReplicaTypes: []ReplicaType{Worker},
+}
+
+// KubernetesCapabilities is what Rover's Kubernetes platform honours:
+// worker pods from the template, with images and resources, in a
+// namespace; suspend (the operator) and the pending timeout (the node
+// manager). Priorities, autoScale, restartTimeout and resourceLimits are
+// not acted on yet, so they are refused.
+var KubernetesCapabilities = Capabilities{
+	Platform:       "Rover's Kubernetes platform",
+	Instead:        "wait for a Rover that implements it",
+	ReplicaTypes:   []ReplicaType{Worker},
+	Resources:      []string{CPU, Memory, GPU},
+	Images:         true,
+	Namespaces:     true,
+	Suspend:        true,
+	PendingTimeout: true,
+	CriticalNodes:  true,
 }
 
 // ErrUnsupported is wrapped by Check's errors.
@@ -55,10 +75,10 @@ func (s JobSpec) Check(c Capabilities) error {
 		refuse("metadata.namespace", "remove it")
 	}
 	if !c.Scheduling {
-		if s.Suspend {
+		if s.Suspend && !c.Suspend {
 			refuse(s.prefix+"suspend", "remove it")
 		}
-		if s.PendingTimeout != 0 {
+		if s.PendingTimeout != 0 && !c.PendingTimeout {
 			refuse(s.prefix+"pendingTimeout (or the pending_timeout annotation)", "remove it")
 		}
 		if len(s.ResourceLimits) > 0 {

@@ -20,6 +20,7 @@ import (
 
 	roverv1 "github.com/roverml/rover/api/rover/v1"
 	"github.com/roverml/rover/internal/agent"
+	"github.com/roverml/rover/internal/jobplan"
 	"github.com/roverml/rover/internal/jobview"
 	"github.com/roverml/rover/internal/master"
 	"github.com/roverml/rover/internal/platform"
@@ -63,7 +64,7 @@ type Result struct {
 // summary. The error is ctx's cause when the job was cancelled, or a
 // failure to run the job at all; a job that failed is a Result, not an
 // error.
-func Run(ctx context.Context, plan *Plan, o Options) (Result, error) {
+func Run(ctx context.Context, plan *jobplan.Plan, o Options) (Result, error) {
 	start := time.Now()
 	if o.Progress == nil {
 		o.Progress = io.Discard
@@ -78,7 +79,7 @@ func Run(ctx context.Context, plan *Plan, o Options) (Result, error) {
 		o.Env = os.Environ()
 	}
 	if ents, err := os.ReadDir(o.Dir); err == nil && len(ents) > 0 {
-		return Result{}, fmt.Errorf("%w: the job directory %s is not empty (an earlier job's logs and state?): give another --job-dir, or remove it", ErrBadSpec, o.Dir)
+		return Result{}, fmt.Errorf("%w: the job directory %s is not empty (an earlier job's logs and state?): give another --job-dir, or remove it", jobplan.ErrBadSpec, o.Dir)
 	}
 	if err := os.MkdirAll(o.Dir, 0o700); err != nil {
 		return Result{}, fmt.Errorf("create the job directory: %w", err)
@@ -198,7 +199,7 @@ func watch(ctx context.Context, m *master.Master, o Options) (master.Outcome, er
 	}
 }
 
-func nodeCount(p *Plan) string {
+func nodeCount(p *jobplan.Plan) string {
 	g := p.Nodes.Groups[0]
 	if g.MinNodes == g.MaxNodes {
 		return fmt.Sprintf("%d nodes of %d processes", g.MaxNodes, p.Launch.NprocPerNode)

@@ -1,4 +1,9 @@
-package submit
+// Package jobplan turns a job spec into how a master runs it on a
+// platform: the rendezvous it presets, the checkpoint storage, and the node
+// manager's spec, whose nodes run `rover run` with the job's launcher
+// flags. `rover submit` (the local platform) and `rover master --platform
+// kubernetes` both start from it.
+package jobplan
 
 import (
 	"errors"
@@ -47,17 +52,36 @@ var refused = []struct {
 	{func(c *runconfig.Config) bool { return c.NodeRank >= 0 }, "--node-rank", "the master gives each node its rank"},
 	{func(c *runconfig.Config) bool { return c.NodeID != "" }, "--node-id", "the master names each node"},
 	{func(c *runconfig.Config) bool { return c.TokenFile != "" }, "--token-file", "rover submit makes the job's token and hands it to its nodes"},
-	{func(c *runconfig.Config) bool { return c.TLSCA != "" || c.TLSServerName != "" }, "--tls-ca/--tls-server-name", "the local platform's nodes reach their master over loopback"},
+	{func(c *runconfig.Config) bool { return c.TLSCA != "" || c.TLSServerName != "" }, "--tls-ca/--tls-server-name", "the platform connects the nodes to their master"},
 }
 
-// NewPlan checks spec against what the local platform can do and returns
-// how to run it; roverExe is the rover binary the nodes run. Every problem
-// is reported at once, each wrapping ErrBadSpec (or jobspec.ErrUnsupported
-// for fields the platform cannot honour).
-func NewPlan(spec jobspec.JobSpec, roverExe string) (*Plan, error) {
-	if err := spec.Check(jobspec.LocalCapabilities); err != nil {
+// Target is where a plan runs.
+type Target struct {
+	// Capabilities are what the platform honours; the spec is checked
+	// against them.
+	Capabilities jobspec.Capabilities
+	// RoverExe is the rover binary the nodes run ("rover" on the image's
+	// PATH for Kubernetes).
+	RoverExe string
+	// LocalFiles says the nodes run on this machine, in this directory:
+	// the training script must exist here.
+	LocalFiles bool
+}
+
+// Local is the target of rover submit: the local platform, with this
+// rover binary.
+func Local(roverExe string) Target {
+	return Target{Capabilities: jobspec.LocalCapabilities, RoverExe: roverExe, LocalFiles: true}
+}
+
+// New checks spec against what the target can do and returns how to run
+// it. Every problem is reported at once, each wrapping ErrBadSpec (or
+// jobspec.ErrUnsupported for fields the platform cannot honour).
+func New(spec jobspec.JobSpec, t Target) (*Plan, error) {
+	if err := spec.Check(t.Capabilities); err != nil {
 		return nil, err
 	}
+	roverExe := t.RoverExe
 	g := spec.Replicas[jobspec.Worker]
 	if g == nil {
 		return nil, fmt.Errorf("%w: the job has no worker group", ErrBadSpec)
@@ -76,7 +100,7 @@ func NewPlan(spec jobspec.JobSpec, roverExe string) (*Plan, error) {
 			errs = append(errs, fmt.Errorf("%w: remove %s: %s", ErrBadSpec, r.flag, r.why))
 		}
 	}
-	if !cfg.Module && !cfg.NoPython {
+	if t.LocalFiles && !cfg.Module && !cfg.NoPython {
 		// The local platform's nodes run here: a script that is not
 		// here would fail every node, relaunch after relaunch.
 		if _, err := os.Stat(cfg.Entrypoint); err != nil {

@@ -1,0 +1,260 @@
+// Package kubemaster runs a job's master on Kubernetes: `rover master
+// --platform kubernetes`, what the operator's master pod runs. It reads the
+// job's ElasticJob, plans it as `rover submit` plans a local job (package
+// jobplan), and runs the master with the pod platform
+// (internal/platform/kubernetes), so that the same node manager creates,
+// relaunches and deletes the worker pods. It keeps the job's status on the
+// ElasticJob up to date with the master's view.
+package kubemaster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	elasticv1 "github.com/roverml/rover/api/elastic/v1alpha1"
+	"github.com/roverml/rover/internal/jobplan"
+	"github.com/roverml/rover/internal/jobspec"
+	"github.com/roverml/rover/internal/master"
+	kubeplatform "github.com/roverml/rover/internal/platform/kubernetes"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// Names the operator gives a job's objects; the master finds them by these.
+const (
+	// MasterPort is the port of the master's Service.
+	MasterPort = 29400
+	// TokenKey is the key of the job's token in its Secret.
+	TokenKey = "token"
+)
+
+// ServiceName is the master Service of job.
+func ServiceName(job string) string { return job + "-rover-master" }
+
+// SecretName is the Secret holding job's token.
+func SecretName(job string) string { return job + "-rover-token" }
+
+// Options configure a Kubernetes master.
+type Options struct {
+	// Config reaches the API server (in-cluster, or a kubeconfig).
+	Config *rest.Config
+	// Namespace and Job name the ElasticJob.
+	Namespace, Job string
+	// Listen is the master's address ("0.0.0.0:29400").
+	Listen string
+	// Token is the job's token (from the Secret the operator mounts).
+	Token string
+	// Store persists the master's state; nil keeps it in memory.
+	Store master.Store
+	// StateDir, when Store is nil, is a directory for the master's state.
+	StateDir string
+	Logger   *slog.Logger
+	// StatusEvery is how often the job's status is written back at most
+	// (default 1s).
+	StatusEvery time.Duration
+}
+
+// Scheme knows the ElasticJob and the built-in types.
+func Scheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(s)
+	_ = elasticv1.AddToScheme(s)
+	return s
+}
+
+// Run runs the job's master until the job ends or ctx does. Its worker
+// pods outlive a master that stops before the job ends: the next master
+// adopts them.
+func Run(ctx context.Context, o Options) error {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.StatusEvery <= 0 {
+		o.StatusEvery = time.Second
+	}
+	cl, err := client.New(o.Config, client.Options{Scheme: Scheme()})
+	if err != nil {
+		return fmt.Errorf("connect to the API server: %w", err)
+	}
+	cs, err := kubernetes.NewForConfig(o.Config)
+	if err != nil {
+		return fmt.Errorf("connect to the API server: %w", err)
+	}
+	var job elasticv1.ElasticJob
+	if err := cl.Get(ctx, types.NamespacedName{Namespace: o.Namespace, Name: o.Job}, &job); err != nil {
+		return fmt.Errorf("read ElasticJob %s/%s: %w", o.Namespace, o.Job, err)
+	}
+	plan, err := Plan(&job)
+	if err != nil {
+		return err
+	}
+	popts := kubeplatform.JobOptions(&job)
+	popts.Client = cs
+	popts.MasterAddr = fmt.Sprintf("%s.%s.svc:%d", ServiceName(job.Name), job.Namespace, MasterPort)
+	popts.TokenSecret, popts.TokenKey = SecretName(job.Name), TokenKey
+	popts.NodeNum = plan.Nodes.Groups[0].MaxNodes
+	popts.Logger = o.Logger
+	plat, err := kubeplatform.New(popts)
+	if err != nil {
+		return err
+	}
+	preset := plan.Preset
+	m, err := master.New(ctx, master.Config{
+		Listen: o.Listen, Job: plan.Name, Token: o.Token, Preset: &preset, Checkpoint: plan.Checkpoint,
+		Store: o.Store, StateDir: o.StateDir, Logger: o.Logger,
+		Nodes: &master.NodesConfig{Platform: plat, Name: "kubernetes", Spec: plan.Nodes, KeepNodes: true},
+	})
+	if err != nil {
+		return err
+	}
+	mctx, stop := context.WithCancel(ctx)
+	defer stop()
+	served := make(chan error, 1)
+	go func() { served <- m.Run(mctx) }()
+	w := &statusWriter{client: cl, job: client.ObjectKeyFromObject(&job), log: o.Logger}
+	outcome, waitErr := waitEnded(ctx, m, w, o.StatusEvery)
+	stop()
+	serveErr := <-served
+	w.write(context.WithoutCancel(ctx), m.Status())
+	switch {
+	case waitErr != nil:
+		return nil // stopped before the job ended: the next master goes on
+	case serveErr != nil:
+		return serveErr
+	case !outcome.Succeeded:
+		return &JobFailedError{Reason: outcome.Reason}
+	}
+	return nil
+}
+
+// JobFailedError is Run's error when the job failed: the master pod exits 1
+// with Reason as its termination message.
+type JobFailedError struct{ Reason string }
+
+func (e *JobFailedError) Error() string { return "the job failed: " + e.Reason }
+
+// waitEnded writes the job's status as it changes until the job has ended
+// and its pods are gone, or ctx ends.
+func waitEnded(ctx context.Context, m *master.Master, w *statusWriter, every time.Duration) (master.Outcome, error) {
+	finished := make(chan master.Outcome, 1)
+	go func() {
+		if out, err := m.WaitFinished(ctx); err == nil {
+			finished <- out
+		}
+	}()
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return master.Outcome{}, ctx.Err()
+		case out := <-finished:
+			select {
+			case <-m.NodesGone():
+			case <-ctx.Done():
+			}
+			return out, nil
+		case <-tick.C:
+			w.write(ctx, m.Status())
+		}
+	}
+}
+
+// Plan reads job as Rover's job spec and plans it for the Kubernetes
+// platform. The pod template goes to the platform as it is; the job spec
+// parser sees only what it reads of it (the training container's command,
+// env values, image and resources).
+func Plan(job *elasticv1.ElasticJob) (*jobplan.Plan, error) {
+	doc, err := job.JobSpecDocument()
+	if err != nil {
+		return nil, err
+	}
+	if doc, err = launcherView(doc); err != nil {
+		return nil, err
+	}
+	spec, err := jobspec.Parse(doc)
+	if err != nil {
+		return nil, fmt.Errorf("ElasticJob %s/%s: %w", job.Namespace, job.Name, err)
+	}
+	plan, err := jobplan.New(*spec, jobplan.Target{Capabilities: jobspec.KubernetesCapabilities, RoverExe: "rover"})
+	if err != nil {
+		return nil, fmt.Errorf("ElasticJob %s/%s: %w", job.Namespace, job.Name, err)
+	}
+	return plan, nil
+}
+
+// containerFields are the container fields the job spec parser reads.
+var containerFields = []string{"name", "image", "imagePullPolicy", "command", "args", "workingDir", "env", "resources"}
+
+// launcherView reduces every replica template of the document to what the
+// job spec parser reads: the pod's restartPolicy and containers, each
+// with containerFields and the env entries that have a value.
+func launcherView(doc []byte) ([]byte, error) {
+	var obj map[string]any
+	if err := json.Unmarshal(doc, &obj); err != nil {
+		return nil, err
+	}
+	spec, _ := obj["spec"].(map[string]any)
+	replicas, _ := spec["replicaSpecs"].(map[string]any)
+	for _, r := range replicas {
+		rs, _ := r.(map[string]any)
+		tmpl, _ := rs["template"].(map[string]any)
+		if tmpl == nil {
+			continue
+		}
+		pod, _ := tmpl["spec"].(map[string]any)
+		kept := map[string]any{}
+		if p, ok := pod["restartPolicy"]; ok {
+			kept["restartPolicy"] = p
+		}
+		var ctrs []any
+		list, _ := pod["containers"].([]any)
+		for _, c := range list {
+			cm, _ := c.(map[string]any)
+			kc := map[string]any{}
+			for _, f := range containerFields {
+				if v, ok := cm[f]; ok {
+					kc[f] = v
+				}
+			}
+			if env, ok := kc["env"].([]any); ok {
+				var vals []any
+				for _, e := range env {
+					if em, _ := e.(map[string]any); em != nil && em["valueFrom"] == nil {
+						vals = append(vals, em)
+					}
+				}
+				kc["env"] = vals
+			}
+			ctrs = append(ctrs, kc)
+		}
+		if ctrs != nil {
+			kept["containers"] = ctrs
+		}
+		rs["template"] = map[string]any{"spec": kept}
+	}
+	return json.Marshal(obj)
+}
+
+// TokenFromFile reads the job's token from the file the operator mounts.
+func TokenFromFile(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("read the job's token: %w", err)
+	}
+	t := strings.TrimSpace(string(b))
+	if t == "" {
+		return "", errors.New("the job's token file is empty")
+	}
+	return t, nil
+}
