@@ -72,7 +72,9 @@ func TestFullJournalSnapshots(t *testing.T) {
 	entered, release := gated.hold()
 	var wg sync.WaitGroup
 	errs := make([]error, 21)
-	wg.Go(func() { errs[20] = c.apply(ctx, &event{Type: eventSetKey, Time: now, Key: "first", Value: []byte("v")}) })
+	wg.Go(func() {
+		errs[20] = c.apply(ctx, &event{Type: eventSetKey, Time: now, Key: "first", Value: []byte("v")})
+	})
 	<-entered
 	for i := range 20 {
 		wg.Go(func() {
