@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
-	"encoding/json"
 	"fmt"
 	"hash/crc32"
 	"maps"
@@ -15,7 +14,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/roverml/rover/internal/store"
 )
@@ -122,14 +120,12 @@ func (s *Store) Append(ctx context.Context, recs [][]byte) error {
 			len(recs), len(entry), s.opts.Name, s.bytes, s.budget, store.ErrFull)
 	}
 	for attempt := 0; ; attempt++ {
-		patch, err := json.Marshal(map[string]any{
-			"metadata":   map[string]string{"resourceVersion": s.head.ResourceVersion},
-			"binaryData": map[string][]byte{key: entry},
-		})
-		if err != nil {
-			return fmt.Errorf("append %d records: %w", len(recs), err)
+		cm := s.head.DeepCopy()
+		if cm.BinaryData == nil {
+			cm.BinaryData = map[string][]byte{}
 		}
-		cm, err := s.cm.Patch(ctx, s.opts.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+		cm.BinaryData[key] = entry
+		cm, err := s.cm.Update(ctx, cm, metav1.UpdateOptions{})
 		if err == nil {
 			if err := s.adopt(cm); err != nil {
 				return fmt.Errorf("append %d records: %w", len(recs), err)
