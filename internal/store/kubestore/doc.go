@@ -38,6 +38,6 @@
 //	defer s.Close()
 //	c, err := s.Load(ctx) // c.Snapshot, then c.Records to replay
 //
-// The master's service account needs get, list, create, update, patch and
+// The master's service account needs get, list, create, update and
 // delete on configmaps in its namespace.
 package kubestore
