@@ -90,6 +90,9 @@ func TestMasterFlags(t *testing.T) {
 		{"defaults", nil, masterConfig{Listen: "127.0.0.1:29400", Job: "none", Linger: 5 * time.Second}},
 		{"state dir and files", []string{"--state-dir", "/var/lib/rover/j", "--token-file", "j.token", "--addr-file", "a", "--job", "j"},
 			masterConfig{Listen: "127.0.0.1:29400", Job: "j", TokenFile: "j.token", AddrFile: "a", StateDir: "/var/lib/rover/j", Linger: 5 * time.Second}},
+		{"state in the Kubernetes API", []string{"--state-kube", "team-a/j-rover-master-state", "--job", "j"},
+			masterConfig{Listen: "127.0.0.1:29400", Job: "j", Linger: 5 * time.Second,
+				StateKube: struct{ Namespace, Name string }{"team-a", "j-rover-master-state"}}},
 		{"preset, durations in seconds or Go's syntax", []string{"--nnodes", "2:4", "--node-unit", "2", "--max-restarts", "3",
 			"--heartbeat-timeout", "30", "--last-call-timeout", "1.5", "--join-timeout", "10m", "--disconnect-grace", "0", "--linger", "0"},
 			masterConfig{Listen: "127.0.0.1:29400", Job: "none", Preset: preset(func(p *runconfig.Policy) {
@@ -139,6 +142,10 @@ func TestMasterFlagErrors(t *testing.T) {
 			[]string{"--tls-cert and --tls-key go together: give both to serve TLS, or neither to serve cleartext HTTP/2"}},
 		{"a TLS key without its certificate", []string{"--tls-key", "key.pem"},
 			[]string{"--tls-cert and --tls-key go together: give both to serve TLS, or neither to serve cleartext HTTP/2"}},
+		{"state kube without a namespace", []string{"--state-kube", "state"},
+			[]string{"--state-kube=state: want NAMESPACE/NAME, such as team-a/llama-rover-master-state"}},
+		{"state in two places", []string{"--state-kube", "ns/state", "--state-dir", "d"},
+			[]string{"--state-dir and --state-kube both say where the state goes: give one"}},
 		{"every problem at once", []string{"--nnodes", "2x", "--node-unit", "0", "--heartbeat-timeout", "1ns", "--linger", "soon", "extra"},
 			[]string{
 				`rover master takes no arguments, got ["extra"]`,

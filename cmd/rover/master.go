@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/roverml/rover/internal/ckpt"
@@ -24,6 +25,9 @@ type masterConfig struct {
 	TokenFile string
 	AddrFile  string
 	StateDir  string
+	// StateKube is --state-kube: the namespace and name of the state kept
+	// in the Kubernetes API (package kubestore); both empty when not given.
+	StateKube struct{ Namespace, Name string }
 	// TLSCert and TLSKey are --tls-cert and --tls-key: both, or neither
 	// for cleartext HTTP/2.
 	TLSCert, TLSKey string
@@ -66,6 +70,7 @@ func parseMasterFlags(args []string, stderr io.Writer) (*masterConfig, error) {
 	fs.StringVar(&c.TokenFile, "token-file", "", "file holding the job's secret token, created (mode 0600) when missing; wins over $ROVER_TOKEN. Default: $ROVER_TOKEN, else <job>.token in the working directory")
 	fs.StringVar(&c.AddrFile, "addr-file", "", "write the address the master listens on to this file")
 	fs.StringVar(&c.StateDir, "state-dir", "", stateDirHelp)
+	stateKube := fs.String("state-kube", "", "keep the master's durable state in the Kubernetes API, as ConfigMaps NAMESPACE/NAME and NAME-snap-*, reached with the in-cluster config or else $KUBECONFIG; a master restarted on it, on any node, resumes the job and fences off the old one")
 	ckptDir := fs.String("checkpoint-dir", "", "the job's checkpoint storage: a directory, or a file://, s3://, gs:// or azblob:// URL (which may carry the driver's parameters); agents that name another are refused. Default: the first agent's --checkpoint-dir")
 	ckptKeep := fs.String("checkpoint-keep", "1", "with --checkpoint-dir: committed checkpoint steps kept in storage (0: all)")
 	fs.StringVar(&c.TLSCert, "tls-cert", "", "serve HTTP/2 over TLS with this PEM certificate (chain); agents then need --tls-ca. Default: cleartext HTTP/2 (h2c)")
@@ -104,6 +109,17 @@ func parseMasterFlags(args []string, stderr io.Writer) (*masterConfig, error) {
 	}
 	integer := func(n *int) func(string) error {
 		return func(s string) (err error) { *n, err = runconfig.ParseInt(s); return err }
+	}
+	if *stateKube != "" {
+		ns, name, ok := strings.Cut(*stateKube, "/")
+		switch {
+		case !ok || ns == "" || name == "" || strings.Contains(name, "/"):
+			errs = append(errs, fmt.Errorf("%s: want NAMESPACE/NAME, such as team-a/llama-rover-master-state", runconfig.FlagRef("state-kube", *stateKube)))
+		case c.StateDir != "":
+			errs = append(errs, errors.New("--state-dir and --state-kube both say where the state goes: give one"))
+		default:
+			c.StateKube.Namespace, c.StateKube.Name = ns, name
+		}
 	}
 	if (c.TLSCert == "") != (c.TLSKey == "") {
 		errs = append(errs, errors.New("--tls-cert and --tls-key go together: give both to serve TLS, or neither to serve cleartext HTTP/2"))
@@ -257,9 +273,19 @@ func runMaster(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		p := master.RendezvousPreset(client.RendezvousFromPolicy(*c.Preset))
 		preset = &p
 	}
+	log := newLogger(stderr)
+	var st master.Store
+	if c.StateKube.Name != "" {
+		ks, err := openKubeState(ctx, c.StateKube.Namespace, c.StateKube.Name, log)
+		if err != nil {
+			return err
+		}
+		defer ks.Close()
+		st = ks
+	}
 	m, err := master.New(ctx, master.Config{
 		Listen: c.Listen, Job: c.Job, Token: token, Preset: preset, Checkpoint: c.Checkpoint,
-		AddrFile: c.AddrFile, StateDir: c.StateDir, TLS: tc, Logger: newLogger(stderr),
+		AddrFile: c.AddrFile, StateDir: c.StateDir, Store: st, TLS: tc, Logger: log,
 	})
 	if err != nil {
 		return err

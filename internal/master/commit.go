@@ -2,8 +2,11 @@ package master
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
+
+	"github.com/roverml/rover/internal/store"
 )
 
 // The master persists a transition before anyone can see it: an event is
@@ -110,13 +113,46 @@ func isDone(p *proposal) bool {
 // commitBatch appends a batch to the store and applies it. Only the leader
 // calls it.
 func (c *core) commitBatch(ctx context.Context, batch []*proposal) {
+	c.commitAfter(ctx, batch, false)
+}
+
+// commitAfter is commitBatch; snapshotted says the store's journal was
+// emptied since the last append.
+//
+// A store may hold a bounded journal between snapshots (kubestore keeps it
+// in one API object) and refuse an Append with store.ErrFull, writing
+// nothing. The leader then snapshots the state, which reflects every record
+// appended so far (the batch is not applied yet), and appends again; a batch
+// that an empty journal cannot hold either is committed in halves (a crash
+// between them is as if the second half's answers were lost).
+func (c *core) commitAfter(ctx context.Context, batch []*proposal, snapshotted bool) {
 	recs := make([][]byte, len(batch))
 	size := 0
 	for i, p := range batch {
 		recs[i] = p.rec
 		size += len(p.rec)
 	}
-	if err := c.store.Append(ctx, recs); err != nil {
+	err := c.store.Append(ctx, recs)
+	if errors.Is(err, store.ErrFull) && !snapshotted {
+		if err = c.snapshotNow(ctx); err != nil {
+			c.fail(fmt.Errorf("snapshot the master's state to make room in the store's journal: %w", err), batch)
+			return
+		}
+		snapshotted = true
+		err = c.store.Append(ctx, recs)
+	}
+	if errors.Is(err, store.ErrFull) && len(batch) > 1 {
+		half := len(batch) / 2
+		c.commitAfter(ctx, batch[:half], snapshotted)
+		if _, broken := c.storeFailed(); broken() == nil {
+			c.commitAfter(ctx, batch[half:], false)
+		}
+		return
+	}
+	if errors.Is(err, store.ErrFull) {
+		err = fmt.Errorf("a transition of %d bytes does not fit in the store's journal even right after a snapshot: %w", size, err)
+	}
+	if err != nil {
 		c.fail(fmt.Errorf("persist %d master transitions: %w", len(batch), err), batch)
 		return
 	}
@@ -147,6 +183,21 @@ func (c *core) commitBatch(ctx context.Context, batch []*proposal) {
 	if state != nil {
 		c.commits.since, c.commits.lastSnapshot = 0, len(state) // only the leader touches these
 	}
+}
+
+// snapshotNow stores a snapshot of the state. Only the leader calls it.
+func (c *core) snapshotNow(ctx context.Context) error {
+	c.mu.Lock()
+	state, err := c.marshalStateLocked()
+	c.mu.Unlock()
+	if err == nil {
+		err = c.store.Snapshot(ctx, state)
+	}
+	if err != nil {
+		return err
+	}
+	c.commits.since, c.commits.lastSnapshot = 0, len(state)
+	return nil
 }
 
 // fail stops the master: the store did not take a write, so nothing more

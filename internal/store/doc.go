@@ -3,7 +3,7 @@
 // that replaces the journal before it. A master starts from the snapshot and
 // replays the records after it. The package owns the storage backends (in
 // memory, for tests and benchmarks; an embedded bbolt file; the Kubernetes API
-// later) and not the meaning of the records, which belongs to the master.
+// in package kubestore) and not the meaning of the records, which belongs to the master.
 //
 //	s, err := store.Open(stateDir, store.Options{}) // fails if another master has stateDir
 //	if err != nil {
