@@ -24,14 +24,24 @@ func runKubeMaster(ctx context.Context, c *masterConfig, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	return kubemaster.Run(ctx, kubemaster.Options{
+	o := kubemaster.Options{
 		Config: cfg, Namespace: c.Namespace, Job: c.Job, Listen: c.Listen, Token: token,
 		StateDir: c.StateDir, Logger: newLogger(stderr),
-	})
+	}
+	if c.StateKube.Name != "" { // else the job's own, owned by it
+		st, err := openKubeState(ctx, c.StateKube.Namespace, c.StateKube.Name, o.Logger)
+		if err != nil {
+			return err
+		}
+		defer st.Close()
+		o.Store = st
+	}
+	return kubemaster.Run(ctx, o)
 }
 
 // kubeConfig is the API server's config: from the kubeconfig file when one
-// is named, else the pod's service account.
+// is named, else the pod's service account, else $KUBECONFIG or
+// ~/.kube/config. It is a copy, for the caller to change.
 func kubeConfig(path string) (*rest.Config, error) {
 	if path != "" {
 		cfg, err := clientcmd.BuildConfigFromFlags("", path)
@@ -42,7 +52,11 @@ func kubeConfig(path string) (*rest.Config, error) {
 	}
 	cfg, err := rest.InClusterConfig()
 	if err != nil {
-		return nil, fmt.Errorf("reach the API server: no --kubeconfig or $KUBECONFIG, and not in a pod (%w)", err)
+		rules := clientcmd.NewDefaultClientConfigLoadingRules()
+		cfg, err = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+		if err != nil {
+			return nil, fmt.Errorf("no in-cluster config and no usable kubeconfig (--kubeconfig, $KUBECONFIG or ~/.kube/config): %w", err)
+		}
 	}
-	return cfg, nil
+	return rest.CopyConfig(cfg), nil
 }

@@ -22,6 +22,8 @@ import (
 	"github.com/roverml/rover/internal/jobspec"
 	"github.com/roverml/rover/internal/master"
 	kubeplatform "github.com/roverml/rover/internal/platform/kubernetes"
+	"github.com/roverml/rover/internal/store/kubestore"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -54,7 +56,10 @@ type Options struct {
 	Listen string
 	// Token is the job's token (from the Secret the operator mounts).
 	Token string
-	// Store persists the master's state; nil keeps it in memory.
+	// Store persists the master's state. Nil, with no StateDir: the
+	// ConfigMaps "<job>-rover-master-state" in the job's namespace, owned
+	// by the job (package kubestore), so that the operator's next master
+	// pod resumes the job.
 	Store master.Store
 	// StateDir, when Store is nil, is a directory for the master's state.
 	StateDir string
@@ -108,6 +113,14 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
+	if o.Store == nil && o.StateDir == "" {
+		st, err := openState(ctx, o.Config, &job, o.Logger)
+		if err != nil {
+			return err
+		}
+		defer st.Close()
+		o.Store = st
+	}
 	preset := plan.Preset
 	m, err := master.New(ctx, master.Config{
 		Listen: o.Listen, Job: plan.Name, Token: o.Token, Preset: &preset, Checkpoint: plan.Checkpoint,
@@ -135,6 +148,28 @@ func Run(ctx context.Context, o Options) error {
 		return &JobFailedError{Reason: outcome.Reason}
 	}
 	return nil
+}
+
+// StateName is the head ConfigMap of job's master state.
+func StateName(job string) string { return job + "-rover-master-state" }
+
+// openState opens the master's state in the API server, owned by job.
+func openState(ctx context.Context, cfg *rest.Config, job *elasticv1.ElasticJob, log *slog.Logger) (*kubestore.Store, error) {
+	cfg = rest.CopyConfig(cfg)
+	// Protobuf: snapshots and journal entries travel as bytes, not base64.
+	cfg.ContentType = "application/vnd.kubernetes.protobuf"
+	cfg.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect to the API server: %w", err)
+	}
+	owner := metav1.NewControllerRef(job, elasticv1.GroupVersion.WithKind(elasticv1.ElasticJobKind))
+	owner.Controller = nil // the operator controls the job's objects; the state is only owned
+	st, err := kubestore.Open(ctx, kubestore.Options{Client: cs, Namespace: job.Namespace, Name: StateName(job.Name), Owner: owner, Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("open the master's state %s/%s: %w", job.Namespace, StateName(job.Name), err)
+	}
+	return st, nil
 }
 
 // JobFailedError is Run's error when the job failed: the master pod exits 1

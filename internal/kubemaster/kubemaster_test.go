@@ -45,7 +45,8 @@ func readRepoFile(t *testing.T, rel string) ([]byte, error) {
 // kubernetes` reads the ElasticJob, creates its worker pods with the
 // agent's command, relaunches a pod that was OOM-killed with the next
 // relaunch count, writes the job's status, leaves the pods when it stops,
-// and a master started again adopts them without creating any.
+// and a master started again, on the state it kept in the API server,
+// adopts them without creating any.
 func TestMasterRunsElasticJob(t *testing.T) {
 	env := k8stest.Start(t, k8stest.Options{CRDDirs: []string{"deploy/crd"}, Scheme: Scheme()})
 	cs, err := kubernetes.NewForConfig(env.Config)
@@ -61,13 +62,12 @@ func TestMasterRunsElasticJob(t *testing.T) {
 	if err := env.Client.Create(ctx, job); err != nil {
 		t.Fatal(err)
 	}
-	state := t.TempDir()
 	run := func() (stop func() error) {
 		rctx, cancel := context.WithCancel(ctx)
 		done := make(chan error, 1)
 		go func() {
 			done <- Run(rctx, Options{Config: env.Config, Namespace: ns, Job: job.Name, Listen: "127.0.0.1:0",
-				Token: "secret", StateDir: state, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+				Token: "secret", Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 				StatusEvery: 50 * time.Millisecond})
 		}()
 		return func() error { cancel(); return <-done }
@@ -141,6 +141,14 @@ func TestMasterRunsElasticJob(t *testing.T) {
 	})
 	if after := pods(); !slices.Equal(before, after) {
 		t.Errorf("pods %v after the master's restart, want %v", after, before)
+	}
+	// The state is in the API server, owned by the job.
+	var head corev1.ConfigMap
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: StateName(job.Name)}, &head); err != nil {
+		t.Fatalf("the master's state: %v", err)
+	}
+	if refs := head.OwnerReferences; len(refs) != 1 || refs[0].UID != job.UID {
+		t.Errorf("the state's owner references %v, want the job", refs)
 	}
 }
 
