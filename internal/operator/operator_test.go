@@ -3,15 +3,19 @@ package operator
 import (
 	"encoding/hex"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	v1alpha1 "github.com/roverml/rover/api/elastic/v1alpha1"
-	corev1 "k8s.io/api/core/v1"
+	"github.com/roverml/rover/internal/k8stest"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -26,6 +30,42 @@ func TestOperator(t *testing.T) {
 		eventually(t, "leader election lease", func() error {
 			return c.Get(t.Context(), client.ObjectKey{Namespace: DefaultNamespace, Name: LeaderElectionID}, &coordinationv1.Lease{})
 		})
+	})
+
+	t.Run("master role", func(t *testing.T) {
+		t.Parallel()
+		ns := newNamespace(t, c, "master-role")
+		for _, obj := range readYAML(t, filepath.Join(k8stest.RepoRoot(t), "deploy/rbac/master-role.yaml")) {
+			obj.SetNamespace(ns)
+			if obj.GetKind() == "RoleBinding" {
+				subjects, _, _ := unstructured.NestedSlice(obj.Object, "subjects")
+				for _, s := range subjects {
+					s.(map[string]any)["namespace"] = ns
+				}
+				_ = unstructured.SetNestedSlice(obj.Object, subjects, "subjects")
+			}
+			mustCreate(t, c, obj)
+		}
+		master := "system:serviceaccount:" + ns + ":" + DefaultMasterServiceAccount
+		for _, a := range []authorizationv1.ResourceAttributes{
+			{Namespace: ns, Verb: "create", Resource: "pods"},
+			{Namespace: ns, Verb: "watch", Resource: "pods"},
+			{Namespace: ns, Verb: "delete", Resource: "pods"},
+			{Namespace: ns, Verb: "get", Group: v1alpha1.Group, Resource: "elasticjobs"},
+			{Namespace: ns, Verb: "patch", Group: v1alpha1.Group, Resource: "elasticjobs", Subresource: "status"},
+			{Namespace: ns, Verb: "list", Group: v1alpha1.Group, Resource: "scaleplans"},
+		} {
+			allowed := canI(t, c, master, a)
+			if !allowed {
+				t.Errorf("the master may not %s %s/%s", a.Verb, a.Resource, a.Subresource)
+			}
+		}
+		if canI(t, c, master, authorizationv1.ResourceAttributes{Namespace: ns, Verb: "get", Resource: "secrets"}) {
+			t.Error("the master may read Secrets")
+		}
+		if canI(t, c, master, authorizationv1.ResourceAttributes{Namespace: "elsewhere", Verb: "create", Resource: "pods"}) {
+			t.Error("the master may create pods in another namespace")
+		}
 	})
 
 	t.Run("creates the master", func(t *testing.T) {
@@ -241,6 +281,16 @@ func TestOperator(t *testing.T) {
 	})
 }
 
+// canI reports whether user may do a, by the API server's RBAC.
+func canI(t *testing.T, c client.Client, user string, a authorizationv1.ResourceAttributes) bool {
+	t.Helper()
+	r := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{User: user, ResourceAttributes: &a}}
+	if err := c.Create(t.Context(), r); err != nil {
+		t.Fatalf("access review: %v", err)
+	}
+	return r.Status.Allowed
+}
+
 // checkMasterPod checks the master pod the operator made for job.
 func checkMasterPod(t *testing.T, job *v1alpha1.ElasticJob, pod *corev1.Pod) {
 	t.Helper()
@@ -327,4 +377,3 @@ func setSuspend(t *testing.T, c client.Client, ns, name string, suspend bool) {
 		return c.Update(t.Context(), job)
 	})
 }
-
