@@ -104,7 +104,9 @@ func startOperator(t *testing.T, env *k8stest.Env, c Config) {
 	w := &testWriter{t: t}
 	c.Master.Image = testImage
 	c.Logger = slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	c.ProbeAddr = "0"
+	if c.ProbeAddr == "" {
+		c.ProbeAddr = "0"
+	}
 	c.skipNameValidation = true
 	c.Default()
 	if err := c.Validate(); err != nil {

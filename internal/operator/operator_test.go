@@ -3,6 +3,8 @@ package operator
 import (
 	"encoding/hex"
 	"fmt"
+	"net"
+	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -30,6 +32,30 @@ func TestOperator(t *testing.T) {
 		eventually(t, "leader election lease", func() error {
 			return c.Get(t.Context(), client.ObjectKey{Namespace: DefaultNamespace, Name: LeaderElectionID}, &coordinationv1.Lease{})
 		})
+	})
+
+	t.Run("standby replica", func(t *testing.T) {
+		// A second operator waits for the Lease, and its probes answer.
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := l.Addr().String()
+		l.Close()
+		startOperator(t, env, Config{LeaderElect: true, ProbeAddr: addr})
+		for _, path := range []string{"/healthz", "/readyz"} {
+			eventually(t, "GET "+path, func() error {
+				resp, err := http.Get("http://" + addr + path)
+				if err != nil {
+					return err
+				}
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					return fmt.Errorf("status %s", resp.Status)
+				}
+				return nil
+			})
+		}
 	})
 
 	t.Run("master role", func(t *testing.T) {
@@ -65,6 +91,16 @@ func TestOperator(t *testing.T) {
 		}
 		if canI(t, c, master, authorizationv1.ResourceAttributes{Namespace: "elsewhere", Verb: "create", Resource: "pods"}) {
 			t.Error("the master may create pods in another namespace")
+		}
+	})
+
+	t.Run("operator deployment", func(t *testing.T) {
+		t.Parallel()
+		for _, obj := range readYAML(t, filepath.Join(k8stest.RepoRoot(t), "deploy/operator/operator.yaml")) {
+			if obj.GetKind() == "Namespace" { // made by startEnv
+				continue
+			}
+			mustCreate(t, c, obj)
 		}
 	})
 
@@ -105,10 +141,12 @@ func TestOperator(t *testing.T) {
 		}
 		waitEvent(t, c, job, ReasonMasterCreated)
 
-		// The master's own status fields survive the operator's writes.
+		// The master's own status fields, patched as the master patches
+		// them, survive the operator's writes.
+		base := job.DeepCopy()
 		job.Status.RelaunchCount, job.Status.RestartCount = 5, 2
 		job.Status.ReplicaStatuses = map[v1alpha1.ReplicaType]*v1alpha1.ReplicaStatus{v1alpha1.Worker: {Active: 2}}
-		if err := c.Status().Update(t.Context(), job); err != nil {
+		if err := c.Status().Patch(t.Context(), job, client.MergeFrom(base)); err != nil {
 			t.Fatal(err)
 		}
 		setPodStatus(t, c, pod, corev1.PodRunning, running(), "")
