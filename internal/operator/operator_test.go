@@ -223,6 +223,11 @@ func TestOperator(t *testing.T) {
 		}
 		waitEvent(t, c, job, ReasonMasterBudgetExhausted)
 		waitGone(t, c, ns, worker.Name)
+		for _, name := range []string{"train-rover-master-0", "train-rover-master-1"} {
+			if err := c.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: name}, &corev1.Pod{}); err != nil {
+				t.Errorf("failed master %s, kept for its logs: %v", name, err)
+			}
+		}
 		if err := c.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: "train-rover-master-2"}, &corev1.Pod{}); err == nil {
 			t.Error("a third master was created past the budget of 1 relaunch")
 		}

@@ -193,8 +193,9 @@ func (r *Reconciler) relaunch(ctx context.Context, job *v1alpha1.ElasticJob, w s
 		w.failed(ReasonMasterBudgetExhausted, msg)
 		r.event(job, corev1.EventTypeWarning, ReasonMasterBudgetExhausted, "Fail", "%s", msg)
 		r.log.Info("master budget exhausted", "job", job.Name, "namespace", job.Namespace, "reason", why)
-		// Workers without a master can only wait: stop them.
-		_, err := r.deletePods(ctx, job)
+		// Workers without a master can only wait: stop them. The failed
+		// masters stay, for their logs.
+		_, err := r.deletePods(ctx, job, true)
 		return err
 	}
 	next := s.MasterRelaunches + 1
@@ -217,7 +218,7 @@ func (r *Reconciler) relaunch(ctx context.Context, job *v1alpha1.ElasticJob, w s
 // Suspended. It runs on every reconcile while spec.suspend holds, so that a
 // pod created meanwhile goes too.
 func (r *Reconciler) suspend(ctx context.Context, job *v1alpha1.ElasticJob, w statusWriter) error {
-	n, err := r.deletePods(ctx, job)
+	n, err := r.deletePods(ctx, job, false)
 	if err != nil {
 		return err
 	}
@@ -230,8 +231,9 @@ func (r *Reconciler) suspend(ctx context.Context, job *v1alpha1.ElasticJob, w st
 }
 
 // deletePods deletes every pod labelled with job's name (the master and
-// the workers it made) and returns how many it deleted.
-func (r *Reconciler) deletePods(ctx context.Context, job *v1alpha1.ElasticJob) (int, error) {
+// the workers it made), but those that finished when keepFinished, and
+// returns how many it deleted.
+func (r *Reconciler) deletePods(ctx context.Context, job *v1alpha1.ElasticJob, keepFinished bool) (int, error) {
 	var pods corev1.PodList
 	if err := r.client.List(ctx, &pods, client.InNamespace(job.Namespace), client.MatchingLabels(v1alpha1.JobLabels(job.Name))); err != nil {
 		return 0, fmt.Errorf("list the pods of job %s: %w", job.Name, err)
@@ -239,7 +241,8 @@ func (r *Reconciler) deletePods(ctx context.Context, job *v1alpha1.ElasticJob) (
 	n := 0
 	for i := range pods.Items {
 		p := &pods.Items[i]
-		if p.DeletionTimestamp != nil {
+		finished := p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
+		if p.DeletionTimestamp != nil || keepFinished && finished {
 			continue
 		}
 		err := r.client.Delete(ctx, p, client.Preconditions{UID: &p.UID})
