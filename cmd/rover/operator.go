@@ -41,7 +41,7 @@ func parseOperatorFlags(args []string, stderr io.Writer, getenv func(string) str
 	fs.StringVar(&c.Master.Image, "master-image", operator.DefaultMasterImage, "image of the jobs' master pods (Rover's)")
 	pull := fs.String("master-image-pull-policy", "", "imagePullPolicy of the master pods: Always, IfNotPresent or Never. Default: the cluster's (Always for :latest)")
 	fs.StringVar(&c.Master.ServiceAccount, "master-service-account", operator.DefaultMasterServiceAccount, "service account of the master pods, in each job's namespace (deploy/rbac/master-role.yaml)")
-	fs.StringVar(&c.Namespace, "namespace", ns, "the operator's namespace, where the leader election Lease is. Default: $POD_NAMESPACE, else "+operator.DefaultNamespace)
+	fs.StringVar(&c.Namespace, "namespace", ns, "the operator's namespace, where the leader election Lease is (default: $POD_NAMESPACE when set)")
 	fs.BoolVar(&c.LeaderElect, "leader-elect", true, "act only while holding the leader election Lease, so that several replicas can run")
 	fs.StringVar(&c.MetricsAddr, "metrics-bind-address", "0", "serve Prometheus metrics on this address, e.g. :8080; 0 for none")
 	fs.StringVar(&c.ProbeAddr, "health-probe-bind-address", operator.DefaultProbeAddr, "serve /healthz and /readyz on this address; 0 for none")
