@@ -46,13 +46,13 @@ generate: $(BIN)/protoc-gen-go $(BIN)/protoc-gen-connect-go ## regenerate the pr
 check-generated: generate ## fail when the committed generated code is stale
 	@git diff --exit-code -- api/ || { echo "generated code is stale: run make generate and commit" >&2; exit 1; }
 
-manifests: ## regenerate the Kubernetes API's deepcopy code and CRDs (deploy/crd)
+manifests: ## regenerate the Kubernetes API's deepcopy code, CRDs (deploy/crd) and the operator's RBAC (deploy/rbac/role.yaml)
 	$(CONTROLLER_GEN) object paths=$(KUBE_API)
 	$(CONTROLLER_GEN) crd:generateEmbeddedObjectMeta=true paths=$(KUBE_API) output:crd:artifacts:config=deploy/crd
-	@# RBAC: add `$(CONTROLLER_GEN) rbac:roleName=rover-operator paths=./internal/operator/... output:rbac:artifacts:config=deploy/rbac` with the operator
+	$(CONTROLLER_GEN) rbac:roleName=rover-operator paths=./internal/operator/... output:rbac:artifacts:config=deploy/rbac
 
-check-manifests: manifests ## fail when the committed deepcopy code or CRDs are stale
-	@out=$$(git status --porcelain -- deploy/crd ':(glob)api/elastic/**/zz_generated.*'); test -z "$$out" || \
+check-manifests: manifests ## fail when the committed deepcopy code, CRDs or RBAC are stale
+	@out=$$(git status --porcelain -- deploy/crd deploy/rbac ':(glob)api/elastic/**/zz_generated.*'); test -z "$$out" || \
 		{ echo "Kubernetes manifests are stale: run make manifests and commit" >&2; echo "$$out" >&2; exit 1; }
 
 demo: build ## run a real elastic DDP job on two local nodes, crash a worker, watch it recover

@@ -1,6 +1,7 @@
 // Command rover is Rover's one binary: the node agent (`rover run`, also when
-// invoked as dlrover-run), the job master (`rover master`), job status and
-// benchmarks. main only parses flags into typed configs and calls Run.
+// invoked as dlrover-run), the job master (`rover master`), the Kubernetes
+// operator (`rover operator`), job status and benchmarks. main only parses
+// flags into typed configs and calls Run.
 package main
 
 import (
@@ -27,6 +28,7 @@ Usage:
                                          run a whole job on this machine: a master
                                          that starts, relaunches and stops its nodes
   rover master [options]                 run a job's master (control plane)
+  rover operator [options]               run the Kubernetes operator of ElasticJobs
   rover status --master HOST:PORT        print a job's status
   rover bench rendezvous --nodes N       benchmark the rendezvous at scale
   rover version                          print the version
@@ -69,6 +71,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = runAgent(ctx, rest, stdout, stderr)
 	case "master":
 		err = runMaster(ctx, rest, stdout, stderr)
+	case "operator":
+		err = runOperator(ctx, rest, stdout, stderr)
 	case "submit":
 		err = runSubmit(ctx, rest, stdout, stderr)
 	case "status":

@@ -47,6 +47,9 @@ func TestCommandLineErrors(t *testing.T) {
 		{[]string{"rover", "master", "--nnodes", "2", "--join-timeout=-1s"}, 2, "--join-timeout=-1s: must be positive"},
 		{[]string{"rover", "master", "--bogus"}, 2, "flag provided but not defined: -bogus"},
 		{[]string{"rover", "status"}, 2, "needs --master"},
+		{[]string{"rover", "operator", "--master-image-pull-policy", "Sometimes", "--master-image", ""}, 2, "--master-image is empty"},
+		{[]string{"rover", "operator", "--master-image-pull-policy", "Sometimes"}, 2, "--master-image-pull-policy=Sometimes: use Always"},
+		{[]string{"rover", "operator", "extra"}, 2, "rover operator takes no arguments"},
 		{[]string{"rover", "bench", "rendezvous", "--nodes", "0"}, 2, "--nodes must be at least 1"},
 		{[]string{"dlrover-run", "--nnodes=0"}, 2, "nnodes"},
 	}

@@ -1,0 +1,35 @@
+package operator
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	v1alpha1 "github.com/roverml/rover/api/elastic/v1alpha1"
+	"github.com/roverml/rover/internal/jobspec"
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// validate returns every problem of job that the CRD's schema cannot
+// express, each naming its field, or nil: the spec as rover submit reads
+// it (the launcher line against replicas, maxRestarts, nodeUnit and the
+// like; envs), the names the job's objects take from its name, and the
+// master's budget annotation.
+func validate(job *v1alpha1.ElasticJob) error {
+	var errs []error
+	doc, err := job.JobSpecDocument()
+	if err == nil {
+		_, err = jobspec.Parse(doc)
+	}
+	if err != nil {
+		errs = append(errs, err)
+	}
+	if msgs := validation.IsDNS1035Label(MasterServiceName(job.Name)); len(msgs) > 0 {
+		errs = append(errs, fmt.Errorf("metadata.name: the master's Service would be named %q, which is not a valid Service name (%s): use a job name of at most %d characters that starts with a letter and has no dots",
+			MasterServiceName(job.Name), strings.Join(msgs, "; "), validation.DNS1035LabelMaxLength-len(MasterServiceName(""))))
+	}
+	if _, err := masterBudget(job); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
