@@ -21,6 +21,7 @@ import (
 	"github.com/roverml/rover/internal/jobplan"
 	"github.com/roverml/rover/internal/jobspec"
 	"github.com/roverml/rover/internal/master"
+	"github.com/roverml/rover/internal/operator"
 	kubeplatform "github.com/roverml/rover/internal/platform/kubernetes"
 	"github.com/roverml/rover/internal/store/kubestore"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -32,19 +33,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// Names the operator gives a job's objects; the master finds them by these.
-const (
-	// MasterPort is the port of the master's Service.
-	MasterPort = 29400
-	// TokenKey is the key of the job's token in its Secret.
-	TokenKey = "token"
-)
-
-// ServiceName is the master Service of job.
-func ServiceName(job string) string { return job + "-rover-master" }
-
-// SecretName is the Secret holding job's token.
-func SecretName(job string) string { return job + "-rover-token" }
 
 // Options configure a Kubernetes master.
 type Options struct {
@@ -105,8 +93,8 @@ func Run(ctx context.Context, o Options) error {
 	}
 	popts := kubeplatform.JobOptions(&job)
 	popts.Client = cs
-	popts.MasterAddr = fmt.Sprintf("%s.%s.svc:%d", ServiceName(job.Name), job.Namespace, MasterPort)
-	popts.TokenSecret, popts.TokenKey = SecretName(job.Name), TokenKey
+	popts.MasterAddr = fmt.Sprintf("%s.%s.svc:%d", operator.MasterServiceName(job.Name), job.Namespace, operator.MasterPort)
+	popts.TokenSecret, popts.TokenKey = operator.TokenSecretName(job.Name), operator.TokenKey
 	popts.NodeNum = plan.Nodes.Groups[0].MaxNodes
 	popts.Logger = o.Logger
 	plat, err := kubeplatform.New(popts)
