@@ -33,7 +33,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-
 // Options configure a Kubernetes master.
 type Options struct {
 	// Config reaches the API server (in-cluster, or a kubeconfig).
