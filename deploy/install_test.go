@@ -49,7 +49,20 @@ func TestInstall(t *testing.T) {
 	}
 	// The documented sed 's/namespace: default/namespace: team-a/'.
 	kubectl(strings.ReplaceAll(string(role), "namespace: default", "namespace: "+ns), "apply", "-f", "-")
-	kubectl("", "apply", "-n", ns, "-f", "deploy/samples/ddp-elasticjob.yaml")
+	// The documented sed that slows the sample down, so that a worker can be
+	// deleted while it trains.
+	sample, err := os.ReadFile(filepath.Join(root, "deploy", "samples", "ddp-elasticjob.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	slow := strings.ReplaceAll(string(sample), "examples/ddp/train.py]", "examples/ddp/train.py, --step-sleep=0.5]")
+	if slow == string(sample) {
+		t.Fatal("deploy/samples/ddp-elasticjob.yaml: no `examples/ddp/train.py]` for docs/kubernetes.md's sed to extend")
+	}
+	kubectl(slow, "apply", "-n", ns, "-f", "-")
+	if out := kubectl("", "get", "ej", "ddp", "-n", ns, "-o", "jsonpath={.spec.replicaSpecs.worker.template.spec.containers[0].command}"); !strings.Contains(out, "--step-sleep=0.5") {
+		t.Errorf("the slowed-down sample's command is %s", out)
+	}
 	if out := kubectl("", "get", "ej", "-n", ns); !strings.Contains(out, "ddp") {
 		t.Errorf("kubectl get ej: no ddp job:\n%s", out)
 	}
