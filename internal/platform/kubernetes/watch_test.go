@@ -175,13 +175,10 @@ func testReplay(t *testing.T, c *cluster) {
 	ctx := context.Background()
 	const ns = "replay"
 	p, job := c.newJob(t, ns, "job")
-	specs := []string{}
 	for rank := 2; rank >= 0; rank-- {
-		s := nodeSpec("job", rank, 1)
-		if err := p.Create(ctx, s); err != nil {
+		if err := p.Create(ctx, nodeSpec("job", rank, 1)); err != nil {
 			t.Fatal(err)
 		}
-		specs = append(specs, s.ID)
 	}
 	c.bind(t, ns, "job-worker-1-1", "host-b")
 	c.setStatus(t, ns, "job-worker-1-1", func(s *corev1.PodStatus) {

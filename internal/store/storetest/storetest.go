@@ -180,7 +180,7 @@ func Run(t *testing.T, open Open) {
 						return
 					}
 					if len(c.Records)%size != 0 {
-						errs <- fmt.Errorf("Load saw %d records, not whole groups of %d", len(c.Records), size)
+						errs <- fmt.Errorf("a Load saw %d records, not whole groups of %d", len(c.Records), size)
 						return
 					}
 				}
