@@ -16,10 +16,21 @@ import (
 // masterStatus is the part of an ElasticJob's status the master owns: the
 // operator writes the phase, conditions, times and its master relaunches.
 type masterStatus struct {
-	ReplicaStatuses map[elasticv1.ReplicaType]*elasticv1.ReplicaStatus `json:"replicaStatuses"`
-	RestartCount    int32                                              `json:"restartCount"`
-	RelaunchCount   int32                                              `json:"relaunchCount"`
-	LastFailure     *elasticv1.Failure                                 `json:"lastFailure,omitempty"`
+	ReplicaStatuses map[elasticv1.ReplicaType]*replicaCounts `json:"replicaStatuses"`
+	RestartCount    int32                                    `json:"restartCount"`
+	RelaunchCount   int32                                    `json:"relaunchCount"`
+	LastFailure     *elasticv1.Failure                       `json:"lastFailure,omitempty"`
+}
+
+// replicaCounts is elasticv1.ReplicaStatus without omitempty: the status
+// is written with a merge patch, which keeps a field the patch leaves out,
+// so a count that drops to zero must be written as 0.
+type replicaCounts struct {
+	Initial   int32 `json:"initial"`
+	Pending   int32 `json:"pending"`
+	Active    int32 `json:"active"`
+	Succeeded int32 `json:"succeeded"`
+	Failed    int32 `json:"failed"`
 }
 
 // statusWriter writes the master's view of the job to its ElasticJob's
@@ -50,7 +61,7 @@ func statusOf(j *roverv1.GetJobResponse) masterStatus {
 		RestartCount:  j.GetRestartCount(),
 		RelaunchCount: j.GetRelaunches(),
 	}
-	rs := &elasticv1.ReplicaStatus{}
+	rs := &replicaCounts{}
 	for _, n := range j.GetManagedNodes() {
 		rs.Initial++
 		switch n.GetState() {
@@ -64,7 +75,7 @@ func statusOf(j *roverv1.GetJobResponse) masterStatus {
 			rs.Failed++
 		}
 	}
-	st.ReplicaStatuses = map[elasticv1.ReplicaType]*elasticv1.ReplicaStatus{elasticv1.Worker: rs}
+	st.ReplicaStatuses = map[elasticv1.ReplicaType]*replicaCounts{elasticv1.Worker: rs}
 	if fs := j.GetFailures(); len(fs) > 0 {
 		f := fs[len(fs)-1]
 		msg := f.GetDiagnosis()
