@@ -59,15 +59,20 @@ func TestKubelet(t *testing.T) {
 	}
 
 	pods := cs.CoreV1().Pods(ns)
+	// create makes a pod that runs script with sh; no script, no command.
 	create := func(t *testing.T, name string, grace int64, env []corev1.EnvVar, script string) *corev1.Pod {
 		t.Helper()
+		var command []string
+		if script != "" {
+			command = []string{"sh", "-c", script}
+		}
 		pod := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 			Spec: corev1.PodSpec{
 				RestartPolicy:                 corev1.RestartPolicyNever,
 				TerminationGracePeriodSeconds: &grace,
 				Containers: []corev1.Container{{Name: "main", Image: "unused", Env: env,
-					Command: []string{"sh", "-c", script}}},
+					Command: command}},
 			},
 		}
 		pod, err := pods.Create(ctx, pod, metav1.CreateOptions{})
@@ -91,13 +96,21 @@ func TestKubelet(t *testing.T) {
 		}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
+		if _, err := cs.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{
+			ObjectMeta: metav1.ObjectMeta{Name: "cm", Namespace: ns}, Data: map[string]string{"bar": "from-configmap"},
+		}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
 		create(t, "exit3", 30, []corev1.EnvVar{
+			{Name: "BAR", ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{
+				LocalObjectReference: corev1.LocalObjectReference{Name: "cm"}, Key: "bar"}}},
+			{Name: "NODE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}},
 			{Name: "FOO", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
 				LocalObjectReference: corev1.LocalObjectReference{Name: "s"}, Key: "foo"}}},
 			{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
 			{Name: "POD_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}},
 			{Name: "ADDR", Value: "http://svc.example:80/x"},
-		}, `echo $FOO $POD_NAME $POD_IP $ADDR; exit 3`)
+		}, `echo $FOO $BAR $NODE $POD_NAME $POD_IP $ADDR; exit 3`)
 		var pod *corev1.Pod
 		waitFor(t, "the pod to fail", func() bool { pod = get(t, "exit3"); return pod.Status.Phase == corev1.PodFailed })
 		if pod.Spec.NodeName != "node-0" || pod.Status.PodIP != kubelet.HostIP {
@@ -114,7 +127,7 @@ func TestKubelet(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got, want := strings.TrimSpace(string(b)), "from-secret exit3 127.0.0.1 http://127.0.0.1:8080/x"; got != want {
+		if got, want := strings.TrimSpace(string(b)), "from-secret from-configmap node-0 exit3 127.0.0.1 http://127.0.0.1:8080/x"; got != want {
 			t.Errorf("log %q, want %q", got, want)
 		}
 	})
@@ -125,6 +138,15 @@ func TestKubelet(t *testing.T) {
 		waitFor(t, "the pod to succeed", func() bool { pod = get(t, "ok"); return pod.Status.Phase == corev1.PodSucceeded })
 		if term := terminated(t, pod); term.ExitCode != 0 || term.Reason != kubelet.ReasonCompleted {
 			t.Errorf("terminated %+v, want exit code 0, reason Completed", term)
+		}
+	})
+
+	t.Run("cannot start", func(t *testing.T) {
+		create(t, "nocmd", 30, nil, "")
+		var pod *corev1.Pod
+		waitFor(t, "the pod to fail", func() bool { pod = get(t, "nocmd"); return pod.Status.Phase == corev1.PodFailed })
+		if term := terminated(t, pod); term.ExitCode != 128 || term.Reason != kubelet.ReasonStartError {
+			t.Errorf("terminated %+v, want exit code 128, reason StartError", term)
 		}
 	})
 
