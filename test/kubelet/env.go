@@ -79,7 +79,7 @@ func (k *Kubelet) resolve(ctx context.Context, pod *corev1.Pod, src *corev1.EnvV
 		if ref.Optional != nil && *ref.Optional {
 			return "", false, nil
 		}
-		return "", false, fmt.Errorf("Secret %s/%s has no key %q", pod.Namespace, ref.Name, ref.Key)
+		return "", false, fmt.Errorf("the Secret %s/%s has no key %q", pod.Namespace, ref.Name, ref.Key)
 	case src.ConfigMapKeyRef != nil:
 		ref := src.ConfigMapKeyRef
 		cm, err := k.cs.CoreV1().ConfigMaps(pod.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
