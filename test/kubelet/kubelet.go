@@ -42,6 +42,12 @@ type Options struct {
 	Env []string
 	// Rewrite replaces, in every env value of a container, each key by its
 	// value: a Service's DNS name by a loopback address, say.
+	//
+	// Volumes: a secret volume that a container mounts is written under
+	// VolumeDir (WorkDir/<namespace>_<pod>/<volume>), and, in place of a
+	// mount, each argument of the container's command and args that is a
+	// path under a volumeMount's mountPath (alone or after "--flag=") is
+	// rewritten to the same path under that directory.
 	Rewrite map[string]string
 	// MaxGrace caps a deleted pod's termination grace period (default
 	// DefaultMaxGrace).

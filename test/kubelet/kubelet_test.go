@@ -132,6 +132,62 @@ func TestKubelet(t *testing.T) {
 		}
 	})
 
+	t.Run("mounts a secret volume", func(t *testing.T) {
+		if _, err := cs.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Name: "vol", Namespace: ns},
+			Data:       map[string][]byte{"token": []byte("s3cret"), "other": []byte("o")},
+		}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "vol", Namespace: ns},
+			Spec: corev1.PodSpec{
+				RestartPolicy: corev1.RestartPolicyNever,
+				Containers: []corev1.Container{{Name: "main", Image: "unused",
+					Command:      []string{"sh", "-c", `cat "$1"; echo; stat -c %a "$1"; ls "$2"`, "sh"},
+					Args:         []string{"/var/run/rover/sub/tok", "/var/run/rover/sub"},
+					VolumeMounts: []corev1.VolumeMount{{Name: "token", MountPath: "/var/run/rover", ReadOnly: true}}}},
+				Volumes: []corev1.Volume{{Name: "token", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+					SecretName: "vol", Items: []corev1.KeyToPath{{Key: "token", Path: "sub/tok"}}, DefaultMode: new(int32(0o400)),
+				}}}},
+			},
+		}
+		if _, err := pods.Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "the pod to succeed", func() bool { return get(t, "vol").Status.Phase == corev1.PodSucceeded })
+		b, err := os.ReadFile(kubelet.LogPath(work, ns, "vol"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := string(b), "s3cret\n400\ntok\n"; got != want {
+			t.Errorf("log %q, want %q (the token, its mode, the only file of sub/)", got, want)
+		}
+		if _, err := os.Stat(filepath.Join(kubelet.VolumeDir(work, ns, "vol", "token"), "sub", "tok")); err != nil {
+			t.Errorf("the volume's file is not in VolumeDir: %v", err)
+		}
+	})
+
+	t.Run("cannot mount an unsupported volume", func(t *testing.T) {
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "emptydir", Namespace: ns},
+			Spec: corev1.PodSpec{
+				RestartPolicy: corev1.RestartPolicyNever,
+				Containers: []corev1.Container{{Name: "main", Image: "unused", Command: []string{"true"},
+					VolumeMounts: []corev1.VolumeMount{{Name: "scratch", MountPath: "/scratch"}}}},
+				Volumes: []corev1.Volume{{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
+			},
+		}
+		if _, err := pods.Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		var got *corev1.Pod
+		waitFor(t, "the pod to fail", func() bool { got = get(t, "emptydir"); return got.Status.Phase == corev1.PodFailed })
+		if term := terminated(t, got); term.Reason != kubelet.ReasonStartError || !strings.Contains(term.Message, "only secret volumes") {
+			t.Errorf("terminated %+v, want reason StartError naming the unsupported volume", term)
+		}
+	})
+
 	t.Run("succeeds", func(t *testing.T) {
 		create(t, "ok", 30, nil, `exit 0`)
 		var pod *corev1.Pod

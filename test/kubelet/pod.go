@@ -148,6 +148,13 @@ func (r *podRun) command(ctx context.Context, c *corev1.Container) (*exec.Cmd, *
 	if err != nil {
 		return nil, nil, err
 	}
+	mounts, err := r.k.mountVolumes(ctx, r.pod, c)
+	if err != nil {
+		return nil, nil, err
+	}
+	for i := range argv {
+		argv[i] = rewritePaths(argv[i], mounts)
+	}
 	f, err := os.OpenFile(LogPath(r.k.opts.WorkDir, r.namespace, r.name), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, nil, fmt.Errorf("open the pod's log: %w", err)
