@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-logr/logr"
 	elasticv1 "github.com/roverml/rover/api/elastic/v1alpha1"
 	"github.com/roverml/rover/internal/jobplan"
 	"github.com/roverml/rover/internal/jobspec"
@@ -31,6 +32,7 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 )
 
 // Options configure a Kubernetes master.
@@ -74,6 +76,7 @@ func Run(ctx context.Context, o Options) error {
 	if o.StatusEvery <= 0 {
 		o.StatusEvery = time.Second
 	}
+	ctrllog.SetLogger(logr.FromSlogHandler(o.Logger.Handler())) // controller-runtime's client logs there
 	cl, err := client.New(o.Config, client.Options{Scheme: Scheme()})
 	if err != nil {
 		return fmt.Errorf("connect to the API server: %w", err)
