@@ -194,10 +194,13 @@ func TestCrashMasterRestartCrash(t *testing.T) {
 	if !strings.Contains(c.master.out.String(), "restarts=1") {
 		t.Errorf("the restarted master does not count the first restart:\n%s", c.master.out)
 	}
-	pids := workerPIDs(dir)
-	if len(pids) == 0 {
-		t.Fatal("no worker process found to crash")
-	}
+	// The workers of round 2 may still be starting (forked, not yet
+	// running python) when the master is back.
+	var pids []int
+	waitFor(t, time.Minute, "a worker process to crash", func() bool {
+		pids = workerPIDs(dir)
+		return len(pids) > 0
+	})
 	if err := syscall.Kill(pids[0], syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
