@@ -73,14 +73,14 @@ func TestJobRunsOnKubelet(t *testing.T) {
 		{job: jobs[0], script: "echo ok"},
 		{job: jobs[1], script: "echo started; sleep 3; echo ok", disrupt: func(t *testing.T, job string) {
 			pod := job + "-worker-1-0"
-			waitFor(t, "worker 1 to start training", func() bool {
+			k8stest.WaitFor(t, "worker 1 to start training", func() bool {
 				b, _ := os.ReadFile(kubelet.LogPath(work, ns, pod))
 				return strings.Contains(string(b), "started")
 			})
 			if err := cs.CoreV1().Pods(ns).Delete(ctx, pod, metav1.DeleteOptions{}); err != nil {
 				t.Fatal(err)
 			}
-			waitFor(t, "the relaunched pod to run", func() bool {
+			k8stest.WaitFor(t, "the relaunched pod to run", func() bool {
 				p, err := cs.CoreV1().Pods(ns).Get(ctx, job+"-worker-1-1", metav1.GetOptions{})
 				if apierrors.IsNotFound(err) {
 					return false

@@ -20,8 +20,6 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-const deadline = time.Minute
-
 // ddpJob is the DDP sample of deploy/samples, without its resources, in ns.
 func ddpJob(t *testing.T, ns string) *elasticv1.ElasticJob {
 	t.Helper()
@@ -87,7 +85,7 @@ func TestMasterRunsElasticJob(t *testing.T) {
 		return names
 	}
 	stop := run()
-	waitFor(t, "the two worker pods", func() bool { return slices.Equal(pods(), []string{"ddp-worker-0-0", "ddp-worker-1-0"}) })
+	k8stest.WaitFor(t, "the two worker pods", func() bool { return slices.Equal(pods(), []string{"ddp-worker-0-0", "ddp-worker-1-0"}) })
 	pod, err := cs.CoreV1().Pods(ns).Get(ctx, "ddp-worker-1-0", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -111,7 +109,7 @@ func TestMasterRunsElasticJob(t *testing.T) {
 	if _, err := cs.CoreV1().Pods(ns).UpdateStatus(ctx, pod, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the relaunched pod", func() bool { return slices.Contains(pods(), "ddp-worker-1-1") })
+	k8stest.WaitFor(t, "the relaunched pod", func() bool { return slices.Contains(pods(), "ddp-worker-1-1") })
 	relaunched, err := cs.CoreV1().Pods(ns).Get(ctx, "ddp-worker-1-1", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -120,7 +118,7 @@ func TestMasterRunsElasticJob(t *testing.T) {
 		t.Errorf("relaunched pod labels %v, want rank-index 1, relaunch-count 1", l)
 	}
 	var got elasticv1.ElasticJob
-	waitFor(t, "the job's status to count the relaunch", func() bool {
+	k8stest.WaitFor(t, "the job's status to count the relaunch", func() bool {
 		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(job), &got); err != nil {
 			t.Fatal(err)
 		}
@@ -135,7 +133,7 @@ func TestMasterRunsElasticJob(t *testing.T) {
 	before := pods()
 	stop = run()
 	defer stop()
-	waitFor(t, "the second master's status", func() bool {
+	k8stest.WaitFor(t, "the second master's status", func() bool {
 		_ = env.Client.Get(ctx, client.ObjectKeyFromObject(job), &got)
 		return got.Status.RelaunchCount == 1
 	})
@@ -149,16 +147,5 @@ func TestMasterRunsElasticJob(t *testing.T) {
 	}
 	if refs := head.OwnerReferences; len(refs) != 1 || refs[0].UID != job.UID {
 		t.Errorf("the state's owner references %v, want the job", refs)
-	}
-}
-
-func waitFor(t *testing.T, what string, ok func() bool) {
-	t.Helper()
-	end := time.Now().Add(deadline)
-	for !ok() {
-		if time.Now().After(end) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -12,7 +12,6 @@ import (
 	"github.com/roverml/rover/internal/k8stest"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
 )
@@ -74,7 +73,7 @@ func BenchmarkRelaunch100Pods(b *testing.B) {
 			}
 			return count
 		}
-		pollUntil(b, func() bool { return running("0") == n })
+		k8stest.WaitFor(b, "100 pods running", func() bool { return running("0") == n })
 
 		list, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
@@ -90,7 +89,7 @@ func BenchmarkRelaunch100Pods(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-		pollUntil(b, func() bool { return running("1") == n })
+		k8stest.WaitFor(b, "100 replacements running", func() bool { return running("1") == n })
 		took := time.Since(start)
 		b.StopTimer()
 		b.ReportMetric(took.Seconds(), "s-to-100-running")
@@ -123,12 +122,4 @@ func markRunning(ctx context.Context, cs kubernetes.Interface, pod *corev1.Pod) 
 		_, err = cs.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, p, metav1.UpdateOptions{})
 		return err
 	})
-}
-
-func pollUntil(b *testing.B, ok func() bool) {
-	b.Helper()
-	if err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 5*time.Minute, true,
-		func(context.Context) (bool, error) { return ok(), nil }); err != nil {
-		b.Fatalf("timed out: %v", err)
-	}
 }

@@ -12,7 +12,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/go-logr/logr"
 	v1alpha1 "github.com/roverml/rover/api/elastic/v1alpha1"
@@ -36,9 +35,6 @@ func TestMain(m *testing.M) {
 
 // testImage is the master image the tests' operators use.
 const testImage = "registry.example/rover:test"
-
-// waitTimeout bounds every wait for the operator to act.
-const waitTimeout = 30 * time.Second
 
 // testWriter writes to t.Log until closed: the manager's last goroutines
 // may log after the test ended, when t.Log would panic.
@@ -161,20 +157,10 @@ func mustCreate(t *testing.T, c client.Client, obj client.Object) {
 }
 
 // eventually calls check until it returns nil, and fails the test with its
-// last error when waitTimeout passes first.
+// last error when k8stest.WaitTimeout passes first.
 func eventually(t *testing.T, what string, check func() error) {
 	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	for {
-		err := check()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v: %v", what, waitTimeout, err)
-		}
-		time.Sleep(20 * time.Millisecond) // poll interval, not a synchronisation
-	}
+	k8stest.WaitNoError(t, what, check)
 }
 
 // newNamespace creates a namespace for one test.

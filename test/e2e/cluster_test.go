@@ -188,7 +188,7 @@ func (p *process) kill(t *testing.T) {
 // waitFor polls cond until it holds; past timeout (a deadline that only
 // turns a hang into a failure) the test fails, and the cluster's processes'
 // output is logged.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for !cond() {

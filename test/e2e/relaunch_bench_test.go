@@ -74,14 +74,14 @@ func relaunchOnce(b *testing.B, run int) []time.Duration {
 		_ = cmd.Process.Signal(syscall.SIGINT) // rover submit stops every node
 		_ = cmd.Wait()
 	}()
-	poll(b, 3*time.Minute, "a committed checkpoint", func() bool {
+	waitFor(b, 3*time.Minute, "a committed checkpoint", func() bool {
 		s, _ := os.ReadFile(filepath.Join(dir, "ckpt", "latest"))
 		n, _ := strconv.Atoi(strings.TrimSpace(string(s)))
 		return n >= 40
 	})
 	victim := job + "-worker-1-0"
 	var pid int
-	poll(b, time.Minute, "the agent of "+victim, func() bool {
+	waitFor(b, time.Minute, "the agent of "+victim, func() bool {
 		pid = agentPid(victim)
 		return pid != 0
 	})
@@ -90,7 +90,7 @@ func relaunchOnce(b *testing.B, run int) []time.Duration {
 		b.Fatal(err)
 	}
 	var ev map[string]time.Time
-	poll(b, 3*time.Minute, "every rank to train again", func() bool {
+	waitFor(b, 3*time.Minute, "every rank to train again", func() bool {
 		ev = lastEvents(times, kill)
 		return !ev["trained"].IsZero()
 	})
@@ -176,16 +176,4 @@ func readFile(b *testing.B, path string) string {
 		b.Fatal(err)
 	}
 	return string(s)
-}
-
-// poll waits for cond, failing past timeout.
-func poll(tb testing.TB, timeout time.Duration, what string, cond func() bool) {
-	tb.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }

@@ -21,8 +21,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 )
 
-const deadline = time.Minute
-
 // TestKubelet runs pods on a real API server: one that fails with env from
 // a Secret and the downward API, one that is deleted while it runs, and one
 // killed for memory.
@@ -112,7 +110,7 @@ func TestKubelet(t *testing.T) {
 			{Name: "ADDR", Value: "http://svc.example:80/x"},
 		}, `echo $FOO $BAR $NODE $POD_NAME $POD_IP $ADDR; exit 3`)
 		var pod *corev1.Pod
-		waitFor(t, "the pod to fail", func() bool { pod = get(t, "exit3"); return pod.Status.Phase == corev1.PodFailed })
+		k8stest.WaitFor(t, "the pod to fail", func() bool { pod = get(t, "exit3"); return pod.Status.Phase == corev1.PodFailed })
 		if pod.Spec.NodeName != "node-0" || pod.Status.PodIP != kubelet.HostIP {
 			t.Errorf("pod on node %q with IP %q, want node-0 and %s", pod.Spec.NodeName, pod.Status.PodIP, kubelet.HostIP)
 		}
@@ -155,7 +153,7 @@ func TestKubelet(t *testing.T) {
 		if _, err := pods.Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "the pod to succeed", func() bool { return get(t, "vol").Status.Phase == corev1.PodSucceeded })
+		k8stest.WaitFor(t, "the pod to succeed", func() bool { return get(t, "vol").Status.Phase == corev1.PodSucceeded })
 		b, err := os.ReadFile(kubelet.LogPath(work, ns, "vol"))
 		if err != nil {
 			t.Fatal(err)
@@ -182,7 +180,7 @@ func TestKubelet(t *testing.T) {
 			t.Fatal(err)
 		}
 		var got *corev1.Pod
-		waitFor(t, "the pod to fail", func() bool { got = get(t, "emptydir"); return got.Status.Phase == corev1.PodFailed })
+		k8stest.WaitFor(t, "the pod to fail", func() bool { got = get(t, "emptydir"); return got.Status.Phase == corev1.PodFailed })
 		if term := terminated(t, got); term.Reason != kubelet.ReasonStartError || !strings.Contains(term.Message, "only secret volumes") {
 			t.Errorf("terminated %+v, want reason StartError naming the unsupported volume", term)
 		}
@@ -191,7 +189,7 @@ func TestKubelet(t *testing.T) {
 	t.Run("succeeds", func(t *testing.T) {
 		create(t, "ok", 30, nil, `exit 0`)
 		var pod *corev1.Pod
-		waitFor(t, "the pod to succeed", func() bool { pod = get(t, "ok"); return pod.Status.Phase == corev1.PodSucceeded })
+		k8stest.WaitFor(t, "the pod to succeed", func() bool { pod = get(t, "ok"); return pod.Status.Phase == corev1.PodSucceeded })
 		if term := terminated(t, pod); term.ExitCode != 0 || term.Reason != kubelet.ReasonCompleted {
 			t.Errorf("terminated %+v, want exit code 0, reason Completed", term)
 		}
@@ -200,7 +198,7 @@ func TestKubelet(t *testing.T) {
 	t.Run("cannot start", func(t *testing.T) {
 		create(t, "nocmd", 30, nil, "")
 		var pod *corev1.Pod
-		waitFor(t, "the pod to fail", func() bool { pod = get(t, "nocmd"); return pod.Status.Phase == corev1.PodFailed })
+		k8stest.WaitFor(t, "the pod to fail", func() bool { pod = get(t, "nocmd"); return pod.Status.Phase == corev1.PodFailed })
 		if term := terminated(t, pod); term.ExitCode != 128 || term.Reason != kubelet.ReasonStartError {
 			t.Errorf("terminated %+v, want exit code 128, reason StartError", term)
 		}
@@ -212,16 +210,16 @@ func TestKubelet(t *testing.T) {
 		pidFile := filepath.Join(t.TempDir(), "pid")
 		create(t, "long", 30, nil, `trap "" TERM; echo $$ > `+pidFile+`.tmp; mv `+pidFile+`.tmp `+pidFile+`; while :; do sleep 0.1; done`)
 		var pid int
-		waitFor(t, "the process to start", func() bool {
+		k8stest.WaitFor(t, "the process to start", func() bool {
 			b, err := os.ReadFile(pidFile)
 			pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
 			return err == nil && pid > 0
 		})
-		waitFor(t, "the pod to run", func() bool { return get(t, "long").Status.Phase == corev1.PodRunning })
+		k8stest.WaitFor(t, "the pod to run", func() bool { return get(t, "long").Status.Phase == corev1.PodRunning })
 		if err := pods.Delete(ctx, "long", metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "the pod to be removed", func() bool {
+		k8stest.WaitFor(t, "the pod to be removed", func() bool {
 			_, err := pods.Get(ctx, "long", metav1.GetOptions{})
 			return apierrors.IsNotFound(err)
 		})
@@ -232,12 +230,12 @@ func TestKubelet(t *testing.T) {
 
 	t.Run("killed for memory", func(t *testing.T) {
 		create(t, "oom", 30, nil, `while :; do sleep 0.1; done`)
-		waitFor(t, "the pod to run", func() bool { return get(t, "oom").Status.Phase == corev1.PodRunning })
+		k8stest.WaitFor(t, "the pod to run", func() bool { return get(t, "oom").Status.Phase == corev1.PodRunning })
 		if err := k.KillForMemory(ns, "oom"); err != nil {
 			t.Fatal(err)
 		}
 		var pod *corev1.Pod
-		waitFor(t, "the pod to fail", func() bool { pod = get(t, "oom"); return pod.Status.Phase == corev1.PodFailed })
+		k8stest.WaitFor(t, "the pod to fail", func() bool { pod = get(t, "oom"); return pod.Status.Phase == corev1.PodFailed })
 		if term := terminated(t, pod); term.ExitCode != 137 || term.Reason != kubelet.ReasonOOMKilled {
 			t.Errorf("terminated %+v, want exit code 137, reason OOMKilled", term)
 		}
@@ -262,15 +260,4 @@ func terminated(t *testing.T, pod *corev1.Pod) *corev1.ContainerStateTerminated 
 		t.Fatalf("container statuses %+v, want one terminated", pod.Status.ContainerStatuses)
 	}
 	return pod.Status.ContainerStatuses[0].State.Terminated
-}
-
-func waitFor(t *testing.T, what string, ok func() bool) {
-	t.Helper()
-	end := time.Now().Add(deadline)
-	for !ok() {
-		if time.Now().After(end) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
