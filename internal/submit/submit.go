@@ -9,7 +9,7 @@ package submit
 
 import (
 	"context"
-	"errors"
+
 	"fmt"
 	"io"
 	"log/slog"
@@ -224,7 +224,3 @@ func (w *withMaster) Create(ctx context.Context, spec platform.NodeSpec) error {
 	maps.Copy(spec.Env, w.env)
 	return w.Platform.Create(ctx, spec)
 }
-
-// ErrJobFailed is returned by callers that turn a failed Result into an
-// error.
-var ErrJobFailed = errors.New("the job failed")

@@ -2,13 +2,9 @@ package kubernetes
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
-	"sync"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -18,6 +14,7 @@ import (
 	elasticv1 "github.com/roverml/rover/api/elastic/v1alpha1"
 	"github.com/roverml/rover/internal/k8stest"
 	"github.com/roverml/rover/internal/platform"
+	"github.com/roverml/rover/internal/platform/platformtest"
 )
 
 // cluster is a real API server (no kubelet, no scheduler) shared by the
@@ -107,82 +104,9 @@ func nodeSpec(job string, rank, relaunch int) platform.NodeSpec {
 	}
 }
 
-// recorder collects the events a Watch delivers.
-type recorder struct {
-	mu     sync.Mutex
-	events []platform.Event
-	ch     chan struct{}
-}
-
-func watch(t *testing.T, p *Platform) *recorder {
+func watch(t *testing.T, p *Platform) *platformtest.Recorder {
 	t.Helper()
-	r := &recorder{ch: make(chan struct{}, 1)}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- p.Watch(ctx, func(e platform.Event) {
-			r.mu.Lock()
-			r.events = append(r.events, e)
-			r.mu.Unlock()
-			select {
-			case r.ch <- struct{}{}:
-			default:
-			}
-		})
-	}()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; !errors.Is(err, context.Canceled) {
-			t.Errorf("Watch returned %v, want context.Canceled", err)
-		}
-	})
-	return r
-}
-
-// waitFor waits until an event matching ok has arrived and returns the
-// first such.
-func (r *recorder) waitFor(t *testing.T, what string, ok func(platform.Event) bool) platform.Event {
-	t.Helper()
-	deadline := time.After(30 * time.Second)
-	for {
-		r.mu.Lock()
-		i := slices.IndexFunc(r.events, ok)
-		var e platform.Event
-		if i >= 0 {
-			e = r.events[i]
-		}
-		r.mu.Unlock()
-		if i >= 0 {
-			return e
-		}
-		select {
-		case <-r.ch:
-		case <-deadline:
-			t.Fatalf("no event %s within 30s; got %v", what, r.all())
-		}
-	}
-}
-
-// waitKind waits for an event of id and kind.
-func (r *recorder) waitKind(t *testing.T, id string, kind platform.EventKind) platform.Event {
-	t.Helper()
-	return r.waitFor(t, fmt.Sprintf("%v of %s", kind, id), func(e platform.Event) bool { return e.NodeID == id && e.Kind == kind })
-}
-
-// all returns the events so far without their times.
-func (r *recorder) all() []platform.Event {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	out := slices.Clone(r.events)
-	for i := range out {
-		out[i].Time = time.Time{}
-	}
-	return out
-}
-
-// of returns the events of id so far, without their times.
-func (r *recorder) of(id string) []platform.Event {
-	return slices.DeleteFunc(r.all(), func(e platform.Event) bool { return e.NodeID != id })
+	return platformtest.Record(t, p)
 }
 
 // setStatus writes the pod's status as a kubelet would.

@@ -24,7 +24,7 @@ func testLifecycle(t *testing.T, c *cluster) {
 	const ns = "lifecycle"
 	p, _ := c.newJob(t, ns, "job")
 	r := watch(t, p)
-	r.waitFor(t, "Synced", func(e platform.Event) bool { return e.Kind == platform.Synced })
+	r.WaitFor(t, "Synced", func(e platform.Event) bool { return e.Kind == platform.Synced })
 	running := corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}}
 	terminated := func(code int32, reason string) corev1.ContainerState {
 		return corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: code, Reason: reason, StartedAt: metav1.Now(), FinishedAt: metav1.Now()}}
@@ -35,17 +35,17 @@ func testLifecycle(t *testing.T, c *cluster) {
 	if err := p.Create(ctx, oom); err != nil {
 		t.Fatal(err)
 	}
-	r.waitKind(t, oom.ID, platform.Pending)
+	r.WaitKind(t, oom.ID, platform.Pending)
 	c.bind(t, ns, oom.ID, "host-a")
-	r.waitFor(t, "Pending on host-a", func(e platform.Event) bool { return e.NodeID == oom.ID && e.Host == "host-a" })
+	r.WaitFor(t, "Pending on host-a", func(e platform.Event) bool { return e.NodeID == oom.ID && e.Host == "host-a" })
 	c.setStatus(t, ns, oom.ID, func(s *corev1.PodStatus) {
 		s.ContainerStatuses = mainStatus(corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}})
 	})
-	r.waitFor(t, "Pending with a reason", func(e platform.Event) bool { return e.NodeID == oom.ID && e.Reason == "ContainerCreating" })
+	r.WaitFor(t, "Pending with a reason", func(e platform.Event) bool { return e.NodeID == oom.ID && e.Reason == "ContainerCreating" })
 	c.setStatus(t, ns, oom.ID, func(s *corev1.PodStatus) {
 		s.Phase, s.PodIP, s.ContainerStatuses = corev1.PodRunning, "10.0.0.7", mainStatus(running)
 	})
-	r.waitKind(t, oom.ID, platform.Running)
+	r.WaitKind(t, oom.ID, platform.Running)
 	// A change that changes no state (a label) reports nothing.
 	patch := []byte(`{"metadata":{"labels":{"touched":"yes"}}}`)
 	if _, err := c.cs.CoreV1().Pods(ns).Patch(ctx, oom.ID, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
@@ -54,7 +54,7 @@ func testLifecycle(t *testing.T, c *cluster) {
 	c.setStatus(t, ns, oom.ID, func(s *corev1.PodStatus) {
 		s.Phase, s.ContainerStatuses = corev1.PodFailed, mainStatus(terminated(137, "OOMKilled"))
 	})
-	r.waitKind(t, oom.ID, platform.Exited)
+	r.WaitKind(t, oom.ID, platform.Exited)
 	want := []platform.Event{
 		{NodeID: oom.ID, Kind: platform.Pending},
 		{NodeID: oom.ID, Kind: platform.Pending, Host: "host-a"},
@@ -62,7 +62,7 @@ func testLifecycle(t *testing.T, c *cluster) {
 		{NodeID: oom.ID, Kind: platform.Running, Host: "host-a"},
 		{NodeID: oom.ID, Kind: platform.Exited, Host: "host-a", ExitCode: 137, Signal: 9, Reason: "OOMKilled"},
 	}
-	if diff := cmp.Diff(want, r.of(oom.ID)); diff != "" {
+	if diff := cmp.Diff(want, r.Of(oom.ID)); diff != "" {
 		t.Errorf("events of the OOM-killed node (-want +got):\n%s", diff)
 	}
 
@@ -76,7 +76,7 @@ func testLifecycle(t *testing.T, c *cluster) {
 		s.Phase, s.Reason, s.Message = corev1.PodFailed, "Evicted", "The node was low on resource: memory."
 		s.ContainerStatuses = mainStatus(terminated(137, "Error"))
 	})
-	e := r.waitKind(t, evicted.ID, platform.Exited)
+	e := r.WaitKind(t, evicted.ID, platform.Exited)
 	if e.ExitCode != 137 || e.Signal != 9 || e.Reason != "Evicted" || e.Host != "host-b" || !e.Failed() {
 		t.Errorf("evicted node: %+v, want exit 137, signal 9, reason Evicted on host-b", e)
 	}
@@ -90,7 +90,7 @@ func testLifecycle(t *testing.T, c *cluster) {
 	c.setStatus(t, ns, done.ID, func(s *corev1.PodStatus) {
 		s.Phase, s.ContainerStatuses = corev1.PodSucceeded, mainStatus(terminated(0, "Completed"))
 	})
-	e = r.waitKind(t, done.ID, platform.Exited)
+	e = r.WaitKind(t, done.ID, platform.Exited)
 	if e.ExitCode != 0 || e.Signal != 0 || e.Failed() || e.Reason != "Completed" {
 		t.Errorf("succeeded node: %+v, want exit 0", e)
 	}
@@ -107,18 +107,18 @@ func testLifecycle(t *testing.T, c *cluster) {
 	}
 	c.bind(t, ns, live.ID, "host-d")
 	c.setStatus(t, ns, live.ID, func(s *corev1.PodStatus) { s.Phase, s.ContainerStatuses = corev1.PodRunning, mainStatus(running) })
-	r.waitKind(t, live.ID, platform.Running)
-	r.waitKind(t, unplaced.ID, platform.Pending)
+	r.WaitKind(t, live.ID, platform.Running)
+	r.WaitKind(t, unplaced.ID, platform.Pending)
 	for _, id := range []string{live.ID, unplaced.ID, oom.ID, live.ID, "job-worker-9-9"} {
 		if err := p.Delete(ctx, id); err != nil {
 			t.Errorf("Delete(%s): %v", id, err)
 		}
 	}
-	if e := r.waitKind(t, live.ID, platform.Deleted); e.Host != "host-d" {
+	if e := r.WaitKind(t, live.ID, platform.Deleted); e.Host != "host-d" {
 		t.Errorf("deleted event %+v, want host-d", e)
 	}
-	r.waitKind(t, unplaced.ID, platform.Deleted)
-	r.waitKind(t, oom.ID, platform.Deleted)
+	r.WaitKind(t, unplaced.ID, platform.Deleted)
+	r.WaitKind(t, oom.ID, platform.Deleted)
 	if pod, err := c.cs.CoreV1().Pods(ns).Get(ctx, live.ID, metav1.GetOptions{}); err != nil || pod.DeletionTimestamp == nil {
 		t.Fatalf("the running pod should stay terminating without a kubelet: %v", err)
 	}
@@ -149,14 +149,14 @@ func testLifecycle(t *testing.T, c *cluster) {
 	if err := p.Create(ctx, marker); err != nil {
 		t.Fatal(err)
 	}
-	r.waitKind(t, marker.ID, platform.Pending)
+	r.WaitKind(t, marker.ID, platform.Pending)
 	for _, id := range []string{"other-worker-0-0", "job-master", "job-unlabelled"} {
-		if got := r.of(id); len(got) > 0 {
+		if got := r.Of(id); len(got) > 0 {
 			t.Errorf("events of %s, which is not a node of this job: %v", id, got)
 		}
 	}
 	for id, n := range map[string]int{oom.ID: len(want) + 1, live.ID: 4, unplaced.ID: 2} {
-		if got := r.of(id); len(got) != n || got[n-1].Kind != platform.Deleted {
+		if got := r.Of(id); len(got) != n || got[n-1].Kind != platform.Deleted {
 			t.Errorf("events of deleted node %s: %v, want %d ending with one Deleted", id, got, n)
 		}
 	}
@@ -193,21 +193,21 @@ func testReplay(t *testing.T, c *cluster) {
 
 	restarted := c.platform(t, job) // a new master's
 	r := watch(t, restarted)
-	r.waitFor(t, "Synced", func(e platform.Event) bool { return e.Kind == platform.Synced })
+	r.WaitFor(t, "Synced", func(e platform.Event) bool { return e.Kind == platform.Synced })
 	want := []platform.Event{
 		{NodeID: "job-worker-0-1", Kind: platform.Pending},
 		{NodeID: "job-worker-1-1", Kind: platform.Running, Host: "host-b"},
 		{NodeID: "job-worker-2-1", Kind: platform.Exited, ExitCode: -1, Reason: "Preempted"},
 		{Kind: platform.Synced},
 	}
-	if diff := cmp.Diff(want, r.all()); diff != "" {
+	if diff := cmp.Diff(want, r.All()); diff != "" {
 		t.Errorf("first report of a restarted master (-want +got):\n%s", diff)
 	}
 	// Then it follows.
 	if err := restarted.Delete(ctx, "job-worker-0-1"); err != nil {
 		t.Fatal(err)
 	}
-	r.waitKind(t, "job-worker-0-1", platform.Deleted)
+	r.WaitKind(t, "job-worker-0-1", platform.Deleted)
 }
 
 // testForbidden: a master whose account may not list pods fails Watch with

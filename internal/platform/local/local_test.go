@@ -12,59 +12,12 @@ import (
 	"time"
 
 	"github.com/roverml/rover/internal/platform"
+	"github.com/roverml/rover/internal/platform/platformtest"
 )
 
-// recorder collects the events a Watch delivers.
-type recorder struct {
-	mu     sync.Mutex
-	events []platform.Event
-	ch     chan struct{}
-}
-
-func watch(t *testing.T, l *Local) *recorder {
+func watch(t *testing.T, l *Local) *platformtest.Recorder {
 	t.Helper()
-	r := &recorder{ch: make(chan struct{}, 1)}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- l.Watch(ctx, func(e platform.Event) {
-			r.mu.Lock()
-			r.events = append(r.events, e)
-			r.mu.Unlock()
-			select {
-			case r.ch <- struct{}{}:
-			default:
-			}
-		})
-	}()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; !errors.Is(err, context.Canceled) {
-			t.Errorf("Watch returned %v, want context.Canceled", err)
-		}
-	})
-	return r
-}
-
-// waitFor waits until an event of id and kind has arrived and returns it.
-func (r *recorder) waitFor(t *testing.T, id string, kind platform.EventKind) platform.Event {
-	t.Helper()
-	deadline := time.After(30 * time.Second)
-	for {
-		r.mu.Lock()
-		for _, e := range r.events {
-			if e.NodeID == id && e.Kind == kind {
-				r.mu.Unlock()
-				return e
-			}
-		}
-		r.mu.Unlock()
-		select {
-		case <-r.ch:
-		case <-deadline:
-			t.Fatalf("no %v event of %s; got %+v", kind, id, r.events)
-		}
-	}
+	return platformtest.Record(t, l)
 }
 
 func spec(id string, argv ...string) platform.NodeSpec {
@@ -104,7 +57,7 @@ func TestLocalNodes(t *testing.T) {
 	if err := l.Create(ctx, spec("j-worker-0-0", "sh", "-c", `echo "$GREETING from $NODE_ID rank $NODE_RANK"; exit 3`)); err != nil {
 		t.Fatal(err)
 	}
-	if e := r.waitFor(t, "j-worker-0-0", platform.Exited); e.ExitCode != 3 || e.Signal != 0 || !e.Failed() {
+	if e := r.WaitKind(t, "j-worker-0-0", platform.Exited); e.ExitCode != 3 || e.Signal != 0 || !e.Failed() {
 		t.Errorf("exit event %+v, want code 3", e)
 	}
 	log, _ := os.ReadFile(filepath.Join(l.LogDir("j-worker-0-0"), "stdout.log"))
@@ -121,22 +74,22 @@ func TestLocalNodes(t *testing.T) {
 	if err := l.Create(ctx, spec("j-worker-1-0", "sleep", "600")); err != nil {
 		t.Fatal(err)
 	}
-	r.waitFor(t, "j-worker-1-0", platform.Running)
+	r.WaitKind(t, "j-worker-1-0", platform.Running)
 	// A second watcher first hears of every node held now.
 	r2 := watch(t, l)
-	r2.waitFor(t, "j-worker-0-0", platform.Exited)
-	r2.waitFor(t, "j-worker-1-0", platform.Running)
+	r2.WaitKind(t, "j-worker-0-0", platform.Exited)
+	r2.WaitKind(t, "j-worker-1-0", platform.Running)
 
 	for _, id := range []string{"j-worker-1-0", "j-worker-0-0", "j-worker-1-0", "unknown"} {
 		if err := l.Delete(ctx, id); err != nil {
 			t.Errorf("Delete(%s): %v", id, err)
 		}
 	}
-	if e := r.waitFor(t, "j-worker-1-0", platform.Exited); e.Signal != 15 || e.ExitCode != 143 {
+	if e := r.WaitKind(t, "j-worker-1-0", platform.Exited); e.Signal != 15 || e.ExitCode != 143 {
 		t.Errorf("deleted node's exit %+v, want SIGTERM (143)", e)
 	}
-	r.waitFor(t, "j-worker-1-0", platform.Deleted)
-	r.waitFor(t, "j-worker-0-0", platform.Deleted)
+	r.WaitKind(t, "j-worker-1-0", platform.Deleted)
+	r.WaitKind(t, "j-worker-0-0", platform.Deleted)
 }
 
 // TestLocalRefuses: what the local platform cannot do is refused, not ignored.
@@ -164,7 +117,7 @@ func TestLocalRefuses(t *testing.T) {
 	if err := l.Create(context.Background(), spec("j-worker-2-0", "/nonexistent/agent")); err != nil {
 		t.Fatal(err)
 	}
-	if e := r.waitFor(t, "j-worker-2-0", platform.Exited); e.ExitCode != 127 || e.Reason == "" {
+	if e := r.WaitKind(t, "j-worker-2-0", platform.Exited); e.ExitCode != 127 || e.Reason == "" {
 		t.Errorf("a missing program: %+v, want exit 127 with the reason", e)
 	}
 }
