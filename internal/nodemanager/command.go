@@ -34,7 +34,10 @@ type Command struct {
 	Kind   CommandKind
 	Spec   platform.NodeSpec // CreateNode
 	NodeID string            // DeleteNode, and CreateNode (Spec.ID)
-	Reason string
+	// Removed marks a DeleteNode of a node scaled away: a planned
+	// departure, not a failure to blame.
+	Removed bool
+	Reason  string
 }
 
 func (c Command) String() string {

@@ -16,6 +16,11 @@ var (
 	// ErrPendingTimeout: nodes stayed pending past the pending timeout and
 	// the pending strategy says the job cannot go on without them.
 	ErrPendingTimeout = errors.New("nodes pending too long")
+	// ErrBadScale: [Manager.Scale] was asked for an unknown group or a
+	// count outside the group's MinNodes..MaxNodes.
+	ErrBadScale = errors.New("cannot scale")
+	// ErrJobOver: the job has failed or ended; its nodes no longer change.
+	ErrJobOver = errors.New("the job is over")
 	// ErrBadState: data given to [Restore] is not a valid saved state.
 	ErrBadState = errors.New("invalid saved node manager state")
 )

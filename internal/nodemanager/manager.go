@@ -20,12 +20,13 @@ const (
 	Running                        // the platform reports it running
 	Succeeded                      // exited 0; not relaunched
 	Failed                         // ended, and its relaunch budget (or the job's) is used up
+	Removed                        // scaled away ([Manager.Scale]); a later scale up brings the rank back
 )
 
-var stateNames = [...]string{Pending: "Pending", Running: "Running", Succeeded: "Succeeded", Failed: "Failed"}
+var stateNames = [...]string{Pending: "Pending", Running: "Running", Succeeded: "Succeeded", Failed: "Failed", Removed: "Removed"}
 
 func (s NodeState) String() string {
-	if s >= Pending && s <= Failed {
+	if s >= Pending && s <= Removed {
 		return stateNames[s]
 	}
 	return fmt.Sprintf("NodeState(%d)", int(s))
@@ -37,7 +38,8 @@ func (s NodeState) live() bool { return s == Pending || s == Running }
 type slot struct {
 	group    int // index in spec.Groups
 	rank     int
-	relaunch int    // relaunches so far; the current node's NodeSpec.Relaunch
+	relaunch int    // the current node's NodeSpec.Relaunch: relaunches plus rescales
+	rescaled int    // nodes created by scaling the rank back up; not relaunches
 	id       string // current node id
 	state    NodeState
 	host     string
@@ -54,7 +56,8 @@ type slot struct {
 type Manager struct {
 	spec       Spec
 	started    bool
-	slots      [][]*slot        // by group index, then rank
+	slots      [][]*slot        // by group index, then rank; ranks ever created
+	desired    []int            // by group index: the nodes wanted (Scale), MaxNodes at most
 	byID       map[string]*slot // current node ids only
 	retired    map[string]bool  // replaced node ids; their events are ignored
 	badHosts   []string         // sorted
@@ -69,7 +72,11 @@ func New(spec Spec) (*Manager, error) {
 	if err := spec.Validate(); err != nil {
 		return nil, err
 	}
-	return &Manager{spec: spec, byID: make(map[string]*slot), retired: make(map[string]bool)}, nil
+	m := &Manager{spec: spec, byID: make(map[string]*slot), retired: make(map[string]bool)}
+	for _, g := range spec.Groups {
+		m.desired = append(m.desired, g.nodes())
+	}
+	return m, nil
 }
 
 // Err is nil unless the job failed; then it says why and wraps
@@ -81,8 +88,8 @@ func (m *Manager) Err() error {
 	return m.fail
 }
 
-// Start creates every group's MaxNodes nodes, ranks 0..MaxNodes-1. Later
-// calls return nothing.
+// Start creates every group's nodes (GroupSpec.Nodes, else MaxNodes), ranks
+// 0 and up. Later calls return nothing.
 func (m *Manager) Start(now time.Time) []Command {
 	if m.started {
 		return nil
@@ -91,11 +98,12 @@ func (m *Manager) Start(now time.Time) []Command {
 	var cmds []Command
 	m.slots = make([][]*slot, len(m.spec.Groups))
 	for gi, g := range m.spec.Groups {
-		m.slots[gi] = make([]*slot, g.MaxNodes)
-		for r := range g.MaxNodes {
+		n := m.desired[gi]
+		m.slots[gi] = make([]*slot, n)
+		for r := range n {
 			s := &slot{group: gi, rank: r}
 			m.slots[gi][r] = s
-			cmds = append(cmds, m.create(s, now, fmt.Sprintf("start %s rank %d of %d", g.name(), r, g.MaxNodes)))
+			cmds = append(cmds, m.create(s, now, fmt.Sprintf("start %s rank %d of %d", g.name(), r, n)))
 		}
 	}
 	return cmds
@@ -155,7 +163,15 @@ func (m *Manager) Observe(ev platform.Event, now time.Time) []Command {
 			s.reason = fmt.Sprintf("node %s %s: succeeded, not relaunched", s.id, ev.Describe())
 			return cmds
 		}
-		return append(cmds, m.replace(s, ev.Describe(), now)...)
+		cause := ev.Describe()
+		if ev.Reason == platform.ReasonOOMKilled && !m.ended {
+			// DLRover's rule: a node killed for memory comes back with more.
+			if next := m.oomMemory(s); next > 0 {
+				s.memory = next
+				cause = fmt.Sprintf("%s; memory raised to %d bytes", cause, next)
+			}
+		}
+		return append(cmds, m.replace(s, cause, now)...)
 	case platform.Deleted:
 		s.held = false
 		return append(cmds, m.replace(s, ev.Describe(), now)...)
@@ -239,19 +255,19 @@ func (m *Manager) replace(s *slot, cause string, now time.Time) []Command {
 	}
 	budget := g.budget()
 	jobLeft := m.spec.MaxRelaunches == 0 || m.relaunches < m.spec.MaxRelaunches
-	if s.relaunch < budget && jobLeft {
+	if s.relaunches() < budget && jobLeft {
 		s.relaunch++
 		m.relaunches++
 		reason := fmt.Sprintf("%s %s; relaunching it as %s (relaunch %d of %d)",
-			who, cause, nodeID(m.spec.Job, g.name(), s.rank, s.relaunch), s.relaunch, budget)
+			who, cause, nodeID(m.spec.Job, g.name(), s.rank, s.relaunch), s.relaunches(), budget)
 		return append(cmds, m.create(s, now, reason))
 	}
 	s.state, s.since, s.timedOut = Failed, now, false
 	why := fmt.Sprintf("its relaunch budget of %d is used up", budget)
-	if !jobLeft && s.relaunch < budget {
+	if !jobLeft && s.relaunches() < budget {
 		why = fmt.Sprintf("the job's relaunch budget of %d is used up", m.spec.MaxRelaunches)
 	}
-	s.reason = fmt.Sprintf("%s %s after %d relaunches; not relaunched: %s", who, cause, s.relaunch, why)
+	s.reason = fmt.Sprintf("%s %s after %d relaunches; not relaunched: %s", who, cause, s.relaunches(), why)
 	switch usable := m.usable(s.group); {
 	case g.critical(s.rank):
 		cmds = append(cmds, m.failJob(ErrCriticalNode, fmt.Sprintf("critical %s", s.reason)))
@@ -265,7 +281,7 @@ func (m *Manager) replace(s *slot, cause string, now time.Time) []Command {
 func (m *Manager) usable(gi int) int {
 	n := 0
 	for _, s := range m.slots[gi] {
-		if s.state != Failed {
+		if s.state != Failed && s.state != Removed {
 			n++
 		}
 	}
@@ -340,7 +356,7 @@ func (m *Manager) expire(now time.Time) []Command {
 				return []Command{m.failJob(ErrPendingTimeout, fmt.Sprintf("critical node %s pending for more than %v", s.id, timeout))}
 			case s.timedOut:
 				waiting = append(waiting, s.id)
-			case s.state != Failed:
+			case s.state != Failed && s.state != Removed:
 				ready++
 			}
 		}

@@ -10,12 +10,15 @@ import (
 )
 
 // SchemaVersion is the "schema" of the JSON written by [Manager.MarshalState].
-const SchemaVersion = 1
+// Schema 2 adds scaling (desired counts, Removed ranks, rescaled nodes);
+// [Restore] reads schema 1 as well, whose groups have all MaxNodes ranks.
+const SchemaVersion = 2
 
 type stateJSON struct {
 	Schema      int        `json:"schema"`
 	Spec        Spec       `json:"spec"`
 	Started     bool       `json:"started"`
+	Desired     []int      `json:"desired,omitempty"` // by group; schema 2
 	Ended       bool       `json:"ended,omitempty"`
 	Relaunches  int        `json:"relaunches"`
 	BadHosts    []string   `json:"bad_hosts,omitempty"`
@@ -29,6 +32,7 @@ type slotJSON struct {
 	Group    int       `json:"group"`
 	Rank     int       `json:"rank"`
 	Relaunch int       `json:"relaunch"`
+	Rescaled int       `json:"rescaled,omitempty"`
 	State    NodeState `json:"state"`
 	Host     string    `json:"host,omitempty"`
 	Since    time.Time `json:"since"`
@@ -42,7 +46,7 @@ type slotJSON struct {
 // MarshalState encodes the manager's whole state as JSON for the master's
 // journal. The encoding is deterministic; [Restore] reads it back.
 func (m *Manager) MarshalState() ([]byte, error) {
-	s := stateJSON{Schema: SchemaVersion, Spec: m.spec, Started: m.started, Ended: m.ended, Relaunches: m.relaunches, BadHosts: m.badHosts}
+	s := stateJSON{Schema: SchemaVersion, Spec: m.spec, Started: m.started, Desired: m.desired, Ended: m.ended, Relaunches: m.relaunches, BadHosts: m.badHosts}
 	for id := range m.retired {
 		s.Retired = append(s.Retired, id)
 	}
@@ -58,7 +62,7 @@ func (m *Manager) MarshalState() ([]byte, error) {
 	for _, g := range m.slots {
 		for _, sl := range g {
 			s.Nodes = append(s.Nodes, slotJSON{
-				Group: sl.group, Rank: sl.rank, Relaunch: sl.relaunch, State: sl.state, Host: sl.host,
+				Group: sl.group, Rank: sl.rank, Relaunch: sl.relaunch, Rescaled: sl.rescaled, State: sl.state, Host: sl.host,
 				Since: sl.since, TimedOut: sl.timedOut, Held: sl.held, Memory: sl.memory,
 				LastExit: sl.lastExit, Reason: sl.reason,
 			})
@@ -84,12 +88,23 @@ func Restore(data []byte) (*Manager, error) {
 	if _, err := dec.Token(); err != io.EOF {
 		return nil, bad("data after the state object")
 	}
-	if s.Schema != SchemaVersion {
-		return nil, bad("schema %d, this build reads only schema %d; restore with the matching Rover version", s.Schema, SchemaVersion)
+	if s.Schema < 1 || s.Schema > SchemaVersion {
+		return nil, bad("schema %d, this build reads schemas 1 to %d; restore with the matching Rover version", s.Schema, SchemaVersion)
 	}
 	m, err := New(s.Spec)
 	if err != nil {
 		return nil, err
+	}
+	if s.Desired != nil {
+		if len(s.Desired) != len(m.spec.Groups) {
+			return nil, bad("%d desired counts for %d groups", len(s.Desired), len(m.spec.Groups))
+		}
+		for i, n := range s.Desired {
+			if g := m.spec.Groups[i]; n < max(g.MinNodes, 1) || n > g.MaxNodes {
+				return nil, bad("%s: desired %d nodes, outside %d..%d", g.name(), n, max(g.MinNodes, 1), g.MaxNodes)
+			}
+		}
+		m.desired = s.Desired
 	}
 	m.started, m.ended, m.relaunches, m.badHosts = s.Started, s.Ended, s.Relaunches, s.BadHosts
 	if !slices.IsSorted(m.badHosts) || len(slices.Compact(slices.Clone(m.badHosts))) != len(m.badHosts) {
@@ -112,15 +127,10 @@ func Restore(data []byte) (*Manager, error) {
 }
 
 func (m *Manager) restoreSlots(s stateJSON) error {
-	want := 0
 	if s.Started {
-		for _, g := range m.spec.Groups {
-			want += g.MaxNodes
-		}
 		m.slots = make([][]*slot, len(m.spec.Groups))
-	}
-	if len(s.Nodes) != want {
-		return bad("%d nodes saved, want %d (started %v)", len(s.Nodes), want, s.Started)
+	} else if len(s.Nodes) > 0 {
+		return bad("%d nodes saved before the start", len(s.Nodes))
 	}
 	sum := 0
 	for _, sj := range s.Nodes {
@@ -128,11 +138,11 @@ func (m *Manager) restoreSlots(s stateJSON) error {
 			return bad("node of group %d rank %d is out of order", sj.Group, sj.Rank)
 		}
 		g := m.spec.Groups[sj.Group]
-		if sj.Relaunch < 0 || sj.Relaunch > g.budget() || sj.State < Pending || sj.State > Failed {
-			return bad("%s rank %d: relaunch %d (budget %d), state %d", g.name(), sj.Rank, sj.Relaunch, g.budget(), sj.State)
+		if sj.Rank >= g.MaxNodes || sj.Rescaled < 0 || sj.Relaunch < sj.Rescaled || sj.Relaunch-sj.Rescaled > g.budget() || sj.State < Pending || sj.State > Removed {
+			return bad("%s rank %d: relaunch %d, rescaled %d (budget %d), state %d", g.name(), sj.Rank, sj.Relaunch, sj.Rescaled, g.budget(), sj.State)
 		}
 		sl := &slot{
-			group: sj.Group, rank: sj.Rank, relaunch: sj.Relaunch, state: sj.State, host: sj.Host,
+			group: sj.Group, rank: sj.Rank, relaunch: sj.Relaunch, rescaled: sj.Rescaled, state: sj.State, host: sj.Host,
 			since: sj.Since, timedOut: sj.TimedOut, held: sj.Held, memory: sj.Memory,
 			lastExit: sj.LastExit, reason: sj.Reason,
 		}
@@ -142,14 +152,24 @@ func (m *Manager) restoreSlots(s stateJSON) error {
 				return bad("node %s was replaced but is not retired", id)
 			}
 		}
-		if m.retired[sl.id] != (sl.state == Failed) {
+		if final := sl.state == Failed || sl.state == Removed; m.retired[sl.id] != final {
 			return bad("node %s is %s but retired is %v", sl.id, sl.state, m.retired[sl.id])
 		}
-		if sl.state != Failed {
+		if sl.state.live() || sl.state == Succeeded {
 			m.byID[sl.id] = sl
 		}
 		m.slots[sj.Group] = append(m.slots[sj.Group], sl)
-		sum += sl.relaunch
+		sum += sl.relaunches()
+	}
+	for gi, slots := range m.slots {
+		if s.Schema == 1 && len(slots) != m.spec.Groups[gi].MaxNodes {
+			return bad("%s: %d nodes saved, want %d", m.spec.Groups[gi].name(), len(slots), m.spec.Groups[gi].MaxNodes)
+		}
+		for _, sl := range slots {
+			if sl.state.live() && sl.rank >= m.desired[gi] {
+				return bad("%s rank %d is live but only %d nodes are wanted", m.spec.Groups[gi].name(), sl.rank, m.desired[gi])
+			}
+		}
 	}
 	if sum != m.relaunches || (m.spec.MaxRelaunches > 0 && sum > m.spec.MaxRelaunches) {
 		return bad("relaunches %d, but nodes sum to %d (job budget %d)", m.relaunches, sum, m.spec.MaxRelaunches)

@@ -55,7 +55,12 @@ func TestRestoreRejects(t *testing.T) {
 		t.Fatal(err)
 	}
 	tests := []struct{ name, from, to string }{
-		{"schema", `"schema":1`, `"schema":2`},
+		{"schema", `"schema":2`, `"schema":3`},
+		{"desired over max", `"desired":[2]`, `"desired":[3]`},
+		{"desired count", `"desired":[2]`, `"desired":[2,2]`},
+		{"live above desired", `"desired":[2]`, `"desired":[1]`},
+		{"rescaled over relaunch", `"relaunch":1`, `"relaunch":1,"rescaled":2`},
+		{"rank over max", `"held":true,"reason":"start worker rank 1 of 2"}`, `"held":true,"reason":"start worker rank 1 of 2"},{"group":0,"rank":2,"relaunch":0,"state":5,"since":"2026-01-01T00:00:00Z"}`},
 		{"unknown field", `"started":true`, `"started":true,"extra":1`},
 		{"relaunch count", `"relaunches":1`, `"relaunches":2`},
 		{"not retired", `"retired":["train-worker-0-0"]`, `"retired":[]`},

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -23,6 +24,9 @@ func randomSpec(r *rand.Rand) Spec {
 		g.Name = fmt.Sprintf("g%d", gi)
 		g.MinNodes = r.IntN(g.MaxNodes + 1)
 		g.RestartCount = r.IntN(MaxRestartCount+2) - 1
+		if lo := max(g.MinNodes, 1); r.IntN(2) == 0 {
+			g.Nodes = lo + r.IntN(g.MaxNodes-lo+1)
+		}
 		if r.IntN(3) == 0 {
 			g.CriticalRanks = []int{r.IntN(g.MaxNodes)}
 		}
@@ -34,7 +38,9 @@ func randomSpec(r *rand.Rand) Spec {
 // randomStep draws an input about one of ids (current, replaced or unknown).
 func randomStep(r *rand.Rand, ids []string) step {
 	id := ids[r.IntN(len(ids))]
-	switch r.IntN(9) {
+	switch r.IntN(10) {
+	case 8:
+		return scale(fmt.Sprintf("g%d", r.IntN(2)), r.IntN(6))
 	case 0:
 		return pending(id)
 	case 1, 2:
@@ -71,6 +77,7 @@ func TestRandomInvariants(t *testing.T) {
 			created := map[string]bool{}
 			ids := []string{"job-g0-0-9", "nobody"}
 			relaunches, failed := 0, false
+			rescaled := map[key]int{}
 			now := t0
 			apply := func(cmds []Command) {
 				for _, c := range cmds {
@@ -103,10 +110,14 @@ func TestRandomInvariants(t *testing.T) {
 								break
 							}
 						}
-						if c.Spec.Relaunch > g.budget() {
-							t.Fatalf("create %s: relaunch %d over budget %d", c.NodeID, c.Spec.Relaunch, g.budget())
+						scaled := strings.HasPrefix(c.Reason, "scaled ")
+						if scaled && c.Spec.Relaunch > 0 {
+							rescaled[k]++
 						}
-						if c.Spec.Relaunch > 0 {
+						if c.Spec.Relaunch-rescaled[k] > g.budget() {
+							t.Fatalf("create %s: relaunch %d (%d rescaled) over budget %d", c.NodeID, c.Spec.Relaunch, rescaled[k], g.budget())
+						}
+						if c.Spec.Relaunch > 0 && !scaled {
 							relaunches++
 						}
 					}
@@ -142,6 +153,17 @@ func TestRandomInvariants(t *testing.T) {
 					delete(alive, ev.NodeID)
 				}
 				apply(cmds)
+				for _, g := range sp.Groups {
+					n := 0
+					for _, k := range alive {
+						if k.group == g.name() {
+							n++
+						}
+					}
+					if d := m.Desired(g.name()); n > d {
+						t.Fatalf("step %d: %s has %d live nodes, more than the %d wanted", i, g.name(), n, d)
+					}
+				}
 				if failed != (m.Err() != nil) {
 					t.Fatalf("step %d: failed %v, Err %v", i, failed, m.Err())
 				}

@@ -52,7 +52,10 @@ type Spec struct {
 type GroupSpec struct {
 	Name     string `json:"name"` // "" means DefaultGroup
 	MinNodes int    `json:"min_nodes"`
-	MaxNodes int    `json:"max_nodes"` // nodes created at start, ranks 0..MaxNodes-1
+	MaxNodes int    `json:"max_nodes"` // the most nodes the group may have, ranks 0..MaxNodes-1
+	// Nodes is how many nodes Start creates, ranks 0..Nodes-1, within
+	// [MinNodes, MaxNodes]; 0 means MaxNodes. [Manager.Scale] changes it.
+	Nodes int `json:"nodes,omitempty"`
 	// RestartCount is each node's relaunch budget. 0: DefaultRestartCount;
 	// -1: never relaunch; at most MaxRestartCount.
 	RestartCount  int                `json:"restart_count,omitempty"`
@@ -72,6 +75,14 @@ func (g GroupSpec) budget() int {
 		return 0
 	}
 	return g.RestartCount
+}
+
+// nodes is how many nodes the group starts with.
+func (g GroupSpec) nodes() int {
+	if g.Nodes == 0 {
+		return g.MaxNodes
+	}
+	return g.Nodes
 }
 
 func (g GroupSpec) name() string {
@@ -119,6 +130,9 @@ func (s Spec) Validate() error {
 		}
 		if g.MinNodes < 0 || g.MaxNodes < 1 || g.MinNodes > g.MaxNodes {
 			bad("Groups[%d] (%s): MinNodes %d, MaxNodes %d; want 0 <= MinNodes <= MaxNodes, MaxNodes >= 1", i, name, g.MinNodes, g.MaxNodes)
+		}
+		if g.Nodes != 0 && (g.Nodes < max(g.MinNodes, 1) || g.Nodes > g.MaxNodes) {
+			bad("Groups[%d] (%s): Nodes %d is outside MinNodes %d..MaxNodes %d; give a count in that range, or 0 for MaxNodes", i, name, g.Nodes, g.MinNodes, g.MaxNodes)
 		}
 		if g.RestartCount < -1 || g.RestartCount > MaxRestartCount {
 			bad("Groups[%d] (%s): RestartCount %d; want -1 (never), 0 (default %d) or up to %d", i, name, g.RestartCount, DefaultRestartCount, MaxRestartCount)

@@ -129,6 +129,10 @@ func (k EventKind) String() string {
 	return fmt.Sprintf("EventKind(%d)", int(k))
 }
 
+// ReasonOOMKilled is Event.Reason for a node the platform killed for
+// memory (Kubernetes' container reason): its replacement gets more memory.
+const ReasonOOMKilled = "OOMKilled"
+
 // Event is one observed change of one node.
 type Event struct {
 	NodeID   string

@@ -1,0 +1,120 @@
+package nodemanager
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/roverml/rover/internal/diagnosis"
+)
+
+// Scale sets how many nodes group (its name; "" means DefaultGroup) should
+// have, within its MinNodes..MaxNodes, and returns what that takes:
+//
+//   - scaling up creates the ranks from the current count up to n-1; a
+//     rank scaled away before comes back as a new node (its id's relaunch
+//     number goes up, its relaunch budget does not);
+//   - scaling down removes the highest ranks: their live nodes are
+//     deleted with [Command.Removed] set (a planned departure, not a
+//     failure) and the ranks are Removed; ranks that already ended stay as
+//     they are.
+//
+// Ranks below n that failed for good stay failed. Asking for the count the
+// group has is a no-op. Errors wrap [ErrBadScale] or [ErrJobOver] and say
+// what to do.
+func (m *Manager) Scale(group string, n int, why string, now time.Time) ([]Command, error) {
+	gi := -1
+	for i, g := range m.spec.Groups {
+		if g.name() == group || group == "" && g.name() == DefaultGroup {
+			gi = i
+		}
+	}
+	if gi < 0 {
+		return nil, fmt.Errorf("%w: the job has no node group %q", ErrBadScale, group)
+	}
+	g := m.spec.Groups[gi]
+	if n < max(g.MinNodes, 1) || n > g.MaxNodes {
+		return nil, fmt.Errorf("%w %s to %d nodes: the job runs %d to %d (its --nnodes); ask for a count in that range",
+			ErrBadScale, g.name(), n, max(g.MinNodes, 1), g.MaxNodes)
+	}
+	if m.fail != nil || m.ended {
+		return nil, fmt.Errorf("%w: %s is not scaled to %d nodes", ErrJobOver, g.name(), n)
+	}
+	cmds := m.expire(now)
+	if m.fail != nil {
+		return cmds, nil
+	}
+	old := m.desired[gi]
+	m.desired[gi] = n
+	if !m.started {
+		return cmds, nil
+	}
+	for r := n; r < len(m.slots[gi]); r++ {
+		s := m.slots[gi][r]
+		if !s.state.live() {
+			continue
+		}
+		reason := fmt.Sprintf("scaled %s from %d to %d nodes (%s): removing node %s (rank %d)", g.name(), old, n, why, s.id, r)
+		if s.held {
+			cmds = append(cmds, Command{Kind: DeleteNode, NodeID: s.id, Removed: true, Reason: reason})
+		}
+		delete(m.byID, s.id)
+		m.retired[s.id] = true
+		s.state, s.since, s.timedOut, s.held, s.reason = Removed, now, false, false, reason
+	}
+	for r := range n {
+		reason := fmt.Sprintf("scaled %s from %d to %d nodes (%s): adding rank %d", g.name(), old, n, why, r)
+		switch {
+		case r >= len(m.slots[gi]):
+			s := &slot{group: gi, rank: r}
+			m.slots[gi] = append(m.slots[gi], s)
+			cmds = append(cmds, m.create(s, now, reason))
+		case m.slots[gi][r].state == Removed:
+			s := m.slots[gi][r]
+			s.relaunch++
+			s.rescaled++
+			cmds = append(cmds, m.create(s, now, reason))
+		}
+	}
+	return cmds, nil
+}
+
+// Desired returns how many nodes group should have now (its Nodes, or the
+// last Scale), or -1 for an unknown group.
+func (m *Manager) Desired(group string) int {
+	for i, g := range m.spec.Groups {
+		if g.name() == group || group == "" && g.name() == DefaultGroup {
+			return m.desired[i]
+		}
+	}
+	return -1
+}
+
+// Live counts the nodes of every group that are pending or running: the
+// nodes expected at the job's rendezvous.
+func (m *Manager) Live() int {
+	n := 0
+	for _, g := range m.slots {
+		for _, s := range g {
+			if s.state.live() {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// relaunches is how often the rank was relaunched: its relaunch number
+// less the times scaling brought it back.
+func (s *slot) relaunches() int { return s.relaunch - s.rescaled }
+
+// oomMemory is the memory for the relaunch of a node the platform killed
+// for memory (Kubernetes' OOMKilled): more by DLRover's policy
+// (diagnosis.NextMemory), or 0 to keep it when the node's memory is
+// unknown or at the cap.
+func (m *Manager) oomMemory(s *slot) int64 {
+	next, ok := diagnosis.NextMemory(m.memory(s))
+	if !ok {
+		return 0
+	}
+	return next
+}
