@@ -32,7 +32,7 @@ func fuzzConfig(b []byte) (Config, bool) {
 func play(t testing.TB, m *Machine, now time.Time, ops []byte) *Machine {
 	t.Helper()
 	for i := 0; i+2 < len(ops); i += 3 {
-		kind, id, arg := ops[i]%7, fmt.Sprintf("n%d", ops[i+1]%8), int(ops[i+2])
+		kind, id, arg := ops[i]%8, fmt.Sprintf("n%d", ops[i+1]%8), int(ops[i+2])
 		prevSnap, prevVer := m.Snapshot(), m.Version()
 		round := m.Snapshot().Round
 		switch kind {
@@ -84,6 +84,8 @@ func play(t testing.TB, m *Machine, now time.Time, ops []byte) *Machine {
 				t.Fatalf("round trip changed the snapshot (-old +new):\n%s", diff)
 			}
 			m = r
+		case 7:
+			m.Expect(arg%(m.cfg.MaxNodes+2), now)
 		}
 		checkInvariants(t, m)
 		if m.Version() < prevVer {

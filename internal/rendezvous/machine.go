@@ -30,6 +30,7 @@ type Machine struct {
 	openedAt time.Time // when the current round opened
 	lastJoin time.Time // last join to the current open round (or its opening)
 	restarts int
+	expected int // nodes the platform runs for the job (Expect); 0: unknown
 	version  uint64
 	// suspect is the latest failure whose blame is not settled yet (nil:
 	// none): see Config.BlameWindow.
@@ -341,6 +342,21 @@ func (m *Machine) NodeSucceeded(nodeID string, round int, now time.Time) error {
 	return nil
 }
 
+// Expect tells the machine how many nodes the platform runs for the job
+// (the node manager's live nodes, after a start, a relaunch or a scale), or
+// 0 when it does not know: an open round with that many joined nodes (and
+// at least MinNodes) closes at once instead of waiting out the last call.
+// It only adds a reason to close; a round never waits for it. n is
+// clamped to 0..MaxNodes.
+func (m *Machine) Expect(n int, now time.Time) {
+	n = min(max(n, 0), m.cfg.MaxNodes)
+	if n != m.expected {
+		m.expected = n
+		m.changed()
+	}
+	m.maybeClose(now)
+}
+
 // Tick applies the timers: it closes an open round whose last call has
 // passed, fails the job when a round stayed too small past JoinTimeout, and
 // settles a suspect failure whose blame window has passed.
@@ -440,7 +456,9 @@ func (m *Machine) maybeClose(now time.Time) {
 		}
 		return
 	}
-	full := j >= m.cfg.MaxNodes
+	// Rule (d): every node the platform runs for the job has joined
+	// (Expect); waiting out the last call would wait for nobody.
+	full := j >= m.cfg.MaxNodes || m.expected > 0 && j >= m.expected
 	quiet := !now.Before(m.lastJoin.Add(m.cfg.LastCall))
 	// Rule (c): in a restart round, close as soon as every live node the
 	// machine knows of has joined; nobody else is coming.

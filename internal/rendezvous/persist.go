@@ -25,6 +25,7 @@ type stateJSON struct {
 	OpenedAt    time.Time    `json:"opened_at"`
 	LastJoin    time.Time    `json:"last_join"`
 	Restarts    int          `json:"restarts"`
+	Expected    int          `json:"expected,omitempty"`
 	Version     uint64       `json:"version"`
 	Nodes       []nodeJSON   `json:"nodes"`
 	World       []Member     `json:"world"`
@@ -82,7 +83,7 @@ func (m *Machine) MarshalState() ([]byte, error) {
 			LastCall:    m.cfg.LastCall.String(), JoinTimeout: m.cfg.JoinTimeout.String(),
 		},
 		Job: m.job.String(), Round: m.round, Open: m.open,
-		OpenedAt: m.openedAt, LastJoin: m.lastJoin, Restarts: m.restarts, Version: m.version,
+		OpenedAt: m.openedAt, LastJoin: m.lastJoin, Restarts: m.restarts, Expected: m.expected, Version: m.version,
 		World: m.world, WorldRound: m.worldRound,
 	}
 	if m.cfg.BlameWindow != 0 {
@@ -136,7 +137,7 @@ func Restore(data []byte) (*Machine, error) {
 	}
 	m := &Machine{
 		cfg: cfg.withDefaults(), round: s.Round, open: s.Open,
-		openedAt: s.OpenedAt, lastJoin: s.LastJoin, restarts: s.Restarts, version: s.Version,
+		openedAt: s.OpenedAt, lastJoin: s.LastJoin, restarts: s.Restarts, expected: s.Expected, version: s.Version,
 		nodes: make(map[string]*nodeRec, len(s.Nodes)), joined: make(map[string]*nodeRec),
 		index: make(map[string]int, len(s.World)),
 	}
@@ -208,6 +209,9 @@ func (m *Machine) restoreOutcome(s stateJSON) error {
 		return bad("job %s has a failure reason", s.Job)
 	case m.job == Failed:
 		m.fail = &failure{kind: kind, reason: s.Reason}
+	}
+	if m.expected < 0 || m.expected > m.cfg.MaxNodes {
+		return bad("expected %d nodes, outside 0..%d", m.expected, m.cfg.MaxNodes)
 	}
 	if m.round < 1 || m.restarts < 0 || m.restarts > m.cfg.MaxRestarts || m.version == 0 {
 		return bad("round %d, restarts %d (max %d), version %d out of range", m.round, m.restarts, m.cfg.MaxRestarts, m.version)
