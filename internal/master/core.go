@@ -54,6 +54,7 @@ type core struct {
 	runID    string
 	cfg      *jobConfig // nil until configured
 	rdzv     *rendezvous.Machine
+	expect   int // the nodes the node manager runs, for the rendezvous (eventFleet)
 	nodes    *node.Table
 	addrs    map[string]string
 	kv       map[string][]byte
@@ -234,6 +235,9 @@ func (c *core) transitionLocked(e *event) error {
 	switch e.Type {
 	case eventConfigure:
 		err = c.configureLocked(e.Config, e.Time)
+		if err == nil && c.expect > 0 {
+			c.rdzv.Expect(c.expect, e.Time)
+		}
 	case eventJoin:
 		mb, worldRound, _, member := c.rdzv.WorldMember(e.Join.NodeID)
 		_, err = c.rdzv.Join(*e.Join, e.Time)
@@ -249,13 +253,15 @@ func (c *core) transitionLocked(e *event) error {
 		}
 	case eventNodeLost:
 		mb, worldRound, _, member := c.rdzv.WorldMember(e.Node)
-		if c.rdzv.NodeLostSince(e.Node, e.Since, e.Time) && member {
+		if c.rdzv.NodeLostSince(e.Node, e.Since, e.Time) && member && !e.Planned {
 			c.blameLossLocked(e, mb, worldRound)
 		}
 		c.nodes.Lose(e.Node, e.Reason)
 		delete(c.held, e.Node)
 		c.requeueLocked(e.Node, e.Time)
-		c.noticeLocked(fleetNotice{lost: true, node: e.Node, reason: e.Reason})
+		if !e.Planned { // the node manager removed it itself
+			c.noticeLocked(fleetNotice{lost: true, node: e.Node, reason: e.Reason})
+		}
 	case eventWorkerFailed:
 		cur := c.rdzv.Status()
 		if e.Round == cur.Round && !cur.Open {
@@ -276,6 +282,12 @@ func (c *core) transitionLocked(e *event) error {
 		c.rdzv.Tick(e.Time)
 	case eventFleet:
 		c.fleet = e.Fleet
+		if e.Nodes > 0 {
+			c.expect = e.Nodes
+			if c.rdzv != nil {
+				c.rdzv.Expect(e.Nodes, e.Time)
+			}
+		}
 	case eventFailNodes:
 		c.rdzv.FailNodes(e.Reason)
 	case eventCancel:

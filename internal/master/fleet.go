@@ -65,7 +65,17 @@ type fleet struct {
 	held    map[string]bool // node ids created or reported and not yet deleted: true once exited
 	deletes sync.WaitGroup
 
-	gone chan struct{} // closed once the job ended and every node is deleted
+	scales chan scaleRequest // Master.Scale's requests, for the loop
+	gone   chan struct{}     // closed once the job ended and every node is deleted
+}
+
+// scaleRequest asks the fleet's loop to scale a group; the answer goes
+// to done.
+type scaleRequest struct {
+	group string
+	nodes int
+	why   string
+	done  chan error
 }
 
 func newFleet(cfg NodesConfig, c *core, clock Clock, log *slog.Logger) (*fleet, error) {
@@ -79,7 +89,7 @@ func newFleet(cfg NodesConfig, c *core, clock Clock, log *slog.Logger) (*fleet, 
 		cfg.ExitGrace = defaultExitGrace
 	}
 	return &fleet{cfg: cfg, core: c, clock: clock, log: log.With("platform", cfg.Name),
-		wake: make(chan struct{}, 1), held: map[string]bool{}, gone: make(chan struct{})}, nil
+		wake: make(chan struct{}, 1), held: map[string]bool{}, scales: make(chan scaleRequest), gone: make(chan struct{})}, nil
 }
 
 // run drives the nodes until the job ends and its nodes are gone, or ctx
@@ -136,9 +146,25 @@ func (f *fleet) run(ctx context.Context) error {
 			if !f.ended() {
 				f.carry(ctx, f.mgr.Tick(f.clock.Now()))
 			}
+		case req := <-f.scales:
+			req.done <- f.scale(ctx, req)
 		case <-changed:
 		}
 	}
+}
+
+// scale carries out one Master.Scale.
+func (f *fleet) scale(ctx context.Context, req scaleRequest) error {
+	if f.ended() {
+		return fmt.Errorf("%w: the job has ended", nodemanager.ErrJobOver)
+	}
+	cmds, err := f.mgr.Scale(req.group, req.nodes, req.why, f.clock.Now())
+	if err != nil {
+		return err
+	}
+	f.log.Info("scaling the job's nodes", "group", req.group, "nodes", req.nodes, "why", req.why)
+	f.carry(ctx, cmds)
+	return nil
 }
 
 func (f *fleet) ended() bool {
@@ -286,7 +312,7 @@ func (f *fleet) carry(ctx context.Context, cmds []nodemanager.Command) {
 		return
 	}
 	if !bytes.Equal(state, f.saved) {
-		if err := f.core.apply(ctx, &event{Type: eventFleet, Time: f.clock.Now(), Fleet: state}); err != nil {
+		if err := f.core.apply(ctx, &event{Type: eventFleet, Time: f.clock.Now(), Fleet: state, Nodes: f.mgr.Live()}); err != nil {
 			// Nothing is done that the journal does not hold: the master
 			// stops when its store fails, and a restarted one redoes it.
 			f.log.Error("journal the node manager's state", "err", err)
@@ -306,6 +332,14 @@ func (f *fleet) carry(ctx context.Context, cmds []nodemanager.Command) {
 					Reason: fmt.Sprintf("the platform could not create it: %v", err), Time: f.clock.Now()})
 			}
 		case nodemanager.DeleteNode:
+			if c.Removed {
+				// Scaled away: the rendezvous lets it go before its agent
+				// is stopped, so its end is no failure.
+				e := &event{Type: eventNodeLost, Time: f.clock.Now(), Node: c.NodeID, Reason: c.Reason, Planned: true}
+				if err := f.core.apply(ctx, e); err != nil && !errors.Is(err, errNotConfigured) {
+					f.log.Warn("record a node's removal", "node", c.NodeID, "err", err)
+				}
+			}
 			f.delete(c.NodeID)
 		case nodemanager.FailJob:
 			if err := f.core.apply(ctx, &event{Type: eventFailNodes, Time: f.clock.Now(), Reason: c.Reason}); err != nil {

@@ -36,12 +36,18 @@ type event struct {
 	Reason   string            `json:"reason,omitempty"`
 	// Since is set on eventNodeLost when the loss's time is known.
 	Since time.Time `json:"since,omitzero"`
+	// Planned is set on eventNodeLost for a node scaled away: a
+	// departure, not a failure, so nothing is blamed.
+	Planned bool `json:"planned,omitempty"`
 	// Shard is set on the shard events (shards.go).
 	Shard *shardEvent `json:"shard,omitempty"`
 	// Batch is set on eventShardBatch: shard events applied in order, at Time.
 	Batch []batchOp `json:"batch,omitempty"`
 	// Fleet is set on eventFleet: the node manager's MarshalState.
 	Fleet json.RawMessage `json:"fleet,omitempty"`
+	// Nodes is set on eventFleet: the nodes the manager runs (pending or
+	// running), which the rendezvous expects (rendezvous.Machine.Expect).
+	Nodes int `json:"nodes,omitempty"`
 }
 
 type eventType string

@@ -17,6 +17,7 @@ import (
 	"github.com/roverml/rover/internal/ckpt"
 	"github.com/roverml/rover/internal/client"
 	"github.com/roverml/rover/internal/diagnosis"
+	"github.com/roverml/rover/internal/nodemanager"
 	"github.com/roverml/rover/internal/rendezvous"
 	"github.com/roverml/rover/internal/store"
 	"golang.org/x/sync/errgroup"
@@ -335,6 +336,36 @@ func (m *Master) WaitFinished(ctx context.Context) (Outcome, error) {
 // a master that owns its nodes then deletes them (see NodesGone).
 func (m *Master) Cancel(ctx context.Context, reason string) error {
 	return m.core.apply(ctx, &event{Type: eventCancel, Time: m.cfg.Clock.Now(), Reason: reason})
+}
+
+// ErrNoNodes is Scale's error on a master that does not own its nodes.
+var ErrNoNodes = errors.New("this master does not own the job's nodes: scaling needs a master with a platform (rover submit, or Kubernetes)")
+
+// Scale sets how many nodes group (e.g. "worker") should have, within its
+// minimum and maximum (the job's --nnodes): the node manager creates the
+// missing ranks, which join the job at its next round, or removes the
+// highest ranks, whose departure starts a new round without spending a
+// restart. why is logged and kept with the nodes' history. Errors wrap
+// ErrNoNodes, nodemanager.ErrBadScale (say so to the user as it is) or
+// nodemanager.ErrJobOver.
+func (m *Master) Scale(ctx context.Context, group string, nodes int, why string) error {
+	if m.fleet == nil {
+		return ErrNoNodes
+	}
+	req := scaleRequest{group: group, nodes: nodes, why: why, done: make(chan error, 1)}
+	select {
+	case m.fleet.scales <- req:
+	case <-m.fleet.gone:
+		return fmt.Errorf("%w: the job has ended", nodemanager.ErrJobOver)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case err := <-req.done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // Status is the job's status, as GetJob answers it.
