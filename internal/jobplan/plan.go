@@ -138,12 +138,15 @@ func New(spec jobspec.JobSpec, t Target) (*Plan, error) {
 			Name:          string(jobspec.Worker),
 			MinNodes:      cfg.MinNodes,
 			MaxNodes:      cfg.MaxNodes,
+			Nodes:         startNodes(g.Nodes, cfg),
 			RestartCount:  restartCount(g.RestartCount),
 			CriticalRanks: criticalRanks(g.CriticalNodes),
+			RestartCounts: criticalBudgets(g.CriticalNodes),
 			Argv:          append([]string{roverExe, "run"}, args...),
 			Env:           env,
 		}},
-		PendingTimeout: spec.PendingTimeout,
+		PendingTimeout:  spec.PendingTimeout,
+		PendingStrategy: pendingStrategy(spec.PendingFailStrategy),
 	}
 	if err := p.Nodes.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBadSpec, err)
@@ -180,6 +183,42 @@ func restartCount(n int) int {
 		return -1
 	}
 	return n
+}
+
+// startNodes is how many nodes start: the spec's replicas when the
+// launcher's --nnodes allows them, else the launcher's most.
+func startNodes(n int, cfg *runconfig.Config) int {
+	if n < cfg.MinNodes || n > cfg.MaxNodes {
+		return cfg.MaxNodes
+	}
+	return n
+}
+
+// pendingStrategy maps DLRover's pending_fail_strategy to the node
+// manager's.
+func pendingStrategy(s int) nodemanager.PendingStrategy {
+	switch s {
+	case -1, 0:
+		return nodemanager.PendingSkip
+	case 2:
+		return nodemanager.PendingAll
+	}
+	return nodemanager.PendingNecessary
+}
+
+// criticalBudgets are the critical nodes' own relaunch budgets, by rank.
+func criticalBudgets(cs []jobspec.CriticalNode) map[int]int {
+	var out map[int]int
+	for _, c := range cs {
+		if c.Relaunches < 0 {
+			continue // the group's budget
+		}
+		if out == nil {
+			out = map[int]int{}
+		}
+		out[c.ID] = restartCount(c.Relaunches)
+	}
+	return out
 }
 
 func criticalRanks(cs []jobspec.CriticalNode) []int {

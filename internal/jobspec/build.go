@@ -1,6 +1,7 @@
 package jobspec
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"maps"
@@ -62,6 +63,16 @@ func build(meta wireMeta, ws wireSpec, prefix string) (*JobSpec, error) {
 		b2 := &builder{}
 		spec.PendingTimeout = b2.duration("metadata.annotations.pending_timeout", v)
 		b.errs = append(b.errs, b2.errs...)
+	}
+
+	spec.PendingFailStrategy = 1
+	if v, ok := meta.Annotations["pending_fail_strategy"]; ok {
+		n, err := strconv.Atoi(strings.TrimSpace(v))
+		if err != nil || n < -1 || n > 2 {
+			b.errs = append(b.errs, fmt.Errorf("metadata.annotations.pending_fail_strategy: %q is not one of DLRover's strategies; use -1 or 0 (never fail for pending nodes), 1 (fail when the job cannot run without them; the default) or 2 (fail when any node pends too long)", v))
+		} else {
+			spec.PendingFailStrategy = n
+		}
 	}
 
 	if len(ws.ReplicaSpecs) == 0 {
@@ -239,13 +250,13 @@ func (b *builder) command(g *ReplicaGroup, w *wireReplica, ctr *wireContainer, c
 		case lo == 0:
 			lo = hi
 		}
-		if r != 0 && hi != 0 && r != hi {
-			b.addf(base+".replicas", "%d disagrees with maxReplicas: %d; replicas is the most nodes the group runs: drop one or make them equal", r, hi)
+		if r != 0 && (r < lo || r > hi) {
+			b.addf(base+".replicas", "%d is outside minReplicas..maxReplicas (%d..%d); replicas is how many nodes start: give a count in that range", r, lo, hi)
 		}
 		if lo > hi {
 			b.addf(base+".minReplicas", "%d is above maxReplicas: %d; the minimum must not exceed the maximum", lo, hi)
 		}
-		g.MinNodes, g.MaxNodes = lo, hi
+		g.MinNodes, g.MaxNodes, g.Nodes = lo, hi, cmp.Or(r, hi)
 		return
 	}
 
@@ -266,7 +277,15 @@ func (b *builder) command(g *ReplicaGroup, w *wireReplica, ctr *wireContainer, c
 			b.addf(base+"."+field, "%d disagrees with %s; %s: set %s: %d or change --nnodes", *p, nn, what, field, want)
 		}
 	}
-	agree("replicas", w.Replicas, cfg.MaxNodes, "replicas is the most nodes the group runs")
+	g.Nodes = cfg.MaxNodes
+	if r := w.Replicas; r != nil {
+		if *r < cfg.MinNodes || *r > cfg.MaxNodes {
+			b.addf(base+".replicas", "%d is outside %s; replicas is how many nodes start, and scaling stays within --nnodes: set replicas from %d to %d or change --nnodes",
+				*r, nn, cfg.MinNodes, cfg.MaxNodes)
+		} else {
+			g.Nodes = *r
+		}
+	}
 	agree("maxReplicas", w.MaxReplicas, cfg.MaxNodes, "maxReplicas is the most nodes the group runs")
 	agree("minReplicas", w.MinReplicas, cfg.MinNodes, "minReplicas is the fewest nodes the job trains with")
 	if w.NprocPerNode != nil && *w.NprocPerNode != cfg.NprocPerNode {

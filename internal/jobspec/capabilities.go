@@ -81,6 +81,9 @@ func (s JobSpec) Check(c Capabilities) error {
 		if s.PendingTimeout != 0 && !c.PendingTimeout {
 			refuse(s.prefix+"pendingTimeout (or the pending_timeout annotation)", "remove it")
 		}
+		if s.PendingFailStrategy != 1 && !c.PendingTimeout {
+			refuse("metadata.annotations.pending_fail_strategy", "remove it")
+		}
 		if len(s.ResourceLimits) > 0 {
 			refuse(s.prefix+"resourceLimits", "remove it")
 		}

@@ -2,6 +2,7 @@ package jobspec
 
 import (
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -149,7 +150,7 @@ func TestParseBad(t *testing.T) {
 				"containers[0].resources.requests.cpu:", "more precise"}},
 		{"parameter server", "distributionStrategy: ParameterServerStrategy\n" + worker("", ok), []string{"distributionStrategy: ParameterServerStrategy is not supported"}},
 		{"replicas contradict --nnodes", worker("replicas: 4,", `{command: [dlrover-run, --nnodes=2, t.py]}`),
-			[]string{"replicaSpecs.worker.replicas: 4 disagrees with --nnodes=2 in replicaSpecs.worker.template.spec.containers[0].command"}},
+			[]string{"replicaSpecs.worker.replicas: 4 is outside --nnodes=2 in replicaSpecs.worker.template.spec.containers[0].command"}},
 		{"pipeline around a launcher", worker("", `{command: [bash, -c, "pip install x && dlrover-run --nnodes=2 t.py"]}`),
 			[]string{"containers[0].command:", `"&&"`, "put the other steps in a script"}},
 		{"bad launcher flag", worker("", `{command: [torchrun, --nnodes=3:2, t.py]}`), []string{"containers[0].command: torchrun: --nnodes=3:2"}},
@@ -237,5 +238,67 @@ func TestParseFileNamesBareSpec(t *testing.T) {
 	}
 	if spec.Name != "local" {
 		t.Errorf("Name = %q, want local", spec.Name)
+	}
+}
+
+// TestParseReplicasWithinNNodes: replicas is how many nodes start, anywhere
+// within --nnodes (or minReplicas..maxReplicas), so the job can be scaled.
+func TestParseReplicasWithinNNodes(t *testing.T) {
+	tests := []struct {
+		name, ctr       string
+		replicas        string
+		min, nodes, max int
+	}{
+		{"launcher, replicas below max", `command: [dlrover-run, --nnodes=2:4, --nproc_per_node=2, train.py]`, "replicas: 3", 2, 3, 4},
+		{"launcher, no replicas", `command: [dlrover-run, --nnodes=2:4, train.py]`, "", 2, 4, 4},
+		{"plain command, min and max", `command: [python, train.py]`, "replicas: 2\n      minReplicas: 1\n      maxReplicas: 3", 1, 2, 3},
+		{"plain command, replicas only", `command: [python, train.py]`, "replicas: 2", 2, 2, 2},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			doc := "kind: ElasticJob\napiVersion: elastic.rover.dev/v1alpha1\nmetadata: {name: j}\nspec:\n  replicaSpecs:\n    worker:\n      " +
+				tc.replicas + "\n      template:\n        spec:\n          containers:\n          - name: main\n            " + tc.ctr + "\n"
+			spec, err := Parse([]byte(doc))
+			if err != nil {
+				t.Fatalf("Parse: %v\n%s", err, doc)
+			}
+			g := spec.Replicas[Worker]
+			if g.MinNodes != tc.min || g.Nodes != tc.nodes || g.MaxNodes != tc.max {
+				t.Fatalf("nodes %d..%d starting %d, want %d..%d starting %d", g.MinNodes, g.MaxNodes, g.Nodes, tc.min, tc.max, tc.nodes)
+			}
+		})
+	}
+}
+
+// TestPendingFailStrategy: DLRover's annotation is read, checked, and
+// refused where the platform has no pending nodes.
+func TestPendingFailStrategy(t *testing.T) {
+	doc := func(v string) []byte {
+		return []byte("kind: ElasticJob\napiVersion: elastic.rover.dev/v1alpha1\nmetadata:\n  name: j\n  annotations: {pending_fail_strategy: \"" + v +
+			"\"}\nspec:\n  replicaSpecs:\n    worker:\n      template:\n        spec:\n          containers:\n          - name: main\n            command: [dlrover-run, --nnodes=2, train.py]\n")
+	}
+	for _, v := range []string{"-1", "0", "1", "2"} {
+		spec, err := Parse(doc(v))
+		if err != nil {
+			t.Fatalf("%s: %v", v, err)
+		}
+		if got := strconv.Itoa(spec.PendingFailStrategy); got != v {
+			t.Errorf("pending_fail_strategy %s read as %s", v, got)
+		}
+	}
+	for _, v := range []string{"3", "-2", "all"} {
+		if _, err := Parse(doc(v)); err == nil || !strings.Contains(err.Error(), "metadata.annotations.pending_fail_strategy") {
+			t.Errorf("pending_fail_strategy %q: err %v, want one naming the annotation", v, err)
+		}
+	}
+	spec, err := Parse(doc("2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := spec.Check(LocalCapabilities); err == nil || !strings.Contains(err.Error(), "pending_fail_strategy") {
+		t.Errorf("local Check = %v, want pending_fail_strategy refused", err)
+	}
+	if err := spec.Check(KubernetesCapabilities); err != nil {
+		t.Errorf("Kubernetes Check = %v", err)
 	}
 }

@@ -56,6 +56,11 @@ type JobSpec struct {
 	// fails (spec.pendingTimeout or the pending_timeout annotation); 0 means
 	// the platform's default.
 	PendingTimeout time.Duration
+	// PendingFailStrategy is DLRover's pending_fail_strategy annotation:
+	// what nodes pending past PendingTimeout do to the job. -1 or 0:
+	// nothing; 1 (the default): fail it when the job cannot run without
+	// them; 2: fail it.
+	PendingFailStrategy int
 	// NodeUnit: nodes join and leave in groups of this size (--node-unit,
 	// or spec.nodeUnit); at least 1.
 	NodeUnit int
@@ -77,6 +82,9 @@ type ReplicaGroup struct {
 	Type ReplicaType
 	// MinNodes and MaxNodes bound the node count; equal for a fixed count.
 	MinNodes, MaxNodes int
+	// Nodes is how many nodes start (replicas), within MinNodes..MaxNodes;
+	// scaling (kubectl scale, a ScalePlan) changes it while the job runs.
+	Nodes int
 	// NprocPerNode is the number of worker processes per node.
 	NprocPerNode int
 	// Command is what each worker process runs: for a launcher, the
@@ -223,12 +231,14 @@ func FromRunConfig(cfg *runconfig.Config) JobSpec {
 			Type:         Worker,
 			MinNodes:     cfg.MinNodes,
 			MaxNodes:     cfg.MaxNodes,
+			Nodes:        cfg.MaxNodes,
 			NprocPerNode: cfg.NprocPerNode,
 			Command:      cfg.WorkerArgv("python"),
 			Launch:       cfg,
 			RestartCount: DefaultRestartCount,
 		}},
-		MaxRestarts: cfg.MaxRestarts,
-		NodeUnit:    max(cfg.NodeUnit, 1),
+		MaxRestarts:         cfg.MaxRestarts,
+		PendingFailStrategy: 1,
+		NodeUnit:            max(cfg.NodeUnit, 1),
 	}
 }

@@ -49,6 +49,7 @@ func lost(id string) step {
 func act(a Action) step {
 	return step{do: func(m *Manager, now time.Time) []Command { return m.Act(a, now) }}
 }
+
 // scale asks for n nodes of group; a refused request yields no commands.
 func scale(group string, n int) step {
 	return step{do: func(m *Manager, now time.Time) []Command {

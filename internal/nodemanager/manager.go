@@ -253,7 +253,7 @@ func (m *Manager) replace(s *slot, cause string, now time.Time) []Command {
 		s.reason = fmt.Sprintf("%s %s after the job ended; not relaunched", who, cause)
 		return cmds
 	}
-	budget := g.budget()
+	budget := g.budget(s.rank)
 	jobLeft := m.spec.MaxRelaunches == 0 || m.relaunches < m.spec.MaxRelaunches
 	if s.relaunches() < budget && jobLeft {
 		s.relaunch++

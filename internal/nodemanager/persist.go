@@ -138,8 +138,8 @@ func (m *Manager) restoreSlots(s stateJSON) error {
 			return bad("node of group %d rank %d is out of order", sj.Group, sj.Rank)
 		}
 		g := m.spec.Groups[sj.Group]
-		if sj.Rank >= g.MaxNodes || sj.Rescaled < 0 || sj.Relaunch < sj.Rescaled || sj.Relaunch-sj.Rescaled > g.budget() || sj.State < Pending || sj.State > Removed {
-			return bad("%s rank %d: relaunch %d, rescaled %d (budget %d), state %d", g.name(), sj.Rank, sj.Relaunch, sj.Rescaled, g.budget(), sj.State)
+		if sj.Rank >= g.MaxNodes || sj.Rescaled < 0 || sj.Relaunch < sj.Rescaled || sj.Relaunch-sj.Rescaled > g.budget(sj.Rank) || sj.State < Pending || sj.State > Removed {
+			return bad("%s rank %d: relaunch %d, rescaled %d (budget %d), state %d", g.name(), sj.Rank, sj.Relaunch, sj.Rescaled, g.budget(sj.Rank), sj.State)
 		}
 		sl := &slot{
 			group: sj.Group, rank: sj.Rank, relaunch: sj.Relaunch, rescaled: sj.Rescaled, state: sj.State, host: sj.Host,

@@ -30,6 +30,9 @@ func randomSpec(r *rand.Rand) Spec {
 		if r.IntN(3) == 0 {
 			g.CriticalRanks = []int{r.IntN(g.MaxNodes)}
 		}
+		if r.IntN(3) == 0 {
+			g.RestartCounts = map[int]int{r.IntN(g.MaxNodes): r.IntN(MaxRestartCount+2) - 1}
+		}
 		sp.Groups = append(sp.Groups, g)
 	}
 	return sp
@@ -114,8 +117,8 @@ func TestRandomInvariants(t *testing.T) {
 						if scaled && c.Spec.Relaunch > 0 {
 							rescaled[k]++
 						}
-						if c.Spec.Relaunch-rescaled[k] > g.budget() {
-							t.Fatalf("create %s: relaunch %d (%d rescaled) over budget %d", c.NodeID, c.Spec.Relaunch, rescaled[k], g.budget())
+						if c.Spec.Relaunch-rescaled[k] > g.budget(c.Spec.Rank) {
+							t.Fatalf("create %s: relaunch %d (%d rescaled) over budget %d", c.NodeID, c.Spec.Relaunch, rescaled[k], g.budget(c.Spec.Rank))
 						}
 						if c.Spec.Relaunch > 0 && !scaled {
 							relaunches++

@@ -149,3 +149,27 @@ func TestRestoreSchema1(t *testing.T) {
 		t.Fatalf("schema 1: desired %d, live %d; want 2 and 2", r.Desired("worker"), r.Live())
 	}
 }
+
+// TestRankRestartCounts: a rank with its own budget (a critical node's
+// "RANK:RELAUNCHES") is relaunched that often, the others by the group's.
+func TestRankRestartCounts(t *testing.T) {
+	g := workers(1, 2)
+	g.RestartCount = 1
+	g.RestartCounts = map[int]int{0: 2}
+	g.CriticalRanks = []int{0}
+	m := mustNew(t, spec(g))
+	run(t, m, []step{
+		start(),
+		exit("train-worker-1-0", 1).then("Delete train-worker-1-0", "Create train-worker-1-1"),
+		exit("train-worker-1-1", 1).then("Delete train-worker-1-1"),
+		exit("train-worker-0-0", 1).then("Delete train-worker-0-0", "Create train-worker-0-1"),
+		exit("train-worker-0-1", 1).then("Delete train-worker-0-1", "Create train-worker-0-2"),
+		exit("train-worker-0-2", 1).then("Delete train-worker-0-2", "Fail"),
+	})
+	if !errors.Is(m.Err(), ErrCriticalNode) {
+		t.Fatalf("Err = %v, want ErrCriticalNode", m.Err())
+	}
+	if err := (Spec{Job: "j", Groups: []GroupSpec{{MaxNodes: 1, Argv: []string{"x"}, RestartCounts: map[int]int{3: 1}}}}).Validate(); !errors.Is(err, ErrInvalidSpec) {
+		t.Fatalf("Validate of a budget for rank 3 of 1 node = %v, want ErrInvalidSpec", err)
+	}
+}

@@ -58,7 +58,10 @@ type GroupSpec struct {
 	Nodes int `json:"nodes,omitempty"`
 	// RestartCount is each node's relaunch budget. 0: DefaultRestartCount;
 	// -1: never relaunch; at most MaxRestartCount.
-	RestartCount  int                `json:"restart_count,omitempty"`
+	RestartCount int `json:"restart_count,omitempty"`
+	// RestartCounts overrides RestartCount for some ranks (DLRover's
+	// criticalNodes "RANK:RELAUNCHES"); the values read as RestartCount.
+	RestartCounts map[int]int        `json:"restart_counts,omitempty"`
 	CriticalRanks []int              `json:"critical_ranks,omitempty"` // ranks whose loss fails the job
 	Argv          []string           `json:"argv"`
 	Env           map[string]string  `json:"env,omitempty"`
@@ -66,15 +69,20 @@ type GroupSpec struct {
 	Resources     platform.Resources `json:"resources"`
 }
 
-// budget is the group's relaunch budget per node after defaults.
-func (g GroupSpec) budget() int {
+// budget is the relaunch budget of the group's node of rank, after
+// defaults.
+func (g GroupSpec) budget(rank int) int {
+	n, ok := g.RestartCounts[rank]
+	if !ok {
+		n = g.RestartCount
+	}
 	switch {
-	case g.RestartCount == 0:
+	case n == 0:
 		return DefaultRestartCount
-	case g.RestartCount < 0:
+	case n < 0:
 		return 0
 	}
-	return g.RestartCount
+	return n
 }
 
 // nodes is how many nodes the group starts with.
@@ -136,6 +144,11 @@ func (s Spec) Validate() error {
 		}
 		if g.RestartCount < -1 || g.RestartCount > MaxRestartCount {
 			bad("Groups[%d] (%s): RestartCount %d; want -1 (never), 0 (default %d) or up to %d", i, name, g.RestartCount, DefaultRestartCount, MaxRestartCount)
+		}
+		for r, n := range g.RestartCounts {
+			if r < 0 || r >= g.MaxNodes || n < -1 || n > MaxRestartCount {
+				bad("Groups[%d] (%s): RestartCounts[%d] = %d; want a rank in 0..%d and -1, 0 or up to %d", i, name, r, n, g.MaxNodes-1, MaxRestartCount)
+			}
 		}
 		for _, r := range g.CriticalRanks {
 			if r < 0 || r >= g.MaxNodes {

@@ -41,7 +41,7 @@ func (m *Manager) Status() Status {
 		for _, s := range slots {
 			st.Nodes = append(st.Nodes, NodeStatus{
 				Group: g.name(), Rank: s.rank, NodeID: s.id, State: s.state, Relaunches: s.relaunch,
-				Budget: g.budget(), Critical: g.critical(s.rank), Host: s.host, Since: s.since,
+				Budget: g.budget(s.rank), Critical: g.critical(s.rank), Host: s.host, Since: s.since,
 				LastExit: s.lastExit, Reason: s.reason,
 			})
 		}

@@ -1,0 +1,54 @@
+package jobplan
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/roverml/rover/internal/jobspec"
+	"github.com/roverml/rover/internal/nodemanager"
+)
+
+// TestKubernetesPlan: replicas, the pending annotations and critical
+// nodes' budgets reach the node manager's spec.
+func TestKubernetesPlan(t *testing.T) {
+	doc := `apiVersion: elastic.rover.dev/v1alpha1
+kind: ElasticJob
+metadata:
+  name: mnist
+  annotations: {pending_timeout: "120", pending_fail_strategy: "2"}
+spec:
+  replicaSpecs:
+    worker:
+      replicas: 2
+      restartCount: 1
+      criticalNodes: "0:4,1"
+      template:
+        spec:
+          containers:
+          - name: main
+            image: train:1
+            command: [dlrover-run, --nnodes=1:3, --nproc_per_node=2, train.py]
+`
+	spec, err := jobspec.Parse([]byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := New(*spec, Target{Capabilities: jobspec.KubernetesCapabilities, RoverExe: "rover"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := p.Nodes.Groups[0]
+	got := []any{g.MinNodes, g.Nodes, g.MaxNodes, g.RestartCount, g.CriticalRanks, g.RestartCounts, p.Nodes.PendingStrategy, p.Nodes.PendingTimeout.Seconds()}
+	want := []any{1, 2, 3, 1, []int{0, 1}, map[int]int{0: 4}, nodemanager.PendingAll, 120.0}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Fatalf("min, nodes, max, restartCount, critical ranks, rank budgets, pending strategy, timeout (-want +got):\n%s", diff)
+	}
+}
+
+func TestPendingStrategy(t *testing.T) {
+	for s, want := range map[int]nodemanager.PendingStrategy{-1: nodemanager.PendingSkip, 0: nodemanager.PendingSkip, 1: nodemanager.PendingNecessary, 2: nodemanager.PendingAll} {
+		if got := pendingStrategy(s); got != want {
+			t.Errorf("pendingStrategy(%d) = %v, want %v", s, got, want)
+		}
+	}
+}
