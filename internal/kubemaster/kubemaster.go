@@ -31,6 +31,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 )
@@ -124,6 +125,17 @@ func Run(ctx context.Context, o Options) error {
 	defer stop()
 	served := make(chan error, 1)
 	go func() { served <- m.Run(mctx) }()
+	rec, stopEvents := eventRecorder(mctx, cs)
+	defer stopEvents()
+	sc := newScaler(cl, m, client.ObjectKeyFromObject(&job), o.Logger, rec)
+	scaled := make(chan error, 1)
+	go func() { scaled <- sc.run(mctx, o.Config) }()
+	defer func() {
+		stop()
+		if err := <-scaled; err != nil {
+			o.Logger.Warn("follow the job's scaling", "err", err)
+		}
+	}()
 	w := &statusWriter{client: cl, job: client.ObjectKeyFromObject(&job), log: o.Logger}
 	outcome, waitErr := waitEnded(ctx, m, w, o.StatusEvery)
 	stop()
@@ -138,6 +150,13 @@ func Run(ctx context.Context, o Options) error {
 		return &JobFailedError{Reason: outcome.Reason}
 	}
 	return nil
+}
+
+// eventRecorder records the master's events on its job (events.k8s.io).
+func eventRecorder(ctx context.Context, cs kubernetes.Interface) (events.EventRecorder, func()) {
+	b := events.NewBroadcaster(&events.EventSinkImpl{Interface: cs.EventsV1()})
+	b.StartRecordingToSink(ctx.Done())
+	return b.NewRecorder(Scheme(), "rover-master"), b.Shutdown
 }
 
 // StateName is the head ConfigMap of job's master state.

@@ -1,11 +1,9 @@
 package operator
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -20,8 +18,6 @@ import (
 	eventsv1 "k8s.io/api/events/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 )
@@ -75,7 +71,7 @@ func startEnv(t *testing.T) *k8stest.Env {
 	ctx := t.Context()
 	c := env.Client
 	mustCreate(t, c, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: DefaultNamespace}})
-	for _, obj := range readYAML(t, filepath.Join(k8stest.RepoRoot(t), "deploy/rbac/role.yaml")) {
+	for _, obj := range k8stest.ReadYAML(t, filepath.Join(k8stest.RepoRoot(t), "deploy/rbac/role.yaml")) {
 		if err := c.Create(ctx, obj); err != nil {
 			t.Fatalf("create %s %s from deploy/rbac/role.yaml: %v", obj.GetKind(), obj.GetName(), err)
 		}
@@ -123,30 +119,6 @@ func startOperator(t *testing.T, env *k8stest.Env, c Config) {
 		}
 		w.close()
 	})
-}
-
-// readYAML reads the objects of a multi-document YAML file.
-func readYAML(t *testing.T, name string) []*unstructured.Unstructured {
-	t.Helper()
-	data, err := os.ReadFile(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var objs []*unstructured.Unstructured
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
-	for {
-		u := &unstructured.Unstructured{}
-		err := dec.Decode(&u.Object)
-		if errors.Is(err, io.EOF) {
-			return objs
-		}
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		if len(u.Object) > 0 {
-			objs = append(objs, u)
-		}
-	}
 }
 
 func mustCreate(t *testing.T, c client.Client, obj client.Object) {

@@ -17,7 +17,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -61,23 +60,13 @@ func TestOperator(t *testing.T) {
 	t.Run("master role", func(t *testing.T) {
 		t.Parallel()
 		ns := newNamespace(t, c, "master-role")
-		for _, obj := range readYAML(t, filepath.Join(k8stest.RepoRoot(t), "deploy/rbac/master-role.yaml")) {
-			obj.SetNamespace(ns)
-			if obj.GetKind() == "RoleBinding" {
-				subjects, _, _ := unstructured.NestedSlice(obj.Object, "subjects")
-				for _, s := range subjects {
-					s.(map[string]any)["namespace"] = ns
-				}
-				_ = unstructured.SetNestedSlice(obj.Object, subjects, "subjects")
-			}
-			mustCreate(t, c, obj)
-		}
-		master := "system:serviceaccount:" + ns + ":" + DefaultMasterServiceAccount
+		master := k8stest.ApplyMasterRole(t, c, ns)
 		for _, a := range []authorizationv1.ResourceAttributes{
 			{Namespace: ns, Verb: "create", Resource: "pods"},
 			{Namespace: ns, Verb: "watch", Resource: "pods"},
 			{Namespace: ns, Verb: "delete", Resource: "pods"},
 			{Namespace: ns, Verb: "get", Group: v1alpha1.Group, Resource: "elasticjobs"},
+			{Namespace: ns, Verb: "patch", Group: v1alpha1.Group, Resource: "elasticjobs"},
 			{Namespace: ns, Verb: "patch", Group: v1alpha1.Group, Resource: "elasticjobs", Subresource: "status"},
 			{Namespace: ns, Verb: "list", Group: v1alpha1.Group, Resource: "scaleplans"},
 		} {
@@ -96,7 +85,7 @@ func TestOperator(t *testing.T) {
 
 	t.Run("operator deployment", func(t *testing.T) {
 		t.Parallel()
-		for _, obj := range readYAML(t, filepath.Join(k8stest.RepoRoot(t), "deploy/operator/operator.yaml")) {
+		for _, obj := range k8stest.ReadYAML(t, filepath.Join(k8stest.RepoRoot(t), "deploy/operator/operator.yaml")) {
 			if obj.GetKind() == "Namespace" { // made by startEnv
 				continue
 			}

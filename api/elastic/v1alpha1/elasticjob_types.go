@@ -167,9 +167,11 @@ const (
 // +kubebuilder:validation:XValidation:rule="!has(self.minReplicas) || !has(self.maxReplicas) || self.minReplicas <= self.maxReplicas",message="minReplicas must not exceed maxReplicas",fieldPath=".minReplicas"
 // +kubebuilder:validation:XValidation:rule="!has(self.template) || !has(self.template.spec) || !has(self.template.spec.restartPolicy) || self.template.spec.restartPolicy == 'Never'",message="template.spec.restartPolicy must be Never or left out: Rover relaunches failed nodes itself (restartCount)",fieldPath=".template.spec.restartPolicy"
 type ReplicaSpec struct {
-	// Replicas is the group's node count; with a launcher in the command,
-	// the most nodes (the max of --nnodes), which it defaults to. The scale
-	// subresource sets the worker's.
+	// Replicas is how many nodes the group runs: with a launcher in the
+	// command, within its --nnodes MIN:MAX (default MAX). The scale
+	// subresource (kubectl scale) and ScalePlans set the worker's while the
+	// job runs; the master creates or removes nodes to match, and sets a
+	// count outside --nnodes back, with a warning event.
 	//
 	// +kubebuilder:validation:Minimum=1
 	// +optional

@@ -1,0 +1,280 @@
+package kubemaster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	elasticv1 "github.com/roverml/rover/api/elastic/v1alpha1"
+	"github.com/roverml/rover/internal/master"
+	"github.com/roverml/rover/internal/nodemanager"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/events"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// Event reasons the master records on its job.
+const (
+	ReasonScaled       = "Scaled"
+	ReasonScaleRefused = "ScaleRefused"
+)
+
+// scaler makes the master follow how many worker nodes the job's users
+// want: spec.replicaSpecs.worker.replicas (which `kubectl scale` sets
+// through the /scale subresource) and DLRover's manual ScalePlans. The job's
+// spec stays the one record of the count: a ScalePlan that is carried out
+// sets it, and a count the job cannot run (outside its --nnodes) is set
+// back, with a warning event, so that a restarted master plans the job
+// from a spec it accepts. Informers, not polling, bring the changes.
+type scaler struct {
+	client client.Client
+	master *master.Master
+	job    types.NamespacedName
+	log    *slog.Logger
+	events events.EventRecorder
+	clock  func() time.Time
+
+	wake chan struct{}
+
+	mu      sync.Mutex
+	latest  *elasticv1.ElasticJob           // the newest job seen
+	plans   map[string]*elasticv1.ScalePlan // plans not settled yet, by name
+	settled map[types.UID]bool              // plans settled by this master
+	applied int32                           // the replicas last carried out; 0: none yet
+}
+
+func newScaler(cl client.Client, m *master.Master, job types.NamespacedName, log *slog.Logger, rec events.EventRecorder) *scaler {
+	return &scaler{client: cl, master: m, job: job, log: log, events: rec, clock: time.Now,
+		wake: make(chan struct{}, 1), plans: map[string]*elasticv1.ScalePlan{}, settled: map[types.UID]bool{}}
+}
+
+// run watches the job and its ScalePlans until ctx ends, and acts on them.
+func (s *scaler) run(ctx context.Context, cfg *rest.Config) error {
+	c, err := cache.New(cfg, cache.Options{
+		Scheme:            Scheme(),
+		DefaultNamespaces: map[string]cache.Config{s.job.Namespace: {}},
+		ByObject: map[client.Object]cache.ByObject{
+			&elasticv1.ElasticJob{}: {Field: fields.OneTermEqualSelector("metadata.name", s.job.Name)},
+			&elasticv1.ScalePlan{}:  {Label: labels.SelectorFromSet(labels.Set{elasticv1.LabelJobName: s.job.Name})},
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("watch the job's scaling: %w", err)
+	}
+	for obj, fn := range map[client.Object]func(any){&elasticv1.ElasticJob{}: s.onJob, &elasticv1.ScalePlan{}: s.onPlan} {
+		inf, err := c.GetInformer(ctx, obj)
+		if err != nil {
+			return fmt.Errorf("watch the job's scaling: %w", err)
+		}
+		if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+			AddFunc: fn, UpdateFunc: func(_, o any) { fn(o) },
+		}); err != nil {
+			return fmt.Errorf("watch the job's scaling: %w", err)
+		}
+	}
+	started := make(chan error, 1)
+	go func() { started <- c.Start(ctx) }()
+	for {
+		select {
+		case <-ctx.Done():
+			<-started
+			return nil
+		case err := <-started:
+			return fmt.Errorf("watch the job's scaling: %w", err)
+		case <-s.wake:
+			s.step(ctx)
+		}
+	}
+}
+
+func (s *scaler) poke() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (s *scaler) onJob(o any) {
+	if job, ok := o.(*elasticv1.ElasticJob); ok {
+		s.mu.Lock()
+		s.latest = job
+		s.mu.Unlock()
+		s.poke()
+	}
+}
+
+func (s *scaler) onPlan(o any) {
+	p, ok := o.(*elasticv1.ScalePlan)
+	if !ok || planSettled(p) {
+		return
+	}
+	if t, ok := p.Labels[elasticv1.LabelScaleType]; ok && t != elasticv1.ScaleTypeManual {
+		return // a plan of another kind (DLRover's master writes "auto" ones)
+	}
+	s.mu.Lock()
+	if !s.settled[p.UID] {
+		s.plans[p.Name] = p
+	}
+	s.mu.Unlock()
+	s.poke()
+}
+
+func planSettled(p *elasticv1.ScalePlan) bool {
+	return p.Status.Phase == elasticv1.PhaseSucceeded || p.Status.Phase == elasticv1.PhaseFailed
+}
+
+// step follows the job's replicas, then settles the plans, oldest first.
+func (s *scaler) step(ctx context.Context) {
+	s.mu.Lock()
+	job := s.latest
+	plans := slices.Collect(maps.Values(s.plans))
+	s.mu.Unlock()
+	if job != nil {
+		s.followSpec(ctx, job)
+	}
+	slices.SortFunc(plans, func(a, b *elasticv1.ScalePlan) int {
+		if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
+	for _, p := range plans {
+		s.settle(ctx, job, p)
+	}
+}
+
+func workerReplicas(job *elasticv1.ElasticJob) int32 {
+	if w := job.Spec.ReplicaSpecs[elasticv1.Worker]; w != nil && w.Replicas != nil {
+		return *w.Replicas
+	}
+	return 0
+}
+
+// followSpec scales to the spec's worker replicas when they changed.
+func (s *scaler) followSpec(ctx context.Context, job *elasticv1.ElasticJob) {
+	n := workerReplicas(job)
+	if n == 0 || n == s.applied {
+		return
+	}
+	why := fmt.Sprintf("spec.replicaSpecs.worker.replicas is %d", n)
+	err := s.master.Scale(ctx, string(elasticv1.Worker), int(n), why)
+	switch {
+	case err == nil:
+		if s.applied != 0 {
+			s.event(job, corev1.EventTypeNormal, ReasonScaled, "Scale", "%s: scaled the workers from %d to %d nodes", why, s.applied, n)
+		}
+		s.applied = n
+	case errors.Is(err, nodemanager.ErrBadScale) && s.applied != 0:
+		msg := fmt.Sprintf("%s, which this job cannot run: %v; replicas is set back to %d", why, err, s.applied)
+		s.event(job, corev1.EventTypeWarning, ReasonScaleRefused, "Scale", "%s", msg)
+		s.log.Warn("scale refused", "replicas", n, "err", err)
+		if err := s.setReplicas(ctx, s.applied); err != nil {
+			s.log.Error("set the job's replicas back", "replicas", s.applied, "err", err)
+		}
+	case errors.Is(err, nodemanager.ErrBadScale), errors.Is(err, nodemanager.ErrJobOver), errors.Is(err, master.ErrNoNodes):
+		s.log.Info("not scaling", "replicas", n, "err", err)
+	default:
+		s.log.Warn("scale the workers", "replicas", n, "err", err)
+	}
+}
+
+// setReplicas writes the worker replicas of the job's spec.
+func (s *scaler) setReplicas(ctx context.Context, n int32) error {
+	patch, err := json.Marshal(map[string]any{"spec": map[string]any{"replicaSpecs": map[string]any{
+		string(elasticv1.Worker): map[string]any{"replicas": n}}}})
+	if err != nil {
+		return err
+	}
+	obj := &elasticv1.ElasticJob{ObjectMeta: metav1.ObjectMeta{Namespace: s.job.Namespace, Name: s.job.Name}}
+	return s.client.Patch(ctx, obj, client.RawPatch(types.MergePatchType, patch))
+}
+
+// settle carries out one ScalePlan, or refuses it, and records how.
+func (s *scaler) settle(ctx context.Context, job *elasticv1.ElasticJob, p *elasticv1.ScalePlan) {
+	n, err := planReplicas(p, s.job.Name)
+	if err == nil {
+		why := fmt.Sprintf("ScalePlan %s asks for %d worker nodes", p.Name, n)
+		if err = s.master.Scale(ctx, string(elasticv1.Worker), int(n), why); err == nil {
+			if err = s.setReplicas(ctx, n); err == nil {
+				s.applied = n
+			}
+		}
+	}
+	if ctx.Err() != nil {
+		return
+	}
+	phase, msg := elasticv1.PhaseSucceeded, fmt.Sprintf("scaled the workers to %d nodes", n)
+	if err != nil {
+		phase, msg = elasticv1.PhaseFailed, err.Error()
+		if job != nil {
+			s.event(job, corev1.EventTypeWarning, ReasonScaleRefused, "Scale", "ScalePlan %s: %s", p.Name, msg)
+		}
+	} else if job != nil {
+		s.event(job, corev1.EventTypeNormal, ReasonScaled, "Scale", "ScalePlan %s: %s", p.Name, msg)
+	}
+	now := metav1.NewTime(s.clock())
+	body, _ := json.Marshal(map[string]any{"status": elasticv1.ScalePlanStatus{Phase: phase, CreateTime: &now, FinishTime: &now, Message: msg}})
+	if err := s.client.Status().Patch(ctx, p.DeepCopy(), client.RawPatch(types.MergePatchType, body)); err != nil {
+		s.log.Warn("write a ScalePlan's status", "plan", p.Name, "err", err)
+		return // tried again on the plan's next event
+	}
+	s.mu.Lock()
+	delete(s.plans, p.Name)
+	s.settled[p.UID] = true
+	s.mu.Unlock()
+	s.log.Info("ScalePlan settled", "plan", p.Name, "phase", phase, "message", msg)
+}
+
+// planReplicas returns the worker count p asks for, or an error naming
+// the first field Rover does not carry out.
+func planReplicas(p *elasticv1.ScalePlan, job string) (int32, error) {
+	sp := p.Spec
+	unsupported := func(field, why string) error {
+		return fmt.Errorf("spec.%s is not supported: %s", field, why)
+	}
+	switch {
+	case sp.OwnerJob != job:
+		return 0, fmt.Errorf("spec.ownerJob is %q but the plan is labelled for job %q: make them agree", sp.OwnerJob, job)
+	case len(sp.CreatePods) > 0:
+		return 0, unsupported("createPods", "Rover creates the pods a count needs; give replicaResourceSpecs.worker.replicas")
+	case len(sp.RemovePods) > 0:
+		return 0, unsupported("removePods", "Rover removes the highest ranks when the count goes down; give replicaResourceSpecs.worker.replicas")
+	case len(sp.MigratePods) > 0:
+		return 0, unsupported("migratePods", "Rover does not move running nodes; delete a pod and Rover relaunches it")
+	case len(sp.PsHosts) > 0:
+		return 0, unsupported("psHosts", "Rover runs allreduce jobs, without parameter servers")
+	}
+	for t, r := range sp.ReplicaResourceSpecs {
+		if t != elasticv1.Worker {
+			return 0, unsupported("replicaResourceSpecs."+string(t), "Rover runs one worker group")
+		}
+		if len(r.Resource) > 0 {
+			return 0, unsupported("replicaResourceSpecs.worker.resource", "Rover does not change a running node's resources (an OOM-killed node comes back with more memory on its own)")
+		}
+	}
+	w, ok := sp.ReplicaResourceSpecs[elasticv1.Worker]
+	if !ok || w.Replicas < 1 {
+		return 0, errors.New("spec.replicaResourceSpecs.worker.replicas is missing: give the number of worker nodes wanted")
+	}
+	return w.Replicas, nil
+}
+
+func (s *scaler) event(job *elasticv1.ElasticJob, kind, reason, action, format string, a ...any) {
+	if s.events != nil {
+		s.events.Eventf(job, nil, kind, reason, action, format, a...)
+	}
+}

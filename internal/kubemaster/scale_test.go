@@ -1,0 +1,190 @@
+package kubemaster
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"slices"
+	"strings"
+	"testing"
+
+	elasticv1 "github.com/roverml/rover/api/elastic/v1alpha1"
+	"github.com/roverml/rover/internal/k8stest"
+	autoscalingv1 "k8s.io/api/autoscaling/v1"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// TestMasterFollowsScaling: on a real API server, a master running with
+// exactly deploy/rbac/master-role.yaml's permissions follows the job's
+// worker count. The job runs --nnodes=1:3 and starts 2 pods (replicas 2);
+// `kubectl scale --replicas=3` (the /scale subresource) adds a third pod;
+// a count outside --nnodes is set back with a warning event; a ScalePlan
+// for 1 node removes the two highest ranks, sets the job's replicas and
+// ends Succeeded; a ScalePlan asking for what Rover does not do ends
+// Failed, naming the field.
+func TestMasterFollowsScaling(t *testing.T) {
+	env := k8stest.Start(t, k8stest.Options{CRDDirs: []string{"deploy/crd"}, Scheme: Scheme()})
+	cs, err := kubernetes.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	ns := "scale"
+	if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	_, masterCfg := env.AddUser(t, k8stest.ApplyMasterRole(t, env.Client, ns))
+	job := ddpJob(t, ns)
+	w := job.Spec.ReplicaSpecs[elasticv1.Worker]
+	w.Replicas = new(int32(2))
+	w.Template.Spec.Containers[0].Command = []string{"rover", "run", "--nnodes=1:3", "--nproc-per-node=2", "examples/ddp/train.py"}
+	if err := env.Client.Create(ctx, job); err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(rctx, Options{Config: masterCfg, Namespace: ns, Job: job.Name, Listen: "127.0.0.1:0",
+			Token: "secret", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("master Run: %v", err)
+		}
+	})
+	pods := func() []string {
+		list, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: elasticv1.LabelJobName + "=" + job.Name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, p := range list.Items {
+			if p.DeletionTimestamp == nil {
+				names = append(names, p.Name)
+			}
+		}
+		slices.Sort(names)
+		return names
+	}
+	waitPods := func(want ...string) {
+		t.Helper()
+		k8stest.WaitFor(t, "pods "+strings.Join(want, ", "), func() bool { return slices.Equal(pods(), want) })
+	}
+	scale := func(n int32) {
+		t.Helper()
+		s := &autoscalingv1.Scale{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: job.Name}, Spec: autoscalingv1.ScaleSpec{Replicas: n}}
+		if err := env.Client.SubResource("scale").Update(ctx, job, client.WithSubResourceBody(s)); err != nil {
+			t.Fatalf("scale to %d: %v", n, err)
+		}
+	}
+	replicas := func() int32 {
+		var got elasticv1.ElasticJob
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(job), &got); err != nil {
+			t.Fatal(err)
+		}
+		return workerReplicas(&got)
+	}
+
+	waitPods("ddp-worker-0-0", "ddp-worker-1-0")
+	scale(3)
+	waitPods("ddp-worker-0-0", "ddp-worker-1-0", "ddp-worker-2-0")
+
+	scale(5)
+	k8stest.WaitFor(t, "replicas set back to 3", func() bool { return replicas() == 3 })
+	k8stest.WaitFor(t, "a ScaleRefused event", func() bool {
+		list, err := cs.EventsV1().Events(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return slices.ContainsFunc(list.Items, func(e eventsv1.Event) bool {
+			return e.Reason == ReasonScaleRefused && e.Regarding.Name == job.Name && strings.Contains(e.Note, "--nnodes")
+		})
+	})
+	if got := pods(); len(got) != 3 {
+		t.Errorf("pods %v after a refused scale, want the 3 there were", got)
+	}
+
+	plan := func(name string, spec elasticv1.ScalePlanSpec) *elasticv1.ScalePlan {
+		t.Helper()
+		p := &elasticv1.ScalePlan{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: elasticv1.ManualScaleLabels(job.Name)}, Spec: spec}
+		if err := env.Client.Create(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		k8stest.WaitFor(t, "ScalePlan "+name+" settled", func() bool {
+			if err := env.Client.Get(ctx, client.ObjectKeyFromObject(p), p); err != nil {
+				t.Fatal(err)
+			}
+			return p.Status.FinishTime != nil
+		})
+		return p
+	}
+	down := plan("down", elasticv1.ScalePlanSpec{OwnerJob: job.Name, ReplicaResourceSpecs: map[elasticv1.ReplicaType]elasticv1.ReplicaResourceSpec{elasticv1.Worker: {Replicas: 1}}})
+	if down.Status.Phase != elasticv1.PhaseSucceeded {
+		t.Fatalf("ScalePlan down: %+v", down.Status)
+	}
+	waitPods("ddp-worker-0-0")
+	if n := replicas(); n != 1 {
+		t.Errorf("replicas %d after the plan, want 1", n)
+	}
+	bad := plan("migrate", elasticv1.ScalePlanSpec{OwnerJob: job.Name, MigratePods: []elasticv1.PodMeta{{Name: "ddp-worker-0-0"}}})
+	if bad.Status.Phase != elasticv1.PhaseFailed || !strings.Contains(bad.Status.Message, "spec.migratePods") {
+		t.Errorf("ScalePlan migrate: %+v, want Failed naming spec.migratePods", bad.Status)
+	}
+	over := plan("over", elasticv1.ScalePlanSpec{OwnerJob: job.Name, ReplicaResourceSpecs: map[elasticv1.ReplicaType]elasticv1.ReplicaResourceSpec{elasticv1.Worker: {Replicas: 4}}})
+	if over.Status.Phase != elasticv1.PhaseFailed || !strings.Contains(over.Status.Message, "1 to 3") {
+		t.Errorf("ScalePlan over: %+v, want Failed saying the range", over.Status)
+	}
+	if got := pods(); !slices.Equal(got, []string{"ddp-worker-0-0"}) {
+		t.Errorf("pods %v after refused plans, want ddp-worker-0-0", got)
+	}
+}
+
+func TestPlanReplicas(t *testing.T) {
+	worker := func(n int32) map[elasticv1.ReplicaType]elasticv1.ReplicaResourceSpec {
+		return map[elasticv1.ReplicaType]elasticv1.ReplicaResourceSpec{elasticv1.Worker: {Replicas: n}}
+	}
+	tests := []struct {
+		name string
+		spec elasticv1.ScalePlanSpec
+		want string // error substring; "" for 3 nodes
+	}{
+		{"good", elasticv1.ScalePlanSpec{OwnerJob: "j", ReplicaResourceSpecs: worker(3)}, ""},
+		{"other owner", elasticv1.ScalePlanSpec{OwnerJob: "k", ReplicaResourceSpecs: worker(3)}, "spec.ownerJob"},
+		{"no count", elasticv1.ScalePlanSpec{OwnerJob: "j"}, "replicaResourceSpecs.worker.replicas is missing"},
+		{"create pods", elasticv1.ScalePlanSpec{OwnerJob: "j", CreatePods: []elasticv1.PodMeta{{Name: "p"}}}, "spec.createPods"},
+		{"remove pods", elasticv1.ScalePlanSpec{OwnerJob: "j", RemovePods: []elasticv1.PodMeta{{Name: "p"}}}, "spec.removePods"},
+		{"ps hosts", elasticv1.ScalePlanSpec{OwnerJob: "j", PsHosts: []string{"h"}}, "spec.psHosts"},
+		{"ps", elasticv1.ScalePlanSpec{OwnerJob: "j", ReplicaResourceSpecs: map[elasticv1.ReplicaType]elasticv1.ReplicaResourceSpec{"ps": {Replicas: 1}}}, "replicaResourceSpecs.ps"},
+		{"resources", elasticv1.ScalePlanSpec{OwnerJob: "j", ReplicaResourceSpecs: map[elasticv1.ReplicaType]elasticv1.ReplicaResourceSpec{
+			elasticv1.Worker: {Replicas: 3, Resource: corev1.ResourceList{corev1.ResourceMemory: resourceQuantity(t, "8Gi")}}}}, "replicaResourceSpecs.worker.resource"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			n, err := planReplicas(&elasticv1.ScalePlan{Spec: tc.spec}, "j")
+			if tc.want == "" {
+				if err != nil || n != 3 {
+					t.Fatalf("planReplicas = %d, %v; want 3", n, err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("planReplicas = %d, %v; want an error naming %s", n, err, tc.want)
+			}
+		})
+	}
+}
+
+func resourceQuantity(t *testing.T, s string) resource.Quantity {
+	t.Helper()
+	q, err := resource.ParseQuantity(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return q
+}
