@@ -5,14 +5,17 @@ checkpoints that DLRover itself wrote.
 DLRover's layout (what its DDP checkpointer writes by default):
 ``<checkpoint_dir>/dlrover_latest.txt`` holds the newest complete step, and
 ``<checkpoint_dir>/<step>/rank_<r>.pt`` is rank r's state dict, a file of
-``torch.save``. Those files are pickles; they are read with
-``torch.load(weights_only=True)``, PyTorch's restricted unpickler, which
-builds tensors, dicts, lists, tuples and plain values and refuses anything
-else, so reading one cannot run code.
+``torch.save``. Those files are pickles; they are read with an unpickler
+that builds only tensors, containers and plain values and refuses any other
+class or function, so reading one cannot run code: PyTorch's own
+``torch.load(weights_only=True)``, or, where that cannot read a float
+(torch 1.13), the same file format read with ``_SafeUnpickler``.
 """
 
 import os
+import pickle
 import threading
+import types
 
 from rover.checkpoint import Checkpointer as _RoverCheckpointer
 
@@ -71,21 +74,59 @@ def _unwrap(state):
     return state
 
 
+# What a state dict's pickle may name: containers, and torch's functions
+# that rebuild tensors, storages, sizes and dtypes from their bytes.
+_ALLOWED = {
+    ("collections", "OrderedDict"),
+    ("torch._utils", "_rebuild_tensor_v2"),
+    ("torch._utils", "_rebuild_parameter"),
+    ("torch", "Size"),
+    ("torch", "device"),
+    ("torch.storage", "UntypedStorage"),
+    ("torch.storage", "TypedStorage"),
+    ("torch.serialization", "_get_layout"),
+    ("builtins", "set"),
+    ("builtins", "frozenset"),
+    ("builtins", "complex"),
+}
+
+
+class _SafeUnpickler(pickle.Unpickler):
+    def find_class(self, module, name):
+        import torch
+
+        if (module, name) in _ALLOWED:
+            return super().find_class(module, name)
+        if module == "torch" and (name.endswith("Storage") or isinstance(getattr(torch, name, None), torch.dtype)):
+            return getattr(torch, name)
+        raise pickle.UnpicklingError(f"{module}.{name} is not a tensor, container or plain value")
+
+
+_safe_pickle = types.SimpleNamespace(Unpickler=_SafeUnpickler, load=lambda f, **kw: _SafeUnpickler(f, **kw).load(),
+                                     __name__="rover_safe_pickle")
+
+
 def load_pt(path):
     """The state dict in a DLRover (torch.save) file, read without running
-    code; ValueError when the file holds more than tensors and plain values."""
-    import pickle
-
+    code; ValueError when the file holds more than tensors, containers and
+    plain values."""
     import torch
 
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except (pickle.UnpicklingError, RuntimeError, AttributeError) as e:
+        return _unwrap(torch.load(path, map_location="cpu", weights_only=True))
+    except pickle.UnpicklingError as e:
+        first = e
+    # torch 1.13's weights_only unpickler refuses floats (any optimizer's
+    # state has some); read the zip format with _SafeUnpickler instead.
+    # torch.load itself ignores pickle_module there, hence its _load.
+    try:
+        with torch.serialization._open_zipfile_reader(path) as z:
+            return _unwrap(torch.serialization._load(z, "cpu", _safe_pickle, encoding="utf-8"))
+    except (pickle.UnpicklingError, RuntimeError, AttributeError, TypeError) as e:
         raise ValueError(
-            f"cannot read {path} safely: it holds more than tensors, dicts, lists and plain values ({e}). "
-            "If you trust the file, load it yourself with torch.load(path, weights_only=False) and save "
-            "it again with save_checkpoint") from None
-    return _unwrap(state)
+            f"cannot read {path} safely: it holds more than tensors, containers and plain values ({e}; "
+            f"torch.load(weights_only=True): {str(first)[-120:]}). If you trust the file, load it yourself "
+            "with torch.load(path, weights_only=False) and save it again with save_checkpoint") from None
 
 
 def _rank_file(step_dir, rank):
