@@ -1,7 +1,8 @@
-// Package python embeds Rover's Python package (python/rover) in the rover
-// binary, so that `rover run` can put it on its workers' PYTHONPATH and a
-// training script can `import rover` with nothing installed. It owns no
-// logic; the package's code is the .py files beside it.
+// Package python embeds Rover's Python packages in the rover binary, so
+// that `rover run` can put them on its workers' PYTHONPATH and a training
+// script can `import rover` (python/rover), or import DLRover's documented
+// API (python/dlrover, a layer over rover), with nothing installed. It owns
+// no logic; the packages' code is the .py files beside it.
 package python
 
 import (
@@ -12,13 +13,31 @@ import (
 	"path/filepath"
 )
 
+// Explicit patterns, not directories: a directory pattern would leave out
+// the __init__.py files (names starting with _), and must not take
+// __pycache__ along.
+//
 //go:embed rover/*.py
+//go:embed dlrover/*.py dlrover/trainer/*.py dlrover/trainer/torch/*.py
+//go:embed dlrover/trainer/torch/elastic/*.py dlrover/trainer/torch/flash_checkpoint/*.py
 var files embed.FS
 
-// Extract writes the package to dir/rover (created 0700) and returns dir, the
-// directory to put on PYTHONPATH.
+// packages are the top-level packages Extract writes.
+var packages = []string{"rover", "dlrover"}
+
+// Extract writes the packages to dir/rover and dir/dlrover (created 0700)
+// and returns dir, the directory to put on PYTHONPATH.
 func Extract(dir string) (string, error) {
-	err := fs.WalkDir(files, "rover", func(path string, d fs.DirEntry, err error) error {
+	for _, pkg := range packages {
+		if err := extract(dir, pkg); err != nil {
+			return "", err
+		}
+	}
+	return dir, nil
+}
+
+func extract(dir, pkg string) error {
+	err := fs.WalkDir(files, pkg, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -33,7 +52,7 @@ func Extract(dir string) (string, error) {
 		return os.WriteFile(target, b, 0o600)
 	})
 	if err != nil {
-		return "", fmt.Errorf("extract the rover Python package: %w", err)
+		return fmt.Errorf("extract the %s Python package: %w", pkg, err)
 	}
-	return dir, nil
+	return nil
 }

@@ -1,0 +1,1 @@
+"""DLRover's trainer API (``dlrover.trainer.torch``), served by Rover."""

@@ -1,0 +1,8 @@
+"""DLRover's flash checkpoint API over ``rover.checkpoint.Checkpointer``.
+
+``ddp.DdpCheckpointer`` and ``fsdp.FsdpShardCheckpointer`` save to the node
+agent's shared memory (``StorageType.MEMORY``) or to memory and then, in the
+background, to the job's checkpoint storage (``StorageType.DISK``). The
+DeepSpeed, Megatron-LM and Hugging Face modules are not provided: importing
+them raises ImportError saying so.
+"""
