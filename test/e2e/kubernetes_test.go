@@ -17,6 +17,7 @@ import (
 	"github.com/roverml/rover/internal/k8stest"
 	"github.com/roverml/rover/internal/operator"
 	"github.com/roverml/rover/test/kubelet"
+	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -285,5 +286,56 @@ func (k *kube) deletePod(t *testing.T, name string) {
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: kubeNamespace, Name: name}}
 	if err := k.c.Delete(context.Background(), pod); err != nil {
 		t.Fatalf("delete pod %s: %v", name, err)
+	}
+}
+
+// TestKubernetesScale: a job of --nnodes=2:3 that starts two worker pods
+// (replicas 2) is scaled to 3 with the /scale subresource (`kubectl scale
+// elasticjob/scale --replicas=3`) while it trains: the master creates
+// -worker-2-0, whose node joins the next round, and the job finishes in a
+// world of 3 nodes of 2 processes, with no restart spent.
+func TestKubernetesScale(t *testing.T) {
+	const job = "scale"
+	k := startKube(t, job)
+	defer func() {
+		if t.Failed() {
+			t.Logf("pods of %s:\n%s", job, k.podLogs(job))
+		}
+	}()
+	dir := t.TempDir()
+	saves := filepath.Join(dir, "saves.log")
+	ej := ddpJob(job, dir, "--flash", filepath.Join(dir, "flash"), "--log-saves", saves, "--step-sleep", "0.2", "--steps", "100")
+	cmd := ej.Spec.ReplicaSpecs[elasticv1.Worker].Template.Spec.Containers[0].Command
+	cmd[slices.Index(cmd, "--nnodes")+1] = "2:3"
+	ctx := context.Background()
+	if err := k.c.Create(ctx, ej); err != nil {
+		t.Fatal(err)
+	}
+	waitStep(t, saves, 12)
+	scale := &autoscalingv1.Scale{ObjectMeta: metav1.ObjectMeta{Namespace: kubeNamespace, Name: job}, Spec: autoscalingv1.ScaleSpec{Replicas: 3}}
+	if err := k.c.SubResource("scale").Update(ctx, ej, client.WithSubResourceBody(scale)); err != nil {
+		t.Fatalf("scale the job to 3: %v", err)
+	}
+	waitFor(t, jobTimeout, "the third worker pod to run", func() bool { return k.running(t, job+"-worker-2-0") })
+	waitFor(t, jobTimeout, "the job to end", func() bool {
+		p := k.job(t, job).Status.Phase
+		return p == elasticv1.PhaseSucceeded || p == elasticv1.PhaseFailed
+	})
+	got := k.job(t, job)
+	if got.Status.Phase != elasticv1.PhaseSucceeded {
+		t.Fatalf("job phase %s, want Succeeded; conditions %+v", got.Status.Phase, got.Status.Conditions)
+	}
+	if w := got.Status.ReplicaStatuses[elasticv1.Worker]; w == nil || w.Succeeded != 3 || w.Failed != 0 {
+		t.Errorf("worker status %+v, want 3 succeeded", w)
+	}
+	if got.Status.RestartCount != 0 || got.Status.RelaunchCount != 0 {
+		t.Errorf("restarts %d, relaunches %d; a scale spends neither", got.Status.RestartCount, got.Status.RelaunchCount)
+	}
+	if pods := k.ranPods(job, "worker"); !slices.Equal(pods, []string{job + "-worker-0-0", job + "-worker-1-0", job + "-worker-2-0"}) {
+		t.Errorf("worker pods that ran: %v", pods)
+	}
+	res := readResult(t, filepath.Join(dir, "out.json"))
+	if res.Step != 100 || res.WorldSize != 6 {
+		t.Fatalf("result: step %d world %d; want 100 in a world of 6", res.Step, res.WorldSize)
 	}
 }
