@@ -139,6 +139,7 @@ func New(spec jobspec.JobSpec, t Target) (*Plan, error) {
 			MinNodes:      cfg.MinNodes,
 			MaxNodes:      cfg.MaxNodes,
 			Nodes:         startNodes(g.Nodes, cfg),
+			MemoryLimit:   memoryLimit(g),
 			RestartCount:  restartCount(g.RestartCount),
 			CriticalRanks: criticalRanks(g.CriticalNodes),
 			RestartCounts: criticalBudgets(g.CriticalNodes),
@@ -192,6 +193,17 @@ func startNodes(n int, cfg *runconfig.Config) int {
 		return cfg.MaxNodes
 	}
 	return n
+}
+
+// memoryLimit is the training container's memory limit (else request) in
+// bytes, 0 when it has none: what a node killed for memory grows from.
+func memoryLimit(g *jobspec.ReplicaGroup) int64 {
+	for _, l := range []jobspec.ResourceList{g.Limits, g.Requests} {
+		if q, ok := l[jobspec.Memory]; ok && q.Milli > 0 {
+			return q.Milli / 1000
+		}
+	}
+	return 0
 }
 
 // pendingStrategy maps DLRover's pending_fail_strategy to the node

@@ -28,6 +28,7 @@ spec:
           - name: main
             image: train:1
             command: [dlrover-run, --nnodes=1:3, --nproc_per_node=2, train.py]
+            resources: {limits: {memory: 4Gi}, requests: {memory: 2Gi}}
 `
 	spec, err := jobspec.Parse([]byte(doc))
 	if err != nil {
@@ -38,10 +39,10 @@ spec:
 		t.Fatal(err)
 	}
 	g := p.Nodes.Groups[0]
-	got := []any{g.MinNodes, g.Nodes, g.MaxNodes, g.RestartCount, g.CriticalRanks, g.RestartCounts, p.Nodes.PendingStrategy, p.Nodes.PendingTimeout.Seconds()}
-	want := []any{1, 2, 3, 1, []int{0, 1}, map[int]int{0: 4}, nodemanager.PendingAll, 120.0}
+	got := []any{g.MinNodes, g.Nodes, g.MaxNodes, g.RestartCount, g.CriticalRanks, g.RestartCounts, p.Nodes.PendingStrategy, p.Nodes.PendingTimeout.Seconds(), g.MemoryLimit}
+	want := []any{1, 2, 3, 1, []int{0, 1}, map[int]int{0: 4}, nodemanager.PendingAll, 120.0, int64(4 << 30)}
 	if diff := cmp.Diff(want, got); diff != "" {
-		t.Fatalf("min, nodes, max, restartCount, critical ranks, rank budgets, pending strategy, timeout (-want +got):\n%s", diff)
+		t.Fatalf("min, nodes, max, restartCount, critical ranks, rank budgets, pending strategy, timeout, memory limit (-want +got):\n%s", diff)
 	}
 }
 

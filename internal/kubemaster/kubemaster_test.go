@@ -14,6 +14,7 @@ import (
 	elasticv1 "github.com/roverml/rover/api/elastic/v1alpha1"
 	"github.com/roverml/rover/internal/k8stest"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -57,6 +58,8 @@ func TestMasterRunsElasticJob(t *testing.T) {
 		t.Fatal(err)
 	}
 	job := ddpJob(t, ns)
+	twoGi := corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("2Gi")}
+	job.Spec.ReplicaSpecs[elasticv1.Worker].Template.Spec.Containers[0].Resources = corev1.ResourceRequirements{Requests: twoGi, Limits: twoGi}
 	if err := env.Client.Create(ctx, job); err != nil {
 		t.Fatal(err)
 	}
@@ -116,6 +119,13 @@ func TestMasterRunsElasticJob(t *testing.T) {
 	}
 	if l := relaunched.Labels; l[elasticv1.LabelRelaunchCount] != "1" || l[elasticv1.LabelRankIndex] != "1" {
 		t.Errorf("relaunched pod labels %v, want rank-index 1, relaunch-count 1", l)
+	}
+	// OOMKilled: DLRover's rule, twice the memory (at most 8 GiB more).
+	if lim := relaunched.Spec.Containers[0].Resources.Limits[corev1.ResourceMemory]; lim.Cmp(resource.MustParse("4Gi")) != 0 {
+		t.Errorf("relaunched pod's memory limit %s, want 4Gi (the OOM-killed pod had 2Gi)", lim.String())
+	}
+	if lim := pod.Spec.Containers[0].Resources.Limits[corev1.ResourceMemory]; lim.Cmp(resource.MustParse("2Gi")) != 0 {
+		t.Errorf("first pod's memory limit %s, want the template's 2Gi", lim.String())
 	}
 	var got elasticv1.ElasticJob
 	k8stest.WaitFor(t, "the job's status to count the relaunch", func() bool {

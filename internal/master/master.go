@@ -148,6 +148,9 @@ func newMaster(ctx context.Context, cfg Config, log *slog.Logger) (*Master, erro
 		// Set before the replay: diagnoses replay as they were made.
 		c.fleetOn = true
 		c.caps = diagnosis.Caps{Relaunch: true, MoreMemory: cfg.Nodes.Platform.Capabilities().Resources}
+		if gs := cfg.Nodes.Spec.Groups; len(gs) > 0 {
+			c.caps.Memory = gs[0].Memory() // what a worker killed for memory grows from
+		}
 	}
 	n, err := c.restore(ctx, cfg.Clock.Now())
 	if err != nil {

@@ -222,7 +222,7 @@ func (m *Manager) memory(s *slot) int64 {
 	if s.memory > 0 {
 		return s.memory
 	}
-	return m.spec.Groups[s.group].Resources.MemoryBytes
+	return m.spec.Groups[s.group].Memory()
 }
 
 // End records that the job is over (it succeeded, or failed for a reason

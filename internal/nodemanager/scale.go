@@ -103,6 +103,15 @@ func (m *Manager) Live() int {
 	return n
 }
 
+// Memory is each node's memory in bytes as the group starts it:
+// Resources.MemoryBytes, else MemoryLimit; 0 when unknown.
+func (g GroupSpec) Memory() int64 {
+	if g.Resources.MemoryBytes > 0 {
+		return g.Resources.MemoryBytes
+	}
+	return g.MemoryLimit
+}
+
 // relaunches is how often the rank was relaunched: its relaunch number
 // less the times scaling brought it back.
 func (s *slot) relaunches() int { return s.relaunch - s.rescaled }

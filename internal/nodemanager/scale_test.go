@@ -125,6 +125,18 @@ func TestOOMKilledRelaunchesWithMoreMemory(t *testing.T) {
 		t.Errorf("memory GiB per node (-want +got):\n%s", diff)
 	}
 
+	// A template's limit (MemoryLimit) grows the same way.
+	g = workers(1, 1)
+	g.MemoryLimit = 2 * gib
+	m = mustNew(t, spec(g))
+	cmds = run(t, m, []step{start(), oom("train-worker-0-0").then("Delete train-worker-0-0", "Create train-worker-0-1")})
+	if mem := cmds[len(cmds)-1].Spec.Resources.MemoryBytes; mem != 4*gib {
+		t.Errorf("memory %d after an OOM kill at a 2 GiB limit, want 4 GiB", mem)
+	}
+	if cmds[0].Spec.Resources.MemoryBytes != 0 {
+		t.Errorf("the first node asks for %d bytes; a template's limit is the platform's to give", cmds[0].Spec.Resources.MemoryBytes)
+	}
+
 	// Unknown memory: relaunched as it was.
 	m = mustNew(t, spec(workers(1, 1)))
 	cmds = run(t, m, []step{start(), oom("train-worker-0-0").then("Delete train-worker-0-0", "Create train-worker-0-1")})

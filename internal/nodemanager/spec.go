@@ -67,6 +67,10 @@ type GroupSpec struct {
 	Env           map[string]string  `json:"env,omitempty"`
 	Image         string             `json:"image,omitempty"`
 	Resources     platform.Resources `json:"resources"`
+	// MemoryLimit is each node's memory in bytes when Resources asks for
+	// none but the platform gives some (a pod template's limit): what a
+	// node killed for memory grows from. 0: unknown.
+	MemoryLimit int64 `json:"memory_limit,omitempty"`
 }
 
 // budget is the relaunch budget of the group's node of rank, after
