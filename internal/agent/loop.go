@@ -197,16 +197,17 @@ func (a *agent) groupSpec(v *roverv1.NodeView) groupSpec {
 		Checkpoint:     a.checkpointStorage(),
 	}
 	return groupSpec{
-		Argv:       a.argv,
-		Placement:  p,
-		Dir:        filepath.Join(a.logDir, "round_"+strconv.Itoa(round)),
-		Redirects:  a.cfg.Redirects,
-		Tee:        a.cfg.Tee,
-		Filter:     a.cfg.LocalRanksFilter,
-		ConsoleOut: a.out,
-		ConsoleErr: a.errOut,
-		StopGrace:  a.cfg.StopGracePeriod,
-		Host:       a.host,
+		Argv:           a.argv,
+		Placement:      p,
+		Dir:            filepath.Join(a.logDir, "round_"+strconv.Itoa(round)),
+		Redirects:      a.cfg.Redirects,
+		Tee:            a.cfg.Tee,
+		Filter:         a.cfg.LocalRanksFilter,
+		PrefixTemplate: a.opts.Getenv(prefixTemplateEnv),
+		ConsoleOut:     a.out,
+		ConsoleErr:     a.errOut,
+		StopGrace:      a.cfg.StopGracePeriod,
+		Host:           a.host,
 		Rendezvous: func(ctx context.Context) (string, int, error) {
 			return a.workersMaster(ctx, round, p.GroupRank)
 		},
