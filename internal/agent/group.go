@@ -20,19 +20,19 @@ import (
 
 // groupSpec is what a worker group of one round needs.
 type groupSpec struct {
-	Argv       []string
-	Placement  placement // node-level fields; local ranks are filled per worker
-	Dir        string    // this round's log directory
-	Redirects  runconfig.StdSpec
-	Tee        runconfig.StdSpec
-	Filter     []int // local ranks shown on the console; nil = all
+	Argv      []string
+	Placement placement // node-level fields; local ranks are filled per worker
+	Dir       string    // the attempt directory of this round's restart count
+	Redirects runconfig.StdSpec
+	Tee       runconfig.StdSpec
+	Filter    []int // local ranks shown on the console; nil = all
 	// PrefixTemplate is $TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE: the prefix
 	// of teed console lines ("": torchrun's "[<role><local rank>]:").
 	PrefixTemplate string
-	ConsoleOut io.Writer
-	ConsoleErr io.Writer
-	StopGrace  time.Duration
-	Host       string
+	ConsoleOut     io.Writer
+	ConsoleErr     io.Writer
+	StopGrace      time.Duration
+	Host           string
 	// Rendezvous resolves MASTER_ADDR and MASTER_PORT for the round.
 	Rendezvous func(ctx context.Context) (string, int, error)
 	// Env is set for every worker after torchrun's contract.

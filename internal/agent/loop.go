@@ -197,9 +197,11 @@ func (a *agent) groupSpec(v *roverv1.NodeView) groupSpec {
 		Checkpoint:     a.checkpointStorage(),
 	}
 	return groupSpec{
-		Argv:           a.argv,
-		Placement:      p,
-		Dir:            filepath.Join(a.logDir, "round_"+strconv.Itoa(round)),
+		Argv:      a.argv,
+		Placement: p,
+		// torchrun's attempt directory: a round of a membership change
+		// reuses its restart count's, appending to its log files.
+		Dir:            filepath.Join(a.logDir, "attempt_"+strconv.Itoa(int(v.GetRestartCount()))),
 		Redirects:      a.cfg.Redirects,
 		Tee:            a.cfg.Tee,
 		Filter:         a.cfg.LocalRanksFilter,
