@@ -183,7 +183,7 @@ var flags = []flagDef{
 		help:  "address this node advertises to the other nodes",
 		apply: stringField(func(c *Config) *string { return &c.LocalAddr })},
 	{name: "logs-specs", metavar: "NAME", defText: "none", env: pet("logs-specs"), group: groupTorchrun,
-		help:  "not supported by Rover; giving it is an error",
+		help:  `default (torchrun's registered logs specs: --log-dir, --redirects and --tee) is the only one`,
 		apply: stringField(func(c *Config) *string { return &c.LogsSpecs })},
 
 	// dlrover-run.
