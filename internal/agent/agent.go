@@ -89,11 +89,16 @@ type agent struct {
 	// shards sends the workers' lease and complete calls to the master in
 	// batches.
 	shards *shardbatch.Batcher
+	// wroteErrorFile is set once the agent's own error file
+	// ($TORCHELASTIC_ERROR_FILE) holds the job's root cause.
+	wroteErrorFile bool
 }
 
 // Run runs the node agent until the job ends or ctx is cancelled. Its error
-// maps to the process exit code through ExitCode.
-func Run(ctx context.Context, cfg *runconfig.Config, opts Options) error {
+// maps to the process exit code through ExitCode. When the agent itself has
+// TORCHELASTIC_ERROR_FILE set, a failure is also written there, as torchrun
+// does: the root cause's error file when workers failed the job.
+func Run(ctx context.Context, cfg *runconfig.Config, opts Options) (err error) {
 	if opts.Stdout == nil {
 		opts.Stdout = os.Stdout
 	}
@@ -120,6 +125,8 @@ func Run(ctx context.Context, cfg *runconfig.Config, opts Options) error {
 		errOut: proc.NewSyncWriter(opts.Stderr),
 		views:  newLatestView(),
 	}
+	a.log = opts.Logger
+	defer func() { a.writeAgentError(err) }()
 	var token string
 	// The embedded master of a standalone job serves cleartext HTTP/2 on
 	// loopback; a master elsewhere is reached as --tls-ca says.

@@ -1,8 +1,14 @@
 package agent
 
 import (
+	"errors"
+	"fmt"
+	"os"
 	"strconv"
 	"strings"
+	"time"
+
+	"github.com/roverml/rover/internal/proc"
 )
 
 // prefixTemplateEnv names the environment variable that, as in torchrun,
@@ -77,4 +83,46 @@ func identifier(s string) string {
 		}
 	}
 	return s
+}
+
+// errorFileEnv is the environment variable naming the error file of a
+// worker or, set for the agent itself, the agent's (torchrun's contract
+// with schedulers).
+const errorFileEnv = "TORCHELASTIC_ERROR_FILE"
+
+// writeRootCause writes the job's root cause to the agent's own error
+// file, if it has one, as torchrun does: the root cause's error file when
+// the worker ran on this node (with "errorCode" set), else the same layout
+// from the failure report.
+func (a *agent) writeRootCause(root proc.Failure) {
+	path := a.opts.Getenv(errorFileEnv)
+	if path == "" {
+		return
+	}
+	a.wroteErrorFile = true
+	if nodeRank, _ := a.joined.get(); root.Node != nodeRank {
+		root.ErrorFile = "" // a path on another node
+	}
+	if err := proc.WriteRootCauseFile(path, root); err != nil {
+		a.log.Warn("could not write the agent's error file ("+errorFileEnv+")", "err", err)
+	}
+}
+
+// writeAgentError writes why the agent failed to its own error file, if it
+// has one and nothing is written there yet, as torch's record_exception
+// does for torchrun: a signal as "SignalException: Process <pid> got
+// signal: <N>".
+func (a *agent) writeAgentError(err error) {
+	path := a.opts.Getenv(errorFileEnv)
+	if err == nil || path == "" || a.wroteErrorFile {
+		return
+	}
+	msg := "RoverAgentError: " + err.Error()
+	var sc SignalCause
+	if errors.As(err, &sc) {
+		msg = fmt.Sprintf("SignalException: Process %d got signal: %d", os.Getpid(), int(sc.Signal()))
+	}
+	if werr := proc.WriteExceptionFile(path, msg, "", time.Now()); werr != nil {
+		a.log.Warn("could not write the agent's error file ("+errorFileEnv+")", "err", werr)
+	}
 }

@@ -173,6 +173,8 @@ func (a *agent) jobFailed(v *roverv1.NodeView) error {
 	title := filepath.Base(a.cfg.Entrypoint) + " FAILED"
 	if len(fs) > 0 {
 		fmt.Fprint(a.errOut, proc.FormatReport(title, fs))
+		root, _ := proc.RootCause(fs)
+		a.writeRootCause(root)
 	}
 	a.log.Error("job failed", "reason", v.GetReason())
 	return exitErr(ExitJobFailed, "job failed: %s", v.GetReason())
