@@ -55,8 +55,6 @@ func main() {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
-	ctx, stop := signalContext()
-	defer stop()
 	name := filepath.Base(args[0])
 	var cmd string
 	rest := args[1:]
@@ -65,6 +63,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 	} else if len(rest) > 0 {
 		cmd, rest = rest[0], rest[1:]
 	}
+	stopSignals := []os.Signal{syscall.SIGINT, syscall.SIGTERM}
+	if cmd == "run" {
+		// torchrun's agent stops its workers on these too, forwarding them.
+		stopSignals = append(stopSignals, syscall.SIGHUP, syscall.SIGQUIT)
+	}
+	ctx, stop := signalContext(stopSignals...)
+	defer stop()
 	var err error
 	switch cmd {
 	case "run":
@@ -115,11 +120,11 @@ func exitCode(ctx context.Context, err error, stderr io.Writer) int {
 }
 
 // signalContext returns a context cancelled, with a signalError cause, by the
-// first SIGINT or SIGTERM.
-func signalContext() (context.Context, func()) {
+// first of sigs.
+func signalContext(sigs ...os.Signal) (context.Context, func()) {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	ch := make(chan os.Signal, 1)
-	signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM)
+	signal.Notify(ch, sigs...)
 	go func() {
 		if s, ok := <-ch; ok {
 			cancel(signalError{sig: s.(syscall.Signal)})

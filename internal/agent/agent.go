@@ -69,8 +69,8 @@ type agent struct {
 	nodeID  string
 	host    string
 	argv    []string
-	logDir  string
-	tempDir bool
+	logDir  string // the run's: <--log-dir>/<run id>_<random>
+	tempDir string // the temporary directory holding logDir without --log-dir
 	out     io.Writer
 	errOut  io.Writer
 	// clock times the retries of calls to the master; nil is the wall clock.
@@ -89,11 +89,16 @@ type agent struct {
 	// shards sends the workers' lease and complete calls to the master in
 	// batches.
 	shards *shardbatch.Batcher
+	// wroteErrorFile is set once the agent's own error file
+	// ($TORCHELASTIC_ERROR_FILE) holds the job's root cause.
+	wroteErrorFile bool
 }
 
 // Run runs the node agent until the job ends or ctx is cancelled. Its error
-// maps to the process exit code through ExitCode.
-func Run(ctx context.Context, cfg *runconfig.Config, opts Options) error {
+// maps to the process exit code through ExitCode. When the agent itself has
+// TORCHELASTIC_ERROR_FILE set, a failure is also written there, as torchrun
+// does: the root cause's error file when workers failed the job.
+func Run(ctx context.Context, cfg *runconfig.Config, opts Options) (err error) {
 	if opts.Stdout == nil {
 		opts.Stdout = os.Stdout
 	}
@@ -120,6 +125,8 @@ func Run(ctx context.Context, cfg *runconfig.Config, opts Options) error {
 		errOut: proc.NewSyncWriter(opts.Stderr),
 		views:  newLatestView(),
 	}
+	a.log = opts.Logger
+	defer func() { a.writeAgentError(err) }()
 	var token string
 	// The embedded master of a standalone job serves cleartext HTTP/2 on
 	// loopback; a master elsewhere is reached as --tls-ca says.
@@ -193,8 +200,8 @@ func Run(ctx context.Context, cfg *runconfig.Config, opts Options) error {
 	}
 	stopBackground()
 	_ = bg.Wait()
-	if err == nil && a.tempDir {
-		os.RemoveAll(a.logDir)
+	if err == nil && a.tempDir != "" {
+		os.RemoveAll(a.tempDir)
 	}
 	return err
 }
@@ -261,20 +268,28 @@ func (a *agent) defaultNodeID() string {
 	return fmt.Sprintf("%s-%d", host, os.Getpid())
 }
 
+// openLogDir creates the run's log directory in torchrun's layout:
+// <--log-dir>/<run id>_<random>, under which each attempt (restart count)
+// has attempt_<N>/<local rank>/ with stdout.log, stderr.log and error.json.
+// Without --log-dir it goes in a temporary directory, removed when the job
+// succeeds.
 func (a *agent) openLogDir() error {
-	if a.cfg.LogDir != "" {
-		dir := filepath.Join(a.cfg.LogDir, a.cfg.RunID, a.nodeID)
-		if err := os.MkdirAll(dir, 0o700); err != nil {
-			return exitErr(ExitUsage, "create --log-dir: %w", err)
+	base := a.cfg.LogDir
+	if base == "" {
+		dir, err := os.MkdirTemp("", "rover-")
+		if err != nil {
+			return fmt.Errorf("create a log directory: %w", err)
 		}
-		a.logDir = dir
-		return nil
+		base, a.tempDir = dir, dir
+	} else if err := os.MkdirAll(base, 0o700); err != nil {
+		return exitErr(ExitUsage, "create --log-dir: %w", err)
 	}
-	dir, err := os.MkdirTemp("", "rover-"+sanitize(a.cfg.RunID)+"-")
+	dir, err := os.MkdirTemp(base, sanitize(a.cfg.RunID)+"_")
 	if err != nil {
-		return fmt.Errorf("create a log directory: %w", err)
+		return exitErr(ExitUsage, "create the run's directory in --log-dir %s: %w", base, err)
 	}
-	a.logDir, a.tempDir = dir, true
+	a.logDir = dir
+	a.log.Info("log directory set", "dir", dir)
 	return nil
 }
 

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/roverml/rover/internal/agent"
 	"github.com/roverml/rover/internal/agent/standalone"
 	"github.com/roverml/rover/internal/master"
@@ -180,8 +181,9 @@ func TestStandaloneSucceeds(t *testing.T) {
 	if len(envs) != 3 {
 		t.Fatalf("%d workers wrote their environment, want 3", len(envs))
 	}
-	if !strings.Contains(r.stdout.String(), "[default0]:fakeworker rank 0 restart 0 started") {
-		t.Errorf("stdout lacks rank 0's prefixed line:\n%s", r.stdout)
+	// Without --tee the workers write to the console unprefixed, as with torchrun.
+	if out := r.stdout.String(); !strings.Contains(out, "fakeworker rank 0 restart 0 started\n") || strings.Contains(out, "[default") {
+		t.Errorf("stdout lacks rank 0's unprefixed line:\n%s", out)
 	}
 }
 
@@ -394,28 +396,76 @@ func TestTooFewNodesFailsTheJob(t *testing.T) {
 	}
 }
 
-func TestLogDirRedirects(t *testing.T) {
+// TestLogDirLayout: --log-dir holds torchrun's layout,
+// <dir>/<run id>_<random>/attempt_<restart count>/<local rank>/, with the
+// files --redirects and --tee ask for and the failed worker's error.json,
+// for the first attempt and for the one after a restart.
+func TestLogDirLayout(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	logDir := t.TempDir()
+	marker := filepath.Join(t.TempDir(), "failed")
 	r := runAgent(ctx, t, "--standalone", "--nproc-per-node", "2", "--log-dir", logDir, "--rdzv-id", "logs",
-		"--node-id", "n", "--redirects", "0:3", "--tee", "1:1", "--no-python", fakeWorker)
+		"--max-restarts", "1", "--redirects", "0:3", "--tee", "1:1", "--no-python", fakeWorker,
+		"--exit-code", "3", "--fail-rank", "0", "--fail-after", "500ms", "--fail-once-marker", marker,
+		"--error-message", "ValueError: once")
 	if r.err != nil {
 		t.Fatalf("agent: %v\n%s", r.err, r.stderr)
 	}
-	out0, err := os.ReadFile(filepath.Join(logDir, "logs", "n", "round_1", "0", "stdout.log"))
-	if err != nil || !strings.Contains(string(out0), "fakeworker rank 0 restart 0 started") {
-		t.Errorf("rank 0's stdout.log = %q, %v", out0, err)
+	runs, _ := filepath.Glob(filepath.Join(logDir, "logs_*"))
+	if len(runs) != 1 {
+		t.Fatalf("run directories %q in --log-dir, want one logs_<random>", runs)
 	}
-	out1, err := os.ReadFile(filepath.Join(logDir, "logs", "n", "round_1", "1", "stdout.log"))
-	if err != nil || !strings.Contains(string(out1), "fakeworker rank 1 restart 0 started") {
-		t.Errorf("rank 1's stdout.log = %q, %v", out1, err)
+	var files []string
+	err := filepath.WalkDir(runs[0], func(path string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			rel, _ := filepath.Rel(runs[0], path)
+			files = append(files, rel)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"attempt_0/0/error.json", "attempt_0/0/stderr.log", "attempt_0/0/stdout.log", "attempt_0/1/stdout.log",
+		"attempt_1/0/stderr.log", "attempt_1/0/stdout.log", "attempt_1/1/stdout.log",
+	}
+	var got []string
+	for _, f := range files {
+		if !strings.HasPrefix(f, "master/") { // the embedded master's state
+			got = append(got, filepath.ToSlash(f))
+		}
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("files in %s (-want +got):\n%s", runs[0], diff)
+	}
+	read := func(rel string) string {
+		b, _ := os.ReadFile(filepath.Join(runs[0], rel))
+		return string(b)
+	}
+	for rel, want := range map[string]string{
+		"attempt_0/0/stdout.log": "fakeworker rank 0 restart 0 started\n",
+		"attempt_0/0/stderr.log": "fakeworker rank 0 failing with exit code 3\n",
+		"attempt_0/1/stdout.log": "fakeworker rank 1 restart 0 started\n",
+		"attempt_1/0/stdout.log": "fakeworker rank 0 restart 1 started\n",
+		"attempt_1/0/stderr.log": "",
+		"attempt_1/1/stdout.log": "fakeworker rank 1 restart 1 started\n",
+	} {
+		if got := read(rel); got != want {
+			t.Errorf("%s = %q, want %q", rel, got, want)
+		}
+	}
+	if got := read("attempt_0/0/error.json"); !strings.Contains(got, `"ValueError: once"`) {
+		t.Errorf("attempt_0/0/error.json = %q, want the worker's error", got)
 	}
 	console := r.stdout.String()
-	if strings.Contains(console, "rank 0 restart") {
+	if strings.Contains(console, "rank 0") {
 		t.Errorf("rank 0's output is redirected but reached the console:\n%s", console)
 	}
-	if !strings.Contains(console, "[default1]:fakeworker rank 1 restart 0 started") {
-		t.Errorf("rank 1's teed output is missing from the console:\n%s", console)
+	for _, line := range []string{"[default1]:fakeworker rank 1 restart 0 started\n", "[default1]:fakeworker rank 1 restart 1 started\n"} {
+		if !strings.Contains(console, line) {
+			t.Errorf("rank 1's teed line %q is missing from the console:\n%s", line, console)
+		}
 	}
 }

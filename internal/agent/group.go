@@ -20,16 +20,19 @@ import (
 
 // groupSpec is what a worker group of one round needs.
 type groupSpec struct {
-	Argv       []string
-	Placement  placement // node-level fields; local ranks are filled per worker
-	Dir        string    // this round's log directory
-	Redirects  runconfig.StdSpec
-	Tee        runconfig.StdSpec
-	Filter     []int // local ranks shown on the console; nil = all
-	ConsoleOut io.Writer
-	ConsoleErr io.Writer
-	StopGrace  time.Duration
-	Host       string
+	Argv      []string
+	Placement placement // node-level fields; local ranks are filled per worker
+	Dir       string    // the attempt directory of this round's restart count
+	Redirects runconfig.StdSpec
+	Tee       runconfig.StdSpec
+	Filter    []int // local ranks shown on the console; nil = all
+	// PrefixTemplate is $TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE: the prefix
+	// of teed console lines ("": torchrun's "[<role><local rank>]:").
+	PrefixTemplate string
+	ConsoleOut     io.Writer
+	ConsoleErr     io.Writer
+	StopGrace      time.Duration
+	Host           string
 	// Rendezvous resolves MASTER_ADDR and MASTER_PORT for the round.
 	Rendezvous func(ctx context.Context) (string, int, error)
 	// Env is set for every worker after torchrun's contract.
@@ -130,7 +133,7 @@ func startWorker(spec groupSpec, p placement, local int) (*worker, error) {
 		Redirect:   proc.Std(spec.Redirects.For(local)),
 		Tee:        proc.Std(spec.Tee.For(local)),
 		Console:    spec.Filter == nil || slices.Contains(spec.Filter, local),
-		Prefix:     fmt.Sprintf("[%s%d]:", p.Role, w.rank),
+		Prefix:     linePrefix(spec.PrefixTemplate, p.Role, w.rank, local),
 		ConsoleOut: spec.ConsoleOut,
 		ConsoleErr: spec.ConsoleErr,
 	})
@@ -244,12 +247,22 @@ func closeAll(workers []*worker) {
 	}
 }
 
-// orDiscardTee writes to w (when the stream goes anywhere) and to tail.
+// orDiscardTee writes to w (when the stream goes anywhere) and to tail. A
+// failing w (a closed console) never fails the worker's writes.
 func orDiscardTee(w io.Writer, tail io.Writer) io.Writer {
 	if w == nil {
 		return tail
 	}
-	return io.MultiWriter(w, tail)
+	return bestEffort{w, tail}
+}
+
+// bestEffort writes to both writers and ignores their errors.
+type bestEffort struct{ a, b io.Writer }
+
+func (t bestEffort) Write(p []byte) (int, error) {
+	_, _ = t.a.Write(p)
+	_, _ = t.b.Write(p)
+	return len(p), nil
 }
 
 // SignalCause is the cause of a context cancelled by a signal (the agent's

@@ -173,6 +173,8 @@ func (a *agent) jobFailed(v *roverv1.NodeView) error {
 	title := filepath.Base(a.cfg.Entrypoint) + " FAILED"
 	if len(fs) > 0 {
 		fmt.Fprint(a.errOut, proc.FormatReport(title, fs))
+		root, _ := proc.RootCause(fs)
+		a.writeRootCause(root)
 	}
 	a.log.Error("job failed", "reason", v.GetReason())
 	return exitErr(ExitJobFailed, "job failed: %s", v.GetReason())
@@ -197,16 +199,19 @@ func (a *agent) groupSpec(v *roverv1.NodeView) groupSpec {
 		Checkpoint:     a.checkpointStorage(),
 	}
 	return groupSpec{
-		Argv:       a.argv,
-		Placement:  p,
-		Dir:        filepath.Join(a.logDir, "round_"+strconv.Itoa(round)),
-		Redirects:  a.cfg.Redirects,
-		Tee:        a.cfg.Tee,
-		Filter:     a.cfg.LocalRanksFilter,
-		ConsoleOut: a.out,
-		ConsoleErr: a.errOut,
-		StopGrace:  a.cfg.StopGracePeriod,
-		Host:       a.host,
+		Argv:      a.argv,
+		Placement: p,
+		// torchrun's attempt directory: a round of a membership change
+		// reuses its restart count's, appending to its log files.
+		Dir:            filepath.Join(a.logDir, "attempt_"+strconv.Itoa(int(v.GetRestartCount()))),
+		Redirects:      a.cfg.Redirects,
+		Tee:            a.cfg.Tee,
+		Filter:         a.cfg.LocalRanksFilter,
+		PrefixTemplate: a.opts.Getenv(prefixTemplateEnv),
+		ConsoleOut:     a.out,
+		ConsoleErr:     a.errOut,
+		StopGrace:      a.cfg.StopGracePeriod,
+		Host:           a.host,
 		Rendezvous: func(ctx context.Context) (string, int, error) {
 			return a.workersMaster(ctx, round, p.GroupRank)
 		},

@@ -192,7 +192,7 @@ func TestMasterLostStopsTheAgent(t *testing.T) {
 
 // TestStandaloneMasterSpec: the embedded master of a standalone job is
 // started with the job's settings and keeps its state in the "master"
-// directory of the agent's log directory.
+// directory of the run's log directory.
 func TestStandaloneMasterSpec(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -214,7 +214,12 @@ func TestStandaloneMasterSpec(t *testing.T) {
 				LastCall: 30 * time.Second, JoinTimeout: 600 * time.Second},
 			Nodes: node.Config{HeartbeatTimeout: 30 * time.Second, DisconnectGrace: 5 * time.Second},
 		},
-		StateDir: filepath.Join(logDir, "sd", "n", "master"),
+	}
+	runs, _ := filepath.Glob(filepath.Join(logDir, "sd_*"))
+	if len(runs) == 1 {
+		want.StateDir = filepath.Join(runs[0], "master")
+	} else {
+		t.Errorf("run directories %q in --log-dir, want one sd_<random>", runs)
 	}
 	if diff := cmp.Diff(want, got, cmpopts.IgnoreFields(agent.EmbeddedMaster{}, "Logger")); diff != "" {
 		t.Errorf("embedded master (-want +got):\n%s", diff)

@@ -3,8 +3,9 @@
 // It owns everything between "run this argv" and "here is why it failed":
 // starting children in their own process group with a parent-death signal
 // ([Start], [Process]), classifying how they ended ([Exit], [Classify]),
-// plumbing their output to prefixed console lines and per-worker log files
-// with torchrun's redirect/tee semantics ([OpenOutput], [NewPrefixWriter]),
+// plumbing their output to the console (prefixed lines for teed streams)
+// and per-worker log files with torchrun's redirect/tee semantics
+// ([OpenOutput], [NewPrefixWriter]),
 // reading the error files written by torch's @record decorator
 // ([ReadErrorFile]) and rendering torchrun's failure report ([FormatReport]).
 // It knows nothing about rendezvous; ranks appear only as labels.

@@ -44,8 +44,11 @@ func (s Std) String() string {
 // Per stream: if it is teed, it goes to its log file and to the console; if
 // it is redirected (and not teed), only to its log file; otherwise only to
 // the console. As in torchrun, tee implies writing the file, so a stream in
-// both Redirect and Tee is teed. Console output is line-buffered and
-// prefixed; file output is written verbatim.
+// both Redirect and Tee is teed. A teed stream reaches the console
+// line-buffered, each line prefixed with Prefix; a stream that goes only to
+// the console reaches it as written, unprefixed (the child inherits the
+// console's file descriptor when the console is a file, as torchrun's
+// workers do). File output is written verbatim.
 type OutputSpec struct {
 	// Dir is the worker's log directory, created with mode 0700 (with its
 	// parents) if missing; the agent may put the worker's error file there
@@ -58,8 +61,8 @@ type OutputSpec struct {
 	// Console false filters this worker out of the console entirely
 	// (torchrun's --local-ranks-filter); its files are unaffected.
 	Console bool
-	// Prefix starts every console line, e.g. "[default0]:" (torchrun's
-	// "[<role><local_rank>]:").
+	// Prefix starts every console line of a teed stream, e.g.
+	// "[default0]:" (torchrun's "[<role><local_rank>]:").
 	Prefix string
 	// ConsoleOut and ConsoleErr are the agent's shared stdout and stderr,
 	// normally wrapped by [NewSyncWriter]; nil discards.
@@ -111,7 +114,9 @@ func (o *Output) stream(spec OutputSpec, s Std, name string, console io.Writer) 
 		o.closers = append(o.closers, f)
 		dsts = append(dsts, f)
 	}
-	if spec.Console && (spec.Tee.Has(s) || !spec.Redirect.Has(s)) {
+	switch {
+	case !spec.Console:
+	case spec.Tee.Has(s):
 		if console == nil {
 			console = io.Discard
 		}
@@ -119,6 +124,15 @@ func (o *Output) stream(spec OutputSpec, s Std, name string, console io.Writer) 
 		// Flush prefix writers before closing files.
 		o.closers = append([]io.Closer{pw}, o.closers...)
 		dsts = append(dsts, pw)
+	case !spec.Redirect.Has(s):
+		// Straight to the console, as written.
+		if console == nil {
+			return nil, nil
+		}
+		if f := consoleFile(console); f != nil {
+			return f, nil // the child writes the console itself
+		}
+		dsts = append(dsts, console)
 	}
 	switch {
 	case len(dsts) == 0:
@@ -130,6 +144,16 @@ func (o *Output) stream(spec OutputSpec, s Std, name string, console io.Writer) 
 		o.sinks = append(o.sinks, t)
 		return t, nil
 	}
+}
+
+// consoleFile returns the file behind a console writer (itself, or the one
+// a [NewSyncWriter] wraps), or nil.
+func consoleFile(w io.Writer) *os.File {
+	if sw, ok := w.(*syncWriter); ok {
+		w = sw.w
+	}
+	f, _ := w.(*os.File)
+	return f
 }
 
 func isFile(w io.Writer) bool {

@@ -27,13 +27,15 @@ func TestOutputRouting(t *testing.T) {
 		wantFiles        files
 		wantOut, wantErr string
 	}{
-		{"console only", None, None, true, files{}, pOut, pErr},
+		// Streams that go only to the console are not prefixed (torchrun's
+		// workers write to the console themselves); teed streams are.
+		{"console only", None, None, true, files{}, stdoutText, stderrText},
 		{"filtered", None, None, false, files{}, "", ""},
 		{"redirect all", All, None, true, files{str(stdoutText), str(stderrText)}, "", ""},
-		{"redirect stdout", Stdout, None, true, files{Stdout: str(stdoutText)}, "", pErr},
-		{"tee stderr", None, Stderr, true, files{Stderr: str(stderrText)}, pOut, pErr},
+		{"redirect stdout", Stdout, None, true, files{Stdout: str(stdoutText)}, "", stderrText},
+		{"tee stderr", None, Stderr, true, files{Stderr: str(stderrText)}, stdoutText, pErr},
 		{"tee all", None, All, true, files{str(stdoutText), str(stderrText)}, pOut, pErr},
-		{"redirect and tee stdout", Stdout, Stdout, true, files{Stdout: str(stdoutText)}, pOut, pErr},
+		{"redirect and tee stdout", Stdout, Stdout, true, files{Stdout: str(stdoutText)}, pOut, stderrText},
 		{"redirect stdout tee stderr", Stdout, Stderr, true, files{str(stdoutText), str(stderrText)}, "", pErr},
 		{"tee filtered", None, All, false, files{str(stdoutText), str(stderrText)}, "", ""},
 	}
@@ -103,6 +105,11 @@ func TestOutputRouting(t *testing.T) {
 
 func TestOutputWriters(t *testing.T) {
 	dir := t.TempDir()
+	console, err := os.Create(filepath.Join(dir, "console"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer console.Close()
 	tests := []struct {
 		name       string
 		spec       OutputSpec
@@ -112,7 +119,9 @@ func TestOutputWriters(t *testing.T) {
 	}{
 		{"redirect gives the file to the child", OutputSpec{Dir: dir, Redirect: Stdout}, true, false, true},
 		{"nothing routed discards", OutputSpec{}, false, true, true},
-		{"nil console discards", OutputSpec{Console: true}, false, false, false},
+		{"nil console discards", OutputSpec{Console: true}, false, true, true},
+		{"a console file goes to the child", OutputSpec{Console: true, ConsoleOut: NewSyncWriter(console)}, true, false, true},
+		{"nil console discards teed streams", OutputSpec{Dir: dir, Tee: All, Console: true}, false, false, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

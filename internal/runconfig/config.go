@@ -68,8 +68,8 @@ type Config struct {
 	MasterPort    int
 	MasterPortSet bool // given on the command line or by PET_MASTER_PORT
 	LocalAddr     string
-	// LogsSpecs is torchrun's --logs-specs; Rover does not support it and
-	// Validate rejects any non-empty value.
+	// LogsSpecs is torchrun's --logs-specs: "" or "default" (torchrun's
+	// registered DefaultLogsSpecs); Validate rejects any other name.
 	LogsSpecs string
 
 	// dlrover-run extras. The booleans and a non-zero Precheck name

@@ -141,7 +141,7 @@ func TestParseErrors(t *testing.T) {
 		{name: "auto config", args: []string{"--auto-config", "train.py"}, want: []string{"--auto-config is not implemented yet in Rover; remove the flag"}},
 		{name: "auto tunning", args: []string{"--auto_tunning", "train.py"}, want: []string{"--auto-tunning is not implemented yet in Rover; remove the flag"}},
 		{name: "precheck", args: []string{"--precheck", "1", "train.py"}, want: []string{"--precheck=1 is not implemented yet in Rover; remove the flag"}},
-		{name: "logs specs", args: []string{"--logs-specs=custom", "train.py"}, want: []string{"--logs-specs is not supported by Rover", "remove the flag"}},
+		{name: "logs specs", args: []string{"--logs-specs=custom", "train.py"}, want: []string{`--logs-specs=custom is unknown: Rover accepts only torchrun's registered name "default"`, "remove the flag"}},
 		{name: "not implemented from env", args: []string{"train.py"}, env: map[string]string{"PET_NETWORK_CHECK": "1"},
 			want: []string{"--network-check (from PET_NETWORK_CHECK) is not implemented yet in Rover; unset PET_NETWORK_CHECK"}},
 		{name: "bad env value", args: []string{"train.py"}, env: map[string]string{"PET_NNODES": "abc"},

@@ -196,10 +196,10 @@ func TestParse(t *testing.T) {
 		{name: "dlrover flags", args: []string{"--nnodes=2:4", "--rdzv-endpoint=m", "--node-unit", "2", "--training_port=7000", "--precheck=0", "--auto-tunning=false", "train.py"},
 			want: func(c *Config) { multi(2, 4, "m:29400")(c); c.NodeUnit, c.TrainingPort = 2, 7000 }},
 		{name: "other torchrun flags", args: []string{"--start-method=fork", "--role", "trainer", "--log-dir=/logs", "--local-addr", "10.1.1.1",
-			"--run-path", "--rdzv-backend=static", "--monitor_interval=250ms", "train.py"},
+			"--run-path", "--rdzv-backend=static", "--monitor_interval=250ms", "--logs_specs=default", "train.py"},
 			want: func(c *Config) {
 				c.StartMethod, c.Role, c.LogDir, c.LocalAddr = "fork", "trainer", "/logs", "10.1.1.1"
-				c.RunPath, c.RdzvBackend, c.MonitorInterval = true, "static", 250*time.Millisecond
+				c.RunPath, c.RdzvBackend, c.MonitorInterval, c.LogsSpecs = true, "static", 250*time.Millisecond, "default"
 			}},
 		{name: "accepted backends", args: []string{"--rdzv-backend=rover", "--rdzv-backend=dlrover", "train.py"},
 			want: func(c *Config) { c.RdzvBackend = "dlrover" }},

@@ -83,9 +83,9 @@ func (c *Config) validate(stat func(string) (fs.FileInfo, error)) error {
 	// Output.
 	errs = append(errs, c.checkStd("redirects", c.Redirects)...)
 	errs = append(errs, c.checkStd("tee", c.Tee)...)
-	if c.LogsSpecs != "" {
-		add("%s is not supported by Rover (worker output is handled by --log-dir, --redirects and --tee); %s",
-			c.ref("logs-specs", "--logs-specs"), c.removeHint("logs-specs"))
+	if c.LogsSpecs != "" && c.LogsSpecs != "default" {
+		add(`%s is unknown: Rover accepts only torchrun's registered name "default" (worker output as --log-dir, --redirects and --tee say); use --logs-specs=default or %s`,
+			c.ref("logs-specs", "--logs-specs="+c.LogsSpecs), c.removeHint("logs-specs"))
 	}
 
 	// Rendezvous.

@@ -16,6 +16,8 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	roverv1 "github.com/roverml/rover/api/rover/v1"
@@ -101,6 +103,9 @@ func Run(ctx context.Context, plan *jobplan.Plan, o Options) (Result, error) {
 		return Result{}, fmt.Errorf("start the job's master: %w", err)
 	}
 	nodes.env = map[string]string{"ROVER_MASTER_ADDR": m.Addr(), "ROVER_TOKEN": token, "PET_LOCAL_ADDR": "127.0.0.1"}
+	nodes.tee = o.Console != nil && !slices.ContainsFunc(o.Env, func(kv string) bool {
+		return strings.HasPrefix(kv, "PET_TEE=") || strings.HasPrefix(kv, "PET_REDIRECTS=")
+	})
 	tokenFile := filepath.Join(o.Dir, "token")
 	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
 		return Result{}, fmt.Errorf("write the job's token: %w", err)
@@ -213,6 +218,10 @@ func nodeCount(p *jobplan.Plan) string {
 type withMaster struct {
 	platform.Platform
 	env map[string]string
+	// tee makes the agents tee their workers' output (PET_TEE=3) unless a
+	// node's command line chooses (--tee, --redirects): the nodes share one
+	// console, where torchrun's "[default0]:" prefixes tell the ranks apart.
+	tee bool
 }
 
 func (w *withMaster) Create(ctx context.Context, spec platform.NodeSpec) error {
@@ -222,5 +231,25 @@ func (w *withMaster) Create(ctx context.Context, spec platform.NodeSpec) error {
 		spec.Env = maps.Clone(spec.Env)
 	}
 	maps.Copy(spec.Env, w.env)
+	if w.tee && !choosesOutput(spec.Argv) {
+		if _, ok := spec.Env["PET_TEE"]; !ok {
+			spec.Env["PET_TEE"] = "3"
+		}
+	}
 	return w.Platform.Create(ctx, spec)
+}
+
+// choosesOutput reports whether an agent's command line gives --tee or
+// --redirects (also -t, -r, -t3, -r=3, --tee=3).
+func choosesOutput(argv []string) bool {
+	return slices.ContainsFunc(argv, func(a string) bool {
+		if !strings.HasPrefix(a, "-") {
+			return false
+		}
+		name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if strings.HasPrefix(a, "--") {
+			return name == "tee" || name == "redirects"
+		}
+		return strings.HasPrefix(name, "t") || strings.HasPrefix(name, "r")
+	})
 }

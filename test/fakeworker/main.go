@@ -31,7 +31,9 @@ func main() {
 	runUntil := flag.String("run-until", "", "run until this file exists (instead of --run-time), then exit with --exit-code")
 	envDir := flag.String("env-dir", "", "write the environment as JSON to DIR/env-r<RESTART>-<ROUND>-rank<RANK>.json")
 	errorMessage := flag.String("error-message", "", "write a torch-style error file (TORCHELASTIC_ERROR_FILE) with this message before failing")
-	signalDir := flag.String("signal-dir", "", "on SIGINT or SIGTERM, write the signal's name to DIR/signal-rank<RANK> and exit 0")
+	signalDir := flag.String("signal-dir", "", "on SIGINT, SIGTERM, SIGHUP or SIGQUIT, write the signal's name to DIR/signal-rank<RANK> and exit 0")
+	say := flag.String("say", "", "write this to stdout, verbatim, after the started line")
+	sayStderr := flag.String("say-stderr", "", "write this to stderr, verbatim, after the started line")
 	flag.Parse()
 
 	if *ignoreTerm {
@@ -40,7 +42,7 @@ func main() {
 	rank := os.Getenv("RANK")
 	if *signalDir != "" {
 		ch := make(chan os.Signal, 1)
-		signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM)
+		signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
 		go func() {
 			s := <-ch
 			_ = os.WriteFile(filepath.Join(*signalDir, "signal-rank"+rank), []byte(s.String()), 0o644)
@@ -68,6 +70,12 @@ func main() {
 		}
 	}
 	fmt.Printf("fakeworker rank %s restart %d started\n", rank, restart)
+	if *say != "" {
+		os.Stdout.WriteString(*say)
+	}
+	if *sayStderr != "" {
+		os.Stderr.WriteString(*sayStderr)
+	}
 	if *hang {
 		for {
 			time.Sleep(time.Hour)
