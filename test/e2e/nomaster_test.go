@@ -94,7 +94,8 @@ func checkResult(t *testing.T, dir string, restarts int) {
 }
 
 // TestNoMasterStaticCrashRestarts: two agents launched Slurm-style, with
-// no master process; a worker on node 1 crashes; the workers of both nodes
+// no master process, node 1 before node 0 hosts the master; a worker on
+// node 1 crashes; the workers of both nodes
 // restart and the job finishes with the weights of an uninterrupted run.
 func TestNoMasterStaticCrashRestarts(t *testing.T) {
 	clean := cleanRun(t)
@@ -102,7 +103,13 @@ func TestNoMasterStaticCrashRestarts(t *testing.T) {
 	dir, port := t.TempDir(), freePortPair(t)
 	marker := filepath.Join(dir, "crashed")
 	args := trainArgs(dir, "--crash-at-step", "25", "--crash-rank", "3", "--crash-marker", marker)
-	a0, a1 := c.staticAgent(0, port, args...), c.staticAgent(1, port, args...)
+	// Node 1 first: it retries while no agent hosts the master yet.
+	c.env = append(c.env, "ROVER_LOG_LEVEL=debug")
+	a1 := c.staticAgent(1, port, args...)
+	waitFor(t, jobTimeout, "node 1 to retry joining", func() bool {
+		return strings.Contains(a1.out.String(), "could not join the master; retrying")
+	})
+	a0 := c.staticAgent(0, port, args...)
 	waitAll(t, a0, a1)
 	waitExists(t, marker, 0)
 	checkResult(t, dir, 1)
