@@ -38,7 +38,7 @@ func TestCommandLineErrors(t *testing.T) {
 		{[]string{"rover", "run", "--standalone", "no-such-script.py"}, 2, `"no-such-script.py" not found`},
 		{[]string{"rover", "run"}, 2, "no training script given"},
 		{[]string{"rover", "run", "--network-check", "--standalone", "--no-python", "true"}, 2, "not implemented yet"},
-		{[]string{"rover", "run", "--nnodes", "2", "--rdzv-endpoint", "127.0.0.1:1", "--no-python", "true"}, 2, "needs the job's token"},
+		{[]string{"rover", "run", "--nnodes", "2", "--rdzv-endpoint", "192.0.2.1:1", "--no-python", "true"}, 2, "set ROVER_JOB_SECRET to the same random string"},
 		{[]string{"rover", "frobnicate"}, 2, `unknown command "frobnicate"`},
 		{[]string{"rover", "master", "--nnodes", "4:2"}, 2, "--nnodes=4:2: minimum 4 is greater than maximum 2"},
 		{[]string{"rover", "master", "--nnodes", "2x"}, 2, "--nnodes=2x: want N or MIN:MAX"},
@@ -57,6 +57,7 @@ func TestCommandLineErrors(t *testing.T) {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
 			t.Setenv("ROVER_TOKEN", "")
+			t.Setenv("ROVER_JOB_SECRET", "")
 			code := run(tc.args, &stdout, &stderr)
 			if code != tc.code {
 				t.Errorf("exit code %d, want %d; stderr:\n%s", code, tc.code, stderr.String())

@@ -23,7 +23,11 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return usageError{err}
 	}
-	return agent.Run(ctx, cfg, agent.Options{Stdout: stdout, Stderr: stderr, Logger: newLogger(stderr), StartMaster: standalone.Start})
+	log := newLogger(stderr)
+	for _, w := range cfg.Warnings {
+		log.Warn(w)
+	}
+	return agent.Run(ctx, cfg, agent.Options{Stdout: stdout, Stderr: stderr, Logger: log, StartMaster: standalone.Start})
 }
 
 func newLogger(w io.Writer) *slog.Logger {

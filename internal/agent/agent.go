@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	roverv1 "github.com/roverml/rover/api/rover/v1"
 	"github.com/roverml/rover/api/rover/v1/roverv1connect"
@@ -42,7 +43,8 @@ type Options struct {
 // StartMaster starts a standalone job's master and returns it serving.
 type StartMaster func(ctx context.Context, spec EmbeddedMaster) (RunningMaster, error)
 
-// EmbeddedMaster is what a standalone job's master is started with.
+// EmbeddedMaster is what a standalone job's master, or the master an agent
+// hosts for a job without `rover master`, is started with.
 type EmbeddedMaster struct {
 	Job        string
 	Rendezvous client.RendezvousConfig
@@ -50,9 +52,18 @@ type EmbeddedMaster struct {
 	// "master" directory in the agent's log directory.
 	StateDir string
 	Logger   *slog.Logger
+	// Listener, when set, is where the master serves (the job's endpoint,
+	// which the hosting agent bound); nil is a loopback port. The master
+	// owns it, and closes it even when it fails to start.
+	Listener net.Listener
+	// Token is the job's token; "" makes a fresh one.
+	Token string
+	// Drain is how long Stop waits, once the job ended, for the other
+	// agents to hear the outcome and go; 0 does not wait.
+	Drain time.Duration
 }
 
-// RunningMaster is an embedded master serving on loopback.
+// RunningMaster is an embedded master, serving.
 type RunningMaster struct {
 	Addr  string
 	Token string
@@ -79,6 +90,11 @@ type agent struct {
 	// joined is the node rank and round of the newest join, written by the
 	// session goroutine and the loop.
 	joined joinedState
+	// hosted is true in a job without `rover master` (see hosted.go), and
+	// tokenFrom says where its token came from.
+	hosted    bool
+	tokenFrom tokenSource
+
 	// storage is the job's checkpoint storage, as the master's last join
 	// answer said (nil: not joined yet).
 	storage   atomic.Pointer[client.CheckpointStorage]
@@ -131,7 +147,22 @@ func Run(ctx context.Context, cfg *runconfig.Config, opts Options) (err error) {
 	// The embedded master of a standalone job serves cleartext HTTP/2 on
 	// loopback; a master elsewhere is reached as --tls-ca says.
 	var via client.TLS
-	if !cfg.Standalone {
+	if a.hosted = masterless(cfg, opts.Getenv); a.hosted {
+		c := *cfg // the defaults of a job without `rover master` differ
+		if _, set := c.RdzvConf["master_timeout"]; !set {
+			c.MasterTimeout = hostedMasterTimeout
+		}
+		a.cfg, cfg = &c, &c
+		if cfg.TLSCA != "" {
+			return exitErr(ExitUsage, "--tls-ca needs a `rover master` started with --tls-cert, and its --token-file: "+
+				"the master an agent hosts (this job has no token, so its agents host the master) serves cleartext")
+		}
+		var err error
+		if token, a.tokenFrom, err = hostedToken(cfg, opts.Getenv, os.TempDir()); err != nil {
+			return err
+		}
+		a.addr = cfg.RdzvEndpoint
+	} else if !cfg.Standalone {
 		// Before anything is created: a missing token is a usage error.
 		var err error
 		if token, err = a.token(); err != nil {
@@ -150,12 +181,19 @@ func Run(ctx context.Context, cfg *runconfig.Config, opts Options) (err error) {
 		return err
 	}
 	if cfg.Standalone {
-		m, err := a.startMaster(ctx)
+		m, err := a.startMaster(ctx, EmbeddedMaster{})
 		if err != nil {
 			return err
 		}
 		defer m.Stop()
 		a.addr, token = m.Addr, m.Token
+	}
+	if a.hosted && mayHost(cfg) {
+		stop, err := a.hostMaster(ctx, token)
+		if err != nil {
+			return err
+		}
+		defer stop()
 	}
 	// Closed before an embedded master stops, which then has no connection
 	// to wait for.
@@ -206,18 +244,19 @@ func Run(ctx context.Context, cfg *runconfig.Config, opts Options) (err error) {
 	return err
 }
 
-// startMaster starts the embedded master of a standalone job, with its
+// startMaster starts the embedded master of a standalone job, or the
+// master this agent hosts (spec's Listener, Token and Drain), with its
 // durable state in the "master" directory of the agent's log directory.
-func (a *agent) startMaster(ctx context.Context) (RunningMaster, error) {
+func (a *agent) startMaster(ctx context.Context, spec EmbeddedMaster) (RunningMaster, error) {
 	if a.opts.StartMaster == nil {
+		if spec.Listener != nil {
+			spec.Listener.Close()
+		}
 		return RunningMaster{}, exitErr(ExitRendezvous, "start the embedded master: this program cannot run one (agent.Options.StartMaster is unset); run `rover master` and pass --rdzv-endpoint")
 	}
-	m, err := a.opts.StartMaster(ctx, EmbeddedMaster{
-		Job:        a.cfg.RunID,
-		Rendezvous: a.rendezvous(),
-		StateDir:   filepath.Join(a.logDir, "master"),
-		Logger:     a.opts.Logger,
-	})
+	spec.Job, spec.Rendezvous, spec.Logger = a.cfg.RunID, a.rendezvous(), a.opts.Logger
+	spec.StateDir = filepath.Join(a.logDir, "master")
+	m, err := a.opts.StartMaster(ctx, spec)
 	if err != nil {
 		return RunningMaster{}, exitErr(ExitRendezvous, "start the embedded master: %w", err)
 	}

@@ -44,6 +44,9 @@ func (a *agent) call(ctx context.Context, what string, f func(context.Context) e
 // masterLost is the agent's error when the master stayed unreachable past
 // the heartbeat timeout.
 func (a *agent) masterLost(err error) error {
+	if a.hosted {
+		return a.hostedMasterLost(err)
+	}
 	return exitErr(ExitMasterLost, "lost the master at %s for longer than the heartbeat timeout (%s): %w; "+
 		"restart `rover master` (with its --state-dir, to resume the job) and then the agents", a.addr, a.cfg.MasterTimeout, err)
 }

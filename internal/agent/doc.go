@@ -9,8 +9,10 @@
 // through package client only, and retries calls with package retry: while
 // the master is unreachable (restarting), the workers keep running and the
 // agent reconnects, for up to the heartbeat timeout. The embedded master of
-// a standalone job is started by the program (Options.StartMaster, package
-// standalone), so that this package links no master.
+// a standalone job, and the master one agent hosts for a job run without
+// `rover master` (hosted.go), are started by the program
+// (Options.StartMaster, package standalone), so that this package links no
+// master.
 //
 // Two lifecycles are kept apart: stopping the agent (its context) stops the
 // workers first and never orphans them; a worker group ending never stops

@@ -62,6 +62,10 @@ func (a *agent) sessionLoop(ctx context.Context, firstJoin chan<- error) {
 	if ctx.Err() != nil {
 		return
 	}
+	if err != nil && a.hosted {
+		firstJoin <- a.hostedJoinError(err)
+		return
+	}
 	if err != nil {
 		if unreachable(err) {
 			err = exitErr(ExitRendezvous, "could not reach the master at %s within the join timeout (%s): %w; check that `rover master` runs there and that --rdzv-endpoint is right", a.addr, a.cfg.JoinTimeout, err)

@@ -1,6 +1,9 @@
 package client
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -53,4 +56,20 @@ func ReadToken(path string) (string, error) {
 		return "", fmt.Errorf("token file %s is empty; pass the token file `rover master` wrote", path)
 	}
 	return tok, CheckToken(tok, "token file "+path)
+}
+
+// JobToken derives the token of a job run without `rover master` from a
+// secret every agent of the job holds and the job's name (--rdzv-id):
+// HMAC-SHA256 keyed with the secret over a fixed label and the name, in hex.
+// Jobs with the same secret and different names get unrelated tokens, and
+// the token, which crosses the network, does not reveal the secret. A
+// secret shorter than MinTokenLen is refused: it could be guessed.
+func JobToken(secret, job string) (string, error) {
+	if len(secret) < MinTokenLen {
+		return "", fmt.Errorf("the job secret has %d characters, fewer than %d: a short secret can be guessed; "+
+			"use at least %d random characters (e.g. from `openssl rand -hex 32`)", len(secret), MinTokenLen, MinTokenLen)
+	}
+	mac := hmac.New(sha256.New, []byte(secret))
+	mac.Write([]byte("rover job token v1\x00" + job))
+	return hex.EncodeToString(mac.Sum(nil)), nil
 }

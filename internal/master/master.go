@@ -34,6 +34,11 @@ func (realClock) Now() time.Time { return time.Now() }
 type Config struct {
 	// Listen is the TCP address to serve on ("127.0.0.1:0" picks a port).
 	Listen string
+	// Listener, when set, is served instead of listening on Listen: an
+	// agent that hosts its job's master binds the endpoint first, to learn
+	// whether it is the one to host. The master closes it; after an error
+	// from New, the caller does.
+	Listener net.Listener
 	// Job names the job (torchrun's --rdzv-id); agents asking for another are refused.
 	Job string
 	// Token is the job's secret; every request must carry it.
@@ -100,6 +105,7 @@ type Master struct {
 	checkpoints *checkpoints
 	closeStore  func() error
 	fleet       *fleet // nil unless Config.Nodes is set
+	sessions    *sessionCount
 }
 
 // New validates cfg, replays the store's journal and opens the listener.
@@ -175,11 +181,13 @@ func newMaster(ctx context.Context, cfg Config, log *slog.Logger) (*Master, erro
 			return nil, fmt.Errorf("configure rendezvous: %w", err)
 		}
 	}
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return nil, fmt.Errorf("listen on %s: %w", cfg.Listen, err)
+	ln := cfg.Listener
+	if ln == nil {
+		if ln, err = net.Listen("tcp", cfg.Listen); err != nil {
+			return nil, fmt.Errorf("listen on %s: %w", cfg.Listen, err)
+		}
 	}
-	m := &Master{cfg: cfg, core: c, ln: ln, log: log}
+	m := &Master{cfg: cfg, core: c, ln: ln, log: log, sessions: newSessionCount()}
 	if cfg.Nodes != nil {
 		if m.fleet, err = newFleet(*cfg.Nodes, c, cfg.Clock, log); err != nil {
 			ln.Close()
@@ -190,7 +198,7 @@ func newMaster(ctx context.Context, cfg Config, log *slog.Logger) (*Master, erro
 	if job := c.config(); job != nil {
 		m.checkpoints.prepare(ctx, job.Checkpoint, c.fresh())
 	}
-	methods := methodHandler(&service{core: c, clock: cfg.Clock, checkpoints: m.checkpoints, storage: cfg.Checkpoint},
+	methods := methodHandler(&service{core: c, clock: cfg.Clock, checkpoints: m.checkpoints, storage: cfg.Checkpoint, sessions: m.sessions},
 		connect.WithCodec(strictJSON{}),
 		connect.WithCompressMinBytes(compressMinBytes))
 	m.srv = &http.Server{Handler: requireToken(cfg.Token, methods), ReadHeaderTimeout: 10 * time.Second}

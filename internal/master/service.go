@@ -24,6 +24,8 @@ type service struct {
 	checkpoints *checkpoints
 	// storage is the operator's checkpoint storage (Config.Checkpoint).
 	storage client.CheckpointStorage
+	// sessions counts the open sessions (nil: not counted).
+	sessions *sessionCount
 }
 
 var _ roverv1connect.MasterServiceHandler = (*service)(nil)
@@ -96,6 +98,8 @@ func (s *service) Session(ctx context.Context, stream *connect.BidiStream[roverv
 		return rpcError(err)
 	}
 	defer func() { _ = s.core.connected(id, false, s.clock.Now()) }()
+	s.sessions.add(1)
+	defer s.sessions.add(-1)
 	ctx, cancel := context.WithCancel(ctx)
 	received := make(chan struct{})
 	defer func() {

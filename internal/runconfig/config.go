@@ -20,14 +20,21 @@ type Config struct {
 	// NprocPerNode is the number of workers per node, with auto/cpu/gpu
 	// already resolved to a number.
 	NprocPerNode int
-	// RdzvBackend is accepted for compatibility; every accepted backend
-	// (c10d, static, dlrover, rover) means Rover's master-managed rendezvous.
+	// RdzvBackend: every accepted backend (c10d, static, dlrover, rover)
+	// means Rover's master-managed rendezvous; static also fixes the
+	// workers' MASTER_ADDR/PORT to --master-addr/--master-port (see
+	// staticWorld) and needs a node rank.
 	RdzvBackend string
-	// RdzvEndpoint is the rover master's address as host:port (IPv6 in
-	// brackets), or "" when none was given.
+	// RdzvEndpoint is the job master's address as host:port (IPv6 in
+	// brackets), or "" when none was given. Without --rdzv-endpoint it
+	// comes from the environment (PET_RDZV_ENDPOINT, ROVER_MASTER_ADDR,
+	// DLROVER_MASTER_ADDR, then Kubeflow's MASTER_ADDR:MASTER_PORT for a
+	// multi-node job) or, for --rdzv-backend=static, from --master-addr and
+	// --master-port + 1.
 	RdzvEndpoint string
 	// Standalone is true for an explicit --standalone and also when it is
-	// implied: MaxNodes == 1 and no endpoint.
+	// implied: MaxNodes == 1 and no endpoint. It drops an endpoint and a
+	// backend that were given (see Warnings).
 	Standalone bool
 	// RunID is --rdzv-id: the job name, TORCHELASTIC_RUN_ID for workers.
 	RunID string
@@ -101,6 +108,10 @@ type Config struct {
 
 	Entrypoint string   // script path, module name (-m) or program (--no-python)
 	Args       []string // the script's own arguments, verbatim
+
+	// Warnings are settings the command line gave that were ignored (as
+	// --rdzv-endpoint is with --standalone); the caller shows them.
+	Warnings []string
 
 	// origin maps a flag name to the environment variable its value came
 	// from, so that errors can point at it. Nil or missing: command line or

@@ -112,11 +112,11 @@ var flags = []flagDef{
 			return err
 		}},
 	{name: "rdzv-backend", metavar: "NAME", def: "c10d", env: pet("rdzv-backend"), group: groupTorchrun,
-		help:  "c10d, static, dlrover and rover all mean the rover master's rendezvous; etcd is not supported",
+		help:  "c10d, dlrover and rover: the rover master's rendezvous; static: also group rank = --node-rank, MASTER_ADDR/PORT = --master-addr/--master-port; etcd is not supported",
 		apply: stringField(func(c *Config) *string { return &c.RdzvBackend })},
 	{name: "rdzv-endpoint", metavar: "HOST[:PORT]", defText: "none", group: groupTorchrun,
-		env:  append(pet("rdzv-endpoint"), "ROVER_MASTER_ADDR"),
-		help: "address of the rover master; the port defaults to 29400; IPv6 as [ADDR]:PORT",
+		env:  append(pet("rdzv-endpoint"), "ROVER_MASTER_ADDR", "DLROVER_MASTER_ADDR"),
+		help: "address of the job's master (a rover master, or else hosted there by the agent on that host); the port defaults to 29400; IPv6 as [ADDR]:PORT; without it, a multi-node job takes MASTER_ADDR:MASTER_PORT",
 		apply: func(_ *Parser, c *Config, raw string) error {
 			ep, err := normalizeEndpoint(raw)
 			if err == nil {
@@ -170,7 +170,7 @@ var flags = []flagDef{
 			c.LocalRanksFilter = r
 			return err
 		}},
-	{name: "node-rank", metavar: "N", def: "-1", env: pet("node-rank"), group: groupTorchrun,
+	{name: "node-rank", metavar: "N", def: "-1", env: append(pet("node-rank"), "NODE_RANK"), group: groupTorchrun,
 		help:  "this node's rank; -1: assigned by the master (torchrun's static rendezvous needs it)",
 		apply: intField(func(c *Config) *int { return &c.NodeRank })},
 	{name: "master-addr", metavar: "ADDR", def: "127.0.0.1", env: pet("master-addr"), group: groupTorchrun,

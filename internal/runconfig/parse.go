@@ -106,7 +106,12 @@ func (p Parser) Parse(args []string) (*Config, error) {
 	}
 	c.MasterAddrSet = src["master-addr"] != fromDefault
 	c.MasterPortSet = src["master-port"] != fromDefault
+	if err := kubeflowEndpoint(c, src, p.Getenv); err != nil {
+		errs = append(errs, err)
+	}
 	resolveStandalone(c, src)
+	ignoreForStandalone(c, src)
+	staticWorld(c)
 
 	if len(sc.entry) > 0 {
 		c.Entrypoint = sc.entry[0]
@@ -124,9 +129,10 @@ func (p Parser) Parse(args []string) (*Config, error) {
 // resolveStandalone settles --standalone against --rdzv-endpoint and
 // --nnodes when they come from different places: a --standalone from the
 // environment gives way to a command-line endpoint or --nnodes, and a
-// command-line --standalone drops an endpoint from the environment. Conflicts
-// from the same place are left for Validate to report. Finally, one node
-// without an endpoint implies standalone.
+// command-line --standalone drops an endpoint from the environment.
+// Otherwise --standalone wins over an endpoint, which ignoreForStandalone
+// then drops with a warning. Finally, one node without an endpoint implies
+// standalone.
 func resolveStandalone(c *Config, src map[string]source) {
 	if c.Standalone {
 		ep, nn, sa := src["rdzv-endpoint"], src["nnodes"], src["standalone"]

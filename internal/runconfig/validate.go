@@ -108,11 +108,10 @@ func (c *Config) validate(stat func(string) (fs.FileInfo, error)) error {
 		add("%s is empty; give the job a name, or leave the flag out", c.ref("rdzv-id", "--rdzv-id"))
 	}
 	if c.MaxNodes > 1 && c.RdzvEndpoint == "" && !c.Standalone {
-		add(`%s needs --rdzv-endpoint HOST:PORT (a "rover master") or ROVER_MASTER_ADDR; or use --standalone for one node`, nnodes)
+		add(`%s needs --rdzv-endpoint HOST:PORT (a "rover master", or the host of node rank 0, whose agent then hosts the job's master), `+
+			`ROVER_MASTER_ADDR or MASTER_ADDR; or --rdzv-backend=static with --node-rank and --master-addr; or --standalone for one node`, nnodes)
 	}
-	if c.Standalone && c.RdzvEndpoint != "" {
-		add("%s and %s conflict: --standalone runs its own master; drop one of them", c.ref("standalone", "--standalone"), endpoint)
-	}
+	c.checkStatic(add)
 	if c.Standalone && c.MaxNodes > 1 {
 		add("%s runs a single node, but %s allows %d; drop --standalone and give --rdzv-endpoint, or use --nnodes=1",
 			c.ref("standalone", "--standalone"), nnodes, c.MaxNodes)

@@ -71,6 +71,8 @@ type cluster struct {
 	master    *process
 	// masterArgs are the master's flags but --listen, for restarts.
 	masterArgs []string
+	// env is added to the environment of the processes started next.
+	env []string
 }
 
 // process is a running rover process with its output in a file.
@@ -132,7 +134,7 @@ func (c *cluster) startCmd(name, prog string, args ...string) *process {
 	p := &process{name: name, out: &lockedBuffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(prog, args...)
 	p.cmd.Dir = c.dir
-	p.cmd.Env = append(os.Environ(), "PYTHON_EXEC="+pythonExec, "PYTHONUNBUFFERED=1")
+	p.cmd.Env = append(append(os.Environ(), "PYTHON_EXEC="+pythonExec, "PYTHONUNBUFFERED=1"), c.env...)
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	if err := p.cmd.Start(); err != nil {
 		c.t.Fatalf("start %s: %v", name, err)

@@ -1,6 +1,8 @@
 // Package standalone starts the embedded master of `rover run
 // --standalone`: a master on a loopback port, with a fresh token, for a job
-// of one node. It is the one path from the node agent's program to package
+// of one node; and the master that an agent hosts for a job run without
+// `rover master`, on the listener and with the token the agent gives. It is
+// the one path from the node agent's program to package
 // master. Package agent declares what it needs (agent.StartMaster) and
 // reaches masters only through package client, so that its edge to the
 // master is the protocol; programs wire this package in:
@@ -18,16 +20,23 @@ import (
 
 var _ agent.StartMaster = Start
 
-// Start starts a master for spec on a loopback port and serves until Stop,
-// which outlives ctx: the agent stops its master after it is done with it.
+// Start starts a master for spec, on spec.Listener or else a loopback port,
+// and serves until Stop, which outlives ctx: the agent stops its master
+// after it is done with it.
 func Start(ctx context.Context, spec agent.EmbeddedMaster) (agent.RunningMaster, error) {
-	token := master.NewToken()
+	token := spec.Token
+	if token == "" {
+		token = master.NewToken()
+	}
 	preset := master.RendezvousPreset(spec.Rendezvous)
 	m, err := master.New(ctx, master.Config{
-		Listen: "127.0.0.1:0", Job: spec.Job, Token: token, Preset: &preset,
+		Listen: "127.0.0.1:0", Listener: spec.Listener, Job: spec.Job, Token: token, Preset: &preset,
 		StateDir: spec.StateDir, Logger: spec.Logger, Checkpoint: spec.Rendezvous.Checkpoint,
 	})
 	if err != nil {
+		if spec.Listener != nil {
+			spec.Listener.Close()
+		}
 		return agent.RunningMaster{}, err // the agent names the operation
 	}
 	mctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -37,6 +46,15 @@ func Start(ctx context.Context, spec agent.EmbeddedMaster) (agent.RunningMaster,
 		_ = m.Run(mctx)
 	}()
 	stop := func() {
+		ended, ask := context.WithCancel(context.Background())
+		ask()
+		if _, err := m.WaitFinished(ended); err == nil && spec.Drain > 0 {
+			// The other agents learn the outcome from this master: wait
+			// until they have gone (or the drain time is up).
+			dctx, cancelDrain := context.WithTimeout(context.Background(), spec.Drain)
+			_ = m.WaitIdle(dctx)
+			cancelDrain()
+		}
 		cancel()
 		<-done
 		// A job that ended leaves nothing to resume: the next run of the

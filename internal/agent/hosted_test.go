@@ -1,0 +1,151 @@
+package agent
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/roverml/rover/internal/client"
+	"github.com/roverml/rover/internal/runconfig"
+)
+
+func envOf(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+
+func parse(t *testing.T, env map[string]string, args ...string) *runconfig.Config {
+	t.Helper()
+	cfg, err := runconfig.Parse(append(args, "--no-python", "true"), envOf(env))
+	if err != nil {
+		t.Fatalf("Parse(%q): %v", args, err)
+	}
+	return cfg
+}
+
+// TestMasterless: which agents host the job's master, or join one.
+func TestMasterless(t *testing.T) {
+	tests := []struct {
+		name                string
+		args                []string
+		env                 map[string]string
+		masterless, mayHost bool
+	}{
+		{name: "standalone", args: nil},
+		{name: "a rover master: token file", args: []string{"--nnodes=2", "--rdzv-endpoint=h:1", "--token-file=t"}, mayHost: true},
+		{name: "a rover master: ROVER_TOKEN", args: []string{"--nnodes=2", "--rdzv-endpoint=h:1"},
+			env: map[string]string{"ROVER_TOKEN": "0123456789abcdef"}, mayHost: true},
+		{name: "no token, no rank: every agent may host", args: []string{"--nnodes=2", "--rdzv-endpoint=h:1"}, masterless: true, mayHost: true},
+		{name: "no token, rank 0 hosts", args: []string{"--nnodes=2", "--rdzv-endpoint=h:1", "--node-rank=0"}, masterless: true, mayHost: true},
+		{name: "no token, rank 1 joins", args: []string{"--nnodes=2", "--rdzv-endpoint=h:1", "--node-rank=1"}, masterless: true},
+		{name: "Kubeflow: rank 1 joins", args: []string{"--nnodes=2"},
+			env: map[string]string{"MASTER_ADDR": "h", "NODE_RANK": "1"}, masterless: true},
+		{name: "static: rank 0 hosts", args: []string{"--nnodes=2", "--rdzv-backend=static", "--node-rank=0"}, masterless: true, mayHost: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := parse(t, tt.env, tt.args...)
+			if got := masterless(cfg, envOf(tt.env)); got != tt.masterless {
+				t.Errorf("masterless = %v, want %v", got, tt.masterless)
+			}
+			if got := masterless(cfg, envOf(tt.env)) && mayHost(cfg); got != (tt.masterless && tt.mayHost) {
+				t.Errorf("hosts = %v, want %v", got, tt.masterless && tt.mayHost)
+			}
+		})
+	}
+}
+
+// TestHostedToken: the token of a job without `rover master`.
+func TestHostedToken(t *testing.T) {
+	secret := map[string]string{runconfig.JobSecretEnv: "s3cret-s3cret-s3cret"}
+	tmp := t.TempDir()
+	token := func(env map[string]string, args ...string) (string, error) {
+		t.Helper()
+		tok, _, err := hostedToken(parse(t, env, append([]string{"--nnodes=2"}, args...)...), envOf(env), tmp)
+		return tok, err
+	}
+	a, err := token(secret, "--rdzv-endpoint=10.0.0.1:1", "--rdzv-id=a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a2, _ := token(secret, "--rdzv-endpoint=10.0.0.2:7", "--rdzv-id=a")
+	b, _ := token(secret, "--rdzv-endpoint=10.0.0.1:1", "--rdzv-id=b")
+	want, _ := client.JobToken(secret[runconfig.JobSecretEnv], "a")
+	if a != want || a2 != a || b == a || len(a) != 64 || strings.Contains(a, "s3cret") {
+		t.Errorf("derived tokens: job a %q and %q (want %q on any endpoint), job b %q (want another)", a, a2, want, b)
+	}
+	if _, err := token(map[string]string{runconfig.JobSecretEnv: "short"}, "--rdzv-endpoint=h:1"); ExitCode(err) != ExitUsage ||
+		!strings.Contains(err.Error(), "fewer than 16") {
+		t.Errorf("a short secret: %v, want a usage error", err)
+	}
+	if _, err := token(nil, "--rdzv-endpoint=10.0.0.1:1"); ExitCode(err) != ExitUsage || !strings.Contains(err.Error(), "set ROVER_JOB_SECRET") {
+		t.Errorf("no secret off loopback: %v, want a usage error naming ROVER_JOB_SECRET", err)
+	}
+	// On loopback without a secret: one private file, the same token for
+	// every agent, made once even when they race.
+	var wg sync.WaitGroup
+	toks := make([]string, 8)
+	for i := range toks {
+		wg.Go(func() {
+			tok, _, err := hostedToken(parse(t, nil, "--nnodes=2", "--rdzv-endpoint=127.0.0.1:5", "--rdzv-id=j"), envOf(nil), tmp)
+			if err != nil {
+				t.Error(err)
+			}
+			toks[i] = tok
+		})
+	}
+	wg.Wait()
+	for _, tok := range toks {
+		if tok != toks[0] || len(tok) != 64 {
+			t.Fatalf("agents on loopback got tokens %q, want one 64-character token", toks)
+		}
+	}
+	if other, _ := token(nil, "--rdzv-endpoint=localhost:6", "--rdzv-id=j"); other == toks[0] {
+		t.Errorf("another endpoint shares the token")
+	}
+	dir := filepath.Join(tmp, "rover-"+strconv.Itoa(os.Getuid()))
+	for path, want := range map[string]os.FileMode{dir: 0o700, filepath.Join(dir, "jobs", "j@127.0.0.1:5.token"): 0o600} {
+		if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != want {
+			t.Errorf("%s: %v, %v; want mode %v", path, fi, err, want)
+		}
+	}
+	// A directory others can read is refused.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := token(nil, "--rdzv-endpoint=127.0.0.1:5", "--rdzv-id=j"); ExitCode(err) != ExitUsage || !strings.Contains(err.Error(), "mode 0700") {
+		t.Errorf("an open token directory: %v, want a usage error", err)
+	}
+}
+
+func TestLoopback(t *testing.T) {
+	for ep, want := range map[string]bool{
+		"127.0.0.1:1": true, "localhost:1": true, "[::1]:1": true, "127.1.2.3:1": true,
+		"10.0.0.1:1": false, "node0:1": false, "[fd00::1]:1": false, "bad": false,
+	} {
+		if got := loopback(ep); got != want {
+			t.Errorf("loopback(%q) = %v, want %v", ep, got, want)
+		}
+	}
+}
+
+// TestListenToHost: the first agent to bind the endpoint hosts; a second
+// on the same host, and any agent for whom the address is not local, join.
+func TestListenToHost(t *testing.T) {
+	ln, err := listenToHost("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	if ln2, err := listenToHost(ln.Addr().String()); err == nil {
+		ln2.Close()
+		t.Errorf("a second agent bound %s too", ln.Addr())
+	}
+	if ln3, err := listenToHost("192.0.2.1:29400"); err == nil { // TEST-NET-1: on no host
+		ln3.Close()
+		t.Errorf("bound an address that is not this host's")
+	} else if errors.Is(err, os.ErrPermission) {
+		t.Errorf("want address-not-available, got %v", err)
+	}
+}
