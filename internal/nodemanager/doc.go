@@ -8,13 +8,17 @@
 //
 // Rules (DLRover's, see docs/design/node-manager.md):
 //
-//   - At Start every group gets MaxNodes nodes, ranks 0..MaxNodes-1, with ids
-//     "<job>-<group>-<rank>-<relaunch>" ("train-worker-3-0").
+//   - At Start every group gets Nodes (default MaxNodes) nodes, ranks
+//     0..Nodes-1, with ids "<job>-<group>-<rank>-<relaunch>"
+//     ("train-worker-3-0"). [Manager.Scale] adds or removes the highest
+//     ranks within MinNodes..MaxNodes; a rank scaled back is not a relaunch.
 //   - A node that exits non-zero, is deleted by the platform, is lost, or that
 //     diagnosis asks to relaunch is replaced by a node of the same rank and
 //     relaunch+1 (the old one is deleted first when the platform may still
 //     hold it), while the rank's RestartCount (default 3, at most 5) and the
 //     job's MaxRelaunches last.
+//   - A node the platform killed for memory (OOMKilled) comes back with more
+//     memory (diagnosis.NextMemory: twice, at most 8 GiB more, 64 GiB cap).
 //   - Exit 0 is success: the rank is Succeeded and not relaunched.
 //   - A rank whose budget is used up is Failed. The job fails when it is a
 //     critical rank, or when its group has fewer usable (live or succeeded)
