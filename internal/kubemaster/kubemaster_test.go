@@ -36,6 +36,24 @@ func ddpJob(t *testing.T, ns string) *elasticv1.ElasticJob {
 	return &job
 }
 
+// livePods lists the names of job's pods in ns that are not being deleted,
+// sorted.
+func livePods(t *testing.T, cs kubernetes.Interface, ns, job string) []string {
+	t.Helper()
+	list, err := cs.CoreV1().Pods(ns).List(t.Context(), metav1.ListOptions{LabelSelector: elasticv1.LabelJobName + "=" + job})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, p := range list.Items {
+		if p.DeletionTimestamp == nil {
+			names = append(names, p.Name)
+		}
+	}
+	slices.Sort(names)
+	return names
+}
+
 func readRepoFile(t *testing.T, rel string) ([]byte, error) {
 	return os.ReadFile(filepath.Join(k8stest.RepoRoot(t), rel))
 }
@@ -73,20 +91,7 @@ func TestMasterRunsElasticJob(t *testing.T) {
 		}()
 		return func() error { cancel(); return <-done }
 	}
-	pods := func() []string {
-		list, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: elasticv1.LabelJobName + "=" + job.Name})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var names []string
-		for _, p := range list.Items {
-			if p.DeletionTimestamp == nil {
-				names = append(names, p.Name)
-			}
-		}
-		slices.Sort(names)
-		return names
-	}
+	pods := func() []string { return livePods(t, cs, ns, job.Name) }
 	stop := run()
 	k8stest.WaitFor(t, "the two worker pods", func() bool { return slices.Equal(pods(), []string{"ddp-worker-0-0", "ddp-worker-1-0"}) })
 	pod, err := cs.CoreV1().Pods(ns).Get(ctx, "ddp-worker-1-0", metav1.GetOptions{})

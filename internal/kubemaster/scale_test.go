@@ -58,20 +58,7 @@ func TestMasterFollowsScaling(t *testing.T) {
 			t.Errorf("master Run: %v", err)
 		}
 	})
-	pods := func() []string {
-		list, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: elasticv1.LabelJobName + "=" + job.Name})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var names []string
-		for _, p := range list.Items {
-			if p.DeletionTimestamp == nil {
-				names = append(names, p.Name)
-			}
-		}
-		slices.Sort(names)
-		return names
-	}
+	pods := func() []string { return livePods(t, cs, ns, job.Name) }
 	waitPods := func(want ...string) {
 		t.Helper()
 		k8stest.WaitFor(t, "pods "+strings.Join(want, ", "), func() bool { return slices.Equal(pods(), want) })
