@@ -175,48 +175,39 @@ func (k *kube) podLogs(job string) string {
 	return b.String()
 }
 
-// TestKubernetesDDP runs the two-node DDP example as an ElasticJob through
+// TestKubernetes runs the DDP example as ElasticJobs on one API server,
+// operator and kubelet (the operator's controller registers once per
+// process): the disruptions of kubernetesDDP, then kubernetesScale.
+func TestKubernetes(t *testing.T) {
+	cases := ddpCases()
+	var jobs []string
+	for _, tc := range cases {
+		jobs = append(jobs, tc.name)
+	}
+	k := startKube(t, append(jobs, scaleJob)...)
+	t.Run("DDP", func(t *testing.T) { kubernetesDDP(t, k, cases) })
+	t.Run("Scale", func(t *testing.T) { kubernetesScale(t, k) })
+}
+
+// ddpCase is one run of kubernetesDDP.
+type ddpCase struct {
+	name    string
+	disrupt func(t *testing.T, k *kube, job string)
+	// workers and masters are the pods that ran, by their suffix.
+	workers, masters []string
+	// relaunches is the job's relaunch count of workers at the end.
+	relaunches int32
+}
+
+// kubernetesDDP runs the two-node DDP example as an ElasticJob through
 // the operator, its master pod and its worker pods: undisturbed; with a
 // worker pod deleted at a random step after a checkpoint was committed
 // (the master relaunches its rank as -worker-1-1); and with the master pod
 // deleted likewise (the operator relaunches it as -rover-master-1, which
 // adopts the running worker pods). Each job succeeds, as the operator
 // reports it, with the weights of an uninterrupted `rover run` job.
-func TestKubernetesDDP(t *testing.T) {
+func kubernetesDDP(t *testing.T, k *kube, cases []ddpCase) {
 	clean := cleanRun(t)
-	type disruption func(t *testing.T, k *kube, job string)
-	cases := []struct {
-		name    string
-		disrupt disruption
-		// workers and masters are the pods that ran, by their suffix.
-		workers, masters []string
-		// relaunches is the job's relaunch count of workers at the end.
-		relaunches int32
-	}{
-		{name: "undisturbed", workers: []string{"0-0", "1-0"}, masters: []string{"0"}},
-		{name: "worker-deleted", workers: []string{"0-0", "1-0", "1-1"}, masters: []string{"0"}, relaunches: 1,
-			disrupt: func(t *testing.T, k *kube, job string) {
-				victim := job + "-worker-1-0"
-				k.deletePod(t, victim)
-				waitFor(t, jobTimeout, "the relaunched worker pod to run", func() bool {
-					p := k.pod(t, job+"-worker-1-1")
-					return p != nil && p.Labels[elasticv1.LabelRelaunchCount] == "1" &&
-						(p.Status.Phase == corev1.PodRunning || p.Status.Phase == corev1.PodSucceeded)
-				})
-			}},
-		{name: "master-deleted", workers: []string{"0-0", "1-0"}, masters: []string{"0", "1"},
-			disrupt: func(t *testing.T, k *kube, job string) {
-				k.deletePod(t, operator.MasterPodName(job, 0))
-				waitFor(t, jobTimeout, "the relaunched master pod to run", func() bool {
-					return k.running(t, operator.MasterPodName(job, 1))
-				})
-			}},
-	}
-	var jobs []string
-	for _, tc := range cases {
-		jobs = append(jobs, tc.name)
-	}
-	k := startKube(t, jobs...)
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			job := tc.name
@@ -279,6 +270,31 @@ func TestKubernetesDDP(t *testing.T) {
 	}
 }
 
+// ddpCases are kubernetesDDP's runs: undisturbed, a worker pod deleted,
+// the master pod deleted.
+func ddpCases() []ddpCase {
+	return []ddpCase{
+		{name: "undisturbed", workers: []string{"0-0", "1-0"}, masters: []string{"0"}},
+		{name: "worker-deleted", workers: []string{"0-0", "1-0", "1-1"}, masters: []string{"0"}, relaunches: 1,
+			disrupt: func(t *testing.T, k *kube, job string) {
+				victim := job + "-worker-1-0"
+				k.deletePod(t, victim)
+				waitFor(t, jobTimeout, "the relaunched worker pod to run", func() bool {
+					p := k.pod(t, job+"-worker-1-1")
+					return p != nil && p.Labels[elasticv1.LabelRelaunchCount] == "1" &&
+						(p.Status.Phase == corev1.PodRunning || p.Status.Phase == corev1.PodSucceeded)
+				})
+			}},
+		{name: "master-deleted", workers: []string{"0-0", "1-0"}, masters: []string{"0", "1"},
+			disrupt: func(t *testing.T, k *kube, job string) {
+				k.deletePod(t, operator.MasterPodName(job, 0))
+				waitFor(t, jobTimeout, "the relaunched master pod to run", func() bool {
+					return k.running(t, operator.MasterPodName(job, 1))
+				})
+			}},
+	}
+}
+
 // deletePod deletes pod name, as a user or an eviction would.
 func (k *kube) deletePod(t *testing.T, name string) {
 	t.Helper()
@@ -289,14 +305,16 @@ func (k *kube) deletePod(t *testing.T, name string) {
 	}
 }
 
-// TestKubernetesScale: a job of --nnodes=2:3 that starts two worker pods
+// scaleJob is kubernetesScale's job.
+const scaleJob = "scale"
+
+// kubernetesScale: a job of --nnodes=2:3 that starts two worker pods
 // (replicas 2) is scaled to 3 with the /scale subresource (`kubectl scale
 // elasticjob/scale --replicas=3`) while it trains: the master creates
 // -worker-2-0, whose node joins the next round, and the job finishes in a
 // world of 3 nodes of 2 processes, with no restart spent.
-func TestKubernetesScale(t *testing.T) {
-	const job = "scale"
-	k := startKube(t, job)
+func kubernetesScale(t *testing.T, k *kube) {
+	const job = scaleJob
 	defer func() {
 		if t.Failed() {
 			t.Logf("pods of %s:\n%s", job, k.podLogs(job))
