@@ -233,3 +233,27 @@ func TestNoMasterWorkerNodeKilled(t *testing.T) {
 		})
 	}
 }
+
+// TestNoMasterJobSetFirstBinds: two agents launched JobSet-style, the same
+// command on every node (a c10d endpoint and the job's secret, no node
+// ranks) and no master process: exactly one agent binds the endpoint and
+// hosts the master, the other joins it, and the job finishes on both.
+func TestNoMasterJobSetFirstBinds(t *testing.T) {
+	c := noMasterCluster(t, "jobset")
+	c.env = append(c.env, "ROVER_JOB_SECRET="+jobSecret)
+	dir, port := t.TempDir(), freePortPair(t)
+	args := append([]string{"run", "--rdzv-backend", "c10d", "--rdzv-endpoint", fmt.Sprintf("127.0.0.1:%d", port),
+		"--rdzv-id", c.job, "--nnodes", "2", "--heartbeat-interval", "1s", "--stop-grace-period", "5s"}, trainArgs(dir)...)
+	a, b := c.start("node-a", args...), c.start("node-b", args...)
+	waitAll(t, a, b)
+	checkResult(t, dir, 0)
+	hosts := 0
+	for _, p := range []*process{a, b} {
+		if strings.Contains(p.out.String(), "hosting the job's master") {
+			hosts++
+		}
+	}
+	if hosts != 1 {
+		t.Errorf("%d agents hosted the master, want exactly 1:\n%s\n%s", hosts, a.out, b.out)
+	}
+}
