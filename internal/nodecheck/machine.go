@@ -95,12 +95,15 @@ type Machine struct {
 	// passed are the nodes that passed a check: a world of them only is
 	// not checked again.
 	passed map[string]bool
-	check  *Check
+	// excluded are the verdicts of the nodes a check excluded: they stay
+	// excluded for the job's life.
+	excluded map[string]Verdict
+	check    *Check
 }
 
 // New returns a machine that has checked nothing.
 func New(cfg Config) *Machine {
-	return &Machine{cfg: cfg, passed: map[string]bool{}}
+	return &Machine{cfg: cfg, passed: map[string]bool{}, excluded: map[string]Verdict{}}
 }
 
 // Config returns the machine's configuration.
@@ -156,9 +159,12 @@ func (m *Machine) Tasks(node string) (world, stage int, groups []Group) {
 	return c.World, c.Stage, groups
 }
 
-// Verdict returns node's verdict in the last finished check of a world
-// that included it.
+// Verdict returns node's verdict: its exclusion by any check, else its
+// verdict in the last check if that included it.
 func (m *Machine) Verdict(node string) (Verdict, bool) {
+	if v, ok := m.excluded[node]; ok {
+		return v, true
+	}
 	c := m.check
 	if c == nil || !c.Done {
 		return Verdict{}, false

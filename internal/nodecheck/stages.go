@@ -210,6 +210,7 @@ func (m *Machine) conclude(now time.Time) {
 			m.passed[v.Node] = true
 		} else {
 			delete(m.passed, v.Node)
+			m.excluded[v.Node] = v
 		}
 	}
 	c.Done, c.Ended = true, now
