@@ -75,8 +75,11 @@ type Check struct {
 	Nodes []string `json:"nodes"`
 	// Stage is 1 (neighbours) or 2 (the failed and the slow, each with a
 	// node that passed).
-	Stage    int       `json:"stage"`
-	Groups   [][]Group `json:"groups"` // by stage - 1
+	Stage  int       `json:"stage"`
+	Groups [][]Group `json:"groups"` // by stage - 1
+	// Slow are the nodes of stage 1's slow groups, rechecked in stage 2:
+	// only they can be stragglers.
+	Slow     []string  `json:"slow,omitempty"`
 	Reports  []Report  `json:"reports,omitempty"`
 	Started  time.Time `json:"started"`
 	Deadline time.Time `json:"deadline"`
@@ -188,6 +191,7 @@ func (m *Machine) Last() *Check {
 	c := *m.check
 	c.Nodes = slices.Clone(c.Nodes)
 	c.Groups = slices.Clone(c.Groups)
+	c.Slow = slices.Clone(c.Slow)
 	c.Reports = slices.Clone(c.Reports)
 	c.Verdicts = slices.Clone(c.Verdicts)
 	return &c

@@ -98,6 +98,7 @@ func (m *Machine) recheck(c *Check) []Group {
 	}
 	slices.SortStableFunc(failed, func(a, b string) int { return boolFirst(o.local[a], o.local[b]) })
 	slices.SortStableFunc(slow, func(a, b string) int { return cmp.Compare(o.time[b], o.time[a]) })
+	c.Slow = slow
 	slices.SortStableFunc(good, func(a, b string) int { return cmp.Compare(o.time[a], o.time[b]) })
 	var gs []Group
 	for i, n := range append(failed, slow...) {
@@ -138,8 +139,10 @@ func median(ts []time.Duration) time.Duration {
 
 // conclude gives the verdicts: a node that failed both stages is faulty
 // (in stage 2 it was checked with a node that passed, or alone, so the
-// failure is its own); of the others, one whose best time is above the
-// threshold is a straggler.
+// failure is its own); of the others, one that was in a slow group in stage
+// 1 and whose best time is still above the threshold is a straggler. A
+// node of a fast group is never one: its stage-2 partner may have been the
+// straggler, and a noisy first measurement is not confirmed.
 func (m *Machine) conclude(now time.Time) {
 	c := m.check
 	o1 := c.outcome(1)
@@ -176,7 +179,7 @@ func (m *Machine) conclude(now time.Time) {
 		case o1.failed[n] && !o2.ran[n]:
 			// Not rechecked: cannot happen, but never blame without proof.
 			v.Reason = "failed stage 1 only"
-		case m.slow(best[n], c.Median):
+		case slices.Contains(c.Slow, n) && m.slow(best[n], c.Median):
 			v.Kind = Straggler
 			v.Reason = fmt.Sprintf("its best time %s is above %g times the median %s", best[n].Round(time.Millisecond), m.cfg.ratio(), c.Median.Round(time.Millisecond))
 			stragglers = append(stragglers, len(c.Verdicts))
