@@ -164,6 +164,12 @@ func (c *core) checkProtoLocked(r *roverv1.GetJobResponse) {
 	for _, v := range ch.Verdicts {
 		st.Verdicts = append(st.Verdicts, verdictProto(v))
 	}
+	// Nodes excluded by earlier checks stay on record.
+	for _, v := range c.check.Excluded() {
+		if !slices.Contains(ch.Nodes, v.Node) {
+			st.Verdicts = append(st.Verdicts, verdictProto(v))
+		}
+	}
 	for _, rep := range ch.Reports {
 		st.Reports = append(st.Reports, &roverv1.NodeCheckReport{Stage: int32(rep.Stage), Group: int32(rep.Group), NodeId: rep.Node, Result: resultProto(rep.Result)})
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -182,6 +183,16 @@ func (m *Machine) Verdict(node string) (Verdict, bool) {
 
 // Last returns a copy of the running or last check; nil for none.
 func (m *Machine) Status() *Check { return m.Last() }
+
+// Excluded returns the verdicts of every node a check excluded, by node.
+func (m *Machine) Excluded() []Verdict {
+	vs := make([]Verdict, 0, len(m.excluded))
+	for _, v := range m.excluded {
+		vs = append(vs, v)
+	}
+	slices.SortFunc(vs, func(a, b Verdict) int { return strings.Compare(a.Node, b.Node) })
+	return vs
+}
 
 // Last returns a copy of the running or last check; nil for none.
 func (m *Machine) Last() *Check {

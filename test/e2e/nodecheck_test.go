@@ -3,6 +3,7 @@ package e2e
 import (
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -165,11 +166,15 @@ func TestSubmitNodeCheckRelaunchesFaultyNode(t *testing.T) {
 	job := uniqueJob("sub-nc")
 	t.Setenv("ROVER_NODECHECK_TEST_CRASH", job+"-worker-1-0")
 	dir := t.TempDir()
-	s := submitDDP(t, job, dir, "--network-check")
+	s := submit(t, job, append([]string{"--rdzv-id", job, "--nnodes", "2", "--network-check"}, trainArgs(dir)...)...)
 	if code := s.wait(t, jobTimeout); code != 0 {
 		t.Fatalf("rover submit exited %d, want 0", code)
 	}
+	if ids, want := s.nodeIDs(t), []string{s.node(0, 0), s.node(1, 0), s.node(1, 1)}; !slices.Equal(ids, want) {
+		t.Errorf("node logs %v, want %v: one relaunch of the faulty node", ids, want)
+	}
 	errOut := s.stderr.String()
+	t.Logf("rover submit's summary:\n%s", lastLines(errOut, 25))
 	if want := "relaunching it as " + s.node(1, 1); !strings.Contains(errOut, want) {
 		t.Errorf("stderr does not say %q", want)
 	}

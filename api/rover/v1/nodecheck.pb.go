@@ -639,10 +639,11 @@ type NodeCheckStatus struct {
 	StartedUnixNanos int64                  `protobuf:"varint,5,opt,name=started_unix_nanos,json=startedUnixNanos,proto3" json:"started_unix_nanos,omitempty"`
 	EndedUnixNanos   int64                  `protobuf:"varint,6,opt,name=ended_unix_nanos,json=endedUnixNanos,proto3" json:"ended_unix_nanos,omitempty"`
 	MedianMicros     int64                  `protobuf:"varint,7,opt,name=median_micros,json=medianMicros,proto3" json:"median_micros,omitempty"`
-	Verdicts         []*NodeCheckVerdict    `protobuf:"bytes,8,rep,name=verdicts,proto3" json:"verdicts,omitempty"`
-	Reports          []*NodeCheckReport     `protobuf:"bytes,9,rep,name=reports,proto3" json:"reports,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The check's verdicts, then those of nodes earlier checks excluded.
+	Verdicts      []*NodeCheckVerdict `protobuf:"bytes,8,rep,name=verdicts,proto3" json:"verdicts,omitempty"`
+	Reports       []*NodeCheckReport  `protobuf:"bytes,9,rep,name=reports,proto3" json:"reports,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *NodeCheckStatus) Reset() {
