@@ -57,7 +57,6 @@ type core struct {
 	runID    string
 	cfg      *jobConfig // nil until configured
 	rdzv     *rendezvous.Machine
-	check    *nodecheck.Machine // nil: the job runs no node check (nodecheck.go)
 	expect   int // the nodes the node manager runs, for the rendezvous (eventFleet)
 	nodes    *node.Table
 	addrs    map[string]string
@@ -70,6 +69,10 @@ type core struct {
 	version  uint64 // of the node views
 	keys     chan struct{}
 	commits  committer
+
+	// check is the pre-flight node check (nodecheck.go); nil when the
+	// job runs none.
+	check *nodecheck.Machine
 
 	shards *shard.Machine
 	// leaseHolders are the workers that leased shards since their last restart.

@@ -130,15 +130,15 @@ func (c *core) checkViewLocked(id string, v *roverv1.NodeView) {
 	if c.check == nil {
 		return
 	}
-	ch := c.check.Last()
+	world, stage, done, member, ok := c.check.Stage(id)
 	verdict, judged := c.check.Verdict(id)
-	if ch == nil || !slices.Contains(ch.Nodes, id) && !judged {
+	if !ok || !member && !judged {
 		return
 	}
 	nc := c.cfg.NodeCheck
-	cv := &roverv1.NodeCheckView{Round: int64(ch.World), Stage: int32(ch.Stage), Running: !ch.Done,
+	cv := &roverv1.NodeCheckView{Round: int64(world), Stage: int32(stage), Running: !done,
 		GroupTimeoutMillis: nc.Config.Timeout().Milliseconds(), CommPerf: nc.CommPerf}
-	if !ch.Done && slices.Contains(ch.Nodes, id) {
+	if !done && member {
 		v.Assignment = nil
 		_, _, groups := c.check.Tasks(id)
 		for _, g := range groups {

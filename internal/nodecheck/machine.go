@@ -91,6 +91,17 @@ type Check struct {
 	Verdicts  []Verdict `json:"verdicts,omitempty"`
 	// Median is the median time the straggler threshold was taken from.
 	Median time.Duration `json:"median,omitempty"`
+
+	// index finds Reports by stage, group and node; undecided counts the
+	// current stage's groups not decided yet (-1: not counted). Both are
+	// derived, rebuilt after a restore.
+	index     map[reportKey]int
+	undecided int
+}
+
+type reportKey struct {
+	stage, group int
+	node         string
 }
 
 // Machine runs a job's node checks, one world at a time.
@@ -124,7 +135,7 @@ func (m *Machine) Start(world int, nodes []string, now time.Time) bool {
 	if len(nodes) == 0 || !slices.ContainsFunc(nodes, func(n string) bool { return !m.passed[n] }) {
 		return false
 	}
-	c := &Check{World: world, Nodes: slices.Clone(nodes), Stage: 1, Started: now}
+	c := &Check{World: world, Nodes: slices.Clone(nodes), Stage: 1, Started: now, undecided: -1}
 	groups := neighbours(c.Nodes)
 	c.Groups = [][]Group{groups}
 	c.Deadline = now.Add(m.stageTimeout(groups))
@@ -184,6 +195,17 @@ func (m *Machine) Verdict(node string) (Verdict, bool) {
 // Last returns a copy of the running or last check; nil for none.
 func (m *Machine) Status() *Check { return m.Last() }
 
+// Stage returns the running or last check's world, its stage, whether it
+// is done, and whether node is one of its nodes; ok is false when no check
+// ran. It copies nothing: the master calls it for every node view.
+func (m *Machine) Stage(node string) (world, stage int, done, member, ok bool) {
+	c := m.check
+	if c == nil {
+		return 0, 0, false, false, false
+	}
+	return c.World, c.Stage, c.Done, slices.Contains(c.Nodes, node), true
+}
+
 // Excluded returns the verdicts of every node a check excluded, by node.
 func (m *Machine) Excluded() []Verdict {
 	vs := make([]Verdict, 0, len(m.excluded))
@@ -205,6 +227,7 @@ func (m *Machine) Last() *Check {
 	c.Slow = slices.Clone(c.Slow)
 	c.Reports = slices.Clone(c.Reports)
 	c.Verdicts = slices.Clone(c.Verdicts)
+	c.index, c.undecided = nil, -1
 	return &c
 }
 
@@ -234,8 +257,14 @@ func (m *Machine) Report(world, stage, group int, node string, r Result, now tim
 	if _, dup := c.report(stage, group, node); dup {
 		return nil
 	}
+	c.countUndecided()
+	before, _ := c.groupOutcome(stage, g, false)
 	c.Reports = append(c.Reports, Report{Stage: stage, Group: group, Node: node, Result: r})
-	if c.stageDecided() {
+	c.index[reportKey{stage, group, node}] = len(c.Reports) - 1
+	if after, _ := c.groupOutcome(stage, g, false); after && !before {
+		c.undecided--
+	}
+	if c.undecided == 0 {
 		m.endStage(now)
 	}
 	return nil
@@ -261,22 +290,26 @@ func (m *Machine) stageTimeout(groups []Group) time.Duration {
 	return time.Duration(most)*m.cfg.Timeout() + stageSlack
 }
 
+// groupByID finds a group: IDs are positions.
 func groupByID(gs []Group, id int) (Group, bool) {
-	for _, g := range gs {
-		if g.ID == id {
-			return g, true
-		}
+	if id < 0 || id >= len(gs) || gs[id].ID != id {
+		return Group{}, false
 	}
-	return Group{}, false
+	return gs[id], true
 }
 
 func (c *Check) report(stage, group int, node string) (Result, bool) {
-	for _, r := range c.Reports {
-		if r.Stage == stage && r.Group == group && r.Node == node {
-			return r.Result, true
+	if c.index == nil {
+		c.index = make(map[reportKey]int, len(c.Reports))
+		for i, r := range c.Reports {
+			c.index[reportKey{r.Stage, r.Group, r.Node}] = i
 		}
 	}
-	return Result{}, false
+	i, ok := c.index[reportKey{stage, group, node}]
+	if !ok {
+		return Result{}, false
+	}
+	return c.Reports[i].Result, true
 }
 
 // groupOutcome says whether a group of stage is decided and whether it
@@ -297,13 +330,18 @@ func (c *Check) groupOutcome(stage int, g Group, final bool) (decided, ok bool) 
 	return final, false
 }
 
-func (c *Check) stageDecided() bool {
+// countUndecided counts the current stage's groups not decided yet, once
+// per stage (and after a restore).
+func (c *Check) countUndecided() {
+	if c.undecided >= 0 {
+		return
+	}
+	c.undecided = 0
 	for _, g := range c.Groups[c.Stage-1] {
 		if decided, _ := c.groupOutcome(c.Stage, g, false); !decided {
-			return false
+			c.undecided++
 		}
 	}
-	return true
 }
 
 // groupTime is a passed group's time: its slowest node's.

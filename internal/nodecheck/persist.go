@@ -45,6 +45,9 @@ func Restore(b []byte) (*Machine, error) {
 	if c := s.Check; c != nil && (c.Stage < 1 || c.Stage > len(c.Groups) || c.Stage > 2) {
 		return nil, fmt.Errorf("the node check's state has stage %d with %d stages of groups", c.Stage, len(c.Groups))
 	}
+	if s.Check != nil {
+		s.Check.undecided = -1
+	}
 	m.check = s.Check
 	return m, nil
 }

@@ -64,6 +64,7 @@ func (m *Machine) endStage(now time.Time) {
 		if groups := m.recheck(c); len(groups) > 0 {
 			c.Stage = 2
 			c.Groups = append(c.Groups, groups)
+			c.undecided = -1
 			c.Deadline = now.Add(m.stageTimeout(groups))
 			return
 		}
