@@ -81,9 +81,9 @@ func newCheckCluster(t *testing.T, n *netnsNet, job string) *cluster {
 	return c
 }
 
-// TestNodeCheckHealthyCluster: every node of a healthy cluster passes in
+// TestNodeCheckClusterHealthy: every node of a healthy cluster passes in
 // one stage, in seconds, and the job trains on all four.
-func TestNodeCheckHealthyCluster(t *testing.T) {
+func TestNodeCheckClusterHealthy(t *testing.T) {
 	n := newNetns(t, 4)
 	c := newCheckCluster(t, n, "nc-ok")
 	dir := t.TempDir()
@@ -103,10 +103,10 @@ func TestNodeCheckHealthyCluster(t *testing.T) {
 	}
 }
 
-// TestNodeCheckStragglerExcluded slows node2's link: it is the only
+// TestNodeCheckClusterStragglerExcluded slows node2's link: it is the only
 // straggler, --exclude-straggler takes it out (its agent exits 5), and the
 // job trains on the other three.
-func TestNodeCheckStragglerExcluded(t *testing.T) {
+func TestNodeCheckClusterStragglerExcluded(t *testing.T) {
 	n := newNetns(t, 4)
 	qdisc := n.slow(2, "50ms", "10mbit")
 	t.Logf("node2's link shaped with %s to 10mbit", qdisc)
@@ -129,11 +129,11 @@ func TestNodeCheckStragglerExcluded(t *testing.T) {
 	}
 }
 
-// TestNodeCheckCrashIsolated makes node1's check program crash: the first
+// TestNodeCheckClusterCrashIsolated makes node1's check program crash: the first
 // stage fails node1 and its neighbour, the second pairs each with a node
 // that passed, and only node1 is faulty; it is excluded and the job trains
 // on the other three.
-func TestNodeCheckCrashIsolated(t *testing.T) {
+func TestNodeCheckClusterCrashIsolated(t *testing.T) {
 	n := newNetns(t, 4)
 	c := newCheckCluster(t, n, "nc-crash")
 	c.env = append(c.env, "ROVER_NODECHECK_TEST_CRASH=node1")
