@@ -117,11 +117,24 @@ func (c *core) excludeLocked(ch *nodecheck.Check, now time.Time) {
 		c.nodes.Lose(v.Node, reason)
 		delete(c.held, v.Node)
 		c.requeueLocked(v.Node, now)
-		if host := c.addrs[v.Node]; host != "" {
+		if host := c.hostLocked(v.Node); host != "" {
 			c.noticeLocked(fleetNotice{node: v.Node, reason: reason, action: nodemanager.Action{Kind: nodemanager.MarkHostBad, Host: host, Reason: reason}})
 		}
 		c.noticeLocked(fleetNotice{node: v.Node, reason: reason, action: nodemanager.Action{Kind: nodemanager.RelaunchNode, NodeID: v.Node, Reason: reason}})
 	}
+}
+
+// hostLocked is where node runs: as its platform reports it when the
+// master runs the nodes, else the address it joined with.
+func (c *core) hostLocked(node string) string {
+	if c.fleetView != nil {
+		for _, n := range c.fleetView.Nodes {
+			if n.NodeID == node && n.Host != "" {
+				return n.Host
+			}
+		}
+	}
+	return c.addrs[node]
 }
 
 // checkViewLocked adds the node check to id's view: its groups while the
