@@ -12,6 +12,7 @@ const (
 	ExitUsage       = 2
 	ExitRendezvous  = 3
 	ExitMasterLost  = 4
+	ExitNodeCheck   = 5
 	exitSignalCodes = 128
 )
 

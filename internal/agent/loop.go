@@ -17,7 +17,8 @@ import (
 // loop carries out decide's actions on the master's views, and reports the
 // worker group's end, until the job ends or ctx is cancelled.
 func (a *agent) loop(ctx context.Context) error {
-	w := &workers{a: a, ctx: ctx}
+	w := &workers{a: a, ctx: ctx, check: &checker{a: a}}
+	defer w.check.stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -47,6 +48,7 @@ type workers struct {
 	ctx         context.Context
 	g           *group
 	lastStarted int
+	check       *checker // the node check's tasks
 }
 
 // done is the running group's result channel; nil (never ready) without one.
@@ -73,7 +75,7 @@ func (w *workers) stop(why string) {
 
 // state is what decide needs to know.
 func (w *workers) state(joinedRound int) agentState {
-	s := agentState{running: w.g != nil, lastStarted: w.lastStarted, joinedRound: joinedRound}
+	s := agentState{running: w.g != nil, lastStarted: w.lastStarted, joinedRound: joinedRound, checked: w.check.key}
 	if w.g != nil {
 		s.groupRound = w.g.round
 	}
@@ -84,6 +86,7 @@ func (w *workers) state(joinedRound int) agentState {
 // the agent waiting for the next; end is true when the agent exits with err.
 func (a *agent) react(ctx context.Context, w *workers) (end bool, err error) {
 	v, sessionErr := a.views.get()
+	w.check.sync(v)
 	for {
 		_, joinedRound := a.joined.get()
 		act := decide(v, sessionErr, w.state(joinedRound))
@@ -118,6 +121,14 @@ func (a *agent) react(ctx context.Context, w *workers) (end bool, err error) {
 			return true, a.jobFailed(v)
 		case actMasterLost:
 			return true, act.err
+		case actCheck:
+			w.check.start(ctx, v)
+			return false, nil
+		case actExcluded:
+			vd := v.GetNodeCheck().GetVerdict()
+			a.log.Error("the node check excluded this node", "verdict", vd.GetVerdict(), "reason", vd.GetReason())
+			a.leave("excluded by the node check")
+			return true, excluded(vd)
 		default:
 			return false, nil
 		}

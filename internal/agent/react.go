@@ -23,10 +23,12 @@ const (
 	actSucceeded             // the job succeeded: exit 0
 	actJobFailed             // the job failed: print the report, exit 1
 	actMasterLost            // the session ended for good: exit with err
+	actCheck                 // run the node's part of the node check's current stage
+	actExcluded              // the node check excluded this node: exit
 )
 
 func (k actionKind) String() string {
-	return [...]string{"none", "start", "stop", "rejoin", "succeeded", "job failed", "master lost"}[k]
+	return [...]string{"none", "start", "stop", "rejoin", "succeeded", "job failed", "master lost", "check", "excluded"}[k]
 }
 
 // action is one step for the loop.
@@ -39,10 +41,11 @@ type action struct {
 
 // agentState is what decide needs to know of the agent.
 type agentState struct {
-	running     bool // a worker group runs
-	groupRound  int  // the round it runs, when running
-	lastStarted int  // the newest round workers were started for; 0 for none
-	joinedRound int  // the round of the agent's newest join
+	running     bool   // a worker group runs
+	groupRound  int    // the round it runs, when running
+	lastStarted int    // the newest round workers were started for; 0 for none
+	joinedRound int    // the round of the agent's newest join
+	checked     string // the node check task last started (checkKey)
 }
 
 // decide returns what the agent does about the newest view v, or about the
@@ -70,6 +73,18 @@ func decide(v *roverv1.NodeView, sessionErr error, s agentState) action {
 			return action{kind: actStop, why: "job failed"}
 		}
 		return action{kind: actJobFailed}
+	}
+	if nc := v.GetNodeCheck(); nc != nil && !s.running {
+		if vd := nc.GetVerdict(); vd.GetExcluded() {
+			return action{kind: actExcluded}
+		}
+		if nc.GetRunning() && int(nc.GetRound()) == round && !v.GetRoundOpen() {
+			// The node's world is being checked; its assignment comes after.
+			if len(nc.GetGroups()) > 0 && checkKey(nc) != s.checked {
+				return action{kind: actCheck, round: round}
+			}
+			return action{}
+		}
 	}
 	if s.running {
 		if round > s.groupRound {

@@ -132,3 +132,38 @@ func TestDecideAfterStop(t *testing.T) {
 		})
 	}
 }
+
+func TestDecideNodeCheck(t *testing.T) {
+	checking := func(stage int32, groups bool) *roverv1.NodeView {
+		v := &roverv1.NodeView{JobState: roverv1.JobState_JOB_STATE_RUNNING, Round: 1,
+			NodeCheck: &roverv1.NodeCheckView{Round: 1, Stage: stage, Running: true}}
+		if groups {
+			v.NodeCheck.Groups = []*roverv1.NodeCheckGroup{{Id: 0, NodeIds: []string{"a", "b"}}}
+		}
+		return v
+	}
+	excludedView := &roverv1.NodeView{JobState: roverv1.JobState_JOB_STATE_RUNNING, Round: 2, RoundOpen: true,
+		NodeCheck: &roverv1.NodeCheckView{Round: 1, Stage: 2, Verdict: &roverv1.NodeCheckVerdict{NodeId: "a", Verdict: "faulty", Excluded: true}}}
+	passed := view(1, false, 1)
+	passed.NodeCheck = &roverv1.NodeCheckView{Round: 1, Stage: 1, Verdict: &roverv1.NodeCheckVerdict{NodeId: "a", Verdict: "passed"}}
+	tests := []struct {
+		name string
+		v    *roverv1.NodeView
+		s    agentState
+		want action
+	}{
+		{"the world is checked: run the task", checking(1, true), agentState{joinedRound: 1}, action{kind: actCheck, round: 1}},
+		{"the task runs already", checking(1, true), agentState{joinedRound: 1, checked: "1/1"}, action{}},
+		{"stage 2 replaces stage 1", checking(2, true), agentState{joinedRound: 1, checked: "1/1"}, action{kind: actCheck, round: 1}},
+		{"sitting stage 2 out: wait, do not rejoin", checking(2, false), agentState{joinedRound: 1, checked: "1/1"}, action{}},
+		{"excluded: exit rather than rejoin", excludedView, agentState{joinedRound: 1, checked: "1/2"}, action{kind: actExcluded}},
+		{"passed: start the workers", passed, agentState{joinedRound: 1, checked: "1/1"}, action{kind: actStart, round: 1}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := decide(tt.v, nil, tt.s); got.kind != tt.want.kind || got.round != tt.want.round {
+				t.Errorf("decide = %v round %d, want %v round %d", got.kind, got.round, tt.want.kind, tt.want.round)
+			}
+		})
+	}
+}

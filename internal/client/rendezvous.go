@@ -1,6 +1,7 @@
 package client
 
 import (
+	"github.com/roverml/rover/internal/nodecheck"
 	"time"
 
 	roverv1 "github.com/roverml/rover/api/rover/v1"
@@ -16,6 +17,24 @@ type RendezvousConfig struct {
 	Rendezvous rendezvous.Config
 	Nodes      node.Config
 	Checkpoint CheckpointStorage
+	// NodeCheck is the job's pre-flight node check (nil: none).
+	NodeCheck *NodeCheck `json:"node_check,omitempty"`
+}
+
+// NodeCheck is a job's pre-flight node check: the state machine's
+// configuration (MinNodes is the rendezvous's) plus what the agents run.
+type NodeCheck struct {
+	nodecheck.Config
+	// CommPerf: the collective moves more data (--comm-perf-test).
+	CommPerf bool `json:"comm_perf,omitempty"`
+}
+
+// NodeCheckFromPolicy is p's node check, nil when it is off.
+func NodeCheckFromPolicy(p runconfig.Policy) *NodeCheck {
+	if !p.NodeCheck.Enabled {
+		return nil
+	}
+	return &NodeCheck{Config: nodecheck.Config{ExcludeStragglers: p.NodeCheck.ExcludeStragglers, MinNodes: p.MinNodes}, CommPerf: p.NodeCheck.CommPerf}
 }
 
 // CheckpointStorage is where a job's checkpoints go and how many committed
@@ -53,6 +72,7 @@ func RendezvousFromPolicy(p runconfig.Policy) RendezvousConfig {
 			HeartbeatTimeout: p.HeartbeatTimeout,
 			DisconnectGrace:  p.DisconnectGrace,
 		},
+		NodeCheck: NodeCheckFromPolicy(p),
 	}
 }
 
@@ -69,6 +89,17 @@ func RendezvousProto(c RendezvousConfig) *roverv1.RendezvousConfig {
 		HeartbeatTimeoutMillis: c.Nodes.HeartbeatTimeout.Milliseconds(),
 		DisconnectGraceMillis:  c.Nodes.DisconnectGrace.Milliseconds(),
 		Checkpoint:             CheckpointStorageProto(c.Checkpoint),
+		NodeCheck:              nodeCheckProto(c.NodeCheck),
+	}
+}
+
+func nodeCheckProto(c *NodeCheck) *roverv1.NodeCheckConfig {
+	if c == nil {
+		return nil
+	}
+	return &roverv1.NodeCheckConfig{
+		Enabled: true, ExcludeStragglers: c.ExcludeStragglers, CommPerf: c.CommPerf,
+		StragglerRatio: c.StragglerRatio, GroupTimeoutMillis: c.GroupTimeout.Milliseconds(),
 	}
 }
 
@@ -90,5 +121,19 @@ func RendezvousFromProto(p *roverv1.RendezvousConfig) RendezvousConfig {
 			DisconnectGrace:  ms(p.GetDisconnectGraceMillis()),
 		},
 		Checkpoint: CheckpointStorageFromProto(p.GetCheckpoint()),
+		NodeCheck:  nodeCheckFromProto(p.GetNodeCheck(), int(p.GetMinNodes())),
+	}
+}
+
+func nodeCheckFromProto(p *roverv1.NodeCheckConfig, minNodes int) *NodeCheck {
+	if !p.GetEnabled() {
+		return nil
+	}
+	return &NodeCheck{
+		Config: nodecheck.Config{
+			ExcludeStragglers: p.GetExcludeStragglers(), StragglerRatio: p.GetStragglerRatio(),
+			GroupTimeout: time.Duration(p.GetGroupTimeoutMillis()) * time.Millisecond, MinNodes: minNodes,
+		},
+		CommPerf: p.GetCommPerf(),
 	}
 }

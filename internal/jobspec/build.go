@@ -293,9 +293,11 @@ func (b *builder) command(g *ReplicaGroup, w *wireReplica, ctr *wireContainer, c
 	}
 }
 
-// featureFlags are dlrover-run switches Rover parses but does not
-// implement; stripFeatures lifts them out of a launcher line so that the
-// spec parses and Check can refuse them per platform.
+// featureFlags are dlrover-run switches that a platform may not honour;
+// stripFeatures lists them so that Check can refuse them per platform
+// (Capabilities.LauncherFeatures). Those `rover run` implements
+// (NodeCheckFeatures) stay in the launcher line; the others are lifted out
+// of it, so that the spec parses.
 var featureFlags = []string{"network-check", "exclude-straggler", "save-at-breakpoint", "comm-perf-test", "auto-config", "auto-tunning"}
 
 // stripFeatures removes the feature switches (exact spellings, with - or _,
@@ -318,6 +320,9 @@ func stripFeatures(args []string) (kept, features []string) {
 		if strings.HasPrefix(a, "--") && slices.Contains(featureFlags, name) && (!hasVal || val == "true" || val == "false") {
 			if val != "false" {
 				features = append(features, name)
+			}
+			if slices.Contains(NodeCheckFeatures, name) {
+				kept = append(kept, a) // rover run implements it: the nodes' agents need it
 			}
 			continue
 		}

@@ -36,12 +36,17 @@ type Capabilities struct {
 	LauncherFeatures []string
 }
 
+// NodeCheckFeatures are the dlrover-run switches of the pre-flight node
+// check, which `rover run` implements on every platform.
+var NodeCheckFeatures = []string{"network-check", "exclude-straggler", "comm-perf-test"}
+
 // LocalCapabilities is what the local platform honours: worker processes
 // on this machine, no images, no resource reservations, no scheduler.
 var LocalCapabilities = Capabilities{
-	Platform:     "the local platform runs processes on this machine",
-	Instead:      "submit to Kubernetes",
-	ReplicaTypes: []ReplicaType{Worker},
+	Platform:         "the local platform runs processes on this machine",
+	Instead:          "submit to Kubernetes",
+	ReplicaTypes:     []ReplicaType{Worker},
+	LauncherFeatures: NodeCheckFeatures,
 }
 
 // KubernetesCapabilities is what Rover's Kubernetes platform honours:
@@ -50,15 +55,16 @@ var LocalCapabilities = Capabilities{
 // manager). Priorities, autoScale, restartTimeout and resourceLimits are
 // not acted on yet, so they are refused.
 var KubernetesCapabilities = Capabilities{
-	Platform:       "Rover's Kubernetes platform",
-	Instead:        "wait for a Rover that implements it",
-	ReplicaTypes:   []ReplicaType{Worker},
-	Resources:      []string{CPU, Memory, GPU},
-	Images:         true,
-	Namespaces:     true,
-	Suspend:        true,
-	PendingTimeout: true,
-	CriticalNodes:  true,
+	Platform:         "Rover's Kubernetes platform",
+	Instead:          "wait for a Rover that implements it",
+	ReplicaTypes:     []ReplicaType{Worker},
+	Resources:        []string{CPU, Memory, GPU},
+	Images:           true,
+	Namespaces:       true,
+	Suspend:          true,
+	PendingTimeout:   true,
+	CriticalNodes:    true,
+	LauncherFeatures: NodeCheckFeatures,
 }
 
 // ErrUnsupported is wrapped by Check's errors.

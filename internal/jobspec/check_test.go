@@ -17,7 +17,6 @@ func TestCheckLocal(t *testing.T) {
 			"the local platform runs processes on this machine: it cannot honour spec.replicaSpecs.worker.template.spec.containers[0].image; remove it or submit to Kubernetes",
 			"containers[0].imagePullPolicy",
 			"containers[0].resources.limits.cpu", "containers[0].resources.requests.memory",
-			"containers[0].command flag --network-check",
 		}},
 		{"other replica types and scheduling", `
 suspend: true

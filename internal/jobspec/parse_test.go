@@ -54,7 +54,7 @@ func TestParseGood(t *testing.T) {
 		name: "reference example", yaml: readTestdata(t, "torch-mnist.yaml"), wantName: "torch-mnist", maxRestarts: 3,
 		worker: groupView{Min: 3, Max: 4, Nproc: 2, RestartCount: 3,
 			Command:    []string{"python", "-u", "train.py"},
-			LaunchArgs: []string{"--nnodes=3:4", "--nproc_per_node=2", "--max_restarts=3", "train.py"},
+			LaunchArgs: []string{"--network-check", "--nnodes=3:4", "--nproc_per_node=2", "--max_restarts=3", "train.py"},
 			Features:   []string{"network-check"}, Image: "registry.example/train:latest",
 			LimitsMilli: map[string]int64{"cpu": 2000, "memory": 4 << 30 * 1000}},
 	}, {

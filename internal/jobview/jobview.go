@@ -17,7 +17,8 @@ import (
 
 // Status writes what `rover status` prints: the job line, the round line,
 // the node table, the managed-node table when the master runs the nodes
-// (platform != ""), and the failure history.
+// (platform != ""), the node check when the job runs one, and the failure
+// history.
 func Status(w io.Writer, j *roverv1.GetJobResponse) error {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "job %s: %s", j.GetRunId(), state(j))
@@ -44,6 +45,7 @@ func Status(w io.Writer, j *roverv1.GetJobResponse) error {
 		fmt.Fprintf(&b, "\nnodes on %s:\n", j.GetPlatform())
 		writeManaged(&b, j.GetManagedNodes())
 	}
+	writeNodeCheck(&b, j.GetNodeCheck())
 	writeFailures(&b, j.GetFailures())
 	return flush(w, &b, "status")
 }
@@ -110,6 +112,7 @@ func Summary(w io.Writer, j *roverv1.GetJobResponse, took time.Duration) error {
 		}
 		writeManaged(&b, j.GetManagedNodes())
 	}
+	writeNodeCheck(&b, j.GetNodeCheck())
 	writeFailures(&b, j.GetFailures())
 	if j.GetJobState() == roverv1.JobState_JOB_STATE_FAILED {
 		if f := rootFailure(j.GetFailures()); f != nil {

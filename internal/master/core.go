@@ -16,6 +16,7 @@ import (
 	"github.com/roverml/rover/internal/client"
 	"github.com/roverml/rover/internal/diagnosis"
 	"github.com/roverml/rover/internal/node"
+	"github.com/roverml/rover/internal/nodecheck"
 	"github.com/roverml/rover/internal/nodemanager"
 	"github.com/roverml/rover/internal/rendezvous"
 	"github.com/roverml/rover/internal/shard"
@@ -39,6 +40,8 @@ type jobConfig struct {
 	// Checkpoint is where the job's checkpoints go (none when its URL is
 	// empty): requests name steps, and the master and agents use this.
 	Checkpoint client.CheckpointStorage `json:"checkpoint,omitzero"`
+	// NodeCheck is the job's pre-flight node check (nil: none).
+	NodeCheck *client.NodeCheck `json:"node_check,omitempty"`
 }
 
 // maxFailuresKept bounds the failure records the master keeps for reports.
@@ -66,6 +69,10 @@ type core struct {
 	version  uint64 // of the node views
 	keys     chan struct{}
 	commits  committer
+
+	// check is the pre-flight node check (nodecheck.go); nil when the
+	// job runs none.
+	check *nodecheck.Machine
 
 	shards *shard.Machine
 	// leaseHolders are the workers that leased shards since their last restart.
@@ -211,6 +218,11 @@ func (c *core) checkLocked(e *event) error {
 	switch e.Type {
 	case eventConfigure, eventFleet:
 		return nil
+	case eventCheckReport, eventCheckTick:
+		if c.rdzv == nil {
+			return errNotConfigured
+		}
+		return c.checkEventLocked(e)
 	case eventSetKey:
 		return c.checkKeyLimitsLocked(e.Key, len(e.Value))
 	}
@@ -292,6 +304,8 @@ func (c *core) transitionLocked(e *event) error {
 		c.rdzv.FailNodes(e.Reason)
 	case eventCancel:
 		c.rdzv.Cancel(e.Reason)
+	case eventCheckReport, eventCheckTick:
+		err = c.transitionCheckLocked(e)
 	default:
 		return fmt.Errorf("journal event type %q %w", e.Type, errUnknownEvent)
 	}
@@ -299,6 +313,7 @@ func (c *core) transitionLocked(e *event) error {
 		c.status = c.rdzv.Status()
 	}
 	if c.status != before {
+		c.checkWorldLocked(e.Time)
 		c.agreeMemoryLocked()
 		if c.status.Round != before.Round {
 			c.fenceShardsLocked(e.Time) // every worker restarts in a new round
@@ -339,6 +354,7 @@ func (c *core) configureLocked(cfg *jobConfig, now time.Time) error {
 	c.cfg = cfg
 	c.rdzv = m
 	c.nodes = node.NewTable(cfg.Nodes)
+	c.newCheckLocked()
 	return nil
 }
 
@@ -463,6 +479,10 @@ func (a *jobConfig) agrees(b jobConfig) error {
 	if x.MaxRestarts != y.MaxRestarts {
 		errs = append(errs, fmt.Errorf("--max-restarts=%d, but the job runs with %d", y.MaxRestarts, x.MaxRestarts))
 	}
+	if (a.NodeCheck == nil) != (b.NodeCheck == nil) || a.NodeCheck != nil && *a.NodeCheck != *b.NodeCheck {
+		errs = append(errs, fmt.Errorf("node check %s, but the job runs with %s (--network-check, --exclude-straggler, --comm-perf-test)",
+			describeNodeCheck(b.NodeCheck), describeNodeCheck(a.NodeCheck)))
+	}
 	errs = append(errs, checkpointAgrees(a.Checkpoint, b.Checkpoint)...)
 	if len(errs) > 0 {
 		return fmt.Errorf("%w: this agent asks for %w; start every agent with the same settings", errConfigMismatch, errors.Join(errs...))
@@ -507,6 +527,9 @@ func (c *core) tick(ctx context.Context, now time.Time) error {
 		}
 		if d, ok := c.rdzv.NextDeadline(); ok && !now.Before(d) {
 			events = append(events, &event{Type: eventTick, Time: now})
+		}
+		if e := c.checkDeadlineLocked(now); e != nil {
+			events = append(events, e)
 		}
 	}
 	c.mu.Unlock()

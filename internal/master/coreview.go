@@ -43,6 +43,7 @@ func (c *core) view(id string) (*roverv1.NodeView, <-chan struct{}) {
 			v.Assignment.MemoryStep = &step
 		}
 	}
+	c.checkViewLocked(id, v)
 	if s.Job != rendezvous.Running {
 		v.Failures = c.failures
 	}
@@ -96,6 +97,7 @@ func (c *core) job() *roverv1.GetJobResponse {
 		}
 		r.Nodes = append(r.Nodes, ns)
 	}
+	c.checkProtoLocked(r)
 	c.fleetProtoLocked(r)
 	return r
 }

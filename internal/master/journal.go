@@ -48,6 +48,9 @@ type event struct {
 	// Nodes is set on eventFleet: the nodes the manager runs (pending or
 	// running), which the rendezvous expects (rendezvous.Machine.Expect).
 	Nodes int `json:"nodes,omitempty"`
+	// Check is set on eventCheckReport (nodecheck.go); Round is the world
+	// checked.
+	Check *checkReport `json:"check,omitempty"`
 }
 
 type eventType string
@@ -68,6 +71,11 @@ const (
 	eventFailNodes eventType = "fail_nodes"
 	// eventCancel ends the job for Reason: its user stopped it.
 	eventCancel eventType = "cancel"
+	// eventCheckReport records a node's result of a node check group
+	// (Node, Round, Check); eventCheckTick ends a check stage at its
+	// deadline.
+	eventCheckReport eventType = "node_check_report"
+	eventCheckTick   eventType = "node_check_tick"
 )
 
 func (e *event) marshal() ([]byte, error) {

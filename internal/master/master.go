@@ -287,6 +287,7 @@ func (m *Master) Run(ctx context.Context) error {
 		return errors.Join(m.srv.Close(), err)
 	})
 	g.Go(func() error { return m.tickLoop(ctx) })
+	g.Go(func() error { return m.logNodeChecks(ctx) })
 	g.Go(func() error {
 		failed, cause := m.core.storeFailed()
 		select {

@@ -53,6 +53,7 @@ var readLimits = map[string]int{
 	roverv1connect.MasterServiceBatchShardsProcedure: 8 << 20,
 	// A storage URL of up to 1 KiB, a path and numbers: 2.1 KB.
 	roverv1connect.MasterServiceCheckpointDurableProcedure: 16 << 10,
+	roverv1connect.MasterServiceReportNodeCheckProcedure:   80 << 10, // an error text of up to 64 KiB
 }
 
 const (

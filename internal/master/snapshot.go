@@ -8,6 +8,7 @@ import (
 
 	roverv1 "github.com/roverml/rover/api/rover/v1"
 	"github.com/roverml/rover/internal/node"
+	"github.com/roverml/rover/internal/nodecheck"
 	"github.com/roverml/rover/internal/rendezvous"
 	"github.com/roverml/rover/internal/shard"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -33,6 +34,7 @@ type coreState struct {
 	Held         map[string][]memorySnapshot `json:"held,omitempty"`
 	Memory       *memoryJSON                 `json:"memory,omitempty"`
 	Fleet        json.RawMessage             `json:"fleet,omitempty"`
+	NodeCheck    json.RawMessage             `json:"node_check,omitempty"`
 }
 
 type memoryJSON struct {
@@ -53,6 +55,11 @@ func (c *core) marshalStateLocked() ([]byte, error) {
 	if c.rdzv != nil {
 		if s.Rendezvous, err = c.rdzv.MarshalState(); err != nil {
 			return nil, fmt.Errorf("snapshot the rendezvous: %w", err)
+		}
+	}
+	if c.check != nil {
+		if s.NodeCheck, err = c.check.MarshalState(); err != nil {
+			return nil, fmt.Errorf("snapshot the node check: %w", err)
 		}
 	}
 	if s.Shards, err = c.shards.MarshalState(); err != nil {
@@ -101,6 +108,13 @@ func (c *core) restoreStateLocked(b []byte) error {
 		}
 		c.cfg, c.rdzv, c.nodes = s.Config, m, node.NewTable(s.Config.Nodes)
 		c.status = m.Status()
+		c.check = nil
+		if s.NodeCheck != nil {
+			if c.check, err = nodecheck.Restore(s.NodeCheck); err != nil {
+				return err
+			}
+		}
+		c.newCheckLocked() // a snapshot of a job whose check had not started
 	}
 	shards, err := shard.Restore(s.Shards)
 	if err != nil {

@@ -79,8 +79,10 @@ type Config struct {
 	// registered DefaultLogsSpecs); Validate rejects any other name.
 	LogsSpecs string
 
-	// dlrover-run extras. The booleans and a non-zero Precheck name
-	// features Rover does not implement yet; Validate rejects them.
+	// dlrover-run extras. NetworkCheck, ExcludeStraggler and CommPerfTest
+	// turn on the node check (Policy().NodeCheck); the other booleans and
+	// a non-zero Precheck name features Rover does not implement yet;
+	// Validate rejects them.
 	NodeUnit                       int
 	NetworkCheck, ExcludeStraggler bool
 	SaveAtBreakpoint, CommPerfTest bool

@@ -188,19 +188,19 @@ var flags = []flagDef{
 
 	// dlrover-run.
 	{name: "network-check", boolean: true, def: "false", env: pet("network-check"), group: groupDLRover,
-		help:  "not implemented yet; giving it is an error",
+		help:  "check the nodes before training: pairs run a compute benchmark, a collective and a point-to-point test; faulty nodes are excluded (docs/user-guide.md)",
 		apply: boolField(func(c *Config) *bool { return &c.NetworkCheck })},
 	{name: "node-unit", metavar: "N", def: "1", env: pet("node-unit"), group: groupDLRover,
 		help:  "nodes join and leave the job in groups of N",
 		apply: intField(func(c *Config) *int { return &c.NodeUnit })},
 	{name: "exclude-straggler", boolean: true, def: "false", env: pet("exclude-straggler"), group: groupDLRover,
-		help:  "not implemented yet; giving it is an error",
+		help:  "with the node check, exclude stragglers (nodes slower than 2x the median) while --nnodes MIN remain",
 		apply: boolField(func(c *Config) *bool { return &c.ExcludeStraggler })},
 	{name: "save-at-breakpoint", boolean: true, def: "false", env: pet("save-at-breakpoint"), group: groupDLRover,
 		help:  "not implemented yet; giving it is an error",
 		apply: boolField(func(c *Config) *bool { return &c.SaveAtBreakpoint })},
 	{name: "comm-perf-test", boolean: true, def: "false", env: pet("comm-perf-test"), group: groupDLRover,
-		help:  "not implemented yet; giving it is an error",
+		help:  "run the node check with a larger collective, to measure the communication's bandwidth",
 		apply: boolField(func(c *Config) *bool { return &c.CommPerfTest })},
 	{name: "auto-config", boolean: true, def: "false", env: pet("auto-config"), group: groupDLRover,
 		help:  "not implemented yet; giving it is an error",
@@ -248,10 +248,7 @@ var notImplemented = []struct {
 	name string
 	on   func(*Config) bool
 }{
-	{"network-check", func(c *Config) bool { return c.NetworkCheck }},
-	{"exclude-straggler", func(c *Config) bool { return c.ExcludeStraggler }},
 	{"save-at-breakpoint", func(c *Config) bool { return c.SaveAtBreakpoint }},
-	{"comm-perf-test", func(c *Config) bool { return c.CommPerfTest }},
 	{"auto-config", func(c *Config) bool { return c.AutoConfig }},
 	{"auto-tunning", func(c *Config) bool { return c.AutoTunning }},
 }

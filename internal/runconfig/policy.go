@@ -19,6 +19,20 @@ type Policy struct {
 	LastCallTimeout    time.Duration
 	HeartbeatTimeout   time.Duration
 	DisconnectGrace    time.Duration
+	// NodeCheck is the pre-flight node check (--network-check,
+	// --exclude-straggler, --comm-perf-test).
+	NodeCheck NodeCheck
+}
+
+// NodeCheck is the pre-flight node check a job runs before a world with
+// unchecked nodes trains (docs/design/node-check.md).
+type NodeCheck struct {
+	// Enabled: --network-check, or either of the others (they imply it).
+	Enabled bool
+	// ExcludeStragglers: --exclude-straggler.
+	ExcludeStragglers bool
+	// CommPerf: --comm-perf-test (the collective moves more data).
+	CommPerf bool
 }
 
 // The settings of a Policy, by their `rover master` flag names: what Check

@@ -195,6 +195,11 @@ func (c *Config) Policy() Policy {
 		MinNodes: c.MinNodes, MaxNodes: c.MaxNodes, NodeUnit: c.NodeUnit, MaxRestarts: c.MaxRestarts,
 		JoinTimeout: c.JoinTimeout, LastCallTimeout: c.LastCallTimeout,
 		HeartbeatTimeout: c.HeartbeatTimeout, DisconnectGrace: c.DisconnectGrace,
+		NodeCheck: NodeCheck{
+			Enabled:           c.NetworkCheck || c.ExcludeStraggler || c.CommPerfTest,
+			ExcludeStragglers: c.ExcludeStraggler,
+			CommPerf:          c.CommPerfTest,
+		},
 	}
 }
 

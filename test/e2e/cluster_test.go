@@ -103,12 +103,18 @@ func (l *lockedBuffer) String() string {
 
 func newCluster(t *testing.T, job string, masterArgs ...string) *cluster {
 	t.Helper()
+	return newClusterAt(t, job, "127.0.0.1:0", masterArgs...)
+}
+
+// newClusterAt is newCluster with the master listening on listen.
+func newClusterAt(t *testing.T, job, listen string, masterArgs ...string) *cluster {
+	t.Helper()
 	c := &cluster{t: t, dir: t.TempDir(), job: job}
 	c.tokenFile = filepath.Join(c.dir, "job.token")
 	addrFile := filepath.Join(c.dir, "master.addr")
 	c.masterArgs = append([]string{"--job", job, "--token-file", c.tokenFile,
 		"--addr-file", addrFile, "--linger", "3s"}, masterArgs...)
-	c.master = c.start("master", append([]string{"master", "--listen", "127.0.0.1:0"}, c.masterArgs...)...)
+	c.master = c.start("master", append([]string{"master", "--listen", listen}, c.masterArgs...)...)
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {
 		if b, err := os.ReadFile(addrFile); err == nil && len(b) > 0 {

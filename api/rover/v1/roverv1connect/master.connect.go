@@ -85,6 +85,9 @@ const (
 	// MasterServiceCheckpointDurableProcedure is the fully-qualified name of the MasterService's
 	// CheckpointDurable RPC.
 	MasterServiceCheckpointDurableProcedure = "/rover.v1.MasterService/CheckpointDurable"
+	// MasterServiceReportNodeCheckProcedure is the fully-qualified name of the MasterService's
+	// ReportNodeCheck RPC.
+	MasterServiceReportNodeCheckProcedure = "/rover.v1.MasterService/ReportNodeCheck"
 )
 
 // MasterServiceClient is a client for the rover.v1.MasterService service.
@@ -135,6 +138,9 @@ type MasterServiceClient interface {
 	// storage; the master writes the step's manifest and the latest marker
 	// once every rank the step needs is durable.
 	CheckpointDurable(context.Context, *connect.Request[v1.CheckpointDurableRequest]) (*connect.Response[v1.CheckpointDurableResponse], error)
+	// ReportNodeCheck reports a node's result of one group of the node check
+	// (nodecheck.proto).
+	ReportNodeCheck(context.Context, *connect.Request[v1.ReportNodeCheckRequest]) (*connect.Response[v1.ReportNodeCheckResponse], error)
 }
 
 // NewMasterServiceClient constructs a client for the rover.v1.MasterService service. By default, it
@@ -256,6 +262,12 @@ func NewMasterServiceClient(httpClient connect.HTTPClient, baseURL string, opts 
 			connect.WithSchema(masterServiceMethods.ByName("CheckpointDurable")),
 			connect.WithClientOptions(opts...),
 		),
+		reportNodeCheck: connect.NewClient[v1.ReportNodeCheckRequest, v1.ReportNodeCheckResponse](
+			httpClient,
+			baseURL+MasterServiceReportNodeCheckProcedure,
+			connect.WithSchema(masterServiceMethods.ByName("ReportNodeCheck")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -279,6 +291,7 @@ type masterServiceClient struct {
 	restoreDataset    *connect.Client[v1.RestoreDatasetRequest, v1.RestoreDatasetResponse]
 	batchShards       *connect.Client[v1.BatchShardsRequest, v1.BatchShardsResponse]
 	checkpointDurable *connect.Client[v1.CheckpointDurableRequest, v1.CheckpointDurableResponse]
+	reportNodeCheck   *connect.Client[v1.ReportNodeCheckRequest, v1.ReportNodeCheckResponse]
 }
 
 // Session calls rover.v1.MasterService.Session.
@@ -371,6 +384,11 @@ func (c *masterServiceClient) CheckpointDurable(ctx context.Context, req *connec
 	return c.checkpointDurable.CallUnary(ctx, req)
 }
 
+// ReportNodeCheck calls rover.v1.MasterService.ReportNodeCheck.
+func (c *masterServiceClient) ReportNodeCheck(ctx context.Context, req *connect.Request[v1.ReportNodeCheckRequest]) (*connect.Response[v1.ReportNodeCheckResponse], error) {
+	return c.reportNodeCheck.CallUnary(ctx, req)
+}
+
 // MasterServiceHandler is an implementation of the rover.v1.MasterService service.
 type MasterServiceHandler interface {
 	// Session is a node agent's connection to the master for as long as it
@@ -419,6 +437,9 @@ type MasterServiceHandler interface {
 	// storage; the master writes the step's manifest and the latest marker
 	// once every rank the step needs is durable.
 	CheckpointDurable(context.Context, *connect.Request[v1.CheckpointDurableRequest]) (*connect.Response[v1.CheckpointDurableResponse], error)
+	// ReportNodeCheck reports a node's result of one group of the node check
+	// (nodecheck.proto).
+	ReportNodeCheck(context.Context, *connect.Request[v1.ReportNodeCheckRequest]) (*connect.Response[v1.ReportNodeCheckResponse], error)
 }
 
 // NewMasterServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -536,6 +557,12 @@ func NewMasterServiceHandler(svc MasterServiceHandler, opts ...connect.HandlerOp
 		connect.WithSchema(masterServiceMethods.ByName("CheckpointDurable")),
 		connect.WithHandlerOptions(opts...),
 	)
+	masterServiceReportNodeCheckHandler := connect.NewUnaryHandler(
+		MasterServiceReportNodeCheckProcedure,
+		svc.ReportNodeCheck,
+		connect.WithSchema(masterServiceMethods.ByName("ReportNodeCheck")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/rover.v1.MasterService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case MasterServiceSessionProcedure:
@@ -574,6 +601,8 @@ func NewMasterServiceHandler(svc MasterServiceHandler, opts ...connect.HandlerOp
 			masterServiceBatchShardsHandler.ServeHTTP(w, r)
 		case MasterServiceCheckpointDurableProcedure:
 			masterServiceCheckpointDurableHandler.ServeHTTP(w, r)
+		case MasterServiceReportNodeCheckProcedure:
+			masterServiceReportNodeCheckHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -653,4 +682,8 @@ func (UnimplementedMasterServiceHandler) BatchShards(context.Context, *connect.R
 
 func (UnimplementedMasterServiceHandler) CheckpointDurable(context.Context, *connect.Request[v1.CheckpointDurableRequest]) (*connect.Response[v1.CheckpointDurableResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("rover.v1.MasterService.CheckpointDurable is not implemented"))
+}
+
+func (UnimplementedMasterServiceHandler) ReportNodeCheck(context.Context, *connect.Request[v1.ReportNodeCheckRequest]) (*connect.Response[v1.ReportNodeCheckResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("rover.v1.MasterService.ReportNodeCheck is not implemented"))
 }

@@ -1,0 +1,248 @@
+package master
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"time"
+
+	roverv1 "github.com/roverml/rover/api/rover/v1"
+	"github.com/roverml/rover/internal/client"
+	"github.com/roverml/rover/internal/nodecheck"
+	"github.com/roverml/rover/internal/nodemanager"
+	"github.com/roverml/rover/internal/rendezvous"
+)
+
+// The core's side of the pre-flight node check (internal/nodecheck,
+// docs/design/node-check.md). When a round closes on a world with a node
+// that has not passed a check, the check starts: the members' views carry
+// their groups instead of their assignment, so no worker starts. The
+// agents' reports (eventCheckReport) and the stage deadline
+// (eventCheckTick) are journaled; the start, the stages and the verdicts
+// follow from them and from the rendezvous's own events, so a replay
+// rebuilds the same check. Once it is over, the excluded nodes are lost to
+// the rendezvous (a membership change that spends no restart; the others
+// form a new world without them), and when the master owns the nodes the
+// node manager relaunches each one, its host marked bad.
+
+// checkReport is set on eventCheckReport.
+type checkReport struct {
+	Stage  int              `json:"stage"`
+	Group  int              `json:"group"`
+	Result nodecheck.Result `json:"result"`
+}
+
+// newCheckLocked makes the node check machine of a job configured with one.
+func (c *core) newCheckLocked() {
+	if c.cfg != nil && c.cfg.NodeCheck != nil && c.check == nil {
+		cfg := c.cfg.NodeCheck.Config
+		cfg.MinNodes = c.cfg.Rendezvous.MinNodes
+		c.check = nodecheck.New(cfg)
+	}
+}
+
+// checkWorldLocked starts the check of a world that just formed, or
+// cancels the check of a world that ended.
+func (c *core) checkWorldLocked(now time.Time) {
+	if c.check == nil {
+		return
+	}
+	s := c.status
+	if world, ok := c.check.Running(); ok && (s.Job != rendezvous.Running || s.Round != world || s.Open) {
+		c.check.Cancel()
+	}
+	if s.Job != rendezvous.Running || s.Open || s.WorldRound != s.Round {
+		return
+	}
+	world := c.rdzv.Snapshot().World
+	slices.SortFunc(world, func(a, b rendezvous.Member) int { return cmp.Compare(a.NodeRank, b.NodeRank) })
+	ids := make([]string, len(world))
+	for i, m := range world {
+		ids[i] = m.NodeID
+	}
+	c.check.Start(s.Round, ids, now)
+}
+
+// checkEventLocked validates a check event before it is journaled.
+func (c *core) checkEventLocked(e *event) error {
+	if e.Type == eventCheckTick {
+		return nil
+	}
+	if c.check == nil {
+		return invalid("this job runs no node check: start its agents with --network-check")
+	}
+	if e.Check == nil {
+		return invalid("a node check report without its result")
+	}
+	world, stage, groups := c.check.Tasks(e.Node)
+	if world != e.Round || stage != e.Check.Stage || !slices.ContainsFunc(groups, func(g nodecheck.Group) bool { return g.ID == e.Check.Group }) {
+		return fmt.Errorf("%w: node %q has no group %d in stage %d of round %d's node check", errStaleRound, e.Node, e.Check.Group, e.Check.Stage, e.Round)
+	}
+	return nil
+}
+
+// transitionCheckLocked applies a check event; when the check ends, the
+// excluded nodes leave the world.
+func (c *core) transitionCheckLocked(e *event) error {
+	if c.check == nil {
+		return nil
+	}
+	before := c.check.Last()
+	switch e.Type {
+	case eventCheckReport:
+		if err := c.check.Report(e.Round, e.Check.Stage, e.Check.Group, e.Node, e.Check.Result, e.Time); err != nil {
+			return fmt.Errorf("%w: %w", errStaleRound, err)
+		}
+	case eventCheckTick:
+		c.check.Tick(e.Time)
+	}
+	after := c.check.Last()
+	if before.Stage != after.Stage || before.Done != after.Done {
+		c.changedLocked()
+	}
+	if after.Done && !before.Done && !after.Cancelled {
+		c.excludeLocked(after, e.Time)
+	}
+	return nil
+}
+
+// excludeLocked takes the check's excluded nodes out of the job.
+func (c *core) excludeLocked(ch *nodecheck.Check, now time.Time) {
+	for _, v := range ch.Verdicts {
+		if !v.Excluded {
+			continue
+		}
+		reason := fmt.Sprintf("the node check found it %s: %s", v.Kind, v.Reason)
+		c.rdzv.NodeLostSince(v.Node, time.Time{}, now)
+		c.nodes.Lose(v.Node, reason)
+		delete(c.held, v.Node)
+		c.requeueLocked(v.Node, now)
+		if host := c.hostLocked(v.Node); host != "" {
+			c.noticeLocked(fleetNotice{node: v.Node, reason: reason, action: nodemanager.Action{Kind: nodemanager.MarkHostBad, Host: host, Reason: reason}})
+		}
+		c.noticeLocked(fleetNotice{node: v.Node, reason: reason, action: nodemanager.Action{Kind: nodemanager.RelaunchNode, NodeID: v.Node, Reason: reason}})
+	}
+}
+
+// hostLocked is where node runs: as its platform reports it when the
+// master runs the nodes, else the address it joined with.
+func (c *core) hostLocked(node string) string {
+	if c.fleetView != nil {
+		for _, n := range c.fleetView.Nodes {
+			if n.NodeID == node && n.Host != "" {
+				return n.Host
+			}
+		}
+	}
+	return c.addrs[node]
+}
+
+// checkViewLocked adds the node check to id's view: its groups while the
+// check of its world runs (the assignment is held back), its verdict after.
+func (c *core) checkViewLocked(id string, v *roverv1.NodeView) {
+	if c.check == nil {
+		return
+	}
+	world, stage, done, member, ok := c.check.Stage(id)
+	verdict, judged := c.check.Verdict(id)
+	if !ok || !member && !judged {
+		return
+	}
+	nc := c.cfg.NodeCheck
+	cv := &roverv1.NodeCheckView{Round: int64(world), Stage: int32(stage), Running: !done,
+		GroupTimeoutMillis: nc.Config.Timeout().Milliseconds(), CommPerf: nc.CommPerf}
+	if !done && member {
+		v.Assignment = nil
+		_, _, groups := c.check.Tasks(id)
+		for _, g := range groups {
+			cv.Groups = append(cv.Groups, &roverv1.NodeCheckGroup{Id: int32(g.ID), NodeIds: g.Nodes})
+		}
+	} else if judged {
+		cv.Verdict = verdictProto(verdict)
+	}
+	v.NodeCheck = cv
+}
+
+// checkProtoLocked fills GetJob's node check.
+func (c *core) checkProtoLocked(r *roverv1.GetJobResponse) {
+	if c.check == nil {
+		return
+	}
+	ch := c.check.Last()
+	if ch == nil {
+		return
+	}
+	st := &roverv1.NodeCheckStatus{Round: int64(ch.World), Stage: int32(ch.Stage), Running: !ch.Done, Cancelled: ch.Cancelled,
+		StartedUnixNanos: unixNanos(ch.Started), EndedUnixNanos: unixNanos(ch.Ended), MedianMicros: ch.Median.Microseconds()}
+	for _, v := range ch.Verdicts {
+		st.Verdicts = append(st.Verdicts, verdictProto(v))
+	}
+	// Nodes excluded by earlier checks stay on record.
+	for _, v := range c.check.Excluded() {
+		if !slices.Contains(ch.Nodes, v.Node) {
+			st.Verdicts = append(st.Verdicts, verdictProto(v))
+		}
+	}
+	for _, rep := range ch.Reports {
+		st.Reports = append(st.Reports, &roverv1.NodeCheckReport{Stage: int32(rep.Stage), Group: int32(rep.Group), NodeId: rep.Node, Result: resultProto(rep.Result)})
+	}
+	r.NodeCheck = st
+}
+
+func verdictProto(v nodecheck.Verdict) *roverv1.NodeCheckVerdict {
+	return &roverv1.NodeCheckVerdict{NodeId: v.Node, Verdict: string(v.Kind), Excluded: v.Excluded, TimeMicros: v.Time.Microseconds(), Reason: v.Reason}
+}
+
+func resultProto(r nodecheck.Result) *roverv1.NodeCheckResult {
+	return &roverv1.NodeCheckResult{Ok: r.OK, Local: r.Local, ElapsedMicros: r.Elapsed.Microseconds(),
+		ComputeMicros: r.Compute.Microseconds(), CollectiveMicros: r.Collective.Microseconds(), LinkMicros: r.Link.Microseconds(),
+		BandwidthBytesPerSec: r.Bandwidth, LatencyMicros: r.Latency.Microseconds(), Error: r.Error}
+}
+
+// resultFromProto converts and bounds a reported result.
+func resultFromProto(p *roverv1.NodeCheckResult) (nodecheck.Result, error) {
+	us := func(v int64) time.Duration { return time.Duration(v) * time.Microsecond }
+	for _, v := range []int64{p.GetElapsedMicros(), p.GetComputeMicros(), p.GetCollectiveMicros(), p.GetLinkMicros(), p.GetLatencyMicros()} {
+		if v < 0 || v > maxTimeout.Microseconds() {
+			return nodecheck.Result{}, invalid("node check time %dus is out of range (0 to %s)", v, maxTimeout)
+		}
+	}
+	if len(p.GetError()) > maxFailureText {
+		return nodecheck.Result{}, invalid("node check error is longer than %d bytes", maxFailureText)
+	}
+	if b := p.GetBandwidthBytesPerSec(); b < 0 || b != b {
+		return nodecheck.Result{}, invalid("node check bandwidth %g is not a non-negative number", b)
+	}
+	return nodecheck.Result{OK: p.GetOk(), Local: p.GetLocal(), Elapsed: us(p.GetElapsedMicros()), Compute: us(p.GetComputeMicros()),
+		Collective: us(p.GetCollectiveMicros()), Link: us(p.GetLinkMicros()), Bandwidth: p.GetBandwidthBytesPerSec(),
+		Latency: us(p.GetLatencyMicros()), Error: p.GetError()}, nil
+}
+
+// checkDeadlineLocked returns the check's tick event when its stage's
+// deadline has passed.
+func (c *core) checkDeadlineLocked(now time.Time) *event {
+	if c.check == nil {
+		return nil
+	}
+	if d, ok := c.check.NextDeadline(); ok && !now.Before(d) {
+		return &event{Type: eventCheckTick, Time: now}
+	}
+	return nil
+}
+
+// nodeCheck returns the running or last check, for the log.
+func (c *core) nodeCheck() *nodecheck.Check {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.check == nil {
+		return nil
+	}
+	return c.check.Last()
+}
+
+func describeNodeCheck(c *client.NodeCheck) string {
+	if c == nil {
+		return "off"
+	}
+	return fmt.Sprintf("on (exclude stragglers %v, comm perf %v)", c.ExcludeStragglers, c.CommPerf)
+}
