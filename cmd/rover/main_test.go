@@ -37,7 +37,7 @@ func TestCommandLineErrors(t *testing.T) {
 		{[]string{"rover", "run", "--nnodes=3:2", "--rdzv-endpoint", "127.0.0.1:1", "x.py"}, 2, "minimum 3 is greater than maximum 2"},
 		{[]string{"rover", "run", "--standalone", "no-such-script.py"}, 2, `"no-such-script.py" not found`},
 		{[]string{"rover", "run"}, 2, "no training script given"},
-		{[]string{"rover", "run", "--save-at-breakpoint", "--standalone", "--no-python", "true"}, 2, "not implemented yet"},
+		{[]string{"rover", "run", "--auto-config", "--standalone", "--no-python", "true"}, 2, "not implemented yet"},
 		{[]string{"rover", "run", "--nnodes", "2", "--rdzv-endpoint", "192.0.2.1:1", "--no-python", "true"}, 2, "set ROVER_JOB_SECRET to the same random string"},
 		{[]string{"rover", "frobnicate"}, 2, `unknown command "frobnicate"`},
 		{[]string{"rover", "master", "--nnodes", "4:2"}, 2, "--nnodes=4:2: minimum 4 is greater than maximum 2"},

@@ -298,7 +298,7 @@ func (b *builder) command(g *ReplicaGroup, w *wireReplica, ctr *wireContainer, c
 // (Capabilities.LauncherFeatures). Those `rover run` implements
 // (NodeCheckFeatures) stay in the launcher line; the others are lifted out
 // of it, so that the spec parses.
-var featureFlags = []string{"network-check", "exclude-straggler", "save-at-breakpoint", "comm-perf-test", "auto-config", "auto-tunning"}
+var featureFlags = []string{"network-check", "exclude-straggler", "comm-perf-test", "auto-config", "auto-tunning"}
 
 // stripFeatures removes the feature switches (exact spellings, with - or _,
 // optionally =true) that come before the script. Switches are booleans, so

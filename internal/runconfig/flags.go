@@ -197,7 +197,7 @@ var flags = []flagDef{
 		help:  "with the node check, exclude stragglers (nodes slower than 2x the median) while --nnodes MIN remain",
 		apply: boolField(func(c *Config) *bool { return &c.ExcludeStraggler })},
 	{name: "save-at-breakpoint", boolean: true, def: "false", env: pet("save-at-breakpoint"), group: groupDLRover,
-		help:  "not implemented yet; giving it is an error",
+		help:  "accepted for DLRover's scripts; Rover always does it: when workers fail, the newest in-memory checkpoint is persisted",
 		apply: boolField(func(c *Config) *bool { return &c.SaveAtBreakpoint })},
 	{name: "comm-perf-test", boolean: true, def: "false", env: pet("comm-perf-test"), group: groupDLRover,
 		help:  "run the node check with a larger collective, to measure the communication's bandwidth",
@@ -248,7 +248,6 @@ var notImplemented = []struct {
 	name string
 	on   func(*Config) bool
 }{
-	{"save-at-breakpoint", func(c *Config) bool { return c.SaveAtBreakpoint }},
 	{"auto-config", func(c *Config) bool { return c.AutoConfig }},
 	{"auto-tunning", func(c *Config) bool { return c.AutoTunning }},
 }
