@@ -301,9 +301,14 @@ type RendezvousConfig struct {
 	DisconnectGraceMillis  int64                  `protobuf:"varint,8,opt,name=disconnect_grace_millis,json=disconnectGraceMillis,proto3" json:"disconnect_grace_millis,omitempty"`
 	// The checkpoint storage the agent was started with (unset: none, the
 	// agent takes the job's).
-	Checkpoint    *CheckpointStorage `protobuf:"bytes,9,opt,name=checkpoint,proto3" json:"checkpoint,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Checkpoint *CheckpointStorage `protobuf:"bytes,9,opt,name=checkpoint,proto3" json:"checkpoint,omitempty"`
+	// Hang detection (progress.proto): no worker progress for this long
+	// after the job progressed is a hang (0: off), and what the master does
+	// then (0 log, 1 warn, 2 restart the workers).
+	HangTimeoutMillis int64 `protobuf:"varint,10,opt,name=hang_timeout_millis,json=hangTimeoutMillis,proto3" json:"hang_timeout_millis,omitempty"`
+	HangDetection     int32 `protobuf:"varint,11,opt,name=hang_detection,json=hangDetection,proto3" json:"hang_detection,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *RendezvousConfig) Reset() {
@@ -397,6 +402,20 @@ func (x *RendezvousConfig) GetCheckpoint() *CheckpointStorage {
 		return x.Checkpoint
 	}
 	return nil
+}
+
+func (x *RendezvousConfig) GetHangTimeoutMillis() int64 {
+	if x != nil {
+		return x.HangTimeoutMillis
+	}
+	return 0
+}
+
+func (x *RendezvousConfig) GetHangDetection() int32 {
+	if x != nil {
+		return x.HangDetection
+	}
+	return 0
 }
 
 type JoinRequest struct {
@@ -744,9 +763,11 @@ func (*SessionRequest_Join) isSessionRequest_Msg() {}
 
 func (*SessionRequest_Heartbeat) isSessionRequest_Msg() {}
 
-// Heartbeat tells the master the agent is alive.
+// Heartbeat tells the master the agent is alive, and carries its workers'
+// progress since its previous heartbeat that carried some.
 type Heartbeat struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
+	Progress      *NodeProgress          `protobuf:"bytes,1,opt,name=progress,proto3" json:"progress,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -779,6 +800,13 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
 	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *Heartbeat) GetProgress() *NodeProgress {
+	if x != nil {
+		return x.Progress
+	}
+	return nil
 }
 
 // SessionResponse is a message from the master on a session.
@@ -850,8 +878,10 @@ type NodeView struct {
 	RestartCount int32       `protobuf:"varint,7,opt,name=restart_count,json=restartCount,proto3" json:"restart_count,omitempty"`
 	MaxRestarts  int32       `protobuf:"varint,8,opt,name=max_restarts,json=maxRestarts,proto3" json:"max_restarts,omitempty"`
 	// Failures reported in the job so far (for the final report), newest round last.
-	Failures      []*WorkerFailure `protobuf:"bytes,9,rep,name=failures,proto3" json:"failures,omitempty"`
-	RunId         string           `protobuf:"bytes,10,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	Failures []*WorkerFailure `protobuf:"bytes,9,rep,name=failures,proto3" json:"failures,omitempty"`
+	RunId    string           `protobuf:"bytes,10,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	// Set once the master declared the job hung (progress.proto).
+	Hang          *HangNotice `protobuf:"bytes,11,opt,name=hang,proto3" json:"hang,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -954,6 +984,13 @@ func (x *NodeView) GetRunId() string {
 		return x.RunId
 	}
 	return ""
+}
+
+func (x *NodeView) GetHang() *HangNotice {
+	if x != nil {
+		return x.Hang
+	}
+	return nil
 }
 
 // Assignment is a node's place in a closed round's world.
@@ -1994,8 +2031,10 @@ type GetJobResponse struct {
 	Platform string `protobuf:"bytes,14,opt,name=platform,proto3" json:"platform,omitempty"`
 	// checkpoint_step is the newest committed checkpoint step; -1 none.
 	CheckpointStep int64 `protobuf:"varint,15,opt,name=checkpoint_step,json=checkpointStep,proto3" json:"checkpoint_step,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// progress is the job's step times, stragglers and hangs.
+	Progress      *JobProgress `protobuf:"bytes,16,opt,name=progress,proto3" json:"progress,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GetJobResponse) Reset() {
@@ -2133,11 +2172,18 @@ func (x *GetJobResponse) GetCheckpointStep() int64 {
 	return 0
 }
 
+func (x *GetJobResponse) GetProgress() *JobProgress {
+	if x != nil {
+		return x.Progress
+	}
+	return nil
+}
+
 var File_api_rover_v1_master_proto protoreflect.FileDescriptor
 
 const file_api_rover_v1_master_proto_rawDesc = "" +
 	"\n" +
-	"\x19api/rover/v1/master.proto\x12\brover.v1\x1a\x18api/rover/v1/shard.proto\"\xe6\x01\n" +
+	"\x19api/rover/v1/master.proto\x12\brover.v1\x1a\x18api/rover/v1/shard.proto\x1a\x1bapi/rover/v1/progress.proto\"\xe6\x01\n" +
 	"\x18CheckpointDurableRequest\x12\x12\n" +
 	"\x04step\x18\x02 \x01(\x03R\x04step\x12\x12\n" +
 	"\x04rank\x18\x03 \x01(\x05R\x04rank\x12\x12\n" +
@@ -2154,7 +2200,7 @@ const file_api_rover_v1_master_proto_rawDesc = "" +
 	"\x10latest_committed\x18\x02 \x01(\x03R\x0flatestCommitted\"9\n" +
 	"\x11CheckpointStorage\x12\x10\n" +
 	"\x03url\x18\x01 \x01(\tR\x03url\x12\x12\n" +
-	"\x04keep\x18\x02 \x01(\x05R\x04keep\"\x95\x03\n" +
+	"\x04keep\x18\x02 \x01(\x05R\x04keep\"\xec\x03\n" +
 	"\x10RendezvousConfig\x12\x1b\n" +
 	"\tmin_nodes\x18\x01 \x01(\x05R\bminNodes\x12\x1b\n" +
 	"\tmax_nodes\x18\x02 \x01(\x05R\bmaxNodes\x12\x1b\n" +
@@ -2166,7 +2212,10 @@ const file_api_rover_v1_master_proto_rawDesc = "" +
 	"\x17disconnect_grace_millis\x18\b \x01(\x03R\x15disconnectGraceMillis\x12;\n" +
 	"\n" +
 	"checkpoint\x18\t \x01(\v2\x1b.rover.v1.CheckpointStorageR\n" +
-	"checkpoint\"\xac\x02\n" +
+	"checkpoint\x12.\n" +
+	"\x13hang_timeout_millis\x18\n" +
+	" \x01(\x03R\x11hangTimeoutMillis\x12%\n" +
+	"\x0ehang_detection\x18\v \x01(\x05R\rhangDetection\"\xac\x02\n" +
 	"\vJoinRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12%\n" +
 	"\x0erequested_rank\x18\x02 \x01(\x05R\rrequestedRank\x12(\n" +
@@ -2196,11 +2245,12 @@ const file_api_rover_v1_master_proto_rawDesc = "" +
 	"\x0eSessionRequest\x12+\n" +
 	"\x04join\x18\x01 \x01(\v2\x15.rover.v1.JoinRequestH\x00R\x04join\x123\n" +
 	"\theartbeat\x18\x02 \x01(\v2\x13.rover.v1.HeartbeatH\x00R\theartbeatB\x05\n" +
-	"\x03msg\"\v\n" +
-	"\tHeartbeat\"i\n" +
+	"\x03msg\"?\n" +
+	"\tHeartbeat\x122\n" +
+	"\bprogress\x18\x01 \x01(\v2\x16.rover.v1.NodeProgressR\bprogress\"i\n" +
 	"\x0fSessionResponse\x12.\n" +
 	"\x06joined\x18\x01 \x01(\v2\x16.rover.v1.JoinResponseR\x06joined\x12&\n" +
-	"\x04view\x18\x02 \x01(\v2\x12.rover.v1.NodeViewR\x04view\"\xec\x02\n" +
+	"\x04view\x18\x02 \x01(\v2\x12.rover.v1.NodeViewR\x04view\"\x96\x03\n" +
 	"\bNodeView\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x04R\aversion\x12/\n" +
 	"\tjob_state\x18\x02 \x01(\x0e2\x12.rover.v1.JobStateR\bjobState\x12\x16\n" +
@@ -2215,7 +2265,8 @@ const file_api_rover_v1_master_proto_rawDesc = "" +
 	"\fmax_restarts\x18\b \x01(\x05R\vmaxRestarts\x123\n" +
 	"\bfailures\x18\t \x03(\v2\x17.rover.v1.WorkerFailureR\bfailures\x12\x15\n" +
 	"\x06run_id\x18\n" +
-	" \x01(\tR\x05runId\"\xa8\x02\n" +
+	" \x01(\tR\x05runId\x12(\n" +
+	"\x04hang\x18\v \x01(\v2\x14.rover.v1.HangNoticeR\x04hang\"\xa8\x02\n" +
 	"\n" +
 	"Assignment\x12\x14\n" +
 	"\x05round\x18\x01 \x01(\x03R\x05round\x12\x1b\n" +
@@ -2303,7 +2354,7 @@ const file_api_rover_v1_master_proto_rawDesc = "" +
 	"\tlast_exit\x18\t \x01(\tR\blastExit\x12\x16\n" +
 	"\x06reason\x18\n" +
 	" \x01(\tR\x06reason\x12(\n" +
-	"\x10since_unix_nanos\x18\v \x01(\x03R\x0esinceUnixNanos\"\xca\x04\n" +
+	"\x10since_unix_nanos\x18\v \x01(\x03R\x0esinceUnixNanos\"\xfd\x04\n" +
 	"\x0eGetJobResponse\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12/\n" +
 	"\tjob_state\x18\x02 \x01(\x0e2\x12.rover.v1.JobStateR\bjobState\x12\x16\n" +
@@ -2326,7 +2377,8 @@ const file_api_rover_v1_master_proto_rawDesc = "" +
 	"relaunches\x18\r \x01(\x05R\n" +
 	"relaunches\x12\x1a\n" +
 	"\bplatform\x18\x0e \x01(\tR\bplatform\x12'\n" +
-	"\x0fcheckpoint_step\x18\x0f \x01(\x03R\x0echeckpointStep*k\n" +
+	"\x0fcheckpoint_step\x18\x0f \x01(\x03R\x0echeckpointStep\x121\n" +
+	"\bprogress\x18\x10 \x01(\v2\x15.rover.v1.JobProgressR\bprogress*k\n" +
 	"\bJobState\x12\x19\n" +
 	"\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11JOB_STATE_RUNNING\x10\x01\x12\x17\n" +
@@ -2395,24 +2447,27 @@ var file_api_rover_v1_master_proto_goTypes = []any{
 	(*NodeStatus)(nil),                // 25: rover.v1.NodeStatus
 	(*ManagedNode)(nil),               // 26: rover.v1.ManagedNode
 	(*GetJobResponse)(nil),            // 27: rover.v1.GetJobResponse
-	(*RegisterDatasetRequest)(nil),    // 28: rover.v1.RegisterDatasetRequest
-	(*LeaseShardsRequest)(nil),        // 29: rover.v1.LeaseShardsRequest
-	(*CompleteShardsRequest)(nil),     // 30: rover.v1.CompleteShardsRequest
-	(*GetPositionRequest)(nil),        // 31: rover.v1.GetPositionRequest
-	(*AdvancePositionRequest)(nil),    // 32: rover.v1.AdvancePositionRequest
-	(*AppendStreamRequest)(nil),       // 33: rover.v1.AppendStreamRequest
-	(*DatasetStateRequest)(nil),       // 34: rover.v1.DatasetStateRequest
-	(*RestoreDatasetRequest)(nil),     // 35: rover.v1.RestoreDatasetRequest
-	(*BatchShardsRequest)(nil),        // 36: rover.v1.BatchShardsRequest
-	(*RegisterDatasetResponse)(nil),   // 37: rover.v1.RegisterDatasetResponse
-	(*LeaseShardsResponse)(nil),       // 38: rover.v1.LeaseShardsResponse
-	(*CompleteShardsResponse)(nil),    // 39: rover.v1.CompleteShardsResponse
-	(*GetPositionResponse)(nil),       // 40: rover.v1.GetPositionResponse
-	(*AdvancePositionResponse)(nil),   // 41: rover.v1.AdvancePositionResponse
-	(*AppendStreamResponse)(nil),      // 42: rover.v1.AppendStreamResponse
-	(*DatasetStateResponse)(nil),      // 43: rover.v1.DatasetStateResponse
-	(*RestoreDatasetResponse)(nil),    // 44: rover.v1.RestoreDatasetResponse
-	(*BatchShardsResponse)(nil),       // 45: rover.v1.BatchShardsResponse
+	(*NodeProgress)(nil),              // 28: rover.v1.NodeProgress
+	(*HangNotice)(nil),                // 29: rover.v1.HangNotice
+	(*JobProgress)(nil),               // 30: rover.v1.JobProgress
+	(*RegisterDatasetRequest)(nil),    // 31: rover.v1.RegisterDatasetRequest
+	(*LeaseShardsRequest)(nil),        // 32: rover.v1.LeaseShardsRequest
+	(*CompleteShardsRequest)(nil),     // 33: rover.v1.CompleteShardsRequest
+	(*GetPositionRequest)(nil),        // 34: rover.v1.GetPositionRequest
+	(*AdvancePositionRequest)(nil),    // 35: rover.v1.AdvancePositionRequest
+	(*AppendStreamRequest)(nil),       // 36: rover.v1.AppendStreamRequest
+	(*DatasetStateRequest)(nil),       // 37: rover.v1.DatasetStateRequest
+	(*RestoreDatasetRequest)(nil),     // 38: rover.v1.RestoreDatasetRequest
+	(*BatchShardsRequest)(nil),        // 39: rover.v1.BatchShardsRequest
+	(*RegisterDatasetResponse)(nil),   // 40: rover.v1.RegisterDatasetResponse
+	(*LeaseShardsResponse)(nil),       // 41: rover.v1.LeaseShardsResponse
+	(*CompleteShardsResponse)(nil),    // 42: rover.v1.CompleteShardsResponse
+	(*GetPositionResponse)(nil),       // 43: rover.v1.GetPositionResponse
+	(*AdvancePositionResponse)(nil),   // 44: rover.v1.AdvancePositionResponse
+	(*AppendStreamResponse)(nil),      // 45: rover.v1.AppendStreamResponse
+	(*DatasetStateResponse)(nil),      // 46: rover.v1.DatasetStateResponse
+	(*RestoreDatasetResponse)(nil),    // 47: rover.v1.RestoreDatasetResponse
+	(*BatchShardsResponse)(nil),       // 48: rover.v1.BatchShardsResponse
 }
 var file_api_rover_v1_master_proto_depIdxs = []int32{
 	3,  // 0: rover.v1.RendezvousConfig.checkpoint:type_name -> rover.v1.CheckpointStorage
@@ -2421,58 +2476,61 @@ var file_api_rover_v1_master_proto_depIdxs = []int32{
 	3,  // 3: rover.v1.JoinResponse.checkpoint:type_name -> rover.v1.CheckpointStorage
 	5,  // 4: rover.v1.SessionRequest.join:type_name -> rover.v1.JoinRequest
 	9,  // 5: rover.v1.SessionRequest.heartbeat:type_name -> rover.v1.Heartbeat
-	7,  // 6: rover.v1.SessionResponse.joined:type_name -> rover.v1.JoinResponse
-	11, // 7: rover.v1.SessionResponse.view:type_name -> rover.v1.NodeView
-	0,  // 8: rover.v1.NodeView.job_state:type_name -> rover.v1.JobState
-	12, // 9: rover.v1.NodeView.assignment:type_name -> rover.v1.Assignment
-	13, // 10: rover.v1.NodeView.failures:type_name -> rover.v1.WorkerFailure
-	13, // 11: rover.v1.ReportFailureRequest.failures:type_name -> rover.v1.WorkerFailure
-	0,  // 12: rover.v1.GetJobResponse.job_state:type_name -> rover.v1.JobState
-	25, // 13: rover.v1.GetJobResponse.nodes:type_name -> rover.v1.NodeStatus
-	13, // 14: rover.v1.GetJobResponse.failures:type_name -> rover.v1.WorkerFailure
-	4,  // 15: rover.v1.GetJobResponse.rendezvous:type_name -> rover.v1.RendezvousConfig
-	26, // 16: rover.v1.GetJobResponse.managed_nodes:type_name -> rover.v1.ManagedNode
-	8,  // 17: rover.v1.MasterService.Session:input_type -> rover.v1.SessionRequest
-	5,  // 18: rover.v1.MasterService.Join:input_type -> rover.v1.JoinRequest
-	14, // 19: rover.v1.MasterService.ReportFailure:input_type -> rover.v1.ReportFailureRequest
-	16, // 20: rover.v1.MasterService.ReportSuccess:input_type -> rover.v1.ReportSuccessRequest
-	18, // 21: rover.v1.MasterService.Leave:input_type -> rover.v1.LeaveRequest
-	20, // 22: rover.v1.MasterService.SetKey:input_type -> rover.v1.SetKeyRequest
-	22, // 23: rover.v1.MasterService.GetKey:input_type -> rover.v1.GetKeyRequest
-	24, // 24: rover.v1.MasterService.GetJob:input_type -> rover.v1.GetJobRequest
-	28, // 25: rover.v1.MasterService.RegisterDataset:input_type -> rover.v1.RegisterDatasetRequest
-	29, // 26: rover.v1.MasterService.LeaseShards:input_type -> rover.v1.LeaseShardsRequest
-	30, // 27: rover.v1.MasterService.CompleteShards:input_type -> rover.v1.CompleteShardsRequest
-	31, // 28: rover.v1.MasterService.GetPosition:input_type -> rover.v1.GetPositionRequest
-	32, // 29: rover.v1.MasterService.AdvancePosition:input_type -> rover.v1.AdvancePositionRequest
-	33, // 30: rover.v1.MasterService.AppendStream:input_type -> rover.v1.AppendStreamRequest
-	34, // 31: rover.v1.MasterService.GetDatasetState:input_type -> rover.v1.DatasetStateRequest
-	35, // 32: rover.v1.MasterService.RestoreDataset:input_type -> rover.v1.RestoreDatasetRequest
-	36, // 33: rover.v1.MasterService.BatchShards:input_type -> rover.v1.BatchShardsRequest
-	1,  // 34: rover.v1.MasterService.CheckpointDurable:input_type -> rover.v1.CheckpointDurableRequest
-	10, // 35: rover.v1.MasterService.Session:output_type -> rover.v1.SessionResponse
-	7,  // 36: rover.v1.MasterService.Join:output_type -> rover.v1.JoinResponse
-	15, // 37: rover.v1.MasterService.ReportFailure:output_type -> rover.v1.ReportFailureResponse
-	17, // 38: rover.v1.MasterService.ReportSuccess:output_type -> rover.v1.ReportSuccessResponse
-	19, // 39: rover.v1.MasterService.Leave:output_type -> rover.v1.LeaveResponse
-	21, // 40: rover.v1.MasterService.SetKey:output_type -> rover.v1.SetKeyResponse
-	23, // 41: rover.v1.MasterService.GetKey:output_type -> rover.v1.GetKeyResponse
-	27, // 42: rover.v1.MasterService.GetJob:output_type -> rover.v1.GetJobResponse
-	37, // 43: rover.v1.MasterService.RegisterDataset:output_type -> rover.v1.RegisterDatasetResponse
-	38, // 44: rover.v1.MasterService.LeaseShards:output_type -> rover.v1.LeaseShardsResponse
-	39, // 45: rover.v1.MasterService.CompleteShards:output_type -> rover.v1.CompleteShardsResponse
-	40, // 46: rover.v1.MasterService.GetPosition:output_type -> rover.v1.GetPositionResponse
-	41, // 47: rover.v1.MasterService.AdvancePosition:output_type -> rover.v1.AdvancePositionResponse
-	42, // 48: rover.v1.MasterService.AppendStream:output_type -> rover.v1.AppendStreamResponse
-	43, // 49: rover.v1.MasterService.GetDatasetState:output_type -> rover.v1.DatasetStateResponse
-	44, // 50: rover.v1.MasterService.RestoreDataset:output_type -> rover.v1.RestoreDatasetResponse
-	45, // 51: rover.v1.MasterService.BatchShards:output_type -> rover.v1.BatchShardsResponse
-	2,  // 52: rover.v1.MasterService.CheckpointDurable:output_type -> rover.v1.CheckpointDurableResponse
-	35, // [35:53] is the sub-list for method output_type
-	17, // [17:35] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	28, // 6: rover.v1.Heartbeat.progress:type_name -> rover.v1.NodeProgress
+	7,  // 7: rover.v1.SessionResponse.joined:type_name -> rover.v1.JoinResponse
+	11, // 8: rover.v1.SessionResponse.view:type_name -> rover.v1.NodeView
+	0,  // 9: rover.v1.NodeView.job_state:type_name -> rover.v1.JobState
+	12, // 10: rover.v1.NodeView.assignment:type_name -> rover.v1.Assignment
+	13, // 11: rover.v1.NodeView.failures:type_name -> rover.v1.WorkerFailure
+	29, // 12: rover.v1.NodeView.hang:type_name -> rover.v1.HangNotice
+	13, // 13: rover.v1.ReportFailureRequest.failures:type_name -> rover.v1.WorkerFailure
+	0,  // 14: rover.v1.GetJobResponse.job_state:type_name -> rover.v1.JobState
+	25, // 15: rover.v1.GetJobResponse.nodes:type_name -> rover.v1.NodeStatus
+	13, // 16: rover.v1.GetJobResponse.failures:type_name -> rover.v1.WorkerFailure
+	4,  // 17: rover.v1.GetJobResponse.rendezvous:type_name -> rover.v1.RendezvousConfig
+	26, // 18: rover.v1.GetJobResponse.managed_nodes:type_name -> rover.v1.ManagedNode
+	30, // 19: rover.v1.GetJobResponse.progress:type_name -> rover.v1.JobProgress
+	8,  // 20: rover.v1.MasterService.Session:input_type -> rover.v1.SessionRequest
+	5,  // 21: rover.v1.MasterService.Join:input_type -> rover.v1.JoinRequest
+	14, // 22: rover.v1.MasterService.ReportFailure:input_type -> rover.v1.ReportFailureRequest
+	16, // 23: rover.v1.MasterService.ReportSuccess:input_type -> rover.v1.ReportSuccessRequest
+	18, // 24: rover.v1.MasterService.Leave:input_type -> rover.v1.LeaveRequest
+	20, // 25: rover.v1.MasterService.SetKey:input_type -> rover.v1.SetKeyRequest
+	22, // 26: rover.v1.MasterService.GetKey:input_type -> rover.v1.GetKeyRequest
+	24, // 27: rover.v1.MasterService.GetJob:input_type -> rover.v1.GetJobRequest
+	31, // 28: rover.v1.MasterService.RegisterDataset:input_type -> rover.v1.RegisterDatasetRequest
+	32, // 29: rover.v1.MasterService.LeaseShards:input_type -> rover.v1.LeaseShardsRequest
+	33, // 30: rover.v1.MasterService.CompleteShards:input_type -> rover.v1.CompleteShardsRequest
+	34, // 31: rover.v1.MasterService.GetPosition:input_type -> rover.v1.GetPositionRequest
+	35, // 32: rover.v1.MasterService.AdvancePosition:input_type -> rover.v1.AdvancePositionRequest
+	36, // 33: rover.v1.MasterService.AppendStream:input_type -> rover.v1.AppendStreamRequest
+	37, // 34: rover.v1.MasterService.GetDatasetState:input_type -> rover.v1.DatasetStateRequest
+	38, // 35: rover.v1.MasterService.RestoreDataset:input_type -> rover.v1.RestoreDatasetRequest
+	39, // 36: rover.v1.MasterService.BatchShards:input_type -> rover.v1.BatchShardsRequest
+	1,  // 37: rover.v1.MasterService.CheckpointDurable:input_type -> rover.v1.CheckpointDurableRequest
+	10, // 38: rover.v1.MasterService.Session:output_type -> rover.v1.SessionResponse
+	7,  // 39: rover.v1.MasterService.Join:output_type -> rover.v1.JoinResponse
+	15, // 40: rover.v1.MasterService.ReportFailure:output_type -> rover.v1.ReportFailureResponse
+	17, // 41: rover.v1.MasterService.ReportSuccess:output_type -> rover.v1.ReportSuccessResponse
+	19, // 42: rover.v1.MasterService.Leave:output_type -> rover.v1.LeaveResponse
+	21, // 43: rover.v1.MasterService.SetKey:output_type -> rover.v1.SetKeyResponse
+	23, // 44: rover.v1.MasterService.GetKey:output_type -> rover.v1.GetKeyResponse
+	27, // 45: rover.v1.MasterService.GetJob:output_type -> rover.v1.GetJobResponse
+	40, // 46: rover.v1.MasterService.RegisterDataset:output_type -> rover.v1.RegisterDatasetResponse
+	41, // 47: rover.v1.MasterService.LeaseShards:output_type -> rover.v1.LeaseShardsResponse
+	42, // 48: rover.v1.MasterService.CompleteShards:output_type -> rover.v1.CompleteShardsResponse
+	43, // 49: rover.v1.MasterService.GetPosition:output_type -> rover.v1.GetPositionResponse
+	44, // 50: rover.v1.MasterService.AdvancePosition:output_type -> rover.v1.AdvancePositionResponse
+	45, // 51: rover.v1.MasterService.AppendStream:output_type -> rover.v1.AppendStreamResponse
+	46, // 52: rover.v1.MasterService.GetDatasetState:output_type -> rover.v1.DatasetStateResponse
+	47, // 53: rover.v1.MasterService.RestoreDataset:output_type -> rover.v1.RestoreDatasetResponse
+	48, // 54: rover.v1.MasterService.BatchShards:output_type -> rover.v1.BatchShardsResponse
+	2,  // 55: rover.v1.MasterService.CheckpointDurable:output_type -> rover.v1.CheckpointDurableResponse
+	38, // [38:56] is the sub-list for method output_type
+	20, // [20:38] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_api_rover_v1_master_proto_init() }
@@ -2481,6 +2539,7 @@ func file_api_rover_v1_master_proto_init() {
 		return
 	}
 	file_api_rover_v1_shard_proto_init()
+	file_api_rover_v1_progress_proto_init()
 	file_api_rover_v1_master_proto_msgTypes[7].OneofWrappers = []any{
 		(*SessionRequest_Join)(nil),
 		(*SessionRequest_Heartbeat)(nil),
