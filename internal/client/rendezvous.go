@@ -16,6 +16,16 @@ type RendezvousConfig struct {
 	Rendezvous rendezvous.Config
 	Nodes      node.Config
 	Checkpoint CheckpointStorage
+	Hang       HangConfig
+}
+
+// HangConfig is a job's hang detection (docs/design/hang-and-stragglers.md):
+// no worker progress for Timeout, after the job progressed, is a hang (0:
+// off), and Policy is what the master does then (DLRover's
+// --hang_detection: 0 log, 1 warn, 2 restart the workers).
+type HangConfig struct {
+	Timeout time.Duration `json:"timeout,omitempty"`
+	Policy  int           `json:"policy,omitempty"`
 }
 
 // CheckpointStorage is where a job's checkpoints go and how many committed
@@ -53,6 +63,7 @@ func RendezvousFromPolicy(p runconfig.Policy) RendezvousConfig {
 			HeartbeatTimeout: p.HeartbeatTimeout,
 			DisconnectGrace:  p.DisconnectGrace,
 		},
+		Hang: HangConfig{Timeout: p.HangTimeout, Policy: p.HangDetection},
 	}
 }
 
@@ -69,6 +80,8 @@ func RendezvousProto(c RendezvousConfig) *roverv1.RendezvousConfig {
 		HeartbeatTimeoutMillis: c.Nodes.HeartbeatTimeout.Milliseconds(),
 		DisconnectGraceMillis:  c.Nodes.DisconnectGrace.Milliseconds(),
 		Checkpoint:             CheckpointStorageProto(c.Checkpoint),
+		HangTimeoutMillis:      c.Hang.Timeout.Milliseconds(),
+		HangDetection:          int32(c.Hang.Policy),
 	}
 }
 
@@ -90,5 +103,6 @@ func RendezvousFromProto(p *roverv1.RendezvousConfig) RendezvousConfig {
 			DisconnectGrace:  ms(p.GetDisconnectGraceMillis()),
 		},
 		Checkpoint: CheckpointStorageFromProto(p.GetCheckpoint()),
+		Hang:       HangConfig{Timeout: ms(p.GetHangTimeoutMillis()), Policy: int(p.GetHangDetection())},
 	}
 }

@@ -195,6 +195,7 @@ func (c *Config) Policy() Policy {
 		MinNodes: c.MinNodes, MaxNodes: c.MaxNodes, NodeUnit: c.NodeUnit, MaxRestarts: c.MaxRestarts,
 		JoinTimeout: c.JoinTimeout, LastCallTimeout: c.LastCallTimeout,
 		HeartbeatTimeout: c.HeartbeatTimeout, DisconnectGrace: c.DisconnectGrace,
+		HangTimeout: c.HangTimeout, HangDetection: c.HangDetection,
 	}
 }
 

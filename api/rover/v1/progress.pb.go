@@ -337,9 +337,10 @@ func (x *NodeProgress) GetDevices() []*DeviceHealth {
 // HangNotice is the master's word that the job hangs.
 type HangNotice struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Increases with every hang the master declares: an agent collects its
-	// workers' stacks once per value.
-	Seq int64 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	// Identifies the hang (the master's time of declaring it, in Unix
+	// nanoseconds, unique across master restarts): an agent collects its
+	// workers' stacks once per id.
+	Id int64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
 	// The job's --hang-detection policy: 0 log, 1 warn, 2 restart the workers.
 	Policy        int32  `protobuf:"varint,2,opt,name=policy,proto3" json:"policy,omitempty"`
 	Reason        string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
@@ -377,9 +378,9 @@ func (*HangNotice) Descriptor() ([]byte, []int) {
 	return file_api_rover_v1_progress_proto_rawDescGZIP(), []int{5}
 }
 
-func (x *HangNotice) GetSeq() int64 {
+func (x *HangNotice) GetId() int64 {
 	if x != nil {
-		return x.Seq
+		return x.Id
 	}
 	return 0
 }
@@ -614,10 +615,10 @@ const file_api_rover_v1_progress_proto_rawDesc = "" +
 	"\fNodeProgress\x12\x14\n" +
 	"\x05round\x18\x01 \x01(\x03R\x05round\x122\n" +
 	"\aworkers\x18\x02 \x03(\v2\x18.rover.v1.WorkerProgressR\aworkers\x120\n" +
-	"\adevices\x18\x03 \x03(\v2\x16.rover.v1.DeviceHealthR\adevices\"N\n" +
+	"\adevices\x18\x03 \x03(\v2\x16.rover.v1.DeviceHealthR\adevices\"L\n" +
 	"\n" +
-	"HangNotice\x12\x10\n" +
-	"\x03seq\x18\x01 \x01(\x03R\x03seq\x12\x16\n" +
+	"HangNotice\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x03R\x02id\x12\x16\n" +
 	"\x06policy\x18\x02 \x01(\x05R\x06policy\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\"\xd6\x01\n" +
 	"\fNodeStepTime\x12\x17\n" +
