@@ -39,6 +39,9 @@ type jobConfig struct {
 	// Checkpoint is where the job's checkpoints go (none when its URL is
 	// empty): requests name steps, and the master and agents use this.
 	Checkpoint client.CheckpointStorage `json:"checkpoint,omitzero"`
+	// Hang is the job's hang detection (progress.go); absent from the
+	// journals of earlier Rovers, where it is off.
+	Hang client.HangConfig `json:"hang,omitzero"`
 }
 
 // maxFailuresKept bounds the failure records the master keeps for reports.
@@ -90,6 +93,9 @@ type core struct {
 	notices   []fleetNotice
 	noticeCh  chan struct{}
 	live      bool
+
+	// prog is the job's runtime progress (progress.go): not journaled.
+	prog tracker
 }
 
 func newCore(runID string, store Store) *core {

@@ -46,6 +46,7 @@ func (c *core) view(id string) (*roverv1.NodeView, <-chan struct{}) {
 	if s.Job != rendezvous.Running {
 		v.Failures = c.failures
 	}
+	v.Hang = c.prog.noticeView()
 	return v, c.views
 }
 
@@ -97,6 +98,7 @@ func (c *core) job() *roverv1.GetJobResponse {
 		r.Nodes = append(r.Nodes, ns)
 	}
 	c.fleetProtoLocked(r)
+	r.Progress = c.prog.proto(r.Nodes)
 	return r
 }
 
