@@ -98,7 +98,7 @@ func (c *core) job() *roverv1.GetJobResponse {
 		r.Nodes = append(r.Nodes, ns)
 	}
 	c.fleetProtoLocked(r)
-	r.Progress = c.prog.proto(r.Nodes)
+	r.Progress = c.prog.proto(int64(c.status.Round), r.Nodes)
 	return r
 }
 

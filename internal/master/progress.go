@@ -64,7 +64,7 @@ func (t *tracker) syncLocked(round int64) {
 	if round <= t.round {
 		return
 	}
-	t.round, t.step, t.hung = round, -1, false
+	t.round, t.step, t.hung, t.slow, t.why = round, -1, false, nil, ""
 	t.hang.NewRound(round)
 	t.window.Reset()
 	clear(t.nodes)
@@ -250,14 +250,16 @@ func behind(a, b *nodeProgress) bool {
 	return a.last.Before(b.last)
 }
 
-// proto is the job's progress for GetJob; nodes gives the node ranks.
-func (t *tracker) proto(nodes []*roverv1.NodeStatus) *roverv1.JobProgress {
+// proto is the job's progress for GetJob in round; nodes gives the node
+// ranks.
+func (t *tracker) proto(round int64, nodes []*roverv1.NodeStatus) *roverv1.JobProgress {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	p := &roverv1.JobProgress{Step: -1, Hung: t.hung, Hangs: t.hangs, Stragglers: t.slow, StragglerReason: t.why}
 	if t.window == nil {
-		return p
+		return &roverv1.JobProgress{Step: -1, Hangs: t.hangs}
 	}
+	t.syncLocked(round)
+	p := &roverv1.JobProgress{Step: -1, Hung: t.hung, Hangs: t.hangs, Stragglers: t.slow, StragglerReason: t.why}
 	p.Step = t.step
 	if t.hung {
 		p.HangReason = t.reason
