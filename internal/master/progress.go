@@ -134,9 +134,7 @@ func (t *tracker) recordLocked(node string, np *roverv1.NodeProgress, now time.T
 	if moved || completed {
 		n.last = now
 		t.hang.Progress(t.round, completed, now)
-		if t.hung {
-			t.hung = false
-		}
+		t.hung = false
 	}
 }
 
