@@ -25,13 +25,22 @@ var files embed.FS
 // packages are the top-level packages Extract writes.
 var packages = []string{"rover", "dlrover"}
 
-// Extract writes the packages to dir/rover and dir/dlrover (created 0700)
-// and returns dir, the directory to put on PYTHONPATH.
+// Extract writes the packages to dir/rover and dir/dlrover (created 0700),
+// and the workers' startup hook to dir/sitecustomize.py, and returns dir,
+// the directory to put on PYTHONPATH.
 func Extract(dir string) (string, error) {
 	for _, pkg := range packages {
 		if err := extract(dir, pkg); err != nil {
 			return "", err
 		}
+	}
+	// The workers' startup hook (rover/_sitecustomize.py has why).
+	hook, err := files.ReadFile("rover/_sitecustomize.py")
+	if err == nil {
+		err = os.WriteFile(filepath.Join(dir, "sitecustomize.py"), hook, 0o600)
+	}
+	if err != nil {
+		return "", fmt.Errorf("extract the workers' startup hook: %w", err)
 	}
 	return dir, nil
 }

@@ -80,7 +80,8 @@ func TestHelpAndVersion(t *testing.T) {
 
 func TestMasterFlags(t *testing.T) {
 	defaults := runconfig.Policy{NodeUnit: 1, LastCallTimeout: 30 * time.Second, JoinTimeout: 600 * time.Second,
-		HeartbeatTimeout: 600 * time.Second, DisconnectGrace: 5 * time.Second}
+		HeartbeatTimeout: 600 * time.Second, DisconnectGrace: 5 * time.Second,
+		HangTimeout: 5 * time.Minute, HangDetection: 1}
 	preset := func(mod func(*runconfig.Policy)) *runconfig.Policy {
 		p := defaults
 		mod(&p)

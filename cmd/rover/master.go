@@ -54,6 +54,8 @@ var masterPolicyFlags = []struct{ name, def, help string }{
 	{runconfig.SettingJoinTimeout, "600s", "with --nnodes: fail the job when a round stays below min nodes this long"},
 	{runconfig.SettingHeartbeatTimeout, "30s", "with --nnodes: a node without heartbeats this long is dead"},
 	{runconfig.SettingDisconnectGrace, "5s", "with --nnodes: a node whose session stays closed this long is dead"},
+	{runconfig.SettingHangTimeout, "5m", "with --nnodes: no worker progress for this long, after the job progressed, is a hang (0: off)"},
+	{runconfig.SettingHangDetection, "1", "with --nnodes: what a hang does: 0 log it and collect stacks, 1 also warn, 2 also restart the workers"},
 }
 
 const stateDirHelp = "directory of the master's durable state (journal and snapshots); a master restarted on it resumes the job. Default: none (state in memory)"
@@ -155,6 +157,8 @@ func parseMasterFlags(args []string, stderr io.Writer) (*masterConfig, error) {
 		runconfig.SettingJoinTimeout:      seconds(&p.JoinTimeout),
 		runconfig.SettingHeartbeatTimeout: seconds(&p.HeartbeatTimeout),
 		runconfig.SettingDisconnectGrace:  seconds(&p.DisconnectGrace),
+		runconfig.SettingHangTimeout:      seconds(&p.HangTimeout),
+		runconfig.SettingHangDetection:    integer(&p.HangDetection),
 	}
 	for _, f := range masterPolicyFlags {
 		read(f.name, *raw[f.name], f.def, fields[f.name])

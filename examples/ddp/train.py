@@ -102,6 +102,9 @@ def parse_args(argv=None):
                    help="rank 0 writes the final weights here as JSON (default: not written)")
     p.add_argument("--step-sleep", type=float, default=0.0,
                    help="seconds to sleep in every step, to make runs long enough to kill (default 0)")
+    p.add_argument("--first-step-sleep", type=float, default=0.0,
+                   help="seconds to sleep before the first batch of the job's first start (restart count 0): "
+                        "a long first step, which Rover's hang detection must not call a hang (default 0)")
     p.add_argument("--crash-at-step", type=int, default=-1,
                    help="crash just before step S runs, i.e. after S-1 completed steps (default -1: never)")
     p.add_argument("--crash-rank", type=int, default=0, help="global rank that crashes (default 0)")
@@ -251,6 +254,18 @@ def save_checkpoint(path, step, model, optim, world_size, seed):
     atomic_write_bytes(path, lambda f: torch.save(state, f))
 
 
+def slow_down():
+    """Test only: on the node whose GROUP_RANK is $DDP_EXAMPLE_SLOW_GROUP_RANK,
+    burn $DDP_EXAMPLE_SLOW_SECONDS of CPU in every step, as a slower machine
+    would: the straggler Rover's master must name."""
+    node = os.environ.get("DDP_EXAMPLE_SLOW_GROUP_RANK")
+    if node is None or node != os.environ.get("GROUP_RANK"):
+        return
+    end = time.perf_counter() + float(os.environ.get("DDP_EXAMPLE_SLOW_SECONDS", "0.05"))
+    while time.perf_counter() < end:
+        pass
+
+
 def maybe_crash(args, step, rank):
     if args.crash_at_step < 0 or step != args.crash_at_step or rank != args.crash_rank:
         return
@@ -369,8 +384,11 @@ def main(argv=None):
     loss_fn = nn.MSELoss()
     t0 = time.time()
     step = start_step
+    if args.first_step_sleep > 0 and restart == 0:
+        time.sleep(args.first_step_sleep)
     for step in range(start_step + 1, args.steps + 1):
         maybe_crash(args, step, rank)
+        slow_down()
         x, y = make_batch(args.seed, step, rank, args.batch_size, target)
         optim.zero_grad(set_to_none=True)
         loss = loss_fn(ddp(x), y)

@@ -38,6 +38,9 @@ type Options struct {
 	// reaches masters only through package client and never links one. A
 	// standalone job fails to start without it.
 	StartMaster StartMaster
+	// Devices samples the node's accelerators for the master's diagnosis
+	// (devices.go); nil: none.
+	Devices DeviceMonitor
 }
 
 // StartMaster starts a standalone job's master and returns it serving.
@@ -105,6 +108,12 @@ type agent struct {
 	// shards sends the workers' lease and complete calls to the master in
 	// batches.
 	shards *shardbatch.Batcher
+	// progress sums the workers' progress reports for the heartbeats;
+	// running is the running group's workers (stacks.go), and hangSeen the
+	// id of the newest hang whose stacks the agent collected.
+	progress *progressBook
+	running  atomic.Pointer[[]workerRef]
+	hangSeen int64
 	// wroteErrorFile is set once the agent's own error file
 	// ($TORCHELASTIC_ERROR_FILE) holds the job's root cause.
 	wroteErrorFile bool
@@ -141,6 +150,8 @@ func Run(ctx context.Context, cfg *runconfig.Config, opts Options) (err error) {
 		errOut: proc.NewSyncWriter(opts.Stderr),
 		views:  newLatestView(),
 	}
+	a.progress = newProgressBook()
+	a.progress.devices = opts.Devices
 	a.log = opts.Logger
 	defer func() { a.writeAgentError(err) }()
 	var token string

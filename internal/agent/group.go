@@ -39,6 +39,8 @@ type groupSpec struct {
 	Env func(base []string) []string
 	// Started is called with the full placement once MASTER_ADDR is known.
 	Started func(p placement)
+	// Spawned is called with the workers once all of them started.
+	Spawned func([]workerRef)
 }
 
 // groupResult is how a worker group ended.
@@ -115,6 +117,13 @@ func runGroup(ctx context.Context, spec groupSpec) groupResult {
 		}
 		workers = append(workers, w)
 	}
+	if spec.Spawned != nil {
+		refs := make([]workerRef, len(workers))
+		for i, w := range workers {
+			refs[i] = workerRef{Local: w.local, Rank: w.rank, Pid: w.proc.Pid(), StacksFile: w.stacksFile()}
+		}
+		spec.Spawned(refs)
+	}
 	res.Succeeded, res.Stopped, res.Failures = supervise(ctx, spec, workers)
 	closeAll(workers)
 	return res
@@ -145,7 +154,7 @@ func startWorker(spec groupSpec, p placement, local int) (*worker, error) {
 	wp.LocalRank, wp.Rank, wp.ErrorFile = local, w.rank, w.errFile
 	pr, err := proc.Start(proc.Spec{
 		Argv:   spec.Argv,
-		Env:    workerEnvWith(os.Environ(), wp, spec.Env),
+		Env:    append(workerEnvWith(os.Environ(), wp, spec.Env), stacksFileEnv+"="+w.stacksFile()),
 		Stdout: out.Stdout(),
 		Stderr: orDiscardTee(out.Stderr(), w.errTail),
 	})

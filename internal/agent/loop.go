@@ -86,6 +86,11 @@ func (w *workers) state(joinedRound int) agentState {
 // the agent waiting for the next; end is true when the agent exits with err.
 func (a *agent) react(ctx context.Context, w *workers) (end bool, err error) {
 	v, sessionErr := a.views.get()
+	// Before anything stops the workers: a hang's stacks are theirs.
+	if h := v.GetHang(); h != nil && h.GetId() != a.hangSeen {
+		a.hangSeen = h.GetId()
+		a.onHang(ctx, h, w.g != nil)
+	}
 	w.check.sync(v)
 	for {
 		_, joinedRound := a.joined.get()
@@ -228,6 +233,7 @@ func (a *agent) groupSpec(v *roverv1.NodeView) groupSpec {
 		},
 		Env:     a.local.env,
 		Started: func(p placement) { a.local.current.Store(&p) },
+		Spawned: func(ws []workerRef) { a.running.Store(&ws) },
 	}
 }
 

@@ -213,6 +213,7 @@ func TestStandaloneMasterSpec(t *testing.T) {
 			Rendezvous: rendezvous.Config{MinNodes: 1, MaxNodes: 1, NodeUnit: 1, MaxRestarts: 2,
 				LastCall: 30 * time.Second, JoinTimeout: 600 * time.Second},
 			Nodes: node.Config{HeartbeatTimeout: 30 * time.Second, DisconnectGrace: 5 * time.Second},
+			Hang:  client.HangConfig{Timeout: 5 * time.Minute, Policy: 1},
 		},
 	}
 	runs, _ := filepath.Glob(filepath.Join(logDir, "sd_*"))

@@ -105,6 +105,11 @@ func (a *agent) sessionLoop(ctx context.Context, firstJoin chan<- error) {
 
 var errSessionEnded = errors.New("the master closed the session")
 
+// progressInterval is the least time between two heartbeats that carry
+// progress (besides the regular ones): what bounds the master's load from
+// progress reports, whatever the workers' step rate.
+const progressInterval = time.Second
+
 // session is an open session whose join the master answered.
 type session struct {
 	ctx    context.Context
@@ -200,7 +205,13 @@ func (a *agent) serve(s *session) error {
 func (a *agent) heartbeats(ctx context.Context, stream *connect.BidiStreamForClient[roverv1.SessionRequest, roverv1.SessionResponse]) {
 	t := time.NewTicker(a.cfg.HeartbeatInterval)
 	defer t.Stop()
-	beat := &roverv1.SessionRequest{Msg: &roverv1.SessionRequest_Heartbeat{Heartbeat: &roverv1.Heartbeat{}}}
+	// Progress goes on the regular beats, and on extra ones at most once
+	// per progressInterval while workers report.
+	p := time.NewTicker(progressInterval)
+	defer p.Stop()
+	beat := func(np *roverv1.NodeProgress) *roverv1.SessionRequest {
+		return &roverv1.SessionRequest{Msg: &roverv1.SessionRequest_Heartbeat{Heartbeat: &roverv1.Heartbeat{Progress: np}}}
+	}
 	// Closing the agent's side on every way out is what ends serve's
 	// Receive: the master then ends the stream. (Cancelling the context does
 	// not end an established stream's read by itself, and a tick that wins
@@ -212,8 +223,14 @@ func (a *agent) heartbeats(ctx context.Context, stream *connect.BidiStreamForCli
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if err := stream.Send(beat); err != nil {
+			if err := stream.Send(beat(a.progress.take())); err != nil {
 				return
+			}
+		case <-p.C:
+			if np := a.progress.take(); np != nil {
+				if err := stream.Send(beat(np)); err != nil {
+					return
+				}
 			}
 		}
 	}

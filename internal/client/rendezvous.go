@@ -19,6 +19,16 @@ type RendezvousConfig struct {
 	Checkpoint CheckpointStorage
 	// NodeCheck is the job's pre-flight node check (nil: none).
 	NodeCheck *NodeCheck `json:"node_check,omitempty"`
+	Hang      HangConfig
+}
+
+// HangConfig is a job's hang detection (docs/design/hang-and-stragglers.md):
+// no worker progress for Timeout, after the job progressed, is a hang (0:
+// off), and Policy is what the master does then (DLRover's
+// --hang_detection: 0 log, 1 warn, 2 restart the workers).
+type HangConfig struct {
+	Timeout time.Duration `json:"timeout,omitempty"`
+	Policy  int           `json:"policy,omitempty"`
 }
 
 // NodeCheck is a job's pre-flight node check: the state machine's
@@ -73,6 +83,7 @@ func RendezvousFromPolicy(p runconfig.Policy) RendezvousConfig {
 			DisconnectGrace:  p.DisconnectGrace,
 		},
 		NodeCheck: NodeCheckFromPolicy(p),
+		Hang:      HangConfig{Timeout: p.HangTimeout, Policy: p.HangDetection},
 	}
 }
 
@@ -89,6 +100,8 @@ func RendezvousProto(c RendezvousConfig) *roverv1.RendezvousConfig {
 		HeartbeatTimeoutMillis: c.Nodes.HeartbeatTimeout.Milliseconds(),
 		DisconnectGraceMillis:  c.Nodes.DisconnectGrace.Milliseconds(),
 		Checkpoint:             CheckpointStorageProto(c.Checkpoint),
+		HangTimeoutMillis:      c.Hang.Timeout.Milliseconds(),
+		HangDetection:          int32(c.Hang.Policy),
 		NodeCheck:              nodeCheckProto(c.NodeCheck),
 	}
 }
@@ -121,6 +134,7 @@ func RendezvousFromProto(p *roverv1.RendezvousConfig) RendezvousConfig {
 			DisconnectGrace:  ms(p.GetDisconnectGraceMillis()),
 		},
 		Checkpoint: CheckpointStorageFromProto(p.GetCheckpoint()),
+		Hang:       HangConfig{Timeout: ms(p.GetHangTimeoutMillis()), Policy: int(p.GetHangDetection())},
 		NodeCheck:  nodeCheckFromProto(p.GetNodeCheck(), int(p.GetMinNodes())),
 	}
 }

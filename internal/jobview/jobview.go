@@ -46,6 +46,7 @@ func Status(w io.Writer, j *roverv1.GetJobResponse) error {
 		writeManaged(&b, j.GetManagedNodes())
 	}
 	writeNodeCheck(&b, j.GetNodeCheck())
+	writeProgress(&b, j.GetProgress())
 	writeFailures(&b, j.GetFailures())
 	return flush(w, &b, "status")
 }
@@ -82,6 +83,7 @@ func Progress(j *roverv1.GetJobResponse) string {
 	if j.GetCheckpointStep() >= 0 {
 		fmt.Fprintf(&b, ", checkpoint step %d", j.GetCheckpointStep())
 	}
+	b.WriteString(progressNote(j.GetProgress()))
 	return b.String()
 }
 
@@ -102,8 +104,11 @@ func Summary(w io.Writer, j *roverv1.GetJobResponse, took time.Duration) error {
 	if j.GetCheckpointStep() >= 0 {
 		ckpt = fmt.Sprintf("step %d", j.GetCheckpointStep())
 	}
-	fmt.Fprintf(&b, "\nrounds %d, restarts %d of %d, node relaunches %d, last checkpoint %s\n",
-		j.GetRound(), j.GetRestartCount(), j.GetMaxRestarts(), j.GetRelaunches(), ckpt)
+	fmt.Fprintf(&b, "\nrounds %d, restarts %d of %d, node relaunches %d, last checkpoint %s%s\n",
+		j.GetRound(), j.GetRestartCount(), j.GetMaxRestarts(), j.GetRelaunches(), ckpt, progressNote(j.GetProgress()))
+	if r := j.GetProgress().GetStragglerReason(); r != "" {
+		fmt.Fprintf(&b, "straggler: %s\n", oneLine(r))
+	}
 	if len(j.GetManagedNodes()) > 0 {
 		if j.GetPlatform() != "" {
 			fmt.Fprintf(&b, "\nnodes on %s:\n", j.GetPlatform())

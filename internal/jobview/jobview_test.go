@@ -304,3 +304,33 @@ func TestDependencies(t *testing.T) {
 		}
 	}
 }
+
+// TestProgressShown checks that the status, the one-line progress and the
+// summary name a straggler and a hang.
+func TestProgressShown(t *testing.T) {
+	j := &roverv1.GetJobResponse{RunId: "train", JobState: roverv1.JobState_JOB_STATE_RUNNING, Round: 1, CheckpointStep: -1,
+		Progress: &roverv1.JobProgress{Step: 120, Stragglers: []string{"node1"}, StragglerReason: "node1 is busy 0.055s per step, 9.2x the others' median 0.006s",
+			Hung: true, HangReason: "no worker made progress for 5s", Hangs: 1,
+			Nodes: []*roverv1.NodeStepTime{{NodeId: "node0", Step: 120, StepSeconds: 0.06, BusySeconds: 0.006, Samples: 10},
+				{NodeId: "node1", NodeRank: 1, Step: 120, StepSeconds: 0.06, BusySeconds: 0.055, Samples: 10, Straggler: true}}}}
+	var b bytes.Buffer
+	if err := Status(&b, j); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"progress: step 120, stragglers: node1, hangs 1", "straggler: node1 is busy 0.055s per step",
+		"HUNG: no worker made progress for 5s", "node1  1     120   0.060   0.055        10       straggler"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("status lacks %q:\n%s", want, b.String())
+		}
+	}
+	if p := Progress(j); !strings.HasSuffix(p, ", stragglers node1, HUNG") {
+		t.Errorf("progress line %q does not name the straggler and the hang", p)
+	}
+	b.Reset()
+	if err := Summary(&b, j, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "stragglers node1, HUNG\nstraggler: node1 is busy") {
+		t.Errorf("summary does not name the straggler:\n%s", b.String())
+	}
+}

@@ -42,6 +42,9 @@ type jobConfig struct {
 	Checkpoint client.CheckpointStorage `json:"checkpoint,omitzero"`
 	// NodeCheck is the job's pre-flight node check (nil: none).
 	NodeCheck *client.NodeCheck `json:"node_check,omitempty"`
+	// Hang is the job's hang detection (progress.go); absent from the
+	// journals of earlier Rovers, where it is off.
+	Hang client.HangConfig `json:"hang,omitzero"`
 }
 
 // maxFailuresKept bounds the failure records the master keeps for reports.
@@ -97,6 +100,9 @@ type core struct {
 	notices   []fleetNotice
 	noticeCh  chan struct{}
 	live      bool
+
+	// prog is the job's runtime progress (progress.go): not journaled.
+	prog tracker
 }
 
 func newCore(runID string, store Store) *core {

@@ -47,6 +47,7 @@ func (c *core) view(id string) (*roverv1.NodeView, <-chan struct{}) {
 	if s.Job != rendezvous.Running {
 		v.Failures = c.failures
 	}
+	v.Hang = c.prog.noticeView()
 	return v, c.views
 }
 
@@ -99,6 +100,7 @@ func (c *core) job() *roverv1.GetJobResponse {
 	}
 	c.checkProtoLocked(r)
 	c.fleetProtoLocked(r)
+	r.Progress = c.prog.proto(int64(c.status.Round), r.Nodes)
 	return r
 }
 

@@ -315,8 +315,12 @@ func (m *Master) tickLoop(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
-			if err := m.core.tick(ctx, m.cfg.Clock.Now()); err != nil {
+			now := m.cfg.Clock.Now()
+			if err := m.core.tick(ctx, now); err != nil {
 				m.log.Error("advance timeouts", "err", err)
+			}
+			if err := m.core.checkProgress(ctx, now, m.log); err != nil {
+				m.log.Error("restart the hung workers", "err", err)
 			}
 		}
 	}

@@ -119,7 +119,11 @@ func (s *service) Session(ctx context.Context, stream *connect.BidiStream[roverv
 			if msg.GetHeartbeat() == nil {
 				return
 			}
-			_ = s.core.seen(id, s.clock.Now())
+			now := s.clock.Now()
+			_ = s.core.seen(id, now)
+			if e, ok := s.core.progressReport(id, msg.GetHeartbeat().GetProgress(), now); ok {
+				_ = s.core.apply(ctx, e) // a device's hardware fault: the diagnosis acts
+			}
 		}
 	}()
 	sent := false

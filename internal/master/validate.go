@@ -116,6 +116,12 @@ func validateRendezvous(r *roverv1.RendezvousConfig) (*jobConfig, error) {
 	if err := cfg.Rendezvous.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("%w: %w", errInvalid, err))
 	}
+	if t := r.GetHangTimeoutMillis(); t < 0 {
+		errs = append(errs, invalid("hang_timeout_millis %d is negative (0 turns hang detection off)", t))
+	}
+	if p := r.GetHangDetection(); p < 0 || p > 2 {
+		errs = append(errs, invalid("hang_detection %d is not 0 (log), 1 (warn) or 2 (restart the workers)", p))
+	}
 	if cfg.Nodes.HeartbeatTimeout <= 0 {
 		errs = append(errs, invalid("heartbeat_timeout_millis must be positive"))
 	}

@@ -153,6 +153,9 @@ func (p *Process) terminate(grace time.Duration) {
 	// Errors are ignored: the process may exit at any moment, and SIGKILL
 	// below is the backstop either way.
 	_ = p.Signal(syscall.SIGTERM)
+	// A stopped process (SIGSTOP, a hang's suspect) keeps a SIGTERM pending
+	// until it runs again: resume it, so it ends now rather than at SIGKILL.
+	_ = p.Signal(syscall.SIGCONT)
 	t := time.NewTimer(grace)
 	defer t.Stop()
 	select {

@@ -107,6 +107,12 @@ type Config struct {
 	NodeID            string        // stable agent identity; "" = the agent derives one
 	StopGracePeriod   time.Duration // SIGTERM to SIGKILL grace when stopping workers
 	HeartbeatInterval time.Duration
+	// HangTimeout (--hang-timeout, --rdzv-conf hang_timeout) and
+	// HangDetection (--hang-detection, DLRover's --hang_detection): no
+	// worker progress for HangTimeout is a hang (0: off); 0 logs it, 1 also
+	// warns, 2 restarts the workers.
+	HangTimeout   time.Duration
+	HangDetection int
 
 	Entrypoint string   // script path, module name (-m) or program (--no-python)
 	Args       []string // the script's own arguments, verbatim

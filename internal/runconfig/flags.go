@@ -240,6 +240,12 @@ var flags = []flagDef{
 	{name: "heartbeat-interval", metavar: "DURATION", def: "5s", env: roverEnv("heartbeat-interval"), group: groupRover,
 		help:  "how often the agent sends a heartbeat to the master",
 		apply: durationField(func(c *Config) *time.Duration { return &c.HeartbeatInterval })},
+	{name: "hang-timeout", metavar: "DURATION", def: "5m", env: roverEnv("hang-timeout"), group: groupRover,
+		help:  "no step progress of any worker for this long, after the job made progress, is a hang (0: off; also --rdzv-conf hang_timeout)",
+		apply: durationField(func(c *Config) *time.Duration { return &c.HangTimeout })},
+	{name: "hang-detection", metavar: "N", def: "1", env: roverEnv("hang-detection"), group: groupRover,
+		help:  "what a hang does (DLRover's --hang_detection): 0 log it and collect the workers' stacks, 1 also warn, 2 also restart the workers",
+		apply: intField(func(c *Config) *int { return &c.HangDetection })},
 }
 
 // notImplemented lists the dlrover-run switches Rover rejects until it

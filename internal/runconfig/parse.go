@@ -104,6 +104,9 @@ func (p Parser) Parse(args []string) (*Config, error) {
 			_ = f.apply(&p, c, f.def)
 		}
 	}
+	if v, ok := c.RdzvConf["hang_timeout"]; ok && src["hang-timeout"] == fromDefault {
+		c.HangTimeout, _ = ParseSeconds(v) // checked by applyRdzvConf
+	}
 	c.MasterAddrSet = src["master-addr"] != fromDefault
 	c.MasterPortSet = src["master-port"] != fromDefault
 	if err := kubeflowEndpoint(c, src, p.Getenv); err != nil {

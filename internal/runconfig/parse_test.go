@@ -54,6 +54,8 @@ func base() *Config {
 		CheckpointKeep:    1,
 		StopGracePeriod:   30 * time.Second,
 		HeartbeatInterval: 5 * time.Second,
+		HangTimeout:       5 * time.Minute,
+		HangDetection:     1,
 		Entrypoint:        "train.py",
 	}
 }

@@ -19,6 +19,10 @@ type Policy struct {
 	LastCallTimeout    time.Duration
 	HeartbeatTimeout   time.Duration
 	DisconnectGrace    time.Duration
+	// HangTimeout and HangDetection are the job's hang detection
+	// (--hang-timeout, --hang-detection).
+	HangTimeout   time.Duration
+	HangDetection int
 	// NodeCheck is the pre-flight node check (--network-check,
 	// --exclude-straggler, --comm-perf-test).
 	NodeCheck NodeCheck
@@ -45,6 +49,8 @@ const (
 	SettingLastCallTimeout  = "last-call-timeout"
 	SettingHeartbeatTimeout = "heartbeat-timeout"
 	SettingDisconnectGrace  = "disconnect-grace"
+	SettingHangTimeout      = "hang-timeout"
+	SettingHangDetection    = "hang-detection"
 )
 
 // FlagRef names a setting as a flag in a message: "--node-unit=0". It is the
@@ -86,6 +92,9 @@ func (p Policy) Check(ref func(setting, value string) string) []error {
 	if p.MaxRestarts < 0 {
 		add("%s: must be 0 or more", ref(SettingMaxRestarts, strconv.Itoa(p.MaxRestarts)))
 	}
+	if p.HangDetection < 0 || p.HangDetection > 2 {
+		add("%s: want 0 (log a hang), 1 (also warn) or 2 (also restart the workers)", ref(SettingHangDetection, strconv.Itoa(p.HangDetection)))
+	}
 	nodeUnit := ref(SettingNodeUnit, strconv.Itoa(p.NodeUnit))
 	switch {
 	case p.NodeUnit < 1:
@@ -105,6 +114,7 @@ func (p Policy) Check(ref func(setting, value string) string) []error {
 		{SettingLastCallTimeout, p.LastCallTimeout, false},
 		{SettingHeartbeatTimeout, p.HeartbeatTimeout, false},
 		{SettingDisconnectGrace, p.DisconnectGrace, true},
+		{SettingHangTimeout, p.HangTimeout, true},
 	} {
 		what := ref(t.setting, t.d.String())
 		switch {

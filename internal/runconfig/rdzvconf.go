@@ -35,6 +35,8 @@ var rdzvKeys = []rdzvKey{
 		help: "how long the agent keeps its workers running while it cannot reach the master"},
 	{name: "disconnect_grace", field: func(c *Config) *time.Duration { return &c.DisconnectGrace }, def: "5s",
 		help: "grace period after a node's connection to the master drops"},
+	{name: "hang_timeout", duration: true,
+		help: "same as --hang-timeout; the flag wins when both are given"},
 	{name: "pend_timeout", duration: true,
 		help: "DLRover key: accepted and stored, no effect yet"},
 	{name: "read_timeout", help: "torchrun key: accepted and ignored"},

@@ -200,6 +200,7 @@ func (c *Config) Policy() Policy {
 			ExcludeStragglers: c.ExcludeStraggler,
 			CommPerf:          c.CommPerfTest,
 		},
+		HangTimeout: c.HangTimeout, HangDetection: c.HangDetection,
 	}
 }
 

@@ -10,8 +10,8 @@ and talks to the local node agent over the unix socket named by
     info = rover.agent_info()      # {"nodeRank": 0, "round": 1, ...}
 """
 
-from . import data
+from . import data, progress
 from ._agent import AgentError, agent_info, under_rover
 
-__all__ = ["AgentError", "agent_info", "data", "under_rover"]
+__all__ = ["AgentError", "agent_info", "data", "progress", "under_rover"]
 __version__ = "0.1.0"

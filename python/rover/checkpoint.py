@@ -40,7 +40,7 @@ import struct
 import time
 import warnings
 
-from . import _agent, _direct, _extras
+from . import _agent, _direct, _extras, progress
 from ._extras import ExtrasError
 
 __all__ = ["Checkpointer", "ExtrasError", "encode_header", "decode"]
@@ -282,6 +282,7 @@ class Checkpointer:
             if persist:
                 self._save_error = e
             raise
+        progress._record(step, progress.CHECKPOINT)
 
     def _save(self, step, state, persist):
         if self._direct is not None:

@@ -18,7 +18,7 @@ import os
 import threading
 import time
 
-from . import _agent
+from . import _agent, progress
 from ._order import DROP_TAIL, ORDER_VERSION, PAD_TAIL, epoch_order, rank_batch
 
 __all__ = ["ElasticSampler", "ShardClient", "Shard", "DROP_TAIL", "PAD_TAIL"]
@@ -98,6 +98,7 @@ class ElasticSampler:
                 self._finished = True
                 return
             self._steps.append(nxt)
+            progress._next(progress.SAMPLER)
             yield from indices
             if nxt[0] != epoch:
                 self._finished = True

@@ -943,7 +943,7 @@ var File_api_rover_v1_agent_proto protoreflect.FileDescriptor
 
 const file_api_rover_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x18api/rover/v1/agent.proto\x12\brover.v1\x1a\x18api/rover/v1/shard.proto\"_\n" +
+	"\x18api/rover/v1/agent.proto\x12\brover.v1\x1a\x18api/rover/v1/shard.proto\x1a\x1bapi/rover/v1/progress.proto\"_\n" +
 	"\x16CheckpointBeginRequest\x12\x1d\n" +
 	"\n" +
 	"local_rank\x18\x01 \x01(\x05R\tlocalRank\x12\x12\n" +
@@ -1015,7 +1015,7 @@ const file_api_rover_v1_agent_proto_rawDesc = "" +
 	"world_size\x18\b \x01(\x05R\tworldSize\x12#\n" +
 	"\rrestart_count\x18\t \x01(\x05R\frestartCount\x12#\n" +
 	"\ragent_version\x18\n" +
-	" \x01(\tR\fagentVersion2\x9e\n" +
+	" \x01(\tR\fagentVersion2\xf5\n" +
 	"\n" +
 	"\fAgentService\x127\n" +
 	"\x04Info\x12\x15.rover.v1.InfoRequest\x1a\x16.rover.v1.InfoResponse\"\x00\x12X\n" +
@@ -1032,7 +1032,8 @@ const file_api_rover_v1_agent_proto_rawDesc = "" +
 	"\x10CheckpointCommit\x12!.rover.v1.CheckpointCommitRequest\x1a\".rover.v1.CheckpointCommitResponse\"\x00\x12U\n" +
 	"\x0eCheckpointWait\x12\x1f.rover.v1.CheckpointWaitRequest\x1a .rover.v1.CheckpointWaitResponse\"\x00\x12^\n" +
 	"\x11CheckpointRestore\x12\".rover.v1.CheckpointRestoreRequest\x1a#.rover.v1.CheckpointRestoreResponse\"\x00\x12d\n" +
-	"\x13CheckpointSnapshots\x12$.rover.v1.CheckpointSnapshotsRequest\x1a%.rover.v1.CheckpointSnapshotsResponse\"\x00B/Z-github.com/roverml/rover/api/rover/v1;roverv1b\x06proto3"
+	"\x13CheckpointSnapshots\x12$.rover.v1.CheckpointSnapshotsRequest\x1a%.rover.v1.CheckpointSnapshotsResponse\"\x00\x12U\n" +
+	"\x0eReportProgress\x12\x1f.rover.v1.ReportProgressRequest\x1a .rover.v1.ReportProgressResponse\"\x00B/Z-github.com/roverml/rover/api/rover/v1;roverv1b\x06proto3"
 
 var (
 	file_api_rover_v1_agent_proto_rawDescOnce sync.Once
@@ -1071,14 +1072,16 @@ var file_api_rover_v1_agent_proto_goTypes = []any{
 	(*AppendStreamRequest)(nil),         // 20: rover.v1.AppendStreamRequest
 	(*DatasetStateRequest)(nil),         // 21: rover.v1.DatasetStateRequest
 	(*RestoreDatasetRequest)(nil),       // 22: rover.v1.RestoreDatasetRequest
-	(*RegisterDatasetResponse)(nil),     // 23: rover.v1.RegisterDatasetResponse
-	(*LeaseShardsResponse)(nil),         // 24: rover.v1.LeaseShardsResponse
-	(*CompleteShardsResponse)(nil),      // 25: rover.v1.CompleteShardsResponse
-	(*GetPositionResponse)(nil),         // 26: rover.v1.GetPositionResponse
-	(*AdvancePositionResponse)(nil),     // 27: rover.v1.AdvancePositionResponse
-	(*AppendStreamResponse)(nil),        // 28: rover.v1.AppendStreamResponse
-	(*DatasetStateResponse)(nil),        // 29: rover.v1.DatasetStateResponse
-	(*RestoreDatasetResponse)(nil),      // 30: rover.v1.RestoreDatasetResponse
+	(*ReportProgressRequest)(nil),       // 23: rover.v1.ReportProgressRequest
+	(*RegisterDatasetResponse)(nil),     // 24: rover.v1.RegisterDatasetResponse
+	(*LeaseShardsResponse)(nil),         // 25: rover.v1.LeaseShardsResponse
+	(*CompleteShardsResponse)(nil),      // 26: rover.v1.CompleteShardsResponse
+	(*GetPositionResponse)(nil),         // 27: rover.v1.GetPositionResponse
+	(*AdvancePositionResponse)(nil),     // 28: rover.v1.AdvancePositionResponse
+	(*AppendStreamResponse)(nil),        // 29: rover.v1.AppendStreamResponse
+	(*DatasetStateResponse)(nil),        // 30: rover.v1.DatasetStateResponse
+	(*RestoreDatasetResponse)(nil),      // 31: rover.v1.RestoreDatasetResponse
+	(*ReportProgressResponse)(nil),      // 32: rover.v1.ReportProgressResponse
 }
 var file_api_rover_v1_agent_proto_depIdxs = []int32{
 	11, // 0: rover.v1.CheckpointRestoreResponse.snapshot:type_name -> rover.v1.CheckpointSnapshot
@@ -1098,23 +1101,25 @@ var file_api_rover_v1_agent_proto_depIdxs = []int32{
 	6,  // 14: rover.v1.AgentService.CheckpointWait:input_type -> rover.v1.CheckpointWaitRequest
 	8,  // 15: rover.v1.AgentService.CheckpointRestore:input_type -> rover.v1.CheckpointRestoreRequest
 	10, // 16: rover.v1.AgentService.CheckpointSnapshots:input_type -> rover.v1.CheckpointSnapshotsRequest
-	14, // 17: rover.v1.AgentService.Info:output_type -> rover.v1.InfoResponse
-	23, // 18: rover.v1.AgentService.RegisterDataset:output_type -> rover.v1.RegisterDatasetResponse
-	24, // 19: rover.v1.AgentService.LeaseShards:output_type -> rover.v1.LeaseShardsResponse
-	25, // 20: rover.v1.AgentService.CompleteShards:output_type -> rover.v1.CompleteShardsResponse
-	26, // 21: rover.v1.AgentService.GetPosition:output_type -> rover.v1.GetPositionResponse
-	27, // 22: rover.v1.AgentService.AdvancePosition:output_type -> rover.v1.AdvancePositionResponse
-	28, // 23: rover.v1.AgentService.AppendStream:output_type -> rover.v1.AppendStreamResponse
-	29, // 24: rover.v1.AgentService.GetDatasetState:output_type -> rover.v1.DatasetStateResponse
-	30, // 25: rover.v1.AgentService.RestoreDataset:output_type -> rover.v1.RestoreDatasetResponse
-	1,  // 26: rover.v1.AgentService.CheckpointBegin:output_type -> rover.v1.CheckpointBeginResponse
-	3,  // 27: rover.v1.AgentService.CheckpointReserve:output_type -> rover.v1.CheckpointReserveResponse
-	5,  // 28: rover.v1.AgentService.CheckpointCommit:output_type -> rover.v1.CheckpointCommitResponse
-	7,  // 29: rover.v1.AgentService.CheckpointWait:output_type -> rover.v1.CheckpointWaitResponse
-	9,  // 30: rover.v1.AgentService.CheckpointRestore:output_type -> rover.v1.CheckpointRestoreResponse
-	12, // 31: rover.v1.AgentService.CheckpointSnapshots:output_type -> rover.v1.CheckpointSnapshotsResponse
-	17, // [17:32] is the sub-list for method output_type
-	2,  // [2:17] is the sub-list for method input_type
+	23, // 17: rover.v1.AgentService.ReportProgress:input_type -> rover.v1.ReportProgressRequest
+	14, // 18: rover.v1.AgentService.Info:output_type -> rover.v1.InfoResponse
+	24, // 19: rover.v1.AgentService.RegisterDataset:output_type -> rover.v1.RegisterDatasetResponse
+	25, // 20: rover.v1.AgentService.LeaseShards:output_type -> rover.v1.LeaseShardsResponse
+	26, // 21: rover.v1.AgentService.CompleteShards:output_type -> rover.v1.CompleteShardsResponse
+	27, // 22: rover.v1.AgentService.GetPosition:output_type -> rover.v1.GetPositionResponse
+	28, // 23: rover.v1.AgentService.AdvancePosition:output_type -> rover.v1.AdvancePositionResponse
+	29, // 24: rover.v1.AgentService.AppendStream:output_type -> rover.v1.AppendStreamResponse
+	30, // 25: rover.v1.AgentService.GetDatasetState:output_type -> rover.v1.DatasetStateResponse
+	31, // 26: rover.v1.AgentService.RestoreDataset:output_type -> rover.v1.RestoreDatasetResponse
+	1,  // 27: rover.v1.AgentService.CheckpointBegin:output_type -> rover.v1.CheckpointBeginResponse
+	3,  // 28: rover.v1.AgentService.CheckpointReserve:output_type -> rover.v1.CheckpointReserveResponse
+	5,  // 29: rover.v1.AgentService.CheckpointCommit:output_type -> rover.v1.CheckpointCommitResponse
+	7,  // 30: rover.v1.AgentService.CheckpointWait:output_type -> rover.v1.CheckpointWaitResponse
+	9,  // 31: rover.v1.AgentService.CheckpointRestore:output_type -> rover.v1.CheckpointRestoreResponse
+	12, // 32: rover.v1.AgentService.CheckpointSnapshots:output_type -> rover.v1.CheckpointSnapshotsResponse
+	32, // 33: rover.v1.AgentService.ReportProgress:output_type -> rover.v1.ReportProgressResponse
+	18, // [18:34] is the sub-list for method output_type
+	2,  // [2:18] is the sub-list for method input_type
 	2,  // [2:2] is the sub-list for extension type_name
 	2,  // [2:2] is the sub-list for extension extendee
 	0,  // [0:2] is the sub-list for field type_name
@@ -1126,6 +1131,7 @@ func file_api_rover_v1_agent_proto_init() {
 		return
 	}
 	file_api_rover_v1_shard_proto_init()
+	file_api_rover_v1_progress_proto_init()
 	file_api_rover_v1_agent_proto_msgTypes[12].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{

@@ -303,9 +303,14 @@ type RendezvousConfig struct {
 	// agent takes the job's).
 	Checkpoint *CheckpointStorage `protobuf:"bytes,9,opt,name=checkpoint,proto3" json:"checkpoint,omitempty"`
 	// The pre-flight node check the agent was started with (unset: none).
-	NodeCheck     *NodeCheckConfig `protobuf:"bytes,10,opt,name=node_check,json=nodeCheck,proto3" json:"node_check,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	NodeCheck *NodeCheckConfig `protobuf:"bytes,10,opt,name=node_check,json=nodeCheck,proto3" json:"node_check,omitempty"`
+	// Hang detection (progress.proto): no worker progress for this long
+	// after the job progressed is a hang (0: off), and what the master does
+	// then (0 log, 1 warn, 2 restart the workers).
+	HangTimeoutMillis int64 `protobuf:"varint,11,opt,name=hang_timeout_millis,json=hangTimeoutMillis,proto3" json:"hang_timeout_millis,omitempty"`
+	HangDetection     int32 `protobuf:"varint,12,opt,name=hang_detection,json=hangDetection,proto3" json:"hang_detection,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *RendezvousConfig) Reset() {
@@ -406,6 +411,20 @@ func (x *RendezvousConfig) GetNodeCheck() *NodeCheckConfig {
 		return x.NodeCheck
 	}
 	return nil
+}
+
+func (x *RendezvousConfig) GetHangTimeoutMillis() int64 {
+	if x != nil {
+		return x.HangTimeoutMillis
+	}
+	return 0
+}
+
+func (x *RendezvousConfig) GetHangDetection() int32 {
+	if x != nil {
+		return x.HangDetection
+	}
+	return 0
 }
 
 type JoinRequest struct {
@@ -753,9 +772,11 @@ func (*SessionRequest_Join) isSessionRequest_Msg() {}
 
 func (*SessionRequest_Heartbeat) isSessionRequest_Msg() {}
 
-// Heartbeat tells the master the agent is alive.
+// Heartbeat tells the master the agent is alive, and carries its workers'
+// progress since its previous heartbeat that carried some.
 type Heartbeat struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
+	Progress      *NodeProgress          `protobuf:"bytes,1,opt,name=progress,proto3" json:"progress,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -788,6 +809,13 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
 	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *Heartbeat) GetProgress() *NodeProgress {
+	if x != nil {
+		return x.Progress
+	}
+	return nil
 }
 
 // SessionResponse is a message from the master on a session.
@@ -863,7 +891,9 @@ type NodeView struct {
 	RunId    string           `protobuf:"bytes,10,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
 	// The node check of the node's world, while it runs (the assignment is
 	// held back meanwhile), and the node's verdict after.
-	NodeCheck     *NodeCheckView `protobuf:"bytes,11,opt,name=node_check,json=nodeCheck,proto3" json:"node_check,omitempty"`
+	NodeCheck *NodeCheckView `protobuf:"bytes,11,opt,name=node_check,json=nodeCheck,proto3" json:"node_check,omitempty"`
+	// Set once the master declared the job hung (progress.proto).
+	Hang          *HangNotice `protobuf:"bytes,12,opt,name=hang,proto3" json:"hang,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -971,6 +1001,13 @@ func (x *NodeView) GetRunId() string {
 func (x *NodeView) GetNodeCheck() *NodeCheckView {
 	if x != nil {
 		return x.NodeCheck
+	}
+	return nil
+}
+
+func (x *NodeView) GetHang() *HangNotice {
+	if x != nil {
+		return x.Hang
 	}
 	return nil
 }
@@ -2014,7 +2051,9 @@ type GetJobResponse struct {
 	// checkpoint_step is the newest committed checkpoint step; -1 none.
 	CheckpointStep int64 `protobuf:"varint,15,opt,name=checkpoint_step,json=checkpointStep,proto3" json:"checkpoint_step,omitempty"`
 	// node_check is the running or last node check (unset: none ran).
-	NodeCheck     *NodeCheckStatus `protobuf:"bytes,16,opt,name=node_check,json=nodeCheck,proto3" json:"node_check,omitempty"`
+	NodeCheck *NodeCheckStatus `protobuf:"bytes,16,opt,name=node_check,json=nodeCheck,proto3" json:"node_check,omitempty"`
+	// progress is the job's step times, stragglers and hangs.
+	Progress      *JobProgress `protobuf:"bytes,17,opt,name=progress,proto3" json:"progress,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2161,11 +2200,18 @@ func (x *GetJobResponse) GetNodeCheck() *NodeCheckStatus {
 	return nil
 }
 
+func (x *GetJobResponse) GetProgress() *JobProgress {
+	if x != nil {
+		return x.Progress
+	}
+	return nil
+}
+
 var File_api_rover_v1_master_proto protoreflect.FileDescriptor
 
 const file_api_rover_v1_master_proto_rawDesc = "" +
 	"\n" +
-	"\x19api/rover/v1/master.proto\x12\brover.v1\x1a\x18api/rover/v1/shard.proto\x1a\x1capi/rover/v1/nodecheck.proto\"\xe6\x01\n" +
+	"\x19api/rover/v1/master.proto\x12\brover.v1\x1a\x18api/rover/v1/shard.proto\x1a\x1capi/rover/v1/nodecheck.proto\x1a\x1bapi/rover/v1/progress.proto\"\xe6\x01\n" +
 	"\x18CheckpointDurableRequest\x12\x12\n" +
 	"\x04step\x18\x02 \x01(\x03R\x04step\x12\x12\n" +
 	"\x04rank\x18\x03 \x01(\x05R\x04rank\x12\x12\n" +
@@ -2182,7 +2228,7 @@ const file_api_rover_v1_master_proto_rawDesc = "" +
 	"\x10latest_committed\x18\x02 \x01(\x03R\x0flatestCommitted\"9\n" +
 	"\x11CheckpointStorage\x12\x10\n" +
 	"\x03url\x18\x01 \x01(\tR\x03url\x12\x12\n" +
-	"\x04keep\x18\x02 \x01(\x05R\x04keep\"\xcf\x03\n" +
+	"\x04keep\x18\x02 \x01(\x05R\x04keep\"\xa6\x04\n" +
 	"\x10RendezvousConfig\x12\x1b\n" +
 	"\tmin_nodes\x18\x01 \x01(\x05R\bminNodes\x12\x1b\n" +
 	"\tmax_nodes\x18\x02 \x01(\x05R\bmaxNodes\x12\x1b\n" +
@@ -2197,7 +2243,9 @@ const file_api_rover_v1_master_proto_rawDesc = "" +
 	"checkpoint\x128\n" +
 	"\n" +
 	"node_check\x18\n" +
-	" \x01(\v2\x19.rover.v1.NodeCheckConfigR\tnodeCheck\"\xac\x02\n" +
+	" \x01(\v2\x19.rover.v1.NodeCheckConfigR\tnodeCheck\x12.\n" +
+	"\x13hang_timeout_millis\x18\v \x01(\x03R\x11hangTimeoutMillis\x12%\n" +
+	"\x0ehang_detection\x18\f \x01(\x05R\rhangDetection\"\xac\x02\n" +
 	"\vJoinRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12%\n" +
 	"\x0erequested_rank\x18\x02 \x01(\x05R\rrequestedRank\x12(\n" +
@@ -2227,11 +2275,12 @@ const file_api_rover_v1_master_proto_rawDesc = "" +
 	"\x0eSessionRequest\x12+\n" +
 	"\x04join\x18\x01 \x01(\v2\x15.rover.v1.JoinRequestH\x00R\x04join\x123\n" +
 	"\theartbeat\x18\x02 \x01(\v2\x13.rover.v1.HeartbeatH\x00R\theartbeatB\x05\n" +
-	"\x03msg\"\v\n" +
-	"\tHeartbeat\"i\n" +
+	"\x03msg\"?\n" +
+	"\tHeartbeat\x122\n" +
+	"\bprogress\x18\x01 \x01(\v2\x16.rover.v1.NodeProgressR\bprogress\"i\n" +
 	"\x0fSessionResponse\x12.\n" +
 	"\x06joined\x18\x01 \x01(\v2\x16.rover.v1.JoinResponseR\x06joined\x12&\n" +
-	"\x04view\x18\x02 \x01(\v2\x12.rover.v1.NodeViewR\x04view\"\xa4\x03\n" +
+	"\x04view\x18\x02 \x01(\v2\x12.rover.v1.NodeViewR\x04view\"\xce\x03\n" +
 	"\bNodeView\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x04R\aversion\x12/\n" +
 	"\tjob_state\x18\x02 \x01(\x0e2\x12.rover.v1.JobStateR\bjobState\x12\x16\n" +
@@ -2248,7 +2297,8 @@ const file_api_rover_v1_master_proto_rawDesc = "" +
 	"\x06run_id\x18\n" +
 	" \x01(\tR\x05runId\x126\n" +
 	"\n" +
-	"node_check\x18\v \x01(\v2\x17.rover.v1.NodeCheckViewR\tnodeCheck\"\xa8\x02\n" +
+	"node_check\x18\v \x01(\v2\x17.rover.v1.NodeCheckViewR\tnodeCheck\x12(\n" +
+	"\x04hang\x18\f \x01(\v2\x14.rover.v1.HangNoticeR\x04hang\"\xa8\x02\n" +
 	"\n" +
 	"Assignment\x12\x14\n" +
 	"\x05round\x18\x01 \x01(\x03R\x05round\x12\x1b\n" +
@@ -2336,7 +2386,7 @@ const file_api_rover_v1_master_proto_rawDesc = "" +
 	"\tlast_exit\x18\t \x01(\tR\blastExit\x12\x16\n" +
 	"\x06reason\x18\n" +
 	" \x01(\tR\x06reason\x12(\n" +
-	"\x10since_unix_nanos\x18\v \x01(\x03R\x0esinceUnixNanos\"\x84\x05\n" +
+	"\x10since_unix_nanos\x18\v \x01(\x03R\x0esinceUnixNanos\"\xb7\x05\n" +
 	"\x0eGetJobResponse\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12/\n" +
 	"\tjob_state\x18\x02 \x01(\x0e2\x12.rover.v1.JobStateR\bjobState\x12\x16\n" +
@@ -2361,7 +2411,8 @@ const file_api_rover_v1_master_proto_rawDesc = "" +
 	"\bplatform\x18\x0e \x01(\tR\bplatform\x12'\n" +
 	"\x0fcheckpoint_step\x18\x0f \x01(\x03R\x0echeckpointStep\x128\n" +
 	"\n" +
-	"node_check\x18\x10 \x01(\v2\x19.rover.v1.NodeCheckStatusR\tnodeCheck*k\n" +
+	"node_check\x18\x10 \x01(\v2\x19.rover.v1.NodeCheckStatusR\tnodeCheck\x121\n" +
+	"\bprogress\x18\x11 \x01(\v2\x15.rover.v1.JobProgressR\bprogress*k\n" +
 	"\bJobState\x12\x19\n" +
 	"\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11JOB_STATE_RUNNING\x10\x01\x12\x17\n" +
@@ -2432,28 +2483,31 @@ var file_api_rover_v1_master_proto_goTypes = []any{
 	(*ManagedNode)(nil),               // 26: rover.v1.ManagedNode
 	(*GetJobResponse)(nil),            // 27: rover.v1.GetJobResponse
 	(*NodeCheckConfig)(nil),           // 28: rover.v1.NodeCheckConfig
-	(*NodeCheckView)(nil),             // 29: rover.v1.NodeCheckView
-	(*NodeCheckStatus)(nil),           // 30: rover.v1.NodeCheckStatus
-	(*RegisterDatasetRequest)(nil),    // 31: rover.v1.RegisterDatasetRequest
-	(*LeaseShardsRequest)(nil),        // 32: rover.v1.LeaseShardsRequest
-	(*CompleteShardsRequest)(nil),     // 33: rover.v1.CompleteShardsRequest
-	(*GetPositionRequest)(nil),        // 34: rover.v1.GetPositionRequest
-	(*AdvancePositionRequest)(nil),    // 35: rover.v1.AdvancePositionRequest
-	(*AppendStreamRequest)(nil),       // 36: rover.v1.AppendStreamRequest
-	(*DatasetStateRequest)(nil),       // 37: rover.v1.DatasetStateRequest
-	(*RestoreDatasetRequest)(nil),     // 38: rover.v1.RestoreDatasetRequest
-	(*BatchShardsRequest)(nil),        // 39: rover.v1.BatchShardsRequest
-	(*ReportNodeCheckRequest)(nil),    // 40: rover.v1.ReportNodeCheckRequest
-	(*RegisterDatasetResponse)(nil),   // 41: rover.v1.RegisterDatasetResponse
-	(*LeaseShardsResponse)(nil),       // 42: rover.v1.LeaseShardsResponse
-	(*CompleteShardsResponse)(nil),    // 43: rover.v1.CompleteShardsResponse
-	(*GetPositionResponse)(nil),       // 44: rover.v1.GetPositionResponse
-	(*AdvancePositionResponse)(nil),   // 45: rover.v1.AdvancePositionResponse
-	(*AppendStreamResponse)(nil),      // 46: rover.v1.AppendStreamResponse
-	(*DatasetStateResponse)(nil),      // 47: rover.v1.DatasetStateResponse
-	(*RestoreDatasetResponse)(nil),    // 48: rover.v1.RestoreDatasetResponse
-	(*BatchShardsResponse)(nil),       // 49: rover.v1.BatchShardsResponse
-	(*ReportNodeCheckResponse)(nil),   // 50: rover.v1.ReportNodeCheckResponse
+	(*NodeProgress)(nil),              // 29: rover.v1.NodeProgress
+	(*NodeCheckView)(nil),             // 30: rover.v1.NodeCheckView
+	(*HangNotice)(nil),                // 31: rover.v1.HangNotice
+	(*NodeCheckStatus)(nil),           // 32: rover.v1.NodeCheckStatus
+	(*JobProgress)(nil),               // 33: rover.v1.JobProgress
+	(*RegisterDatasetRequest)(nil),    // 34: rover.v1.RegisterDatasetRequest
+	(*LeaseShardsRequest)(nil),        // 35: rover.v1.LeaseShardsRequest
+	(*CompleteShardsRequest)(nil),     // 36: rover.v1.CompleteShardsRequest
+	(*GetPositionRequest)(nil),        // 37: rover.v1.GetPositionRequest
+	(*AdvancePositionRequest)(nil),    // 38: rover.v1.AdvancePositionRequest
+	(*AppendStreamRequest)(nil),       // 39: rover.v1.AppendStreamRequest
+	(*DatasetStateRequest)(nil),       // 40: rover.v1.DatasetStateRequest
+	(*RestoreDatasetRequest)(nil),     // 41: rover.v1.RestoreDatasetRequest
+	(*BatchShardsRequest)(nil),        // 42: rover.v1.BatchShardsRequest
+	(*ReportNodeCheckRequest)(nil),    // 43: rover.v1.ReportNodeCheckRequest
+	(*RegisterDatasetResponse)(nil),   // 44: rover.v1.RegisterDatasetResponse
+	(*LeaseShardsResponse)(nil),       // 45: rover.v1.LeaseShardsResponse
+	(*CompleteShardsResponse)(nil),    // 46: rover.v1.CompleteShardsResponse
+	(*GetPositionResponse)(nil),       // 47: rover.v1.GetPositionResponse
+	(*AdvancePositionResponse)(nil),   // 48: rover.v1.AdvancePositionResponse
+	(*AppendStreamResponse)(nil),      // 49: rover.v1.AppendStreamResponse
+	(*DatasetStateResponse)(nil),      // 50: rover.v1.DatasetStateResponse
+	(*RestoreDatasetResponse)(nil),    // 51: rover.v1.RestoreDatasetResponse
+	(*BatchShardsResponse)(nil),       // 52: rover.v1.BatchShardsResponse
+	(*ReportNodeCheckResponse)(nil),   // 53: rover.v1.ReportNodeCheckResponse
 }
 var file_api_rover_v1_master_proto_depIdxs = []int32{
 	3,  // 0: rover.v1.RendezvousConfig.checkpoint:type_name -> rover.v1.CheckpointStorage
@@ -2463,62 +2517,65 @@ var file_api_rover_v1_master_proto_depIdxs = []int32{
 	3,  // 4: rover.v1.JoinResponse.checkpoint:type_name -> rover.v1.CheckpointStorage
 	5,  // 5: rover.v1.SessionRequest.join:type_name -> rover.v1.JoinRequest
 	9,  // 6: rover.v1.SessionRequest.heartbeat:type_name -> rover.v1.Heartbeat
-	7,  // 7: rover.v1.SessionResponse.joined:type_name -> rover.v1.JoinResponse
-	11, // 8: rover.v1.SessionResponse.view:type_name -> rover.v1.NodeView
-	0,  // 9: rover.v1.NodeView.job_state:type_name -> rover.v1.JobState
-	12, // 10: rover.v1.NodeView.assignment:type_name -> rover.v1.Assignment
-	13, // 11: rover.v1.NodeView.failures:type_name -> rover.v1.WorkerFailure
-	29, // 12: rover.v1.NodeView.node_check:type_name -> rover.v1.NodeCheckView
-	13, // 13: rover.v1.ReportFailureRequest.failures:type_name -> rover.v1.WorkerFailure
-	0,  // 14: rover.v1.GetJobResponse.job_state:type_name -> rover.v1.JobState
-	25, // 15: rover.v1.GetJobResponse.nodes:type_name -> rover.v1.NodeStatus
-	13, // 16: rover.v1.GetJobResponse.failures:type_name -> rover.v1.WorkerFailure
-	4,  // 17: rover.v1.GetJobResponse.rendezvous:type_name -> rover.v1.RendezvousConfig
-	26, // 18: rover.v1.GetJobResponse.managed_nodes:type_name -> rover.v1.ManagedNode
-	30, // 19: rover.v1.GetJobResponse.node_check:type_name -> rover.v1.NodeCheckStatus
-	8,  // 20: rover.v1.MasterService.Session:input_type -> rover.v1.SessionRequest
-	5,  // 21: rover.v1.MasterService.Join:input_type -> rover.v1.JoinRequest
-	14, // 22: rover.v1.MasterService.ReportFailure:input_type -> rover.v1.ReportFailureRequest
-	16, // 23: rover.v1.MasterService.ReportSuccess:input_type -> rover.v1.ReportSuccessRequest
-	18, // 24: rover.v1.MasterService.Leave:input_type -> rover.v1.LeaveRequest
-	20, // 25: rover.v1.MasterService.SetKey:input_type -> rover.v1.SetKeyRequest
-	22, // 26: rover.v1.MasterService.GetKey:input_type -> rover.v1.GetKeyRequest
-	24, // 27: rover.v1.MasterService.GetJob:input_type -> rover.v1.GetJobRequest
-	31, // 28: rover.v1.MasterService.RegisterDataset:input_type -> rover.v1.RegisterDatasetRequest
-	32, // 29: rover.v1.MasterService.LeaseShards:input_type -> rover.v1.LeaseShardsRequest
-	33, // 30: rover.v1.MasterService.CompleteShards:input_type -> rover.v1.CompleteShardsRequest
-	34, // 31: rover.v1.MasterService.GetPosition:input_type -> rover.v1.GetPositionRequest
-	35, // 32: rover.v1.MasterService.AdvancePosition:input_type -> rover.v1.AdvancePositionRequest
-	36, // 33: rover.v1.MasterService.AppendStream:input_type -> rover.v1.AppendStreamRequest
-	37, // 34: rover.v1.MasterService.GetDatasetState:input_type -> rover.v1.DatasetStateRequest
-	38, // 35: rover.v1.MasterService.RestoreDataset:input_type -> rover.v1.RestoreDatasetRequest
-	39, // 36: rover.v1.MasterService.BatchShards:input_type -> rover.v1.BatchShardsRequest
-	1,  // 37: rover.v1.MasterService.CheckpointDurable:input_type -> rover.v1.CheckpointDurableRequest
-	40, // 38: rover.v1.MasterService.ReportNodeCheck:input_type -> rover.v1.ReportNodeCheckRequest
-	10, // 39: rover.v1.MasterService.Session:output_type -> rover.v1.SessionResponse
-	7,  // 40: rover.v1.MasterService.Join:output_type -> rover.v1.JoinResponse
-	15, // 41: rover.v1.MasterService.ReportFailure:output_type -> rover.v1.ReportFailureResponse
-	17, // 42: rover.v1.MasterService.ReportSuccess:output_type -> rover.v1.ReportSuccessResponse
-	19, // 43: rover.v1.MasterService.Leave:output_type -> rover.v1.LeaveResponse
-	21, // 44: rover.v1.MasterService.SetKey:output_type -> rover.v1.SetKeyResponse
-	23, // 45: rover.v1.MasterService.GetKey:output_type -> rover.v1.GetKeyResponse
-	27, // 46: rover.v1.MasterService.GetJob:output_type -> rover.v1.GetJobResponse
-	41, // 47: rover.v1.MasterService.RegisterDataset:output_type -> rover.v1.RegisterDatasetResponse
-	42, // 48: rover.v1.MasterService.LeaseShards:output_type -> rover.v1.LeaseShardsResponse
-	43, // 49: rover.v1.MasterService.CompleteShards:output_type -> rover.v1.CompleteShardsResponse
-	44, // 50: rover.v1.MasterService.GetPosition:output_type -> rover.v1.GetPositionResponse
-	45, // 51: rover.v1.MasterService.AdvancePosition:output_type -> rover.v1.AdvancePositionResponse
-	46, // 52: rover.v1.MasterService.AppendStream:output_type -> rover.v1.AppendStreamResponse
-	47, // 53: rover.v1.MasterService.GetDatasetState:output_type -> rover.v1.DatasetStateResponse
-	48, // 54: rover.v1.MasterService.RestoreDataset:output_type -> rover.v1.RestoreDatasetResponse
-	49, // 55: rover.v1.MasterService.BatchShards:output_type -> rover.v1.BatchShardsResponse
-	2,  // 56: rover.v1.MasterService.CheckpointDurable:output_type -> rover.v1.CheckpointDurableResponse
-	50, // 57: rover.v1.MasterService.ReportNodeCheck:output_type -> rover.v1.ReportNodeCheckResponse
-	39, // [39:58] is the sub-list for method output_type
-	20, // [20:39] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	29, // 7: rover.v1.Heartbeat.progress:type_name -> rover.v1.NodeProgress
+	7,  // 8: rover.v1.SessionResponse.joined:type_name -> rover.v1.JoinResponse
+	11, // 9: rover.v1.SessionResponse.view:type_name -> rover.v1.NodeView
+	0,  // 10: rover.v1.NodeView.job_state:type_name -> rover.v1.JobState
+	12, // 11: rover.v1.NodeView.assignment:type_name -> rover.v1.Assignment
+	13, // 12: rover.v1.NodeView.failures:type_name -> rover.v1.WorkerFailure
+	30, // 13: rover.v1.NodeView.node_check:type_name -> rover.v1.NodeCheckView
+	31, // 14: rover.v1.NodeView.hang:type_name -> rover.v1.HangNotice
+	13, // 15: rover.v1.ReportFailureRequest.failures:type_name -> rover.v1.WorkerFailure
+	0,  // 16: rover.v1.GetJobResponse.job_state:type_name -> rover.v1.JobState
+	25, // 17: rover.v1.GetJobResponse.nodes:type_name -> rover.v1.NodeStatus
+	13, // 18: rover.v1.GetJobResponse.failures:type_name -> rover.v1.WorkerFailure
+	4,  // 19: rover.v1.GetJobResponse.rendezvous:type_name -> rover.v1.RendezvousConfig
+	26, // 20: rover.v1.GetJobResponse.managed_nodes:type_name -> rover.v1.ManagedNode
+	32, // 21: rover.v1.GetJobResponse.node_check:type_name -> rover.v1.NodeCheckStatus
+	33, // 22: rover.v1.GetJobResponse.progress:type_name -> rover.v1.JobProgress
+	8,  // 23: rover.v1.MasterService.Session:input_type -> rover.v1.SessionRequest
+	5,  // 24: rover.v1.MasterService.Join:input_type -> rover.v1.JoinRequest
+	14, // 25: rover.v1.MasterService.ReportFailure:input_type -> rover.v1.ReportFailureRequest
+	16, // 26: rover.v1.MasterService.ReportSuccess:input_type -> rover.v1.ReportSuccessRequest
+	18, // 27: rover.v1.MasterService.Leave:input_type -> rover.v1.LeaveRequest
+	20, // 28: rover.v1.MasterService.SetKey:input_type -> rover.v1.SetKeyRequest
+	22, // 29: rover.v1.MasterService.GetKey:input_type -> rover.v1.GetKeyRequest
+	24, // 30: rover.v1.MasterService.GetJob:input_type -> rover.v1.GetJobRequest
+	34, // 31: rover.v1.MasterService.RegisterDataset:input_type -> rover.v1.RegisterDatasetRequest
+	35, // 32: rover.v1.MasterService.LeaseShards:input_type -> rover.v1.LeaseShardsRequest
+	36, // 33: rover.v1.MasterService.CompleteShards:input_type -> rover.v1.CompleteShardsRequest
+	37, // 34: rover.v1.MasterService.GetPosition:input_type -> rover.v1.GetPositionRequest
+	38, // 35: rover.v1.MasterService.AdvancePosition:input_type -> rover.v1.AdvancePositionRequest
+	39, // 36: rover.v1.MasterService.AppendStream:input_type -> rover.v1.AppendStreamRequest
+	40, // 37: rover.v1.MasterService.GetDatasetState:input_type -> rover.v1.DatasetStateRequest
+	41, // 38: rover.v1.MasterService.RestoreDataset:input_type -> rover.v1.RestoreDatasetRequest
+	42, // 39: rover.v1.MasterService.BatchShards:input_type -> rover.v1.BatchShardsRequest
+	1,  // 40: rover.v1.MasterService.CheckpointDurable:input_type -> rover.v1.CheckpointDurableRequest
+	43, // 41: rover.v1.MasterService.ReportNodeCheck:input_type -> rover.v1.ReportNodeCheckRequest
+	10, // 42: rover.v1.MasterService.Session:output_type -> rover.v1.SessionResponse
+	7,  // 43: rover.v1.MasterService.Join:output_type -> rover.v1.JoinResponse
+	15, // 44: rover.v1.MasterService.ReportFailure:output_type -> rover.v1.ReportFailureResponse
+	17, // 45: rover.v1.MasterService.ReportSuccess:output_type -> rover.v1.ReportSuccessResponse
+	19, // 46: rover.v1.MasterService.Leave:output_type -> rover.v1.LeaveResponse
+	21, // 47: rover.v1.MasterService.SetKey:output_type -> rover.v1.SetKeyResponse
+	23, // 48: rover.v1.MasterService.GetKey:output_type -> rover.v1.GetKeyResponse
+	27, // 49: rover.v1.MasterService.GetJob:output_type -> rover.v1.GetJobResponse
+	44, // 50: rover.v1.MasterService.RegisterDataset:output_type -> rover.v1.RegisterDatasetResponse
+	45, // 51: rover.v1.MasterService.LeaseShards:output_type -> rover.v1.LeaseShardsResponse
+	46, // 52: rover.v1.MasterService.CompleteShards:output_type -> rover.v1.CompleteShardsResponse
+	47, // 53: rover.v1.MasterService.GetPosition:output_type -> rover.v1.GetPositionResponse
+	48, // 54: rover.v1.MasterService.AdvancePosition:output_type -> rover.v1.AdvancePositionResponse
+	49, // 55: rover.v1.MasterService.AppendStream:output_type -> rover.v1.AppendStreamResponse
+	50, // 56: rover.v1.MasterService.GetDatasetState:output_type -> rover.v1.DatasetStateResponse
+	51, // 57: rover.v1.MasterService.RestoreDataset:output_type -> rover.v1.RestoreDatasetResponse
+	52, // 58: rover.v1.MasterService.BatchShards:output_type -> rover.v1.BatchShardsResponse
+	2,  // 59: rover.v1.MasterService.CheckpointDurable:output_type -> rover.v1.CheckpointDurableResponse
+	53, // 60: rover.v1.MasterService.ReportNodeCheck:output_type -> rover.v1.ReportNodeCheckResponse
+	42, // [42:61] is the sub-list for method output_type
+	23, // [23:42] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_api_rover_v1_master_proto_init() }
@@ -2528,6 +2585,7 @@ func file_api_rover_v1_master_proto_init() {
 	}
 	file_api_rover_v1_shard_proto_init()
 	file_api_rover_v1_nodecheck_proto_init()
+	file_api_rover_v1_progress_proto_init()
 	file_api_rover_v1_master_proto_msgTypes[7].OneofWrappers = []any{
 		(*SessionRequest_Join)(nil),
 		(*SessionRequest_Heartbeat)(nil),

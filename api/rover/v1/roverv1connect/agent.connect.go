@@ -82,6 +82,9 @@ const (
 	// AgentServiceCheckpointSnapshotsProcedure is the fully-qualified name of the AgentService's
 	// CheckpointSnapshots RPC.
 	AgentServiceCheckpointSnapshotsProcedure = "/rover.v1.AgentService/CheckpointSnapshots"
+	// AgentServiceReportProgressProcedure is the fully-qualified name of the AgentService's
+	// ReportProgress RPC.
+	AgentServiceReportProgressProcedure = "/rover.v1.AgentService/ReportProgress"
 )
 
 // AgentServiceClient is a client for the rover.v1.AgentService service.
@@ -124,6 +127,10 @@ type AgentServiceClient interface {
 	CheckpointRestore(context.Context, *connect.Request[v1.CheckpointRestoreRequest]) (*connect.Response[v1.CheckpointRestoreResponse], error)
 	// CheckpointSnapshots lists the committed snapshots the worker's arena holds.
 	CheckpointSnapshots(context.Context, *connect.Request[v1.CheckpointSnapshotsRequest]) (*connect.Response[v1.CheckpointSnapshotsResponse], error)
+	// ReportProgress records a worker's steps (rover.progress.step, each
+	// ElasticSampler batch, each checkpoint save); workers send it at most
+	// about once a second (api/rover/v1/progress.proto).
+	ReportProgress(context.Context, *connect.Request[v1.ReportProgressRequest]) (*connect.Response[v1.ReportProgressResponse], error)
 }
 
 // NewAgentServiceClient constructs a client for the rover.v1.AgentService service. By default, it
@@ -227,6 +234,12 @@ func NewAgentServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(agentServiceMethods.ByName("CheckpointSnapshots")),
 			connect.WithClientOptions(opts...),
 		),
+		reportProgress: connect.NewClient[v1.ReportProgressRequest, v1.ReportProgressResponse](
+			httpClient,
+			baseURL+AgentServiceReportProgressProcedure,
+			connect.WithSchema(agentServiceMethods.ByName("ReportProgress")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -247,6 +260,7 @@ type agentServiceClient struct {
 	checkpointWait      *connect.Client[v1.CheckpointWaitRequest, v1.CheckpointWaitResponse]
 	checkpointRestore   *connect.Client[v1.CheckpointRestoreRequest, v1.CheckpointRestoreResponse]
 	checkpointSnapshots *connect.Client[v1.CheckpointSnapshotsRequest, v1.CheckpointSnapshotsResponse]
+	reportProgress      *connect.Client[v1.ReportProgressRequest, v1.ReportProgressResponse]
 }
 
 // Info calls rover.v1.AgentService.Info.
@@ -324,6 +338,11 @@ func (c *agentServiceClient) CheckpointSnapshots(ctx context.Context, req *conne
 	return c.checkpointSnapshots.CallUnary(ctx, req)
 }
 
+// ReportProgress calls rover.v1.AgentService.ReportProgress.
+func (c *agentServiceClient) ReportProgress(ctx context.Context, req *connect.Request[v1.ReportProgressRequest]) (*connect.Response[v1.ReportProgressResponse], error) {
+	return c.reportProgress.CallUnary(ctx, req)
+}
+
 // AgentServiceHandler is an implementation of the rover.v1.AgentService service.
 type AgentServiceHandler interface {
 	// Info describes the calling worker's place in the job.
@@ -364,6 +383,10 @@ type AgentServiceHandler interface {
 	CheckpointRestore(context.Context, *connect.Request[v1.CheckpointRestoreRequest]) (*connect.Response[v1.CheckpointRestoreResponse], error)
 	// CheckpointSnapshots lists the committed snapshots the worker's arena holds.
 	CheckpointSnapshots(context.Context, *connect.Request[v1.CheckpointSnapshotsRequest]) (*connect.Response[v1.CheckpointSnapshotsResponse], error)
+	// ReportProgress records a worker's steps (rover.progress.step, each
+	// ElasticSampler batch, each checkpoint save); workers send it at most
+	// about once a second (api/rover/v1/progress.proto).
+	ReportProgress(context.Context, *connect.Request[v1.ReportProgressRequest]) (*connect.Response[v1.ReportProgressResponse], error)
 }
 
 // NewAgentServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -463,6 +486,12 @@ func NewAgentServiceHandler(svc AgentServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(agentServiceMethods.ByName("CheckpointSnapshots")),
 		connect.WithHandlerOptions(opts...),
 	)
+	agentServiceReportProgressHandler := connect.NewUnaryHandler(
+		AgentServiceReportProgressProcedure,
+		svc.ReportProgress,
+		connect.WithSchema(agentServiceMethods.ByName("ReportProgress")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/rover.v1.AgentService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case AgentServiceInfoProcedure:
@@ -495,6 +524,8 @@ func NewAgentServiceHandler(svc AgentServiceHandler, opts ...connect.HandlerOpti
 			agentServiceCheckpointRestoreHandler.ServeHTTP(w, r)
 		case AgentServiceCheckpointSnapshotsProcedure:
 			agentServiceCheckpointSnapshotsHandler.ServeHTTP(w, r)
+		case AgentServiceReportProgressProcedure:
+			agentServiceReportProgressHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -562,4 +593,8 @@ func (UnimplementedAgentServiceHandler) CheckpointRestore(context.Context, *conn
 
 func (UnimplementedAgentServiceHandler) CheckpointSnapshots(context.Context, *connect.Request[v1.CheckpointSnapshotsRequest]) (*connect.Response[v1.CheckpointSnapshotsResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("rover.v1.AgentService.CheckpointSnapshots is not implemented"))
+}
+
+func (UnimplementedAgentServiceHandler) ReportProgress(context.Context, *connect.Request[v1.ReportProgressRequest]) (*connect.Response[v1.ReportProgressResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("rover.v1.AgentService.ReportProgress is not implemented"))
 }

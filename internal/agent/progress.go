@@ -1,0 +1,107 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+
+	"connectrpc.com/connect"
+	roverv1 "github.com/roverml/rover/api/rover/v1"
+)
+
+// progressBook sums the workers' progress reports (ReportProgress) between
+// the heartbeats that carry them to the master: however often workers
+// report, the master hears from this node at most once per progress tick
+// (heartbeats.go's progressInterval) plus the regular heartbeats.
+type progressBook struct {
+	mu      sync.Mutex
+	round   int64
+	workers map[int32]*roverv1.WorkerProgress // by local rank, since the last take
+	// ready is signalled (size one) when a report arrived.
+	ready chan struct{}
+	// devices samples accelerator health for each take; nil without NVML.
+	devices DeviceMonitor
+}
+
+func newProgressBook() *progressBook {
+	return &progressBook{workers: map[int32]*roverv1.WorkerProgress{}, ready: make(chan struct{}, 1)}
+}
+
+// add records one report of a worker of round.
+func (b *progressBook) add(round int64, p *roverv1.WorkerProgress) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if round != b.round {
+		b.round = round
+		clear(b.workers) // the previous group's sums are of no use now
+	}
+	w := b.workers[p.GetLocalRank()]
+	if w == nil {
+		w = &roverv1.WorkerProgress{LocalRank: p.GetLocalRank(), Rank: p.GetRank()}
+		b.workers[p.GetLocalRank()] = w
+	}
+	w.Step = p.GetStep()
+	w.Steps += p.GetSteps()
+	w.WallSeconds += p.GetWallSeconds()
+	w.CpuSeconds += p.GetCpuSeconds()
+	select {
+	case b.ready <- struct{}{}:
+	default:
+	}
+}
+
+// take returns the sums since the previous take and starts new ones; nil
+// when there is nothing to send.
+func (b *progressBook) take() *roverv1.NodeProgress {
+	var devs []*roverv1.DeviceHealth
+	if b.devices != nil {
+		devs = sampleDevices(b.devices)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.workers) == 0 && len(devs) == 0 {
+		return nil
+	}
+	np := &roverv1.NodeProgress{Round: b.round, Devices: devs}
+	for _, w := range b.workers {
+		np.Workers = append(np.Workers, w)
+	}
+	b.workers = map[int32]*roverv1.WorkerProgress{}
+	return np
+}
+
+// ReportProgress records a worker's progress for the next heartbeat.
+func (s *agentService) ReportProgress(ctx context.Context, req *connect.Request[roverv1.ReportProgressRequest]) (*connect.Response[roverv1.ReportProgressResponse], error) {
+	p := req.Msg.GetProgress()
+	cur := s.l.current.Load()
+	if cur == nil {
+		return nil, connect.NewError(connect.CodeUnavailable, errors.New("no worker group is running on this node"))
+	}
+	if err := checkProgress(p, cur.LocalWorldSize); err != nil {
+		return nil, connect.NewError(connect.CodeInvalidArgument, err)
+	}
+	s.a.progress.add(int64(cur.Round), p)
+	return connect.NewResponse(&roverv1.ReportProgressResponse{}), nil
+}
+
+func checkProgress(p *roverv1.WorkerProgress, localWorldSize int) error {
+	if p == nil {
+		return errors.New("progress is missing")
+	}
+	var errs []error
+	if lr := p.GetLocalRank(); lr < 0 || int(lr) >= localWorldSize {
+		errs = append(errs, fmt.Errorf("local_rank %d is not one of this node's (0 to %d)", lr, localWorldSize-1))
+	}
+	if p.GetStep() < 0 || p.GetSteps() < 0 {
+		errs = append(errs, fmt.Errorf("step %d and steps %d must not be negative", p.GetStep(), p.GetSteps()))
+	}
+	for _, v := range []float64{p.GetWallSeconds(), p.GetCpuSeconds()} {
+		if v < 0 || math.IsNaN(v) || math.IsInf(v, 0) {
+			errs = append(errs, fmt.Errorf("wall_seconds %v and cpu_seconds %v must be finite and not negative", p.GetWallSeconds(), p.GetCpuSeconds()))
+			break
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,162 @@
+package progress
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+)
+
+// StragglerConfig says when a node is a straggler: its median seconds per
+// step over its last Window samples exceeds Factor times the median of the
+// other nodes' medians, by at least MinExcess, in wall-clock or in busy
+// (CPU) time. A node needs MinSamples samples to be judged or to count in
+// the others' median, and at least two nodes must have them.
+type StragglerConfig struct {
+	Factor     float64
+	Window     int
+	MinSamples int
+	MinExcess  time.Duration
+}
+
+// DefaultStraggler is the documented default: 1.5x the others' median over
+// the last 10 samples (about 10 s of training: agents send progress at most
+// once a second), judged from 3 samples on, and at least 10 ms slower.
+var DefaultStraggler = StragglerConfig{Factor: 1.5, Window: 10, MinSamples: 3, MinExcess: 10 * time.Millisecond}
+
+// Window keeps each node's recent seconds per step.
+type Window struct {
+	cfg   StragglerConfig
+	nodes map[string]*series
+}
+
+type series struct {
+	wall, busy []float64 // newest last, at most cfg.Window
+	step       int64
+}
+
+// NodeTime is one node's recent step time.
+type NodeTime struct {
+	Node string
+	Step int64
+	// Wall and Busy are the medians of the window, in seconds per step.
+	Wall, Busy float64
+	Samples    int
+	Straggler  bool
+}
+
+// NewWindow returns an empty window; a zero field of cfg takes
+// DefaultStraggler's value.
+func NewWindow(cfg StragglerConfig) *Window {
+	d := DefaultStraggler
+	if cfg.Factor <= 1 {
+		cfg.Factor = d.Factor
+	}
+	if cfg.Window <= 0 {
+		cfg.Window = d.Window
+	}
+	if cfg.MinSamples <= 0 {
+		cfg.MinSamples = d.MinSamples
+	}
+	if cfg.MinExcess <= 0 {
+		cfg.MinExcess = d.MinExcess
+	}
+	cfg.MinSamples = min(cfg.MinSamples, cfg.Window)
+	return &Window{cfg: cfg, nodes: map[string]*series{}}
+}
+
+// Add records one sample of node: wall-clock and busy seconds per step
+// (the slowest local worker's), at step.
+func (w *Window) Add(node string, wall, busy float64, step int64) {
+	s := w.nodes[node]
+	if s == nil {
+		s = &series{}
+		w.nodes[node] = s
+	}
+	s.wall = push(s.wall, wall, w.cfg.Window)
+	s.busy = push(s.busy, busy, w.cfg.Window)
+	s.step = max(s.step, step)
+}
+
+func push(xs []float64, x float64, n int) []float64 {
+	xs = append(xs, x)
+	if len(xs) > n {
+		xs = slices.Delete(xs, 0, len(xs)-n)
+	}
+	return xs
+}
+
+// Forget drops a node (it left the job).
+func (w *Window) Forget(node string) { delete(w.nodes, node) }
+
+// Reset drops every sample: a new round's workers start afresh.
+func (w *Window) Reset() { clear(w.nodes) }
+
+// Nodes returns every node's times, sorted by node, with Straggler set.
+func (w *Window) Nodes() []NodeTime {
+	slow, _ := w.Stragglers()
+	out := make([]NodeTime, 0, len(w.nodes))
+	for id, s := range w.nodes {
+		out = append(out, NodeTime{Node: id, Step: s.step, Wall: median(s.wall), Busy: median(s.busy),
+			Samples: len(s.wall), Straggler: slices.Contains(slow, id)})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Node < out[j].Node })
+	return out
+}
+
+// Stragglers returns the straggling nodes, sorted, and a sentence saying
+// why ("" when none).
+func (w *Window) Stragglers() ([]string, string) {
+	type judged struct {
+		id         string
+		wall, busy float64
+	}
+	var js []judged
+	for id, s := range w.nodes {
+		if len(s.wall) >= w.cfg.MinSamples {
+			js = append(js, judged{id, median(s.wall), median(s.busy)})
+		}
+	}
+	if len(js) < 2 {
+		return nil, ""
+	}
+	sort.Slice(js, func(i, j int) bool { return js[i].id < js[j].id })
+	excess := w.cfg.MinExcess.Seconds()
+	var slow, why []string
+	for i, j := range js {
+		var walls, busies []float64
+		for k, o := range js {
+			if k != i {
+				walls, busies = append(walls, o.wall), append(busies, o.busy)
+			}
+		}
+		ow, ob := median(walls), median(busies)
+		switch {
+		case j.wall > w.cfg.Factor*ow && j.wall-ow >= excess:
+			slow = append(slow, j.id)
+			why = append(why, fmt.Sprintf("%s takes %.3fs per step, %.1fx the others' median %.3fs", j.id, j.wall, j.wall/ow, ow))
+		case j.busy > w.cfg.Factor*ob && j.busy-ob >= excess:
+			slow = append(slow, j.id)
+			why = append(why, fmt.Sprintf("%s is busy %.3fs per step, %.1fx the others' median %.3fs (its peers wait for it)", j.id, j.busy, j.busy/ob, ob))
+		}
+	}
+	if len(slow) == 0 {
+		return nil, ""
+	}
+	return slow, strings.Join(why, "; ") + fmt.Sprintf(" (over the last %d samples; threshold %.1fx)", w.cfg.Window, w.cfg.Factor)
+}
+
+// median of xs; 0 for none. A positive infinity counts as very slow.
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
+}

@@ -1,0 +1,105 @@
+"""Runtime progress reports: what Rover's straggler and hang detection see.
+
+A worker started by ``rover run`` reports its steps to its node agent, which
+sends them to the job master on its heartbeats. Nothing is needed in the
+script when it uses ``rover.data.ElasticSampler`` (each batch is a step) or
+``rover.checkpoint.Checkpointer`` (each save is a step); any other script
+adds one line to its training loop::
+
+    import rover.progress
+    for step in range(start, steps):
+        ...
+        rover.progress.step(step)
+
+Outside ``rover run`` every call is a no-op. Reports are cheap: the step and
+its wall-clock and CPU time are recorded in process, and sent to the agent
+at most about once a second, never once per step. The sources rank
+``step()`` > checkpoint saves > sampler batches: once a process used a
+higher one, the lower ones are ignored, so a step is never counted twice.
+Standard library only. docs/design/hang-and-stragglers.md has the design.
+"""
+
+import os
+import threading
+import time
+
+from . import _agent
+
+__all__ = ["step"]
+
+# Seconds between two reports of one worker to its agent.
+_INTERVAL = 1.0
+
+# Sources of progress, by rank (a higher one silences lower ones).
+SAMPLER, CHECKPOINT, EXPLICIT = 1, 2, 3
+
+_lock = threading.Lock()
+_reporter = None
+
+
+class _Reporter:
+    def __init__(self):
+        self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        self.rank = int(os.environ.get("RANK", "-1"))
+        self.source = 0
+        self.step = None
+        self.at = None  # monotonic and CPU time of the newest step
+        self.steps, self.wall, self.cpu = 0, 0.0, 0.0
+        self.sent_at = None
+        self.failures = 0
+
+    def record(self, step, source):
+        if source < self.source:
+            return
+        if source > self.source:  # a better source: start its timing afresh
+            self.source, self.step, self.at = source, None, None
+            self.steps, self.wall, self.cpu = 0, 0.0, 0.0
+        if step == self.step:
+            return
+        now, cpu = time.monotonic(), time.process_time()
+        if self.at is not None:  # the previous step is complete
+            self.steps += 1
+            self.wall += now - self.at[0]
+            self.cpu += cpu - self.at[1]
+        self.step, self.at = step, (now, cpu)
+        if self.sent_at is None or now - self.sent_at >= _INTERVAL:
+            self.send(now)
+
+    def send(self, now):
+        if self.failures >= 3:
+            return  # the agent does not take reports (an older agent): stop asking
+        req = {"progress": {"localRank": self.local_rank, "rank": self.rank, "step": str(self.step),
+                            "steps": str(self.steps), "wallSeconds": self.wall, "cpuSeconds": self.cpu}}
+        try:
+            _agent.call("ReportProgress", req, timeout=5.0)
+            self.failures = 0
+        except _agent.AgentError:
+            self.failures += 1
+        self.sent_at = now
+        self.steps, self.wall, self.cpu = 0, 0.0, 0.0
+
+
+def _record(step_, source):
+    global _reporter
+    if not _agent.under_rover():
+        return
+    with _lock:
+        if _reporter is None:
+            _reporter = _Reporter()
+        _reporter.record(int(step_), source)
+
+
+def _next(source):
+    """Records the step after the newest one (sampler batches count steps)."""
+    if not _agent.under_rover():
+        return
+    with _lock:
+        last = _reporter.step if _reporter is not None and _reporter.source == source else None
+    _record(0 if last is None else last + 1, source)
+
+
+def step(step):
+    """Reports that this worker reached ``step`` (an int); a no-op outside
+    ``rover run``. Call it once per training step; repeated calls with the
+    same step count once."""
+    _record(step, EXPLICIT)
