@@ -1,14 +1,11 @@
 package master
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 
-	"strings"
 	"sync"
 	"time"
 
@@ -21,7 +18,6 @@ import (
 	"github.com/roverml/rover/internal/rendezvous"
 	"github.com/roverml/rover/internal/shard"
 	"github.com/roverml/rover/internal/store"
-	"google.golang.org/protobuf/encoding/protojson"
 )
 
 // Store is the persistence the master needs: a journal of records, durable
@@ -362,76 +358,6 @@ func (c *core) configureLocked(cfg *jobConfig, now time.Time) error {
 	c.nodes = node.NewTable(cfg.Nodes)
 	c.newCheckLocked()
 	return nil
-}
-
-// blameLossLocked records that a lost node ended its world's round: the
-// failures the other members reported for that round were the loss's
-// consequences (their collectives broke), so they are dropped, and the lost
-// node is named instead.
-func (c *core) blameLossLocked(e *event, mb rendezvous.Member, round int) {
-	c.failures = slices.DeleteFunc(c.failures, func(f *roverv1.WorkerFailure) bool {
-		return f.GetRound() == int64(round) && f.GetNodeId() != e.Node
-	})
-	msg := fmt.Sprintf("node %s (node rank %d) was lost: %s", e.Node, mb.NodeRank, cmp.Or(e.Reason, "its agent is gone"))
-	f := &roverv1.WorkerFailure{
-		NodeId: e.Node, NodeRank: int32(mb.NodeRank), Host: mb.Addr, Rank: int32(mb.RankOffset),
-		ExitCode: -1, TimeUnixNanos: e.Time.UnixNano(), Round: int64(round), Message: msg,
-		Cause: lossCause(e.Reason).String(), Action: "re-form-world",
-		Diagnosis: msg + "; its world ends, and the others restart in a new round without spending a restart",
-	}
-	if c.fleetOn {
-		f.Action = diagnosis.RelaunchNode.String()
-		f.Diagnosis = msg + "; the node manager relaunches it while its relaunch budget lasts, and the others restart in a new round without spending a restart"
-	}
-	c.failures = append(c.failures, f)
-	if n := len(c.failures); n > maxFailuresKept {
-		c.failures = append([]*roverv1.WorkerFailure(nil), c.failures[n-maxFailuresKept:]...)
-	}
-}
-
-// lossCause classifies why a node was lost, from the words of its reason.
-func lossCause(reason string) diagnosis.Cause {
-	switch {
-	case strings.Contains(reason, "Evicted"), strings.Contains(reason, "Preempted"):
-		return diagnosis.Preempted
-	case strings.Contains(reason, "OOMKilled"):
-		return diagnosis.OutOfMemory
-	case strings.Contains(reason, "signal"), strings.Contains(reason, "exited"):
-		return diagnosis.Killed
-	}
-	return diagnosis.Unknown
-}
-
-// recordFailuresLocked keeps a report's failures, each annotated with the
-// diagnosis of the round (internal/diagnosis): its cause, the action it
-// calls for and why; it returns the diagnosis (FailFast: the job must fail
-// now rather than restart). The diagnosis depends only on the reports and the
-// history of earlier rounds' diagnoses, so a replay annotates alike.
-func (c *core) recordFailuresLocked(round int, raw []json.RawMessage) (d diagnosis.Decision) {
-	var fs []*roverv1.WorkerFailure
-	for _, b := range raw {
-		f := &roverv1.WorkerFailure{}
-		if protojson.Unmarshal(b, f) == nil {
-			fs = append(fs, f)
-		}
-	}
-	if len(fs) > 0 {
-		in := make([]diagnosis.Failure, len(fs))
-		for i, f := range fs {
-			in[i] = diagnosis.FromProto(f)
-		}
-		d = diagnosis.DecideRound(c.diag, in, c.caps)
-		c.diag = c.diag.Record(int64(round), d)
-		for _, f := range fs {
-			f.Cause, f.Action, f.Diagnosis = d.Cause.String(), d.Action.String(), d.Reason
-		}
-		c.noticeDiagnosisLocked(d, fs)
-	}
-	c.failures = append(c.failures, fs...)
-	if n := len(c.failures); n > maxFailuresKept {
-		c.failures = append([]*roverv1.WorkerFailure(nil), c.failures[n-maxFailuresKept:]...)
-	}
-	return d
 }
 
 // checkKeyLimitsLocked refuses a key that would take the key-value store
