@@ -165,6 +165,21 @@ func (k *kube) job(t *testing.T, name string) *elasticv1.ElasticJob {
 	return &job
 }
 
+// succeeded waits for job to end and returns it; it fails the test unless
+// the job succeeded.
+func (k *kube) succeeded(t *testing.T, job string) *elasticv1.ElasticJob {
+	t.Helper()
+	waitFor(t, jobTimeout, "the job to end", func() bool {
+		p := k.job(t, job).Status.Phase
+		return p == elasticv1.PhaseSucceeded || p == elasticv1.PhaseFailed
+	})
+	got := k.job(t, job)
+	if got.Status.Phase != elasticv1.PhaseSucceeded {
+		t.Fatalf("job phase %s, want Succeeded; conditions %+v", got.Status.Phase, got.Status.Conditions)
+	}
+	return got
+}
+
 // podLogs is the output of job's pods, for a failure's message.
 func (k *kube) podLogs(job string) string {
 	var b strings.Builder
@@ -230,14 +245,7 @@ func kubernetesDDP(t *testing.T, k *kube, cases []ddpCase) {
 				tc.disrupt(t, k, job)
 				t.Logf("disrupted the job with checkpoint step %d committed", committed)
 			}
-			waitFor(t, jobTimeout, "the job to end", func() bool {
-				p := k.job(t, job).Status.Phase
-				return p == elasticv1.PhaseSucceeded || p == elasticv1.PhaseFailed
-			})
-			got := k.job(t, job)
-			if got.Status.Phase != elasticv1.PhaseSucceeded {
-				t.Fatalf("job phase %s, want Succeeded; conditions %+v", got.Status.Phase, got.Status.Conditions)
-			}
+			got := k.succeeded(t, job)
 			w := got.Status.ReplicaStatuses[elasticv1.Worker]
 			if w == nil || w.Succeeded != 2 || w.Active != 0 || w.Failed != 0 {
 				t.Errorf("worker status %+v, want 2 succeeded, none active or failed", w)
@@ -335,14 +343,7 @@ func kubernetesScale(t *testing.T, k *kube) {
 		t.Fatalf("scale the job to 3: %v", err)
 	}
 	waitFor(t, jobTimeout, "the third worker pod to run", func() bool { return k.running(t, job+"-worker-2-0") })
-	waitFor(t, jobTimeout, "the job to end", func() bool {
-		p := k.job(t, job).Status.Phase
-		return p == elasticv1.PhaseSucceeded || p == elasticv1.PhaseFailed
-	})
-	got := k.job(t, job)
-	if got.Status.Phase != elasticv1.PhaseSucceeded {
-		t.Fatalf("job phase %s, want Succeeded; conditions %+v", got.Status.Phase, got.Status.Conditions)
-	}
+	got := k.succeeded(t, job)
 	if w := got.Status.ReplicaStatuses[elasticv1.Worker]; w == nil || w.Succeeded != 3 || w.Failed != 0 {
 		t.Errorf("worker status %+v, want 3 succeeded", w)
 	}
