@@ -14,7 +14,9 @@ COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
 ARG VERSION=dev
-RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/rover ./cmd/rover
+# cgo for NVML (internal/nvml: GPU health; libnvidia-ml is loaded at run time,
+# from the NVIDIA container runtime, and a node without it runs without).
+RUN CGO_ENABLED=1 CGO_CFLAGS=-Wno-deprecated-declarations go build -tags nvml -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/rover ./cmd/rover
 
 # Debian's python3-torch: the PyTorch the project tests with (scripts/find-python).
 FROM debian:bookworm-slim

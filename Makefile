@@ -19,6 +19,7 @@ build: ## build bin/rover
 
 test: deps-test testbin ## run every test (unit, integration, Kubernetes, end-to-end with real torch)
 	KUBEBUILDER_ASSETS="$(TESTBIN)" PYTHON_EXEC="$$(scripts/find-python)" $(GO) test -race -timeout 30m ./...
+	CGO_ENABLED=1 CGO_CFLAGS=-Wno-deprecated-declarations $(GO) test -tags nvml ./internal/nvml/
 
 test-unit: testbin ## run the unit and integration tests only (no torch needed)
 	KUBEBUILDER_ASSETS="$(TESTBIN)" $(GO) test -race $$($(GO) list ./... | grep -v /test/e2e)
@@ -26,11 +27,13 @@ test-unit: testbin ## run the unit and integration tests only (no torch needed)
 testbin: ## build kube-apiserver, etcd, kubectl, kube-scheduler, kube-controller-manager and kwok into TESTBIN (once; ~7 min cold)
 	TESTBIN_EXTRA="$(TESTBIN_EXTRA)" testbin/build.sh "$(TESTBIN)"
 
-deps-test: ## install python3-torch when no Python can import torch
+deps-test: ## install python3-torch when no Python can import torch, and gcc (cgo, for internal/nvml) when missing
 	@scripts/find-python --install >/dev/null
+	@command -v gcc >/dev/null || { echo "installing gcc (cgo for internal/nvml)"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gcc >/dev/null; }
 
 lint: ## go vet and staticcheck
 	$(GO) vet ./...
+	CGO_ENABLED=1 CGO_CFLAGS=-Wno-deprecated-declarations $(GO) vet -tags nvml ./internal/nvml/ ./cmd/rover/
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.7.0 ./...
 
 $(BIN)/protoc-gen-go $(BIN)/protoc-gen-connect-go: go.mod

@@ -199,7 +199,7 @@ func TestDockerfile(t *testing.T) {
 		if !strings.Contains(in.raw, "go build") {
 			continue
 		}
-		for _, want := range []string{"CGO_ENABLED=0", "-trimpath", "-X main.version=", "./cmd/rover"} {
+		for _, want := range []string{"CGO_ENABLED=1", "-tags nvml", "-trimpath", "-X main.version=", "./cmd/rover"} {
 			if !strings.Contains(in.raw, want) {
 				t.Errorf("Dockerfile:%d: go build without %s", in.line, want)
 			}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/roverml/rover/internal/agent"
 	"github.com/roverml/rover/internal/agent/standalone"
+	"github.com/roverml/rover/internal/nvml"
 	"github.com/roverml/rover/internal/runconfig"
 )
 
@@ -27,7 +28,15 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	for _, w := range cfg.Warnings {
 		log.Warn(w)
 	}
-	return agent.Run(ctx, cfg, agent.Options{Stdout: stdout, Stderr: stderr, Logger: log, StartMaster: standalone.Start})
+	opts := agent.Options{Stdout: stdout, Stderr: stderr, Logger: log, StartMaster: standalone.Start}
+	if m, err := nvml.Open(); err == nil {
+		defer m.Close()
+		opts.Devices = m
+		log.Info("sampling the node's GPUs through NVML for the master's diagnosis")
+	} else {
+		log.Debug("no GPU health", "why", err)
+	}
+	return agent.Run(ctx, cfg, opts)
 }
 
 func newLogger(w io.Writer) *slog.Logger {

@@ -5,9 +5,9 @@ import roverv1 "github.com/roverml/rover/api/rover/v1"
 // DeviceMonitor samples the node's accelerators. The agent sends the
 // samples on its heartbeats, where the master's diagnosis reads them: an
 // Xid or uncorrectable ECC error relaunches the node (a hardware fault),
-// and utilisation goes into a hang's report. NVML (github.com/NVIDIA/go-nvml)
-// is the intended implementation; until it is linked (it needs cgo and
-// libnvidia-ml), agents run without one and tests use a fake
+// and utilisation goes into a hang's report. internal/nvml implements it
+// with NVML in a rover built with the nvml tag (the container image);
+// elsewhere agents run without one, and tests use a fake
 // (docs/design/hang-and-stragglers.md).
 type DeviceMonitor interface {
 	// Sample returns every device's health since the previous sample.
