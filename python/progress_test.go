@@ -103,15 +103,18 @@ func TestStacksHook(t *testing.T) {
 		}
 		// faulthandler writes from its signal handler, while the loop runs
 		// (signalled until the dump shows the loop: it may not have begun).
-		deadline := time.Now().Add(time.Minute)
+		deadline := time.After(time.Minute)
+		resend := time.NewTicker(50 * time.Millisecond) // paces the signals, one per dump
+		defer resend.Stop()
 		for !strings.Contains(string(b), " in spin\n") {
-			if time.Now().After(deadline) {
-				t.Fatalf("no stack of the loop within a minute: %q", b)
-			}
 			if err := cmd.Process.Signal(syscall.SIGUSR1); err != nil {
 				t.Fatal(err)
 			}
-			time.Sleep(50 * time.Millisecond)
+			select {
+			case <-deadline:
+				t.Fatalf("no stack of the loop within a minute: %q", b)
+			case <-resend.C:
+			}
 			b, _ = os.ReadFile(stacks)
 		}
 	})

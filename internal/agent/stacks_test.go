@@ -9,7 +9,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	roverv1 "github.com/roverml/rover/api/rover/v1"
 )
@@ -33,12 +32,13 @@ func TestWorkerStacksOfStoppedAndForeign(t *testing.T) {
 	if err := syscall.Kill(stopped.Process.Pid, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(time.Minute)
-	for !procState(stopped.Process.Pid).stopped {
-		if time.Now().After(deadline) {
-			t.Fatalf("pid %d never showed as stopped: %s", stopped.Process.Pid, procState(stopped.Process.Pid).text)
-		}
-		time.Sleep(5 * time.Millisecond)
+	// The child's stop, as the kernel reports it (WUNTRACED), not a poll.
+	var ws syscall.WaitStatus
+	if _, err := syscall.Wait4(stopped.Process.Pid, &ws, syscall.WUNTRACED, nil); err != nil || !ws.Stopped() {
+		t.Fatalf("wait for pid %d to stop: %v (status %v)", stopped.Process.Pid, err, ws)
+	}
+	if st := procState(stopped.Process.Pid); !st.stopped {
+		t.Fatalf("pid %d stopped but /proc says %s", stopped.Process.Pid, st.text)
 	}
 	dir := t.TempDir()
 	file := filepath.Join(dir, "stacks.txt")
