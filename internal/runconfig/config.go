@@ -79,16 +79,25 @@ type Config struct {
 	// registered DefaultLogsSpecs); Validate rejects any other name.
 	LogsSpecs string
 
-	// dlrover-run extras. NetworkCheck, ExcludeStraggler and CommPerfTest
-	// turn on the node check (Policy().NodeCheck); the other booleans and
-	// a non-zero Precheck name features Rover does not implement yet;
-	// Validate rejects them.
+	// dlrover-run extras (dlrover.go). NetworkCheck, ExcludeStraggler and
+	// CommPerfTest turn on the node check (Policy().NodeCheck), and so do
+	// Precheck 1 and 2 (already folded into them) and AutoConfig from 4
+	// nodes on. AutoConfig has already set MinNodes, MaxNodes and
+	// NprocPerNode. The others are accepted and do nothing here; Warnings
+	// says why.
 	NodeUnit                       int
 	NetworkCheck, ExcludeStraggler bool
 	SaveAtBreakpoint, CommPerfTest bool
 	AutoConfig, AutoTunning        bool
-	Precheck                       int
+	Precheck                       int // 0, 1 or 2
 	TrainingPort                   int
+	Accelerator                    string // one of the Accelerator constants
+	NUMAAffinity                   bool
+	MembindPolicy                  string // bind or preferred
+	UCPDeviceType                  string
+	// HangDowntime is --hang-downtime in minutes (0: not given); when
+	// given without --hang-timeout it has set HangTimeout.
+	HangDowntime int
 
 	// Rover extras.
 	TokenFile string

@@ -126,7 +126,7 @@ func TestValidate(t *testing.T) {
 // TestValidateListsEachProblem checks that problems are joined, one per line.
 func TestValidateListsEachProblem(t *testing.T) {
 	c := base()
-	c.AutoTunning, c.AutoConfig, c.Precheck = true, true, 2
+	c.Accelerator, c.MembindPolicy, c.Precheck = "tpu", "strict", 3
 	err := c.validate(files.Stat)
 	var joined interface{ Unwrap() []error }
 	if !errors.As(err, &joined) {

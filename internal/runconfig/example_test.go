@@ -30,13 +30,13 @@ func ExampleParse() {
 // Parse reports every problem at once, each naming the flag at fault.
 func ExampleParse_errors() {
 	_, err := runconfig.Parse([]string{"--nnodes=3:2", "--rdzv-endpoint=m", "--nproc-per-node=0",
-		"--auto-config", "--no-python", "prog"}, nil)
+		"--precheck=3", "--no-python", "prog"}, nil)
 	fmt.Println(err)
 	_, err = runconfig.Parse([]string{"--nprocs-per-node=2", "train.py"}, nil)
 	fmt.Println(err)
 	// Output:
 	// --nnodes=3:2: minimum 3 is greater than maximum 2; write --nnodes=MIN:MAX with MIN <= MAX
-	// --nproc-per-node=0: need at least 1 worker process per node
-	// --auto-config is not implemented yet in Rover; remove the flag
+	// --nproc-per-node=0: want 1 to 4096 worker processes per node
+	// --precheck=3: want 0 (no check), 1 (the node check) or 2 (the node check with the larger collective)
 	// unknown flag --nprocs-per-node (see "rover run --help"); did you mean --nproc-per-node?
 }

@@ -203,17 +203,41 @@ var flags = []flagDef{
 		help:  "run the node check with a larger collective, to measure the communication's bandwidth",
 		apply: boolField(func(c *Config) *bool { return &c.CommPerfTest })},
 	{name: "auto-config", boolean: true, def: "false", env: pet("auto-config"), group: groupDLRover,
-		help:  "not implemented yet; giving it is an error",
+		help:  "as DLRover: --nnodes from $NODE_NUM, --nproc-per-node from the GPU count (when there are GPUs), and the node check from 4 nodes on",
 		apply: boolField(func(c *Config) *bool { return &c.AutoConfig })},
-	{name: "precheck", metavar: "N", def: "0", env: pet("precheck"), group: groupDLRover,
-		help:  "0 only: pre-checks are not implemented yet",
+	{name: "precheck", metavar: "0|1|2", def: "0", env: pet("precheck"), group: groupDLRover,
+		help:  "check the nodes before training: 0 no, 1 the node check (as --network-check), 2 the node check with the larger collective (as --comm-perf-test)",
 		apply: intField(func(c *Config) *int { return &c.Precheck })},
 	{name: "training-port", metavar: "PORT", def: "60000", env: pet("training-port"), group: groupDLRover,
 		help:  "first port of the range the training processes may use",
 		apply: intField(func(c *Config) *int { return &c.TrainingPort })},
 	{name: "auto-tunning", boolean: true, def: "false", env: pet("auto-tunning"), group: groupDLRover,
-		help:  "not implemented yet; giving it is an error",
+		help:  "accepted; does nothing: Rover does not tune the parallel configuration (a note says so)",
 		apply: boolField(func(c *Config) *bool { return &c.AutoTunning })},
+	{name: "accelerator", metavar: "NAME", def: AcceleratorNVIDIA, env: pet("accelerator"), group: groupDLRover,
+		help:  "the machine's accelerator: " + acceleratorNames() + "; Rover drives NVIDIA GPUs and CPUs (a note says when it does nothing)",
+		apply: stringField(func(c *Config) *string { return &c.Accelerator })},
+	{name: "numa-affinity", boolean: true, def: "false", env: pet("numa-affinity"), group: groupDLRover,
+		help:  "accepted; binding workers to NUMA nodes is not done yet (a note says why it does nothing: one NUMA node, or not implemented)",
+		apply: boolField(func(c *Config) *bool { return &c.NUMAAffinity })},
+	{name: "membind-policy", metavar: "bind|preferred", def: "preferred", env: pet("membind-policy"), group: groupDLRover,
+		help:  "with --numa-affinity: the memory binding policy",
+		apply: stringField(func(c *Config) *string { return &c.MembindPolicy })},
+	{name: "ucp-device-type", metavar: "cpu|gpu", def: "cpu", env: pet("ucp-device-type"), group: groupDLRover,
+		help:  "DeepSpeed universal checkpoint's device; accepted, does nothing: Rover's checkpoints go through host shared memory",
+		apply: stringField(func(c *Config) *string { return &c.UCPDeviceType })},
+	{name: "hang-downtime", metavar: "MINUTES", defText: "none: --hang-timeout", env: pet("hang-downtime"), group: groupDLRover,
+		help: "DLRover's hang threshold in whole minutes: the same as --hang-timeout=MINUTESm, which wins when both are given",
+		apply: func(_ *Parser, c *Config, raw string) error {
+			if raw == "" {
+				return nil
+			}
+			n, err := ParseInt(raw)
+			if err == nil {
+				c.HangDowntime = n
+			}
+			return err
+		}},
 
 	// Rover.
 	{name: "token-file", metavar: "PATH", defText: "none", env: roverEnv("token-file"), group: groupRover,
@@ -246,14 +270,4 @@ var flags = []flagDef{
 	{name: "hang-detection", metavar: "N", def: "1", env: roverEnv("hang-detection"), group: groupRover,
 		help:  "what a hang does (DLRover's --hang_detection): 0 log it and collect the workers' stacks, 1 also warn, 2 also restart the workers",
 		apply: intField(func(c *Config) *int { return &c.HangDetection })},
-}
-
-// notImplemented lists the dlrover-run switches Rover rejects until it
-// implements them.
-var notImplemented = []struct {
-	name string
-	on   func(*Config) bool
-}{
-	{"auto-config", func(c *Config) bool { return c.AutoConfig }},
-	{"auto-tunning", func(c *Config) bool { return c.AutoTunning }},
 }

@@ -23,6 +23,9 @@ type Parser struct {
 	NumCPU func() int
 	// Stat looks up the training script; nil means os.Stat.
 	Stat func(string) (fs.FileInfo, error)
+	// NUMANodes returns the number of NUMA nodes, for --numa-affinity's
+	// note; nil counts /sys/devices/system/node/node*.
+	NUMANodes func() int
 }
 
 // Parse parses the arguments of "rover run" (without the program name and
@@ -58,6 +61,9 @@ func (p Parser) Parse(args []string) (*Config, error) {
 	}
 	if p.Stat == nil {
 		p.Stat = os.Stat
+	}
+	if p.NUMANodes == nil {
+		p.NUMANodes = countNUMANodes
 	}
 
 	sc := scan(args)
@@ -107,6 +113,7 @@ func (p Parser) Parse(args []string) (*Config, error) {
 	if v, ok := c.RdzvConf["hang_timeout"]; ok && src["hang-timeout"] == fromDefault {
 		c.HangTimeout, _ = ParseSeconds(v) // checked by applyRdzvConf
 	}
+	errs = append(errs, applyDLRover(&p, c, src)...)
 	c.MasterAddrSet = src["master-addr"] != fromDefault
 	c.MasterPortSet = src["master-port"] != fromDefault
 	if err := kubeflowEndpoint(c, src, p.Getenv); err != nil {

@@ -86,11 +86,14 @@ func (p Policy) Check(ref func(setting, value string) string) []error {
 	if p.MinNodes < 1 {
 		add("%s: the minimum number of nodes must be at least 1, not %d", nnodes, p.MinNodes)
 	}
+	if p.MaxNodes > MaxNodes {
+		add("%s: at most %d nodes; lower the maximum", nnodes, MaxNodes)
+	}
 	if p.MinNodes > p.MaxNodes {
 		add("%s: minimum %d is greater than maximum %d; write --nnodes=MIN:MAX with MIN <= MAX", nnodes, p.MinNodes, p.MaxNodes)
 	}
-	if p.MaxRestarts < 0 {
-		add("%s: must be 0 or more", ref(SettingMaxRestarts, strconv.Itoa(p.MaxRestarts)))
+	if p.MaxRestarts < 0 || p.MaxRestarts > MaxRestarts {
+		add("%s: must be 0 to %d", ref(SettingMaxRestarts, strconv.Itoa(p.MaxRestarts)), MaxRestarts)
 	}
 	if p.HangDetection < 0 || p.HangDetection > 2 {
 		add("%s: want 0 (log a hang), 1 (also warn) or 2 (also restart the workers)", ref(SettingHangDetection, strconv.Itoa(p.HangDetection)))
@@ -116,17 +119,8 @@ func (p Policy) Check(ref func(setting, value string) string) []error {
 		{SettingDisconnectGrace, p.DisconnectGrace, true},
 		{SettingHangTimeout, p.HangTimeout, true},
 	} {
-		what := ref(t.setting, t.d.String())
-		switch {
-		case t.d < 0 && t.zeroOK:
-			add("%s: must not be negative", what)
-		case t.d <= 0 && !t.zeroOK:
-			add("%s: must be positive", what)
-		case t.d == 0:
-		case t.d < time.Millisecond && t.zeroOK:
-			add("%s: must be 0 or at least 1ms: the master keeps whole milliseconds", what)
-		case t.d < time.Millisecond:
-			add("%s: must be at least 1ms: the master keeps whole milliseconds", what)
+		if err := CheckDuration(ref(t.setting, t.d.String()), t.d, t.zeroOK); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	return errs

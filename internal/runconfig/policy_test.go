@@ -26,7 +26,7 @@ func TestPolicyCheck(t *testing.T) {
 			[]string{"--node-unit=5 is more than the maximum of 4 nodes (--nnodes=1:4); lower --node-unit or raise --nnodes"}},
 		{"no multiple of the node unit", func(p *Policy) { p.MinNodes, p.MaxNodes, p.NodeUnit = 5, 7, 4 },
 			[]string{"--node-unit=4: no multiple of 4 nodes lies within --nnodes=5:7, so no world could form; change --node-unit or --nnodes"}},
-		{"negative restarts", func(p *Policy) { p.MaxRestarts = -1 }, []string{"--max-restarts=-1: must be 0 or more"}},
+		{"negative restarts", func(p *Policy) { p.MaxRestarts = -1 }, []string{"--max-restarts=-1: must be 0 to 1048576"}},
 		{"every timeout wrong", func(p *Policy) {
 			p.JoinTimeout, p.LastCallTimeout, p.HeartbeatTimeout, p.DisconnectGrace = 0, -time.Second, time.Nanosecond, -time.Second
 		}, []string{

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // usageLine is the synopsis shown when the script is missing.
@@ -34,8 +35,8 @@ func (c *Config) validate(stat func(string) (fs.FileInfo, error)) error {
 
 	// Nodes and processes.
 	nnodes := c.ref("nnodes", "--nnodes="+c.Policy().NNodesText())
-	if c.NprocPerNode < 1 {
-		add("%s: need at least 1 worker process per node", c.ref("nproc-per-node", "--nproc-per-node="+strconv.Itoa(c.NprocPerNode)))
+	if c.NprocPerNode < 1 || c.NprocPerNode > MaxNprocPerNode {
+		add("%s: want 1 to %d worker processes per node", c.ref("nproc-per-node", "--nproc-per-node="+strconv.Itoa(c.NprocPerNode)), MaxNprocPerNode)
 	}
 	if c.NodeRank < -1 || (c.NodeRank >= 0 && c.MaxNodes >= 1 && c.NodeRank >= c.MaxNodes) {
 		add("%s is out of range: use 0 to %d (%s), or -1 to let the master assign it",
@@ -48,15 +49,31 @@ func (c *Config) validate(stat func(string) (fs.FileInfo, error)) error {
 		}
 	}
 
-	// Timings.
-	if c.MonitorInterval <= 0 {
-		add("%s: must be positive, e.g. 0.1 (seconds)", c.ref("monitor-interval", "--monitor-interval="+c.MonitorInterval.String()))
+	// Timings of this agent (the job's are the policy's, above), each
+	// positive (or, where zeroOK, 0) and at most MaxDuration.
+	for _, d := range []struct {
+		what   string
+		d      time.Duration
+		zeroOK bool
+	}{
+		{c.ref("monitor-interval", "--monitor-interval="+c.MonitorInterval.String()), c.MonitorInterval, false},
+		{c.ref("rdzv-conf", "--rdzv-conf close_timeout="+c.CloseTimeout.String()), c.CloseTimeout, false},
+		{c.ref("rdzv-conf", "--rdzv-conf master_timeout="+c.MasterTimeout.String()), c.MasterTimeout, false},
+		{c.ref("stop-grace-period", "--stop-grace-period="+c.StopGracePeriod.String()), c.StopGracePeriod, true},
+		{c.ref("heartbeat-interval", "--heartbeat-interval="+c.HeartbeatInterval.String()), c.HeartbeatInterval, false},
+	} {
+		if err := CheckDuration(d.what, d.d, d.zeroOK); err != nil {
+			errs = append(errs, err)
+		}
 	}
-	if c.CloseTimeout <= 0 {
-		add("%s: must be positive", c.ref("rdzv-conf", "--rdzv-conf close_timeout="+c.CloseTimeout.String()))
+	if p, ok := c.RdzvConf["pend_timeout"]; ok {
+		d, _ := ParseSeconds(p) // read by applyRdzvConf
+		if err := CheckDuration(c.ref("rdzv-conf", "--rdzv-conf pend_timeout="+d.String()), d, true); err != nil {
+			errs = append(errs, err)
+		}
 	}
-	if c.CheckpointKeep < 0 {
-		add("%s: must be 0 (keep all) or more", c.ref("checkpoint-keep", "--checkpoint-keep="+strconv.Itoa(c.CheckpointKeep)))
+	if c.CheckpointKeep < 0 || c.CheckpointKeep > MaxCheckpointKeep {
+		add("%s: want 0 (keep all) to %d", c.ref("checkpoint-keep", "--checkpoint-keep="+strconv.Itoa(c.CheckpointKeep)), MaxCheckpointKeep)
 	}
 	if d := c.CheckpointDir; d != "" && !strings.Contains(d, "://") {
 		if abs, err := filepath.Abs(d); err != nil {
@@ -65,19 +82,9 @@ func (c *Config) validate(stat func(string) (fs.FileInfo, error)) error {
 			c.CheckpointDir = abs
 		}
 	}
-	if c.StopGracePeriod < 0 {
-		add("%s: must not be negative", c.ref("stop-grace-period", "--stop-grace-period="+c.StopGracePeriod.String()))
-	}
-	hb := c.ref("heartbeat-interval", "--heartbeat-interval="+c.HeartbeatInterval.String())
-	switch {
-	case c.HeartbeatInterval <= 0:
-		add("%s: must be positive, e.g. 5s", hb)
-	case c.HeartbeatTimeout > 0 && 3*c.HeartbeatInterval > c.HeartbeatTimeout:
-		add("%s must be at most a third of --rdzv-conf heartbeat_timeout=%v, or one or two late beats (a GC pause, a slow network) would declare a healthy node dead", hb, c.HeartbeatTimeout)
-	}
-
-	if c.MasterTimeout <= 0 {
-		add("%s: must be positive, e.g. 600s", c.ref("rdzv-conf", "--rdzv-conf master_timeout="+c.MasterTimeout.String()))
+	if hb := c.HeartbeatInterval; hb > 0 && c.HeartbeatTimeout > 0 && 3*hb > c.HeartbeatTimeout {
+		add("%s must be at most a third of --rdzv-conf heartbeat_timeout=%v, or one or two late beats (a GC pause, a slow network) would declare a healthy node dead",
+			c.ref("heartbeat-interval", "--heartbeat-interval="+hb.String()), c.HeartbeatTimeout)
 	}
 
 	// Output.
@@ -147,15 +154,8 @@ func (c *Config) validate(stat func(string) (fs.FileInfo, error)) error {
 		}
 	}
 
-	// dlrover-run features Rover does not have yet.
-	for _, n := range notImplemented {
-		if n.on(c) {
-			add("%s is not implemented yet in Rover; %s", c.ref(n.name, "--"+n.name), c.removeHint(n.name))
-		}
-	}
-	if c.Precheck != 0 {
-		add("%s is not implemented yet in Rover; %s", c.ref("precheck", "--precheck="+strconv.Itoa(c.Precheck)), c.removeHint("precheck"))
-	}
+	// dlrover-run switches.
+	c.checkDLRover(add)
 	return errors.Join(errs...)
 }
 

@@ -1,0 +1,62 @@
+package runconfig
+
+import (
+	"fmt"
+	"time"
+)
+
+// Bounds on the values of `rover run`, `rover master` and `rover submit`,
+// checked when the command line (or job spec) is read so that a value out of
+// range is refused up front, naming its flag, instead of by the master later
+// in its own terms. They match what the master accepts on the wire
+// (docs/security.md, "Limits"); package jobspec checks a job spec's fields
+// against the same constants.
+const (
+	// MaxNodes bounds --nnodes, --node-unit and node ranks: the master's
+	// largest world (rendezvous.MaxNodesLimit).
+	MaxNodes = 1 << 20
+	// MaxNprocPerNode bounds --nproc-per-node: the master's largest local
+	// world (rendezvous.MaxLocalWorldSize).
+	MaxNprocPerNode = 4096
+	// MaxRestarts bounds --max-restarts; restarts travel as 32-bit numbers.
+	MaxRestarts = 1 << 20
+	// MaxCheckpointKeep bounds --checkpoint-keep.
+	MaxCheckpointKeep = 1 << 20
+	// MaxDuration bounds every duration flag and --rdzv-conf timeout: the
+	// master's largest timeout.
+	MaxDuration = 30 * 24 * time.Hour
+)
+
+// maxDurationText is MaxDuration as messages show it.
+const maxDurationText = "720h (30 days)"
+
+// CheckRange returns an error naming what (a flag and its value, such as
+// "--nnodes=2000000") when n is outside lo..hi, or nil.
+func CheckRange(what string, n, lo, hi int) error {
+	if n < lo || n > hi {
+		return fmt.Errorf("%s is out of range: use %d to %d", what, lo, hi)
+	}
+	return nil
+}
+
+// CheckDuration returns an error naming what when d is negative, zero
+// (unless zeroOK), below the master's millisecond resolution (unless zero)
+// or above MaxDuration; or nil. Every duration flag of `rover run` and
+// `rover master` is checked with it.
+func CheckDuration(what string, d time.Duration, zeroOK bool) error {
+	switch {
+	case d < 0 && zeroOK:
+		return fmt.Errorf("%s: must not be negative", what)
+	case d <= 0 && !zeroOK:
+		return fmt.Errorf("%s: must be positive", what)
+	case d == 0:
+		return nil
+	case d < time.Millisecond && zeroOK:
+		return fmt.Errorf("%s: must be 0 or at least 1ms: the master keeps whole milliseconds", what)
+	case d < time.Millisecond:
+		return fmt.Errorf("%s: must be at least 1ms: the master keeps whole milliseconds", what)
+	case d > MaxDuration:
+		return fmt.Errorf("%s: must be at most %s, the longest duration Rover accepts", what, maxDurationText)
+	}
+	return nil
+}
