@@ -24,6 +24,11 @@ type Caps struct {
 	MoreMemory bool
 	// Memory is the failed node's memory limit in bytes; 0 if unknown.
 	Memory int64
+	// NoRestartsLeft says the job's restart budget (MaxRestarts, from
+	// --max-restarts) is spent: a failure that would restart the workers
+	// in place fails the job instead, and the Reason says so.
+	NoRestartsLeft bool
+	MaxRestarts    int
 }
 
 // Decision is what to do about a failed round.
@@ -127,6 +132,9 @@ func Decide(h History, f Failure, caps Caps) Decision {
 			}
 		default:
 			why = "restarting the workers in place"
+		}
+		if d.Action == RestartInPlace && caps.NoRestartsLeft {
+			why = fmt.Sprintf("the restart budget (--max-restarts=%d) is spent, so the job fails instead of restarting the workers", caps.MaxRestarts)
 		}
 	}
 	d.Reason = fmt.Sprintf("%s: %s (rule %s); %s.", describe(f), r.Cause, r.ID, why)

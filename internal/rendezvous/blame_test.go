@@ -42,6 +42,11 @@ func TestBlameScenarios(t *testing.T) {
 			tick(15*sec - 1).then(closed(1, "a", "b")),
 			tick(1).then(exhausted),
 		}},
+		{"a world of one node fails at once: no other member can take the blame", cfg(minmax(1, 1), func(c *Config) { c.MaxRestarts, c.BlameWindow = 0, 15*sec }), []step{
+			join("a").then(closed(1, "a")),
+			fail("a", 1).at(sec).then(view{Job: Failed, Round: 1, World: []string{"a"},
+				Reason: "workers on node a (node rank 0) failed in round 1 and the restart budget (0) is exhausted"}),
+		}},
 		{"a loss after the window is too late", blame(0), []step{
 			join("a"), join("b"),
 			fail("a", 1).at(sec),

@@ -274,7 +274,9 @@ func (m *Machine) report(nodeID string, round int) (*nodeRec, error) {
 // a suspect until the window passes: a member of the same world lost
 // meanwhile takes the blame (see [Machine.NodeLost]), and a job out of
 // restarts fails only when the window ends (at the first event or Tick at or
-// after it; [Machine.NextDeadline] says when).
+// after it; [Machine.NextDeadline] says when). A world of one node has no
+// other member to blame: its failure is settled at once, and a job out of
+// restarts fails now.
 func (m *Machine) WorkerFailed(nodeID string, round int, now time.Time) error {
 	m.maybeClose(now)
 	n, err := m.report(nodeID, round)
@@ -285,7 +287,10 @@ func (m *Machine) WorkerFailed(nodeID string, round int, now time.Time) error {
 		return nil // the world already failed; the job fails unless a loss comes first
 	}
 	var sus *suspect
-	if m.cfg.BlameWindow > 0 {
+	// Only another member's loss can take the blame: a world of one node
+	// (or a job of one) has nothing to wait for, and its failure is settled
+	// at once.
+	if m.cfg.BlameWindow > 0 && len(m.index) > 1 {
 		sus = &suspect{node: n.id, round: round, at: now, members: m.index}
 	}
 	if m.restarts >= m.cfg.MaxRestarts {
