@@ -134,8 +134,8 @@ func parseMasterFlags(args []string, stderr io.Writer) (*masterConfig, error) {
 		c.Checkpoint.Keep = 0
 	case *ckptDir == "":
 		c.Checkpoint.Keep = 0
-	case c.Checkpoint.Keep < 0:
-		errs = append(errs, fmt.Errorf("%s: must be 0 (keep all) or more", runconfig.FlagRef("checkpoint-keep", *ckptKeep)))
+	case c.Checkpoint.Keep < 0 || c.Checkpoint.Keep > runconfig.MaxCheckpointKeep:
+		errs = append(errs, fmt.Errorf("%s: want 0 (keep all) to %d", runconfig.FlagRef("checkpoint-keep", *ckptKeep), runconfig.MaxCheckpointKeep))
 	default:
 		dir, err := ckpt.AbsLocation(*ckptDir)
 		if err == nil {
@@ -146,8 +146,8 @@ func parseMasterFlags(args []string, stderr io.Writer) (*masterConfig, error) {
 		}
 		c.Checkpoint.URL = dir
 	}
-	if c.Linger < 0 {
-		errs = append(errs, fmt.Errorf("%s: must not be negative", runconfig.FlagRef("linger", c.Linger.String())))
+	if err := runconfig.CheckDuration(runconfig.FlagRef("linger", c.Linger.String()), c.Linger, true); err != nil {
+		errs = append(errs, err)
 	}
 	var p runconfig.Policy
 	fields := map[string]func(string) error{

@@ -399,28 +399,8 @@ func (c *core) configure(ctx context.Context, cfg jobConfig, now time.Time) erro
 	return errors.Join(err, agreed)
 }
 
-func (a *jobConfig) agrees(b jobConfig) error {
-	x, y := a.Rendezvous, b.Rendezvous
-	var errs []error
-	if x.MinNodes != y.MinNodes || x.MaxNodes != y.MaxNodes {
-		errs = append(errs, fmt.Errorf("--nnodes=%d:%d, but the job runs with %d:%d", y.MinNodes, y.MaxNodes, x.MinNodes, x.MaxNodes))
-	}
-	if x.NodeUnit != y.NodeUnit {
-		errs = append(errs, fmt.Errorf("--node-unit=%d, but the job runs with %d", y.NodeUnit, x.NodeUnit))
-	}
-	if x.MaxRestarts != y.MaxRestarts {
-		errs = append(errs, fmt.Errorf("--max-restarts=%d, but the job runs with %d", y.MaxRestarts, x.MaxRestarts))
-	}
-	if (a.NodeCheck == nil) != (b.NodeCheck == nil) || a.NodeCheck != nil && *a.NodeCheck != *b.NodeCheck {
-		errs = append(errs, fmt.Errorf("node check %s, but the job runs with %s (--network-check, --exclude-straggler, --comm-perf-test)",
-			describeNodeCheck(b.NodeCheck), describeNodeCheck(a.NodeCheck)))
-	}
-	errs = append(errs, checkpointAgrees(a.Checkpoint, b.Checkpoint)...)
-	if len(errs) > 0 {
-		return fmt.Errorf("%w: this agent asks for %w; start every agent with the same settings", errConfigMismatch, errors.Join(errs...))
-	}
-	return nil
-}
+// agrees compares the settings b asks for with a's, the job's.
+func (a *jobConfig) agrees(b jobConfig) error { return settingsAgree(a, &b) }
 
 // join adds a node to the rendezvous. A repeated request for a round the node
 // already belongs to is answered without a transition.

@@ -73,7 +73,12 @@ func (c *core) recordFailuresLocked(round int, raw []json.RawMessage) (d diagnos
 		for i, f := range fs {
 			in[i] = diagnosis.FromProto(f)
 		}
-		d = diagnosis.DecideRound(c.diag, in, c.caps)
+		caps := c.caps
+		if c.rdzv != nil {
+			st := c.rdzv.Status()
+			caps.NoRestartsLeft, caps.MaxRestarts = st.Restarts >= st.MaxRestarts, st.MaxRestarts
+		}
+		d = diagnosis.DecideRound(c.diag, in, caps)
 		c.diag = c.diag.Record(int64(round), d)
 		for _, f := range fs {
 			f.Cause, f.Action, f.Diagnosis = d.Cause.String(), d.Action.String(), d.Reason

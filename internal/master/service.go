@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"time"
 
@@ -52,8 +51,8 @@ func (s *service) join(ctx context.Context, r *roverv1.JoinRequest) (*roverv1.Jo
 	}
 	if s.storage.URL != "" {
 		// The operator's storage is the job's: an agent may only agree.
-		if errs := checkpointAgrees(s.storage, cfg.Checkpoint); len(errs) > 0 {
-			return nil, rpcError(fmt.Errorf("%w: this agent asks for %w; start every agent with the same settings", errConfigMismatch, errors.Join(errs...)))
+		if err := mismatch(checkpointAgrees(s.storage, cfg.Checkpoint)); err != nil {
+			return nil, rpcError(err)
 		}
 		cfg.Checkpoint = s.storage
 	} else if err := checkStorage(cfg.Checkpoint, ckpt.FromAgent); err != nil {

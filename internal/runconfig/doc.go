@@ -7,9 +7,12 @@
 // environment variables, and the rule that the first argument that is not an
 // option is the training script and everything after it belongs to the
 // script, even arguments that look like flags. A literal "--" also ends
-// rover's options. On top of torchrun's flags it accepts dlrover-run's extras
-// (features Rover does not implement yet fail clearly instead of being
-// ignored) and Rover's own flags, whose defaults come from ROVER_<NAME>.
+// rover's options. On top of torchrun's flags it accepts every one of
+// dlrover-run's extras (dlrover.go: each honoured, or, where it does nothing
+// on this machine, accepted with a one-line note in Config.Warnings) and
+// Rover's own flags, whose defaults come from ROVER_<NAME>. Every number and
+// duration is bounded (limits.go), so that what parses is never refused
+// later by the master.
 //
 // Precedence is: command line, then environment, then built-in default.
 // Problems are reported all at once, each naming the flag (or environment

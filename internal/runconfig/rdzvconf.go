@@ -38,7 +38,7 @@ var rdzvKeys = []rdzvKey{
 	{name: "hang_timeout", duration: true,
 		help: "same as --hang-timeout; the flag wins when both are given"},
 	{name: "pend_timeout", duration: true,
-		help: "DLRover key: accepted and stored, no effect yet"},
+		help: "DLRover key (how long a node left out of a world waits): accepted and checked, no effect: such a node waits for the next round until the job ends"},
 	{name: "read_timeout", help: "torchrun key: accepted and ignored"},
 	{name: "keep_alive_interval", help: "torchrun key: accepted and ignored"},
 	{name: "keep_alive_max_attempt", help: "torchrun key: accepted and ignored"},
