@@ -1,0 +1,94 @@
+package e2e
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestDifferentSettingsRefusedAtJoin runs a real master and agents on
+// loopback: the first agent fixes the job's settings; a second with other
+// --hang-timeout, --hang-detection and --rdzv-conf join_timeout is refused
+// (exit 3) with every difference named, both values given; a third with the
+// first's settings joins and the job runs to the end.
+func TestDifferentSettingsRefusedAtJoin(t *testing.T) {
+	c := newCluster(t, "settings")
+	job := []string{"--nnodes", "2", "--hang-timeout", "5m", "--rdzv-conf", "join_timeout=600"}
+	first := c.agent("node0", append(job, "--no-python", "true")...)
+	waitFor(t, time.Minute, "node0 to join", func() bool { return strings.Contains(first.out.String(), "joined rendezvous") })
+
+	other := c.agent("node1", "--nnodes", "2", "--hang-timeout", "10m", "--hang-detection", "2",
+		"--rdzv-conf", "join_timeout=300", "--no-python", "true")
+	if code := other.wait(t, time.Minute); code != 3 {
+		t.Fatalf("the agent with other settings exited %d, want 3 (refused at rendezvous):\n%s", code, other.out)
+	}
+	out := other.out.String()
+	for _, want := range []string{
+		"--rdzv-conf join_timeout=5m0s, but the job runs with 10m0s",
+		"--hang-timeout=10m0s, but the job runs with 5m0s",
+		"--hang-detection=2, but the job runs with 1",
+		"start every agent of the job with the same settings",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the refused agent's output does not say %q:\n%s", want, out)
+		}
+	}
+
+	same := c.agent("node2", append(job, "--no-python", "true")...)
+	for _, p := range []*process{first, same} {
+		if code := p.wait(t, jobTimeout); code != 0 {
+			t.Errorf("%s exited %d, want 0: an agent with the job's settings joins", p.name, code)
+		}
+	}
+}
+
+// failScript fails on its first attempt with a Python exception.
+const failScript = `import os
+from torch.distributed.elastic.multiprocessing.errors import record
+
+@record
+def main():
+    raise ValueError("no restarts for this one")
+
+main()
+`
+
+// TestNoRestartsFailsAtOnce runs a one-node job with --max-restarts 0
+// whose worker fails: the job fails (exit 1) after a single start, the
+// diagnosis says the restart budget is spent (not that the workers restart
+// in place), and the failure is reported before the job's end.
+func TestNoRestartsFailsAtOnce(t *testing.T) {
+	dir := t.TempDir()
+	script := filepath.Join(dir, "fail.py")
+	if err := os.WriteFile(script, []byte(failScript), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c := &cluster{t: t, dir: dir}
+	p := c.start("agent", "run", "--standalone", "--max-restarts", "0", script)
+	if code := p.wait(t, jobTimeout); code != 1 {
+		t.Fatalf("the job exited %d, want 1 (failed):\n%s", code, p.out)
+	}
+	out := p.out.String()
+	if n := strings.Count(out, "starting workers"); n != 1 {
+		t.Errorf("the workers were started %d times, want 1:\n%s", n, out)
+	}
+	want := "the restart budget (--max-restarts=0) is spent, so the job fails instead of restarting the workers"
+	if !strings.Contains(out, want) {
+		t.Errorf("the output does not say %q:\n%s", want, out)
+	}
+	if strings.Contains(out, "restarting the workers in place") {
+		t.Errorf("the diagnosis says the workers restart, with no restarts left:\n%s", out)
+	}
+	// The job's events in order: started, the worker failed, the failure
+	// report (root cause and diagnosis), the job failed.
+	last := -1
+	for _, ev := range []string{"starting workers", "worker failed", "Root Cause", "the restart budget (--max-restarts=0) is spent", "job failed"} {
+		i := strings.Index(out, ev)
+		if i < 0 || i < last {
+			t.Fatalf("event %q is missing or out of order (want started, failed, reported, job failed):\n%s", ev, out)
+		}
+		last = i
+	}
+}
