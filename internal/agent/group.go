@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -52,6 +53,14 @@ type groupResult struct {
 	Failures []proc.Failure
 	// Err is a failure to start the group at all.
 	Err error
+	// StartFailed says Err is a worker that could not be started (its
+	// process not created: the program not found or not executable, an
+	// argument or environment the kernel refuses, the machine out of
+	// processes for --nproc-per-node), at StartRank/StartLocal. Starting
+	// it again fails the same way, so it is reported as such (see
+	// startFailureCode), not as a fault to restart.
+	StartFailed           bool
+	StartRank, StartLocal int
 }
 
 // group is a running worker group.
@@ -110,7 +119,8 @@ func runGroup(ctx context.Context, spec groupSpec) groupResult {
 	for local := 0; local < p.LocalWorldSize; local++ {
 		w, err := startWorker(spec, p, local)
 		if err != nil {
-			res.Err = err
+			res.Err, res.StartFailed = err, true
+			res.StartRank, res.StartLocal = p.Rank+local, local
 			stopAll(workers, 0)
 			closeAll(workers)
 			return res
@@ -325,4 +335,16 @@ func workerEnvWith(base []string, p placement, extra func([]string) []string) []
 		}
 	}
 	return append(out, add...)
+}
+
+// startFailureCode is the exit status a worker that could not be started is
+// reported with, as a shell reports a command it cannot run: 127 when the
+// program was not found, 126 for any other refusal. The master's diagnosis
+// takes both as a start failure that a restart would repeat
+// (internal/diagnosis, rule start-failure).
+func startFailureCode(err error) int {
+	if errors.Is(err, fs.ErrNotExist) {
+		return 127
+	}
+	return 126
 }

@@ -162,10 +162,15 @@ func (a *agent) groupEnded(ctx context.Context, res groupResult) {
 		if res.Err != nil {
 			nodeRank, _ := a.joined.get()
 			a.log.Error("could not start workers", "round", res.Round, "err", res.Err)
-			failures = append(failures, &roverv1.WorkerFailure{
+			f := &roverv1.WorkerFailure{
 				Host: a.host, NodeRank: int32(nodeRank), ExitCode: -1,
 				TimeUnixNanos: time.Now().UnixNano(), Message: res.Err.Error(), Rank: 0,
-			})
+			}
+			if res.StartFailed {
+				f.ExitCode, f.Rank, f.LocalRank = int32(startFailureCode(res.Err)), int32(res.StartRank), int32(res.StartLocal)
+				f.Message = "could not start the worker: " + res.Err.Error()
+			}
+			failures = append(failures, f)
 		}
 		a.call(ctx, "report the failure", func(ctx context.Context) error {
 			_, err := a.client.ReportFailure(ctx, connect.NewRequest(&roverv1.ReportFailureRequest{NodeId: a.nodeID, Round: round, Failures: failures}))

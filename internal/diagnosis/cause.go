@@ -29,17 +29,21 @@ const (
 	// PeerFailure is a worker whose collective broke because another worker
 	// died: a consequence, not a root cause.
 	PeerFailure
+	// StartFailure is a worker that could not be started: its program not
+	// found or not executable, or a process the machine refused to create.
+	StartFailure
 )
 
 var causeNames = [...]string{
-	Unknown:     "unknown",
-	UserError:   "user-error",
-	OutOfMemory: "out-of-memory",
-	Hardware:    "hardware",
-	Killed:      "killed",
-	Preempted:   "preempted",
-	Crash:       "crash",
-	PeerFailure: "peer-failure",
+	Unknown:      "unknown",
+	UserError:    "user-error",
+	OutOfMemory:  "out-of-memory",
+	Hardware:     "hardware",
+	Killed:       "killed",
+	Preempted:    "preempted",
+	Crash:        "crash",
+	PeerFailure:  "peer-failure",
+	StartFailure: "start-failure",
 }
 
 // String returns a lower-case, hyphenated name such as "user-error".

@@ -130,6 +130,9 @@ func Decide(h History, f Failure, caps Caps) Decision {
 			if r.MarkHostBad {
 				why += " and marking the host bad"
 			}
+		case FailFast:
+			d.FailFast = true
+			why = "starting the workers again would fail the same way, so the job fails now instead of restarting them"
 		default:
 			why = "restarting the workers in place"
 		}

@@ -58,6 +58,9 @@ func TestDecide(t *testing.T) {
 		{"exit 247", Failure{ExitCode: 247}, grow(2 * gib64), "oom-exit", OutOfMemory, RelaunchWithMoreMemory, 4 * gib64, false, ""},
 		{"host allocator", FromProto(&roverv1.WorkerFailure{ExitCode: 1, Message: "RuntimeError: [enforce fail at alloc_cpu.cpp:83] data. DefaultCPUAllocator: can't allocate memory: you tried to allocate 8589934592 bytes. Error code 12 (Cannot allocate memory)"}), grow(8 * gib64), "host-alloc", OutOfMemory, RelaunchWithMoreMemory, 16 * gib64, false, ""},
 		{"CUDA out of memory in the log tail", FromProto(&roverv1.WorkerFailure{ExitCode: 1, LogTail: "[default0]:step 3\n[default0]:RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 79.15 GiB total capacity)"}), grow(8 * gib64), "cuda-oom", OutOfMemory, RestartInPlace, 0, false, "restarting the workers in place"},
+		{"program not found", FromProto(&roverv1.WorkerFailure{ExitCode: 127, Message: "could not start the worker: start worker of local rank 0 (nope): start process \"nope\": exec: no such file"}), relaunch, "start-failure", StartFailure, FailFast, 0, false,
+			"starting the workers again would fail the same way, so the job fails now"},
+		{"environment refused", FromProto(&roverv1.WorkerFailure{ExitCode: 126, Message: "could not start the worker: fork/exec /usr/bin/python3: invalid argument"}), relaunch, "start-failure", StartFailure, FailFast, 0, false, ""},
 		{"restart budget spent", Failure{ExitCode: 1, ExceptionType: "ValueError"}, Caps{NoRestartsLeft: true, MaxRestarts: 0}, "user-error", UserError, RestartInPlace, 0, false,
 			"the restart budget (--max-restarts=0) is spent, so the job fails instead of restarting the workers"},
 		{"restart budget of 3 spent", Failure{ExitCode: 1}, Caps{NoRestartsLeft: true, MaxRestarts: 3}, "user-error", UserError, RestartInPlace, 0, false,
@@ -86,7 +89,7 @@ func TestDecide(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			d := Decide(History{}, tt.f, tt.caps)
 			got := []any{d.Rule, d.Cause, d.Action, d.Memory, d.MarkHostBad, d.FailFast}
-			want := []any{tt.rule, tt.cause, tt.action, tt.memory, tt.markHostBad, false}
+			want := []any{tt.rule, tt.cause, tt.action, tt.memory, tt.markHostBad, tt.action == FailFast}
 			if diff := cmp.Diff(want, got); diff != "" {
 				t.Errorf("Decide: [rule cause action memory markHostBad failFast] (-want +got):\n%s\nreason: %s", diff, d.Reason)
 			}
@@ -243,6 +246,12 @@ func TestExitClassesMatchProc(t *testing.T) {
 		if code == 128+int(syscall.SIGSEGV) || code == 128+int(syscall.SIGBUS) {
 			if got != Crash {
 				t.Errorf("exit %d: %s; want crash", code, got)
+			}
+			continue
+		}
+		if code == 126 || code == 127 {
+			if got != StartFailure {
+				t.Errorf("exit %d: %s; want start-failure", code, got)
 			}
 			continue
 		}

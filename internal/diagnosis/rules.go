@@ -140,6 +140,14 @@ var Rules = []Rule{
 		},
 	},
 	{
+		ID: "start-failure", Cause: StartFailure, Action: FailFast,
+		When: "exit status 126 or 127 without a signal: the agent could not start the worker (the program not found, " +
+			"not executable, an environment the kernel refuses, the machine out of processes), or a shell could not run a command",
+		Why: "Nothing ran, so nothing transient went wrong: the same command on the same machine fails the same way. " +
+			"Restarting or relaunching would only repeat it, so the job fails at once with the reason.",
+		match: func(f Failure) bool { return f.Signal == 0 && (f.ExitCode == 126 || f.ExitCode == 127) },
+	},
+	{
 		ID: "user-error", Cause: UserError, Action: RestartInPlace, Repeatable: true,
 		When: "exit status 1, SIGABRT (exit 134), or any exit with a Python exception",
 		Why: "A fault of the program. It may be transient (a file not there yet), so the workers restart; the same " +

@@ -92,3 +92,40 @@ func TestNoRestartsFailsAtOnce(t *testing.T) {
 		last = i
 	}
 }
+
+// TestStartFailureIsNotRestarted runs one-node jobs whose worker cannot be
+// started (a program that does not exist; a file that is not executable),
+// with restarts to spare: the start is tried once, not restarted, and the
+// job fails (exit 1) with the reason and the diagnosis shown to the user.
+func TestStartFailureIsNotRestarted(t *testing.T) {
+	dir := t.TempDir()
+	notExec := filepath.Join(dir, "not-executable")
+	if err := os.WriteFile(notExec, []byte("#!/bin/sh\nexit 0\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name, program, why string
+		code               string
+	}{
+		{"missing program", filepath.Join(dir, "no-such-program"), "no such file or directory", "exited with status 127"},
+		{"not executable", notExec, "permission denied", "exited with status 126"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := &cluster{t: t, dir: dir}
+			p := c.start("agent", "run", "--standalone", "--max-restarts", "3", "--no-python", tt.program)
+			if code := p.wait(t, jobTimeout); code != 1 {
+				t.Fatalf("the job exited %d, want 1 (failed):\n%s", code, p.out)
+			}
+			out := p.out.String()
+			if n := strings.Count(out, "could not start workers"); n != 1 {
+				t.Errorf("the workers were started %d times, want 1: a start that fails fails the same way again:\n%s", n, out)
+			}
+			for _, want := range []string{tt.why, tt.code, "start-failure", "starting the workers again would fail the same way",
+				"job failed: "} {
+				if !strings.Contains(out, want) {
+					t.Errorf("the output does not say %q:\n%s", want, out)
+				}
+			}
+		})
+	}
+}
