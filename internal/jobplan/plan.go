@@ -95,6 +95,13 @@ func New(spec jobspec.JobSpec, t Target) (*Plan, error) {
 		return nil, fmt.Errorf("%w: the worker command: %w", ErrBadSpec, err)
 	}
 	var errs []error
+	for _, e := range g.Env {
+		// The kernel refuses such an environment when each node starts:
+		// refuse it here, naming it, rather than relaunch after relaunch.
+		if err := runconfig.CheckEnvVar("the worker's env", e.Name, e.Value); err != nil {
+			errs = append(errs, fmt.Errorf("%w: %w", ErrBadSpec, err))
+		}
+	}
 	for _, r := range refused {
 		if r.set(cfg) {
 			errs = append(errs, fmt.Errorf("%w: remove %s: %s", ErrBadSpec, r.flag, r.why))

@@ -1,6 +1,8 @@
 package jobplan
 
 import (
+	"errors"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -51,5 +53,21 @@ func TestPendingStrategy(t *testing.T) {
 		if got := pendingStrategy(s); got != want {
 			t.Errorf("pendingStrategy(%d) = %v, want %v", s, got, want)
 		}
+	}
+}
+
+// TestEnvWithNULRefused: an env value no process can carry is refused when
+// the job is read, naming it, instead of failing every node's start.
+func TestEnvWithNULRefused(t *testing.T) {
+	doc := "apiVersion: elastic.rover.dev/v1alpha1\nkind: ElasticJob\nmetadata: {name: nul}\nspec:\n  replicaSpecs:\n    worker:\n" +
+		"      replicas: 1\n      template:\n        spec:\n          containers:\n          - name: main\n            image: train:1\n" +
+		"            command: [dlrover-run, --nnodes=1, --no-python, \"true\"]\n            env: [{name: TOKEN, value: \"a\\0b\"}]\n"
+	spec, err := jobspec.Parse([]byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = New(*spec, Target{Capabilities: jobspec.KubernetesCapabilities, RoverExe: "rover"})
+	if !errors.Is(err, ErrBadSpec) || !strings.Contains(err.Error(), "the value of TOKEN holds a NUL byte") {
+		t.Fatalf("New = %v, want ErrBadSpec naming TOKEN's NUL byte", err)
 	}
 }

@@ -2,6 +2,7 @@ package runconfig
 
 import (
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -59,4 +60,28 @@ func CheckDuration(what string, d time.Duration, zeroOK bool) error {
 		return fmt.Errorf("%s: must be at most %s, the longest duration Rover accepts", what, maxDurationText)
 	}
 	return nil
+}
+
+// CheckEnvVar returns an error naming where (such as `envs[2]` or a flag)
+// when name=value cannot be put in a process's environment: an empty name,
+// a name with "=", or a NUL byte in either. The kernel refuses such an
+// environment when the process is started, so it is refused when the
+// job is read instead, where it can name the field.
+func CheckEnvVar(where, name, value string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("%s: the environment variable has no name", where)
+	case strings.ContainsAny(name, "=\x00"):
+		return fmt.Errorf("%s: environment variable name %q holds %s; a name cannot", where, name, badEnvChar(name))
+	case strings.IndexByte(value, 0) >= 0:
+		return fmt.Errorf("%s: the value of %s holds a NUL byte, which no process environment can carry; remove it", where, name)
+	}
+	return nil
+}
+
+func badEnvChar(s string) string {
+	if strings.IndexByte(s, 0) >= 0 {
+		return "a NUL byte"
+	}
+	return `"="`
 }

@@ -84,3 +84,25 @@ func TestBoundsAllAtOnce(t *testing.T) {
 		}
 	}
 }
+
+func TestCheckEnvVar(t *testing.T) {
+	tests := []struct {
+		name, value, want string // want "": accepted
+	}{
+		{"PATH", "/usr/bin", ""},
+		{"EMPTY", "", ""},
+		{"", "x", "envs[0]: the environment variable has no name"},
+		{"A=B", "x", `envs[0]: environment variable name "A=B" holds "="`},
+		{"A\x00", "x", "holds a NUL byte; a name cannot"},
+		{"TOKEN", "abc\x00def", "envs[0]: the value of TOKEN holds a NUL byte, which no process environment can carry; remove it"},
+	}
+	for _, tt := range tests {
+		err := CheckEnvVar("envs[0]", tt.name, tt.value)
+		switch {
+		case tt.want == "" && err != nil:
+			t.Errorf("CheckEnvVar(%q, %q) = %v, want nil", tt.name, tt.value, err)
+		case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
+			t.Errorf("CheckEnvVar(%q, %q) = %v, want %q", tt.name, tt.value, err, tt.want)
+		}
+	}
+}
