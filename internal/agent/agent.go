@@ -304,7 +304,7 @@ func (a *agent) token() (string, error) {
 func (a *agent) rendezvous() client.RendezvousConfig {
 	c := client.RendezvousFromPolicy(a.cfg.Policy())
 	if a.cfg.CheckpointDir != "" {
-		c.Checkpoint = client.CheckpointStorage{URL: a.cfg.CheckpointDir, Keep: a.cfg.CheckpointKeep}
+		c.Checkpoint = client.CheckpointStorage{URL: a.cfg.CheckpointDir, Keep: a.cfg.CheckpointKeep, KeepDefault: !a.cfg.CheckpointKeepSet}
 	}
 	return c
 }

@@ -109,6 +109,7 @@ func (p Parser) Parse(args []string) (*Config, error) {
 	}
 	c.MasterAddrSet = src["master-addr"] != fromDefault
 	c.MasterPortSet = src["master-port"] != fromDefault
+	c.CheckpointKeepSet = src["checkpoint-keep"] != fromDefault
 	if err := kubeflowEndpoint(c, src, p.Getenv); err != nil {
 		errs = append(errs, err)
 	}
