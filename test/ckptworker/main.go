@@ -32,13 +32,14 @@ func main() {
 	url := flag.String("url", "", "checkpoint storage (a directory or file:// URL)")
 	huge := flag.Bool("huge", false, "try a save larger than any /dev/shm and write huge-<RANK>.json")
 	mode := flag.String("mode", rover.ModeSharded, "checkpoint mode; in replicated mode every rank saves rank 0's state")
+	keep := flag.Int("keep", 0, "the committed steps the checkpointer declares (0: none)")
 	noLoad := flag.Bool("no-initial-load", false, "skip the first attempt's check that nothing is there to load (for a storage that is not reachable yet)")
 	flag.Parse()
 	var err error
 	if *huge {
 		err = runHuge(*out)
 	} else {
-		err = run(*out, *url, *mode, !*noLoad)
+		err = run(*out, *url, *mode, *keep, !*noLoad)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "ckptworker:", err)
@@ -85,7 +86,7 @@ func state(rank int, step int64) ([]rover.Tensor, []byte) {
 	}, []byte(fmt.Sprintf("rank %d step %d", rank, step))
 }
 
-func run(out, url, mode string, checkEmpty bool) error {
+func run(out, url, mode string, keep int, checkEmpty bool) error {
 	ctx := context.Background()
 	c, err := rover.Connect()
 	if err != nil {
@@ -94,7 +95,7 @@ func run(out, url, mode string, checkEmpty bool) error {
 	rank, restart := os.Getenv("RANK"), os.Getenv("TORCHELASTIC_RESTART_COUNT")
 	var r int
 	fmt.Sscan(rank, &r)
-	k := c.Checkpointer(url, rover.CheckpointOptions{Mode: mode})
+	k := c.Checkpointer(url, rover.CheckpointOptions{Mode: mode, Keep: keep})
 	stateRank := r
 	if mode == rover.ModeReplicated {
 		stateRank = 0 // every rank holds the same state
