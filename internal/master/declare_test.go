@@ -173,3 +173,16 @@ func TestDeclaredStorageIsTheJobs(t *testing.T) {
 		t.Errorf("the job's own declaration after the restart: %v, %v", got, err)
 	}
 }
+
+// TestAgentKeepAgrees: an agent that gave no --checkpoint-keep takes the
+// job's keep, whatever set it; one that gave another is refused.
+func TestAgentKeepAgrees(t *testing.T) {
+	job := client.CheckpointStorage{URL: "/ckpt/run1", Keep: 3, Declared: true}
+	if errs := checkpointAgrees(job, client.CheckpointStorage{URL: "/ckpt/run1", Keep: 1, KeepDefault: true}); len(errs) > 0 {
+		t.Errorf("an agent with the default keep: %v, want it to take the job's", errs)
+	}
+	errs := checkpointAgrees(job, client.CheckpointStorage{URL: "/ckpt/run1", Keep: 1})
+	if len(errs) != 1 || !strings.Contains(errs[0].Error(), "--checkpoint-keep=1, but the job keeps 3") {
+		t.Errorf("an agent with another keep: %v, want a refusal naming both", errs)
+	}
+}
