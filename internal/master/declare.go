@@ -9,6 +9,7 @@ import (
 	roverv1 "github.com/roverml/rover/api/rover/v1"
 	"github.com/roverml/rover/internal/ckpt"
 	"github.com/roverml/rover/internal/client"
+	"github.com/roverml/rover/internal/rendezvous"
 )
 
 // A job's checkpoint storage is job configuration. A launcher names it
@@ -80,7 +81,7 @@ func (c *core) declareLocked(d *storageDeclaration, apply bool) error {
 		return errNotConfigured
 	}
 	if _, ok := c.addrs[d.Node]; !ok {
-		return fmt.Errorf("node %q has not joined the job: %w", d.Node, errNotConfigured)
+		return fmt.Errorf("declare checkpoint storage from node %q, which has not joined the job: %w", d.Node, rendezvous.ErrUnknownNode)
 	}
 	out, changed, err := declareStorage(c.cfg.Checkpoint, *d)
 	if err != nil || !changed || !apply {

@@ -155,8 +155,8 @@ func TestDeclaredStorageIsTheJobs(t *testing.T) {
 			t.Errorf("declare %q from node %q: %v, want InvalidArgument", bad.url, bad.node, err)
 		}
 	}
-	if _, err := declare(c, "stranger", store, nil); connect.CodeOf(err) != connect.CodeFailedPrecondition {
-		t.Errorf("declaration from a node that never joined: %v, want FailedPrecondition", err)
+	if _, err := declare(c, "stranger", store, nil); connect.CodeOf(err) != connect.CodeNotFound {
+		t.Errorf("declaration from a node that never joined: %v, want NotFound", err)
 	}
 
 	stop()
