@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/roverml/rover/internal/client"
 	"github.com/roverml/rover/internal/master"
 	"github.com/roverml/rover/internal/runconfig"
 	"gocloud.dev/blob"
@@ -111,6 +112,14 @@ func TestMasterFlags(t *testing.T) {
 				p.MinNodes, p.MaxNodes, p.NodeUnit, p.MaxRestarts = 2, 4, 2, 3
 				p.HeartbeatTimeout, p.LastCallTimeout, p.JoinTimeout, p.DisconnectGrace = 30*time.Second, 1500*time.Millisecond, 10*time.Minute, 0
 			})}},
+		// Without --checkpoint-keep the keep is the default, which a
+		// worker's Checkpointer(dir, keep) may still declare.
+		{"checkpoint dir, default keep", []string{"--checkpoint-dir", "/ckpt/j"},
+			masterConfig{Listen: "127.0.0.1:29400", Job: "none", Linger: 5 * time.Second,
+				Checkpoint: client.CheckpointStorage{URL: "/ckpt/j", Keep: 1, KeepDefault: true}}},
+		{"checkpoint dir and keep", []string{"--checkpoint-dir", "/ckpt/j", "--checkpoint-keep", "1"},
+			masterConfig{Listen: "127.0.0.1:29400", Job: "none", Linger: 5 * time.Second,
+				Checkpoint: client.CheckpointStorage{URL: "/ckpt/j", Keep: 1}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

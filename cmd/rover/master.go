@@ -145,6 +145,7 @@ func parseMasterFlags(args []string, stderr io.Writer) (*masterConfig, error) {
 			errs = append(errs, fmt.Errorf("%s: %w", runconfig.FlagRef("checkpoint-dir", *ckptDir), err))
 		}
 		c.Checkpoint.URL = dir
+		c.Checkpoint.KeepDefault = !given["checkpoint-keep"] // a worker's Checkpointer may set it
 	}
 	if err := runconfig.CheckDuration(runconfig.FlagRef("linger", c.Linger.String()), c.Linger, true); err != nil {
 		errs = append(errs, err)

@@ -233,9 +233,22 @@ func Run(ctx context.Context, cfg *runconfig.Config, opts Options) (err error) {
 	if needsOMPWarning(cfg.NprocPerNode) {
 		a.log.Warn("setting OMP_NUM_THREADS=1 for each worker to avoid overloading the node; tune it for best performance")
 	}
+	// The persister outlives the loop: on every way the loop ends (a
+	// signal, the workers' failure, the master ending the job) its last act
+	// is to persist what the workers left in memory, so storage must stay
+	// open until the loop has returned, whatever ended ctx.
+	persistCtx, stopPersister := context.WithCancel(context.WithoutCancel(ctx))
+	persisterDone := make(chan struct{})
+	go func() {
+		defer close(persisterDone)
+		a.persister.run(persistCtx)
+	}()
+	defer func() {
+		stopPersister()
+		<-persisterDone
+	}()
 	bg, bgctx := errgroup.WithContext(ctx)
 	bgctx, stopBackground := context.WithCancel(bgctx)
-	bg.Go(func() error { a.persister.run(bgctx); return nil })
 	bg.Go(func() error { a.shards.Run(bgctx); return nil })
 	firstJoin := make(chan error, 1) // written once by the session goroutine
 	bg.Go(func() error { a.sessionLoop(bgctx, firstJoin); return nil })
@@ -291,7 +304,7 @@ func (a *agent) token() (string, error) {
 func (a *agent) rendezvous() client.RendezvousConfig {
 	c := client.RendezvousFromPolicy(a.cfg.Policy())
 	if a.cfg.CheckpointDir != "" {
-		c.Checkpoint = client.CheckpointStorage{URL: a.cfg.CheckpointDir, Keep: a.cfg.CheckpointKeep}
+		c.Checkpoint = client.CheckpointStorage{URL: a.cfg.CheckpointDir, Keep: a.cfg.CheckpointKeep, KeepDefault: !a.cfg.CheckpointKeepSet}
 	}
 	return c
 }

@@ -92,8 +92,9 @@ func (p *persister) enqueue(j persistJob) {
 func (p *persister) run(ctx context.Context) {
 	defer func() {
 		p.mu.Lock()
-		for _, b := range p.buckets {
+		for url, b := range p.buckets {
 			b.Close()
+			delete(p.buckets, url)
 		}
 		p.stopped = true
 		p.cond.Broadcast()
@@ -176,8 +177,12 @@ func (p *persister) bucket(ctx context.Context) (*ckpt.Bucket, error) {
 		return nil, errNoStorage
 	}
 	p.mu.Lock()
-	b := p.buckets[url]
+	b, stopped := p.buckets[url], p.stopped
 	p.mu.Unlock()
+	if stopped {
+		// run closed the buckets: nothing may be persisted after it returns.
+		return nil, fmt.Errorf("checkpoint storage %s: %w", url, errPersisterStopped)
+	}
 	if b != nil {
 		return b, nil
 	}
@@ -192,7 +197,7 @@ func (p *persister) bucket(ctx context.Context) (*ckpt.Bucket, error) {
 	if b := p.buckets[url]; b != nil || p.stopped {
 		opened.Close()
 		if b == nil {
-			return nil, fmt.Errorf("checkpoint storage %s: the agent is stopping", url)
+			return nil, fmt.Errorf("checkpoint storage %s: %w", url, errPersisterStopped)
 		}
 		return b, nil
 	}

@@ -99,13 +99,29 @@ func sameSnapshot(got, want ckptSnapshot) string {
 // bytes it saved; storage holds step 4 (persisted by the worker) and step 5
 // (persisted by the agent when the workers failed), in the safetensors
 // format internal/ckpt decodes, and Restore brings back step 5.
+//
+// The storage is the launcher's (--checkpoint-dir), or, with none, the one
+// the workers' checkpointers declare (url and keep): the same outcome.
 func TestGoSDKCheckpointSurvivesRestart(t *testing.T) {
 	worker := ckptWorker(t)
+	for _, declared := range []bool{false, true} {
+		t.Run(map[bool]string{false: "launcher's storage", true: "declared by the workers"}[declared], func(t *testing.T) {
+			testGoSDKCheckpointSurvivesRestart(t, worker, declared)
+		})
+	}
+}
+
+func testGoSDKCheckpointSurvivesRestart(t *testing.T, worker string, declared bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	dir, store := t.TempDir(), filepath.Join(t.TempDir(), "ckpts")
-	r := runAgent(ctx, t, "--standalone", "--checkpoint-dir", store, "--checkpoint-keep", "2", "--nproc-per-node", "2", "--max-restarts", "1", "--stop-grace-period", "5s",
-		"--no-python", worker, "--out", dir, "--url", store)
+	launcher, workerArgs := []string{"--checkpoint-dir", store, "--checkpoint-keep", "2"}, []string{"--url", store}
+	if declared {
+		launcher, workerArgs = nil, []string{"--url", store, "--keep", "2"}
+	}
+	args := append(append([]string{"--standalone"}, launcher...), "--nproc-per-node", "2", "--max-restarts", "1", "--stop-grace-period", "5s",
+		"--no-python", worker, "--out", dir)
+	r := runAgent(ctx, t, append(args, workerArgs...)...)
 	if r.err != nil {
 		t.Fatalf("agent: %v\n%s", r.err, r.stderr)
 	}

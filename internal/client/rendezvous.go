@@ -49,22 +49,37 @@ func NodeCheckFromPolicy(p runconfig.Policy) *NodeCheck {
 
 // CheckpointStorage is where a job's checkpoints go and how many committed
 // steps it keeps: job configuration, set once. An empty URL is none.
+//
+// When no launcher names it, the job's script may declare it, once: the
+// first checkpointer that names a location (through its agent) sets it,
+// and Declared says so.
 type CheckpointStorage struct {
 	URL  string `json:"url,omitempty"`
 	Keep int    `json:"keep,omitempty"`
+	// KeepDefault: Keep is the launcher's default, no --checkpoint-keep
+	// was given, so a checkpointer may still declare the job's keep. The
+	// journals of earlier Rovers lack it: their keep is fixed.
+	KeepDefault bool `json:"keep_default,omitempty"`
+	// Declared: the job's script declared the location (a checkpointer's
+	// dir), not a launcher's --checkpoint-dir. Not on the wire.
+	Declared bool `json:"declared,omitempty"`
 }
+
+// DefaultCheckpointKeep is the committed steps a job keeps when nothing
+// says otherwise (--checkpoint-keep's default).
+const DefaultCheckpointKeep = 1
 
 // CheckpointStorageProto is the wire form of s (nil for none).
 func CheckpointStorageProto(s CheckpointStorage) *roverv1.CheckpointStorage {
 	if s.URL == "" {
 		return nil
 	}
-	return &roverv1.CheckpointStorage{Url: s.URL, Keep: int32(s.Keep)}
+	return &roverv1.CheckpointStorage{Url: s.URL, Keep: int32(s.Keep), KeepDefault: s.KeepDefault}
 }
 
 // CheckpointStorageFromProto reads the wire form; it checks nothing.
 func CheckpointStorageFromProto(p *roverv1.CheckpointStorage) CheckpointStorage {
-	return CheckpointStorage{URL: p.GetUrl(), Keep: int(p.GetKeep())}
+	return CheckpointStorage{URL: p.GetUrl(), Keep: int(p.GetKeep()), KeepDefault: p.GetKeepDefault()}
 }
 
 // RendezvousFromPolicy is the rendezvous configuration a command line asks for.

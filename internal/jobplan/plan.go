@@ -130,7 +130,7 @@ func New(spec jobspec.JobSpec, t Target) (*Plan, error) {
 				return nil, fmt.Errorf("%w: --checkpoint-dir: %w", ErrBadSpec, err)
 			}
 		}
-		p.Checkpoint = client.CheckpointStorage{URL: dir, Keep: cfg.CheckpointKeep}
+		p.Checkpoint = client.CheckpointStorage{URL: dir, Keep: cfg.CheckpointKeep, KeepDefault: !cfg.CheckpointKeepSet}
 	}
 	env := map[string]string{}
 	for _, e := range g.Env {

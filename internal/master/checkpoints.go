@@ -199,7 +199,8 @@ func (c *checkpoints) pruneLocked(ctx context.Context) error {
 }
 
 // checkpointAgrees compares an agent's checkpoint storage with the job's:
-// an agent that names none takes the job's.
+// an agent that names none takes the job's, and one that gave no
+// --checkpoint-keep takes the job's keep.
 func checkpointAgrees(job, asked client.CheckpointStorage) []error {
 	switch {
 	case asked.URL == "":
@@ -208,7 +209,7 @@ func checkpointAgrees(job, asked client.CheckpointStorage) []error {
 		return []error{fmt.Errorf("--checkpoint-dir=%s, but the job runs without checkpoint storage", asked.URL)}
 	case !ckpt.SameLocation(job.URL, asked.URL):
 		return []error{fmt.Errorf("--checkpoint-dir=%s, but the job's checkpoints go to %s", asked.URL, job.URL)}
-	case asked.Keep != job.Keep:
+	case asked.Keep != job.Keep && !asked.KeepDefault:
 		return []error{fmt.Errorf("--checkpoint-keep=%d, but the job keeps %d", asked.Keep, job.Keep)}
 	}
 	return nil

@@ -220,6 +220,11 @@ func (c *core) checkLocked(e *event) error {
 	switch e.Type {
 	case eventConfigure, eventFleet:
 		return nil
+	case eventDeclareStorage:
+		if e.Declare == nil {
+			return invalid("a storage declaration without its content")
+		}
+		return c.declareLocked(e.Declare, false)
 	case eventCheckReport, eventCheckTick:
 		if c.rdzv == nil {
 			return errNotConfigured
@@ -308,6 +313,8 @@ func (c *core) transitionLocked(e *event) error {
 		c.rdzv.Cancel(e.Reason)
 	case eventCheckReport, eventCheckTick:
 		err = c.transitionCheckLocked(e)
+	case eventDeclareStorage:
+		err = c.declareLocked(e.Declare, true)
 	default:
 		return fmt.Errorf("journal event type %q %w", e.Type, errUnknownEvent)
 	}

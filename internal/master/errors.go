@@ -48,6 +48,7 @@ var codes = []struct {
 	{errNoStorage, connect.CodeFailedPrecondition},
 	{errStaleRound, connect.CodeFailedPrecondition},
 	{errUnverified, connect.CodeFailedPrecondition},
+	{errStorageConflict, connect.CodeFailedPrecondition},
 	{ckpt.ErrInvalidInput, connect.CodeInvalidArgument},
 	{ckpt.ErrCorrupt, connect.CodeFailedPrecondition},
 	{ckpt.ErrStorage, connect.CodeUnavailable},

@@ -51,6 +51,8 @@ type event struct {
 	// Check is set on eventCheckReport (nodecheck.go); Round is the world
 	// checked.
 	Check *checkReport `json:"check,omitempty"`
+	// Declare is set on eventDeclareStorage (declare.go).
+	Declare *storageDeclaration `json:"declare,omitempty"`
 }
 
 type eventType string
@@ -76,6 +78,9 @@ const (
 	// deadline.
 	eventCheckReport eventType = "node_check_report"
 	eventCheckTick   eventType = "node_check_tick"
+	// eventDeclareStorage records a checkpointer's declaration of the
+	// job's checkpoint storage (Declare) that changed it.
+	eventDeclareStorage eventType = "declare_storage"
 )
 
 func (e *event) marshal() ([]byte, error) {

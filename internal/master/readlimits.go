@@ -54,6 +54,8 @@ var readLimits = map[string]int{
 	// A storage URL of up to 1 KiB, a path and numbers: 2.1 KB.
 	roverv1connect.MasterServiceCheckpointDurableProcedure: 16 << 10,
 	roverv1connect.MasterServiceReportNodeCheckProcedure:   80 << 10, // an error text of up to 64 KiB
+	// A storage URL of up to 1 KiB, a node id and a number.
+	roverv1connect.MasterServiceDeclareCheckpointProcedure: 16 << 10,
 }
 
 const (

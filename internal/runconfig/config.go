@@ -106,6 +106,10 @@ type Config struct {
 	// there (0 = all).
 	CheckpointDir  string
 	CheckpointKeep int
+	// CheckpointKeepSet: --checkpoint-keep was given (on the command line
+	// or by ROVER_CHECKPOINT_KEEP); without it the job's script may
+	// declare the job's keep.
+	CheckpointKeepSet bool
 	// TLSCA is --tls-ca: the PEM bundle of the CAs that sign the master's
 	// certificate. Set, the agent speaks TLS to the master; "" is
 	// cleartext HTTP/2.

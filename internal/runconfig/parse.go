@@ -116,6 +116,7 @@ func (p Parser) Parse(args []string) (*Config, error) {
 	errs = append(errs, applyDLRover(&p, c, src)...)
 	c.MasterAddrSet = src["master-addr"] != fromDefault
 	c.MasterPortSet = src["master-port"] != fromDefault
+	c.CheckpointKeepSet = src["checkpoint-keep"] != fromDefault
 	if err := kubeflowEndpoint(c, src, p.Getenv); err != nil {
 		errs = append(errs, err)
 	}

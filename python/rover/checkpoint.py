@@ -96,20 +96,25 @@ def _view(torch, obj, dtype, count, offset):
 
 
 def _job_storage(dir_or_url, keep):
-    """The job's checkpoint storage and keep under ``rover run``, checked
-    against what the caller expects (None: anything)."""
-    job = os.environ.get("ROVER_CHECKPOINT_DIR") or None
-    job_keep = int(os.environ.get("ROVER_CHECKPOINT_KEEP") or 0)
-    if dir_or_url and not job:
-        raise ValueError(f"Checkpointer({dir_or_url!r}): this job has no checkpoint storage; "
-                         f"start it with rover run --checkpoint-dir {dir_or_url}")
-    if dir_or_url and _location(dir_or_url) != _location(job):
-        raise ValueError(f"Checkpointer({dir_or_url!r}): this job's checkpoints go to {job!r} "
-                         "(rover run --checkpoint-dir); leave the location out, or give that one")
-    if keep is not None and job and int(keep) != job_keep:
-        raise ValueError(f"Checkpointer(keep={keep}): this job keeps {job_keep} committed steps "
-                         "(rover run --checkpoint-keep); leave keep out, or give that number")
-    return job, job_keep
+    """The job's checkpoint storage and keep under ``rover run``. What this
+    Checkpointer names is declared to the agent, which keeps the job's one
+    storage with the master: the launcher's ``--checkpoint-dir`` when it
+    gave one, else the first declaration of the job's script, so every
+    rank on every node gets the same. A location or keep other than the
+    job's raises ValueError saying what the job has and what was asked."""
+    req = {}
+    if dir_or_url:
+        req["url"] = dir_or_url
+    if keep is not None:
+        req["keep"] = int(keep)
+    try:
+        r = _agent.call("CheckpointStorage", req)
+    except _agent.AgentError as e:
+        if e.code in ("failed_precondition", "invalid_argument"):
+            args = ", ".join([repr(dir_or_url)] + ([f"keep={keep}"] if keep is not None else []))
+            raise ValueError(f"Checkpointer({args}): {e.message}") from None
+        raise
+    return r.get("url") or None, int(r.get("keep", 0))
 
 
 def _location(loc):
@@ -139,15 +144,19 @@ class Checkpointer:
         (every rank saves its own part: FSDP, ZeRO) or "replicated" (every
         rank holds the same state: DDP; any one rank's file restores all).
 
-        Under ``rover run`` the job's configuration decides where
-        checkpoints go and how many committed steps are kept (``rover run
-        --checkpoint-dir DIR_OR_URL --checkpoint-keep N``): requests name
-        steps, never locations. dir_or_url and keep may be left out; when
-        given, they must be the job's, else ValueError says what the job
-        has. Without ``rover run``, dir_or_url (None: memory only) must be a
-        local directory (a path or a file:// URL; other URLs raise
-        ValueError) and keep (default 1; 0: all) is the committed steps
-        kept there."""
+        Under ``rover run`` the job has one checkpoint storage: the
+        launcher's (``rover run --checkpoint-dir DIR_OR_URL
+        --checkpoint-keep N``), else the one the job's script declares:
+        the first Checkpointer that names dir_or_url (and keep) sets it for
+        the whole job, every rank and node (the master keeps it, across its
+        restarts). Later requests name steps, never locations. dir_or_url
+        and keep may be left out (the job's are taken); when given, they
+        must agree with the job's, else ValueError says what the job has
+        and what was asked. A keep given here applies when the launcher
+        gave no --checkpoint-keep (default 1). Without ``rover run``,
+        dir_or_url (None: memory only) must be a local directory (a path or
+        a file:// URL; other URLs raise ValueError) and keep (default 1; 0:
+        all) is the committed steps kept there."""
         if mode not in ("sharded", "replicated"):
             raise ValueError(f"mode must be 'sharded' or 'replicated', not {mode!r}")
         if dir_or_url is not None:
@@ -270,7 +279,8 @@ class Checkpointer:
         if persist and not self.url:
             if self._direct is None:
                 raise ValueError("save(persist=True): this job has no checkpoint storage; "
-                                 "start it with rover run --checkpoint-dir DIR_OR_URL")
+                                 "name it, Checkpointer(DIR_OR_URL), or start the job with "
+                                 "rover run --checkpoint-dir DIR_OR_URL")
             raise ValueError("save(persist=True) needs a Checkpointer(dir_or_url)")
         if step < 0:
             raise ValueError(f"step must be 0 or more, not {step}")

@@ -32,13 +32,18 @@ func main() {
 	url := flag.String("url", "", "checkpoint storage (a directory or file:// URL)")
 	huge := flag.Bool("huge", false, "try a save larger than any /dev/shm and write huge-<RANK>.json")
 	mode := flag.String("mode", rover.ModeSharded, "checkpoint mode; in replicated mode every rank saves rank 0's state")
+	keep := flag.Int("keep", 0, "the committed steps the checkpointer declares (0: none)")
+	hold := flag.Bool("hold", false, "save steps 1 to 3 to memory only, write held-<RANK> in --out, and run until SIGTERM")
 	noLoad := flag.Bool("no-initial-load", false, "skip the first attempt's check that nothing is there to load (for a storage that is not reachable yet)")
 	flag.Parse()
 	var err error
-	if *huge {
+	switch {
+	case *huge:
 		err = runHuge(*out)
-	} else {
-		err = run(*out, *url, *mode, !*noLoad)
+	case *hold:
+		err = runHold(*out, *url)
+	default:
+		err = run(*out, *url, *mode, *keep, !*noLoad)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "ckptworker:", err)
@@ -85,7 +90,7 @@ func state(rank int, step int64) ([]rover.Tensor, []byte) {
 	}, []byte(fmt.Sprintf("rank %d step %d", rank, step))
 }
 
-func run(out, url, mode string, checkEmpty bool) error {
+func run(out, url, mode string, keep int, checkEmpty bool) error {
 	ctx := context.Background()
 	c, err := rover.Connect()
 	if err != nil {
@@ -94,7 +99,7 @@ func run(out, url, mode string, checkEmpty bool) error {
 	rank, restart := os.Getenv("RANK"), os.Getenv("TORCHELASTIC_RESTART_COUNT")
 	var r int
 	fmt.Sscan(rank, &r)
-	k := c.Checkpointer(url, rover.CheckpointOptions{Mode: mode})
+	k := c.Checkpointer(url, rover.CheckpointOptions{Mode: mode, Keep: keep})
 	stateRank := r
 	if mode == rover.ModeReplicated {
 		stateRank = 0 // every rank holds the same state
@@ -256,4 +261,32 @@ func writeJSON(path string, v any) error {
 		return err
 	}
 	return os.Rename(tmp, path)
+}
+
+// runHold saves steps 1 to 3 to memory only (never persisting), marks
+// held-<RANK> in out, and runs until the agent stops it: what a stopped
+// agent must persist is what memory holds.
+func runHold(out, url string) error {
+	ctx := context.Background()
+	c, err := rover.Connect()
+	if err != nil {
+		return err
+	}
+	stop := make(chan os.Signal, 1)
+	signal.Notify(stop, syscall.SIGTERM)
+	var r int
+	fmt.Sscan(os.Getenv("RANK"), &r)
+	k := c.Checkpointer(url, rover.CheckpointOptions{})
+	for step := int64(1); step <= 3; step++ {
+		tensors, extra := state(r, step)
+		if err := k.Save(ctx, step, tensors, extra, false); err != nil {
+			return err
+		}
+	}
+	if err := os.WriteFile(filepath.Join(out, "held-"+os.Getenv("RANK")), nil, 0o644); err != nil {
+		return err
+	}
+	<-stop
+	os.Exit(143)
+	return nil
 }

@@ -11,12 +11,18 @@ import (
 // only against DLRover's Python API, on one node of two workers, started
 // by prog ("rover run", or the binary invoked as dlrover-run), with the
 // job's checkpoint storage in dir/ckpt. It returns the result rank 0 wrote.
+// Under `rover run` the launcher names the storage too; under dlrover-run,
+// as DLRover's users launch it, only the script does (its checkpointer
+// declares it).
 func dlroverJob(t *testing.T, dir, prog string, extra ...string) ddpResult {
 	t.Helper()
 	store := filepath.Join(dir, "ckpt")
-	args := []string{"--standalone", "--nproc-per-node", "2", "--max-restarts", "1", "--stop-grace-period", "5s",
-		"--checkpoint-dir", store, filepath.Join(repoRoot, "examples", "dlrover_compat", "train.py"),
-		"--checkpoint-dir", store, "--out", filepath.Join(dir, "out.json"), "--log", filepath.Join(dir, "starts.log")}
+	args := []string{"--standalone", "--nproc-per-node", "2", "--max-restarts", "1", "--stop-grace-period", "5s"}
+	if prog != "dlrover-run" {
+		args = append(args, "--checkpoint-dir", store)
+	}
+	args = append(args, filepath.Join(repoRoot, "examples", "dlrover_compat", "train.py"),
+		"--checkpoint-dir", store, "--out", filepath.Join(dir, "out.json"), "--log", filepath.Join(dir, "starts.log"))
 	args = append(args, extra...)
 	c := &cluster{t: t, dir: dir}
 	var p *process

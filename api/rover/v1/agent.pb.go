@@ -939,6 +939,115 @@ func (x *InfoResponse) GetAgentVersion() string {
 	return ""
 }
 
+type CheckpointStorageRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The location the checkpointer names: an absolute directory or a
+	// file://, s3://, gs:// or azblob:// URL; empty: none.
+	Url string `protobuf:"bytes,1,opt,name=url,proto3" json:"url,omitempty"`
+	// The committed steps it keeps (0: all); unset: it names none.
+	Keep          *int32 `protobuf:"varint,2,opt,name=keep,proto3,oneof" json:"keep,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckpointStorageRequest) Reset() {
+	*x = CheckpointStorageRequest{}
+	mi := &file_api_rover_v1_agent_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckpointStorageRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckpointStorageRequest) ProtoMessage() {}
+
+func (x *CheckpointStorageRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_rover_v1_agent_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckpointStorageRequest.ProtoReflect.Descriptor instead.
+func (*CheckpointStorageRequest) Descriptor() ([]byte, []int) {
+	return file_api_rover_v1_agent_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *CheckpointStorageRequest) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *CheckpointStorageRequest) GetKeep() int32 {
+	if x != nil && x.Keep != nil {
+		return *x.Keep
+	}
+	return 0
+}
+
+type CheckpointStorageResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The job's checkpoint storage (url empty: none) and the committed steps
+	// it keeps.
+	Url           string `protobuf:"bytes,1,opt,name=url,proto3" json:"url,omitempty"`
+	Keep          int32  `protobuf:"varint,2,opt,name=keep,proto3" json:"keep,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckpointStorageResponse) Reset() {
+	*x = CheckpointStorageResponse{}
+	mi := &file_api_rover_v1_agent_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckpointStorageResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckpointStorageResponse) ProtoMessage() {}
+
+func (x *CheckpointStorageResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_rover_v1_agent_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckpointStorageResponse.ProtoReflect.Descriptor instead.
+func (*CheckpointStorageResponse) Descriptor() ([]byte, []int) {
+	return file_api_rover_v1_agent_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *CheckpointStorageResponse) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *CheckpointStorageResponse) GetKeep() int32 {
+	if x != nil {
+		return x.Keep
+	}
+	return 0
+}
+
 var File_api_rover_v1_agent_proto protoreflect.FileDescriptor
 
 const file_api_rover_v1_agent_proto_rawDesc = "" +
@@ -1015,8 +1124,14 @@ const file_api_rover_v1_agent_proto_rawDesc = "" +
 	"world_size\x18\b \x01(\x05R\tworldSize\x12#\n" +
 	"\rrestart_count\x18\t \x01(\x05R\frestartCount\x12#\n" +
 	"\ragent_version\x18\n" +
-	" \x01(\tR\fagentVersion2\xf5\n" +
-	"\n" +
+	" \x01(\tR\fagentVersion\"N\n" +
+	"\x18CheckpointStorageRequest\x12\x10\n" +
+	"\x03url\x18\x01 \x01(\tR\x03url\x12\x17\n" +
+	"\x04keep\x18\x02 \x01(\x05H\x00R\x04keep\x88\x01\x01B\a\n" +
+	"\x05_keep\"A\n" +
+	"\x19CheckpointStorageResponse\x12\x10\n" +
+	"\x03url\x18\x01 \x01(\tR\x03url\x12\x12\n" +
+	"\x04keep\x18\x02 \x01(\x05R\x04keep2\xd5\v\n" +
 	"\fAgentService\x127\n" +
 	"\x04Info\x12\x15.rover.v1.InfoRequest\x1a\x16.rover.v1.InfoResponse\"\x00\x12X\n" +
 	"\x0fRegisterDataset\x12 .rover.v1.RegisterDatasetRequest\x1a!.rover.v1.RegisterDatasetResponse\"\x00\x12L\n" +
@@ -1033,7 +1148,8 @@ const file_api_rover_v1_agent_proto_rawDesc = "" +
 	"\x0eCheckpointWait\x12\x1f.rover.v1.CheckpointWaitRequest\x1a .rover.v1.CheckpointWaitResponse\"\x00\x12^\n" +
 	"\x11CheckpointRestore\x12\".rover.v1.CheckpointRestoreRequest\x1a#.rover.v1.CheckpointRestoreResponse\"\x00\x12d\n" +
 	"\x13CheckpointSnapshots\x12$.rover.v1.CheckpointSnapshotsRequest\x1a%.rover.v1.CheckpointSnapshotsResponse\"\x00\x12U\n" +
-	"\x0eReportProgress\x12\x1f.rover.v1.ReportProgressRequest\x1a .rover.v1.ReportProgressResponse\"\x00B/Z-github.com/roverml/rover/api/rover/v1;roverv1b\x06proto3"
+	"\x0eReportProgress\x12\x1f.rover.v1.ReportProgressRequest\x1a .rover.v1.ReportProgressResponse\"\x00\x12^\n" +
+	"\x11CheckpointStorage\x12\".rover.v1.CheckpointStorageRequest\x1a#.rover.v1.CheckpointStorageResponse\"\x00B/Z-github.com/roverml/rover/api/rover/v1;roverv1b\x06proto3"
 
 var (
 	file_api_rover_v1_agent_proto_rawDescOnce sync.Once
@@ -1047,7 +1163,7 @@ func file_api_rover_v1_agent_proto_rawDescGZIP() []byte {
 	return file_api_rover_v1_agent_proto_rawDescData
 }
 
-var file_api_rover_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_api_rover_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_api_rover_v1_agent_proto_goTypes = []any{
 	(*CheckpointBeginRequest)(nil),      // 0: rover.v1.CheckpointBeginRequest
 	(*CheckpointBeginResponse)(nil),     // 1: rover.v1.CheckpointBeginResponse
@@ -1064,62 +1180,66 @@ var file_api_rover_v1_agent_proto_goTypes = []any{
 	(*CheckpointSnapshotsResponse)(nil), // 12: rover.v1.CheckpointSnapshotsResponse
 	(*InfoRequest)(nil),                 // 13: rover.v1.InfoRequest
 	(*InfoResponse)(nil),                // 14: rover.v1.InfoResponse
-	(*RegisterDatasetRequest)(nil),      // 15: rover.v1.RegisterDatasetRequest
-	(*LeaseShardsRequest)(nil),          // 16: rover.v1.LeaseShardsRequest
-	(*CompleteShardsRequest)(nil),       // 17: rover.v1.CompleteShardsRequest
-	(*GetPositionRequest)(nil),          // 18: rover.v1.GetPositionRequest
-	(*AdvancePositionRequest)(nil),      // 19: rover.v1.AdvancePositionRequest
-	(*AppendStreamRequest)(nil),         // 20: rover.v1.AppendStreamRequest
-	(*DatasetStateRequest)(nil),         // 21: rover.v1.DatasetStateRequest
-	(*RestoreDatasetRequest)(nil),       // 22: rover.v1.RestoreDatasetRequest
-	(*ReportProgressRequest)(nil),       // 23: rover.v1.ReportProgressRequest
-	(*RegisterDatasetResponse)(nil),     // 24: rover.v1.RegisterDatasetResponse
-	(*LeaseShardsResponse)(nil),         // 25: rover.v1.LeaseShardsResponse
-	(*CompleteShardsResponse)(nil),      // 26: rover.v1.CompleteShardsResponse
-	(*GetPositionResponse)(nil),         // 27: rover.v1.GetPositionResponse
-	(*AdvancePositionResponse)(nil),     // 28: rover.v1.AdvancePositionResponse
-	(*AppendStreamResponse)(nil),        // 29: rover.v1.AppendStreamResponse
-	(*DatasetStateResponse)(nil),        // 30: rover.v1.DatasetStateResponse
-	(*RestoreDatasetResponse)(nil),      // 31: rover.v1.RestoreDatasetResponse
-	(*ReportProgressResponse)(nil),      // 32: rover.v1.ReportProgressResponse
+	(*CheckpointStorageRequest)(nil),    // 15: rover.v1.CheckpointStorageRequest
+	(*CheckpointStorageResponse)(nil),   // 16: rover.v1.CheckpointStorageResponse
+	(*RegisterDatasetRequest)(nil),      // 17: rover.v1.RegisterDatasetRequest
+	(*LeaseShardsRequest)(nil),          // 18: rover.v1.LeaseShardsRequest
+	(*CompleteShardsRequest)(nil),       // 19: rover.v1.CompleteShardsRequest
+	(*GetPositionRequest)(nil),          // 20: rover.v1.GetPositionRequest
+	(*AdvancePositionRequest)(nil),      // 21: rover.v1.AdvancePositionRequest
+	(*AppendStreamRequest)(nil),         // 22: rover.v1.AppendStreamRequest
+	(*DatasetStateRequest)(nil),         // 23: rover.v1.DatasetStateRequest
+	(*RestoreDatasetRequest)(nil),       // 24: rover.v1.RestoreDatasetRequest
+	(*ReportProgressRequest)(nil),       // 25: rover.v1.ReportProgressRequest
+	(*RegisterDatasetResponse)(nil),     // 26: rover.v1.RegisterDatasetResponse
+	(*LeaseShardsResponse)(nil),         // 27: rover.v1.LeaseShardsResponse
+	(*CompleteShardsResponse)(nil),      // 28: rover.v1.CompleteShardsResponse
+	(*GetPositionResponse)(nil),         // 29: rover.v1.GetPositionResponse
+	(*AdvancePositionResponse)(nil),     // 30: rover.v1.AdvancePositionResponse
+	(*AppendStreamResponse)(nil),        // 31: rover.v1.AppendStreamResponse
+	(*DatasetStateResponse)(nil),        // 32: rover.v1.DatasetStateResponse
+	(*RestoreDatasetResponse)(nil),      // 33: rover.v1.RestoreDatasetResponse
+	(*ReportProgressResponse)(nil),      // 34: rover.v1.ReportProgressResponse
 }
 var file_api_rover_v1_agent_proto_depIdxs = []int32{
 	11, // 0: rover.v1.CheckpointRestoreResponse.snapshot:type_name -> rover.v1.CheckpointSnapshot
 	11, // 1: rover.v1.CheckpointSnapshotsResponse.snapshots:type_name -> rover.v1.CheckpointSnapshot
 	13, // 2: rover.v1.AgentService.Info:input_type -> rover.v1.InfoRequest
-	15, // 3: rover.v1.AgentService.RegisterDataset:input_type -> rover.v1.RegisterDatasetRequest
-	16, // 4: rover.v1.AgentService.LeaseShards:input_type -> rover.v1.LeaseShardsRequest
-	17, // 5: rover.v1.AgentService.CompleteShards:input_type -> rover.v1.CompleteShardsRequest
-	18, // 6: rover.v1.AgentService.GetPosition:input_type -> rover.v1.GetPositionRequest
-	19, // 7: rover.v1.AgentService.AdvancePosition:input_type -> rover.v1.AdvancePositionRequest
-	20, // 8: rover.v1.AgentService.AppendStream:input_type -> rover.v1.AppendStreamRequest
-	21, // 9: rover.v1.AgentService.GetDatasetState:input_type -> rover.v1.DatasetStateRequest
-	22, // 10: rover.v1.AgentService.RestoreDataset:input_type -> rover.v1.RestoreDatasetRequest
+	17, // 3: rover.v1.AgentService.RegisterDataset:input_type -> rover.v1.RegisterDatasetRequest
+	18, // 4: rover.v1.AgentService.LeaseShards:input_type -> rover.v1.LeaseShardsRequest
+	19, // 5: rover.v1.AgentService.CompleteShards:input_type -> rover.v1.CompleteShardsRequest
+	20, // 6: rover.v1.AgentService.GetPosition:input_type -> rover.v1.GetPositionRequest
+	21, // 7: rover.v1.AgentService.AdvancePosition:input_type -> rover.v1.AdvancePositionRequest
+	22, // 8: rover.v1.AgentService.AppendStream:input_type -> rover.v1.AppendStreamRequest
+	23, // 9: rover.v1.AgentService.GetDatasetState:input_type -> rover.v1.DatasetStateRequest
+	24, // 10: rover.v1.AgentService.RestoreDataset:input_type -> rover.v1.RestoreDatasetRequest
 	0,  // 11: rover.v1.AgentService.CheckpointBegin:input_type -> rover.v1.CheckpointBeginRequest
 	2,  // 12: rover.v1.AgentService.CheckpointReserve:input_type -> rover.v1.CheckpointReserveRequest
 	4,  // 13: rover.v1.AgentService.CheckpointCommit:input_type -> rover.v1.CheckpointCommitRequest
 	6,  // 14: rover.v1.AgentService.CheckpointWait:input_type -> rover.v1.CheckpointWaitRequest
 	8,  // 15: rover.v1.AgentService.CheckpointRestore:input_type -> rover.v1.CheckpointRestoreRequest
 	10, // 16: rover.v1.AgentService.CheckpointSnapshots:input_type -> rover.v1.CheckpointSnapshotsRequest
-	23, // 17: rover.v1.AgentService.ReportProgress:input_type -> rover.v1.ReportProgressRequest
-	14, // 18: rover.v1.AgentService.Info:output_type -> rover.v1.InfoResponse
-	24, // 19: rover.v1.AgentService.RegisterDataset:output_type -> rover.v1.RegisterDatasetResponse
-	25, // 20: rover.v1.AgentService.LeaseShards:output_type -> rover.v1.LeaseShardsResponse
-	26, // 21: rover.v1.AgentService.CompleteShards:output_type -> rover.v1.CompleteShardsResponse
-	27, // 22: rover.v1.AgentService.GetPosition:output_type -> rover.v1.GetPositionResponse
-	28, // 23: rover.v1.AgentService.AdvancePosition:output_type -> rover.v1.AdvancePositionResponse
-	29, // 24: rover.v1.AgentService.AppendStream:output_type -> rover.v1.AppendStreamResponse
-	30, // 25: rover.v1.AgentService.GetDatasetState:output_type -> rover.v1.DatasetStateResponse
-	31, // 26: rover.v1.AgentService.RestoreDataset:output_type -> rover.v1.RestoreDatasetResponse
-	1,  // 27: rover.v1.AgentService.CheckpointBegin:output_type -> rover.v1.CheckpointBeginResponse
-	3,  // 28: rover.v1.AgentService.CheckpointReserve:output_type -> rover.v1.CheckpointReserveResponse
-	5,  // 29: rover.v1.AgentService.CheckpointCommit:output_type -> rover.v1.CheckpointCommitResponse
-	7,  // 30: rover.v1.AgentService.CheckpointWait:output_type -> rover.v1.CheckpointWaitResponse
-	9,  // 31: rover.v1.AgentService.CheckpointRestore:output_type -> rover.v1.CheckpointRestoreResponse
-	12, // 32: rover.v1.AgentService.CheckpointSnapshots:output_type -> rover.v1.CheckpointSnapshotsResponse
-	32, // 33: rover.v1.AgentService.ReportProgress:output_type -> rover.v1.ReportProgressResponse
-	18, // [18:34] is the sub-list for method output_type
-	2,  // [2:18] is the sub-list for method input_type
+	25, // 17: rover.v1.AgentService.ReportProgress:input_type -> rover.v1.ReportProgressRequest
+	15, // 18: rover.v1.AgentService.CheckpointStorage:input_type -> rover.v1.CheckpointStorageRequest
+	14, // 19: rover.v1.AgentService.Info:output_type -> rover.v1.InfoResponse
+	26, // 20: rover.v1.AgentService.RegisterDataset:output_type -> rover.v1.RegisterDatasetResponse
+	27, // 21: rover.v1.AgentService.LeaseShards:output_type -> rover.v1.LeaseShardsResponse
+	28, // 22: rover.v1.AgentService.CompleteShards:output_type -> rover.v1.CompleteShardsResponse
+	29, // 23: rover.v1.AgentService.GetPosition:output_type -> rover.v1.GetPositionResponse
+	30, // 24: rover.v1.AgentService.AdvancePosition:output_type -> rover.v1.AdvancePositionResponse
+	31, // 25: rover.v1.AgentService.AppendStream:output_type -> rover.v1.AppendStreamResponse
+	32, // 26: rover.v1.AgentService.GetDatasetState:output_type -> rover.v1.DatasetStateResponse
+	33, // 27: rover.v1.AgentService.RestoreDataset:output_type -> rover.v1.RestoreDatasetResponse
+	1,  // 28: rover.v1.AgentService.CheckpointBegin:output_type -> rover.v1.CheckpointBeginResponse
+	3,  // 29: rover.v1.AgentService.CheckpointReserve:output_type -> rover.v1.CheckpointReserveResponse
+	5,  // 30: rover.v1.AgentService.CheckpointCommit:output_type -> rover.v1.CheckpointCommitResponse
+	7,  // 31: rover.v1.AgentService.CheckpointWait:output_type -> rover.v1.CheckpointWaitResponse
+	9,  // 32: rover.v1.AgentService.CheckpointRestore:output_type -> rover.v1.CheckpointRestoreResponse
+	12, // 33: rover.v1.AgentService.CheckpointSnapshots:output_type -> rover.v1.CheckpointSnapshotsResponse
+	34, // 34: rover.v1.AgentService.ReportProgress:output_type -> rover.v1.ReportProgressResponse
+	16, // 35: rover.v1.AgentService.CheckpointStorage:output_type -> rover.v1.CheckpointStorageResponse
+	19, // [19:36] is the sub-list for method output_type
+	2,  // [2:19] is the sub-list for method input_type
 	2,  // [2:2] is the sub-list for extension type_name
 	2,  // [2:2] is the sub-list for extension extendee
 	0,  // [0:2] is the sub-list for field type_name
@@ -1133,13 +1253,14 @@ func file_api_rover_v1_agent_proto_init() {
 	file_api_rover_v1_shard_proto_init()
 	file_api_rover_v1_progress_proto_init()
 	file_api_rover_v1_agent_proto_msgTypes[12].OneofWrappers = []any{}
+	file_api_rover_v1_agent_proto_msgTypes[15].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_rover_v1_agent_proto_rawDesc), len(file_api_rover_v1_agent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   15,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -239,7 +239,10 @@ type CheckpointStorage struct {
 	// empty: the job persists no checkpoints.
 	Url string `protobuf:"bytes,1,opt,name=url,proto3" json:"url,omitempty"`
 	// Committed steps kept in storage (0: all).
-	Keep          int32 `protobuf:"varint,2,opt,name=keep,proto3" json:"keep,omitempty"`
+	Keep int32 `protobuf:"varint,2,opt,name=keep,proto3" json:"keep,omitempty"`
+	// keep is the launcher's default (no --checkpoint-keep was given): a
+	// worker's checkpointer may still declare the job's keep, once.
+	KeepDefault   bool `protobuf:"varint,3,opt,name=keep_default,json=keepDefault,proto3" json:"keep_default,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -288,6 +291,124 @@ func (x *CheckpointStorage) GetKeep() int32 {
 	return 0
 }
 
+func (x *CheckpointStorage) GetKeepDefault() bool {
+	if x != nil {
+		return x.KeepDefault
+	}
+	return false
+}
+
+type DeclareCheckpointRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The declaring agent's node.
+	NodeId string `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// The location the checkpointer names: an absolute directory or a
+	// file://, s3://, gs:// or azblob:// URL without query parameters or
+	// user information; empty: none (it may still declare keep).
+	Url string `protobuf:"bytes,2,opt,name=url,proto3" json:"url,omitempty"`
+	// The committed steps the checkpointer keeps (0: all); unset: it names
+	// none.
+	Keep          *int32 `protobuf:"varint,3,opt,name=keep,proto3,oneof" json:"keep,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeclareCheckpointRequest) Reset() {
+	*x = DeclareCheckpointRequest{}
+	mi := &file_api_rover_v1_master_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeclareCheckpointRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeclareCheckpointRequest) ProtoMessage() {}
+
+func (x *DeclareCheckpointRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_rover_v1_master_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeclareCheckpointRequest.ProtoReflect.Descriptor instead.
+func (*DeclareCheckpointRequest) Descriptor() ([]byte, []int) {
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *DeclareCheckpointRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *DeclareCheckpointRequest) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *DeclareCheckpointRequest) GetKeep() int32 {
+	if x != nil && x.Keep != nil {
+		return *x.Keep
+	}
+	return 0
+}
+
+type DeclareCheckpointResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The job's checkpoint storage, after the declaration.
+	Checkpoint    *CheckpointStorage `protobuf:"bytes,1,opt,name=checkpoint,proto3" json:"checkpoint,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeclareCheckpointResponse) Reset() {
+	*x = DeclareCheckpointResponse{}
+	mi := &file_api_rover_v1_master_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeclareCheckpointResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeclareCheckpointResponse) ProtoMessage() {}
+
+func (x *DeclareCheckpointResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_rover_v1_master_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeclareCheckpointResponse.ProtoReflect.Descriptor instead.
+func (*DeclareCheckpointResponse) Descriptor() ([]byte, []int) {
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *DeclareCheckpointResponse) GetCheckpoint() *CheckpointStorage {
+	if x != nil {
+		return x.Checkpoint
+	}
+	return nil
+}
+
 // RendezvousConfig is the rendezvous a node agent was started with.
 type RendezvousConfig struct {
 	state                  protoimpl.MessageState `protogen:"open.v1"`
@@ -315,7 +436,7 @@ type RendezvousConfig struct {
 
 func (x *RendezvousConfig) Reset() {
 	*x = RendezvousConfig{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[3]
+	mi := &file_api_rover_v1_master_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -327,7 +448,7 @@ func (x *RendezvousConfig) String() string {
 func (*RendezvousConfig) ProtoMessage() {}
 
 func (x *RendezvousConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[3]
+	mi := &file_api_rover_v1_master_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -340,7 +461,7 @@ func (x *RendezvousConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RendezvousConfig.ProtoReflect.Descriptor instead.
 func (*RendezvousConfig) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{3}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *RendezvousConfig) GetMinNodes() int32 {
@@ -452,7 +573,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[4]
+	mi := &file_api_rover_v1_master_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -464,7 +585,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[4]
+	mi := &file_api_rover_v1_master_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -477,7 +598,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{4}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *JoinRequest) GetNodeId() string {
@@ -554,7 +675,7 @@ type MemorySnapshot struct {
 
 func (x *MemorySnapshot) Reset() {
 	*x = MemorySnapshot{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[5]
+	mi := &file_api_rover_v1_master_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -566,7 +687,7 @@ func (x *MemorySnapshot) String() string {
 func (*MemorySnapshot) ProtoMessage() {}
 
 func (x *MemorySnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[5]
+	mi := &file_api_rover_v1_master_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -579,7 +700,7 @@ func (x *MemorySnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemorySnapshot.ProtoReflect.Descriptor instead.
 func (*MemorySnapshot) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{5}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *MemorySnapshot) GetLocalRank() int32 {
@@ -631,7 +752,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[6]
+	mi := &file_api_rover_v1_master_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -643,7 +764,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[6]
+	mi := &file_api_rover_v1_master_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -656,7 +777,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{6}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *JoinResponse) GetNodeRank() int32 {
@@ -701,7 +822,7 @@ type SessionRequest struct {
 
 func (x *SessionRequest) Reset() {
 	*x = SessionRequest{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[7]
+	mi := &file_api_rover_v1_master_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -713,7 +834,7 @@ func (x *SessionRequest) String() string {
 func (*SessionRequest) ProtoMessage() {}
 
 func (x *SessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[7]
+	mi := &file_api_rover_v1_master_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -726,7 +847,7 @@ func (x *SessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionRequest.ProtoReflect.Descriptor instead.
 func (*SessionRequest) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{7}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SessionRequest) GetMsg() isSessionRequest_Msg {
@@ -783,7 +904,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[8]
+	mi := &file_api_rover_v1_master_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -795,7 +916,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[8]
+	mi := &file_api_rover_v1_master_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -808,7 +929,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{8}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Heartbeat) GetProgress() *NodeProgress {
@@ -831,7 +952,7 @@ type SessionResponse struct {
 
 func (x *SessionResponse) Reset() {
 	*x = SessionResponse{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[9]
+	mi := &file_api_rover_v1_master_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -843,7 +964,7 @@ func (x *SessionResponse) String() string {
 func (*SessionResponse) ProtoMessage() {}
 
 func (x *SessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[9]
+	mi := &file_api_rover_v1_master_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -856,7 +977,7 @@ func (x *SessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionResponse.ProtoReflect.Descriptor instead.
 func (*SessionResponse) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{9}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *SessionResponse) GetJoined() *JoinResponse {
@@ -900,7 +1021,7 @@ type NodeView struct {
 
 func (x *NodeView) Reset() {
 	*x = NodeView{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[10]
+	mi := &file_api_rover_v1_master_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -912,7 +1033,7 @@ func (x *NodeView) String() string {
 func (*NodeView) ProtoMessage() {}
 
 func (x *NodeView) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[10]
+	mi := &file_api_rover_v1_master_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -925,7 +1046,7 @@ func (x *NodeView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeView.ProtoReflect.Descriptor instead.
 func (*NodeView) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{10}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *NodeView) GetVersion() uint64 {
@@ -1032,7 +1153,7 @@ type Assignment struct {
 
 func (x *Assignment) Reset() {
 	*x = Assignment{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[11]
+	mi := &file_api_rover_v1_master_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1044,7 +1165,7 @@ func (x *Assignment) String() string {
 func (*Assignment) ProtoMessage() {}
 
 func (x *Assignment) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[11]
+	mi := &file_api_rover_v1_master_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1057,7 +1178,7 @@ func (x *Assignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Assignment.ProtoReflect.Descriptor instead.
 func (*Assignment) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{11}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Assignment) GetRound() int64 {
@@ -1146,7 +1267,7 @@ type WorkerFailure struct {
 
 func (x *WorkerFailure) Reset() {
 	*x = WorkerFailure{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[12]
+	mi := &file_api_rover_v1_master_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1158,7 +1279,7 @@ func (x *WorkerFailure) String() string {
 func (*WorkerFailure) ProtoMessage() {}
 
 func (x *WorkerFailure) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[12]
+	mi := &file_api_rover_v1_master_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1171,7 +1292,7 @@ func (x *WorkerFailure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerFailure.ProtoReflect.Descriptor instead.
 func (*WorkerFailure) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{12}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *WorkerFailure) GetNodeId() string {
@@ -1304,7 +1425,7 @@ type ReportFailureRequest struct {
 
 func (x *ReportFailureRequest) Reset() {
 	*x = ReportFailureRequest{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[13]
+	mi := &file_api_rover_v1_master_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1316,7 +1437,7 @@ func (x *ReportFailureRequest) String() string {
 func (*ReportFailureRequest) ProtoMessage() {}
 
 func (x *ReportFailureRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[13]
+	mi := &file_api_rover_v1_master_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1329,7 +1450,7 @@ func (x *ReportFailureRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportFailureRequest.ProtoReflect.Descriptor instead.
 func (*ReportFailureRequest) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{13}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ReportFailureRequest) GetNodeId() string {
@@ -1361,7 +1482,7 @@ type ReportFailureResponse struct {
 
 func (x *ReportFailureResponse) Reset() {
 	*x = ReportFailureResponse{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[14]
+	mi := &file_api_rover_v1_master_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1373,7 +1494,7 @@ func (x *ReportFailureResponse) String() string {
 func (*ReportFailureResponse) ProtoMessage() {}
 
 func (x *ReportFailureResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[14]
+	mi := &file_api_rover_v1_master_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1386,7 +1507,7 @@ func (x *ReportFailureResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportFailureResponse.ProtoReflect.Descriptor instead.
 func (*ReportFailureResponse) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{14}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{16}
 }
 
 type ReportSuccessRequest struct {
@@ -1399,7 +1520,7 @@ type ReportSuccessRequest struct {
 
 func (x *ReportSuccessRequest) Reset() {
 	*x = ReportSuccessRequest{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[15]
+	mi := &file_api_rover_v1_master_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1411,7 +1532,7 @@ func (x *ReportSuccessRequest) String() string {
 func (*ReportSuccessRequest) ProtoMessage() {}
 
 func (x *ReportSuccessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[15]
+	mi := &file_api_rover_v1_master_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1424,7 +1545,7 @@ func (x *ReportSuccessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportSuccessRequest.ProtoReflect.Descriptor instead.
 func (*ReportSuccessRequest) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{15}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ReportSuccessRequest) GetNodeId() string {
@@ -1449,7 +1570,7 @@ type ReportSuccessResponse struct {
 
 func (x *ReportSuccessResponse) Reset() {
 	*x = ReportSuccessResponse{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[16]
+	mi := &file_api_rover_v1_master_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1461,7 +1582,7 @@ func (x *ReportSuccessResponse) String() string {
 func (*ReportSuccessResponse) ProtoMessage() {}
 
 func (x *ReportSuccessResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[16]
+	mi := &file_api_rover_v1_master_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1474,7 +1595,7 @@ func (x *ReportSuccessResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportSuccessResponse.ProtoReflect.Descriptor instead.
 func (*ReportSuccessResponse) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{16}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{18}
 }
 
 type LeaveRequest struct {
@@ -1487,7 +1608,7 @@ type LeaveRequest struct {
 
 func (x *LeaveRequest) Reset() {
 	*x = LeaveRequest{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[17]
+	mi := &file_api_rover_v1_master_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1499,7 +1620,7 @@ func (x *LeaveRequest) String() string {
 func (*LeaveRequest) ProtoMessage() {}
 
 func (x *LeaveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[17]
+	mi := &file_api_rover_v1_master_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1512,7 +1633,7 @@ func (x *LeaveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveRequest.ProtoReflect.Descriptor instead.
 func (*LeaveRequest) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{17}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *LeaveRequest) GetNodeId() string {
@@ -1537,7 +1658,7 @@ type LeaveResponse struct {
 
 func (x *LeaveResponse) Reset() {
 	*x = LeaveResponse{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[18]
+	mi := &file_api_rover_v1_master_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1549,7 +1670,7 @@ func (x *LeaveResponse) String() string {
 func (*LeaveResponse) ProtoMessage() {}
 
 func (x *LeaveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[18]
+	mi := &file_api_rover_v1_master_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1562,7 +1683,7 @@ func (x *LeaveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveResponse.ProtoReflect.Descriptor instead.
 func (*LeaveResponse) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{18}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{20}
 }
 
 type SetKeyRequest struct {
@@ -1575,7 +1696,7 @@ type SetKeyRequest struct {
 
 func (x *SetKeyRequest) Reset() {
 	*x = SetKeyRequest{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[19]
+	mi := &file_api_rover_v1_master_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1587,7 +1708,7 @@ func (x *SetKeyRequest) String() string {
 func (*SetKeyRequest) ProtoMessage() {}
 
 func (x *SetKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[19]
+	mi := &file_api_rover_v1_master_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1600,7 +1721,7 @@ func (x *SetKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetKeyRequest.ProtoReflect.Descriptor instead.
 func (*SetKeyRequest) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{19}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *SetKeyRequest) GetKey() string {
@@ -1625,7 +1746,7 @@ type SetKeyResponse struct {
 
 func (x *SetKeyResponse) Reset() {
 	*x = SetKeyResponse{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[20]
+	mi := &file_api_rover_v1_master_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1637,7 +1758,7 @@ func (x *SetKeyResponse) String() string {
 func (*SetKeyResponse) ProtoMessage() {}
 
 func (x *SetKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[20]
+	mi := &file_api_rover_v1_master_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1650,7 +1771,7 @@ func (x *SetKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetKeyResponse.ProtoReflect.Descriptor instead.
 func (*SetKeyResponse) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{20}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{22}
 }
 
 type GetKeyRequest struct {
@@ -1663,7 +1784,7 @@ type GetKeyRequest struct {
 
 func (x *GetKeyRequest) Reset() {
 	*x = GetKeyRequest{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[21]
+	mi := &file_api_rover_v1_master_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1675,7 +1796,7 @@ func (x *GetKeyRequest) String() string {
 func (*GetKeyRequest) ProtoMessage() {}
 
 func (x *GetKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[21]
+	mi := &file_api_rover_v1_master_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1688,7 +1809,7 @@ func (x *GetKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetKeyRequest.ProtoReflect.Descriptor instead.
 func (*GetKeyRequest) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{21}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *GetKeyRequest) GetKey() string {
@@ -1715,7 +1836,7 @@ type GetKeyResponse struct {
 
 func (x *GetKeyResponse) Reset() {
 	*x = GetKeyResponse{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[22]
+	mi := &file_api_rover_v1_master_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1727,7 +1848,7 @@ func (x *GetKeyResponse) String() string {
 func (*GetKeyResponse) ProtoMessage() {}
 
 func (x *GetKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[22]
+	mi := &file_api_rover_v1_master_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1740,7 +1861,7 @@ func (x *GetKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetKeyResponse.ProtoReflect.Descriptor instead.
 func (*GetKeyResponse) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{22}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *GetKeyResponse) GetFound() bool {
@@ -1765,7 +1886,7 @@ type GetJobRequest struct {
 
 func (x *GetJobRequest) Reset() {
 	*x = GetJobRequest{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[23]
+	mi := &file_api_rover_v1_master_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1777,7 +1898,7 @@ func (x *GetJobRequest) String() string {
 func (*GetJobRequest) ProtoMessage() {}
 
 func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[23]
+	mi := &file_api_rover_v1_master_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1790,7 +1911,7 @@ func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobRequest.ProtoReflect.Descriptor instead.
 func (*GetJobRequest) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{23}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{25}
 }
 
 // NodeStatus is one row of the job's node table.
@@ -1813,7 +1934,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[24]
+	mi := &file_api_rover_v1_master_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1825,7 +1946,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[24]
+	mi := &file_api_rover_v1_master_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1838,7 +1959,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{24}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *NodeStatus) GetNodeId() string {
@@ -1923,7 +2044,7 @@ type ManagedNode struct {
 
 func (x *ManagedNode) Reset() {
 	*x = ManagedNode{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[25]
+	mi := &file_api_rover_v1_master_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1935,7 +2056,7 @@ func (x *ManagedNode) String() string {
 func (*ManagedNode) ProtoMessage() {}
 
 func (x *ManagedNode) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[25]
+	mi := &file_api_rover_v1_master_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1948,7 +2069,7 @@ func (x *ManagedNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ManagedNode.ProtoReflect.Descriptor instead.
 func (*ManagedNode) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{25}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ManagedNode) GetGroup() string {
@@ -2060,7 +2181,7 @@ type GetJobResponse struct {
 
 func (x *GetJobResponse) Reset() {
 	*x = GetJobResponse{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[26]
+	mi := &file_api_rover_v1_master_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2072,7 +2193,7 @@ func (x *GetJobResponse) String() string {
 func (*GetJobResponse) ProtoMessage() {}
 
 func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[26]
+	mi := &file_api_rover_v1_master_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2085,7 +2206,7 @@ func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobResponse.ProtoReflect.Descriptor instead.
 func (*GetJobResponse) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{26}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *GetJobResponse) GetRunId() string {
@@ -2225,10 +2346,20 @@ const file_api_rover_v1_master_proto_rawDesc = "" +
 	"world_sizeR\x04pathR\x04keep\"d\n" +
 	"\x19CheckpointDurableResponse\x12\x1c\n" +
 	"\tcommitted\x18\x01 \x01(\bR\tcommitted\x12)\n" +
-	"\x10latest_committed\x18\x02 \x01(\x03R\x0flatestCommitted\"9\n" +
+	"\x10latest_committed\x18\x02 \x01(\x03R\x0flatestCommitted\"\\\n" +
 	"\x11CheckpointStorage\x12\x10\n" +
 	"\x03url\x18\x01 \x01(\tR\x03url\x12\x12\n" +
-	"\x04keep\x18\x02 \x01(\x05R\x04keep\"\xa6\x04\n" +
+	"\x04keep\x18\x02 \x01(\x05R\x04keep\x12!\n" +
+	"\fkeep_default\x18\x03 \x01(\bR\vkeepDefault\"g\n" +
+	"\x18DeclareCheckpointRequest\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x10\n" +
+	"\x03url\x18\x02 \x01(\tR\x03url\x12\x17\n" +
+	"\x04keep\x18\x03 \x01(\x05H\x00R\x04keep\x88\x01\x01B\a\n" +
+	"\x05_keep\"X\n" +
+	"\x19DeclareCheckpointResponse\x12;\n" +
+	"\n" +
+	"checkpoint\x18\x01 \x01(\v2\x1b.rover.v1.CheckpointStorageR\n" +
+	"checkpoint\"\xa6\x04\n" +
 	"\x10RendezvousConfig\x12\x1b\n" +
 	"\tmin_nodes\x18\x01 \x01(\x05R\bminNodes\x12\x1b\n" +
 	"\tmax_nodes\x18\x02 \x01(\x05R\bmaxNodes\x12\x1b\n" +
@@ -2417,7 +2548,7 @@ const file_api_rover_v1_master_proto_rawDesc = "" +
 	"\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11JOB_STATE_RUNNING\x10\x01\x12\x17\n" +
 	"\x13JOB_STATE_SUCCEEDED\x10\x02\x12\x14\n" +
-	"\x10JOB_STATE_FAILED\x10\x032\xda\v\n" +
+	"\x10JOB_STATE_FAILED\x10\x032\xba\f\n" +
 	"\rMasterService\x12D\n" +
 	"\aSession\x12\x18.rover.v1.SessionRequest\x1a\x19.rover.v1.SessionResponse\"\x00(\x010\x01\x127\n" +
 	"\x04Join\x12\x15.rover.v1.JoinRequest\x1a\x16.rover.v1.JoinResponse\"\x00\x12R\n" +
@@ -2437,7 +2568,8 @@ const file_api_rover_v1_master_proto_rawDesc = "" +
 	"\x0eRestoreDataset\x12\x1f.rover.v1.RestoreDatasetRequest\x1a .rover.v1.RestoreDatasetResponse\"\x00\x12L\n" +
 	"\vBatchShards\x12\x1c.rover.v1.BatchShardsRequest\x1a\x1d.rover.v1.BatchShardsResponse\"\x00\x12^\n" +
 	"\x11CheckpointDurable\x12\".rover.v1.CheckpointDurableRequest\x1a#.rover.v1.CheckpointDurableResponse\"\x00\x12X\n" +
-	"\x0fReportNodeCheck\x12 .rover.v1.ReportNodeCheckRequest\x1a!.rover.v1.ReportNodeCheckResponse\"\x00B/Z-github.com/roverml/rover/api/rover/v1;roverv1b\x06proto3"
+	"\x0fReportNodeCheck\x12 .rover.v1.ReportNodeCheckRequest\x1a!.rover.v1.ReportNodeCheckResponse\"\x00\x12^\n" +
+	"\x11DeclareCheckpoint\x12\".rover.v1.DeclareCheckpointRequest\x1a#.rover.v1.DeclareCheckpointResponse\"\x00B/Z-github.com/roverml/rover/api/rover/v1;roverv1b\x06proto3"
 
 var (
 	file_api_rover_v1_master_proto_rawDescOnce sync.Once
@@ -2452,130 +2584,135 @@ func file_api_rover_v1_master_proto_rawDescGZIP() []byte {
 }
 
 var file_api_rover_v1_master_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_api_rover_v1_master_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_api_rover_v1_master_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_api_rover_v1_master_proto_goTypes = []any{
 	(JobState)(0),                     // 0: rover.v1.JobState
 	(*CheckpointDurableRequest)(nil),  // 1: rover.v1.CheckpointDurableRequest
 	(*CheckpointDurableResponse)(nil), // 2: rover.v1.CheckpointDurableResponse
 	(*CheckpointStorage)(nil),         // 3: rover.v1.CheckpointStorage
-	(*RendezvousConfig)(nil),          // 4: rover.v1.RendezvousConfig
-	(*JoinRequest)(nil),               // 5: rover.v1.JoinRequest
-	(*MemorySnapshot)(nil),            // 6: rover.v1.MemorySnapshot
-	(*JoinResponse)(nil),              // 7: rover.v1.JoinResponse
-	(*SessionRequest)(nil),            // 8: rover.v1.SessionRequest
-	(*Heartbeat)(nil),                 // 9: rover.v1.Heartbeat
-	(*SessionResponse)(nil),           // 10: rover.v1.SessionResponse
-	(*NodeView)(nil),                  // 11: rover.v1.NodeView
-	(*Assignment)(nil),                // 12: rover.v1.Assignment
-	(*WorkerFailure)(nil),             // 13: rover.v1.WorkerFailure
-	(*ReportFailureRequest)(nil),      // 14: rover.v1.ReportFailureRequest
-	(*ReportFailureResponse)(nil),     // 15: rover.v1.ReportFailureResponse
-	(*ReportSuccessRequest)(nil),      // 16: rover.v1.ReportSuccessRequest
-	(*ReportSuccessResponse)(nil),     // 17: rover.v1.ReportSuccessResponse
-	(*LeaveRequest)(nil),              // 18: rover.v1.LeaveRequest
-	(*LeaveResponse)(nil),             // 19: rover.v1.LeaveResponse
-	(*SetKeyRequest)(nil),             // 20: rover.v1.SetKeyRequest
-	(*SetKeyResponse)(nil),            // 21: rover.v1.SetKeyResponse
-	(*GetKeyRequest)(nil),             // 22: rover.v1.GetKeyRequest
-	(*GetKeyResponse)(nil),            // 23: rover.v1.GetKeyResponse
-	(*GetJobRequest)(nil),             // 24: rover.v1.GetJobRequest
-	(*NodeStatus)(nil),                // 25: rover.v1.NodeStatus
-	(*ManagedNode)(nil),               // 26: rover.v1.ManagedNode
-	(*GetJobResponse)(nil),            // 27: rover.v1.GetJobResponse
-	(*NodeCheckConfig)(nil),           // 28: rover.v1.NodeCheckConfig
-	(*NodeProgress)(nil),              // 29: rover.v1.NodeProgress
-	(*NodeCheckView)(nil),             // 30: rover.v1.NodeCheckView
-	(*HangNotice)(nil),                // 31: rover.v1.HangNotice
-	(*NodeCheckStatus)(nil),           // 32: rover.v1.NodeCheckStatus
-	(*JobProgress)(nil),               // 33: rover.v1.JobProgress
-	(*RegisterDatasetRequest)(nil),    // 34: rover.v1.RegisterDatasetRequest
-	(*LeaseShardsRequest)(nil),        // 35: rover.v1.LeaseShardsRequest
-	(*CompleteShardsRequest)(nil),     // 36: rover.v1.CompleteShardsRequest
-	(*GetPositionRequest)(nil),        // 37: rover.v1.GetPositionRequest
-	(*AdvancePositionRequest)(nil),    // 38: rover.v1.AdvancePositionRequest
-	(*AppendStreamRequest)(nil),       // 39: rover.v1.AppendStreamRequest
-	(*DatasetStateRequest)(nil),       // 40: rover.v1.DatasetStateRequest
-	(*RestoreDatasetRequest)(nil),     // 41: rover.v1.RestoreDatasetRequest
-	(*BatchShardsRequest)(nil),        // 42: rover.v1.BatchShardsRequest
-	(*ReportNodeCheckRequest)(nil),    // 43: rover.v1.ReportNodeCheckRequest
-	(*RegisterDatasetResponse)(nil),   // 44: rover.v1.RegisterDatasetResponse
-	(*LeaseShardsResponse)(nil),       // 45: rover.v1.LeaseShardsResponse
-	(*CompleteShardsResponse)(nil),    // 46: rover.v1.CompleteShardsResponse
-	(*GetPositionResponse)(nil),       // 47: rover.v1.GetPositionResponse
-	(*AdvancePositionResponse)(nil),   // 48: rover.v1.AdvancePositionResponse
-	(*AppendStreamResponse)(nil),      // 49: rover.v1.AppendStreamResponse
-	(*DatasetStateResponse)(nil),      // 50: rover.v1.DatasetStateResponse
-	(*RestoreDatasetResponse)(nil),    // 51: rover.v1.RestoreDatasetResponse
-	(*BatchShardsResponse)(nil),       // 52: rover.v1.BatchShardsResponse
-	(*ReportNodeCheckResponse)(nil),   // 53: rover.v1.ReportNodeCheckResponse
+	(*DeclareCheckpointRequest)(nil),  // 4: rover.v1.DeclareCheckpointRequest
+	(*DeclareCheckpointResponse)(nil), // 5: rover.v1.DeclareCheckpointResponse
+	(*RendezvousConfig)(nil),          // 6: rover.v1.RendezvousConfig
+	(*JoinRequest)(nil),               // 7: rover.v1.JoinRequest
+	(*MemorySnapshot)(nil),            // 8: rover.v1.MemorySnapshot
+	(*JoinResponse)(nil),              // 9: rover.v1.JoinResponse
+	(*SessionRequest)(nil),            // 10: rover.v1.SessionRequest
+	(*Heartbeat)(nil),                 // 11: rover.v1.Heartbeat
+	(*SessionResponse)(nil),           // 12: rover.v1.SessionResponse
+	(*NodeView)(nil),                  // 13: rover.v1.NodeView
+	(*Assignment)(nil),                // 14: rover.v1.Assignment
+	(*WorkerFailure)(nil),             // 15: rover.v1.WorkerFailure
+	(*ReportFailureRequest)(nil),      // 16: rover.v1.ReportFailureRequest
+	(*ReportFailureResponse)(nil),     // 17: rover.v1.ReportFailureResponse
+	(*ReportSuccessRequest)(nil),      // 18: rover.v1.ReportSuccessRequest
+	(*ReportSuccessResponse)(nil),     // 19: rover.v1.ReportSuccessResponse
+	(*LeaveRequest)(nil),              // 20: rover.v1.LeaveRequest
+	(*LeaveResponse)(nil),             // 21: rover.v1.LeaveResponse
+	(*SetKeyRequest)(nil),             // 22: rover.v1.SetKeyRequest
+	(*SetKeyResponse)(nil),            // 23: rover.v1.SetKeyResponse
+	(*GetKeyRequest)(nil),             // 24: rover.v1.GetKeyRequest
+	(*GetKeyResponse)(nil),            // 25: rover.v1.GetKeyResponse
+	(*GetJobRequest)(nil),             // 26: rover.v1.GetJobRequest
+	(*NodeStatus)(nil),                // 27: rover.v1.NodeStatus
+	(*ManagedNode)(nil),               // 28: rover.v1.ManagedNode
+	(*GetJobResponse)(nil),            // 29: rover.v1.GetJobResponse
+	(*NodeCheckConfig)(nil),           // 30: rover.v1.NodeCheckConfig
+	(*NodeProgress)(nil),              // 31: rover.v1.NodeProgress
+	(*NodeCheckView)(nil),             // 32: rover.v1.NodeCheckView
+	(*HangNotice)(nil),                // 33: rover.v1.HangNotice
+	(*NodeCheckStatus)(nil),           // 34: rover.v1.NodeCheckStatus
+	(*JobProgress)(nil),               // 35: rover.v1.JobProgress
+	(*RegisterDatasetRequest)(nil),    // 36: rover.v1.RegisterDatasetRequest
+	(*LeaseShardsRequest)(nil),        // 37: rover.v1.LeaseShardsRequest
+	(*CompleteShardsRequest)(nil),     // 38: rover.v1.CompleteShardsRequest
+	(*GetPositionRequest)(nil),        // 39: rover.v1.GetPositionRequest
+	(*AdvancePositionRequest)(nil),    // 40: rover.v1.AdvancePositionRequest
+	(*AppendStreamRequest)(nil),       // 41: rover.v1.AppendStreamRequest
+	(*DatasetStateRequest)(nil),       // 42: rover.v1.DatasetStateRequest
+	(*RestoreDatasetRequest)(nil),     // 43: rover.v1.RestoreDatasetRequest
+	(*BatchShardsRequest)(nil),        // 44: rover.v1.BatchShardsRequest
+	(*ReportNodeCheckRequest)(nil),    // 45: rover.v1.ReportNodeCheckRequest
+	(*RegisterDatasetResponse)(nil),   // 46: rover.v1.RegisterDatasetResponse
+	(*LeaseShardsResponse)(nil),       // 47: rover.v1.LeaseShardsResponse
+	(*CompleteShardsResponse)(nil),    // 48: rover.v1.CompleteShardsResponse
+	(*GetPositionResponse)(nil),       // 49: rover.v1.GetPositionResponse
+	(*AdvancePositionResponse)(nil),   // 50: rover.v1.AdvancePositionResponse
+	(*AppendStreamResponse)(nil),      // 51: rover.v1.AppendStreamResponse
+	(*DatasetStateResponse)(nil),      // 52: rover.v1.DatasetStateResponse
+	(*RestoreDatasetResponse)(nil),    // 53: rover.v1.RestoreDatasetResponse
+	(*BatchShardsResponse)(nil),       // 54: rover.v1.BatchShardsResponse
+	(*ReportNodeCheckResponse)(nil),   // 55: rover.v1.ReportNodeCheckResponse
 }
 var file_api_rover_v1_master_proto_depIdxs = []int32{
-	3,  // 0: rover.v1.RendezvousConfig.checkpoint:type_name -> rover.v1.CheckpointStorage
-	28, // 1: rover.v1.RendezvousConfig.node_check:type_name -> rover.v1.NodeCheckConfig
-	4,  // 2: rover.v1.JoinRequest.rendezvous:type_name -> rover.v1.RendezvousConfig
-	6,  // 3: rover.v1.JoinRequest.snapshots:type_name -> rover.v1.MemorySnapshot
-	3,  // 4: rover.v1.JoinResponse.checkpoint:type_name -> rover.v1.CheckpointStorage
-	5,  // 5: rover.v1.SessionRequest.join:type_name -> rover.v1.JoinRequest
-	9,  // 6: rover.v1.SessionRequest.heartbeat:type_name -> rover.v1.Heartbeat
-	29, // 7: rover.v1.Heartbeat.progress:type_name -> rover.v1.NodeProgress
-	7,  // 8: rover.v1.SessionResponse.joined:type_name -> rover.v1.JoinResponse
-	11, // 9: rover.v1.SessionResponse.view:type_name -> rover.v1.NodeView
-	0,  // 10: rover.v1.NodeView.job_state:type_name -> rover.v1.JobState
-	12, // 11: rover.v1.NodeView.assignment:type_name -> rover.v1.Assignment
-	13, // 12: rover.v1.NodeView.failures:type_name -> rover.v1.WorkerFailure
-	30, // 13: rover.v1.NodeView.node_check:type_name -> rover.v1.NodeCheckView
-	31, // 14: rover.v1.NodeView.hang:type_name -> rover.v1.HangNotice
-	13, // 15: rover.v1.ReportFailureRequest.failures:type_name -> rover.v1.WorkerFailure
-	0,  // 16: rover.v1.GetJobResponse.job_state:type_name -> rover.v1.JobState
-	25, // 17: rover.v1.GetJobResponse.nodes:type_name -> rover.v1.NodeStatus
-	13, // 18: rover.v1.GetJobResponse.failures:type_name -> rover.v1.WorkerFailure
-	4,  // 19: rover.v1.GetJobResponse.rendezvous:type_name -> rover.v1.RendezvousConfig
-	26, // 20: rover.v1.GetJobResponse.managed_nodes:type_name -> rover.v1.ManagedNode
-	32, // 21: rover.v1.GetJobResponse.node_check:type_name -> rover.v1.NodeCheckStatus
-	33, // 22: rover.v1.GetJobResponse.progress:type_name -> rover.v1.JobProgress
-	8,  // 23: rover.v1.MasterService.Session:input_type -> rover.v1.SessionRequest
-	5,  // 24: rover.v1.MasterService.Join:input_type -> rover.v1.JoinRequest
-	14, // 25: rover.v1.MasterService.ReportFailure:input_type -> rover.v1.ReportFailureRequest
-	16, // 26: rover.v1.MasterService.ReportSuccess:input_type -> rover.v1.ReportSuccessRequest
-	18, // 27: rover.v1.MasterService.Leave:input_type -> rover.v1.LeaveRequest
-	20, // 28: rover.v1.MasterService.SetKey:input_type -> rover.v1.SetKeyRequest
-	22, // 29: rover.v1.MasterService.GetKey:input_type -> rover.v1.GetKeyRequest
-	24, // 30: rover.v1.MasterService.GetJob:input_type -> rover.v1.GetJobRequest
-	34, // 31: rover.v1.MasterService.RegisterDataset:input_type -> rover.v1.RegisterDatasetRequest
-	35, // 32: rover.v1.MasterService.LeaseShards:input_type -> rover.v1.LeaseShardsRequest
-	36, // 33: rover.v1.MasterService.CompleteShards:input_type -> rover.v1.CompleteShardsRequest
-	37, // 34: rover.v1.MasterService.GetPosition:input_type -> rover.v1.GetPositionRequest
-	38, // 35: rover.v1.MasterService.AdvancePosition:input_type -> rover.v1.AdvancePositionRequest
-	39, // 36: rover.v1.MasterService.AppendStream:input_type -> rover.v1.AppendStreamRequest
-	40, // 37: rover.v1.MasterService.GetDatasetState:input_type -> rover.v1.DatasetStateRequest
-	41, // 38: rover.v1.MasterService.RestoreDataset:input_type -> rover.v1.RestoreDatasetRequest
-	42, // 39: rover.v1.MasterService.BatchShards:input_type -> rover.v1.BatchShardsRequest
-	1,  // 40: rover.v1.MasterService.CheckpointDurable:input_type -> rover.v1.CheckpointDurableRequest
-	43, // 41: rover.v1.MasterService.ReportNodeCheck:input_type -> rover.v1.ReportNodeCheckRequest
-	10, // 42: rover.v1.MasterService.Session:output_type -> rover.v1.SessionResponse
-	7,  // 43: rover.v1.MasterService.Join:output_type -> rover.v1.JoinResponse
-	15, // 44: rover.v1.MasterService.ReportFailure:output_type -> rover.v1.ReportFailureResponse
-	17, // 45: rover.v1.MasterService.ReportSuccess:output_type -> rover.v1.ReportSuccessResponse
-	19, // 46: rover.v1.MasterService.Leave:output_type -> rover.v1.LeaveResponse
-	21, // 47: rover.v1.MasterService.SetKey:output_type -> rover.v1.SetKeyResponse
-	23, // 48: rover.v1.MasterService.GetKey:output_type -> rover.v1.GetKeyResponse
-	27, // 49: rover.v1.MasterService.GetJob:output_type -> rover.v1.GetJobResponse
-	44, // 50: rover.v1.MasterService.RegisterDataset:output_type -> rover.v1.RegisterDatasetResponse
-	45, // 51: rover.v1.MasterService.LeaseShards:output_type -> rover.v1.LeaseShardsResponse
-	46, // 52: rover.v1.MasterService.CompleteShards:output_type -> rover.v1.CompleteShardsResponse
-	47, // 53: rover.v1.MasterService.GetPosition:output_type -> rover.v1.GetPositionResponse
-	48, // 54: rover.v1.MasterService.AdvancePosition:output_type -> rover.v1.AdvancePositionResponse
-	49, // 55: rover.v1.MasterService.AppendStream:output_type -> rover.v1.AppendStreamResponse
-	50, // 56: rover.v1.MasterService.GetDatasetState:output_type -> rover.v1.DatasetStateResponse
-	51, // 57: rover.v1.MasterService.RestoreDataset:output_type -> rover.v1.RestoreDatasetResponse
-	52, // 58: rover.v1.MasterService.BatchShards:output_type -> rover.v1.BatchShardsResponse
-	2,  // 59: rover.v1.MasterService.CheckpointDurable:output_type -> rover.v1.CheckpointDurableResponse
-	53, // 60: rover.v1.MasterService.ReportNodeCheck:output_type -> rover.v1.ReportNodeCheckResponse
-	42, // [42:61] is the sub-list for method output_type
-	23, // [23:42] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	3,  // 0: rover.v1.DeclareCheckpointResponse.checkpoint:type_name -> rover.v1.CheckpointStorage
+	3,  // 1: rover.v1.RendezvousConfig.checkpoint:type_name -> rover.v1.CheckpointStorage
+	30, // 2: rover.v1.RendezvousConfig.node_check:type_name -> rover.v1.NodeCheckConfig
+	6,  // 3: rover.v1.JoinRequest.rendezvous:type_name -> rover.v1.RendezvousConfig
+	8,  // 4: rover.v1.JoinRequest.snapshots:type_name -> rover.v1.MemorySnapshot
+	3,  // 5: rover.v1.JoinResponse.checkpoint:type_name -> rover.v1.CheckpointStorage
+	7,  // 6: rover.v1.SessionRequest.join:type_name -> rover.v1.JoinRequest
+	11, // 7: rover.v1.SessionRequest.heartbeat:type_name -> rover.v1.Heartbeat
+	31, // 8: rover.v1.Heartbeat.progress:type_name -> rover.v1.NodeProgress
+	9,  // 9: rover.v1.SessionResponse.joined:type_name -> rover.v1.JoinResponse
+	13, // 10: rover.v1.SessionResponse.view:type_name -> rover.v1.NodeView
+	0,  // 11: rover.v1.NodeView.job_state:type_name -> rover.v1.JobState
+	14, // 12: rover.v1.NodeView.assignment:type_name -> rover.v1.Assignment
+	15, // 13: rover.v1.NodeView.failures:type_name -> rover.v1.WorkerFailure
+	32, // 14: rover.v1.NodeView.node_check:type_name -> rover.v1.NodeCheckView
+	33, // 15: rover.v1.NodeView.hang:type_name -> rover.v1.HangNotice
+	15, // 16: rover.v1.ReportFailureRequest.failures:type_name -> rover.v1.WorkerFailure
+	0,  // 17: rover.v1.GetJobResponse.job_state:type_name -> rover.v1.JobState
+	27, // 18: rover.v1.GetJobResponse.nodes:type_name -> rover.v1.NodeStatus
+	15, // 19: rover.v1.GetJobResponse.failures:type_name -> rover.v1.WorkerFailure
+	6,  // 20: rover.v1.GetJobResponse.rendezvous:type_name -> rover.v1.RendezvousConfig
+	28, // 21: rover.v1.GetJobResponse.managed_nodes:type_name -> rover.v1.ManagedNode
+	34, // 22: rover.v1.GetJobResponse.node_check:type_name -> rover.v1.NodeCheckStatus
+	35, // 23: rover.v1.GetJobResponse.progress:type_name -> rover.v1.JobProgress
+	10, // 24: rover.v1.MasterService.Session:input_type -> rover.v1.SessionRequest
+	7,  // 25: rover.v1.MasterService.Join:input_type -> rover.v1.JoinRequest
+	16, // 26: rover.v1.MasterService.ReportFailure:input_type -> rover.v1.ReportFailureRequest
+	18, // 27: rover.v1.MasterService.ReportSuccess:input_type -> rover.v1.ReportSuccessRequest
+	20, // 28: rover.v1.MasterService.Leave:input_type -> rover.v1.LeaveRequest
+	22, // 29: rover.v1.MasterService.SetKey:input_type -> rover.v1.SetKeyRequest
+	24, // 30: rover.v1.MasterService.GetKey:input_type -> rover.v1.GetKeyRequest
+	26, // 31: rover.v1.MasterService.GetJob:input_type -> rover.v1.GetJobRequest
+	36, // 32: rover.v1.MasterService.RegisterDataset:input_type -> rover.v1.RegisterDatasetRequest
+	37, // 33: rover.v1.MasterService.LeaseShards:input_type -> rover.v1.LeaseShardsRequest
+	38, // 34: rover.v1.MasterService.CompleteShards:input_type -> rover.v1.CompleteShardsRequest
+	39, // 35: rover.v1.MasterService.GetPosition:input_type -> rover.v1.GetPositionRequest
+	40, // 36: rover.v1.MasterService.AdvancePosition:input_type -> rover.v1.AdvancePositionRequest
+	41, // 37: rover.v1.MasterService.AppendStream:input_type -> rover.v1.AppendStreamRequest
+	42, // 38: rover.v1.MasterService.GetDatasetState:input_type -> rover.v1.DatasetStateRequest
+	43, // 39: rover.v1.MasterService.RestoreDataset:input_type -> rover.v1.RestoreDatasetRequest
+	44, // 40: rover.v1.MasterService.BatchShards:input_type -> rover.v1.BatchShardsRequest
+	1,  // 41: rover.v1.MasterService.CheckpointDurable:input_type -> rover.v1.CheckpointDurableRequest
+	45, // 42: rover.v1.MasterService.ReportNodeCheck:input_type -> rover.v1.ReportNodeCheckRequest
+	4,  // 43: rover.v1.MasterService.DeclareCheckpoint:input_type -> rover.v1.DeclareCheckpointRequest
+	12, // 44: rover.v1.MasterService.Session:output_type -> rover.v1.SessionResponse
+	9,  // 45: rover.v1.MasterService.Join:output_type -> rover.v1.JoinResponse
+	17, // 46: rover.v1.MasterService.ReportFailure:output_type -> rover.v1.ReportFailureResponse
+	19, // 47: rover.v1.MasterService.ReportSuccess:output_type -> rover.v1.ReportSuccessResponse
+	21, // 48: rover.v1.MasterService.Leave:output_type -> rover.v1.LeaveResponse
+	23, // 49: rover.v1.MasterService.SetKey:output_type -> rover.v1.SetKeyResponse
+	25, // 50: rover.v1.MasterService.GetKey:output_type -> rover.v1.GetKeyResponse
+	29, // 51: rover.v1.MasterService.GetJob:output_type -> rover.v1.GetJobResponse
+	46, // 52: rover.v1.MasterService.RegisterDataset:output_type -> rover.v1.RegisterDatasetResponse
+	47, // 53: rover.v1.MasterService.LeaseShards:output_type -> rover.v1.LeaseShardsResponse
+	48, // 54: rover.v1.MasterService.CompleteShards:output_type -> rover.v1.CompleteShardsResponse
+	49, // 55: rover.v1.MasterService.GetPosition:output_type -> rover.v1.GetPositionResponse
+	50, // 56: rover.v1.MasterService.AdvancePosition:output_type -> rover.v1.AdvancePositionResponse
+	51, // 57: rover.v1.MasterService.AppendStream:output_type -> rover.v1.AppendStreamResponse
+	52, // 58: rover.v1.MasterService.GetDatasetState:output_type -> rover.v1.DatasetStateResponse
+	53, // 59: rover.v1.MasterService.RestoreDataset:output_type -> rover.v1.RestoreDatasetResponse
+	54, // 60: rover.v1.MasterService.BatchShards:output_type -> rover.v1.BatchShardsResponse
+	2,  // 61: rover.v1.MasterService.CheckpointDurable:output_type -> rover.v1.CheckpointDurableResponse
+	55, // 62: rover.v1.MasterService.ReportNodeCheck:output_type -> rover.v1.ReportNodeCheckResponse
+	5,  // 63: rover.v1.MasterService.DeclareCheckpoint:output_type -> rover.v1.DeclareCheckpointResponse
+	44, // [44:64] is the sub-list for method output_type
+	24, // [24:44] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_api_rover_v1_master_proto_init() }
@@ -2586,18 +2723,19 @@ func file_api_rover_v1_master_proto_init() {
 	file_api_rover_v1_shard_proto_init()
 	file_api_rover_v1_nodecheck_proto_init()
 	file_api_rover_v1_progress_proto_init()
-	file_api_rover_v1_master_proto_msgTypes[7].OneofWrappers = []any{
+	file_api_rover_v1_master_proto_msgTypes[3].OneofWrappers = []any{}
+	file_api_rover_v1_master_proto_msgTypes[9].OneofWrappers = []any{
 		(*SessionRequest_Join)(nil),
 		(*SessionRequest_Heartbeat)(nil),
 	}
-	file_api_rover_v1_master_proto_msgTypes[11].OneofWrappers = []any{}
+	file_api_rover_v1_master_proto_msgTypes[13].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_rover_v1_master_proto_rawDesc), len(file_api_rover_v1_master_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   27,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 
 	"connectrpc.com/connect"
@@ -59,9 +60,10 @@ type Tensor struct {
 // sharded snapshots with the rank and world size of the environment and
 // keeps every committed step in storage.
 type CheckpointOptions struct {
-	// Keep, when not 0, is how many committed steps the worker expects the
-	// job to keep in storage: the job's --checkpoint-keep decides, and a
-	// Checkpointer that expects another number reports an error.
+	// Keep, when not 0, is how many committed steps this checkpointer
+	// declares the job keeps in storage: it applies when the launcher gave
+	// no --checkpoint-keep (and no earlier declaration gave one), and must
+	// equal the job's keep otherwise, else calls report what the job has.
 	Keep int
 	// Mode is ModeSharded (the default, for "") or ModeReplicated.
 	Mode string
@@ -95,20 +97,27 @@ type Checkpointer struct {
 	local           int32
 	home            int32 // the local rank whose arena holds this rank's saves
 	lastSaved       *int64
-	// err is a bad option or environment variable, returned by every call.
+	// err is a bad option or environment variable, or the job's refusal of
+	// the declared storage, returned by every call.
 	err error
+	// asked is the location the caller named ("": none); declared is set
+	// once the agent answered the job's storage (url and keep).
+	asked    string
+	mu       sync.Mutex
+	declared bool
 }
 
 // Checkpointer returns a checkpointer of this worker's state. Persisted
-// checkpoints go to the job's checkpoint storage, which `rover run
-// --checkpoint-dir` (or `rover master --checkpoint-dir`) sets and the agent
-// passes on as ROVER_CHECKPOINT_DIR: requests name steps, never locations.
-// url is "" (the job's storage, if any) or the location the worker
-// expects, a directory or a URL, which must be the job's. Bad options are
-// reported by the first call that uses them.
+// checkpoints go to the job's checkpoint storage: the launcher's (`rover
+// run --checkpoint-dir`, `rover master --checkpoint-dir`), else the one the
+// job's workers declare: url, a directory or a URL, is declared to the
+// agent by the first call, and the job's first declaration sets the
+// storage for every rank and node (the master keeps it). url "" takes the
+// job's storage, if any. A url or Keep other than the job's is refused:
+// every call then reports what the job has and what was asked. Bad
+// options are reported by the first call that uses them.
 func (c *Client) Checkpointer(url string, opts CheckpointOptions) *Checkpointer {
-	job := os.Getenv("ROVER_CHECKPOINT_DIR")
-	k := &Checkpointer{c: c, url: job, keep: opts.Keep, mode: opts.Mode, rank: opts.Rank, worldSize: opts.WorldSize}
+	k := &Checkpointer{c: c, keep: opts.Keep, mode: opts.Mode, rank: opts.Rank, worldSize: opts.WorldSize}
 	if k.mode == "" {
 		k.mode = ModeSharded
 	}
@@ -118,16 +127,7 @@ func (c *Client) Checkpointer(url string, opts CheckpointOptions) *Checkpointer 
 			url = abs
 		}
 	}
-	switch {
-	case url == "":
-	case job == "":
-		errs = append(errs, fmt.Errorf("checkpoint storage %s: this job has none; start it with --checkpoint-dir %s", url, url))
-	case !ckpt.SameLocation(url, job):
-		errs = append(errs, fmt.Errorf("checkpoint storage %s: the job's checkpoints go to %s (--checkpoint-dir); pass \"\" or that", url, job))
-	}
-	if jobKeep, _ := strconv.Atoi(os.Getenv("ROVER_CHECKPOINT_KEEP")); k.keep != 0 && k.keep != jobKeep {
-		errs = append(errs, fmt.Errorf("keep %d: the job keeps %d committed steps (--checkpoint-keep)", k.keep, jobKeep))
-	}
+	k.asked = url
 	local, err := strconv.ParseInt(c.localRank, 10, 32)
 	if err != nil {
 		errs = append(errs, fmt.Errorf("LOCAL_RANK %q is not a number", c.localRank))
@@ -164,6 +164,34 @@ func (c *Client) Checkpointer(url string, opts CheckpointOptions) *Checkpointer 
 	return k
 }
 
+// ready declares the checkpointer's storage to the agent once, and takes
+// the job's storage and keep from its answer. A refusal (another location
+// or keep than the job's) sticks: every later call reports it; an agent
+// that could not be reached is asked again by the next call.
+func (k *Checkpointer) ready(ctx context.Context) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.declared || k.err != nil {
+		return k.err
+	}
+	req := &roverv1.CheckpointStorageRequest{Url: k.asked}
+	if k.keep != 0 {
+		keep := int32(k.keep)
+		req.Keep = &keep
+	}
+	r, err := k.c.api.CheckpointStorage(ctx, connect.NewRequest(req))
+	switch code := connect.CodeOf(err); {
+	case err == nil:
+		k.url, k.keep, k.declared = r.Msg.GetUrl(), int(r.Msg.GetKeep()), true
+		return nil
+	case code == connect.CodeFailedPrecondition || code == connect.CodeInvalidArgument:
+		k.err = fmt.Errorf("checkpoint storage %q, keep %d: %w", k.asked, k.keep, err)
+		return k.err
+	default:
+		return fmt.Errorf("ask the agent for the job's checkpoint storage: %w", err)
+	}
+}
+
 // Save copies tensors and extra (nil: none) into shared memory as the
 // snapshot of step, and with persist has the agent also write it to
 // storage in the background: the master commits the step once every rank
@@ -172,6 +200,9 @@ func (c *Client) Checkpointer(url string, opts CheckpointOptions) *Checkpointer 
 // agent cannot reserve the shared memory, the error wraps [ErrShmTooSmall].
 func (k *Checkpointer) Save(ctx context.Context, step int64, tensors []Tensor, extra []byte, persist bool) error {
 	op := fmt.Sprintf("save checkpoint step %d", step)
+	if err := k.ready(ctx); err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
 	all, layout, err := k.layout(step, tensors, extra)
 	if err != nil {
 		return fmt.Errorf("%s: %w", op, err)
@@ -197,6 +228,9 @@ func (k *Checkpointer) Save(ctx context.Context, step int64, tensors []Tensor, e
 // snapshots stay as they were.
 func (k *Checkpointer) SaveFunc(ctx context.Context, step int64, tensors []Tensor, extra []byte, persist bool, fill func(t Tensor, dst []byte) error) error {
 	op := fmt.Sprintf("save checkpoint step %d", step)
+	if err := k.ready(ctx); err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
 	all, layout, err := k.layout(step, tensors, extra)
 	if err != nil {
 		return fmt.Errorf("%s: %w", op, err)
@@ -224,9 +258,6 @@ func (k *Checkpointer) SaveFunc(ctx context.Context, step int64, tensors []Tenso
 // layout checks the checkpointer and lays out a snapshot of tensors and
 // extra; all is tensors and the extra tensor, in ckpt's type.
 func (k *Checkpointer) layout(step int64, tensors []Tensor, extra []byte) (all []ckpt.Tensor, l *ckpt.Layout, err error) {
-	if k.err != nil {
-		return nil, nil, k.err
-	}
 	if step < 0 {
 		return nil, nil, fmt.Errorf("step %d is negative", step)
 	}
@@ -257,7 +288,7 @@ func (k *Checkpointer) layout(step int64, tensors []Tensor, extra []byte) (all [
 // shared mapping of the arena, and commits it.
 func (k *Checkpointer) write(ctx context.Context, op string, step int64, l *ckpt.Layout, persist bool, place func(dst []byte) error) error {
 	if persist && k.url == "" {
-		return fmt.Errorf("%s: persist needs checkpoint storage: start the job with --checkpoint-dir DIR_OR_URL", op)
+		return fmt.Errorf("%s: persist needs checkpoint storage: name it, c.Checkpointer(DIR_OR_URL, ...), or start the job with --checkpoint-dir DIR_OR_URL", op)
 	}
 	k.lastSaved = &step
 	if k.home != k.local {
@@ -342,8 +373,8 @@ func (e *shmError) Unwrap() []error { return []error{ErrShmTooSmall, e.err} }
 // durable rank file is not yet a committed
 // checkpoint: the master commits a step once every rank of it is durable.
 func (k *Checkpointer) Wait(ctx context.Context) (durableStep int64, err error) {
-	if k.err != nil {
-		return 0, fmt.Errorf("wait for checkpoint persistence: %w", k.err)
+	if err := k.ready(ctx); err != nil {
+		return 0, fmt.Errorf("wait for checkpoint persistence: %w", err)
 	}
 	r, err := k.c.api.CheckpointWait(ctx, connect.NewRequest(&roverv1.CheckpointWaitRequest{LocalRank: k.home}))
 	if err != nil {

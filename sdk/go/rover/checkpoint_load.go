@@ -55,8 +55,8 @@ func (k *Checkpointer) Steps(ctx context.Context) ([]int64, error) {
 // neither. extra is nil when the snapshot has none. The returned Data does
 // not alias shared memory.
 func (k *Checkpointer) Load(ctx context.Context) (step int64, tensors []Tensor, extra []byte, found bool, err error) {
-	if k.err != nil {
-		return 0, nil, nil, false, fmt.Errorf("load checkpoint: %w", k.err)
+	if err := k.ready(ctx); err != nil {
+		return 0, nil, nil, false, fmt.Errorf("load checkpoint: %w", err)
 	}
 	snaps, agreed, err := k.snapshotsAgreed(ctx)
 	if err != nil {
@@ -109,8 +109,8 @@ func (k *Checkpointer) waitFor(ctx context.Context, step int64, snaps []*roverv1
 // LoadStep returns this rank's snapshot of step from memory; found is false
 // when memory does not hold it (in sharded mode, one this rank saved).
 func (k *Checkpointer) LoadStep(ctx context.Context, step int64) (tensors []Tensor, extra []byte, found bool, err error) {
-	if k.err != nil {
-		return nil, nil, false, fmt.Errorf("load checkpoint step %d: %w", step, k.err)
+	if err := k.ready(ctx); err != nil {
+		return nil, nil, false, fmt.Errorf("load checkpoint step %d: %w", step, err)
 	}
 	snaps, err := k.snapshots(ctx)
 	if err != nil {
@@ -134,11 +134,11 @@ func (k *Checkpointer) LoadStep(ctx context.Context, step int64) (tensors []Tens
 // committed checkpoint. In replicated mode every rank gets the file of the
 // lowest rank that saved one.
 func (k *Checkpointer) Restore(ctx context.Context) (step int64, tensors []Tensor, extra []byte, found bool, err error) {
-	if k.err != nil {
-		return 0, nil, nil, false, fmt.Errorf("restore checkpoint: %w", k.err)
+	if err := k.ready(ctx); err != nil {
+		return 0, nil, nil, false, fmt.Errorf("restore checkpoint: %w", err)
 	}
 	if k.url == "" {
-		return 0, nil, nil, false, errors.New("restore checkpoint: this job has no checkpoint storage (--checkpoint-dir)")
+		return 0, nil, nil, false, errors.New("restore checkpoint: this job has no checkpoint storage: name it, c.Checkpointer(DIR_OR_URL, ...), or start the job with --checkpoint-dir")
 	}
 	r, err := k.c.api.CheckpointRestore(ctx, connect.NewRequest(&roverv1.CheckpointRestoreRequest{LocalRank: k.local, Rank: int32(k.rank)}))
 	if err != nil {

@@ -85,6 +85,9 @@ const (
 	// AgentServiceReportProgressProcedure is the fully-qualified name of the AgentService's
 	// ReportProgress RPC.
 	AgentServiceReportProgressProcedure = "/rover.v1.AgentService/ReportProgress"
+	// AgentServiceCheckpointStorageProcedure is the fully-qualified name of the AgentService's
+	// CheckpointStorage RPC.
+	AgentServiceCheckpointStorageProcedure = "/rover.v1.AgentService/CheckpointStorage"
 )
 
 // AgentServiceClient is a client for the rover.v1.AgentService service.
@@ -131,6 +134,11 @@ type AgentServiceClient interface {
 	// ElasticSampler batch, each checkpoint save); workers send it at most
 	// about once a second (api/rover/v1/progress.proto).
 	ReportProgress(context.Context, *connect.Request[v1.ReportProgressRequest]) (*connect.Response[v1.ReportProgressResponse], error)
+	// CheckpointStorage declares the checkpoint storage a worker's
+	// checkpointer names (the agent forwards it to the master, which keeps
+	// the job's first declaration when no launcher named one) and answers
+	// the job's storage. A request naming nothing only asks.
+	CheckpointStorage(context.Context, *connect.Request[v1.CheckpointStorageRequest]) (*connect.Response[v1.CheckpointStorageResponse], error)
 }
 
 // NewAgentServiceClient constructs a client for the rover.v1.AgentService service. By default, it
@@ -240,6 +248,12 @@ func NewAgentServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(agentServiceMethods.ByName("ReportProgress")),
 			connect.WithClientOptions(opts...),
 		),
+		checkpointStorage: connect.NewClient[v1.CheckpointStorageRequest, v1.CheckpointStorageResponse](
+			httpClient,
+			baseURL+AgentServiceCheckpointStorageProcedure,
+			connect.WithSchema(agentServiceMethods.ByName("CheckpointStorage")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -261,6 +275,7 @@ type agentServiceClient struct {
 	checkpointRestore   *connect.Client[v1.CheckpointRestoreRequest, v1.CheckpointRestoreResponse]
 	checkpointSnapshots *connect.Client[v1.CheckpointSnapshotsRequest, v1.CheckpointSnapshotsResponse]
 	reportProgress      *connect.Client[v1.ReportProgressRequest, v1.ReportProgressResponse]
+	checkpointStorage   *connect.Client[v1.CheckpointStorageRequest, v1.CheckpointStorageResponse]
 }
 
 // Info calls rover.v1.AgentService.Info.
@@ -343,6 +358,11 @@ func (c *agentServiceClient) ReportProgress(ctx context.Context, req *connect.Re
 	return c.reportProgress.CallUnary(ctx, req)
 }
 
+// CheckpointStorage calls rover.v1.AgentService.CheckpointStorage.
+func (c *agentServiceClient) CheckpointStorage(ctx context.Context, req *connect.Request[v1.CheckpointStorageRequest]) (*connect.Response[v1.CheckpointStorageResponse], error) {
+	return c.checkpointStorage.CallUnary(ctx, req)
+}
+
 // AgentServiceHandler is an implementation of the rover.v1.AgentService service.
 type AgentServiceHandler interface {
 	// Info describes the calling worker's place in the job.
@@ -387,6 +407,11 @@ type AgentServiceHandler interface {
 	// ElasticSampler batch, each checkpoint save); workers send it at most
 	// about once a second (api/rover/v1/progress.proto).
 	ReportProgress(context.Context, *connect.Request[v1.ReportProgressRequest]) (*connect.Response[v1.ReportProgressResponse], error)
+	// CheckpointStorage declares the checkpoint storage a worker's
+	// checkpointer names (the agent forwards it to the master, which keeps
+	// the job's first declaration when no launcher named one) and answers
+	// the job's storage. A request naming nothing only asks.
+	CheckpointStorage(context.Context, *connect.Request[v1.CheckpointStorageRequest]) (*connect.Response[v1.CheckpointStorageResponse], error)
 }
 
 // NewAgentServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -492,6 +517,12 @@ func NewAgentServiceHandler(svc AgentServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(agentServiceMethods.ByName("ReportProgress")),
 		connect.WithHandlerOptions(opts...),
 	)
+	agentServiceCheckpointStorageHandler := connect.NewUnaryHandler(
+		AgentServiceCheckpointStorageProcedure,
+		svc.CheckpointStorage,
+		connect.WithSchema(agentServiceMethods.ByName("CheckpointStorage")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/rover.v1.AgentService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case AgentServiceInfoProcedure:
@@ -526,6 +557,8 @@ func NewAgentServiceHandler(svc AgentServiceHandler, opts ...connect.HandlerOpti
 			agentServiceCheckpointSnapshotsHandler.ServeHTTP(w, r)
 		case AgentServiceReportProgressProcedure:
 			agentServiceReportProgressHandler.ServeHTTP(w, r)
+		case AgentServiceCheckpointStorageProcedure:
+			agentServiceCheckpointStorageHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -597,4 +630,8 @@ func (UnimplementedAgentServiceHandler) CheckpointSnapshots(context.Context, *co
 
 func (UnimplementedAgentServiceHandler) ReportProgress(context.Context, *connect.Request[v1.ReportProgressRequest]) (*connect.Response[v1.ReportProgressResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("rover.v1.AgentService.ReportProgress is not implemented"))
+}
+
+func (UnimplementedAgentServiceHandler) CheckpointStorage(context.Context, *connect.Request[v1.CheckpointStorageRequest]) (*connect.Response[v1.CheckpointStorageResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("rover.v1.AgentService.CheckpointStorage is not implemented"))
 }

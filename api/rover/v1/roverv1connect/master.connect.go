@@ -88,6 +88,9 @@ const (
 	// MasterServiceReportNodeCheckProcedure is the fully-qualified name of the MasterService's
 	// ReportNodeCheck RPC.
 	MasterServiceReportNodeCheckProcedure = "/rover.v1.MasterService/ReportNodeCheck"
+	// MasterServiceDeclareCheckpointProcedure is the fully-qualified name of the MasterService's
+	// DeclareCheckpoint RPC.
+	MasterServiceDeclareCheckpointProcedure = "/rover.v1.MasterService/DeclareCheckpoint"
 )
 
 // MasterServiceClient is a client for the rover.v1.MasterService service.
@@ -141,6 +144,14 @@ type MasterServiceClient interface {
 	// ReportNodeCheck reports a node's result of one group of the node check
 	// (nodecheck.proto).
 	ReportNodeCheck(context.Context, *connect.Request[v1.ReportNodeCheckRequest]) (*connect.Response[v1.ReportNodeCheckResponse], error)
+	// DeclareCheckpoint declares the job's checkpoint storage on behalf of a
+	// worker's checkpointer (rover.checkpoint.Checkpointer(dir, keep)), as
+	// its agent forwards it. The first declaration in a job whose launchers
+	// named no storage sets it (journaled, like the rest of the job's
+	// configuration); a later declaration must name the same location, and
+	// the same keep unless the job's keep is still the launcher's default.
+	// The answer is the job's storage.
+	DeclareCheckpoint(context.Context, *connect.Request[v1.DeclareCheckpointRequest]) (*connect.Response[v1.DeclareCheckpointResponse], error)
 }
 
 // NewMasterServiceClient constructs a client for the rover.v1.MasterService service. By default, it
@@ -268,6 +279,12 @@ func NewMasterServiceClient(httpClient connect.HTTPClient, baseURL string, opts 
 			connect.WithSchema(masterServiceMethods.ByName("ReportNodeCheck")),
 			connect.WithClientOptions(opts...),
 		),
+		declareCheckpoint: connect.NewClient[v1.DeclareCheckpointRequest, v1.DeclareCheckpointResponse](
+			httpClient,
+			baseURL+MasterServiceDeclareCheckpointProcedure,
+			connect.WithSchema(masterServiceMethods.ByName("DeclareCheckpoint")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -292,6 +309,7 @@ type masterServiceClient struct {
 	batchShards       *connect.Client[v1.BatchShardsRequest, v1.BatchShardsResponse]
 	checkpointDurable *connect.Client[v1.CheckpointDurableRequest, v1.CheckpointDurableResponse]
 	reportNodeCheck   *connect.Client[v1.ReportNodeCheckRequest, v1.ReportNodeCheckResponse]
+	declareCheckpoint *connect.Client[v1.DeclareCheckpointRequest, v1.DeclareCheckpointResponse]
 }
 
 // Session calls rover.v1.MasterService.Session.
@@ -389,6 +407,11 @@ func (c *masterServiceClient) ReportNodeCheck(ctx context.Context, req *connect.
 	return c.reportNodeCheck.CallUnary(ctx, req)
 }
 
+// DeclareCheckpoint calls rover.v1.MasterService.DeclareCheckpoint.
+func (c *masterServiceClient) DeclareCheckpoint(ctx context.Context, req *connect.Request[v1.DeclareCheckpointRequest]) (*connect.Response[v1.DeclareCheckpointResponse], error) {
+	return c.declareCheckpoint.CallUnary(ctx, req)
+}
+
 // MasterServiceHandler is an implementation of the rover.v1.MasterService service.
 type MasterServiceHandler interface {
 	// Session is a node agent's connection to the master for as long as it
@@ -440,6 +463,14 @@ type MasterServiceHandler interface {
 	// ReportNodeCheck reports a node's result of one group of the node check
 	// (nodecheck.proto).
 	ReportNodeCheck(context.Context, *connect.Request[v1.ReportNodeCheckRequest]) (*connect.Response[v1.ReportNodeCheckResponse], error)
+	// DeclareCheckpoint declares the job's checkpoint storage on behalf of a
+	// worker's checkpointer (rover.checkpoint.Checkpointer(dir, keep)), as
+	// its agent forwards it. The first declaration in a job whose launchers
+	// named no storage sets it (journaled, like the rest of the job's
+	// configuration); a later declaration must name the same location, and
+	// the same keep unless the job's keep is still the launcher's default.
+	// The answer is the job's storage.
+	DeclareCheckpoint(context.Context, *connect.Request[v1.DeclareCheckpointRequest]) (*connect.Response[v1.DeclareCheckpointResponse], error)
 }
 
 // NewMasterServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -563,6 +594,12 @@ func NewMasterServiceHandler(svc MasterServiceHandler, opts ...connect.HandlerOp
 		connect.WithSchema(masterServiceMethods.ByName("ReportNodeCheck")),
 		connect.WithHandlerOptions(opts...),
 	)
+	masterServiceDeclareCheckpointHandler := connect.NewUnaryHandler(
+		MasterServiceDeclareCheckpointProcedure,
+		svc.DeclareCheckpoint,
+		connect.WithSchema(masterServiceMethods.ByName("DeclareCheckpoint")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/rover.v1.MasterService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case MasterServiceSessionProcedure:
@@ -603,6 +640,8 @@ func NewMasterServiceHandler(svc MasterServiceHandler, opts ...connect.HandlerOp
 			masterServiceCheckpointDurableHandler.ServeHTTP(w, r)
 		case MasterServiceReportNodeCheckProcedure:
 			masterServiceReportNodeCheckHandler.ServeHTTP(w, r)
+		case MasterServiceDeclareCheckpointProcedure:
+			masterServiceDeclareCheckpointHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -686,4 +725,8 @@ func (UnimplementedMasterServiceHandler) CheckpointDurable(context.Context, *con
 
 func (UnimplementedMasterServiceHandler) ReportNodeCheck(context.Context, *connect.Request[v1.ReportNodeCheckRequest]) (*connect.Response[v1.ReportNodeCheckResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("rover.v1.MasterService.ReportNodeCheck is not implemented"))
+}
+
+func (UnimplementedMasterServiceHandler) DeclareCheckpoint(context.Context, *connect.Request[v1.DeclareCheckpointRequest]) (*connect.Response[v1.DeclareCheckpointResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("rover.v1.MasterService.DeclareCheckpoint is not implemented"))
 }
