@@ -1,0 +1,94 @@
+package e2e
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// gatedWorker is a worker command line for `rover run --no-python`: it
+// creates DIR/started, waits for DIR/go, and exits 0.
+func gatedWorker(dir string) []string {
+	return []string{"--no-python", "sh", "-c", `touch "$1/started"; while [ ! -e "$1/go" ]; do sleep 0.05; done`, "sh", dir}
+}
+
+// stateFailedCode is the documented exit code of a master whose state
+// store refused a write (docs/exit-codes.md).
+const stateFailedCode = 6
+
+// TestMasterStateDiskFull fills the disk of a real master's --state-dir (a
+// small tmpfs) mid-job: the master's next transition cannot be made
+// durable, so the master exits at once with the documented code and the
+// cause, rather than close its port and wait silently. Once space is freed,
+// a master restarted on the same state dir resumes the job from it.
+func TestMasterStateDiskFull(t *testing.T) {
+	dir := t.TempDir()
+	state := filepath.Join(dir, "state")
+	mountTmpfs(t, state, "1m")
+	c := newCluster(t, "full", "--state-dir", state)
+	gate := filepath.Join(dir, "gate")
+	if err := os.MkdirAll(gate, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	c.agent("node-0", append([]string{"--nnodes", "1"}, gatedWorker(gate)...)...)
+	waitExists(t, filepath.Join(gate, "started"), jobTimeout)
+
+	filler := filepath.Join(state, "filler")
+	fill(t, filler)
+	if err := os.WriteFile(filepath.Join(gate, "go"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// The worker's exit is a transition the master must journal.
+	if code := c.master.wait(t, jobTimeout); code != stateFailedCode {
+		t.Fatalf("the master exited %d with its state disk full, want %d:\n%s", code, stateFailedCode, c.master.out)
+	}
+	out := c.master.out.String()
+	for _, want := range []string{"no space left on device", "the master's state store failed", state} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the master's output does not say %q:\n%s", want, out)
+		}
+	}
+
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	c.restartMaster("master-2")
+	waitFor(t, jobTimeout, "the restarted master to resume the job", func() bool {
+		return strings.Contains(c.master.out.String(), "restored master state")
+	})
+	if out := c.master.out.String(); !strings.Contains(out, "round=1") || !strings.Contains(out, "nodes=1") {
+		t.Errorf("the restarted master did not resume round 1 with its node:\n%s", out)
+	}
+}
+
+// TestStandaloneStateDiskFull fills the disk of the embedded master of
+// `rover run --standalone` (its state is in the log dir, a small tmpfs
+// here) mid-job: the agent stops its workers and exits with the master's
+// documented code and the cause, instead of training on with nothing
+// durable.
+func TestStandaloneStateDiskFull(t *testing.T) {
+	dir := t.TempDir()
+	logs := filepath.Join(dir, "logs")
+	mountTmpfs(t, logs, "1m")
+	gate := filepath.Join(dir, "gate")
+	if err := os.MkdirAll(gate, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	c := &cluster{t: t, dir: dir}
+	p := c.start("agent", append([]string{"run", "--standalone", "--log-dir", logs}, gatedWorker(gate)...)...)
+	waitExists(t, filepath.Join(gate, "started"), jobTimeout)
+	fill(t, filepath.Join(logs, "filler"))
+	if err := os.WriteFile(filepath.Join(gate, "go"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(t, jobTimeout); code != stateFailedCode {
+		t.Fatalf("rover run --standalone exited %d with its master's state disk full, want %d:\n%s", code, stateFailedCode, p.out)
+	}
+	out := p.out.String()
+	for _, want := range []string{"no space left on device", "the job's master (run by this agent) stopped"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the agent's output does not say %q:\n%s", want, out)
+		}
+	}
+}
