@@ -133,6 +133,7 @@ func checkHeaders(f *os.File, path string, size int64) error {
 		return &DamageError{Path: path, Problem: fmt.Sprintf("it is cut short (%d bytes, shorter than its two %d-byte header pages)", size, pageSize), Whole: true}
 	}
 	var bad []int
+	var pages, txid uint64 // of the newest valid header
 	for i := range 2 {
 		page := make([]byte, metaChecksumOff+8)
 		if _, err := f.ReadAt(page, int64(i)*pageSize); err != nil {
@@ -140,13 +141,22 @@ func checkHeaders(f *os.File, path string, size int64) error {
 		}
 		if !metaValid(page) {
 			bad = append(bad, i)
+			continue
+		}
+		if t := binary.LittleEndian.Uint64(page[pageHeaderLen+48:]); t >= txid {
+			txid, pages = t, binary.LittleEndian.Uint64(page[pageHeaderLen+40:])
 		}
 	}
-	switch len(bad) {
-	case 0:
-		return nil
-	case 2:
+	if len(bad) == 2 {
 		return &DamageError{Path: path, Problem: "neither of its two header pages is valid: it is not a bbolt file, or both headers are damaged", Whole: true}
+	}
+	// The header names the file's high-water page: a shorter file lost
+	// pages that its tree may point into.
+	if need := int64(pages) * pageSize; size < need {
+		return &DamageError{Path: path, Problem: fmt.Sprintf("it is cut short (%d bytes; its header says %d)", size, need), Whole: true}
+	}
+	if len(bad) == 0 {
+		return nil
 	}
 	return &DamageError{Path: path, Problem: fmt.Sprintf("its header page %d fails its checksum", bad[0]), LastTxLost: true}
 }
