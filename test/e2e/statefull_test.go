@@ -7,10 +7,14 @@ import (
 	"testing"
 )
 
-// gatedWorker is a worker command line for `rover run --no-python`: it
-// creates DIR/started, waits for DIR/go, and exits 0.
-func gatedWorker(dir string) []string {
-	return []string{"--no-python", "sh", "-c", `touch "$1/started"; while [ ! -e "$1/go" ]; do sleep 0.05; done`, "sh", dir}
+// failingWorker is the command line of `rover run` for workers that create
+// DIR/started, wait for DIR/go, then fail at once (with a log tail for the
+// failure report), again and again, with restarts to spare: each failure and
+// restart is a transition the master journals, so the journal grows past
+// the pages its file holds, and needs new space.
+func failingWorker(dir string) []string {
+	return []string{"--max-restarts", "100000", "--no-python", "sh", "-c",
+		`touch "$1/started"; while [ ! -e "$1/go" ]; do sleep 0.05; done; head -c 8000 /dev/zero | tr '\0' x >&2; exit 1`, "sh", dir}
 }
 
 // stateFailedCode is the documented exit code of a master whose state
@@ -31,7 +35,7 @@ func TestMasterStateDiskFull(t *testing.T) {
 	if err := os.MkdirAll(gate, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	c.agent("node-0", append([]string{"--nnodes", "1"}, gatedWorker(gate)...)...)
+	c.agent("node-0", append([]string{"--nnodes", "1"}, failingWorker(gate)...)...)
 	waitExists(t, filepath.Join(gate, "started"), jobTimeout)
 
 	filler := filepath.Join(state, "filler")
@@ -39,7 +43,7 @@ func TestMasterStateDiskFull(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(gate, "go"), nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	// The worker's exit is a transition the master must journal.
+	// Failing workers are transitions the master must journal.
 	if code := c.master.wait(t, jobTimeout); code != stateFailedCode {
 		t.Fatalf("the master exited %d with its state disk full, want %d:\n%s", code, stateFailedCode, c.master.out)
 	}
@@ -57,8 +61,8 @@ func TestMasterStateDiskFull(t *testing.T) {
 	waitFor(t, jobTimeout, "the restarted master to resume the job", func() bool {
 		return strings.Contains(c.master.out.String(), "restored master state")
 	})
-	if out := c.master.out.String(); !strings.Contains(out, "round=1") || !strings.Contains(out, "nodes=1") {
-		t.Errorf("the restarted master did not resume round 1 with its node:\n%s", out)
+	if out := c.master.out.String(); !strings.Contains(out, "nodes=1") || strings.Contains(out, "restarts=0 ") {
+		t.Errorf("the restarted master did not resume the job with its node and its restarts:\n%s", out)
 	}
 }
 
@@ -76,7 +80,7 @@ func TestStandaloneStateDiskFull(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := &cluster{t: t, dir: dir}
-	p := c.start("agent", append([]string{"run", "--standalone", "--log-dir", logs}, gatedWorker(gate)...)...)
+	p := c.start("agent", append([]string{"run", "--standalone", "--log-dir", logs}, failingWorker(gate)...)...)
 	waitExists(t, filepath.Join(gate, "started"), jobTimeout)
 	fill(t, filepath.Join(logs, "filler"))
 	if err := os.WriteFile(filepath.Join(gate, "go"), nil, 0o600); err != nil {
