@@ -61,8 +61,10 @@ func TestMasterStateDiskFull(t *testing.T) {
 	waitFor(t, jobTimeout, "the restarted master to resume the job", func() bool {
 		return strings.Contains(c.master.out.String(), "restored master state")
 	})
-	if out := c.master.out.String(); !strings.Contains(out, "nodes=1") || strings.Contains(out, "restarts=0 ") {
-		t.Errorf("the restarted master did not resume the job with its node and its restarts:\n%s", out)
+	// It resumes what was durable: the round and node from before the disk
+	// filled (the failure that did not fit was never acknowledged).
+	if out := c.master.out.String(); !strings.Contains(out, "round=1") || !strings.Contains(out, "nodes=1") {
+		t.Errorf("the restarted master did not resume round 1 with its node:\n%s", out)
 	}
 }
 
