@@ -158,6 +158,9 @@ func Open(dir string, opts Options) (*Bolt, error) {
 // open is Open once, without discarding a whole file.
 func open(dir, path string, opts Options, log *slog.Logger) (*Bolt, error) {
 	exists, err := preflight(path)
+	if errors.Is(err, errInUse) {
+		return nil, fmt.Errorf("state dir %s is in use by another master (%s): stop that master, or give this one a state dir of its own: %w", dir, owner(dir), berrors.ErrTimeout)
+	}
 	var de *DamageError
 	if errors.As(err, &de) && de.LastTxLost {
 		// What a crash while bbolt writes a header leaves, which its two

@@ -98,8 +98,24 @@ func preflight(path string) (exists bool, err error) {
 		return true, fmt.Errorf("state file %s: %w", path, err)
 	}
 	defer f.Close()
+	// A master holding the file (bbolt locks it exclusively) may be
+	// writing it: what is read now proves nothing, and must not be
+	// discarded. Wait as bbolt would, then report it in use.
+	for deadline := time.Now().Add(lockTimeout); ; {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_SH|syscall.LOCK_NB)
+		if !errors.Is(err, syscall.EWOULDBLOCK) {
+			break // locked, or a file system without locks: bbolt's own lock decides
+		}
+		if time.Now().After(deadline) {
+			return true, fmt.Errorf("lock state file %s: %w", path, errInUse)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	return true, checkHeaders(f, path, fi.Size())
 }
+
+// errInUse: another process holds the state file.
+var errInUse = errors.New("in use by another process")
 
 // bbolt's file starts with two header (meta) pages, written in turn, each
 // with a checksum. bbolt opens with the newer valid one, and falls back to

@@ -251,3 +251,21 @@ func TestOpenUnreadable(t *testing.T) {
 		t.Errorf("the unreadable file was moved: %v", err)
 	}
 }
+
+// TestDiscardSparesALiveMaster: a second master started with
+// DiscardDamaged on the state dir of a running one reads nothing into the
+// file it is writing, discards nothing, and is told the dir is in use.
+func TestDiscardSparesALiveMaster(t *testing.T) {
+	dir := t.TempDir()
+	s := mustOpen(t, dir, Options{})
+	mustAppend(t, s, recs("a"))
+	_, err := Open(dir, Options{DiscardDamaged: true, Logger: discard()})
+	if err == nil || errors.Is(err, ErrDamaged) || !strings.Contains(err.Error(), "is in use by another master") {
+		t.Errorf("second Open = %v, want the dir in use", err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, fileName+".discarded-*")); len(left) > 0 {
+		t.Errorf("the live master's file was moved aside: %v", left)
+	}
+	mustAppend(t, s, recs("b"))
+	checkLoad(t, s, Contents{Records: recs("a", "b")})
+}
