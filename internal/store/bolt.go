@@ -84,8 +84,8 @@ type Stats struct {
 // Bolt is a journal kept in a bbolt file in a state dir. Append and Snapshot
 // are each one bbolt transaction, so one fsync of the data and one of the
 // meta page, whatever the number of records; a crash leaves the file as it was
-// before or after the whole transaction. Load validates every record and cuts
-// a damaged tail (see Load).
+// before or after the whole transaction. Load validates every record and refuses
+// a damaged journal (see Load).
 //
 // The file stays bounded by roughly twice the snapshot plus the records since
 // the last snapshot: a snapshot frees the pages of the records it drops and of
@@ -485,11 +485,12 @@ func (b *Bolt) Snapshot(ctx context.Context, state []byte) error {
 
 // Load returns the snapshot and the records after it. It validates every
 // record, in sequence order: a record that fails its checksum or framing, or
-// that does not name the record before it (one is missing), and every record
-// after it are cut from the journal, in one transaction, with one warning
-// logged. That repairs a torn tail; a record damaged in the middle costs the
-// records after it too, since they may depend on it. A damaged snapshot is an
-// error: there is nothing to start from.
+// that does not name the record before it (one is missing), is damage, and
+// Load returns a *DamageError saying what the records from it on are (they
+// may depend on it). With Options.DiscardDamaged it cuts them instead, in one
+// transaction, with one warning logged. A damaged snapshot is a *DamageError
+// of the whole file. Open has done the same checks: Load finds damage only
+// where the file changed since.
 func (b *Bolt) Load(ctx context.Context) (Contents, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
