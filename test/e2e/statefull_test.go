@@ -3,6 +3,7 @@ package e2e
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -90,6 +91,68 @@ func TestStandaloneStateDiskFull(t *testing.T) {
 	}
 	if code := p.wait(t, jobTimeout); code != stateFailedCode {
 		t.Fatalf("rover run --standalone exited %d with its master's state disk full, want %d:\n%s", code, stateFailedCode, p.out)
+	}
+	out := p.out.String()
+	for _, want := range []string{"no space left on device", "the job's master (run by this agent) stopped"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the agent's output does not say %q:\n%s", want, out)
+		}
+	}
+}
+
+// TestSubmitStateDiskFull fills the job directory of `rover submit` (a
+// small tmpfs: the embedded master's state is in it) mid-job: rover submit
+// stops the job's nodes and exits with the master's documented code and the
+// cause, rather than wait for an outcome its master can no longer reach.
+func TestSubmitStateDiskFull(t *testing.T) {
+	dir := t.TempDir()
+	jobDir := filepath.Join(dir, "job")
+	mountTmpfs(t, jobDir, "2m")
+	gate := filepath.Join(dir, "gate")
+	if err := os.MkdirAll(gate, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	job := uniqueJob("statefull")
+	c := &cluster{t: t, dir: dir}
+	p := c.start("submit", append([]string{"submit", "--quiet", "--job-dir", jobDir, "--rdzv-id", job, "--nnodes", "1"}, failingWorker(gate)...)...)
+	waitExists(t, filepath.Join(gate, "started"), jobTimeout)
+	fill(t, filepath.Join(jobDir, "filler"))
+	if err := os.WriteFile(filepath.Join(gate, "go"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(t, jobTimeout); code != stateFailedCode {
+		t.Fatalf("rover submit exited %d with its master's state disk full, want %d:\n%s", code, stateFailedCode, p.out)
+	}
+	out := p.out.String()
+	for _, want := range []string{"no space left on device", "the master's state store failed"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("rover submit's output does not say %q:\n%s", want, out)
+		}
+	}
+}
+
+// TestHostedMasterStateDiskFull: in a job without `rover master`, node rank
+// 0's agent hosts the master, its state in that agent's log dir (a small
+// tmpfs here). When it fills mid-job, the hosting agent stops its workers
+// and exits with the master's documented code and the cause.
+func TestHostedMasterStateDiskFull(t *testing.T) {
+	dir, port := t.TempDir(), freePortPair(t)
+	logs := filepath.Join(dir, "logs")
+	mountTmpfs(t, logs, "1m")
+	gate := filepath.Join(dir, "gate")
+	if err := os.MkdirAll(gate, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	c := &cluster{t: t, dir: dir, job: uniqueJob("hosted-full")}
+	p := c.start("node0", append([]string{"run", "--nnodes", "1", "--rdzv-backend", "static", "--node-rank", "0",
+		"--master-addr", "127.0.0.1", "--master-port", strconv.Itoa(port), "--rdzv-id", c.job, "--log-dir", logs}, failingWorker(gate)...)...)
+	waitExists(t, filepath.Join(gate, "started"), jobTimeout)
+	fill(t, filepath.Join(logs, "filler"))
+	if err := os.WriteFile(filepath.Join(gate, "go"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(t, jobTimeout); code != stateFailedCode {
+		t.Fatalf("the hosting agent exited %d with its master's state disk full, want %d:\n%s", code, stateFailedCode, p.out)
 	}
 	out := p.out.String()
 	for _, want := range []string{"no space left on device", "the job's master (run by this agent) stopped"} {
