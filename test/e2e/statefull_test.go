@@ -161,3 +161,39 @@ func TestHostedMasterStateDiskFull(t *testing.T) {
 		}
 	}
 }
+
+// TestMasterRefusesEmptyJournal: a real `rover master` on a state dir whose
+// journal.db is empty (0 bytes) refuses to start a fresh job from it: it
+// exits 1 naming the file and what starting would drop; with
+// --discard-state it starts, moving the file aside and saying so.
+func TestMasterRefusesEmptyJournal(t *testing.T) {
+	dir := t.TempDir()
+	state := filepath.Join(dir, "state")
+	if err := os.MkdirAll(state, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	journal := filepath.Join(state, "journal.db")
+	if err := os.WriteFile(journal, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := &cluster{t: t, dir: dir}
+	args := []string{"master", "--listen", "127.0.0.1:0", "--job", "empty", "--token-file", filepath.Join(dir, "job.token"),
+		"--addr-file", filepath.Join(dir, "master.addr"), "--state-dir", state}
+	p := c.start("master", args...)
+	if code := p.wait(t, jobTimeout); code != 1 {
+		t.Fatalf("the master exited %d on an empty journal, want 1:\n%s", code, p.out)
+	}
+	for _, want := range []string{journal, "it is empty (0 bytes)", "the whole job state", "--discard-state"} {
+		if !strings.Contains(p.out.String(), want) {
+			t.Errorf("the master's output does not say %q:\n%s", want, p.out)
+		}
+	}
+	p = c.start("master-discard", append(args, "--discard-state")...)
+	waitExists(t, filepath.Join(dir, "master.addr"), jobTimeout)
+	if out := p.out.String(); !strings.Contains(out, "discarded the damaged state file") || !strings.Contains(out, journal) {
+		t.Errorf("the master with --discard-state does not say what it discarded:\n%s", out)
+	}
+	if moved, _ := filepath.Glob(journal + ".discarded-*"); len(moved) != 1 {
+		t.Errorf("the empty journal was not kept aside: %v", moved)
+	}
+}
