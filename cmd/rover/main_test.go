@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/roverml/rover/internal/client"
+	"github.com/roverml/rover/internal/kubemaster"
 	"github.com/roverml/rover/internal/master"
 	"github.com/roverml/rover/internal/runconfig"
 	"gocloud.dev/blob"
@@ -120,12 +121,20 @@ func TestMasterFlags(t *testing.T) {
 		{"checkpoint dir and keep", []string{"--checkpoint-dir", "/ckpt/j", "--checkpoint-keep", "1"},
 			masterConfig{Listen: "127.0.0.1:29400", Job: "none", Linger: 5 * time.Second,
 				Checkpoint: client.CheckpointStorage{URL: "/ckpt/j", Keep: 1}}},
+		{"Kubernetes API limits", []string{"--state-kube", "ns/s", "--kube-api-qps", "50.5", "--kube-api-burst", "60"},
+			masterConfig{Listen: "127.0.0.1:29400", Job: "none", Linger: 5 * time.Second, KubeQPS: 50.5, KubeBurst: 60,
+				StateKube: struct{ Namespace, Name string }{"ns", "s"}}},
+		{"discard state", []string{"--state-dir", "d", "--discard-state"},
+			masterConfig{Listen: "127.0.0.1:29400", Job: "none", Linger: 5 * time.Second, StateDir: "d", DiscardState: true}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := parseMasterFlags(tt.args, io.Discard)
 			if err != nil {
 				t.Fatalf("parseMasterFlags(%q): %v", tt.args, err)
+			}
+			if tt.want.KubeQPS == 0 { // the defaults, sized for 1,000 nodes
+				tt.want.KubeQPS, tt.want.KubeBurst = kubemaster.DefaultQPS, kubemaster.DefaultBurst
 			}
 			if diff := cmp.Diff(&tt.want, got); diff != "" {
 				t.Errorf("parseMasterFlags(%q) (-want +got):\n%s", tt.args, diff)
@@ -177,6 +186,15 @@ func TestMasterFlagErrors(t *testing.T) {
 			[]string{"--state-kube=state: want NAMESPACE/NAME, such as team-a/llama-rover-master-state"}},
 		{"state in two places", []string{"--state-kube", "ns/state", "--state-dir", "d"},
 			[]string{"--state-dir and --state-kube both say where the state goes: give one"}},
+		{"Kubernetes API limits without Kubernetes", []string{"--kube-api-qps", "50"},
+			[]string{"--kube-api-qps takes effect only with --platform kubernetes or --state-kube"}},
+		{"Kubernetes API limits out of range", []string{"--state-kube", "ns/s", "--kube-api-qps", "0", "--kube-api-burst", "many"},
+			[]string{"--kube-api-qps=0: want a number of requests per second above 0, such as 200",
+				"--kube-api-burst=many: want a whole number of requests of 1 or more, such as 400"}},
+		{"a burst below the rate", []string{"--state-kube", "ns/s", "--kube-api-qps", "100", "--kube-api-burst", "10"},
+			[]string{"--kube-api-burst=10: must be at least --kube-api-qps (100)"}},
+		{"discard state without a state dir", []string{"--discard-state"},
+			[]string{"--discard-state takes effect only with --state-dir: a master without one has no journal to discard"}},
 		{"every problem at once", []string{"--nnodes", "2x", "--node-unit", "0", "--heartbeat-timeout", "1ns", "--linger", "soon", "extra"},
 			[]string{
 				`rover master takes no arguments, got ["extra"]`,

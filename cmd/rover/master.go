@@ -8,11 +8,13 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/roverml/rover/internal/ckpt"
 	"github.com/roverml/rover/internal/client"
+	"github.com/roverml/rover/internal/kubemaster"
 	"github.com/roverml/rover/internal/master"
 	"github.com/roverml/rover/internal/runconfig"
 )
@@ -43,6 +45,13 @@ type masterConfig struct {
 	// Namespace and Kubeconfig are --namespace and --kubeconfig, with
 	// --platform kubernetes.
 	Namespace, Kubeconfig string
+	// KubeQPS and KubeBurst are --kube-api-qps and --kube-api-burst: the
+	// limits of the master's requests to the Kubernetes API server.
+	KubeQPS   float32
+	KubeBurst int
+	// DiscardState is --discard-state: start from what can be trusted of
+	// a damaged --state-dir, dropping the rest, instead of refusing it.
+	DiscardState bool
 }
 
 // masterPolicyFlags are the flags of the preset rendezvous, with their
@@ -82,6 +91,9 @@ func parseMasterFlags(args []string, stderr io.Writer) (*masterConfig, error) {
 	fs.StringVar(&c.Platform, "platform", "", `"kubernetes": run the ElasticJob named by --job in --namespace, creating and relaunching its worker pods (what the operator's master pod runs). Default: none, agents are started by hand`)
 	fs.StringVar(&c.Namespace, "namespace", os.Getenv("POD_NAMESPACE"), "with --platform kubernetes: the ElasticJob's namespace (default $POD_NAMESPACE)")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "with --platform kubernetes: the kubeconfig to reach the API server (default $KUBECONFIG, else the pod's service account)")
+	kubeQPS := fs.String("kube-api-qps", strconv.Itoa(kubemaster.DefaultQPS), "with --platform kubernetes or --state-kube: requests per second the master may send the API server, sustained (client-go's limit, sized for relaunching 1,000 pods at once)")
+	kubeBurst := fs.String("kube-api-burst", strconv.Itoa(kubemaster.DefaultBurst), "with --platform kubernetes or --state-kube: requests the master may send the API server at once, above --kube-api-qps")
+	fs.BoolVar(&c.DiscardState, "discard-state", false, "with --state-dir: start even if the journal is damaged, dropping what cannot be trusted (the records from the damage on, or the whole file when it cannot be read) and saying what was dropped. Default: refuse a damaged journal")
 	raw := map[string]*string{}
 	for _, f := range masterPolicyFlags {
 		raw[f.name] = fs.String(f.name, f.def, f.help)
@@ -122,6 +134,32 @@ func parseMasterFlags(args []string, stderr io.Writer) (*masterConfig, error) {
 		default:
 			c.StateKube.Namespace, c.StateKube.Name = ns, name
 		}
+	}
+	qps, err := strconv.ParseFloat(*kubeQPS, 32)
+	switch {
+	case err != nil || qps <= 0:
+		errs = append(errs, fmt.Errorf("%s: want a number of requests per second above 0, such as %d", runconfig.FlagRef("kube-api-qps", *kubeQPS), kubemaster.DefaultQPS))
+	default:
+		c.KubeQPS = float32(qps)
+	}
+	burst, err := strconv.Atoi(*kubeBurst)
+	switch {
+	case err != nil || burst < 1:
+		errs = append(errs, fmt.Errorf("%s: want a whole number of requests of 1 or more, such as %d", runconfig.FlagRef("kube-api-burst", *kubeBurst), kubemaster.DefaultBurst))
+	case c.KubeQPS > 0 && float32(burst) < c.KubeQPS:
+		errs = append(errs, fmt.Errorf("%s: must be at least --kube-api-qps (%s)", runconfig.FlagRef("kube-api-burst", *kubeBurst), *kubeQPS))
+	default:
+		c.KubeBurst = burst
+	}
+	if c.Platform != "kubernetes" && *stateKube == "" {
+		for _, f := range []string{"kube-api-qps", "kube-api-burst"} {
+			if given[f] {
+				errs = append(errs, fmt.Errorf("--%s takes effect only with --platform kubernetes or --state-kube", f))
+			}
+		}
+	}
+	if c.DiscardState && c.StateDir == "" {
+		errs = append(errs, errors.New("--discard-state takes effect only with --state-dir: a master without one has no journal to discard"))
 	}
 	if (c.TLSCert == "") != (c.TLSKey == "") {
 		errs = append(errs, errors.New("--tls-cert and --tls-key go together: give both to serve TLS, or neither to serve cleartext HTTP/2"))
@@ -281,7 +319,7 @@ func runMaster(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	log := newLogger(stderr)
 	var st master.Store
 	if c.StateKube.Name != "" {
-		ks, err := openKubeState(ctx, c.StateKube.Namespace, c.StateKube.Name, log)
+		ks, err := openKubeState(ctx, c, log)
 		if err != nil {
 			return err
 		}
@@ -290,7 +328,7 @@ func runMaster(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	m, err := master.New(ctx, master.Config{
 		Listen: c.Listen, Job: c.Job, Token: token, Preset: preset, Checkpoint: c.Checkpoint,
-		AddrFile: c.AddrFile, StateDir: c.StateDir, Store: st, TLS: tc, Logger: log,
+		AddrFile: c.AddrFile, StateDir: c.StateDir, DiscardState: c.DiscardState, Store: st, TLS: tc, Logger: log,
 	})
 	if err != nil {
 		return err

@@ -26,10 +26,10 @@ func runKubeMaster(ctx context.Context, c *masterConfig, stderr io.Writer) error
 	}
 	o := kubemaster.Options{
 		Config: cfg, Namespace: c.Namespace, Job: c.Job, Listen: c.Listen, Token: token,
-		StateDir: c.StateDir, Logger: newLogger(stderr),
+		StateDir: c.StateDir, DiscardState: c.DiscardState, Logger: newLogger(stderr), QPS: c.KubeQPS, Burst: c.KubeBurst,
 	}
 	if c.StateKube.Name != "" { // else the job's own, owned by it
-		st, err := openKubeState(ctx, c.StateKube.Namespace, c.StateKube.Name, o.Logger)
+		st, err := openKubeState(ctx, c, o.Logger)
 		if err != nil {
 			return err
 		}

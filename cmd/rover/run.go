@@ -10,6 +10,7 @@ import (
 
 	"github.com/roverml/rover/internal/agent"
 	"github.com/roverml/rover/internal/agent/standalone"
+	"github.com/roverml/rover/internal/master"
 	"github.com/roverml/rover/internal/nvml"
 	"github.com/roverml/rover/internal/runconfig"
 )
@@ -51,6 +52,9 @@ func codeOf(err error) int {
 	var ae *agent.ExitError
 	if errors.As(err, &ae) {
 		return ae.Code
+	}
+	if errors.Is(err, master.ErrStoreFailed) {
+		return agent.ExitStateFailed // rover master, rover submit, a master pod
 	}
 	return agent.ExitCode(err)
 }

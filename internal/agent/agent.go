@@ -72,6 +72,10 @@ type RunningMaster struct {
 	Token string
 	// Stop stops the master and waits for it.
 	Stop func()
+	// Failed receives the master's error if it stops on its own before
+	// Stop (its state store refused a write): the agent then fails the job.
+	// nil never fires.
+	Failed <-chan error
 }
 
 type agent struct {
@@ -191,6 +195,10 @@ func Run(ctx context.Context, cfg *runconfig.Config, opts Options) (err error) {
 	if err := a.openLogDir(); err != nil {
 		return err
 	}
+	// A master this agent runs that stops on its own ends the agent's run,
+	// as a signal would, with the master's error as the cause.
+	ctx, endRun := context.WithCancelCause(ctx)
+	defer endRun(nil)
 	if cfg.Standalone {
 		m, err := a.startMaster(ctx, EmbeddedMaster{})
 		if err != nil {
@@ -198,9 +206,10 @@ func Run(ctx context.Context, cfg *runconfig.Config, opts Options) (err error) {
 		}
 		defer m.Stop()
 		a.addr, token = m.Addr, m.Token
+		go a.watchMaster(ctx, m, endRun)
 	}
 	if a.hosted && mayHost(cfg) {
-		stop, err := a.hostMaster(ctx, token)
+		stop, err := a.hostMaster(ctx, token, endRun)
 		if err != nil {
 			return err
 		}
@@ -266,6 +275,23 @@ func Run(ctx context.Context, cfg *runconfig.Config, opts Options) (err error) {
 		os.RemoveAll(a.tempDir)
 	}
 	return err
+}
+
+// watchMaster ends the agent's run (endRun) when the master it runs stops
+// on its own: the workers are stopped and the agent exits ExitStateFailed
+// with the master's error, rather than train on with nothing durable.
+func (a *agent) watchMaster(ctx context.Context, m RunningMaster, endRun context.CancelCauseFunc) {
+	if m.Failed == nil {
+		return
+	}
+	select {
+	case err := <-m.Failed:
+		a.log.Error("the job's master, which this agent runs, stopped: stopping the job", "err", err)
+		endRun(exitErr(ExitStateFailed, "the job's master (run by this agent) stopped: %w; "+
+			"the job cannot go on without it. Free space on (or repair) the disk of its state, %s, and run the job again: "+
+			"it resumes from that state", err, filepath.Join(a.logDir, "master")))
+	case <-ctx.Done():
+	}
 }
 
 // startMaster starts the embedded master of a standalone job, or the

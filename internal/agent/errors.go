@@ -7,12 +7,16 @@ import (
 
 // Exit codes of `rover run`, documented in docs/exit-codes.md.
 const (
-	ExitOK          = 0
-	ExitJobFailed   = 1
-	ExitUsage       = 2
-	ExitRendezvous  = 3
-	ExitMasterLost  = 4
-	ExitNodeCheck   = 5
+	ExitOK         = 0
+	ExitJobFailed  = 1
+	ExitUsage      = 2
+	ExitRendezvous = 3
+	ExitMasterLost = 4
+	ExitNodeCheck  = 5
+	// ExitStateFailed: the master's state store refused a write (a full
+	// disk), so nothing more could be made durable and the master stopped:
+	// `rover master`, and the agent that hosted an embedded master.
+	ExitStateFailed = 6
 	exitSignalCodes = 128
 )
 

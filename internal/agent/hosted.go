@@ -153,7 +153,7 @@ func listenToHost(endpoint string) (net.Listener, error) {
 // bind it, and returns what stops it (a no-op when another hosts it). Once
 // the job ended, the master waits up to the heartbeat timeout for the other
 // agents to hear the outcome before it stops.
-func (a *agent) hostMaster(ctx context.Context, token string) (stop func(), err error) {
+func (a *agent) hostMaster(ctx context.Context, token string, endRun context.CancelCauseFunc) (stop func(), err error) {
 	ln, err := listenToHost(a.cfg.RdzvEndpoint)
 	if err != nil {
 		if a.cfg.NodeRank == 0 {
@@ -169,6 +169,7 @@ func (a *agent) hostMaster(ctx context.Context, token string) (stop func(), err 
 		return nil, err
 	}
 	a.log.Info("hosting the job's master (no `rover master` runs for this job)", "endpoint", a.cfg.RdzvEndpoint)
+	go a.watchMaster(ctx, m, endRun)
 	return m.Stop, nil
 }
 

@@ -51,12 +51,46 @@ type Options struct {
 	// by the job (package kubestore), so that the operator's next master
 	// pod resumes the job.
 	Store master.Store
-	// StateDir, when Store is nil, is a directory for the master's state.
-	StateDir string
-	Logger   *slog.Logger
+	// StateDir, when Store is nil, is a directory for the master's state;
+	// DiscardState is master.Config's.
+	StateDir     string
+	DiscardState bool
+	Logger       *slog.Logger
 	// StatusEvery is how often the job's status is written back at most
 	// (default 1s).
 	StatusEvery time.Duration
+	// QPS and Burst limit the master's requests to the API server
+	// (client-go's token bucket): 0 takes DefaultQPS and DefaultBurst.
+	// They replace whatever Config carries.
+	QPS   float32
+	Burst int
+}
+
+// The master's client-side limits on API requests, sized for the pod churn
+// of a job of 1,000 nodes: relaunching all of them at once is 1,000 creates
+// and 1,000 deletes (plus status writes and Events), which the burst starts
+// at once and the rate finishes in under 10 s. client-go's defaults (5 per
+// second, bursts of 10) took 98 s for 100 pods. The API server protects
+// itself with priority and fairness, whatever a client asks.
+const (
+	DefaultQPS   = 200
+	DefaultBurst = 400
+)
+
+// ClientConfig is cfg with the master's limits on API requests (qps and
+// burst, 0 for the defaults): the config every client of the master is
+// built from.
+func ClientConfig(cfg *rest.Config, qps float32, burst int) *rest.Config {
+	cfg = rest.CopyConfig(cfg)
+	if qps <= 0 {
+		qps = DefaultQPS
+	}
+	if burst <= 0 {
+		burst = DefaultBurst
+	}
+	cfg.QPS, cfg.Burst = qps, max(burst, int(qps))
+	cfg.RateLimiter = nil // one built from QPS and Burst
+	return cfg
 }
 
 // Scheme knows the ElasticJob and the built-in types.
@@ -78,6 +112,7 @@ func Run(ctx context.Context, o Options) error {
 		o.StatusEvery = time.Second
 	}
 	ctrllog.SetLogger(logr.FromSlogHandler(o.Logger.Handler())) // controller-runtime's client logs there
+	o.Config = ClientConfig(o.Config, o.QPS, o.Burst)
 	cl, err := client.New(o.Config, client.Options{Scheme: Scheme()})
 	if err != nil {
 		return fmt.Errorf("connect to the API server: %w", err)
@@ -115,7 +150,7 @@ func Run(ctx context.Context, o Options) error {
 	preset := plan.Preset
 	m, err := master.New(ctx, master.Config{
 		Listen: o.Listen, Job: plan.Name, Token: o.Token, Preset: &preset, Checkpoint: plan.Checkpoint,
-		Store: o.Store, StateDir: o.StateDir, Logger: o.Logger,
+		Store: o.Store, StateDir: o.StateDir, DiscardState: o.DiscardState, Logger: o.Logger,
 		Nodes: &master.NodesConfig{Platform: plat, Name: "kubernetes", Spec: plan.Nodes, KeepNodes: true},
 	})
 	if err != nil {
@@ -142,6 +177,13 @@ func Run(ctx context.Context, o Options) error {
 	serveErr := <-served
 	w.write(context.WithoutCancel(ctx), m.Status())
 	switch {
+	case waitErr != nil && ctx.Err() == nil:
+		// The master stopped on its own (its store failed): the pod exits
+		// non-zero with the cause, and the operator's next master resumes.
+		if serveErr != nil {
+			return serveErr // the cause, with what to do
+		}
+		return waitErr
 	case waitErr != nil:
 		return nil // stopped before the job ended: the next master goes on
 	case serveErr != nil:
@@ -191,9 +233,14 @@ func (e *JobFailedError) Error() string { return "the job failed: " + e.Reason }
 // and its pods are gone, or ctx ends.
 func waitEnded(ctx context.Context, m *master.Master, w *statusWriter, every time.Duration) (master.Outcome, error) {
 	finished := make(chan master.Outcome, 1)
+	broken := make(chan error, 1) // the master stopped before the job ended
 	go func() {
-		if out, err := m.WaitFinished(ctx); err == nil {
+		out, err := m.WaitFinished(ctx)
+		switch {
+		case err == nil:
 			finished <- out
+		case ctx.Err() == nil:
+			broken <- err
 		}
 	}()
 	tick := time.NewTicker(every)
@@ -202,6 +249,8 @@ func waitEnded(ctx context.Context, m *master.Master, w *statusWriter, every tim
 		select {
 		case <-ctx.Done():
 			return master.Outcome{}, ctx.Err()
+		case err := <-broken:
+			return master.Outcome{}, err
 		case out := <-finished:
 			select {
 			case <-m.NodesGone():

@@ -207,9 +207,10 @@ func (c *core) fail(err error, batch []*proposal) {
 	cm := &c.commits
 	cm.mu.Lock()
 	if cm.broken == nil {
-		cm.broken = err
+		cm.broken = fmt.Errorf("%w: %w", ErrStoreFailed, err)
 		close(cm.failed)
 	}
+	err = cm.broken
 	rest := cm.queue
 	cm.queue = nil
 	cm.mu.Unlock()

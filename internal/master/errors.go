@@ -10,6 +10,16 @@ import (
 	"github.com/roverml/rover/internal/shard"
 )
 
+// ErrStoreFailed marks the error of a master whose store refused a write
+// (a full or failed disk, a lost API server, a master fenced off by a newer
+// one): nothing more can be made durable, so the master stops serving, and
+// Run and WaitFinished return it at once. A master restarted on the same
+// state resumes the job from what is durable.
+var ErrStoreFailed = errors.New("the master's state store failed")
+
+// ErrStopped is WaitFinished's error when Run returned before the job ended.
+var ErrStopped = errors.New("the master stopped before the job ended")
+
 var (
 	// errInvalid marks a request with a bad field.
 	errInvalid = errors.New("invalid request")
@@ -37,6 +47,7 @@ var codes = []struct {
 	code connect.Code
 }{
 	{errInvalid, connect.CodeInvalidArgument},
+	{ErrStoreFailed, connect.CodeUnavailable},
 	{rendezvous.ErrInvalidRequest, connect.CodeInvalidArgument},
 	{errConfigMismatch, connect.CodeFailedPrecondition},
 	{errNotConfigured, connect.CodeFailedPrecondition},

@@ -57,6 +57,10 @@ type Config struct {
 	// restarted on it resumes the job. Empty keeps the state in memory,
 	// unless Store is set.
 	StateDir string
+	// DiscardState, with StateDir, starts from what can be trusted of a
+	// damaged state file (dropping the records from the damage on, or the
+	// whole file), saying what it dropped, instead of refusing it.
+	DiscardState bool
 	// Store persists the master's journal; it overrides StateDir (tests).
 	Store Store
 	// Clock defaults to the wall clock.
@@ -106,6 +110,10 @@ type Master struct {
 	closeStore  func() error
 	fleet       *fleet // nil unless Config.Nodes is set
 	sessions    *sessionCount
+
+	// ended is closed when Run returns, after runErr is set.
+	ended  chan struct{}
+	runErr error
 }
 
 // New validates cfg, replays the store's journal and opens the listener.
@@ -130,9 +138,13 @@ func New(ctx context.Context, cfg Config) (*Master, error) {
 	switch {
 	case cfg.Store != nil:
 	case cfg.StateDir != "":
-		b, err := store.Open(cfg.StateDir, store.Options{Logger: log})
+		b, err := store.Open(cfg.StateDir, store.Options{Logger: log, DiscardDamaged: cfg.DiscardState})
 		if err != nil {
-			return nil, fmt.Errorf("open the master's state: %w", err)
+			return nil, stateError(err)
+		}
+		if d := b.Discarded(); d != nil {
+			log.Warn("--discard-state: dropped what could not be trusted of the master's state", "file", d.Path,
+				"problem", d.Problem, "dropped", describeLoss(d))
 		}
 		cfg.Store, closeStore = b, b.Close
 	default:
@@ -187,7 +199,7 @@ func newMaster(ctx context.Context, cfg Config, log *slog.Logger) (*Master, erro
 			return nil, fmt.Errorf("listen on %s: %w", cfg.Listen, err)
 		}
 	}
-	m := &Master{cfg: cfg, core: c, ln: ln, log: log, sessions: newSessionCount()}
+	m := &Master{cfg: cfg, core: c, ln: ln, log: log, sessions: newSessionCount(), ended: make(chan struct{})}
 	if cfg.Nodes != nil {
 		if m.fleet, err = newFleet(*cfg.Nodes, c, cfg.Clock, log); err != nil {
 			ln.Close()
@@ -242,8 +254,14 @@ func newMaster(ctx context.Context, cfg Config, log *slog.Logger) (*Master, erro
 // Addr is the host:port the master serves on.
 func (m *Master) Addr() string { return m.ln.Addr().String() }
 
-// Run serves until ctx ends.
-func (m *Master) Run(ctx context.Context) error {
+// Run serves until ctx ends, or until the store fails: then it stops
+// serving at once and returns an error wrapping ErrStoreFailed. Run is
+// called once.
+func (m *Master) Run(ctx context.Context) (err error) {
+	defer func() {
+		m.runErr = err
+		close(m.ended)
+	}()
 	m.log.Info("master serving", "addr", m.Addr(), "tls", m.split != nil)
 	g, ctx := errgroup.WithContext(ctx)
 	serve := func(srv *http.Server, ln net.Listener, tls bool) func() error {
@@ -296,10 +314,12 @@ func (m *Master) Run(ctx context.Context) error {
 		case <-failed:
 			// Nothing more can be made durable: stop, so that a master
 			// restarted on the store resumes from what is.
-			return fmt.Errorf("the master's store failed; restart the master on the same state: %w", cause())
+			err := fmt.Errorf("%w; stopping: free space on (or repair) the state's disk, then restart the master on the same state to resume the job", cause())
+			m.log.Error("the master's store refused a write: nothing more can be made durable, so the master stops", "err", cause())
+			return err
 		}
 	})
-	err := g.Wait()
+	err = g.Wait()
 	m.checkpoints.close()
 	if cerr := m.closeStore(); cerr != nil && err == nil {
 		err = fmt.Errorf("close the master's state: %w", cerr)
@@ -332,8 +352,11 @@ type Outcome struct {
 	Reason    string
 }
 
-// WaitFinished blocks until the job succeeds or fails, or ctx ends.
+// WaitFinished blocks until the job succeeds or fails, or ctx ends, or the
+// master can no longer finish it: its store failed (an error wrapping
+// ErrStoreFailed), or Run returned (ErrStopped, wrapping Run's error).
 func (m *Master) WaitFinished(ctx context.Context) (Outcome, error) {
+	failed, cause := m.core.storeFailed()
 	for {
 		done, state, changed := m.core.finished()
 		if done {
@@ -341,6 +364,13 @@ func (m *Master) WaitFinished(ctx context.Context) (Outcome, error) {
 		}
 		select {
 		case <-changed:
+		case <-failed:
+			return Outcome{}, cause()
+		case <-m.ended:
+			if m.runErr != nil {
+				return Outcome{}, fmt.Errorf("%w: %w", ErrStopped, m.runErr)
+			}
+			return Outcome{}, ErrStopped
 		case <-ctx.Done():
 			return Outcome{}, ctx.Err()
 		}

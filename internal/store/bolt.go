@@ -57,9 +57,13 @@ const maxPayload = bolt.MaxValueSize - frameHeaderLen
 
 // Options tune Open. The zero value is what a master wants.
 type Options struct {
-	// Logger receives the warning Load logs when it cuts a damaged journal.
+	// Logger receives the warnings of Open when it discards damage.
 	// nil means slog.Default().
 	Logger *slog.Logger
+	// DiscardDamaged makes Open drop what it cannot trust of a damaged
+	// file (see Open) instead of refusing it. It is the master's
+	// --discard-state: never the default, since it drops state.
+	DiscardDamaged bool
 	// NoSync skips every fsync: Append and Snapshot return before their data
 	// is on disk, and a machine crash can lose acknowledged records or leave
 	// the file damaged beyond repair. For benchmarks only; never for a job.
@@ -80,8 +84,8 @@ type Stats struct {
 // Bolt is a journal kept in a bbolt file in a state dir. Append and Snapshot
 // are each one bbolt transaction, so one fsync of the data and one of the
 // meta page, whatever the number of records; a crash leaves the file as it was
-// before or after the whole transaction. Load validates every record and cuts
-// a damaged tail (see Load).
+// before or after the whole transaction. Load validates every record and refuses
+// a damaged journal (see Load).
 //
 // The file stays bounded by roughly twice the snapshot plus the records since
 // the last snapshot: a snapshot frees the pages of the records it drops and of
@@ -95,6 +99,10 @@ type Bolt struct {
 	path string
 	log  *slog.Logger
 
+	// discard is Options.DiscardDamaged; discarded is what Open dropped.
+	discard   bool
+	discarded *DamageError
+
 	mu sync.Mutex
 	db *bolt.DB // nil once closed
 	// next is the sequence number of the next record.
@@ -106,9 +114,13 @@ type Bolt struct {
 }
 
 // Open opens the journal in dir, creating dir (mode 0700) and the journal
-// file in it if missing. It fails, after about a second, if another master
-// has the journal open. It checks the file's format and cuts a damaged
-// journal tail as Load does.
+// file in it if missing (a missing file is a new job). It fails, after
+// about a second, if another master has the journal open. It refuses, with
+// a *DamageError, a file it cannot trust, since starting from it would drop
+// state: empty, cut short, not a Rover journal, a damaged header, snapshot
+// or record. With opts.DiscardDamaged it drops what cannot be trusted
+// instead, logs what it dropped, and Discarded says so: the records from the
+// first damaged one on, or the whole file, which is moved aside.
 func Open(dir string, opts Options) (*Bolt, error) {
 	if dir == "" {
 		return nil, errors.New("open the state store: no state dir given: name a directory for the master's state")
@@ -116,39 +128,24 @@ func Open(dir string, opts Options) (*Bolt, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create state dir %s: %w", dir, err)
 	}
-	path := filepath.Join(dir, fileName)
-	// The freelist is synced (one more page per commit) rather than rebuilt
-	// on open (NoFreelistSync): the rebuild walks the file in a goroutine of
-	// bbolt's own, where a panic on a damaged file would kill the process
-	// instead of coming back as an error. The map freelist allocates the runs
-	// of pages a large snapshot needs faster than the array one.
-	db, err := openBolt(path, &bolt.Options{
-		Timeout:      lockTimeout,
-		FreelistType: bolt.FreelistMapType,
-		NoSync:       opts.NoSync,
-		NoGrowSync:   opts.NoSync,
-	})
-	if err != nil {
-		switch {
-		case errors.Is(err, berrors.ErrTimeout):
-			return nil, fmt.Errorf("state dir %s is in use by another master (%s): stop that master, or give this one a state dir of its own: %w", dir, owner(dir), err)
-		case isDamaged(err):
-			return nil, damaged(path, "bbolt cannot open it", err)
-		default:
-			return nil, fmt.Errorf("open state file %s: %w", path, err)
-		}
-	}
 	log := opts.Logger
 	if log == nil {
 		log = slog.Default()
 	}
-	b := &Bolt{dir: dir, path: path, log: log, db: db}
-	if err := b.init(); err != nil {
-		_ = db.Close()
-		return nil, err
+	path := filepath.Join(dir, fileName)
+	b, err := open(dir, path, opts, log)
+	var de *DamageError
+	if errors.As(err, &de) && de.Whole && opts.DiscardDamaged {
+		if de.MovedTo, err = moveAside(path); err != nil {
+			return nil, err
+		}
+		log.Warn("discarded the damaged state file, as asked: the job starts afresh (the file is kept, moved aside)",
+			"file", path, "moved_to", de.MovedTo, "problem", de.Problem)
+		if b, err = open(dir, path, opts, log); err == nil {
+			b.discarded = de
+		}
 	}
-	if _, err := b.load(false); err != nil {
-		_ = db.Close()
+	if err != nil {
 		return nil, err
 	}
 	host, _ := os.Hostname()
@@ -157,6 +154,118 @@ func Open(dir string, opts Options) (*Bolt, error) {
 	}
 	return b, nil
 }
+
+// open is Open once, without discarding a whole file.
+func open(dir, path string, opts Options, log *slog.Logger) (*Bolt, error) {
+	exists, err := preflight(path)
+	if errors.Is(err, errInUse) {
+		return nil, fmt.Errorf("state dir %s is in use by another master (%s): stop that master, or give this one a state dir of its own: %w", dir, owner(dir), berrors.ErrTimeout)
+	}
+	var de *DamageError
+	if errors.As(err, &de) && de.LastTxLost {
+		// What a crash while bbolt writes a header leaves, which its two
+		// headers are for: the write was not acknowledged, and bbolt starts
+		// from the other header. Bit rot there looks the same, and drops the
+		// last write; say so, loudly.
+		log.Warn("one of the state file's two headers fails its checksum: starting from the other, as after a crash during a write; "+
+			"if the master did not crash, the last write to the file (its newest records or snapshot) is lost",
+			"file", path, "problem", de.Problem)
+		err = nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if !exists {
+		if err := create(path, opts); err != nil {
+			return nil, err
+		}
+	}
+	// The freelist is synced (one more page per commit) rather than rebuilt
+	// on open (NoFreelistSync): the rebuild walks the file in a goroutine of
+	// bbolt's own, where a panic on a damaged file would kill the process
+	// instead of coming back as an error. The map freelist allocates the runs
+	// of pages a large snapshot needs faster than the array one.
+	db, err := openBolt(path, boltOptions(opts))
+	if err != nil {
+		switch {
+		case errors.Is(err, berrors.ErrTimeout):
+			return nil, fmt.Errorf("state dir %s is in use by another master (%s): stop that master, or give this one a state dir of its own: %w", dir, owner(dir), err)
+		case isDamaged(err):
+			return nil, &DamageError{Path: path, Problem: "bbolt cannot open it", Err: err, Whole: true}
+		default:
+			return nil, fmt.Errorf("open state file %s: %w", path, err)
+		}
+	}
+	b := &Bolt{dir: dir, path: path, log: log, db: db, discard: opts.DiscardDamaged}
+	if err := b.init(); err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	if _, err := b.load(false); err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	return b, nil
+}
+
+func boltOptions(opts Options) *bolt.Options {
+	return &bolt.Options{
+		Timeout:      lockTimeout,
+		FreelistType: bolt.FreelistMapType,
+		NoSync:       opts.NoSync,
+		NoGrowSync:   opts.NoSync,
+	}
+}
+
+// create lays out a new journal at path: in a file of its own, renamed into
+// place once complete, so that a crash while creating it leaves no file, not
+// an empty or half-written one that the next start would refuse.
+func create(path string, opts Options) error {
+	tmp := path + ".new"
+	_ = os.Remove(tmp) // left by a crash while creating
+	db, err := openBolt(tmp, boltOptions(opts))
+	if err != nil {
+		return fmt.Errorf("create state file %s: %w", tmp, err)
+	}
+	err = guard(func() error { return db.Update(layout) })
+	if cerr := db.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err == nil && !opts.NoSync {
+		err = syncDir(path)
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("lay out new state file %s: %w", path, err)
+	}
+	return nil
+}
+
+// layout creates the buckets and counter of a new journal.
+func layout(tx *bolt.Tx) error {
+	m, err := tx.CreateBucket(bucketMeta)
+	if err != nil {
+		return err
+	}
+	if err := m.Put(keyFormat, binary.BigEndian.AppendUint64(nil, FormatVersion)); err != nil {
+		return err
+	}
+	if err := m.Put(keyNext, encodeRecord(frame{kind: kindCounter, seq: 1})); err != nil {
+		return err
+	}
+	if _, err := tx.CreateBucket(bucketJournal); err != nil {
+		return err
+	}
+	_, err = tx.CreateBucket(bucketSnapshot)
+	return err
+}
+
+// Discarded says what Open dropped of a damaged file, as asked
+// (Options.DiscardDamaged); nil when it dropped nothing.
+func (b *Bolt) Discarded() *DamageError { return b.discarded }
 
 // openBolt opens a bbolt file, turning a bbolt panic (it has some for garbage
 // files) into an error and closing the file. The file stays memory-mapped, and
@@ -205,10 +314,7 @@ func isDamaged(err error) bool {
 
 // damaged returns the error for a state file that cannot be read.
 func damaged(path, what string, err error) error {
-	if err == nil {
-		return fmt.Errorf("state file %s is damaged: %s; restore the state dir from a backup, or move the file away to start the job afresh", path, what)
-	}
-	return fmt.Errorf("state file %s is damaged: %s; restore the state dir from a backup, or move the file away to start the job afresh: %w", path, what, err)
+	return &DamageError{Path: path, Problem: what, Err: err, Whole: true}
 }
 
 // owner returns what the owner file says of the master holding dir.
@@ -238,8 +344,9 @@ func (b *Bolt) guarded(fn func() error) error {
 	return err
 }
 
-// init checks the format of the file, or lays out a new one, and reads the
-// sequence counter.
+// init checks the format of the file and reads the sequence counter. A
+// bbolt file without any bucket holds nothing to lose (an older Rover laid
+// out its journal in place, and could crash before it did): it is laid out.
 func (b *Bolt) init() error {
 	fresh := false
 	err := b.view(func(tx *bolt.Tx) error {
@@ -247,7 +354,7 @@ func (b *Bolt) init() error {
 		if m == nil {
 			errOther := errors.New("other buckets")
 			if err := tx.ForEach(func([]byte, *bolt.Bucket) error { return errOther }); err != nil {
-				return fmt.Errorf("state file %s is a bbolt file but not a Rover journal (no %q bucket): point the master at a state dir of its own", b.path, bucketMeta)
+				return &DamageError{Path: b.path, Problem: fmt.Sprintf("it is a bbolt file but not a Rover journal (no %q bucket): point the master at a state dir of its own", bucketMeta), Whole: true}
 			}
 			fresh = true
 			return nil
@@ -256,14 +363,14 @@ func (b *Bolt) init() error {
 			return err
 		}
 		if tx.Bucket(bucketJournal) == nil || tx.Bucket(bucketSnapshot) == nil {
-			return damaged(b.path, "its journal or snapshot bucket is missing", nil)
+			return &DamageError{Path: b.path, Problem: "its journal or snapshot bucket is missing", Whole: true}
 		}
 		f, err := decodeRecord(m.Get(keyNext))
 		if err == nil && f.kind != kindCounter {
 			err = fmt.Errorf("%w: kind %d, not a counter", errFrame, f.kind)
 		}
 		if err != nil {
-			return damaged(b.path, "its sequence counter is unreadable", err)
+			return &DamageError{Path: b.path, Problem: "its sequence counter is unreadable", Err: err, Whole: true}
 		}
 		b.next = f.seq
 		return nil
@@ -271,40 +378,24 @@ func (b *Bolt) init() error {
 	if err != nil || !fresh {
 		return err
 	}
-	err = b.update(func(tx *bolt.Tx) error {
-		m, err := tx.CreateBucket(bucketMeta)
-		if err != nil {
-			return err
-		}
-		if err := m.Put(keyFormat, binary.BigEndian.AppendUint64(nil, FormatVersion)); err != nil {
-			return err
-		}
-		if err := m.Put(keyNext, encodeRecord(frame{kind: kindCounter, seq: 1})); err != nil {
-			return err
-		}
-		if _, err := tx.CreateBucket(bucketJournal); err != nil {
-			return err
-		}
-		_, err = tx.CreateBucket(bucketSnapshot)
-		return err
-	})
-	if err != nil {
+	if err := b.update(layout); err != nil {
 		return fmt.Errorf("lay out new state file %s: %w", b.path, err)
 	}
 	b.next = 1
 	return nil
 }
 
-// checkFormat checks the stored format version v.
+// checkFormat checks the stored format version v. A newer format is
+// refused, never discarded: the Rover that wrote it reads it.
 func (b *Bolt) checkFormat(v []byte) error {
 	if len(v) != 8 {
-		return fmt.Errorf("state dir %s holds a journal of an unknown format (format value %x): move it away, or point the master at a state dir of its own", b.dir, v)
+		return &DamageError{Path: b.path, Problem: fmt.Sprintf("it holds a journal of an unknown format (format value %x)", v), Whole: true}
 	}
 	switch f := binary.BigEndian.Uint64(v); {
 	case f > FormatVersion:
 		return fmt.Errorf("state dir %s was written by a newer Rover (format %d; this one reads %d): upgrade rover", b.dir, f, FormatVersion)
 	case f < FormatVersion:
-		return fmt.Errorf("state dir %s was written in format %d, which this Rover (format %d) does not read: run the Rover that wrote it, or move the state dir away to start the job afresh", b.dir, f, FormatVersion)
+		return &DamageError{Path: b.path, Problem: fmt.Sprintf("it was written in format %d, which this Rover (format %d) does not read: run the Rover that wrote it", f, FormatVersion), Whole: true}
 	}
 	return nil
 }
@@ -394,11 +485,12 @@ func (b *Bolt) Snapshot(ctx context.Context, state []byte) error {
 
 // Load returns the snapshot and the records after it. It validates every
 // record, in sequence order: a record that fails its checksum or framing, or
-// that does not name the record before it (one is missing), and every record
-// after it are cut from the journal, in one transaction, with one warning
-// logged. That repairs a torn tail; a record damaged in the middle costs the
-// records after it too, since they may depend on it. A damaged snapshot is an
-// error: there is nothing to start from.
+// that does not name the record before it (one is missing), is damage, and
+// Load returns a *DamageError saying what the records from it on are (they
+// may depend on it). With Options.DiscardDamaged it cuts them instead, in one
+// transaction, with one warning logged. A damaged snapshot is a *DamageError
+// of the whole file. Open has done the same checks: Load finds damage only
+// where the file changed since.
 func (b *Bolt) Load(ctx context.Context) (Contents, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()

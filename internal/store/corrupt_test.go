@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"path/filepath"
@@ -130,8 +131,32 @@ func TestLoadCutsDamagedJournal(t *testing.T) {
 			writeDamageJournal(t, dir)
 			tt.damage(t, path)
 
+			// Refused, saying what would be dropped, and left as it was.
+			before := readFile(t, path)
+			_, err := Open(dir, Options{Logger: discard()})
+			var de *DamageError
+			if !errors.As(err, &de) || !errors.Is(err, ErrDamaged) {
+				t.Fatalf("Open = %v, want a *DamageError", err)
+			}
+			if de.Kept != len(tt.kept) || de.DroppedRecords != tt.cut || de.FirstBad != uint64(tt.firstBad) || de.Whole ||
+				!strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), tt.reason) {
+				t.Errorf("Open = %v (%+v), want it to name %s, say %q and drop %d records from %d, keeping %d",
+					err, de, path, tt.reason, tt.cut, tt.firstBad, len(tt.kept))
+			}
+			for _, p := range de.Dropped {
+				if !bytes.HasPrefix(p, []byte("<payload ")) {
+					t.Errorf("a dropped record's payload is %q, want one of the records", p)
+				}
+			}
+			if !bytes.Equal(before, readFile(t, path)) {
+				t.Error("Open changed the file it refused")
+			}
+
 			var logs bytes.Buffer
-			s := mustOpen(t, dir, Options{Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
+			s := mustOpen(t, dir, Options{DiscardDamaged: true, Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
+			if d := s.Discarded(); d == nil || d.DroppedRecords != tt.cut {
+				t.Errorf("Discarded = %+v, want the %d records cut", d, tt.cut)
+			}
 			want := Contents{Snapshot: []byte("state after 4"), Records: [][]byte{}}
 			for _, seq := range tt.kept {
 				want.Records = append(want.Records, payload(seq))

@@ -16,7 +16,10 @@
 //
 // store.NewMemory() gives the same API without a file.
 //
-// Bolt frames every value it stores with a CRC-32C, so Load finds a torn or
-// damaged record and cuts the journal there; bbolt's own copy-on-write commit
-// keeps a crash from leaving half a transaction.
+// Bolt frames every value it stores with a CRC-32C; bbolt's own copy-on-write
+// commit keeps a crash from leaving half a transaction, so a bad record is
+// damage, not a crash. Open refuses a file it cannot trust (empty, cut short,
+// not a Rover journal, a bad header, snapshot or record) with a *DamageError
+// that says what starting would drop; Options.DiscardDamaged drops it instead
+// (the master's --discard-state). A missing file is a new job.
 package store

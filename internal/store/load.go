@@ -20,6 +20,8 @@ type scan struct {
 	// firstBad and reason describe the first bad record.
 	firstBad uint64
 	reason   string
+	// dropped holds the payloads of the cut records that are intact.
+	dropped [][]byte
 }
 
 // load reads the journal, cuts a damaged tail, and sets b.last. With full,
@@ -35,6 +37,10 @@ func (b *Bolt) load(full bool) (Contents, error) {
 	if err != nil {
 		return Contents{}, err
 	}
+	if len(s.cut) > 0 && !b.discard {
+		return Contents{}, &DamageError{Path: b.path, Problem: fmt.Sprintf("record %d is bad: %s", s.firstBad, s.reason),
+			Kept: s.kept, FirstBad: s.firstBad, DroppedRecords: len(s.cut), Dropped: s.dropped}
+	}
 	if len(s.cut) > 0 {
 		err := b.update(func(tx *bolt.Tx) error {
 			j := tx.Bucket(bucketJournal)
@@ -48,8 +54,12 @@ func (b *Bolt) load(full bool) (Contents, error) {
 		if err != nil {
 			return Contents{}, fmt.Errorf("cut the damaged tail of the journal in %s: %w", b.path, err)
 		}
-		b.log.Warn("cut the journal at its last good record; the records from the first bad one on are lost",
+		b.log.Warn("cut the journal at its last good record, as asked; the records from the first bad one on are lost",
 			"file", b.path, "kept_records", s.kept, "cut_records", len(s.cut), "first_bad_seq", s.firstBad, "reason", s.reason)
+		if b.discarded == nil {
+			b.discarded = &DamageError{Path: b.path, Problem: fmt.Sprintf("record %d is bad: %s", s.firstBad, s.reason),
+				Kept: s.kept, FirstBad: s.firstBad, DroppedRecords: len(s.cut), Dropped: s.dropped}
+		}
 	}
 	b.last = s.last
 	return s.contents, nil
@@ -71,14 +81,14 @@ func (b *Bolt) read(tx *bolt.Tx, full bool) (scan, error) {
 			return s, damaged(b.path, "it holds two snapshots", nil)
 		}
 		s.last = binary.BigEndian.Uint64(k)
+		f, err := decodeRecord(v)
+		if err == nil && (f.kind != kindSnapshot || f.seq != s.last) {
+			err = fmt.Errorf("%w: a kind %d frame of sequence %d, not the snapshot of %d", errFrame, f.kind, f.seq, s.last)
+		}
+		if err != nil {
+			return s, damaged(b.path, fmt.Sprintf("its snapshot (of the state after record %d) is unreadable, and the records after it build on it", s.last), err)
+		}
 		if full {
-			f, err := decodeRecord(v)
-			if err == nil && (f.kind != kindSnapshot || f.seq != s.last) {
-				err = fmt.Errorf("%w: a kind %d frame of sequence %d, not the snapshot of %d", errFrame, f.kind, f.seq, s.last)
-			}
-			if err != nil {
-				return s, damaged(b.path, "its snapshot is unreadable, and the master cannot start without it", err)
-			}
 			s.contents.Snapshot = append([]byte(nil), f.payload...)
 		}
 	}
@@ -89,12 +99,18 @@ func (b *Bolt) read(tx *bolt.Tx, full bool) (scan, error) {
 	for k, v := c.First(); k != nil; k, v = c.Next() {
 		if s.cut != nil {
 			s.cut = append(s.cut, append([]byte(nil), k...))
+			if f, err := decodeRecord(v); err == nil && f.kind == kindRecord {
+				s.dropped = append(s.dropped, append([]byte(nil), f.payload...))
+			}
 			continue
 		}
 		f, reason := checkRecord(k, v, s.last, b.next)
 		if reason != "" {
 			s.cut = [][]byte{append([]byte(nil), k...)}
 			s.firstBad, s.reason = f.seq, reason
+			if f.kind == kindRecord { // intact but out of place
+				s.dropped = append(s.dropped, append([]byte(nil), f.payload...))
+			}
 			continue
 		}
 		if full {

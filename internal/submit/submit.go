@@ -120,7 +120,12 @@ func Run(ctx context.Context, plan *jobplan.Plan, o Options) (Result, error) {
 	go func() { served <- m.Run(mctx) }()
 
 	outcome, waitErr := watch(ctx, m, o)
-	if waitErr != nil {
+	if waitErr != nil && ctx.Err() == nil {
+		// The master stopped on its own (its state store failed): the job
+		// cannot go on; stopping the master deletes its nodes.
+		fmt.Fprintf(o.Progress, "rover submit: job %s failed: %v\n", plan.Name, waitErr)
+		outcome = master.Outcome{Reason: waitErr.Error()}
+	} else if waitErr != nil {
 		fmt.Fprintf(o.Progress, "rover submit: stopping job %s: %v\n", plan.Name, context.Cause(ctx))
 		stop(m, "stopped by its user: "+context.Cause(ctx).Error(), o.stopGrace()+10*time.Second)
 		outcome = master.Outcome{Reason: m.Status().GetReason()}
@@ -168,11 +173,16 @@ func (o Options) stopGrace() time.Duration {
 // ctx ends (then it returns ctx's error).
 func watch(ctx context.Context, m *master.Master, o Options) (master.Outcome, error) {
 	finished := make(chan master.Outcome, 1)
+	broken := make(chan error, 1) // the master stopped before the job ended
 	wctx, stop := context.WithCancel(ctx)
 	defer stop()
 	go func() {
-		if out, err := m.WaitFinished(wctx); err == nil {
+		out, err := m.WaitFinished(wctx)
+		switch {
+		case err == nil:
 			finished <- out
+		case wctx.Err() == nil:
+			broken <- err
 		}
 	}()
 	tick := time.NewTicker(o.ProgressEvery)
@@ -191,6 +201,9 @@ func watch(ctx context.Context, m *master.Master, o Options) (master.Outcome, er
 			return outcome, ctx.Err()
 		case outcome = <-finished:
 			done = true
+		case err := <-broken:
+			show()
+			return outcome, fmt.Errorf("the job's master: %w", err)
 		case <-tick.C:
 			show()
 		}

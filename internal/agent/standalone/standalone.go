@@ -41,9 +41,12 @@ func Start(ctx context.Context, spec agent.EmbeddedMaster) (agent.RunningMaster,
 	}
 	mctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan struct{})
+	failed := make(chan error, 1) // written at most once, never read maybe
 	go func() {
 		defer close(done)
-		_ = m.Run(mctx)
+		if err := m.Run(mctx); err != nil && mctx.Err() == nil {
+			failed <- err
+		}
 	}()
 	stop := func() {
 		ended, ask := context.WithCancel(context.Background())
@@ -66,5 +69,5 @@ func Start(ctx context.Context, spec agent.EmbeddedMaster) (agent.RunningMaster,
 			_ = os.RemoveAll(spec.StateDir)
 		}
 	}
-	return agent.RunningMaster{Addr: m.Addr(), Token: token, Stop: stop}, nil
+	return agent.RunningMaster{Addr: m.Addr(), Token: token, Stop: stop, Failed: failed}, nil
 }
