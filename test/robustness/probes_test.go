@@ -86,6 +86,14 @@ func TestProbes(t *testing.T) {
 		{name: "SIGTERM while nodes start", args: submit("--quiet", "--rdzv-id", "{job}", "--nnodes", "12",
 			"--nproc-per-node", "1", "--no-python", "bash", "-c", "sleep 600; echo"),
 			signal: syscall.SIGTERM, after: "rover submit: job", code: 143, says: "stopped"},
+		// Memory must not grow with the replica count before nodes start
+		// (it was 2.5 GB for this job). When the job-spec cap on replicas
+		// lands, this job is refused up front: expect exit 2 naming
+		// spec.replicaSpecs.worker.replicas instead.
+		{name: "a million replicas, SIGTERM", args: submit("--quiet", "{dir}/job.yaml"),
+			files: map[string]string{"job.yaml": elasticJob("{job}", "1048576",
+				`["/bin/bash", "-c", "dlrover-run --nnodes=1048576 --nproc_per_node=1 --no-python sleep 600"]`)},
+			signal: syscall.SIGTERM, after: "rover submit: job", code: 143, says: "stopped", maxRSS: 400},
 
 		// TODO(other branches): rows for findings being fixed elsewhere,
 		// to add once they merge:
