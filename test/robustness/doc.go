@@ -20,6 +20,8 @@
 //     (`bash -c "sleep ...; echo"`): every process of the job ends, /dev/shm
 //     is clean;
 //   - SIGTERM while many nodes are still starting: no node is left;
+//   - a job of a million replicas stopped with SIGTERM: bounded memory
+//     (nodes are created through a window, not all up front);
 //   - scripts/apt-install: one line of output, apt-get's log shown only
 //     when it fails (TestAptInstallIsQuiet).
 //
