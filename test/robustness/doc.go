@@ -19,6 +19,8 @@
 //   - SIGKILL of rover submit whose workers have children of their own
 //     (`bash -c "sleep ...; echo"`): every process of the job ends, /dev/shm
 //     is clean;
+//   - SIGKILL of a node's agent while rover submit runs: the worker's own
+//     child goes at once, not at the job's end;
 //   - SIGTERM while many nodes are still starting: no node is left;
 //   - a job of a million replicas stopped with SIGTERM: bounded memory
 //     (nodes are created through a window, not all up front);
@@ -29,5 +31,6 @@
 // rows at the end of probes_test.go say what each expects). A row is a
 // few lines: the command line ({dir} is the probe's own directory, {job}
 // a job name no other run uses, {addr} the fixture master's address),
-// files to write first, and what to expect.
+// files to write first, and what to expect. ROVER_ROBUSTNESS_BIN runs the
+// probes against another build (an older release, to see a row fail).
 package robustness

@@ -1,6 +1,8 @@
 package robustness
 
 import (
+	"fmt"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -53,6 +55,27 @@ func submit(args ...string) []string {
 	return append([]string{"submit", "--job-dir", "{dir}/job"}, args...)
 }
 
+// killAgent kills the probe's node agent with SIGKILL and waits for the
+// worker's own child (sleep 600) to be gone while rover submit still runs.
+func killAgent(t *testing.T, tag string) {
+	agents := probeProcs(tag, "rover", "run")
+	sleeps := probeProcs(tag, "sleep", "600")
+	if len(agents) != 1 || len(sleeps) != 1 {
+		t.Fatalf("found agents %v and worker children %v, want one of each", agents, sleeps)
+	}
+	if err := syscall.Kill(agents[0], syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if left := waitNone(func() []string {
+		if slices.Contains(probeProcs(tag, "sleep", "600"), sleeps[0]) {
+			return []string{fmt.Sprint(sleeps[0])}
+		}
+		return nil
+	}); len(left) > 0 {
+		t.Errorf("the killed agent's worker child %s still runs after %v", left[0], deadline)
+	}
+}
+
 func TestProbes(t *testing.T) {
 	runProbes(t, []probe{
 		{name: "malformed YAML", args: submit("{dir}/job.yaml"),
@@ -83,6 +106,10 @@ func TestProbes(t *testing.T) {
 		// worker's whole group: bash and its sleep.
 		{name: "SIGKILL of rover submit", args: submit(worker...),
 			signal: syscall.SIGKILL, after: "worker-up", code: 137},
+		// The agent killed, rover submit alive: the worker's sleep (a
+		// child of its bash) goes with the agent, before any stop.
+		{name: "SIGKILL of an agent", args: submit(worker...),
+			after: "worker-up", during: killAgent, signal: syscall.SIGTERM, code: 143, says: "stopped"},
 		{name: "SIGTERM while nodes start", args: submit("--quiet", "--rdzv-id", "{job}", "--nnodes", "12",
 			"--nproc-per-node", "1", "--no-python", "bash", "-c", "sleep 600; echo"),
 			signal: syscall.SIGTERM, after: "rover submit: job", code: 143, says: "stopped"},

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -53,9 +54,13 @@ type probe struct {
 	files map[string]string // written into {dir} first
 	// master starts a fixture `rover master` on {dir}/state first.
 	master bool
-	// signal is sent once the output holds after ("": at once).
+	// signal is sent once the output holds after ("": at once), and
+	// once during, when set, has returned.
 	signal syscall.Signal
 	after  string
+	// during runs once the output holds after, while the probe runs; tag
+	// is the environment entry every process of the probe carries.
+	during func(t *testing.T, tag string)
 	code   int    // the exit code; 128+N for death by signal N
 	says   string // a fragment of stdout and stderr
 	// maxRSS bounds the process's peak memory, in MiB (0: defaultMaxRSS).
@@ -118,11 +123,16 @@ func (p probe) run(t *testing.T) {
 		_ = cmd.Wait()
 		close(done)
 	}()
-	if p.signal != 0 {
+	if p.signal != 0 || p.during != nil {
 		if !out.waitFor(p.after, done) {
 			<-done
 			t.Fatalf("rover %q exited before its output held %q:\n%s", args, p.after, out)
 		}
+	}
+	if p.during != nil {
+		p.during(t, tag)
+	}
+	if p.signal != 0 {
 		_ = cmd.Process.Signal(p.signal)
 	}
 	select {
@@ -208,6 +218,20 @@ func startMaster(t *testing.T, dir string) string {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// probeProcs lists the probe's processes (by tag) whose command line
+// starts with argv0 and holds word.
+func probeProcs(tag, argv0, word string) []int {
+	var out []int
+	for _, pid := range proc.TaggedPids([]byte(tag)) {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+		if len(args) > 0 && filepath.Base(args[0]) == argv0 && slices.Contains(args, word) {
+			out = append(out, pid)
+		}
+	}
+	return out
 }
 
 // waitNone polls list until it is empty or the deadline passes, and
