@@ -5,7 +5,8 @@
 // no process of the probe left running (every process the probe starts
 // inherits a tag in its environment, ROVER_PROBE), and nothing left in
 // /dev/shm by the probe's job. It has no code of its own outside its tests;
-// it runs in `make test` (go test ./...) and takes well under a minute.
+// it runs in `make test` (go test ./...) and takes about a minute, most of
+// it building rover.
 //
 // Probes (probes_test.go):
 //
