@@ -29,7 +29,7 @@ testbin: ## build kube-apiserver, etcd, kubectl, kube-scheduler, kube-controller
 
 deps-test: ## install python3-torch when no Python can import torch, and gcc (cgo, for internal/nvml) when missing
 	@scripts/find-python --install >/dev/null
-	@command -v gcc >/dev/null || { echo "installing gcc (cgo for internal/nvml)"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gcc >/dev/null; }
+	@command -v gcc >/dev/null || scripts/apt-install gcc # cgo for internal/nvml
 
 lint: ## go vet and staticcheck
 	$(GO) vet ./...

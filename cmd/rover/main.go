@@ -67,6 +67,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if cmd == "run" {
 		// torchrun's agent stops its workers on these too, forwarding them.
 		stopSignals = append(stopSignals, syscall.SIGHUP, syscall.SIGQUIT)
+		// A console that goes away (rover submit killed) must not kill the
+		// agent with SIGPIPE before it has stopped its workers and removed
+		// its shared memory: with SIGPIPE notified, writes fail instead.
+		signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 	}
 	ctx, stop := signalContext(stopSignals...)
 	defer stop()

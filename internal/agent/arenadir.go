@@ -162,7 +162,10 @@ func createArenaDir(base, key string, self arenaOwner) (*arenaDir, error) {
 		if err != nil {
 			return nil, err
 		}
-		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		// Blocking: another agent (or rover submit's RemoveJobArenas) may
+		// hold the new lock for a moment while it judges the directory;
+		// seeing no owner yet, it lets go.
+		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
 			f.Close()
 			return nil, fmt.Errorf("lock %s: %w", f.Name(), err)
 		}
@@ -223,9 +226,10 @@ func arenaRanks(dir string) []int {
 
 // RemoveJobArenas removes the arena directories that agents of job runID
 // (with token) left on this machine and no live agent holds: those of
-// agents killed before they could clean up. `rover submit` calls it once
-// the job's nodes are gone, so that a job leaves nothing in /dev/shm. It
-// returns how many it removed.
+// agents killed before they could clean up. `rover submit` calls it each
+// time a node's agent exits (its relaunch has another node id and adopts
+// nothing) and once the job's nodes are gone, so that a job leaves
+// nothing in /dev/shm. It returns how many it removed.
 func RemoveJobArenas(runID, token string) int {
 	base := ckpt.DefaultArenaDir
 	if _, err := os.Stat(base); err != nil {

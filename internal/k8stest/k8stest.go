@@ -20,6 +20,7 @@ package k8stest
 import (
 	"bytes"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sync"
@@ -33,6 +34,9 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/go-logr/logr"
 )
 
 // Options says what Start sets up beyond etcd and kube-apiserver.
@@ -82,6 +86,7 @@ func NewScheme() *runtime.Scheme {
 // control plane's last output when it did not come up.
 func Start(t testing.TB, opts Options) *Env {
 	t.Helper()
+	setControllerLogger()
 	assets, err := AssetsDir()
 	if err != nil {
 		t.Fatalf("k8stest: no Kubernetes binaries for the test control plane: %v", err)
@@ -172,6 +177,21 @@ func (e *Env) Bin(t testing.TB, name string) string {
 		t.Fatalf("k8stest: %s: %v (TESTBIN_EXTRA names the binaries beyond kube-apiserver and etcd)", e.AssetsDir, err)
 	}
 	return filepath.Join(e.AssetsDir, name)
+}
+
+var ctrlLoggerOnce sync.Once
+
+// setControllerLogger gives controller-runtime's global logger (used by
+// envtest and by clients made outside a manager) a slog bridge that shows
+// warnings and errors only. Unset, controller-runtime prints
+// "log.SetLogger(...) was never called" and a goroutine dump into the
+// test's output. It runs once per test binary; a test that wants another
+// logger sets it after Start.
+func setControllerLogger() {
+	ctrlLoggerOnce.Do(func() {
+		h := slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})
+		ctrllog.SetLogger(logr.FromSlogHandler(h))
+	})
 }
 
 // tailBuffer keeps the last max bytes written to it. The control plane writes

@@ -302,7 +302,8 @@ func (f *fleet) notice(n fleetNotice) []nodemanager.Command {
 }
 
 // carry journals the manager's state, shows it, then carries out cmds in
-// order. Deletes run in the background (they wait out the agent's grace
+// order; once ctx has ended or the job is over it creates no more nodes
+// (a thousand of them take a while to start). Deletes run in the background (they wait out the agent's grace
 // period); a create the platform refuses is reported back as the node's
 // failure, for the manager to relaunch or give up on.
 func (f *fleet) carry(ctx context.Context, cmds []nodemanager.Command) {
@@ -321,7 +322,14 @@ func (f *fleet) carry(ctx context.Context, cmds []nodemanager.Command) {
 		f.saved = state
 	}
 	f.core.setFleetView(f.mgr.Status(), f.cfg.Name)
+	skipped := 0
 	for _, c := range cmds {
+		if c.Kind == nodemanager.CreateNode && (ctx.Err() != nil || f.ended()) {
+			// Cancelled or over while its nodes were starting: start no
+			// more; those started are deleted with the rest.
+			skipped++
+			continue
+		}
 		f.log.Info("node manager: "+c.Kind.String(), "node", c.NodeID, "reason", c.Reason)
 		switch c.Kind {
 		case nodemanager.CreateNode:
@@ -346,6 +354,9 @@ func (f *fleet) carry(ctx context.Context, cmds []nodemanager.Command) {
 				f.log.Error("fail the job", "reason", c.Reason, "err", err)
 			}
 		}
+	}
+	if skipped > 0 {
+		f.log.Info("the job ended or its master is stopping: nodes not started", "nodes", skipped)
 	}
 }
 

@@ -10,7 +10,10 @@
 //
 //   - At Start every group gets Nodes (default MaxNodes) nodes, ranks
 //     0..Nodes-1, with ids "<job>-<group>-<rank>-<relaunch>"
-//     ("train-worker-3-0"). [Manager.Scale] adds or removes the highest
+//     ("train-worker-3-0"), created through a window: at most 64 nodes
+//     asked for and not yet reported by the platform; each one reported
+//     brings the next rank's create. Ranks still to create count as
+//     expected ([Manager.Live]) and usable. [Manager.Scale] adds or removes the highest
 //     ranks within MinNodes..MaxNodes; a rank scaled back is not a relaunch.
 //   - A node that exits non-zero, is deleted by the platform, is lost, or that
 //     diagnosis asks to relaunch is replaced by a node of the same rank and

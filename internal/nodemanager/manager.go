@@ -49,7 +49,18 @@ type slot struct {
 	memory   int64     // memory override from RelaunchWithMoreMemory; 0: the group's
 	lastExit string    // how the previous or current node ended
 	reason   string    // the latest decision about this rank
+	// seen: the platform has reported the current node (any event), so
+	// it no longer counts against startWindow. Not persisted: a restored
+	// manager sees its nodes again in the platform's first report.
+	seen bool
 }
+
+// startWindow bounds the nodes asked of the platform and not yet reported
+// by it. A group's ranks are created as the platform takes the earlier
+// ones, not all at Start: a job of a million replicas holds 64 slots, not
+// a million, before its first node starts, and a job stopped while its
+// nodes start has few creates left to skip.
+const startWindow = 64
 
 // Manager is the node manager of one job. It is not safe for concurrent use;
 // the master's driver serialises calls.
@@ -95,25 +106,55 @@ func (m *Manager) Start(now time.Time) []Command {
 		return nil
 	}
 	m.started = true
-	var cmds []Command
 	m.slots = make([][]*slot, len(m.spec.Groups))
+	return m.fill(now, nil)
+}
+
+// fill creates the ranks below each group's desired count that have no
+// slot yet, while fewer than startWindow nodes wait for the platform to
+// report them. why gives each create's reason (nil: the group starting).
+func (m *Manager) fill(now time.Time, why func(g GroupSpec, rank int) string) []Command {
+	if !m.started || m.fail != nil || m.ended {
+		return nil
+	}
+	unseen := 0
+	for _, g := range m.slots {
+		for _, s := range g {
+			if s.state == Pending && !s.seen {
+				unseen++
+			}
+		}
+	}
+	var cmds []Command
 	for gi, g := range m.spec.Groups {
-		n := m.desired[gi]
-		m.slots[gi] = make([]*slot, n)
-		for r := range n {
+		for r := len(m.slots[gi]); r < m.desired[gi] && unseen < startWindow; r++ {
+			reason := fmt.Sprintf("start %s rank %d of %d", g.name(), r, m.desired[gi])
+			if why != nil {
+				reason = why(g, r)
+			}
 			s := &slot{group: gi, rank: r}
-			m.slots[gi][r] = s
-			cmds = append(cmds, m.create(s, now, fmt.Sprintf("start %s rank %d of %d", g.name(), r, n)))
+			m.slots[gi] = append(m.slots[gi], s)
+			cmds = append(cmds, m.create(s, now, reason))
+			unseen++
 		}
 	}
 	return cmds
+}
+
+// uncreated counts the ranks of group gi that are wanted and have no slot
+// yet (fill creates them): they count as usable and expected.
+func (m *Manager) uncreated(gi int) int {
+	if !m.started {
+		return 0
+	}
+	return max(0, m.desired[gi]-len(m.slots[gi]))
 }
 
 // create points s at a new node (its current relaunch) and asks for it.
 func (m *Manager) create(s *slot, now time.Time, reason string) Command {
 	g := m.spec.Groups[s.group]
 	s.id = nodeID(m.spec.Job, g.name(), s.rank, s.relaunch)
-	s.state, s.host, s.since, s.timedOut, s.held, s.reason = Pending, "", now, false, true, reason
+	s.state, s.host, s.since, s.timedOut, s.held, s.reason, s.seen = Pending, "", now, false, true, reason, false
 	m.byID[s.id] = s
 	spec := platform.NodeSpec{
 		Job: m.spec.Job, Group: g.name(), Rank: s.rank, Relaunch: s.relaunch, ID: s.id,
@@ -141,13 +182,20 @@ func (m *Manager) current(id string) *slot {
 }
 
 // Observe applies a platform event. Events for unknown or replaced node ids,
-// repeats, and events after the job failed change nothing.
+// repeats, and events after the job failed change nothing. A node the
+// platform reports makes room for the next rank still to be created.
 func (m *Manager) Observe(ev platform.Event, now time.Time) []Command {
+	cmds := m.observe(ev, now)
+	return append(cmds, m.fill(now, nil)...)
+}
+
+func (m *Manager) observe(ev platform.Event, now time.Time) []Command {
 	cmds := m.expire(now)
 	s := m.current(ev.NodeID)
 	if s == nil {
 		return cmds
 	}
+	s.seen = true
 	if ev.Host != "" {
 		s.host = ev.Host
 	}
@@ -277,9 +325,10 @@ func (m *Manager) replace(s *slot, cause string, now time.Time) []Command {
 	return cmds
 }
 
-// usable counts the group's nodes that are live or succeeded.
+// usable counts the group's nodes that are live or succeeded, or yet to
+// be created.
 func (m *Manager) usable(gi int) int {
-	n := 0
+	n := m.uncreated(gi)
 	for _, s := range m.slots[gi] {
 		if s.state != Failed && s.state != Removed {
 			n++
@@ -348,7 +397,7 @@ func (m *Manager) expire(now time.Time) []Command {
 		return []Command{m.failJob(ErrPendingTimeout, fmt.Sprintf("nodes %s pending for more than %v (pending strategy: all)", strings.Join(late, ", "), timeout))}
 	}
 	for gi, g := range m.spec.Groups {
-		ready := 0
+		ready := m.uncreated(gi) // not created yet, so not late
 		var waiting []string
 		for _, s := range m.slots[gi] {
 			switch {

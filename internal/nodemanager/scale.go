@@ -61,21 +61,22 @@ func (m *Manager) Scale(group string, n int, why string, now time.Time) ([]Comma
 		m.retired[s.id] = true
 		s.state, s.since, s.timedOut, s.held, s.reason = Removed, now, false, false, reason
 	}
-	for r := range n {
-		reason := fmt.Sprintf("scaled %s from %d to %d nodes (%s): adding rank %d", g.name(), old, n, why, r)
-		switch {
-		case r >= len(m.slots[gi]):
-			s := &slot{group: gi, rank: r}
-			m.slots[gi] = append(m.slots[gi], s)
-			cmds = append(cmds, m.create(s, now, reason))
-		case m.slots[gi][r].state == Removed:
-			s := m.slots[gi][r]
+	reason := func(other GroupSpec, r int) string {
+		if other.name() != g.name() {
+			return fmt.Sprintf("start %s rank %d", other.name(), r)
+		}
+		return fmt.Sprintf("scaled %s from %d to %d nodes (%s): adding rank %d", g.name(), old, n, why, r)
+	}
+	for r := range min(n, len(m.slots[gi])) {
+		if s := m.slots[gi][r]; s.state == Removed {
 			s.relaunch++
 			s.rescaled++
-			cmds = append(cmds, m.create(s, now, reason))
+			cmds = append(cmds, m.create(s, now, reason(g, r)))
 		}
 	}
-	return cmds, nil
+	// Ranks never created come as the platform takes the earlier ones
+	// (startWindow); the first of them now.
+	return append(cmds, m.fill(now, reason)...), nil
 }
 
 // Desired returns how many nodes group should have now (its Nodes, or the
@@ -89,11 +90,13 @@ func (m *Manager) Desired(group string) int {
 	return -1
 }
 
-// Live counts the nodes of every group that are pending or running: the
-// nodes expected at the job's rendezvous.
+// Live counts the nodes of every group that are pending or running, or
+// wanted and yet to be created: the nodes expected at the job's
+// rendezvous.
 func (m *Manager) Live() int {
 	n := 0
-	for _, g := range m.slots {
+	for gi, g := range m.slots {
+		n += m.uncreated(gi)
 		for _, s := range g {
 			if s.state.live() {
 				n++

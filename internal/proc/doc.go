@@ -2,7 +2,8 @@
 //
 // It owns everything between "run this argv" and "here is why it failed":
 // starting children in their own process group with a parent-death signal
-// ([Start], [Process]), classifying how they ended ([Exit], [Classify]),
+// ([Start], [Process]), killing whatever inherited a tag in its
+// environment once its parent is gone ([KillTagged]), classifying how they ended ([Exit], [Classify]),
 // plumbing their output to the console (prefixed lines for teed streams)
 // and per-worker log files with torchrun's redirect/tee semantics
 // ([OpenOutput], [NewPrefixWriter]),

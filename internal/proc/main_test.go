@@ -1,6 +1,7 @@
 package proc
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
@@ -19,7 +20,19 @@ func TestMain(m *testing.M) {
 	case "":
 		os.Exit(m.Run())
 	case "pdeathsig":
-		pdeathsigHelper()
+		pdeathsigHelper(Spec{Argv: []string{"sleep", "60"}})
+	case "pdeathsig-term":
+		// The child records the signal its parent's death sends it.
+		r, w, err := os.Pipe()
+		if err != nil {
+			os.Exit(2)
+		}
+		pdeathsigHelper(Spec{
+			Argv:              []string{"sh", "-c", `trap 'echo TERM > "$PDEATHSIG_OUT"; kill $!; exit 0' TERM; echo ready; sleep 600 & wait`},
+			Env:               os.Environ(),
+			Stdout:            w,
+			ParentDeathSignal: syscall.SIGTERM,
+		}, r)
 	default:
 		fmt.Fprintf(os.Stderr, "unknown %s=%q\n", helperEnv, os.Getenv(helperEnv))
 		os.Exit(2)
@@ -28,11 +41,18 @@ func TestMain(m *testing.M) {
 
 // pdeathsigHelper starts a long-lived child through Start, prints its pid and
 // dies abruptly, leaving the child to the parent-death signal.
-func pdeathsigHelper() {
-	p, err := Start(Spec{Argv: []string{"sleep", "60"}})
+// With ready, it first waits for the child's first line there (the child
+// has set up its signal handling).
+func pdeathsigHelper(spec Spec, ready ...*os.File) {
+	p, err := Start(spec)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
+	}
+	for _, r := range ready {
+		if _, err := bufio.NewReader(r).ReadString('\n'); err != nil {
+			os.Exit(2)
+		}
 	}
 	fmt.Printf("%d\n", p.Pid())
 	_ = os.Stdout.Sync()

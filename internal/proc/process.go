@@ -42,11 +42,16 @@ type Spec struct {
 	// writers of [Output]. The child's stdin is /dev/null.
 	Stdout io.Writer
 	Stderr io.Writer
+	// ParentDeathSignal is the signal the child gets when this process
+	// dies, however it dies (PR_SET_PDEATHSIG); 0 means SIGKILL. A child
+	// that must clean up after its parent's death (an agent stopping its
+	// workers and removing its shared memory) asks for SIGTERM.
+	ParentDeathSignal syscall.Signal
 }
 
 // Process is a started child process. It runs in its own process group,
-// whose id equals its pid, and receives SIGKILL if the agent dies
-// (PR_SET_PDEATHSIG). All methods are safe for concurrent use.
+// whose id equals its pid, and receives SIGKILL (or Spec.ParentDeathSignal)
+// if the agent dies (PR_SET_PDEATHSIG). All methods are safe for concurrent use.
 //
 // When the process exits, the rest of its process group (stray grandchildren
 // such as dataloader workers or backgrounded shell jobs) is sent SIGKILL
@@ -77,6 +82,10 @@ func Start(spec Spec) (*Process, error) {
 	if err != nil {
 		return nil, fmt.Errorf("start process %q: %w", spec.Argv[0], err)
 	}
+	deathSig := spec.ParentDeathSignal
+	if deathSig == 0 {
+		deathSig = syscall.SIGKILL
+	}
 	cmd := &exec.Cmd{
 		Path:      path,
 		Args:      slices.Clone(spec.Argv),
@@ -87,7 +96,7 @@ func Start(spec Spec) (*Process, error) {
 		WaitDelay: outputDrainTimeout,
 		SysProcAttr: &syscall.SysProcAttr{
 			Setpgid:   true,
-			Pdeathsig: syscall.SIGKILL,
+			Pdeathsig: deathSig,
 		},
 	}
 	if err := spawn(cmd); err != nil {

@@ -252,3 +252,29 @@ func TestPdeathsig(t *testing.T) {
 	}
 	waitGone(t, pid)
 }
+
+// TestParentDeathSignal: a child that asks for SIGTERM on its parent's
+// death gets SIGTERM, and can clean up, when the parent is killed.
+func TestParentDeathSignal(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	outFile := filepath.Join(t.TempDir(), "signal")
+	helper := exec.Command(exe, "-test.run=^$")
+	helper.Env = append(os.Environ(), helperEnv+"=pdeathsig-term", "PDEATHSIG_OUT="+outFile)
+	out, err := helper.Output()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+		t.Fatalf("helper: err %v, want killed by SIGKILL", err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(out)))
+	if err != nil {
+		t.Fatalf("helper output %q: %v", out, err)
+	}
+	waitGone(t, pid)
+	got, err := os.ReadFile(outFile)
+	if err != nil || strings.TrimSpace(string(got)) != "TERM" {
+		t.Fatalf("the child recorded %q (%v), want TERM: it did not get SIGTERM when its parent died", got, err)
+	}
+}

@@ -4,7 +4,10 @@
 // as a child process. It is `rover submit`: it shows the job's progress,
 // relaunches nodes that die (the master's node manager decides), and ends
 // with the job's outcome and a summary. Cancelling its context (Ctrl-C)
-// stops every node and leaves no process and no shared memory behind.
+// stops every node and leaves no process and no shared memory behind; so
+// does its death by SIGKILL, through the local platform: each agent gets
+// SIGTERM when this process dies and stops as on Ctrl-C (see
+// docs/user-guide.md, "What a job leaves behind").
 package submit
 
 import (
@@ -86,13 +89,20 @@ func Run(ctx context.Context, plan *jobplan.Plan, o Options) (Result, error) {
 	if err := os.MkdirAll(o.Dir, 0o700); err != nil {
 		return Result{}, fmt.Errorf("create the job directory: %w", err)
 	}
-	plat, err := local.New(local.Options{Dir: filepath.Join(o.Dir, "nodes"), Console: o.Console, Env: o.Env, Grace: o.StopGrace})
+	token := master.NewToken()
+	// A node's agent killed with SIGKILL cannot remove its shared memory:
+	// it goes as soon as the agent is reaped, not when the job ends.
+	removeArenas := func(node string) {
+		if n := agent.RemoveJobArenas(plan.Name, token); n > 0 {
+			o.Logger.Info("removed shared memory that killed agents left", "directories", n, "after", node)
+		}
+	}
+	plat, err := local.New(local.Options{Dir: filepath.Join(o.Dir, "nodes"), Console: o.Console, Env: o.Env, Grace: o.StopGrace, AfterExit: removeArenas})
 	if err != nil {
 		return Result{}, err
 	}
 	defer plat.Close()
 	nodes := &withMaster{Platform: plat}
-	token := master.NewToken()
 	preset := plan.Preset
 	m, err := master.New(ctx, master.Config{
 		Listen: "127.0.0.1:0", Job: plan.Name, Token: token, Preset: &preset, Checkpoint: plan.Checkpoint,
@@ -133,9 +143,7 @@ func Run(ctx context.Context, plan *jobplan.Plan, o Options) (Result, error) {
 	stopMaster() // deletes every node that is left, then stops serving
 	serveErr := <-served
 	plat.Close()
-	if n := agent.RemoveJobArenas(plan.Name, token); n > 0 {
-		o.Logger.Info("removed shared memory that killed agents left", "directories", n)
-	}
+	removeArenas("the job's end")
 	res := Result{Succeeded: outcome.Succeeded, Reason: outcome.Reason, Status: m.Status(), Took: time.Since(start)}
 	if waitErr == nil && serveErr != nil {
 		waitErr = fmt.Errorf("the job's master: %w", serveErr)

@@ -11,13 +11,24 @@
 // Exited and stays held (its log file too) until the master deletes it,
 // which reports Deleted. Delete stops a running agent with SIGTERM, then
 // SIGKILL after the grace period; the agent stops its workers and removes
-// its shared memory on SIGTERM. The machine has no resources to reserve,
+// its shared memory on SIGTERM.
+//
+// Nothing of a node outlives it or this process. Every agent gets SIGTERM
+// when this process dies, however it dies (its parent-death signal), and
+// stops as on Delete. Every process of a node carries a tag in its
+// environment (ROVER_LOCAL_NODE, unique to this platform and node); once
+// the agent has exited, whatever still carries its node's tag (a worker's
+// own children, which an agent killed with SIGKILL cannot stop) is killed
+// with SIGKILL, and Options.AfterExit runs, before the node is reported
+// Exited. Create after Close, or with a cancelled context, starts nothing. The machine has no resources to reserve,
 // no images and one host, so a NodeSpec asking for any of them is refused
 // with platform.ErrUnsupported.
 package local
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -27,6 +38,7 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/roverml/rover/internal/platform"
@@ -47,14 +59,23 @@ type Options struct {
 	Grace time.Duration
 	// Now is the clock of events (default time.Now).
 	Now func() time.Time
+	// AfterExit, when set, runs once a node's agent has exited and its
+	// processes are gone, before the node is reported Exited: the place
+	// to remove what a killed agent leaves behind (its shared memory).
+	AfterExit func(nodeID string)
 }
+
+// TagEnv is the environment variable that tags every process of a node.
+const TagEnv = "ROVER_LOCAL_NODE"
 
 // Local runs nodes as processes on this machine.
 type Local struct {
 	opts Options
 	host string
+	key  string // random, in every tag: two platforms' nodes never share one
 
 	mu     sync.Mutex
+	closed bool
 	cond   *sync.Cond
 	nodes  map[string]*node
 	events []platform.Event // every event, in order: watchers read from it
@@ -91,7 +112,11 @@ func New(opts Options) (*Local, error) {
 	if host == "" {
 		host = "localhost"
 	}
-	l := &Local{opts: opts, host: host, nodes: map[string]*node{}}
+	var key [8]byte
+	if _, err := rand.Read(key[:]); err != nil {
+		return nil, fmt.Errorf("local platform: a random key for its nodes' tags: %w", err)
+	}
+	l := &Local{opts: opts, host: host, key: hex.EncodeToString(key[:]), nodes: map[string]*node{}}
 	l.cond = sync.NewCond(&l.mu)
 	return l, nil
 }
@@ -99,8 +124,15 @@ func New(opts Options) (*Local, error) {
 // Capabilities: one host, no resources, no images.
 func (l *Local) Capabilities() platform.Capabilities { return platform.Capabilities{} }
 
-// Create starts the node's agent.
+// ErrClosed is Create's error once Close has begun.
+var ErrClosed = errors.New("the local platform is closed: it starts no more nodes")
+
+// Create starts the node's agent. It starts nothing when ctx has ended or
+// Close has begun, and says so.
 func (l *Local) Create(ctx context.Context, spec platform.NodeSpec) error {
+	if err := context.Cause(ctx); err != nil {
+		return fmt.Errorf("node %s not started: %w", spec.ID, err)
+	}
 	if err := spec.Validate(); err != nil {
 		return err
 	}
@@ -112,6 +144,9 @@ func (l *Local) Create(ctx context.Context, spec platform.NodeSpec) error {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.closed {
+		return fmt.Errorf("node %s not started: %w", spec.ID, ErrClosed)
+	}
 	if _, ok := l.nodes[spec.ID]; ok {
 		return fmt.Errorf("%w: node %s", platform.ErrExists, spec.ID)
 	}
@@ -132,7 +167,8 @@ func (l *Local) Create(ctx context.Context, spec platform.NodeSpec) error {
 		return fmt.Errorf("node %s: open its log: %w", spec.ID, err)
 	}
 	l.emitLocked(platform.Event{NodeID: spec.ID, Kind: platform.Pending, Host: l.host})
-	p, err := proc.Start(proc.Spec{Argv: spec.Argv, Env: l.env(spec), Stdout: out.Stdout(), Stderr: out.Stderr()})
+	p, err := proc.Start(proc.Spec{Argv: spec.Argv, Env: l.env(spec), Stdout: out.Stdout(), Stderr: out.Stderr(),
+		ParentDeathSignal: syscall.SIGTERM}) // the agent stops its workers if this process dies
 	if err != nil {
 		out.Close()
 		n := &node{spec: spec, exited: true}
@@ -164,14 +200,21 @@ func (l *Local) env(spec platform.NodeSpec) []string {
 	// --node-rank: a relaunched node joins with its predecessor's rank.
 	return append(env, "NODE_ID="+spec.ID, "NODE_RANK="+strconv.Itoa(spec.Rank), "NODE_TYPE="+spec.Group,
 		"ELASTIC_JOB_NAME="+spec.Job, "ROVER_RELAUNCH_COUNT="+strconv.Itoa(spec.Relaunch),
-		"ROVER_NODE_ID="+spec.ID, "PET_NODE_RANK="+strconv.Itoa(spec.Rank))
+		"ROVER_NODE_ID="+spec.ID, "PET_NODE_RANK="+strconv.Itoa(spec.Rank), l.tag(spec.ID))
 }
 
-// reap reports the agent's exit.
+// tag is the environment entry every process of node id carries.
+func (l *Local) tag(id string) string { return TagEnv + "=" + l.key + "/" + id }
+
+// reap reports the agent's exit, once every process of the node is gone.
 func (l *Local) reap(n *node) {
 	<-n.p.Done()
 	e := n.p.Exit()
+	proc.KillTagged(l.tag(n.spec.ID))
 	n.out.Close()
+	if l.opts.AfterExit != nil {
+		l.opts.AfterExit(n.spec.ID)
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	n.exited = true
@@ -204,9 +247,11 @@ func (l *Local) Delete(ctx context.Context, id string) error {
 	return nil
 }
 
-// Close deletes every node, as Delete does, concurrently.
+// Close deletes every node, as Delete does, concurrently; from its start
+// on, Create starts nothing.
 func (l *Local) Close() {
 	l.mu.Lock()
+	l.closed = true
 	ids := make([]string, 0, len(l.nodes))
 	for id := range l.nodes {
 		ids = append(ids, id)

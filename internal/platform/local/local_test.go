@@ -13,6 +13,7 @@ import (
 
 	"github.com/roverml/rover/internal/platform"
 	"github.com/roverml/rover/internal/platform/platformtest"
+	"github.com/roverml/rover/internal/proc"
 )
 
 func watch(t *testing.T, l *Local) *platformtest.Recorder {
@@ -119,5 +120,66 @@ func TestLocalRefuses(t *testing.T) {
 	}
 	if e := r.WaitKind(t, "j-worker-2-0", platform.Exited); e.ExitCode != 127 || e.Reason == "" {
 		t.Errorf("a missing program: %+v, want exit 127 with the reason", e)
+	}
+}
+
+// TestLocalKillsWhatOutlivesTheAgent: an agent killed with SIGKILL leaves
+// its children running (one in its group, one in a session of its own);
+// the platform kills them, and runs AfterExit, before it reports the exit.
+func TestLocalKillsWhatOutlivesTheAgent(t *testing.T) {
+	exited := make(chan string, 1)
+	l, err := New(Options{Dir: t.TempDir(), Grace: 5 * time.Second, AfterExit: func(id string) { exited <- id }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(l.Close)
+	r := watch(t, l)
+	const id = "j-worker-0-0"
+	tag := []byte(l.tag(id))
+	t.Cleanup(func() { proc.KillTagged(string(tag)) })
+	if err := l.Create(context.Background(), spec(id, "sh", "-c", `setsid sleep 600 & sleep 600 & kill -9 $$`)); err != nil {
+		t.Fatal(err)
+	}
+	if e := r.WaitKind(t, id, platform.Exited); e.Signal != 9 {
+		t.Errorf("exit %+v, want SIGKILL", e)
+	}
+	select {
+	case got := <-exited:
+		if got != id {
+			t.Errorf("AfterExit(%q), want %q", got, id)
+		}
+	default:
+		t.Error("the node was reported Exited before AfterExit ran")
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for pids := proc.TaggedPids(tag); len(pids) > 0; pids = proc.TaggedPids(tag) {
+		if time.Now().After(deadline) {
+			t.Fatalf("processes %v of the node still run after its agent's exit was reported", pids)
+		}
+		time.Sleep(20 * time.Millisecond) // SIGKILLed: they are being torn down
+	}
+}
+
+// TestLocalStartsNothingOnceStopping: a cancelled Create, and any Create
+// once Close has begun, start no process.
+func TestLocalStartsNothingOnceStopping(t *testing.T) {
+	l, err := New(Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := watch(t, l)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := l.Create(ctx, spec("j-worker-0-0", "sleep", "600")); !errors.Is(err, context.Canceled) {
+		t.Errorf("Create with a cancelled context: %v, want context.Canceled", err)
+	}
+	l.Close()
+	if err := l.Create(context.Background(), spec("j-worker-1-0", "sleep", "600")); !errors.Is(err, ErrClosed) {
+		t.Errorf("Create after Close: %v, want ErrClosed", err)
+	}
+	for _, e := range r.All() {
+		if e.NodeID != "" {
+			t.Errorf("event %+v: a node was started", e)
+		}
 	}
 }

@@ -1,0 +1,55 @@
+package master
+
+import (
+	"context"
+	"testing"
+
+	"github.com/roverml/rover/internal/nodemanager"
+	"github.com/roverml/rover/internal/platform"
+)
+
+// gatedPlatform holds each Create until the test lets it through, the way
+// a slow platform (a thousand agents starting on one machine) does.
+type gatedPlatform struct {
+	platform.Platform
+	entered chan string   // a Create has begun
+	release chan struct{} // lets one Create through
+}
+
+func (g *gatedPlatform) Create(ctx context.Context, spec platform.NodeSpec) error {
+	g.entered <- spec.ID
+	<-g.release
+	return g.Platform.Create(ctx, spec)
+}
+
+// TestCancelStopsNodeCreation: a job cancelled while its 120 nodes are
+// being created starts no more of them; the one being created when the
+// cancel came is deleted when the master stops.
+func TestCancelStopsNodeCreation(t *testing.T) {
+	const nodes = 120
+	spec := nodemanager.Spec{Job: "train", Groups: []nodemanager.GroupSpec{{
+		MinNodes: nodes, MaxNodes: nodes, Argv: []string{"rover", "run", "train.py"},
+	}}}
+	fake := newFake()
+	gate := &gatedPlatform{Platform: fake, entered: make(chan string), release: make(chan struct{})}
+	fm := startFleet(t, fleetOptions{spec: spec, platform: gate, rdzv: rdzvConfig(nodes, nodes)})
+
+	first := <-gate.entered
+	cancelled := make(chan error, 1)
+	go func() { cancelled <- fm.m.Cancel(context.Background(), "stopped by its user") }()
+	if err := <-cancelled; err != nil {
+		t.Fatalf("Cancel: %v", err)
+	}
+	close(gate.release) // the Create in flight finishes; any later one passes at once
+	go func() {
+		for range gate.entered {
+		}
+	}()
+	if err := fm.stop(); err != nil { // rover submit stopping its master
+		t.Fatalf("master Run: %v", err)
+	}
+	waitDeleted(t, fake, first)
+	if got := createdIDs(fake); len(got) != 1 || got[0] != first {
+		t.Errorf("created %d nodes (%v), want only %s, the one being created when the job was cancelled", len(got), got, first)
+	}
+}
