@@ -188,6 +188,9 @@ func TestDLRoverExamples(t *testing.T) {
 				if nodes > 1 {
 					tolerance = 5e-3
 				}
+				if nodes == 1 && ex.name == "mnist" {
+					t.Setenv("WORKER_NUM", "2") // the largest world: 2 nodes, as DLRover's operator says
+				}
 				cleanDir := t.TempDir()
 				clean, _ := runDLRoverExample(t, ex, cleanDir, nodes, false)
 				if clean.Step != ex.steps || clean.WorldSize != 2*nodes || clean.RestartCount != 0 {
@@ -237,4 +240,57 @@ func maxAbsDiff(a, b map[string][]float64) float64 {
 		}
 	}
 	return worst
+}
+
+// replicatedWaitScript: local rank 1 saves step 5 with StorageType.DISK
+// (a no-op in replicated mode: local rank 0 keeps the node's copy) and
+// waits for it; local rank 0 saves only once rank 1's wait has asked the
+// agent (the file go appears on its first CheckpointWait).
+const replicatedWaitScript = `
+import os, sys, time
+import torch
+import rover._agent as agent
+from dlrover.trainer.torch.flash_checkpoint.ddp import DdpCheckpointer, StorageType
+store, go = sys.argv[1], sys.argv[2]
+c = DdpCheckpointer(store)
+if os.environ["LOCAL_RANK"] == "0":
+    while not os.path.exists(go):
+        time.sleep(0.01)
+    c.save_checkpoint(5, {"w": torch.ones(3)}, storage_type=StorageType.DISK)
+    print("rank 0 durable", c.wait_latest_checkpoint(timeout=120), flush=True)
+else:
+    call = agent.call
+    def spy(method, *a, **kw):
+        if method == "CheckpointWait" and not os.path.exists(go):
+            open(go, "w").close()
+        return call(method, *a, **kw)
+    agent.call = spy
+    c.save_checkpoint(5, {"w": torch.ones(3)}, storage_type=StorageType.DISK)
+    print("rank 1 durable", c.wait_latest_checkpoint(timeout=120), flush=True)
+`
+
+// TestReplicatedWaitWaitsForLocalRankZero: in replicated mode (DdpCheckpointer)
+// a rank other than local rank 0 returns from its save at once, and its
+// wait_latest_checkpoint used to ask the agent before local rank 0 had even
+// saved, and raise "no checkpoint step was made durable" (DLRover's MNIST
+// example hit it at its final save, and the job restarted). Now it waits for
+// local rank 0's persistence of the step, and both ranks report step 5.
+func TestReplicatedWaitWaitsForLocalRankZero(t *testing.T) {
+	dir := t.TempDir()
+	script := filepath.Join(dir, "wait.py")
+	if err := os.WriteFile(script, []byte(replicatedWaitScript), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	store := filepath.Join(dir, "ckpt")
+	c := &cluster{t: t, dir: dir}
+	p := c.startCmd("dlrover-run", dlroverRunLink(t, dir), "--standalone", "--nnodes=1", "--nproc_per_node=2",
+		"--max_restarts=0", "--checkpoint-dir", store, script, store, filepath.Join(dir, "go"))
+	if code := p.wait(t, jobTimeout); code != 0 {
+		t.Fatalf("dlrover-run exited %d:\n%s", code, p.out)
+	}
+	for _, want := range []string{"rank 0 durable 5", "rank 1 durable 5"} {
+		if !strings.Contains(p.out.String(), want) {
+			t.Errorf("no %q in the output:\n%s", want, p.out)
+		}
+	}
 }
