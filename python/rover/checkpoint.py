@@ -329,7 +329,9 @@ class Checkpointer:
         when persistence was asked for but no step was ever made durable
         (naming the cause: storage full or unreachable, shared memory too
         small, ...). A durable rank file is committed by the master once
-        every rank of the step is durable.
+        every rank of the step is durable. In replicated mode the other
+        local ranks first wait (up to a minute) for local rank 0 to make
+        their last persisted step durable.
         Without ``rover run`` persistence is synchronous (save returns once
         the step is committed, or raises): returns the step this process last
         committed, or None; raises if a save asked for persistence and none
