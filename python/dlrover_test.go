@@ -27,6 +27,8 @@ func TestExtractHasDLRover(t *testing.T) {
 		"dlrover/trainer/torch/elastic_sampler.py",
 		"dlrover/trainer/torch/flash_checkpoint/__init__.py", "dlrover/trainer/torch/flash_checkpoint/checkpointer.py",
 		"dlrover/trainer/torch/flash_checkpoint/ddp.py", "dlrover/trainer/torch/flash_checkpoint/fsdp.py",
+		"dlrover/trainer/torch/elastic/trainer.py", "dlrover/trainer/torch/elastic/dataloader.py",
+		"dlrover/python/__init__.py", "dlrover/python/common/__init__.py", "dlrover/python/common/storage.py",
 	} {
 		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
 			t.Errorf("extracted package lacks %s: %v", f, err)
@@ -155,7 +157,7 @@ def refused(fn, *words):
     raise SystemExit("not refused: " + " ".join(words))
 refused(lambda: c.save_checkpoint(7, state(7), storage_type="disk"), "StorageType.MEMORY or StorageType.DISK")
 refused(lambda: DdpCheckpointer(d, storage=object()), "rover run --checkpoint-dir", "leave storage out")
-refused(lambda: DdpCheckpointer(d, deletion_strategy=object()), "--checkpoint-keep")
+refused(lambda: DdpCheckpointer(d, deletion_strategy=object()), "--checkpoint-keep", "leave deletion_strategy out")
 refused(lambda: DdpCheckpointer(""), "checkpoint_dir is empty")
 refused(lambda: DdpCheckpointer("s3://bucket/run"), "needs ` + "`rover run`" + `")
 print("ok")
@@ -220,27 +222,34 @@ print("ok")
 }
 
 // TestFsdpShardCheckpointerNeedsFSDP: where torch.distributed.fsdp cannot
-// be imported (Debian's torch 1.13 on Python 3.11), the constructor says
-// so and what to use; where it can, the checkpointer is made.
+// be imported (Debian's torch 1.13 on Python 3.11), the constructors of
+// FsdpShardCheckpointer and FsdpFullCheckpointer say so and what to use;
+// where it can, the checkpointer is made.
 func TestFsdpShardCheckpointerNeedsFSDP(t *testing.T) {
 	script := `
 import sys
 sys.path.insert(0, ".")
-from dlrover.trainer.torch.flash_checkpoint.fsdp import FsdpShardCheckpointer, StorageType
-try:
-    import torch.distributed.fsdp
-    has = True
-except Exception:
-    has = False
-try:
-    FsdpShardCheckpointer(sys.argv[1])
-    assert has, "made without FSDP"
-    print("ok: fsdp")
-except RuntimeError as e:
-    assert not has, e
-    for w in ("needs torch.distributed.fsdp", "cannot import", "2.0 or later", "DdpCheckpointer"):
-        assert w in str(e), (w, str(e))
-    print("ok: no fsdp")
+from dlrover.trainer.torch.flash_checkpoint.fsdp import FsdpFullCheckpointer, FsdpShardCheckpointer, StorageType
+def imports(*names):
+    try:
+        for n in names:
+            __import__(n)
+        return True
+    except Exception:
+        return False
+for cls, has in ((FsdpShardCheckpointer, imports("torch.distributed.fsdp")),
+                 (FsdpFullCheckpointer, imports("torch.distributed.fsdp", "torch.distributed.fsdp.api") and
+                  hasattr(sys.modules["torch.distributed.fsdp.api"], "FullOptimStateDictConfig"))):
+    try:
+        cls(sys.argv[1])
+        assert has, "made without FSDP"
+        out = "ok: fsdp"
+    except RuntimeError as e:
+        assert not has, e
+        for w in (cls.__name__ + " needs torch.distributed.fsdp", "cannot import", "2.0 or later", "DdpCheckpointer"):
+            assert w in str(e), (w, str(e))
+        out = "ok: no fsdp"
+print(out)
 `
 	out := string(runPython(t, script, nil, t.TempDir()))
 	if !strings.HasPrefix(out, "ok: ") {
@@ -253,15 +262,25 @@ except RuntimeError as e:
 // fail at import, naming what to use instead.
 func TestDLRoverModulesNotProvided(t *testing.T) {
 	script := `
-import importlib, sys
+import importlib, importlib.util, sys
 sys.path.insert(0, ".")
-for name in ("flash_checkpoint.deepspeed", "flash_checkpoint.megatron", "flash_checkpoint.megatron_dist_ckpt",
-             "flash_checkpoint.hf_trainer", "elastic.trainer", "elastic.dataloader"):
+for name, pkg, lib in (("flash_checkpoint.deepspeed", "deepspeed", "DeepSpeed"),
+                       ("flash_checkpoint.megatron", "megatron", "Megatron-LM"),
+                       ("flash_checkpoint.megatron_dist_ckpt", "megatron", "Megatron-LM"),
+                       ("flash_checkpoint.hf_trainer", "transformers", "transformers")):
     try:
         importlib.import_module("dlrover.trainer.torch." + name)
         raise SystemExit(name + " imported")
     except ImportError as e:
         assert "not provided by Rover" in str(e) and "migrating-from-dlrover.md" in str(e), str(e)
+        assert "rover.checkpoint.Checkpointer" in str(e), str(e)
+        installed = importlib.util.find_spec(pkg) is not None
+        assert (lib + " is not installed") in str(e) or installed, str(e)
+# What DLRover's examples import is there.
+from dlrover.trainer.torch.elastic.trainer import ElasticTrainer
+from dlrover.trainer.torch.elastic.dataloader import ElasticDataLoader
+from dlrover.trainer.torch.flash_checkpoint.fsdp import FsdpFullCheckpointer, FsdpShardCheckpointer
+from dlrover.python.common.storage import KeepLatestStepStrategy, KeepStepIntervalStrategy, CheckpointDeletionStrategy
 print("ok")
 `
 	if out := runPython(t, script, nil); string(out) != "ok\n" {

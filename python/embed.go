@@ -20,6 +20,7 @@ import (
 //go:embed rover/*.py
 //go:embed dlrover/*.py dlrover/trainer/*.py dlrover/trainer/torch/*.py
 //go:embed dlrover/trainer/torch/elastic/*.py dlrover/trainer/torch/flash_checkpoint/*.py
+//go:embed dlrover/python/*.py dlrover/python/common/*.py
 var files embed.FS
 
 // packages are the top-level packages Extract writes.

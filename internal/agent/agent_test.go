@@ -225,7 +225,8 @@ func TestEnvContract(t *testing.T) {
 		want := map[string]string{"WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2", "GROUP_WORLD_SIZE": "2", "ROLE_WORLD_SIZE": "4",
 			"ROLE_RANK": e["RANK"], "ROLE_NAME": "default", "TORCHELASTIC_USE_AGENT_STORE": "False",
 			"TORCHELASTIC_RESTART_COUNT": "0", "TORCHELASTIC_MAX_RESTARTS": "0", "TORCHELASTIC_RUN_ID": "none",
-			"MASTER_ADDR": envs[0]["MASTER_ADDR"], "MASTER_PORT": envs[0]["MASTER_PORT"], "OMP_NUM_THREADS": "1"}
+			"MASTER_ADDR": envs[0]["MASTER_ADDR"], "MASTER_PORT": envs[0]["MASTER_PORT"], "OMP_NUM_THREADS": "1",
+			"ROVER_MAX_NODES": "2"}
 		for k, v := range want {
 			if e[k] != v {
 				t.Errorf("rank %s: %s=%q, want %q", e["RANK"], k, e[k], v)

@@ -14,6 +14,10 @@ type placement struct {
 	NodeRank       int
 	GroupRank      int
 	GroupWorldSize int
+	// MaxNodes is --nnodes MAX: the largest world of the job, in nodes
+	// (ROVER_MAX_NODES; DLRover's ElasticTrainer scales its gradient
+	// accumulation from it).
+	MaxNodes       int
 	LocalRank      int
 	LocalWorldSize int
 	Rank           int
@@ -54,6 +58,7 @@ func workerEnv(base []string, p placement) []string {
 		"ROVER_NODE_ID":                p.NodeID,
 		"ROVER_NODE_RANK":              strconv.Itoa(p.NodeRank),
 		"ROVER_ROUND":                  strconv.Itoa(p.Round),
+		"ROVER_MAX_NODES":              strconv.Itoa(p.MaxNodes),
 		// The worker's incarnation: its shard requests carry it, so that
 		// the master refuses them once a later round has begun.
 		"ROVER_WORKER_INCARNATION": strconv.Itoa(p.Round),

@@ -209,6 +209,7 @@ func (a *agent) groupSpec(v *roverv1.NodeView) groupSpec {
 		NodeRank:       int(asg.GetNodeRank()),
 		GroupRank:      int(asg.GetGroupRank()),
 		GroupWorldSize: int(asg.GetGroupWorldSize()),
+		MaxNodes:       max(a.cfg.MaxNodes, int(asg.GetGroupWorldSize())),
 		LocalWorldSize: int(asg.GetLocalWorldSize()),
 		Rank:           int(asg.GetRankOffset()),
 		WorldSize:      int(asg.GetWorldSize()),

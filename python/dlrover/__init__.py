@@ -6,11 +6,14 @@ it on the workers' PYTHONPATH next to ``rover``. It is a thin layer over
 Rover's own package:
 
 * ``dlrover.trainer.torch.flash_checkpoint`` (``DdpCheckpointer``,
-  ``FsdpShardCheckpointer``, ``StorageType``) saves through
+  ``FsdpShardCheckpointer``, ``FsdpFullCheckpointer``, ``StorageType``) saves through
   ``rover.checkpoint.Checkpointer``: the agent's shared memory, persisted in
   the background to the job's ``--checkpoint-dir``.
 * ``dlrover.trainer.torch.elastic.sampler.ElasticDistributedSampler`` is
-  DLRover's resumable ``DistributedSampler``, implemented here.
+  DLRover's resumable ``DistributedSampler``, implemented here, with
+  ``elastic.dataloader.ElasticDataLoader`` and ``elastic.trainer.ElasticTrainer``.
+* ``dlrover.python.common.storage``: DLRover's checkpoint deletion
+  strategies, as requests to the checkpointers.
 
 What is mapped, what differs and what is refused: docs/migrating-from-dlrover.md.
 """

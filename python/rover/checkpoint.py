@@ -185,6 +185,7 @@ class Checkpointer:
         # did failed before it reached the agent: what wait() reports when
         # nothing became durable.
         self._persist_asked, self._save_error = False, None
+        self._persist_step = None  # the step of the last save that asked for persistence
         # Without the agent: a Store (memory and a local directory).
         self._direct = None if _agent.under_rover() else _direct.Store(dir_or_url)
 
@@ -286,6 +287,7 @@ class Checkpointer:
             raise ValueError(f"step must be 0 or more, not {step}")
         if persist:
             self._persist_asked = True
+            self._persist_step = step
         try:
             self._save(step, state, persist)
         except BaseException as e:
@@ -337,7 +339,9 @@ class Checkpointer:
         when persistence was asked for but no step was ever made durable
         (naming the cause: storage full or unreachable, shared memory too
         small, ...). A durable rank file is committed by the master once
-        every rank of the step is durable.
+        every rank of the step is durable. In replicated mode the other
+        local ranks first wait (up to a minute) for local rank 0 to make
+        their last persisted step durable.
         Without ``rover run`` persistence is synchronous (save returns once
         the step is committed, or raises): returns the step this process last
         committed, or None; raises if a save asked for persistence and none
@@ -346,6 +350,17 @@ class Checkpointer:
             if self._direct.durable is None and self._persist_asked:
                 raise RuntimeError(f"no checkpoint step was made durable: the last save failed: {self._save_error}")
             return self._direct.durable
+        if self.home != self.local_rank and self._persist_step is not None:
+            # Replicated: this rank's save returned at once, and local rank
+            # 0 may not have asked to persist that step yet: wait for it.
+            deadline = time.monotonic() + 60.0
+            while time.monotonic() < deadline:
+                r = _agent.call("CheckpointWait", {"localRank": self.home}, timeout=None)
+                if r.get("error"):  # reported once: raise it here
+                    raise _agent.AgentError("unavailable", "persisting a checkpoint failed: " + r["error"])
+                if int(r.get("durableStep", -1)) >= self._persist_step:
+                    break
+                time.sleep(0.005)
         r = _agent.call("CheckpointWait", {"localRank": self.home}, timeout=None)
         durable = int(r.get("durableStep", 0))
         if durable < 0 and (int(r.get("requested", 0)) > 0 or self._persist_asked):

@@ -1,5 +1,5 @@
-"""DLRover's elastic-training helpers: ``sampler.ElasticDistributedSampler``.
-
-``ElasticTrainer`` and ``ElasticDataLoader`` are not provided
-(docs/migrating-from-dlrover.md says what to use instead).
+"""DLRover's elastic-training helpers: ``sampler.ElasticDistributedSampler``
+(a resumable DistributedSampler), ``dataloader.ElasticDataLoader`` (a
+DataLoader whose batch size can change) and ``trainer.ElasticTrainer``
+(gradient accumulation that keeps the largest world's global batch).
 """

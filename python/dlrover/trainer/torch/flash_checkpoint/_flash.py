@@ -32,16 +32,84 @@ def open_checkpointer(who, checkpoint_dir, mode, storage=None, deletion_strategy
         raise ValueError(f"{who}(storage={storage!r}): Rover writes checkpoints through the agent to the "
                          "job's storage (rover run --checkpoint-dir DIR_OR_URL, a directory or an s3://, "
                          "gs:// or azblob:// URL); leave storage out")
-    if deletion_strategy is not None:
-        raise ValueError(f"{who}(deletion_strategy={deletion_strategy!r}): Rover keeps the newest committed "
-                         "steps (rover run --checkpoint-keep N, 0: all); leave deletion_strategy out")
+    keep = keep_of(who, deletion_strategy)
     if not checkpoint_dir:
         raise ValueError(f"{who}: checkpoint_dir is empty; give the job's checkpoint directory "
                          "(rover run --checkpoint-dir)")
     try:
-        return _RoverCheckpointer(checkpoint_dir, mode=mode)
+        return _RoverCheckpointer(checkpoint_dir, mode=mode, keep=keep)
     except ValueError as e:
-        raise ValueError(f"{who}({checkpoint_dir!r}): {e}") from None
+        asked = f", deletion_strategy=KeepLatestStepStrategy({keep}, ...)" if keep is not None else ""
+        raise ValueError(f"{who}({checkpoint_dir!r}{asked}): {e}") from None
+
+
+def keep_of(who, deletion_strategy):
+    """The committed steps to keep that deletion_strategy asks for (None: no
+    strategy), or ValueError when Rover has no equivalent of it
+    (dlrover.python.common.storage)."""
+    if deletion_strategy is None:
+        return None
+    from dlrover.python.common.storage import KeepLatestStepStrategy
+
+    if type(deletion_strategy) is KeepLatestStepStrategy:
+        return deletion_strategy.max_to_keep
+    raise ValueError(f"{who}(deletion_strategy={deletion_strategy!r}): Rover keeps the newest committed "
+                     "steps only (rover run --checkpoint-keep N, 0: all, or KeepLatestStepStrategy(N, dir)); "
+                     "leave deletion_strategy out")
+
+
+SAVE_TIMEOUT = 600  # DLRover's default save_timeout, in seconds (accepted, unused)
+
+
+def check_args(who, **args):
+    """ValueError naming the first of DLRover's numeric arguments that is not
+    what DLRover takes: shard counts 1 or more, replica_count 0 or more,
+    save_timeout a positive number of seconds."""
+    for name, value in args.items():
+        least = 0 if name == "replica_count" else 1
+        kind = float if name == "save_timeout" else int
+        try:
+            ok = value is not None and not isinstance(value, bool) and kind(value) == value and value >= least
+        except (TypeError, ValueError):
+            ok = False
+        if not ok:
+            raise ValueError(f"{who}({name}={value!r}): {name} must be {'a number' if kind is float else 'an integer'} "
+                             f"of {least} or more")
+
+
+class StepState(dict):
+    """The state dict a load returns, knowing the step it was saved as: when
+    the state has no ``"step"`` of its own, ``state["step"]``,
+    ``state.get("step")`` and ``"step" in state`` answer that step, while
+    its keys (what ``model.load_state_dict(state)`` iterates) stay the ones
+    saved. So ``step = state.get("step", 0)`` resumes at the saved step
+    even when the script left it out of a save (DLRover's examples do)."""
+
+    def __init__(self, state, step):
+        super().__init__(state)
+        if hasattr(state, "_metadata"):  # a module's state dict: load_state_dict reads it
+            self._metadata = state._metadata
+        self.saved_step = step
+
+    def __missing__(self, key):
+        if key == "step" and self.saved_step is not None:
+            return self.saved_step
+        raise KeyError(key)
+
+    def get(self, key, default=None):
+        if key == "step" and not dict.__contains__(self, key) and self.saved_step is not None:
+            return self.saved_step
+        return dict.get(self, key, default)
+
+    def __contains__(self, key):
+        return dict.__contains__(self, key) or (key == "step" and self.saved_step is not None)
+
+
+def with_step(state, step):
+    """state as a StepState of step; a state that is not a dict as it is."""
+    if isinstance(state, dict) and step is not None:
+        return StepState(state, int(step))
+    return state
 
 
 def wait(ckpt, who, timeout):

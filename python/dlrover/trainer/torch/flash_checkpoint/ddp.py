@@ -25,19 +25,30 @@ __all__ = ["DdpCheckpointer", "StorageType"]
 class DdpCheckpointer(Checkpointer):
     """Saves and loads the state of a DDP job through the node agent's memory.
 
-    checkpoint_dir must be the job's checkpoint storage under ``rover run``
-    (``--checkpoint-dir``); without ``rover run`` it is a local directory
-    that saves with ``StorageType.DISK`` write to, synchronously.
-    ``storage`` and ``deletion_strategy`` (DLRover's storage objects) are
-    refused: Rover writes through the agent, and ``--checkpoint-keep`` says
-    how many steps are kept. ``comm_backend`` and ``save_timeout`` are
-    accepted and unused: Rover needs no process group to save or load.
+    The arguments are DLRover's, in its order. checkpoint_dir must be the
+    job's checkpoint storage under ``rover run`` (``--checkpoint-dir``);
+    without ``rover run`` it is a local directory that saves with
+    ``StorageType.DISK`` write to, synchronously. local_shard_num or
+    global_shard_num above 1 (a model partitioned over ranks) saves in
+    sharded mode. deletion_strategy: ``KeepLatestStepStrategy(n, dir)``
+    (``dlrover.python.common.storage``) keeps n committed steps, as
+    ``--checkpoint-keep n``; any other strategy is refused, saying so.
+    replica_count (DLRover: copies of a node's memory checkpoint in other
+    nodes' memory) is accepted: in replicated mode every node already holds
+    the whole state in its own memory, and a node that was replaced restores
+    from storage (docs/migrating-from-dlrover.md). comm_backend and
+    save_timeout are accepted and unused: Rover needs no process group to
+    save or load. ``storage`` (older DLRover releases' storage object) is
+    refused: Rover writes through the agent.
     """
 
-    def __init__(self, checkpoint_dir, storage=None, local_shard_num=1, global_shard_num=1, comm_backend="",
-                 deletion_strategy=None, save_timeout=None):
+    def __init__(self, checkpoint_dir, local_shard_num=1, global_shard_num=1, comm_backend="",
+                 deletion_strategy=None, save_timeout=_flash.SAVE_TIMEOUT, replica_count=0, *, storage=None):
+        _flash.check_args("DdpCheckpointer", local_shard_num=local_shard_num, global_shard_num=global_shard_num,
+                          save_timeout=save_timeout, replica_count=replica_count)
         self.checkpoint_dir = checkpoint_dir
         self.storage = storage
+        self.replica_count = int(replica_count)
         mode = "sharded" if int(local_shard_num) > 1 or int(global_shard_num) > 1 else "replicated"
         self._ckpt = _flash.open_checkpointer("DdpCheckpointer", checkpoint_dir, mode, storage, deletion_strategy)
         self._rank = self._ckpt.rank
@@ -56,7 +67,9 @@ class DdpCheckpointer(Checkpointer):
         DLRover wrote in checkpoint_dir (its ``dlrover_latest.txt`` and
         ``<step>/rank_<r>.pt``); {} when there is none. resume_path: a
         DLRover checkpoint to read instead (a ``.pt`` file, or a directory
-        as above), read without running code."""
+        as above), read without running code. The state returned answers
+        ``"step"`` with the step it was saved as when it holds no "step"
+        of its own (``_flash.StepState``); ``loaded_step`` is that step."""
         self.loaded_step = None
         if resume_path:
             found = _flash.load_dlrover(resume_path, self._rank)
@@ -64,14 +77,14 @@ class DdpCheckpointer(Checkpointer):
                 raise FileNotFoundError(f"resume_path {resume_path!r} holds no DLRover checkpoint "
                                         f"(no {_flash.TRACKER}, no rank_<r>.pt)")
             self.loaded_step, state = found
-            return state
+            return _flash.with_step(state, self.loaded_step)
         restored = self._ckpt.load()
         if restored:
             self.loaded_step, state = restored
-            return state
+            return _flash.with_step(state, self.loaded_step)
         if isinstance(self.checkpoint_dir, str) and _flash.dlrover_step(self.checkpoint_dir) is not None:
             self.loaded_step, state = _flash.load_dlrover(self.checkpoint_dir, self._rank)
-            return state
+            return _flash.with_step(state, self.loaded_step)
         return {}
 
     def wait_latest_checkpoint(self, timeout=1800):

@@ -26,19 +26,22 @@ import sys
 from .checkpointer import Checkpointer, StorageType, persist_of
 from . import _flash
 
-__all__ = ["FsdpShardCheckpointer", "StorageType"]
+__all__ = ["FsdpFullCheckpointer", "FsdpShardCheckpointer", "StorageType"]
 
 
-def _fsdp():
+def _fsdp(who="FsdpShardCheckpointer"):
     """(FullyShardedDataParallel, StateDictType), or RuntimeError naming why
     this PyTorch has no FSDP and what to do."""
     import torch
 
     try:
         from torch.distributed.fsdp import FullyShardedDataParallel, StateDictType
+        if who == "FsdpFullCheckpointer":  # PyTorch 2.0's full optimizer state dicts
+            from torch.distributed.fsdp import FullStateDictConfig  # noqa: F401
+            from torch.distributed.fsdp.api import FullOptimStateDictConfig  # noqa: F401
     except Exception as e:  # ImportError, or a module that fails while importing
         raise RuntimeError(
-            f"FsdpShardCheckpointer needs torch.distributed.fsdp, which this PyTorch ({torch.__version__}, "
+            f"{who} needs torch.distributed.fsdp, which this PyTorch ({torch.__version__}, "
             f"Python {sys.version.split()[0]}) cannot import: {type(e).__name__}: {e}. Use a PyTorch whose "
             "FSDP imports (2.0 or later), or DdpCheckpointer for a model that every rank holds whole") from None
     return FullyShardedDataParallel, StateDictType
@@ -82,7 +85,8 @@ class FsdpShardCheckpointer(Checkpointer):
     """Saves and loads an FSDP model and its optimizer, a shard per rank,
     through the node agent's memory. checkpoint_dir: as DdpCheckpointer's."""
 
-    def __init__(self, checkpoint_dir, comm_backend="", deletion_strategy=None, save_timeout=None):
+    def __init__(self, checkpoint_dir, comm_backend="", deletion_strategy=None, save_timeout=_flash.SAVE_TIMEOUT):
+        _flash.check_args("FsdpShardCheckpointer", save_timeout=save_timeout)
         self._fsdp, self._types = _fsdp()
         self.checkpoint_dir = checkpoint_dir
         self._ckpt = _flash.open_checkpointer("FsdpShardCheckpointer", checkpoint_dir, "sharded",
@@ -141,7 +145,7 @@ class FsdpShardCheckpointer(Checkpointer):
         model.load_state_dict(sharded)
         if optimizer is not None and "optim" in state:
             optimizer.load_state_dict(state["optim"])
-        return {k: v for k, v in state.items() if k not in ("model", "optim")}
+        return _flash.with_step({k: v for k, v in state.items() if k not in ("model", "optim")}, step)
 
     def get_storage_reader(self, resume_path=""):
         raise NotImplementedError("FsdpShardCheckpointer.get_storage_reader: Rover's checkpoints are not "
@@ -150,3 +154,68 @@ class FsdpShardCheckpointer(Checkpointer):
     def wait_latest_checkpoint(self, timeout=1800):
         """As DdpCheckpointer.wait_latest_checkpoint."""
         return _flash.wait(self._ckpt, "FsdpShardCheckpointer", timeout)
+
+
+class FsdpFullCheckpointer(Checkpointer):
+    """Saves and loads an FSDP model and its optimizer as full (unsharded)
+    state dicts, which every rank holds whole: Rover's replicated mode, as
+    DdpCheckpointer's (one copy per node in memory, one rank's file per
+    step in storage). The full state dicts let a job restore into another
+    world size or wrapping, at the cost of gathering the whole model on
+    every rank at each save. checkpoint_dir and the other arguments: as
+    DdpCheckpointer's."""
+
+    def __init__(self, checkpoint_dir, comm_backend="", deletion_strategy=None, save_timeout=_flash.SAVE_TIMEOUT):
+        _flash.check_args("FsdpFullCheckpointer", save_timeout=save_timeout)
+        self._fsdp, self._types = _fsdp("FsdpFullCheckpointer")
+        self.checkpoint_dir = checkpoint_dir
+        self._ckpt = _flash.open_checkpointer("FsdpFullCheckpointer", checkpoint_dir, "replicated",
+                                              None, deletion_strategy)
+        self._rank = self._ckpt.rank
+        #: The step the last load_checkpoint restored (None: nothing).
+        self.loaded_step = None
+
+    def _full(self, model):
+        from torch.distributed.fsdp import FullStateDictConfig
+        from torch.distributed.fsdp.api import FullOptimStateDictConfig
+
+        return self._fsdp.state_dict_type(model, self._types.FULL_STATE_DICT,
+                                          FullStateDictConfig(rank0_only=False),
+                                          FullOptimStateDictConfig(rank0_only=False))
+
+    def save_checkpoint(self, step, model, optimizer, extra_sd=None, path="", storage_type=StorageType.DISK):
+        """Saves model's and optimizer's full state dicts and extra_sd as step
+        (to memory; with ``StorageType.DISK`` also to storage, in the
+        background). path is not used."""
+        with self._full(model):
+            state = {"model": model.state_dict(), "optimizer": self._fsdp.optim_state_dict(model, optimizer)}
+        state.update(extra_sd or {})
+        self._ckpt.save(int(step), state, persist=persist_of(storage_type))
+
+    def load_checkpoint(self, model, optimizer, resume_path=""):
+        """Restores the newest step (from memory, else storage) into model
+        and optimizer; returns the extra values saved with it ({} when there
+        is no checkpoint), answering "step" with the saved step."""
+        self.loaded_step = None
+        if resume_path:
+            found = _flash.load_dlrover(resume_path, self._rank)
+            if found is None:
+                raise FileNotFoundError(f"resume_path {resume_path!r} holds no DLRover checkpoint "
+                                        f"(no {_flash.TRACKER}, no rank_<r>.pt)")
+            self.loaded_step, state = found
+        else:
+            restored = self._ckpt.load()
+            if not restored:
+                return {}
+            self.loaded_step, state = restored
+        state = dict(state)
+        model_sd, optim_sd = state.pop("model", {}), state.pop("optimizer", {})
+        with self._full(model):
+            optim_sd = self._fsdp.optim_state_dict_to_load(model=model, optim=optimizer, optim_state_dict=optim_sd)
+        model.load_state_dict(model_sd)
+        optimizer.load_state_dict(optim_sd)
+        return _flash.with_step(state, self.loaded_step)
+
+    def wait_latest_checkpoint(self, timeout=1800):
+        """As DdpCheckpointer.wait_latest_checkpoint."""
+        return _flash.wait(self._ckpt, "FsdpFullCheckpointer", timeout)

@@ -1,9 +1,15 @@
-"""Not provided by Rover: DLRover's Megatron-LM flash checkpoint.
+"""Not provided by Rover: DLRover's save_checkpoint/load_checkpoint for Megatron-LM.
 
-Importing this module raises ImportError saying what to use instead
-(docs/migrating-from-dlrover.md).
+Importing this module raises ImportError saying whether Megatron-LM is installed
+and what to use instead (docs/migrating-from-dlrover.md).
 """
 
+import importlib.util as _util
+
+_HAS = _util.find_spec("megatron") is not None
+
 raise ImportError(
-    "dlrover.trainer.torch.flash_checkpoint.megatron is not provided by Rover's dlrover compatibility package: save Megatron-LM's state dicts with rover.checkpoint.Checkpointer(mode=\"sharded\") "
-    "(docs/migrating-from-dlrover.md)")
+    "dlrover.trainer.torch.flash_checkpoint.megatron (save_checkpoint/load_checkpoint for Megatron-LM) is not provided by Rover's dlrover "
+    + ("compatibility package" if _HAS else "compatibility package, and Megatron-LM is not installed here "
+       "(pip install megatron-core, or Megatron-LM from source, if the script needs it)")
+    + ": save Megatron-LM's model and optimizer state dicts with rover.checkpoint.Checkpointer(mode='sharded') (docs/migrating-from-dlrover.md)")

@@ -1,0 +1,2 @@
+"""DLRover's ``dlrover.python.common``: ``storage`` (checkpoint deletion
+strategies)."""
