@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -16,35 +15,13 @@ import (
 // leased.py, two shards prefetched) is SIGKILLed while it holds leases, at a
 // random point, sometimes together with a worker of the other node while that
 // node stops its workers gracefully; the job must end, with no shard
-// completed twice. Before incarnations, a lease granted to a worker of the
-// old round after the master took the round's leases back was held forever,
-// and the epoch never ended.
-
-// leasedLines reads a file of completed shards, one JSON line each (leased.py's
-// --out, sdkworker's done.jsonl): (epoch, sample) -> completions, and lines.
-func leasedLines(t *testing.T, path string) (map[[2]int64]int, int) {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return map[[2]int64]int{}, 0
-	}
-	count := map[[2]int64]int{}
-	n := 0
-	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-		var s struct {
-			Epoch   int64   `json:"epoch"`
-			Indices []int64 `json:"indices"`
-		}
-		if json.Unmarshal([]byte(line), &s) != nil {
-			continue // a line cut short by the kill
-		}
-		n++
-		for _, i := range s.Indices {
-			count[[2]int64{s.Epoch, i}]++
-		}
-	}
-	return count, n
-}
+// completed twice, and every sample completed or in the shard of a process
+// that died while completing it (leasedlog_test.go). Before incarnations, a
+// lease granted to a worker of the old round after the master took the
+// round's leases back was held forever, and the epoch never ended. The
+// check used to allow one shard missing from the log per SIGKILL, but each
+// worker its agent stops in the restart can die in that window too (as one
+// did on a loaded machine: 40 samples, two shards, missing after one kill).
 
 // pythonWorkers lists the python processes whose command line mentions text.
 func pythonWorkers(text string) []int { return workerPIDs(text) }
@@ -116,23 +93,11 @@ func TestKilledShardClientLosesNoShard(t *testing.T) {
 					t.Fatalf("%s exited %d (a lost shard would hang the job):\n%s", a.name, code, a.out)
 				}
 			}
-			count, _ := leasedLines(t, out)
-			missing := 0
-			for e := int64(0); e < epochs; e++ {
-				for i := int64(0); i < size; i++ {
-					switch n := count[[2]int64{e, i}]; {
-					case n > 1:
-						t.Errorf("epoch %d sample %d completed %d times", e, i, n)
-					case n == 0:
-						missing++
-					}
-				}
+			log := readLeasedLog(t, out)
+			for _, p := range log.problems(epochs, size) {
+				t.Error(p)
 			}
-			// A worker killed after the master took its completion but
-			// before it wrote its line leaves that shard out of the log.
-			if missing > kills*shardSize {
-				t.Errorf("%d samples never completed; at most %d may be missing from the log (%d kills)", missing, kills*shardSize, kills)
-			}
+			t.Logf("%d shards in the log; %d shards whose process died completing them (%d kills)", log.lines, log.pending, kills)
 		})
 	}
 }
