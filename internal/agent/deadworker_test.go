@@ -24,14 +24,23 @@ type gateMaster struct {
 	roverv1connect.MasterServiceClient
 	arrived, applied chan []*roverv1.ShardOp // the held batch
 	release          chan struct{}
+	// hook, if set, sees every batch before the master does and after it
+	// applied it.
+	hook func(ops []*roverv1.ShardOp, applied bool)
 }
 
 func (m *gateMaster) BatchShards(ctx context.Context, req *connect.Request[roverv1.BatchShardsRequest]) (*connect.Response[roverv1.BatchShardsResponse], error) {
+	if m.hook != nil {
+		m.hook(req.Msg.GetOps(), false)
+	}
 	if m.arrived != nil {
 		m.arrived <- req.Msg.GetOps()
 		<-m.release
 	}
 	resp, err := m.MasterServiceClient.BatchShards(ctx, req)
+	if m.hook != nil {
+		m.hook(req.Msg.GetOps(), true)
+	}
 	if m.applied != nil {
 		m.applied <- req.Msg.GetOps()
 		<-m.release
@@ -40,7 +49,8 @@ func (m *gateMaster) BatchShards(ctx context.Context, req *connect.Request[rover
 }
 
 // deadWorkerRig is a real master behind a gate, and an agent's local API
-// with its batcher, as node "n" with two workers in round 1.
+// with its batcher, as node "n" with nproc workers in round 1, and
+// dataset "d" of size samples in shards of 10, for epochs epochs.
 type deadWorkerRig struct {
 	t    *testing.T
 	ctx  context.Context
@@ -50,7 +60,13 @@ type deadWorkerRig struct {
 	api  roverv1connect.AgentServiceClient
 }
 
-func newDeadWorkerRig(t *testing.T) *deadWorkerRig {
+func newDeadWorkerRig(t *testing.T, nproc int, size int64, epochs int32) *deadWorkerRig {
+	return newDeadWorkerRigOpts(t, nproc, size, epochs, shardbatch.Options{MaxOps: master.MaxBatchOps}, nil)
+}
+
+// newDeadWorkerRigOpts is newDeadWorkerRig with the batcher's options and
+// a hook on the batches.
+func newDeadWorkerRigOpts(t *testing.T, nproc int, size int64, epochs int32, opts shardbatch.Options, hook func([]*roverv1.ShardOp, bool)) *deadWorkerRig {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
@@ -63,10 +79,10 @@ func newDeadWorkerRig(t *testing.T) *deadWorkerRig {
 	mdone := make(chan error, 1)
 	go func() { mdone <- m.Run(mctx) }()
 	hc := client.NewHTTPClient()
-	gate := &gateMaster{MasterServiceClient: client.New(hc, m.Addr(), "t")}
-	cfg := runconfig.Config{NprocPerNode: 2}
+	gate := &gateMaster{MasterServiceClient: client.New(hc, m.Addr(), "t"), hook: hook}
+	cfg := runconfig.Config{NprocPerNode: nproc}
 	a := &agent{cfg: &cfg, log: log, nodeID: "n", client: gate}
-	a.shards = shardbatch.New(gate, shardbatch.Options{MaxOps: master.MaxBatchOps})
+	a.shards = shardbatch.New(gate, opts)
 	bctx, bstop := context.WithCancel(ctx)
 	bdone := make(chan struct{})
 	go func() { defer close(bdone); a.shards.Run(bctx) }()
@@ -86,7 +102,7 @@ func newDeadWorkerRig(t *testing.T) *deadWorkerRig {
 	r := &deadWorkerRig{t: t, ctx: ctx, gate: gate, b: a.shards, l: l,
 		api: roverv1connect.NewAgentServiceClient(unixClient(l.socket), "http://agent")}
 	if _, err := r.api.RegisterDataset(ctx, connect.NewRequest(&roverv1.RegisterDatasetRequest{Dataset: &roverv1.DatasetSpec{
-		Name: "d", Size: 30, BatchSize: 1, ShardSize: 10, Epochs: 1, Mode: roverv1.ShardMode_SHARD_MODE_LEASED}})); err != nil {
+		Name: "d", Size: size, BatchSize: 1, ShardSize: 10, Epochs: epochs, Mode: roverv1.ShardMode_SHARD_MODE_LEASED}})); err != nil {
 		t.Fatal(err)
 	}
 	return r
@@ -146,7 +162,7 @@ func TestWorkerDiesCompleting(t *testing.T) {
 	// taken out of the queue, never reaches the master, and the shard goes
 	// to the worker's next process.
 	t.Run("queued", func(t *testing.T) {
-		r := newDeadWorkerRig(t)
+		r := newDeadWorkerRig(t, 2, 30, 1)
 		spans, ids, _ := r.lease(r.ctx, "0", 1, 2)
 		if !cmp.Equal(spans, [][2]int64{{0, 10}, {10, 20}}) {
 			t.Fatalf("worker 0 leased %v", spans)
@@ -187,7 +203,7 @@ func TestWorkerDiesCompleting(t *testing.T) {
 	// the shard is done, and only the one it did not complete goes to its
 	// next process.
 	t.Run("sent", func(t *testing.T) {
-		r := newDeadWorkerRig(t)
+		r := newDeadWorkerRig(t, 2, 30, 1)
 		_, ids, _ := r.lease(r.ctx, "0", 1, 2)
 		r.gate.applied, r.gate.release = make(chan []*roverv1.ShardOp), make(chan struct{})
 		wctx, die := context.WithCancel(r.ctx)
