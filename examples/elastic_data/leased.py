@@ -8,7 +8,9 @@ to the queue. Run it with:
 
     rover run --nproc-per-node 4 examples/elastic_data/leased.py --size 20000 --slow-rank 3
 
-Each worker writes the shards it completed to --out (one JSON line per shard).
+Each worker writes the shards it completed to --out (JSON lines): before it
+reports a shard done, a "pending" line; then the shard's line, or a "refused"
+line when the lease had gone to another worker.
 """
 
 import argparse
@@ -17,6 +19,13 @@ import os
 import time
 
 from rover.data import ShardClient
+
+
+def record(path, line):
+    """Appends one JSON line to path (if set)."""
+    if path:
+        with open(path, "a") as f:
+            f.write(json.dumps(line) + "\n")
 
 
 def main():
@@ -38,12 +47,20 @@ def main():
     for shard in client:
         idx = shard.indices()
         time.sleep(per_sample * len(idx))  # the work
+        # A process can die after the master took its completion but before
+        # it hears so (SIGKILLed, or stopped by a restart of the workers).
+        # So the output is announced first, then confirmed or withdrawn: a
+        # "pending" line left without its outcome is a shard that may or
+        # may not have been completed; the master knows which.
+        record(args.out, {"pid": os.getpid(), "lease": shard.lease_id, "epoch": shard.epoch,
+                          "indices": idx, "pending": True})
         if client.complete(shard):
             done += 1
             samples += len(idx)
-            if args.out:
-                with open(args.out, "a") as f:
-                    f.write(json.dumps({"rank": rank, "epoch": shard.epoch, "indices": idx}) + "\n")
+            record(args.out, {"pid": os.getpid(), "lease": shard.lease_id, "rank": rank, "epoch": shard.epoch,
+                              "indices": idx})
+        else:
+            record(args.out, {"pid": os.getpid(), "lease": shard.lease_id, "refused": True})
     print(f"rank {rank}: {done} shards, {samples} samples in {time.time() - start:.2f}s", flush=True)
 
 

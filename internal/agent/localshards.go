@@ -110,39 +110,34 @@ func (s *agentService) RegisterDataset(ctx context.Context, req *connect.Request
 }
 
 func (s *agentService) LeaseShards(ctx context.Context, req *connect.Request[roverv1.LeaseShardsRequest]) (*connect.Response[roverv1.LeaseShardsResponse], error) {
-	w, err := s.worker(req.Msg.GetWorker())
-	if err != nil {
-		return nil, err
-	}
-	inc, err := s.incarnation(req.Msg.GetIncarnation())
-	if err != nil {
-		return nil, err
-	}
-	req.Msg.Worker, req.Msg.Incarnation = w, inc
-	var resp *roverv1.LeaseShardsResponse
-	err = s.forward(ctx, "LeaseShards", func(ctx context.Context) error {
-		resp, err = s.a.shards.Lease(ctx, req.Msg)
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	return connect.NewResponse(resp), nil
+	m := req.Msg
+	return batched(ctx, s, "LeaseShards", m.GetWorker(), m.GetIncarnation(), func(w string, inc int64) {
+		m.Worker, m.Incarnation = w, inc
+	}, func(ctx context.Context) (*roverv1.LeaseShardsResponse, error) { return s.a.shards.Lease(ctx, m) })
 }
 
 func (s *agentService) CompleteShards(ctx context.Context, req *connect.Request[roverv1.CompleteShardsRequest]) (*connect.Response[roverv1.CompleteShardsResponse], error) {
-	w, err := s.worker(req.Msg.GetWorker())
+	m := req.Msg
+	return batched(ctx, s, "CompleteShards", m.GetWorker(), m.GetIncarnation(), func(w string, inc int64) {
+		m.Worker, m.Incarnation = w, inc
+	}, func(ctx context.Context) (*roverv1.CompleteShardsResponse, error) { return s.a.shards.Complete(ctx, m) })
+}
+
+// batched forwards a worker's lease or complete call through the batcher:
+// it names the worker and its incarnation in the request (set), then sends
+// it (call), retrying while the master is unreachable.
+func batched[Res any](ctx context.Context, s *agentService, method, local string, inc int64, set func(worker string, inc int64), call func(context.Context) (*Res, error)) (*connect.Response[Res], error) {
+	w, err := s.worker(local)
 	if err != nil {
 		return nil, err
 	}
-	inc, err := s.incarnation(req.Msg.GetIncarnation())
-	if err != nil {
+	if inc, err = s.incarnation(inc); err != nil {
 		return nil, err
 	}
-	req.Msg.Worker, req.Msg.Incarnation = w, inc
-	var resp *roverv1.CompleteShardsResponse
-	err = s.forward(ctx, "CompleteShards", func(ctx context.Context) error {
-		resp, err = s.a.shards.Complete(ctx, req.Msg)
+	set(w, inc)
+	var resp *Res
+	err = s.forward(ctx, method, func(ctx context.Context) error {
+		resp, err = call(ctx)
 		return err
 	})
 	if err != nil {

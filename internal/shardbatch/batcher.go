@@ -193,6 +193,14 @@ func (b *Batcher) do(ctx context.Context, op *roverv1.ShardOp) (*roverv1.ShardOp
 	}
 }
 
+// Queued returns how many calls wait for a batch (not those on their way
+// to the master).
+func (b *Batcher) Queued() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.queue)
+}
+
 // take removes the next batch from the queue: calls in order, within the
 // bounds, at least one.
 func (b *Batcher) take() []*call {
