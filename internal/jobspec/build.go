@@ -2,6 +2,7 @@ package jobspec
 
 import (
 	"cmp"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -9,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/roverml/rover/internal/runconfig"
 )
@@ -171,7 +174,9 @@ func (b *builder) group(t ReplicaType, w *wireReplica, jobEnv []EnvVar) *Replica
 	ctr, ctrPath := b.container(base, w)
 	if ctr != nil {
 		g.ctrPath = b.prefix + ctrPath
-		g.Container, g.Image, g.ImagePullPolicy, g.WorkingDir = ctr.Name, ctr.Image, ctr.ImagePullPolicy, ctr.WorkingDir
+		g.Container, g.Image, g.ImagePullPolicy, g.WorkingDir = ctr.Name, ctr.Image, string(ctr.ImagePullPolicy), ctr.WorkingDir
+		g.RestartPolicy = string(w.Template.Spec.RestartPolicy)
+		g.PodFields = b.podFields(base, w, ctr)
 		g.Requests = b.resources(ctrPath+".resources.requests", ctr.Resources.Requests)
 		g.Limits = b.resources(ctrPath+".resources.limits", ctr.Resources.Limits)
 		g.Env = b.env(ctrPath+".env", jobEnv, ctr.Env)
@@ -187,9 +192,9 @@ func (b *builder) group(t ReplicaType, w *wireReplica, jobEnv []EnvVar) *Replica
 func (b *builder) container(base string, w *wireReplica) (*wireContainer, string) {
 	ps := &w.Template.Spec
 	switch ps.RestartPolicy {
-	case "", "Never":
+	case "", corev1.RestartPolicyNever, corev1.RestartPolicyAlways, corev1.RestartPolicyOnFailure:
 	default:
-		b.addf(base+".template.spec.restartPolicy", "%q is not supported: Rover relaunches failed nodes itself (restartCount); use Never or leave it out", ps.RestartPolicy)
+		b.addf(base+".template.spec.restartPolicy", "%q is not a restart policy; use Never (Rover relaunches failed nodes itself, restartCount), or leave it out", ps.RestartPolicy)
 	}
 	cs := ps.Containers
 	path := base + ".template.spec.containers"
@@ -207,6 +212,65 @@ func (b *builder) container(base string, w *wireReplica) (*wireContainer, string
 	}
 	b.addf(path, "%d containers and none is named main; name the training container main", len(cs))
 	return nil, ""
+}
+
+// podFields lists the pod template's fields beyond those the job spec
+// reads, as field paths (prefixed): the pod's own fields, the training
+// container's, its env entries with valueFrom, and the other containers.
+func (b *builder) podFields(base string, w *wireReplica, main *wireContainer) []string {
+	var out []string
+	tmpl := b.prefix + base + ".template"
+	if len(w.Template.Metadata.Labels) > 0 || len(w.Template.Metadata.Annotations) > 0 {
+		out = append(out, tmpl+".metadata")
+	}
+	for _, k := range setFields(w.Template.Spec.PodSpec, "containers", "restartPolicy") {
+		out = append(out, tmpl+".spec."+k)
+	}
+	for i := range w.Template.Spec.Containers {
+		c := &w.Template.Spec.Containers[i]
+		p := fmt.Sprintf("%s.spec.containers[%d]", tmpl, i)
+		if c != main {
+			out = append(out, fmt.Sprintf("%s (the sidecar container %q)", p, c.Name))
+			continue
+		}
+		for _, k := range setFields(c.Container, "name", "image", "imagePullPolicy", "command", "args", "workingDir", "env", "resources") {
+			out = append(out, p+"."+k)
+		}
+		for j, e := range c.Env {
+			if e.ValueFrom != nil {
+				out = append(out, fmt.Sprintf("%s.env[%d].valueFrom (%s)", p, j, e.Name))
+			}
+		}
+		if len(c.Resources.Claims) > 0 {
+			out = append(out, p+".resources.claims")
+		}
+	}
+	return out
+}
+
+// setFields returns the JSON names of v's fields that are set, less skip,
+// sorted.
+func setFields(v any, skip ...string) []string {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return nil
+	}
+	var m map[string]json.RawMessage
+	if json.Unmarshal(raw, &m) != nil {
+		return nil
+	}
+	var out []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		if slices.Contains(skip, k) {
+			continue
+		}
+		switch string(m[k]) {
+		case "null", "{}", "[]", `""`, "0", "false":
+			continue
+		}
+		out = append(out, k)
+	}
+	return out
 }
 
 // command sets the group's command, launcher and node counts.

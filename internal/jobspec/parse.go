@@ -5,12 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
-
-	"sigs.k8s.io/yaml"
 )
 
 // APIVersion is the apiVersion of an ElasticJob object, as in DLRover.
@@ -24,7 +21,7 @@ const (
 // ParseFile reads and parses a job spec file. A bare spec takes its name
 // from the file's base name without extension.
 func ParseFile(name string) (*JobSpec, error) {
-	data, err := os.ReadFile(name)
+	data, err := ReadDocument(name)
 	if err != nil {
 		return nil, fmt.Errorf("read job spec: %w", err)
 	}
@@ -47,9 +44,9 @@ func Parse(data []byte) (*JobSpec, error) {
 	if len(bytes.TrimSpace(data)) == 0 {
 		return nil, errors.New("the job spec is empty; write an ElasticJob (see docs/job-spec.md)")
 	}
-	js, err := yaml.YAMLToJSON(data)
+	js, err := DocumentToJSON(data)
 	if err != nil {
-		return nil, fmt.Errorf("the job spec is not valid YAML: %s", strings.TrimPrefix(err.Error(), "error converting YAML to JSON: "))
+		return nil, fmt.Errorf("the job spec: %w", err)
 	}
 	var top any
 	if err := json.Unmarshal(js, &top); err != nil {

@@ -124,6 +124,17 @@ type ReplicaGroup struct {
 	Container, Image, ImagePullPolicy, WorkingDir string
 	// Requests and Limits are the container's resources.
 	Requests, Limits ResourceList
+	// RestartPolicy is the pod template's restartPolicy as written ("" when
+	// left out). Rover relaunches failed nodes itself (RestartCount), so
+	// its pods always run with Never, as DLRover's do; Notes says so when
+	// the template gives another.
+	RestartPolicy string
+	// PodFields are the pod template's fields beyond those above, as
+	// field paths: volumes, securityContext, nodeSelector, sidecar and
+	// init containers, the training container's volumeMounts, env entries
+	// with valueFrom, ... Kubernetes honours them from the template; the
+	// local platform ignores them, and Notes lists them.
+	PodFields []string
 
 	// ctrPath is the training container's field path, for errors; "" when
 	// the spec did not come from YAML.
