@@ -282,24 +282,42 @@ func (b *builder) command(g *ReplicaGroup, w *wireReplica, ctr *wireContainer, c
 		return
 	}
 	base := "replicaSpecs." + string(g.Type)
-	count := func(f string, p *int, least int) {
-		if p != nil && *p < least {
-			what := "negative"
+	bad := false
+	count := func(f string, p *int, least, most int, what string) {
+		switch {
+		case p == nil:
+		case *p < least:
+			how := "negative"
 			if *p >= 0 {
-				what = "too small"
+				how = "too small"
 			}
-			b.addf(base+"."+f, "%d is %s; a group needs at least %d", *p, what, least)
+			b.addf(base+"."+f, "%d is %s; a group needs at least %d", *p, how, least)
+			bad = true
+		case *p > most:
+			b.addf(base+"."+f, "%d is above the limit of %d %s; give %d or less", *p, most, what, most)
+			bad = true
 		}
 	}
-	count("replicas", w.Replicas, 1)
-	count("minReplicas", w.MinReplicas, 1)
-	count("maxReplicas", w.MaxReplicas, 1)
-	count("nprocPerNode", w.NprocPerNode, 1)
+	count("replicas", w.Replicas, 1, MaxNodes, "nodes per group (MaxNodes)")
+	count("minReplicas", w.MinReplicas, 1, MaxNodes, "nodes per group (MaxNodes)")
+	count("maxReplicas", w.MaxReplicas, 1, MaxNodes, "nodes per group (MaxNodes)")
+	count("nprocPerNode", w.NprocPerNode, 1, MaxNprocPerNode, "processes per node (MaxNprocPerNode)")
+	if bad {
+		return // the counts below would only repeat it
+	}
 
-	line, err := findLauncher(argv)
+	line, err := findLauncher(argv, lineVars(g, w))
 	if err != nil {
 		b.addf(cmdPath, "%v", err)
 		return
+	}
+	if line != nil && line.shell != nil {
+		args, notes, err := staticArgs(line, cmpOr(w.Replicas, w.MaxReplicas, 1), b.prefix+cmdPath)
+		if err != nil {
+			b.addf(cmdPath, "%v", err)
+			return
+		}
+		line.args, g.Shell, g.notes = args, line.shell, notes
 	}
 	if line == nil {
 		g.Command = argv
@@ -330,6 +348,14 @@ func (b *builder) command(g *ReplicaGroup, w *wireReplica, ctr *wireContainer, c
 		for _, e := range unjoin(err) {
 			b.addf(cmdPath, "%s: %v", line.name, e)
 		}
+		return
+	}
+	if cfg.MaxNodes > MaxNodes {
+		b.addf(cmdPath, "%s: --nnodes=%s is above the limit of %d nodes per group (MaxNodes); give %d or less", line.name, cfg.Policy().NNodesText(), MaxNodes, MaxNodes)
+		return
+	}
+	if cfg.NprocPerNode > MaxNprocPerNode {
+		b.addf(cmdPath, "%s: --nproc-per-node=%d is above the limit of %d processes per node (MaxNprocPerNode); give %d or less", line.name, cfg.NprocPerNode, MaxNprocPerNode, MaxNprocPerNode)
 		return
 	}
 	g.Launch, g.LaunchArgs, g.LauncherFeatures = cfg, args, features

@@ -34,7 +34,18 @@ type Capabilities struct {
 	CriticalNodes bool
 	// LauncherFeatures are the dlrover-run switches it implements.
 	LauncherFeatures []string
+	// MaxNodes, when above 0, is the most nodes a group may have on it
+	// (below jobspec's MaxNodes).
+	MaxNodes int
+	// PodTemplate: it runs pods from the template as written (volumes,
+	// securityContext, sidecars, ...); otherwise Notes lists those fields
+	// as ignored.
+	PodTemplate bool
 }
+
+// LocalMaxNodes is the most nodes a group may have on the local platform:
+// every node is an agent and its workers on this machine.
+const LocalMaxNodes = 64
 
 // NodeCheckFeatures are the dlrover-run switches of the pre-flight node
 // check, which `rover run` implements on every platform.
@@ -47,6 +58,7 @@ var LocalCapabilities = Capabilities{
 	Instead:          "submit to Kubernetes",
 	ReplicaTypes:     []ReplicaType{Worker},
 	LauncherFeatures: NodeCheckFeatures,
+	MaxNodes:         LocalMaxNodes,
 }
 
 // KubernetesCapabilities is what Rover's Kubernetes platform honours:
@@ -65,6 +77,7 @@ var KubernetesCapabilities = Capabilities{
 	PendingTimeout:   true,
 	CriticalNodes:    true,
 	LauncherFeatures: NodeCheckFeatures,
+	PodTemplate:      true,
 }
 
 // ErrUnsupported is wrapped by Check's errors.
@@ -107,6 +120,10 @@ func (s JobSpec) Check(c Capabilities) error {
 		if !slices.Contains(c.ReplicaTypes, t) {
 			refuse(base+" (Rover runs worker groups only here)", "remove it")
 			continue
+		}
+		if c.MaxNodes > 0 && g.MaxNodes > c.MaxNodes {
+			errs = append(errs, &unsupportedError{msg: fmt.Sprintf("%s: %s: %d nodes is above its limit of %d nodes per group (each node is an agent with its workers on this machine); give %d or less, or %s",
+				c.Platform, base+nodesField(g), g.MaxNodes, c.MaxNodes, c.MaxNodes, c.Instead)})
 		}
 		if !c.Scheduling {
 			if g.Priority != "" {
@@ -154,3 +171,11 @@ type unsupportedError struct{ msg string }
 
 func (e *unsupportedError) Error() string        { return e.msg }
 func (e *unsupportedError) Is(target error) bool { return target == ErrUnsupported }
+
+// nodesField names the field that gave a group's most nodes.
+func nodesField(g *ReplicaGroup) string {
+	if g.Launch != nil && g.ctrPath != "" {
+		return " (--nnodes in " + g.ctrPath + ".command)"
+	}
+	return ".replicas"
+}

@@ -174,6 +174,11 @@ func (w *jsonWriter) scalar(n *yaml.Node) error {
 			writeString(&w.buf, n.Value) // .inf, .nan: left for the field's check
 			return nil
 		}
+		if f == math.Trunc(f) && math.Abs(f) < 1<<53 {
+			// 1e9 is a whole number: written so, it reads as one.
+			w.buf.WriteString(strconv.FormatInt(int64(f), 10))
+			return nil
+		}
 		w.buf.WriteString(strconv.FormatFloat(f, 'g', -1, 64))
 	default:
 		writeString(&w.buf, n.Value)

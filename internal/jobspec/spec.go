@@ -26,6 +26,17 @@ const dlroverMaster ReplicaType = "dlrover-master"
 // replicaTypes lists the accepted replica types, in the order errors show them.
 var replicaTypes = []ReplicaType{Worker, PS, Chief, Evaluator}
 
+// The most nodes a group may have and the most worker processes a node may
+// run, on any platform: far above real jobs (DLRover's largest run thousands
+// of nodes), and low enough that a typo such as replicas: 1e9 is refused
+// up front rather than exhausting the master. A platform may cap nodes
+// lower (Capabilities.MaxNodes). The flags of rover run have their own
+// bounds in package runconfig.
+const (
+	MaxNodes        = 10000
+	MaxNprocPerNode = 1024
+)
+
 // Relaunch budget per node, as in DLRover.
 const (
 	DefaultRestartCount = 3
@@ -136,6 +147,15 @@ type ReplicaGroup struct {
 	// local platform ignores them, and Notes lists them.
 	PodFields []string
 
+	// Shell, when the container runs the launcher inside a shell line
+	// (cd, &&, $NODE_NUM, ...), is how the line runs: the nodes run it
+	// through the shell with Rover's launcher in place of the line's.
+	// LaunchArgs are then the launcher's arguments as read before the job
+	// runs. Nil when the launcher runs directly.
+	Shell *ShellLine
+
+	// notes are what reading the command left to the shell (Notes).
+	notes []string
 	// ctrPath is the training container's field path, for errors; "" when
 	// the spec did not come from YAML.
 	ctrPath string
