@@ -101,4 +101,3 @@ func mentionsLauncher(line string) bool {
 	}
 	return false
 }
-
