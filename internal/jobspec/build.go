@@ -26,7 +26,8 @@ func (b *builder) addf(path, format string, a ...any) {
 	b.errs = append(b.errs, fmt.Errorf(b.prefix+path+": "+format, a...))
 }
 
-// build validates ws and returns the JobSpec.
+// build validates ws and returns the JobSpec, and every problem: groups
+// with problems are built as far as they go.
 func build(meta wireMeta, ws wireSpec, prefix string) (*JobSpec, error) {
 	b := &builder{prefix: prefix}
 	spec := &JobSpec{
@@ -109,10 +110,9 @@ func build(meta wireMeta, ws wireSpec, prefix string) (*JobSpec, error) {
 	spec.NodeUnit = b.jobInt("nodeUnit", ws.NodeUnit, spec.Replicas[Worker], "node-unit",
 		func(c *runconfig.Config) int { return c.NodeUnit }, 1, 1)
 
-	if len(b.errs) > 0 {
-		return nil, errors.Join(b.errs...)
-	}
-	return spec, nil
+	// The spec is returned with its problems, so that a caller can check
+	// the rest of it against a platform (ParseFor); Parse drops it.
+	return spec, errors.Join(b.errs...)
 }
 
 // jobInt settles a job-wide number given by the spec's field, the worker
@@ -183,7 +183,7 @@ func (b *builder) group(t ReplicaType, w *wireReplica, jobEnv []EnvVar) *Replica
 		b.command(g, w, ctr, ctrPath)
 	}
 	if len(b.errs) > n {
-		return nil
+		g.broken = true
 	}
 	return g
 }

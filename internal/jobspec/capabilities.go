@@ -179,3 +179,28 @@ func nodesField(g *ReplicaGroup) string {
 	}
 	return ".replicas"
 }
+
+// Notes returns what c does with s that a user may not expect, without
+// refusing it: fields of the pod template a platform without pods ignores,
+// a restartPolicy run as Never, a shell line's launcher flags read only
+// when the job runs. rover submit shows them as warnings.
+func (s JobSpec) Notes(c Capabilities) []string {
+	var out []string
+	for _, t := range replicaTypes {
+		g := s.Replicas[t]
+		if g == nil || !slices.Contains(c.ReplicaTypes, t) {
+			continue
+		}
+		if g.RestartPolicy != "" && g.RestartPolicy != "Never" {
+			out = append(out, fmt.Sprintf("%sreplicaSpecs.%s.template.spec.restartPolicy: %s is run as Never: Rover relaunches a failed node itself (restartCount: %d), as DLRover does",
+				s.prefix, t, g.RestartPolicy, g.RestartCount))
+		}
+		if !c.PodTemplate {
+			for _, f := range g.PodFields {
+				out = append(out, fmt.Sprintf("%s: ignored: %s, which has no pods; Kubernetes honours it", f, c.Platform))
+			}
+		}
+		out = append(out, g.notes...)
+	}
+	return out
+}

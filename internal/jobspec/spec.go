@@ -154,6 +154,8 @@ type ReplicaGroup struct {
 	// runs. Nil when the launcher runs directly.
 	Shell *ShellLine
 
+	// broken: the group has problems (ParseFor still checks it).
+	broken bool
 	// notes are what reading the command left to the shell (Notes).
 	notes []string
 	// ctrPath is the training container's field path, for errors; "" when
