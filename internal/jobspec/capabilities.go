@@ -18,9 +18,11 @@ type Capabilities struct {
 	// ReplicaTypes are the replica types it runs.
 	ReplicaTypes []ReplicaType
 	// Resources are the resource names it can reserve (cpu, memory,
-	// nvidia.com/gpu); none means resources cannot be given.
+	// nvidia.com/gpu); Notes lists the others as ignored.
 	Resources []string
-	// Images: it runs container images (image, imagePullPolicy).
+	// Images: it runs container images (image, imagePullPolicy). Without
+	// it, an image is refused (the job would run other programs) and
+	// imagePullPolicy ignored.
 	Images bool
 	// Namespaces: it places jobs in namespaces.
 	Namespaces bool
@@ -90,9 +92,6 @@ func (s JobSpec) Check(c Capabilities) error {
 	refuse := func(path, remove string) {
 		errs = append(errs, &unsupportedError{msg: fmt.Sprintf("%s: it cannot honour %s; %s or %s", c.Platform, path, remove, c.Instead)})
 	}
-	if s.Namespace != "" && !c.Namespaces {
-		refuse("metadata.namespace", "remove it")
-	}
 	if !c.Scheduling {
 		if s.Suspend && !c.Suspend {
 			refuse(s.prefix+"suspend", "remove it")
@@ -139,23 +138,10 @@ func (s JobSpec) Check(c Capabilities) error {
 		if len(g.CriticalNodes) > 0 && !c.CriticalNodes {
 			refuse(base+".criticalNodes", "remove it")
 		}
-		if !c.Images {
-			if g.Image != "" {
-				refuse(ctr+".image", "remove it")
-			}
-			if g.ImagePullPolicy != "" {
-				refuse(ctr+".imagePullPolicy", "remove it")
-			}
-		}
-		for _, list := range []struct {
-			name string
-			rl   ResourceList
-		}{{"limits", g.Limits}, {"requests", g.Requests}} {
-			for _, r := range slices.Sorted(maps.Keys(list.rl)) {
-				if !slices.Contains(c.Resources, r) {
-					refuse(join(ctr+".resources."+list.name, r), "remove it")
-				}
-			}
+		if !c.Images && g.Image != "" {
+			// Not ignored: the job would run this machine's programs,
+			// not the image's.
+			refuse(ctr+".image (the nodes would run this machine's python and script, not the image's)", "remove it")
 		}
 		for _, f := range g.LauncherFeatures {
 			if !slices.Contains(c.LauncherFeatures, f) {
@@ -186,6 +172,9 @@ func nodesField(g *ReplicaGroup) string {
 // when the job runs. rover submit shows them as warnings.
 func (s JobSpec) Notes(c Capabilities) []string {
 	var out []string
+	if s.Namespace != "" && !c.Namespaces {
+		out = append(out, fmt.Sprintf("metadata.namespace: ignored: %s, which has no namespaces", c.Platform))
+	}
 	for _, t := range replicaTypes {
 		g := s.Replicas[t]
 		if g == nil || !slices.Contains(c.ReplicaTypes, t) {
@@ -194,6 +183,23 @@ func (s JobSpec) Notes(c Capabilities) []string {
 		if g.RestartPolicy != "" && g.RestartPolicy != "Never" {
 			out = append(out, fmt.Sprintf("%sreplicaSpecs.%s.template.spec.restartPolicy: %s is run as Never: Rover relaunches a failed node itself (restartCount: %d), as DLRover does",
 				s.prefix, t, g.RestartPolicy, g.RestartCount))
+		}
+		ctr := g.ctrPath
+		if ctr == "" {
+			ctr = s.prefix + "replicaSpecs." + string(t)
+		}
+		if !c.Images && g.ImagePullPolicy != "" {
+			out = append(out, fmt.Sprintf("%s.imagePullPolicy: ignored: %s, which runs no images", ctr, c.Platform))
+		}
+		for _, list := range []struct {
+			name string
+			rl   ResourceList
+		}{{"limits", g.Limits}, {"requests", g.Requests}} {
+			for _, r := range slices.Sorted(maps.Keys(list.rl)) {
+				if !slices.Contains(c.Resources, r) {
+					out = append(out, fmt.Sprintf("%s: ignored: %s, which reserves no resources; Kubernetes honours it", join(ctr+".resources."+list.name, r), c.Platform))
+				}
+			}
 		}
 		if !c.PodTemplate {
 			for _, f := range g.PodFields {
