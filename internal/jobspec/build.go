@@ -167,6 +167,14 @@ func (b *builder) group(t ReplicaType, w *wireReplica, jobEnv []EnvVar) *Replica
 			b.addf(base+".priority", "%q is not a priority; use high, low, or a fraction between 0 and 1 such as 0.5", g.Priority)
 		}
 	}
+	switch w.RestartPolicy {
+	case "", "Never", "Always", "OnFailure", "ExitCode":
+	default:
+		b.addf(base+".restartPolicy", "%q is not a restart policy; use Never (Rover relaunches failed nodes itself, restartCount), or leave it out", w.RestartPolicy)
+	}
+	if w.BatchScheduler != "" && w.BatchScheduler != "default" {
+		b.addf(base+".BatchScheduler", "%q is not supported: Rover uses the cluster's default scheduler; use default or leave it out", w.BatchScheduler)
+	}
 	if w.CriticalNodes != nil {
 		g.CriticalNodes = b.criticalNodes(base+".criticalNodes", string(*w.CriticalNodes))
 	}
@@ -175,7 +183,7 @@ func (b *builder) group(t ReplicaType, w *wireReplica, jobEnv []EnvVar) *Replica
 	if ctr != nil {
 		g.ctrPath = b.prefix + ctrPath
 		g.Container, g.Image, g.ImagePullPolicy, g.WorkingDir = ctr.Name, ctr.Image, string(ctr.ImagePullPolicy), ctr.WorkingDir
-		g.RestartPolicy = string(w.Template.Spec.RestartPolicy)
+		g.RestartPolicy = cmp.Or(string(w.Template.Spec.RestartPolicy), w.RestartPolicy)
 		g.PodFields = b.podFields(base, w, ctr)
 		g.Requests = b.resources(ctrPath+".resources.requests", ctr.Resources.Requests)
 		g.Limits = b.resources(ctrPath+".resources.limits", ctr.Resources.Limits)

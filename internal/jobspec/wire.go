@@ -52,6 +52,8 @@ type wireReplica struct {
 	Priority       *scalar      `json:"priority"`
 	CriticalNodes  *scalar      `json:"criticalNodes"`
 	Template       wireTemplate `json:"template"`
+	RestartPolicy  string       `json:"restartPolicy"`  // Kubeflow's, as DLRover accepts it
+	BatchScheduler string       `json:"BatchScheduler"` // DLRover's; "default" only
 }
 
 type wireTemplate struct {
