@@ -193,7 +193,7 @@ func TestKubelet(t *testing.T) {
 			Spec: corev1.PodSpec{
 				RestartPolicy: corev1.RestartPolicyNever,
 				Containers: []corev1.Container{{Name: "main", Image: "unused", WorkingDir: wd,
-					Command: []string{"sh", "-c", `echo hi > "$1" && test -d /dev/shm && pwd > here`, "sh", "/scratch/f"},
+					Command:      []string{"sh", "-c", `echo hi > "$1" && test -d /dev/shm && pwd > here`, "sh", "/scratch/f"},
 					VolumeMounts: []corev1.VolumeMount{{Name: "scratch", MountPath: "/scratch"}, {Name: "dshm", MountPath: "/dev/shm"}}}},
 				Volumes: []corev1.Volume{
 					{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
