@@ -116,7 +116,7 @@ func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return usageError{err}
 	}
-	for _, n := range c.Spec.Notes(jobspec.LocalCapabilities) {
+	for _, n := range plan.Notes {
 		fmt.Fprintf(stderr, "rover submit: warning: %s\n", n)
 	}
 	if c.DryRun {

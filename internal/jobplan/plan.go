@@ -36,6 +36,9 @@ type Plan struct {
 	Preset master.RendezvousPreset
 	// Checkpoint is the job's checkpoint storage (URL "" for none).
 	Checkpoint client.CheckpointStorage
+	// Notes are what the platform ignores or changes of the spec
+	// (jobspec.JobSpec.Notes), for warnings.
+	Notes []string
 }
 
 // ErrBadSpec is wrapped by NewPlan's errors.
@@ -123,7 +126,7 @@ func New(spec jobspec.JobSpec, t Target) (*Plan, error) {
 	if cfg.RunID != "none" && cfg.RunID != name {
 		return nil, fmt.Errorf("%w: --rdzv-id=%s names the job, but it is %q: give the same name, or leave --rdzv-id out", ErrBadSpec, cfg.RunID, name)
 	}
-	p := &Plan{Name: name, Launch: cfg}
+	p := &Plan{Name: name, Launch: cfg, Notes: spec.Notes(t.Capabilities)}
 	p.Preset = master.RendezvousPreset(client.RendezvousFromPolicy(cfg.Policy()))
 	if cfg.CheckpointDir != "" {
 		dir := cfg.CheckpointDir
