@@ -66,6 +66,7 @@ func TestDocumentBounds(t *testing.T) {
 			if mem > 64<<20 {
 				t.Errorf("Parse allocated %d MiB before refusing; want at most 64 MiB", mem>>20)
 			}
+			t.Logf("%d-byte document refused after allocating %.1f MiB: %v", len(tt.doc), float64(mem)/(1<<20), err)
 		})
 	}
 }
@@ -88,6 +89,7 @@ func TestParseFileTooLarge(t *testing.T) {
 	if mem > 16<<20 {
 		t.Errorf("ParseFile allocated %d MiB before refusing; want at most 16 MiB", mem>>20)
 	}
+	t.Logf("100 MB file refused after allocating %.1f MiB", float64(mem)/(1<<20))
 }
 
 func TestDocumentStructure(t *testing.T) {

@@ -281,7 +281,7 @@ func perNode(name string) bool {
 
 // shellReserved are words that start compound commands, skipped when
 // looking for a command's program.
-var shellReserved = []string{"if", "then", "else", "elif", "fi", "do", "done", "while", "until", "{", "}", "!", "exec", "time", "nohup"}
+var shellReserved = []string{"if", "then", "else", "elif", "fi", "do", "done", "while", "until", "{", "}", "!", "exec", "time", "nohup", "env"}
 
 // shellCommand is one simple command of a line: its words (assignments,
 // reserved words and redirections removed).

@@ -35,6 +35,7 @@ func TestFindLauncher(t *testing.T) {
 			want: []string{"--nnodes=4", "train.py", "--lr", "0.1"}, shell: true, dir: "/src/job"},
 		{name: "subshell, assignment, redirect", argv: []string{"bash", "-c", "(cd examples; EPOCHS=3 exec python -m torch.distributed.run --nnodes=1:$NODE_NUM t.py --epochs $EPOCHS 2>&1 | tee log)"},
 			want: []string{"--nnodes=1:4", "t.py", "--epochs", "3"}, shell: true, dir: "examples"},
+		{name: "env prefix", argv: []string{"sh", "-c", "env OMP_NUM_THREADS=2 dlrover-run --nnodes=$NODE_NUM t.py"}, want: []string{"--nnodes=4", "t.py"}, shell: true},
 		{name: "default value", argv: []string{"bash", "-lc", "dlrover-run --nnodes=${NNODES:-2} t.py"}, want: []string{"--nnodes=2", "t.py"}, shell: true},
 		{name: "no launcher", argv: []string{"bash", "-c", "python t.py && echo done"}},
 		{name: "unterminated quote", argv: []string{"bash", "-c", "dlrover-run 't.py"}, bad: "cannot be read"},
