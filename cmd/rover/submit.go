@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -32,6 +34,8 @@ Submit options (before anything else):
   --job-dir DIR   where node logs (DIR/nodes/<node id>) and the master's
                   state go (default: $TMPDIR/rover-jobs/<job>-<time>)
   --quiet         do not show the nodes' output, only progress and summary
+  --dry-run       check the job and print its plan, and every problem, without
+                  running anything (exit 0: it would run; 2: it would not)
   -h, --help      show this help
 `
 
@@ -39,6 +43,7 @@ Submit options (before anything else):
 type submitConfig struct {
 	JobDir string
 	Quiet  bool
+	DryRun bool
 	Spec   jobspec.JobSpec
 }
 
@@ -53,6 +58,8 @@ func parseSubmitArgs(args []string) (*submitConfig, error) {
 			return nil, errHelp
 		case a == "--quiet":
 			c.Quiet = true
+		case a == "--dry-run":
+			c.DryRun = true
 		case a == "--job-dir":
 			if len(args) < 2 || args[1] == "" {
 				return nil, errors.New("--job-dir needs a directory")
@@ -75,7 +82,7 @@ func (c *submitConfig) parseJob(args []string) error {
 		if len(args) > 1 {
 			return fmt.Errorf("%s is a job file: it takes no other arguments (found %q); put the script's arguments in the file's command", args[0], args[1:])
 		}
-		spec, err := jobspec.ParseFile(args[0])
+		spec, err := jobspec.ParseFileFor(args[0], jobspec.LocalCapabilities)
 		if err != nil {
 			return err
 		}
@@ -109,6 +116,13 @@ func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return usageError{err}
 	}
+	for _, n := range plan.Notes {
+		fmt.Fprintf(stderr, "rover submit: warning: %s\n", n)
+	}
+	if c.DryRun {
+		printPlan(stdout, plan)
+		return nil
+	}
 	if c.JobDir == "" {
 		c.JobDir = filepath.Join(os.TempDir(), "rover-jobs", plan.Name+"-"+time.Now().Format("20060102-150405"))
 	}
@@ -127,4 +141,25 @@ func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return &agent.ExitError{Code: agent.ExitJobFailed, Err: fmt.Errorf("job %s failed: %s", plan.Name, res.Reason)}
 	}
 	return nil
+}
+
+// printPlan shows what the job would run, for --dry-run.
+func printPlan(w io.Writer, p *jobplan.Plan) {
+	fmt.Fprintf(w, "job %s: valid; it would run %d processes per node\n", p.Name, p.Launch.NprocPerNode)
+	for _, g := range p.Nodes.Groups {
+		fmt.Fprintf(w, "group %s: nodes %d..%d (starting %d), relaunches per node %d\n", g.Name, g.MinNodes, g.MaxNodes, g.Nodes, max(g.RestartCount, 0))
+		fmt.Fprintf(w, "  each node runs: %s\n", strings.Join(quoteAll(g.Argv), " "))
+		for _, k := range slices.Sorted(maps.Keys(g.Env)) {
+			fmt.Fprintf(w, "  env %s=%s\n", k, g.Env[k])
+		}
+	}
+	fmt.Fprintf(w, "rendezvous: --nnodes=%s, max restarts %d\n", p.Launch.Policy().NNodesText(), p.Launch.MaxRestarts)
+}
+
+func quoteAll(argv []string) []string {
+	out := make([]string, len(argv))
+	for i, a := range argv {
+		out[i] = jobspec.ShellQuote(a)
+	}
+	return out
 }

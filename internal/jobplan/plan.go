@@ -36,6 +36,9 @@ type Plan struct {
 	Preset master.RendezvousPreset
 	// Checkpoint is the job's checkpoint storage (URL "" for none).
 	Checkpoint client.CheckpointStorage
+	// Notes are what the platform ignores or changes of the spec
+	// (jobspec.JobSpec.Notes), for warnings.
+	Notes []string
 }
 
 // ErrBadSpec is wrapped by NewPlan's errors.
@@ -78,23 +81,22 @@ func Local(roverExe string) Target {
 // it. Every problem is reported at once, each wrapping ErrBadSpec (or
 // jobspec.ErrUnsupported for fields the platform cannot honour).
 func New(spec jobspec.JobSpec, t Target) (*Plan, error) {
+	var errs []error // every problem at once: the platform's, then the plan's
 	if err := spec.Check(t.Capabilities); err != nil {
-		return nil, err
+		errs = append(errs, err)
 	}
-	roverExe := t.RoverExe
 	g := spec.Replicas[jobspec.Worker]
 	if g == nil {
-		return nil, fmt.Errorf("%w: the job has no worker group", ErrBadSpec)
+		return nil, errors.Join(append(errs, fmt.Errorf("%w: the job has no worker group", ErrBadSpec))...)
 	}
 	args, err := launchArgs(spec, g)
 	if err != nil {
-		return nil, err
+		return nil, errors.Join(append(errs, err)...)
 	}
 	cfg, err := jobspec.ParseLaunchArgs(args)
 	if err != nil {
-		return nil, fmt.Errorf("%w: the worker command: %w", ErrBadSpec, err)
+		return nil, errors.Join(append(errs, fmt.Errorf("%w: the worker command: %w", ErrBadSpec, err))...)
 	}
-	var errs []error
 	for _, e := range g.Env {
 		// The kernel refuses such an environment when each node starts:
 		// refuse it here, naming it, rather than relaunch after relaunch.
@@ -107,11 +109,21 @@ func New(spec jobspec.JobSpec, t Target) (*Plan, error) {
 			errs = append(errs, fmt.Errorf("%w: remove %s: %s", ErrBadSpec, r.flag, r.why))
 		}
 	}
+	dir := t.dir(g)
 	if t.LocalFiles && !cfg.Module && !cfg.NoPython {
 		// The local platform's nodes run here: a script that is not
 		// here would fail every node, relaunch after relaunch.
-		if _, err := os.Stat(cfg.Entrypoint); err != nil {
-			errs = append(errs, fmt.Errorf("%w: the script %s: %w", ErrBadSpec, cfg.Entrypoint, err))
+		script := cfg.Entrypoint
+		if !filepath.IsAbs(script) {
+			script = filepath.Join(dir, script)
+		}
+		if _, err := os.Stat(script); err != nil {
+			errs = append(errs, fmt.Errorf("%w: the script %s: %w", ErrBadSpec, cfg.Entrypoint, scriptHint(err, g)))
+		}
+	}
+	if t.LocalFiles && g.WorkingDir != "" {
+		if fi, err := os.Stat(g.WorkingDir); err != nil || !fi.IsDir() {
+			errs = append(errs, fmt.Errorf("%w: the worker container's workingDir %s is not a directory here: give one that exists on this machine, or remove it", ErrBadSpec, g.WorkingDir))
 		}
 	}
 	if len(errs) > 0 {
@@ -121,11 +133,14 @@ func New(spec jobspec.JobSpec, t Target) (*Plan, error) {
 	if cfg.RunID != "none" && cfg.RunID != name {
 		return nil, fmt.Errorf("%w: --rdzv-id=%s names the job, but it is %q: give the same name, or leave --rdzv-id out", ErrBadSpec, cfg.RunID, name)
 	}
-	p := &Plan{Name: name, Launch: cfg}
+	p := &Plan{Name: name, Launch: cfg, Notes: spec.Notes(t.Capabilities)}
 	p.Preset = master.RendezvousPreset(client.RendezvousFromPolicy(cfg.Policy()))
 	if cfg.CheckpointDir != "" {
 		dir := cfg.CheckpointDir
 		if !strings.Contains(dir, "://") {
+			if !filepath.IsAbs(dir) && t.LocalFiles {
+				dir = filepath.Join(t.dir(g), dir)
+			}
 			if dir, err = filepath.Abs(dir); err != nil {
 				return nil, fmt.Errorf("%w: --checkpoint-dir: %w", ErrBadSpec, err)
 			}
@@ -139,6 +154,13 @@ func New(spec jobspec.JobSpec, t Target) (*Plan, error) {
 	if cfg.RunID == "none" {
 		env["PET_RDZV_ID"] = name
 	}
+	// DLRover's node counts, which job scripts and shell lines read
+	// ($NODE_NUM); a relaunched or scaled node keeps them.
+	for _, k := range []string{"NODE_NUM", "WORKER_NUM"} {
+		if _, set := env[k]; !set {
+			env[k] = strconv.Itoa(cfg.MaxNodes)
+		}
+	}
 	p.Nodes = nodemanager.Spec{
 		Job: name,
 		Groups: []nodemanager.GroupSpec{{
@@ -150,7 +172,7 @@ func New(spec jobspec.JobSpec, t Target) (*Plan, error) {
 			RestartCount:  restartCount(g.RestartCount),
 			CriticalRanks: criticalRanks(g.CriticalNodes),
 			RestartCounts: criticalBudgets(g.CriticalNodes),
-			Argv:          append([]string{roverExe, "run"}, args...),
+			Argv:          t.argv(g, args),
 			Env:           env,
 		}},
 		PendingTimeout:  spec.PendingTimeout,
@@ -160,6 +182,41 @@ func New(spec jobspec.JobSpec, t Target) (*Plan, error) {
 		return nil, fmt.Errorf("%w: %w", ErrBadSpec, err)
 	}
 	return p, nil
+}
+
+// argv is the nodes' command line: `rover run ARGS`, or the container's
+// shell line with `rover run` in place of its launcher; locally, started
+// in the container's workingDir.
+func (t Target) argv(g *jobspec.ReplicaGroup, args []string) []string {
+	argv := append([]string{t.RoverExe, "run"}, args...)
+	if g.Shell != nil {
+		argv = g.Shell.Command(jobspec.ShellQuote(t.RoverExe) + " run")
+	}
+	if t.LocalFiles && g.WorkingDir != "" {
+		// As the container would: the agent and its workers start there.
+		argv = append([]string{"/bin/sh", "-c", `cd -- "$0" && exec "$@"`, g.WorkingDir}, argv...)
+	}
+	return argv
+}
+
+// dir is where a local node's launcher looks for a relative script: the
+// container's workingDir, then where the shell line's cd commands lead.
+func (t Target) dir(g *jobspec.ReplicaGroup) string {
+	dir := g.WorkingDir
+	if g.Shell != nil && g.Shell.Dir != "" {
+		if filepath.IsAbs(g.Shell.Dir) {
+			return g.Shell.Dir
+		}
+		dir = filepath.Join(dir, g.Shell.Dir)
+	}
+	return dir
+}
+
+func scriptHint(err error, g *jobspec.ReplicaGroup) error {
+	if g.WorkingDir == "" && (g.Shell == nil || g.Shell.Dir == "") {
+		return err
+	}
+	return fmt.Errorf("%w (a relative script is looked up in the container's workingDir and where the line's cd leads)", err)
 }
 
 // launchArgs returns the arguments of the nodes' `rover run`: the

@@ -2,6 +2,9 @@ package jobplan
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -69,5 +72,61 @@ func TestEnvWithNULRefused(t *testing.T) {
 	_, err = New(*spec, Target{Capabilities: jobspec.KubernetesCapabilities, RoverExe: "rover"})
 	if !errors.Is(err, ErrBadSpec) || !strings.Contains(err.Error(), "the value of TOKEN holds a NUL byte") {
 		t.Fatalf("New = %v, want ErrBadSpec naming TOKEN's NUL byte", err)
+	}
+}
+
+// TestShellLinePlan: a launcher inside a shell line runs through the shell
+// with rover run in its place; locally the nodes start in the container's
+// workingDir, where (after the line's cd) the script is looked up; every
+// node gets NODE_NUM and WORKER_NUM.
+func TestShellLinePlan(t *testing.T) {
+	wd := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(wd, "src"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	doc := func(script string) []byte {
+		return []byte(`replicaSpecs:
+  worker:
+    replicas: 3
+    template:
+      spec:
+        restartPolicy: OnFailure
+        containers:
+        - workingDir: ` + wd + `
+          command: [/bin/bash, -c, "cd src && pip install -e . && dlrover-run --nnodes=$NODE_NUM --nproc_per_node=2 ` + script + `"]
+`)
+	}
+	spec, err := jobspec.ParseFor(doc("train.py"), jobspec.LocalCapabilities)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(*spec, Local("/opt/rover/rover")); err == nil || !strings.Contains(err.Error(), "the script train.py") {
+		t.Fatalf("New without the script in workingDir/src: %v; want the script named", err)
+	}
+	if err := os.WriteFile(filepath.Join(wd, "src", "train.py"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p, err := New(*spec, Local("/opt/rover/rover"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := p.Nodes.Groups[0]
+	want := []string{"/bin/sh", "-c", `cd -- "$0" && exec "$@"`, wd,
+		"/bin/bash", "-c", "cd src && pip install -e . && /opt/rover/rover run --nnodes=$NODE_NUM --nproc_per_node=2 train.py"}
+	if diff := cmp.Diff(want, g.Argv); diff != "" {
+		t.Errorf("argv (-want +got):\n%s", diff)
+	}
+	if g.MaxNodes != 3 || g.Env["NODE_NUM"] != "3" || g.Env["WORKER_NUM"] != "3" || p.Launch.NprocPerNode != 2 {
+		t.Errorf("max nodes %d, env %v, nproc %d; want 3, NODE_NUM=WORKER_NUM=3, 2", g.MaxNodes, g.Env, p.Launch.NprocPerNode)
+	}
+	if len(p.Notes) != 1 || !strings.Contains(p.Notes[0], "restartPolicy: OnFailure is run as Never") {
+		t.Errorf("notes %q; want the restart policy's", p.Notes)
+	}
+	k8s, err := New(*spec, Target{Capabilities: jobspec.KubernetesCapabilities, RoverExe: "rover"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := k8s.Nodes.Groups[0].Argv; !slices.Equal(got, []string{"/bin/bash", "-c", "cd src && pip install -e . && rover run --nnodes=$NODE_NUM --nproc_per_node=2 train.py"}) {
+		t.Errorf("Kubernetes argv %q", got)
 	}
 }

@@ -2,6 +2,7 @@ package jobspec
 
 import (
 	"cmp"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -9,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/roverml/rover/internal/runconfig"
 )
@@ -23,7 +26,8 @@ func (b *builder) addf(path, format string, a ...any) {
 	b.errs = append(b.errs, fmt.Errorf(b.prefix+path+": "+format, a...))
 }
 
-// build validates ws and returns the JobSpec.
+// build validates ws and returns the JobSpec, and every problem: groups
+// with problems are built as far as they go.
 func build(meta wireMeta, ws wireSpec, prefix string) (*JobSpec, error) {
 	b := &builder{prefix: prefix}
 	spec := &JobSpec{
@@ -106,10 +110,9 @@ func build(meta wireMeta, ws wireSpec, prefix string) (*JobSpec, error) {
 	spec.NodeUnit = b.jobInt("nodeUnit", ws.NodeUnit, spec.Replicas[Worker], "node-unit",
 		func(c *runconfig.Config) int { return c.NodeUnit }, 1, 1)
 
-	if len(b.errs) > 0 {
-		return nil, errors.Join(b.errs...)
-	}
-	return spec, nil
+	// The spec is returned with its problems, so that a caller can check
+	// the rest of it against a platform (ParseFor); Parse drops it.
+	return spec, errors.Join(b.errs...)
 }
 
 // jobInt settles a job-wide number given by the spec's field, the worker
@@ -164,6 +167,14 @@ func (b *builder) group(t ReplicaType, w *wireReplica, jobEnv []EnvVar) *Replica
 			b.addf(base+".priority", "%q is not a priority; use high, low, or a fraction between 0 and 1 such as 0.5", g.Priority)
 		}
 	}
+	switch w.RestartPolicy {
+	case "", "Never", "Always", "OnFailure", "ExitCode":
+	default:
+		b.addf(base+".restartPolicy", "%q is not a restart policy; use Never (Rover relaunches failed nodes itself, restartCount), or leave it out", w.RestartPolicy)
+	}
+	if w.BatchScheduler != "" && w.BatchScheduler != "default" {
+		b.addf(base+".BatchScheduler", "%q is not supported: Rover uses the cluster's default scheduler; use default or leave it out", w.BatchScheduler)
+	}
 	if w.CriticalNodes != nil {
 		g.CriticalNodes = b.criticalNodes(base+".criticalNodes", string(*w.CriticalNodes))
 	}
@@ -171,14 +182,16 @@ func (b *builder) group(t ReplicaType, w *wireReplica, jobEnv []EnvVar) *Replica
 	ctr, ctrPath := b.container(base, w)
 	if ctr != nil {
 		g.ctrPath = b.prefix + ctrPath
-		g.Container, g.Image, g.ImagePullPolicy, g.WorkingDir = ctr.Name, ctr.Image, ctr.ImagePullPolicy, ctr.WorkingDir
+		g.Container, g.Image, g.ImagePullPolicy, g.WorkingDir = ctr.Name, ctr.Image, string(ctr.ImagePullPolicy), ctr.WorkingDir
+		g.RestartPolicy = cmp.Or(string(w.Template.Spec.RestartPolicy), w.RestartPolicy)
+		g.PodFields = b.podFields(base, w, ctr)
 		g.Requests = b.resources(ctrPath+".resources.requests", ctr.Resources.Requests)
 		g.Limits = b.resources(ctrPath+".resources.limits", ctr.Resources.Limits)
 		g.Env = b.env(ctrPath+".env", jobEnv, ctr.Env)
 		b.command(g, w, ctr, ctrPath)
 	}
 	if len(b.errs) > n {
-		return nil
+		g.broken = true
 	}
 	return g
 }
@@ -187,9 +200,9 @@ func (b *builder) group(t ReplicaType, w *wireReplica, jobEnv []EnvVar) *Replica
 func (b *builder) container(base string, w *wireReplica) (*wireContainer, string) {
 	ps := &w.Template.Spec
 	switch ps.RestartPolicy {
-	case "", "Never":
+	case "", corev1.RestartPolicyNever, corev1.RestartPolicyAlways, corev1.RestartPolicyOnFailure:
 	default:
-		b.addf(base+".template.spec.restartPolicy", "%q is not supported: Rover relaunches failed nodes itself (restartCount); use Never or leave it out", ps.RestartPolicy)
+		b.addf(base+".template.spec.restartPolicy", "%q is not a restart policy; use Never (Rover relaunches failed nodes itself, restartCount), or leave it out", ps.RestartPolicy)
 	}
 	cs := ps.Containers
 	path := base + ".template.spec.containers"
@@ -209,6 +222,65 @@ func (b *builder) container(base string, w *wireReplica) (*wireContainer, string
 	return nil, ""
 }
 
+// podFields lists the pod template's fields beyond those the job spec
+// reads, as field paths (prefixed): the pod's own fields, the training
+// container's, its env entries with valueFrom, and the other containers.
+func (b *builder) podFields(base string, w *wireReplica, main *wireContainer) []string {
+	var out []string
+	tmpl := b.prefix + base + ".template"
+	if len(w.Template.Metadata.Labels) > 0 || len(w.Template.Metadata.Annotations) > 0 {
+		out = append(out, tmpl+".metadata")
+	}
+	for _, k := range setFields(w.Template.Spec.PodSpec, "containers", "restartPolicy") {
+		out = append(out, tmpl+".spec."+k)
+	}
+	for i := range w.Template.Spec.Containers {
+		c := &w.Template.Spec.Containers[i]
+		p := fmt.Sprintf("%s.spec.containers[%d]", tmpl, i)
+		if c != main {
+			out = append(out, fmt.Sprintf("%s (the sidecar container %q)", p, c.Name))
+			continue
+		}
+		for _, k := range setFields(c.Container, "name", "image", "imagePullPolicy", "command", "args", "workingDir", "env", "resources") {
+			out = append(out, p+"."+k)
+		}
+		for j, e := range c.Env {
+			if e.ValueFrom != nil {
+				out = append(out, fmt.Sprintf("%s.env[%d].valueFrom (%s)", p, j, e.Name))
+			}
+		}
+		if len(c.Resources.Claims) > 0 {
+			out = append(out, p+".resources.claims")
+		}
+	}
+	return out
+}
+
+// setFields returns the JSON names of v's fields that are set, less skip,
+// sorted.
+func setFields(v any, skip ...string) []string {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return nil
+	}
+	var m map[string]json.RawMessage
+	if json.Unmarshal(raw, &m) != nil {
+		return nil
+	}
+	var out []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		if slices.Contains(skip, k) {
+			continue
+		}
+		switch string(m[k]) {
+		case "null", "{}", "[]", `""`, "0", "false":
+			continue
+		}
+		out = append(out, k)
+	}
+	return out
+}
+
 // command sets the group's command, launcher and node counts.
 func (b *builder) command(g *ReplicaGroup, w *wireReplica, ctr *wireContainer, ctrPath string) {
 	argv := append(append([]string{}, ctr.Command...), ctr.Args...)
@@ -218,24 +290,42 @@ func (b *builder) command(g *ReplicaGroup, w *wireReplica, ctr *wireContainer, c
 		return
 	}
 	base := "replicaSpecs." + string(g.Type)
-	count := func(f string, p *int, least int) {
-		if p != nil && *p < least {
-			what := "negative"
+	bad := false
+	count := func(f string, p *int, least, most int, what string) {
+		switch {
+		case p == nil:
+		case *p < least:
+			how := "negative"
 			if *p >= 0 {
-				what = "too small"
+				how = "too small"
 			}
-			b.addf(base+"."+f, "%d is %s; a group needs at least %d", *p, what, least)
+			b.addf(base+"."+f, "%d is %s; a group needs at least %d", *p, how, least)
+			bad = true
+		case *p > most:
+			b.addf(base+"."+f, "%d is above the limit of %d %s; give %d or less", *p, most, what, most)
+			bad = true
 		}
 	}
-	count("replicas", w.Replicas, 1)
-	count("minReplicas", w.MinReplicas, 1)
-	count("maxReplicas", w.MaxReplicas, 1)
-	count("nprocPerNode", w.NprocPerNode, 1)
+	count("replicas", w.Replicas, 1, MaxNodes, "nodes per group (MaxNodes)")
+	count("minReplicas", w.MinReplicas, 1, MaxNodes, "nodes per group (MaxNodes)")
+	count("maxReplicas", w.MaxReplicas, 1, MaxNodes, "nodes per group (MaxNodes)")
+	count("nprocPerNode", w.NprocPerNode, 1, MaxNprocPerNode, "processes per node (MaxNprocPerNode)")
+	if bad {
+		return // the counts below would only repeat it
+	}
 
-	line, err := findLauncher(argv)
+	line, err := findLauncher(argv, lineVars(g, w))
 	if err != nil {
 		b.addf(cmdPath, "%v", err)
 		return
+	}
+	if line != nil && line.shell != nil {
+		args, notes, err := staticArgs(line, cmpOr(w.Replicas, w.MaxReplicas, 1), b.prefix+cmdPath)
+		if err != nil {
+			b.addf(cmdPath, "%v", err)
+			return
+		}
+		line.args, g.Shell, g.notes = args, line.shell, notes
 	}
 	if line == nil {
 		g.Command = argv
@@ -266,6 +356,14 @@ func (b *builder) command(g *ReplicaGroup, w *wireReplica, ctr *wireContainer, c
 		for _, e := range unjoin(err) {
 			b.addf(cmdPath, "%s: %v", line.name, e)
 		}
+		return
+	}
+	if cfg.MaxNodes > MaxNodes {
+		b.addf(cmdPath, "%s: --nnodes=%s is above the limit of %d nodes per group (MaxNodes); give %d or less", line.name, cfg.Policy().NNodesText(), MaxNodes, MaxNodes)
+		return
+	}
+	if cfg.NprocPerNode > MaxNprocPerNode {
+		b.addf(cmdPath, "%s: --nproc-per-node=%d is above the limit of %d processes per node (MaxNprocPerNode); give %d or less", line.name, cfg.NprocPerNode, MaxNprocPerNode, MaxNprocPerNode)
 		return
 	}
 	g.Launch, g.LaunchArgs, g.LauncherFeatures = cfg, args, features

@@ -18,9 +18,11 @@ type Capabilities struct {
 	// ReplicaTypes are the replica types it runs.
 	ReplicaTypes []ReplicaType
 	// Resources are the resource names it can reserve (cpu, memory,
-	// nvidia.com/gpu); none means resources cannot be given.
+	// nvidia.com/gpu); Notes lists the others as ignored.
 	Resources []string
-	// Images: it runs container images (image, imagePullPolicy).
+	// Images: it runs container images (image, imagePullPolicy). Without
+	// it, an image is refused (the job would run other programs) and
+	// imagePullPolicy ignored.
 	Images bool
 	// Namespaces: it places jobs in namespaces.
 	Namespaces bool
@@ -34,7 +36,18 @@ type Capabilities struct {
 	CriticalNodes bool
 	// LauncherFeatures are the dlrover-run switches it implements.
 	LauncherFeatures []string
+	// MaxNodes, when above 0, is the most nodes a group may have on it
+	// (below jobspec's MaxNodes).
+	MaxNodes int
+	// PodTemplate: it runs pods from the template as written (volumes,
+	// securityContext, sidecars, ...); otherwise Notes lists those fields
+	// as ignored.
+	PodTemplate bool
 }
+
+// LocalMaxNodes is the most nodes a group may have on the local platform:
+// every node is an agent and its workers on this machine.
+const LocalMaxNodes = 64
 
 // NodeCheckFeatures are the dlrover-run switches of the pre-flight node
 // check, which `rover run` implements on every platform.
@@ -47,6 +60,7 @@ var LocalCapabilities = Capabilities{
 	Instead:          "submit to Kubernetes",
 	ReplicaTypes:     []ReplicaType{Worker},
 	LauncherFeatures: NodeCheckFeatures,
+	MaxNodes:         LocalMaxNodes,
 }
 
 // KubernetesCapabilities is what Rover's Kubernetes platform honours:
@@ -65,6 +79,7 @@ var KubernetesCapabilities = Capabilities{
 	PendingTimeout:   true,
 	CriticalNodes:    true,
 	LauncherFeatures: NodeCheckFeatures,
+	PodTemplate:      true,
 }
 
 // ErrUnsupported is wrapped by Check's errors.
@@ -76,9 +91,6 @@ func (s JobSpec) Check(c Capabilities) error {
 	var errs []error
 	refuse := func(path, remove string) {
 		errs = append(errs, &unsupportedError{msg: fmt.Sprintf("%s: it cannot honour %s; %s or %s", c.Platform, path, remove, c.Instead)})
-	}
-	if s.Namespace != "" && !c.Namespaces {
-		refuse("metadata.namespace", "remove it")
 	}
 	if !c.Scheduling {
 		if s.Suspend && !c.Suspend {
@@ -108,6 +120,10 @@ func (s JobSpec) Check(c Capabilities) error {
 			refuse(base+" (Rover runs worker groups only here)", "remove it")
 			continue
 		}
+		if c.MaxNodes > 0 && g.MaxNodes > c.MaxNodes {
+			errs = append(errs, &unsupportedError{msg: fmt.Sprintf("%s: %s: %d nodes is above its limit of %d nodes per group (each node is an agent with its workers on this machine); give %d or less, or %s",
+				c.Platform, base+nodesField(g), g.MaxNodes, c.MaxNodes, c.MaxNodes, c.Instead)})
+		}
 		if !c.Scheduling {
 			if g.Priority != "" {
 				refuse(base+".priority", "remove it")
@@ -122,23 +138,10 @@ func (s JobSpec) Check(c Capabilities) error {
 		if len(g.CriticalNodes) > 0 && !c.CriticalNodes {
 			refuse(base+".criticalNodes", "remove it")
 		}
-		if !c.Images {
-			if g.Image != "" {
-				refuse(ctr+".image", "remove it")
-			}
-			if g.ImagePullPolicy != "" {
-				refuse(ctr+".imagePullPolicy", "remove it")
-			}
-		}
-		for _, list := range []struct {
-			name string
-			rl   ResourceList
-		}{{"limits", g.Limits}, {"requests", g.Requests}} {
-			for _, r := range slices.Sorted(maps.Keys(list.rl)) {
-				if !slices.Contains(c.Resources, r) {
-					refuse(join(ctr+".resources."+list.name, r), "remove it")
-				}
-			}
+		if !c.Images && g.Image != "" {
+			// Not ignored: the job would run this machine's programs,
+			// not the image's.
+			refuse(ctr+".image (the nodes would run this machine's python and script, not the image's)", "remove it")
 		}
 		for _, f := range g.LauncherFeatures {
 			if !slices.Contains(c.LauncherFeatures, f) {
@@ -154,3 +157,56 @@ type unsupportedError struct{ msg string }
 
 func (e *unsupportedError) Error() string        { return e.msg }
 func (e *unsupportedError) Is(target error) bool { return target == ErrUnsupported }
+
+// nodesField names the field that gave a group's most nodes.
+func nodesField(g *ReplicaGroup) string {
+	if g.Launch != nil && g.ctrPath != "" {
+		return " (--nnodes in " + g.ctrPath + ".command)"
+	}
+	return ".replicas"
+}
+
+// Notes returns what c does with s that a user may not expect, without
+// refusing it: fields of the pod template a platform without pods ignores,
+// a restartPolicy run as Never, a shell line's launcher flags read only
+// when the job runs. rover submit shows them as warnings.
+func (s JobSpec) Notes(c Capabilities) []string {
+	var out []string
+	if s.Namespace != "" && !c.Namespaces {
+		out = append(out, fmt.Sprintf("metadata.namespace: ignored: %s, which has no namespaces", c.Platform))
+	}
+	for _, t := range replicaTypes {
+		g := s.Replicas[t]
+		if g == nil || !slices.Contains(c.ReplicaTypes, t) {
+			continue
+		}
+		if g.RestartPolicy != "" && g.RestartPolicy != "Never" {
+			out = append(out, fmt.Sprintf("%sreplicaSpecs.%s.template.spec.restartPolicy: %s is run as Never: Rover relaunches a failed node itself (restartCount: %d), as DLRover does",
+				s.prefix, t, g.RestartPolicy, g.RestartCount))
+		}
+		ctr := g.ctrPath
+		if ctr == "" {
+			ctr = s.prefix + "replicaSpecs." + string(t)
+		}
+		if !c.Images && g.ImagePullPolicy != "" {
+			out = append(out, fmt.Sprintf("%s.imagePullPolicy: ignored: %s, which runs no images", ctr, c.Platform))
+		}
+		for _, list := range []struct {
+			name string
+			rl   ResourceList
+		}{{"limits", g.Limits}, {"requests", g.Requests}} {
+			for _, r := range slices.Sorted(maps.Keys(list.rl)) {
+				if !slices.Contains(c.Resources, r) {
+					out = append(out, fmt.Sprintf("%s: ignored: %s, which reserves no resources; Kubernetes honours it", join(ctr+".resources."+list.name, r), c.Platform))
+				}
+			}
+		}
+		if !c.PodTemplate {
+			for _, f := range g.PodFields {
+				out = append(out, fmt.Sprintf("%s: ignored: %s, which has no pods; Kubernetes honours it", f, c.Platform))
+			}
+		}
+		out = append(out, g.notes...)
+	}
+	return out
+}

@@ -14,9 +14,10 @@ func TestCheckLocal(t *testing.T) {
 	}{
 		{"local spec passes", readTestdata(t, "local.yaml"), nil},
 		{"reference example", readTestdata(t, "torch-mnist.yaml"), []string{
-			"the local platform runs processes on this machine: it cannot honour spec.replicaSpecs.worker.template.spec.containers[0].image; remove it or submit to Kubernetes",
-			"containers[0].imagePullPolicy",
-			"containers[0].resources.limits.cpu", "containers[0].resources.requests.memory",
+			"the local platform runs processes on this machine: it cannot honour spec.replicaSpecs.worker.template.spec.containers[0].image (the nodes would run this machine's python and script, not the image's); remove it or submit to Kubernetes",
+		}},
+		{"more nodes than the local platform runs", "replicaSpecs: {worker: {replicas: 65, template: {spec: {containers: [{command: [x]}]}}}}", []string{
+			"replicaSpecs.worker.replicas: 65 nodes is above its limit of 64 nodes per group",
 		}},
 		{"other replica types and scheduling", `
 suspend: true

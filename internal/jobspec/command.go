@@ -1,25 +1,29 @@
 package jobspec
 
 import (
-	"errors"
 	"fmt"
 	"path"
 	"regexp"
+	"slices"
 	"strings"
 )
 
 // launcherLine is a launcher found in a command: its name as written and
-// its arguments (what "rover run" takes).
+// its arguments (what "rover run" takes). For a launcher inside a shell
+// line, shell is how the line runs and words are the arguments as lexed.
 type launcherLine struct {
-	name string
-	args []string
+	name  string
+	args  []string
+	words []shellWord
+	shell *ShellLine
 }
 
-// findLauncher looks for a launcher in argv, directly or inside
-// "bash -c LINE" / "sh -c LINE". It returns nil when argv runs something
-// else, and an error when a shell line mixes a launcher with other shell
-// syntax (pipes, &&, redirections, expansions).
-func findLauncher(argv []string) (*launcherLine, error) {
+// findLauncher looks for a launcher in argv, directly or inside a shell
+// line ("bash -c LINE"). It returns nil when argv runs something else. A
+// line that is the launcher alone, with nothing for a shell to do, is run
+// as the launcher directly; any other line with a launcher (cd, &&,
+// variables, ...) runs through the shell, and shell says how.
+func findLauncher(argv []string, vars shellVars) (*launcherLine, error) {
 	if l := launcherOf(argv); l != nil {
 		return l, nil
 	}
@@ -27,21 +31,33 @@ func findLauncher(argv []string) (*launcherLine, error) {
 		return nil, nil
 	}
 	line := argv[2]
-	words, err := splitWords(line)
+	toks, err := lexShell(line, vars)
 	if err != nil {
 		if mentionsLauncher(line) {
-			return nil, fmt.Errorf("the shell line %q runs a launcher inside other shell syntax (%v); Rover reads the launcher's flags only from a single simple command: put the other steps in a script run before training, or in the image", line, err)
+			return nil, fmt.Errorf("the shell line %q cannot be read: %v; fix its quoting", line, err)
 		}
 		return nil, nil
 	}
-	l := launcherOf(words)
-	if l == nil {
-		return nil, nil
+	found, words, sl, err := shellLauncher(line, toks)
+	if err != nil || found == nil {
+		return nil, err
 	}
-	if len(argv) > 3 {
-		return nil, fmt.Errorf("arguments after the shell line (%q) are not supported with a launcher; put them in the line", argv[3:])
+	found.args = make([]string, len(words))
+	plain := len(argv) == 3 && len(toks) == len(words)+len(strings.Fields(found.name))
+	for i, w := range toks {
+		if w.op != "" || len(w.unknown) > 0 || strings.ContainsAny(line[w.start:w.end], "*?[~$`") {
+			plain = false
+		}
+		if i < len(words) {
+			found.args[i] = words[i].value
+		}
 	}
-	return l, nil
+	if plain {
+		return found, nil
+	}
+	sl.Argv, sl.Rest = slices.Clone(argv[:2]), slices.Clone(argv[3:])
+	found.words, found.shell = words, sl
+	return found, nil
 }
 
 // shellCFlag matches "-c" and combined forms such as "-lc", "-ec".
@@ -84,90 +100,4 @@ func mentionsLauncher(line string) bool {
 		}
 	}
 	return false
-}
-
-// splitWords splits a shell line holding one simple command into words,
-// applying quotes and backslashes as sh does. Anything that needs a shell
-// to run (operators, redirections, expansions, globs, comments) is an
-// error naming it.
-func splitWords(line string) ([]string, error) {
-	var words []string
-	var cur strings.Builder
-	inWord := false
-	flush := func() {
-		if inWord {
-			words = append(words, cur.String())
-			cur.Reset()
-			inWord = false
-		}
-	}
-	for i := 0; i < len(line); i++ {
-		c := line[i]
-		switch {
-		case c == ' ' || c == '\t':
-			flush()
-		case c == '\n':
-			return nil, errors.New("a newline separates commands")
-		case c == '\\':
-			if i+1 >= len(line) {
-				return nil, errors.New("a trailing backslash")
-			}
-			i++
-			if line[i] != '\n' {
-				cur.WriteByte(line[i])
-				inWord = true
-			}
-		case c == '\'':
-			j := strings.IndexByte(line[i+1:], '\'')
-			if j < 0 {
-				return nil, errors.New("an unterminated ' quote")
-			}
-			cur.WriteString(line[i+1 : i+1+j])
-			inWord = true
-			i += j + 1
-		case c == '"':
-			inWord = true
-			i++
-			for ; i < len(line) && line[i] != '"'; i++ {
-				switch line[i] {
-				case '$', '`':
-					return nil, fmt.Errorf("a shell expansion %q", expansionAt(line, i))
-				case '\\':
-					if i+1 < len(line) && strings.IndexByte("\"\\$`\n", line[i+1]) >= 0 {
-						i++
-					}
-				}
-				cur.WriteByte(line[i])
-			}
-			if i >= len(line) {
-				return nil, errors.New(`an unterminated " quote`)
-			}
-		case strings.IndexByte("|&;<>()", c) >= 0:
-			op := string(c)
-			if i+1 < len(line) && (line[i+1] == c || c == '>' && line[i+1] == '&') {
-				op += string(line[i+1])
-			}
-			return nil, fmt.Errorf("the shell operator %q", op)
-		case c == '$' || c == '`':
-			return nil, fmt.Errorf("a shell expansion %q", expansionAt(line, i))
-		case c == '#' && !inWord:
-			return nil, errors.New("a # comment")
-		case (c == '*' || c == '?' || c == '[' || c == '~') && !inWord:
-			return nil, fmt.Errorf("the shell pattern character %q", string(c))
-		default:
-			cur.WriteByte(c)
-			inWord = true
-		}
-	}
-	flush()
-	return words, nil
-}
-
-// expansionAt returns the expansion starting at line[i], shortened.
-func expansionAt(line string, i int) string {
-	end := i + 1
-	for end < len(line) && end-i < 24 && strings.IndexByte(" \t\"'", line[end]) < 0 {
-		end++
-	}
-	return line[i:end]
 }

@@ -1,23 +1,27 @@
 // Package jobspec owns the declarative description of a training job: what
-// "rover submit job.yaml" runs on a platform (processes on this machine now,
-// Kubernetes pods later). It parses DLRover's ElasticJob YAML (or a bare
-// spec), extracts the launcher line (dlrover-run, torchrun, python -m
-// torch.distributed.run, rover run) from the training container's command and
-// reads its flags with package runconfig, validates everything with errors
-// that name the field path, and checks a spec against what a platform can
-// honour ([Capabilities]), refusing what it cannot rather than ignoring it.
+// "rover submit job.yaml" runs on a platform (processes on this machine, or
+// Kubernetes pods). It parses DLRover's ElasticJob YAML (or a bare spec)
+// within fixed bounds on size and YAML aliases (document.go), refusing
+// duplicate keys; accepts a whole Kubernetes pod template; extracts the
+// launcher (dlrover-run, torchrun, python -m torch.distributed.run, rover
+// run) from the training container's command, directly or inside an
+// ordinary shell line (shell.go, static.go), and reads its flags with
+// package runconfig; validates everything with errors that name the field
+// path; and checks a spec against what a platform can honour
+// ([Capabilities]): Check refuses what would run wrongly, Notes lists what a
+// platform ignores or changes.
 //
 // It does not run jobs, talk to Kubernetes or look at the file system: the
 // training script is resolved where the job runs.
 //
 // Usage:
 //
-//	spec, err := jobspec.ParseFile("job.yaml")
+//	spec, err := jobspec.ParseFileFor("job.yaml", jobspec.LocalCapabilities)
 //	if err != nil {
-//		return err // every problem, each naming its field path
+//		return err // every problem, the spec's and the platform's, each naming its field path
 //	}
-//	if err := spec.Check(jobspec.LocalCapabilities); err != nil {
-//		return err // fields the local platform cannot honour
+//	for _, n := range spec.Notes(jobspec.LocalCapabilities) {
+//		log.Print("warning: ", n) // what the platform ignores
 //	}
 //	w := spec.Replicas[jobspec.Worker]
 //	_ = w.Launch // the "rover run" flags each node runs, or nil

@@ -45,7 +45,12 @@ func (b *builder) env(path string, job []EnvVar, ctr []wireEnv) []EnvVar {
 		}
 	}
 	for _, e := range ctr {
-		out = append(out, EnvVar(e))
+		if e.ValueFrom != nil {
+			// Kubernetes fills it in from the template; the node's agent
+			// inherits it there. PodFields lists it for other platforms.
+			continue
+		}
+		out = append(out, EnvVar{Name: e.Name, Value: e.Value})
 	}
 	return out
 }

@@ -5,12 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
-
-	"sigs.k8s.io/yaml"
 )
 
 // APIVersion is the apiVersion of an ElasticJob object, as in DLRover.
@@ -24,11 +22,22 @@ const (
 // ParseFile reads and parses a job spec file. A bare spec takes its name
 // from the file's base name without extension.
 func ParseFile(name string) (*JobSpec, error) {
-	data, err := os.ReadFile(name)
+	return parseFile(name, nil)
+}
+
+// ParseFileFor reads, parses and checks a job spec file against what a
+// platform can honour: ParseFile, then JobSpec.Check, with every problem of
+// both reported at once.
+func ParseFileFor(name string, c Capabilities) (*JobSpec, error) {
+	return parseFile(name, &c)
+}
+
+func parseFile(name string, c *Capabilities) (*JobSpec, error) {
+	data, err := ReadDocument(name)
 	if err != nil {
 		return nil, fmt.Errorf("read job spec: %w", err)
 	}
-	spec, err := Parse(data)
+	spec, err := parse(data, c)
 	if err != nil {
 		return nil, fmt.Errorf("job spec %s: %w", name, err)
 	}
@@ -42,14 +51,26 @@ func ParseFile(name string) (*JobSpec, error) {
 // (apiVersion, kind, metadata, spec) or a bare spec (the fields under
 // spec). It returns a validated JobSpec, or an error listing every problem
 // (errors.Join), each naming its field path. It does not check what a
-// platform can run: see JobSpec.Check.
+// platform can run: see JobSpec.Check, and ParseFor for both at once.
 func Parse(data []byte) (*JobSpec, error) {
+	return parse(data, nil)
+}
+
+// ParseFor parses a job spec and checks it against what a platform can
+// honour, reporting every problem of both at once.
+func ParseFor(data []byte, c Capabilities) (*JobSpec, error) {
+	return parse(data, &c)
+}
+
+// parse parses data and, when c is given, checks what it could read of
+// the spec against c even when other parts are wrong.
+func parse(data []byte, c *Capabilities) (*JobSpec, error) {
 	if len(bytes.TrimSpace(data)) == 0 {
 		return nil, errors.New("the job spec is empty; write an ElasticJob (see docs/job-spec.md)")
 	}
-	js, err := yaml.YAMLToJSON(data)
+	js, err := DocumentToJSON(data)
 	if err != nil {
-		return nil, fmt.Errorf("the job spec is not valid YAML: %s", strings.TrimPrefix(err.Error(), "error converting YAML to JSON: "))
+		return nil, fmt.Errorf("the job spec: %w", err)
 	}
 	var top any
 	if err := json.Unmarshal(js, &top); err != nil {
@@ -62,22 +83,39 @@ func Parse(data []byte) (*JobSpec, error) {
 	_, hasKind := m["kind"]
 	_, hasAPI := m["apiVersion"]
 	_, hasSpec := m["spec"]
+	var spec *JobSpec
+	var errs []error
 	if hasKind || hasAPI || hasSpec {
-		return parseObject(js, m)
+		spec, errs = parseObject(js, m)
+	} else {
+		var ws wireSpec
+		errs = decode(js, m, &ws, "")
+		if errs == nil || c != nil {
+			var err error
+			spec, err = build(wireMeta{}, ws, "")
+			errs = append(errs, unjoin(err)...)
+		}
 	}
-	var ws wireSpec
-	if err := decode(js, m, &ws, ""); err != nil {
-		return nil, err
+	if c != nil && spec != nil {
+		errs = append(errs, unjoin(spec.Check(*c))...)
 	}
-	return build(wireMeta{}, ws, "")
+	if errs = slices.DeleteFunc(errs, func(e error) bool { return e == nil }); len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return spec, nil
 }
 
-func parseObject(js []byte, m map[string]any) (*JobSpec, error) {
-	var obj wireObject
-	if err := decode(js, m, &obj, ""); err != nil {
-		return nil, err
+// parseObject reads an object (apiVersion, kind, metadata, spec). It
+// returns what it could build of the spec and every problem.
+func parseObject(js []byte, m map[string]any) (*JobSpec, []error) {
+	kind, _ := m["kind"].(string)
+	if kind == "ScalePlan" {
+		// Its fields are a ScalePlan's, not a job's: naming them would
+		// only hide what is wrong.
+		return nil, []error{errors.New(`kind: ScalePlan is DLRover's request to scale a running job, not a job: submit the ElasticJob (kind: ElasticJob), and apply a ScalePlan to it with kubectl once it runs on Kubernetes (see docs/kubernetes.md)`)}
 	}
-	var errs []error
+	var obj wireObject
+	errs := decode(js, m, &obj, "")
 	if obj.Kind != "ElasticJob" {
 		errs = append(errs, fmt.Errorf("kind: %q is not supported; use kind: ElasticJob", obj.Kind))
 	}
@@ -93,31 +131,27 @@ func parseObject(js []byte, m map[string]any) (*JobSpec, error) {
 		errs = append(errs, errors.New("spec: missing; an ElasticJob needs a spec with replicaSpecs"))
 	}
 	spec, err := build(obj.Metadata, obj.Spec, "spec.")
-	if err != nil {
-		errs = append(errs, err)
-	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
-	}
-	return spec, nil
+	return spec, append(errs, unjoin(err)...)
 }
 
 // decode checks the shape of m against out's type, then decodes js into
-// out strictly.
-func decode(js []byte, m map[string]any, out any, path string) error {
-	if errs := checkShape(reflect.TypeOf(out).Elem(), m, path); len(errs) > 0 {
-		return errors.Join(errs...)
-	}
+// out: strictly when the shape is right, else as far as it goes, so that
+// the spec can still be built and its other problems found. It returns
+// every problem.
+func decode(js []byte, m map[string]any, out any, path string) []error {
+	errs := checkShape(reflect.TypeOf(out).Elem(), m, path)
 	d := json.NewDecoder(bytes.NewReader(js))
-	d.DisallowUnknownFields()
-	if err := d.Decode(out); err != nil {
+	if len(errs) == 0 {
+		d.DisallowUnknownFields()
+	}
+	if err := d.Decode(out); err != nil && len(errs) == 0 {
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) {
-			return fmt.Errorf("%s: want %s, got a JSON %s", te.Field, te.Type, te.Value)
+			return []error{fmt.Errorf("%s: want %s, got a JSON %s", te.Field, te.Type, te.Value)}
 		}
-		return fmt.Errorf("the job spec cannot be read: %v", err)
+		return []error{fmt.Errorf("the job spec cannot be read: %v", err)}
 	}
-	return nil
+	return errs
 }
 
 // checkName applies Kubernetes' rule for object names (DNS-1123 subdomain,

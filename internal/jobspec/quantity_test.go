@@ -24,25 +24,6 @@ func TestParseQuantity(t *testing.T) {
 	}
 }
 
-func TestSplitWords(t *testing.T) {
-	tests := []struct {
-		line string
-		want []string
-		bad  bool
-	}{
-		{`a b  c`, []string{"a", "b", "c"}, false},
-		{`a 'b c' "d \"e\"" f\ g`, []string{"a", "b c", `d "e"`, "f g"}, false},
-		{`a | b`, nil, true}, {`a && b`, nil, true}, {`a; b`, nil, true}, {`a > f`, nil, true},
-		{`a $X`, nil, true}, {`a "$X"`, nil, true}, {"a `b`", nil, true}, {`a 'b`, nil, true}, {`a # c`, nil, true},
-	}
-	for _, tt := range tests {
-		got, err := splitWords(tt.line)
-		if (err != nil) != tt.bad || (!tt.bad && !equal(got, tt.want)) {
-			t.Errorf("splitWords(%q) = %q, %v; want %q, bad %v", tt.line, got, err, tt.want, tt.bad)
-		}
-	}
-}
-
 func equal(a, b []string) bool {
 	if len(a) != len(b) {
 		return false

@@ -26,6 +26,17 @@ const dlroverMaster ReplicaType = "dlrover-master"
 // replicaTypes lists the accepted replica types, in the order errors show them.
 var replicaTypes = []ReplicaType{Worker, PS, Chief, Evaluator}
 
+// The most nodes a group may have and the most worker processes a node may
+// run, on any platform: far above real jobs (DLRover's largest run thousands
+// of nodes), and low enough that a typo such as replicas: 1e9 is refused
+// up front rather than exhausting the master. A platform may cap nodes
+// lower (Capabilities.MaxNodes). The flags of rover run have their own
+// bounds in package runconfig.
+const (
+	MaxNodes        = 10000
+	MaxNprocPerNode = 1024
+)
+
 // Relaunch budget per node, as in DLRover.
 const (
 	DefaultRestartCount = 3
@@ -124,7 +135,29 @@ type ReplicaGroup struct {
 	Container, Image, ImagePullPolicy, WorkingDir string
 	// Requests and Limits are the container's resources.
 	Requests, Limits ResourceList
+	// RestartPolicy is the pod template's restartPolicy as written ("" when
+	// left out). Rover relaunches failed nodes itself (RestartCount), so
+	// its pods always run with Never, as DLRover's do; Notes says so when
+	// the template gives another.
+	RestartPolicy string
+	// PodFields are the pod template's fields beyond those above, as
+	// field paths: volumes, securityContext, nodeSelector, sidecar and
+	// init containers, the training container's volumeMounts, env entries
+	// with valueFrom, ... Kubernetes honours them from the template; the
+	// local platform ignores them, and Notes lists them.
+	PodFields []string
 
+	// Shell, when the container runs the launcher inside a shell line
+	// (cd, &&, $NODE_NUM, ...), is how the line runs: the nodes run it
+	// through the shell with Rover's launcher in place of the line's.
+	// LaunchArgs are then the launcher's arguments as read before the job
+	// runs. Nil when the launcher runs directly.
+	Shell *ShellLine
+
+	// broken: the group has problems (ParseFor still checks it).
+	broken bool
+	// notes are what reading the command left to the shell (Notes).
+	notes []string
 	// ctrPath is the training container's field path, for errors; "" when
 	// the spec did not come from YAML.
 	ctrPath string

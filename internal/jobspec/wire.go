@@ -8,6 +8,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	corev1 "k8s.io/api/core/v1"
 )
 
 // The wire types mirror the YAML (as JSON) field for field. Fields marked
@@ -50,6 +52,8 @@ type wireReplica struct {
 	Priority       *scalar      `json:"priority"`
 	CriticalNodes  *scalar      `json:"criticalNodes"`
 	Template       wireTemplate `json:"template"`
+	RestartPolicy  string       `json:"restartPolicy"`  // Kubeflow's, as DLRover accepts it
+	BatchScheduler string       `json:"BatchScheduler"` // DLRover's; "default" only
 }
 
 type wireTemplate struct {
@@ -57,30 +61,30 @@ type wireTemplate struct {
 	Spec     wirePodSpec `json:"spec"`
 }
 
+// wirePodSpec is a Kubernetes pod spec: every field of one is accepted
+// (and checked against Kubernetes' types), the containers with the fields
+// the job spec reads in its own terms.
 type wirePodSpec struct {
-	RestartPolicy string          `json:"restartPolicy"`
-	Containers    []wireContainer `json:"containers"`
+	corev1.PodSpec `json:",inline"`
+	Containers     []wireContainer `json:"containers"`
 }
 
 type wireContainer struct {
-	Name            string        `json:"name"`
-	Image           string        `json:"image"`
-	ImagePullPolicy string        `json:"imagePullPolicy"`
-	Command         []string      `json:"command"`
-	Args            []string      `json:"args"`
-	WorkingDir      string        `json:"workingDir"`
-	Env             []wireEnv     `json:"env"`
-	Resources       wireResources `json:"resources"`
+	corev1.Container `json:",inline"`
+	Env              []wireEnv     `json:"env"`
+	Resources        wireResources `json:"resources"`
 }
 
 type wireEnv struct {
-	Name  string `json:"name"`
-	Value string `json:"value"`
+	Name      string               `json:"name"`
+	Value     string               `json:"value"`
+	ValueFrom *corev1.EnvVarSource `json:"valueFrom"`
 }
 
 type wireResources struct {
-	Limits   map[string]scalar `json:"limits"`
-	Requests map[string]scalar `json:"requests"`
+	Limits   map[string]scalar      `json:"limits"`
+	Requests map[string]scalar      `json:"requests"`
+	Claims   []corev1.ResourceClaim `json:"claims"`
 }
 
 // scalar is a YAML scalar read as text: "2", 2 and 0.5 all work where a
@@ -154,13 +158,7 @@ func checkShape(t reflect.Type, v any, path string) []error {
 			return bad("a mapping of fields")
 		}
 		fields := map[string]reflect.StructField{}
-		var names []string
-		for i := range t.NumField() {
-			f := t.Field(i)
-			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-			fields[name] = f
-			names = append(names, name)
-		}
+		names := structFields(t, fields)
 		var errs []error
 		for _, k := range sortedKeys(m) {
 			f, ok := fields[k]
@@ -199,13 +197,40 @@ func checkShape(t reflect.Type, v any, path string) []error {
 		if _, ok := v.(bool); !ok {
 			return bad("true or false")
 		}
-	case reflect.Int:
+	case reflect.Int, reflect.Int32, reflect.Int64:
 		f, ok := v.(float64)
 		if !ok || f != float64(int64(f)) || f > 1<<31 || f < -(1<<31) {
 			return bad("a whole number")
 		}
 	}
 	return nil
+}
+
+// structFields adds t's JSON fields to fields, those of embedded structs
+// (json:",inline") after t's own, which shadow them, and returns their
+// names in order.
+func structFields(t reflect.Type, fields map[string]reflect.StructField) []string {
+	var names []string
+	var inline []reflect.Type
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if f.Anonymous && name == "" {
+			inline = append(inline, f.Type)
+			continue
+		}
+		if name == "-" || !f.IsExported() {
+			continue
+		}
+		if _, shadowed := fields[name]; !shadowed {
+			fields[name] = f
+			names = append(names, name)
+		}
+	}
+	for _, it := range inline {
+		names = append(names, structFields(it, fields)...)
+	}
+	return names
 }
 
 func describe(v any) string {

@@ -47,7 +47,7 @@ func TestJobRunsOnKubelet(t *testing.T) {
 		t.Fatal(err)
 	}
 	work := t.TempDir()
-	jobs := []string{"tiny", "relaunch"}
+	jobs := []string{"tiny", "relaunch", "dlrover"}
 	addrs, rewrite := map[string]string{}, map[string]string{}
 	for _, job := range jobs {
 		addrs[job] = freeAddr(t)
@@ -64,13 +64,32 @@ func TestJobRunsOnKubelet(t *testing.T) {
 	}
 	defer k.Stop()
 
+	wd, out := t.TempDir(), t.TempDir()
+	if err := os.MkdirAll(filepath.Join(wd, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(wd, "sub", "marker"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		job    string
 		script string
+		// spec, when set, makes the job instead of tinyJob.
+		spec func(ns, name string) *elasticv1.ElasticJob
 		// disrupt, when set, runs while the job does.
 		disrupt func(t *testing.T, job string)
+		// check, when set, runs after the job succeeded.
+		check func(t *testing.T, job string)
 	}{
 		{job: jobs[0], script: "echo ok"},
+		{job: jobs[2], spec: func(ns, name string) *elasticv1.ElasticJob { return dlroverShapedJob(ns, name, wd, out) }, check: func(t *testing.T, job string) {
+			for rank, want := range []string{"WORKER_ID=0 WORKER_NUM=2\n", "WORKER_ID=1 WORKER_NUM=2\n"} {
+				b, err := os.ReadFile(filepath.Join(out, fmt.Sprintf("node-%d", rank)))
+				if err != nil || string(b) != want {
+					t.Errorf("node %d recorded %q (%v), want %q", rank, b, err, want)
+				}
+			}
+		}},
 		{job: jobs[1], script: "echo started; sleep 3; echo ok", disrupt: func(t *testing.T, job string) {
 			pod := job + "-worker-1-0"
 			k8stest.WaitFor(t, "worker 1 to start training", func() bool {
@@ -100,6 +119,9 @@ func TestJobRunsOnKubelet(t *testing.T) {
 				t.Fatal(err)
 			}
 			job := tinyJob(ns, tc.job, tc.script)
+			if tc.spec != nil {
+				job = tc.spec(ns, tc.job)
+			}
 			if err := env.Client.Create(ctx, job); err != nil {
 				t.Fatal(err)
 			}
@@ -132,6 +154,9 @@ func TestJobRunsOnKubelet(t *testing.T) {
 			if tc.disrupt != nil && got.Status.RelaunchCount < 1 {
 				t.Errorf("job status relaunch count %d, want at least 1", got.Status.RelaunchCount)
 			}
+			if tc.check != nil {
+				tc.check(t, tc.job)
+			}
 		})
 	}
 }
@@ -148,6 +173,36 @@ func tinyJob(ns, name, script string) *elasticv1.ElasticJob {
 					RestartPolicy: corev1.RestartPolicyNever,
 					Containers: []corev1.Container{{Name: "main", Image: "rover:latest",
 						Command: []string{"rover", "run", "--nnodes=2", "--nproc-per-node=1", "--no-python", "sh", "-c", script}}},
+				}}},
+			},
+		},
+	}
+}
+
+// dlroverShapedJob is a job as DLRover's examples write it: the launcher
+// inside a shell line with cd, && and $NODE_NUM, a /dev/shm emptyDir,
+// restartPolicy Always, a security context and a sidecar. Each node runs in
+// wd/sub (its workingDir, then cd) and records its WORKER_ID and WORKER_NUM
+// in out.
+func dlroverShapedJob(ns, name, wd, out string) *elasticv1.ElasticJob {
+	line := `cd sub && echo "WORKER_ID=$WORKER_ID WORKER_NUM=$WORKER_NUM" > "$OUT/node-$NODE_RANK" && ` +
+		`dlrover-run --nnodes=$NODE_NUM --nproc_per_node=1 --no-python sh -c 'test -f marker && echo ok'`
+	return &elasticv1.ElasticJob{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: elasticv1.ElasticJobSpec{
+			DistributionStrategy: "AllreduceStrategy",
+			ReplicaSpecs: map[elasticv1.ReplicaType]*elasticv1.ReplicaSpec{
+				elasticv1.Worker: {Replicas: new(int32(2)), Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+					RestartPolicy:   corev1.RestartPolicyAlways,
+					SecurityContext: &corev1.PodSecurityContext{RunAsNonRoot: new(false)},
+					Volumes: []corev1.Volume{{Name: "dshm", VolumeSource: corev1.VolumeSource{
+						EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory}}}},
+					Containers: []corev1.Container{
+						{Name: "main", Image: "rover:latest", WorkingDir: wd, Command: []string{"/bin/bash", "-c", line},
+							Env:          []corev1.EnvVar{{Name: "OUT", Value: out}},
+							VolumeMounts: []corev1.VolumeMount{{Name: "dshm", MountPath: "/dev/shm"}}},
+						{Name: "log-shipper", Image: "busybox", Command: []string{"sleep", "infinity"}},
+					},
 				}}},
 			},
 		},

@@ -129,6 +129,9 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
+	for _, n := range plan.Notes {
+		o.Logger.Warn("job spec: "+n, "job", job.Name)
+	}
 	popts := kubeplatform.JobOptions(&job)
 	popts.Client = cs
 	popts.MasterAddr = fmt.Sprintf("%s.%s.svc:%d", operator.MasterServiceName(job.Name), job.Namespace, operator.MasterPort)

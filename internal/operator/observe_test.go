@@ -99,6 +99,23 @@ func TestValidate(t *testing.T) {
 		want   []string // parts of the error; none for a valid job
 	}{
 		{"valid", func(*v1alpha1.ElasticJob) {}, nil},
+		{"DLRover's pod template and shell line", func(j *v1alpha1.ElasticJob) {
+			r := j.Spec.ReplicaSpecs[v1alpha1.Worker]
+			r.RestartPolicy = "Always"
+			ps := &r.Template.Spec
+			ps.RestartPolicy = corev1.RestartPolicyAlways
+			ps.SecurityContext = &corev1.PodSecurityContext{RunAsUser: new(int64(1000))}
+			ps.Volumes = []corev1.Volume{{Name: "dshm", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory}}}}
+			ps.NodeSelector = map[string]string{"pool": "gpu"}
+			c := &ps.Containers[0]
+			c.Command = []string{"/bin/bash", "-c", "cd /workspace && pip install -e . && dlrover-run --nnodes=$NODE_NUM --nproc_per_node=2 train.py"}
+			c.VolumeMounts = []corev1.VolumeMount{{Name: "dshm", MountPath: "/dev/shm"}}
+			c.Env = append(c.Env, corev1.EnvVar{Name: "POD_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}})
+			ps.Containers = append(ps.Containers, corev1.Container{Name: "sidecar", Image: "busybox", Command: []string{"sleep", "inf"}})
+		}, nil},
+		{"replicas above the limit", func(j *v1alpha1.ElasticJob) {
+			j.Spec.ReplicaSpecs[v1alpha1.Worker].Replicas = new(int32(1 << 20))
+		}, []string{"spec.replicaSpecs.worker.replicas", "limit of 10000"}},
 		{"replicas disagree with --nnodes", func(j *v1alpha1.ElasticJob) {
 			j.Spec.ReplicaSpecs[v1alpha1.Worker].Replicas = new(int32(4))
 		}, []string{"replicas", "nnodes"}},

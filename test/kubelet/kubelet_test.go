@@ -173,7 +173,7 @@ func TestKubelet(t *testing.T) {
 				RestartPolicy: corev1.RestartPolicyNever,
 				Containers: []corev1.Container{{Name: "main", Image: "unused", Command: []string{"true"},
 					VolumeMounts: []corev1.VolumeMount{{Name: "scratch", MountPath: "/scratch"}}}},
-				Volumes: []corev1.Volume{{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
+				Volumes: []corev1.Volume{{Name: "scratch", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/scratch"}}}},
 			},
 		}
 		if _, err := pods.Create(ctx, pod, metav1.CreateOptions{}); err != nil {
@@ -181,8 +181,42 @@ func TestKubelet(t *testing.T) {
 		}
 		var got *corev1.Pod
 		k8stest.WaitFor(t, "the pod to fail", func() bool { got = get(t, "emptydir"); return got.Status.Phase == corev1.PodFailed })
-		if term := terminated(t, got); term.Reason != kubelet.ReasonStartError || !strings.Contains(term.Message, "only secret volumes") {
+		if term := terminated(t, got); term.Reason != kubelet.ReasonStartError || !strings.Contains(term.Message, "only secret and emptyDir volumes") {
 			t.Errorf("terminated %+v, want reason StartError naming the unsupported volume", term)
+		}
+	})
+
+	t.Run("emptyDir volumes and workingDir", func(t *testing.T) {
+		wd := t.TempDir()
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "scratch", Namespace: ns},
+			Spec: corev1.PodSpec{
+				RestartPolicy: corev1.RestartPolicyNever,
+				Containers: []corev1.Container{{Name: "main", Image: "unused", WorkingDir: wd,
+					Command:      []string{"sh", "-c", `echo hi > "$1" && test -d /dev/shm && pwd > here`, "sh", "/scratch/f"},
+					VolumeMounts: []corev1.VolumeMount{{Name: "scratch", MountPath: "/scratch"}, {Name: "dshm", MountPath: "/dev/shm"}}}},
+				Volumes: []corev1.Volume{
+					{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+					{Name: "dshm", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory}}},
+				},
+			},
+		}
+		if _, err := pods.Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		var got *corev1.Pod
+		k8stest.WaitFor(t, "the pod to end", func() bool {
+			got = get(t, "scratch")
+			return got.Status.Phase == corev1.PodSucceeded || got.Status.Phase == corev1.PodFailed
+		})
+		if got.Status.Phase != corev1.PodSucceeded {
+			t.Fatalf("pod %s: %+v", got.Status.Phase, terminated(t, got))
+		}
+		if b, err := os.ReadFile(filepath.Join(kubelet.VolumeDir(work, ns, "scratch", "scratch"), "f")); err != nil || string(b) != "hi\n" {
+			t.Errorf("the emptyDir holds %q (%v), want the pod's file", b, err)
+		}
+		if b, err := os.ReadFile(filepath.Join(wd, "here")); err != nil || strings.TrimSpace(string(b)) != wd {
+			t.Errorf("the pod ran in %q (%v), want its workingDir %s", b, err, wd)
 		}
 	})
 

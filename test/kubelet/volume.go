@@ -26,8 +26,9 @@ type mount struct {
 }
 
 // mountVolumes writes the files of the volumes that container c of pod
-// mounts and returns the mounts, longest mountPath first. Only Secret
-// volumes are supported.
+// mounts and returns the mounts, longest mountPath first. Secret volumes
+// are written out; an emptyDir is an empty directory (at /dev/shm, the
+// host's /dev/shm). Other volumes are refused.
 func (k *Kubelet) mountVolumes(ctx context.Context, pod *corev1.Pod, c *corev1.Container) ([]mount, error) {
 	var mounts []mount
 	for _, vm := range c.VolumeMounts {
@@ -40,12 +41,22 @@ func (k *Kubelet) mountVolumes(ctx context.Context, pod *corev1.Pod, c *corev1.C
 		if vol == nil {
 			return nil, fmt.Errorf("volumeMount %s: the pod has no volume of that name", vm.Name)
 		}
-		if vol.Secret == nil {
-			return nil, fmt.Errorf("volume %s: the test kubelet supports only secret volumes", vol.Name)
-		}
 		dir := VolumeDir(k.opts.WorkDir, pod.Namespace, pod.Name, vol.Name)
-		if err := k.writeSecretVolume(ctx, pod.Namespace, dir, vol.Secret); err != nil {
-			return nil, fmt.Errorf("volume %s: %w", vol.Name, err)
+		switch {
+		case vol.Secret != nil:
+			if err := k.writeSecretVolume(ctx, pod.Namespace, dir, vol.Secret); err != nil {
+				return nil, fmt.Errorf("volume %s: %w", vol.Name, err)
+			}
+		case vol.EmptyDir != nil && filepath.Clean(vm.MountPath) == "/dev/shm":
+			// The host's /dev/shm stands in: shared memory, as an
+			// emptyDir of medium Memory gives a pod.
+			continue
+		case vol.EmptyDir != nil:
+			if err := os.MkdirAll(filepath.Join(dir, vm.SubPath), 0o755); err != nil {
+				return nil, fmt.Errorf("volume %s: %w", vol.Name, err)
+			}
+		default:
+			return nil, fmt.Errorf("volume %s: the test kubelet supports only secret and emptyDir volumes", vol.Name)
 		}
 		mounts = append(mounts, mount{path: filepath.Clean(vm.MountPath), dir: filepath.Join(dir, vm.SubPath)})
 	}

@@ -165,7 +165,7 @@ const (
 // additions (marked "Rover").
 //
 // +kubebuilder:validation:XValidation:rule="!has(self.minReplicas) || !has(self.maxReplicas) || self.minReplicas <= self.maxReplicas",message="minReplicas must not exceed maxReplicas",fieldPath=".minReplicas"
-// +kubebuilder:validation:XValidation:rule="!has(self.template) || !has(self.template.spec) || !has(self.template.spec.restartPolicy) || self.template.spec.restartPolicy == 'Never'",message="template.spec.restartPolicy must be Never or left out: Rover relaunches failed nodes itself (restartCount)",fieldPath=".template.spec.restartPolicy"
+// +kubebuilder:validation:XValidation:rule="!has(self.template) || !has(self.template.spec) || !has(self.template.spec.restartPolicy) || self.template.spec.restartPolicy in ['Never', 'Always', 'OnFailure']",message="template.spec.restartPolicy must be Never, Always or OnFailure (pods run with Never: Rover relaunches failed nodes itself, restartCount)",fieldPath=".template.spec.restartPolicy"
 type ReplicaSpec struct {
 	// Replicas is how many nodes the group runs: with a launcher in the
 	// command, within its --nnodes MIN:MAX (default MAX). The scale
@@ -174,20 +174,24 @@ type ReplicaSpec struct {
 	// count outside --nnodes back, with a warning event.
 	//
 	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=10000
 	// +optional
 	Replicas *int32 `json:"replicas,omitempty"`
 
-	// Template is the pod of each node. The training container is the one
-	// named main, or the only one; restartPolicy is Never (or left out).
+	// Template is the pod of each node, honoured as written (volumes,
+	// securityContext, sidecars, ...). The training container is the one
+	// named main, or the only one. Pods run with restartPolicy Never
+	// whatever the template says, as DLRover's do.
 	//
 	// +optional
 	Template corev1.PodTemplateSpec `json:"template,omitempty"`
 
-	// RestartPolicy is Kubeflow's replica restart policy; Never (or left
-	// out) only, as Rover relaunches failed nodes itself.
+	// RestartPolicy is Kubeflow's replica restart policy, accepted as
+	// DLRover accepts it; Rover relaunches failed nodes itself
+	// (restartCount), so its pods run with Never.
 	//
 	// +kubebuilder:validation:MaxLength=64
-	// +kubebuilder:validation:XValidation:rule="self == 'Never'",message="restartPolicy must be Never or left out: Rover relaunches failed nodes itself (restartCount)"
+	// +kubebuilder:validation:XValidation:rule="self in ['Never', 'Always', 'OnFailure', 'ExitCode']",message="restartPolicy must be Never, Always, OnFailure or ExitCode (Rover relaunches failed nodes itself, restartCount)"
 	// +optional
 	RestartPolicy string `json:"restartPolicy,omitempty"`
 
@@ -233,9 +237,11 @@ type ReplicaSpec struct {
 	// agree with --nnodes.
 	//
 	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=10000
 	// +optional
 	MinReplicas *int32 `json:"minReplicas,omitempty"`
 	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=10000
 	// +optional
 	MaxReplicas *int32 `json:"maxReplicas,omitempty"`
 
@@ -244,6 +250,7 @@ type ReplicaSpec struct {
 	// with --nproc-per-node.
 	//
 	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1024
 	// +optional
 	NprocPerNode *int32 `json:"nprocPerNode,omitempty"`
 

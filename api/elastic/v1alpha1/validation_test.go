@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/roverml/rover/api/elastic/v1alpha1"
+	"github.com/roverml/rover/internal/jobspec"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -74,6 +75,18 @@ func startAPIServer(t *testing.T) client.Client {
 	return c
 }
 
+// jobspecDoc reads a job spec in DLRover's shape from internal/jobspec's
+// testdata, with Rover's apiVersion.
+func jobspecDoc(t *testing.T, name string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", "..", "internal", "jobspec", "testdata", "dlrover", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := strings.Replace(string(b), "apiVersion: "+v1alpha1.DLRoverAPIVersion, "apiVersion: "+v1alpha1.GroupVersion.String(), 1)
+	return []byte(strings.Replace(s, "  namespace: dlrover\n", "", 1))
+}
+
 // object reads a YAML document as an unstructured object named name in
 // namespace default.
 func object(t *testing.T, doc []byte, name string) *unstructured.Unstructured {
@@ -108,7 +121,11 @@ func TestValidationOnAPIServer(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for name, doc := range map[string]string{"dlrover-torch-mnist": mnist, "every-field": string(every), "rover-envs": rover, "ddp": string(sample)} {
+		docs := map[string]string{"dlrover-torch-mnist": mnist, "every-field": string(every), "rover-envs": rover, "ddp": string(sample)}
+		for _, name := range []string{"mnist-shell", "cd-and"} {
+			docs[name] = string(jobspecDoc(t, name+".yaml"))
+		}
+		for name, doc := range docs {
 			if err := c.Create(ctx, object(t, []byte(doc), name), strict); err != nil {
 				t.Errorf("create %s: %v", name, err)
 			}
@@ -160,7 +177,9 @@ func TestValidationOnAPIServer(t *testing.T) {
 			[]string{"replicaSpecs.worker.template.spec.containers is empty"}},
 		{"min above max", replace("      replicas: 4\n", "      replicas: 4\n      minReplicas: 5\n      maxReplicas: 4\n"),
 			[]string{"spec.replicaSpecs[worker].minReplicas", "minReplicas must not exceed maxReplicas"}},
-		{"restartPolicy", replace("restartPolicy: Never", "restartPolicy: OnFailure"), []string{"template.spec.restartPolicy must be Never"}},
+		{"restartPolicy", replace("restartPolicy: Never", "restartPolicy: Sometimes"), []string{"template.spec.restartPolicy must be Never, Always or OnFailure"}},
+		{"replicas above MaxNodes", replace("replicas: 4", "replicas: 10001"), []string{"spec.replicaSpecs.worker.replicas", "less than or equal to 10000"}},
+		{"nprocPerNode above MaxNprocPerNode", replace("      replicas: 4\n", "      replicas: 4\n      nprocPerNode: 1025\n"), []string{"nprocPerNode", "less than or equal to 1024"}},
 		{"priority", replace("      restartCount: 3\n", "      restartCount: 3\n      priority: urgent\n"), []string{"spec.replicaSpecs[worker].priority", "priority must be high, low"}},
 		{"pendingTimeout", replace("  optimizeMode: single-job\n", "  optimizeMode: single-job\n  pendingTimeout: soon\n"), []string{"spec.pendingTimeout", "give seconds"}},
 		{"env value", replace("  optimizeMode: single-job\n", "  optimizeMode: single-job\n  envs: {A: {name: A, value: [1]}}\n"), []string{"spec.envs.A.value"}},
@@ -168,6 +187,11 @@ func TestValidationOnAPIServer(t *testing.T) {
 	}
 	for i, tt := range bad {
 		t.Run(tt.name, func(t *testing.T) {
+			// The API server and Rover's own validation agree: what one
+			// refuses, so does the other.
+			if _, err := jobspec.Parse([]byte(tt.doc)); err == nil {
+				t.Errorf("jobspec.Parse accepts what the API server refuses")
+			}
 			err := c.Create(ctx, object(t, []byte(tt.doc), fmt.Sprintf("bad-%d", i)), strict)
 			if err == nil {
 				t.Fatal("the API server accepted the job; want a refusal")

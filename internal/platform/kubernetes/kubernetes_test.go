@@ -85,7 +85,7 @@ func testCreate(t *testing.T, c *cluster) {
 	}
 	for name, want := range map[string]string{
 		"FROM_TEMPLATE": "yes", "A_VAR": "1", "B_VAR": "2", "NODE_ID": spec.ID, "NODE_RANK": "2", "NODE_TYPE": "worker",
-		"NODE_NUM": "4", "ELASTIC_JOB_NAME": "train", "JOB_UID": string(job.UID), "ROVER_NODE_ID": spec.ID, "PET_NODE_RANK": "2",
+		"NODE_NUM": "4", "WORKER_NUM": "4", "WORKER_ID": "2", "ELASTIC_JOB_NAME": "train", "JOB_UID": string(job.UID), "ROVER_NODE_ID": spec.ID, "PET_NODE_RANK": "2",
 		"ROVER_RELAUNCH_COUNT": "1", "ROVER_MASTER_ADDR": "train-rover-master.create.svc:29400",
 		"DLROVER_MASTER_ADDR": "train-rover-master.create.svc:29400",
 	} {

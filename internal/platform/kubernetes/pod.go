@@ -104,7 +104,8 @@ func NodeFromPod(pod *corev1.Pod) (group string, rank, relaunch int, ok bool) {
 	return group, rank, relaunch, true
 }
 
-// env is the training container's environment: the template's, NODE_NUM,
+// env is the training container's environment: the template's, NODE_NUM
+// and WORKER_NUM,
 // the spec's (sorted by name), then the node's identity and how to reach
 // the master. A later variable replaces an earlier one of the same name, so
 // the node's identity cannot be overridden.
@@ -123,6 +124,7 @@ func (p *Platform) env(base []corev1.EnvVar, spec platform.NodeSpec) []corev1.En
 	}
 	if p.opts.NodeNum > 0 {
 		val("NODE_NUM", strconv.Itoa(p.opts.NodeNum))
+		val("WORKER_NUM", strconv.Itoa(p.opts.NodeNum))
 	}
 	keys := make([]string, 0, len(spec.Env))
 	for k := range spec.Env {
@@ -135,6 +137,7 @@ func (p *Platform) env(base []corev1.EnvVar, spec platform.NodeSpec) []corev1.En
 	rank := strconv.Itoa(spec.Rank)
 	val("NODE_ID", spec.ID)
 	val("NODE_RANK", rank)
+	val("WORKER_ID", rank) // DLRover's chaos and job scripts read it
 	val("NODE_TYPE", spec.Group)
 	val("ELASTIC_JOB_NAME", spec.Job)
 	val("JOB_UID", string(p.opts.JobUID))

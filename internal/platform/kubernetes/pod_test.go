@@ -219,3 +219,39 @@ func TestState(t *testing.T) {
 		}
 	}
 }
+
+// TestPodCarriesTemplate: a node's pod carries the whole template as
+// DLRover users write it (volumes, security context, tolerations, sidecar
+// and init containers, the training container's mounts and workingDir),
+// with restartPolicy forced to Never and the shell line as the command.
+func TestPodCarriesTemplate(t *testing.T) {
+	tmpl := template()
+	tmpl.Spec.RestartPolicy = corev1.RestartPolicyAlways
+	tmpl.Spec.Volumes = []corev1.Volume{{Name: "dshm", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory}}}}
+	tmpl.Spec.SecurityContext = &corev1.PodSecurityContext{RunAsUser: new(int64(1000))}
+	tmpl.Spec.Tolerations = []corev1.Toleration{{Key: "gpu", Operator: corev1.TolerationOpExists}}
+	tmpl.Spec.InitContainers = []corev1.Container{{Name: "fetch", Image: "busybox"}}
+	main := &tmpl.Spec.Containers[1]
+	main.WorkingDir = "/workspace"
+	main.VolumeMounts = []corev1.VolumeMount{{Name: "dshm", MountPath: "/dev/shm"}}
+	p := offline(t, tmpl)
+	s := nodeSpec("job", 1, 0)
+	s.Argv = []string{"/bin/bash", "-c", "cd src && rover run --nnodes=$NODE_NUM train.py"}
+	pod, err := p.Pod(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := tmpl.Spec.DeepCopy()
+	want.RestartPolicy = corev1.RestartPolicyNever
+	got := pod.Spec.DeepCopy()
+	if diff := cmp.Diff(s.Argv, got.Containers[1].Command); diff != "" {
+		t.Errorf("command (-want +got):\n%s", diff)
+	}
+	// Apart from what the node sets (command, env), the pod is the template.
+	for _, c := range []*corev1.PodSpec{want, got} {
+		c.Containers[1].Command, c.Containers[1].Args, c.Containers[1].Env = nil, nil, nil
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("pod spec (-template +pod):\n%s", diff)
+	}
+}

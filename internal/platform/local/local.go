@@ -198,7 +198,7 @@ func (l *Local) env(spec platform.NodeSpec) []string {
 	}
 	// The agent reads ROVER_NODE_ID and PET_NODE_RANK as --node-id and
 	// --node-rank: a relaunched node joins with its predecessor's rank.
-	return append(env, "NODE_ID="+spec.ID, "NODE_RANK="+strconv.Itoa(spec.Rank), "NODE_TYPE="+spec.Group,
+	return append(env, "NODE_ID="+spec.ID, "NODE_RANK="+strconv.Itoa(spec.Rank), "WORKER_ID="+strconv.Itoa(spec.Rank), "NODE_TYPE="+spec.Group,
 		"ELASTIC_JOB_NAME="+spec.Job, "ROVER_RELAUNCH_COUNT="+strconv.Itoa(spec.Relaunch),
 		"ROVER_NODE_ID="+spec.ID, "PET_NODE_RANK="+strconv.Itoa(spec.Rank), l.tag(spec.ID))
 }

@@ -55,14 +55,14 @@ func TestLocalNodes(t *testing.T) {
 	t.Cleanup(l.Close)
 	r := watch(t, l)
 
-	if err := l.Create(ctx, spec("j-worker-0-0", "sh", "-c", `echo "$GREETING from $NODE_ID rank $NODE_RANK"; exit 3`)); err != nil {
+	if err := l.Create(ctx, spec("j-worker-0-0", "sh", "-c", `echo "$GREETING from $NODE_ID rank $NODE_RANK worker $WORKER_ID"; exit 3`)); err != nil {
 		t.Fatal(err)
 	}
 	if e := r.WaitKind(t, "j-worker-0-0", platform.Exited); e.ExitCode != 3 || e.Signal != 0 || !e.Failed() {
 		t.Errorf("exit event %+v, want code 3", e)
 	}
 	log, _ := os.ReadFile(filepath.Join(l.LogDir("j-worker-0-0"), "stdout.log"))
-	if string(log) != "hi from j-worker-0-0 rank 0\n" {
+	if string(log) != "hi from j-worker-0-0 rank 0 worker 0\n" {
 		t.Errorf("node log %q", log)
 	}
 	if !strings.Contains(console.String(), "[j-worker-0-0]") {
