@@ -8,9 +8,10 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
 	"strings"
 	"time"
+
+	"github.com/roverml/rover/internal/userfile"
 )
 
 // TLS says how a client reaches a master. The zero value is cleartext HTTP/2
@@ -50,7 +51,7 @@ func (t TLS) Config() (*tls.Config, error) {
 		}
 		return nil, nil
 	}
-	b, err := os.ReadFile(t.CAFile)
+	b, err := userfile.Read(t.CAFile)
 	if err != nil {
 		return nil, fmt.Errorf("read the CA bundle that verifies the master: %w; pass --tls-ca the PEM file of the CA that signed the master's certificate", err)
 	}

@@ -5,11 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
 
+	"github.com/roverml/rover/internal/userfile"
 	"sigs.k8s.io/yaml"
 )
 
@@ -24,7 +24,7 @@ const (
 // ParseFile reads and parses a job spec file. A bare spec takes its name
 // from the file's base name without extension.
 func ParseFile(name string) (*JobSpec, error) {
-	data, err := os.ReadFile(name)
+	data, err := userfile.Read(name)
 	if err != nil {
 		return nil, fmt.Errorf("read job spec: %w", err)
 	}
