@@ -35,7 +35,9 @@ const (
 func NewHTTPClient() *http.Client {
 	t := newTransport()
 	t.Protocols.SetUnencryptedHTTP2(true)
-	t.DialContext = (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 15 * time.Second}).DialContext
+	t.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		return dialMaster(ctx, network, addr, firstAnswerTimeout, true, "its first bytes")
+	}
 	return &http.Client{Transport: t}
 }
 
