@@ -155,6 +155,7 @@ func Run(ctx context.Context, cfg *runconfig.Config, opts Options) (err error) {
 	a.log = opts.Logger
 	defer func() { a.writeAgentError(err) }()
 	var token string
+	var hostLn net.Listener // the endpoint, bound to host the job's master with $ROVER_TOKEN
 	// The embedded master of a standalone job serves cleartext HTTP/2 on
 	// loopback; a master elsewhere is reached as --tls-ca says.
 	var via client.TLS
@@ -181,6 +182,15 @@ func Run(ctx context.Context, cfg *runconfig.Config, opts Options) (err error) {
 		}
 		a.addr = cfg.RdzvEndpoint
 		via = client.TLS{CAFile: cfg.TLSCA, ServerName: cfg.TLSServerName}
+		if hostLn = a.hostWithEnvToken(); hostLn != nil {
+			defer hostLn.Close() // a no-op once the master owns it
+			c := *cfg
+			if _, set := c.RdzvConf["master_timeout"]; !set {
+				c.MasterTimeout = hostedMasterTimeout
+			}
+			a.cfg, cfg = &c, &c
+			a.hosted, a.tokenFrom = true, tokenSource("$"+client.TokenEnv)
+		}
 	}
 	httpClient, err := via.HTTPClient()
 	if err != nil {
@@ -199,8 +209,8 @@ func Run(ctx context.Context, cfg *runconfig.Config, opts Options) (err error) {
 		defer m.Stop()
 		a.addr, token = m.Addr, m.Token
 	}
-	if a.hosted && mayHost(cfg) {
-		stop, err := a.hostMaster(ctx, token)
+	if a.hosted && (mayHost(cfg) || hostLn != nil) {
+		stop, err := a.hostMaster(ctx, token, hostLn)
 		if err != nil {
 			return err
 		}
