@@ -75,18 +75,22 @@ type RunningMaster struct {
 }
 
 type agent struct {
-	cfg     *runconfig.Config
-	opts    Options
-	log     *slog.Logger
-	client  roverv1connect.MasterServiceClient
-	addr    string // the master's
-	nodeID  string
-	host    string
-	argv    []string
-	logDir  string // the run's: <--log-dir>/<run id>_<random>
-	tempDir string // the temporary directory holding logDir without --log-dir
-	out     io.Writer
-	errOut  io.Writer
+	cfg    *runconfig.Config
+	opts   Options
+	log    *slog.Logger
+	client roverv1connect.MasterServiceClient
+	addr   string // the master's
+	nodeID string
+	// incarnation is this process's random id, on every session: the
+	// master tells the agent's own reconnects from another agent that
+	// claims its node id (client.IncarnationHeader).
+	incarnation string
+	host        string
+	argv        []string
+	logDir      string // the run's: <--log-dir>/<run id>_<random>
+	tempDir     string // the temporary directory holding logDir without --log-dir
+	out         io.Writer
+	errOut      io.Writer
 	// clock times the retries of calls to the master; nil is the wall clock.
 	clock retry.Clock
 
@@ -150,6 +154,7 @@ func Run(ctx context.Context, cfg *runconfig.Config, opts Options) (err error) {
 		errOut: proc.NewSyncWriter(opts.Stderr),
 		views:  newLatestView(),
 	}
+	a.incarnation = newToken()[:16]
 	a.progress = newProgressBook()
 	a.progress.devices = opts.Devices
 	a.log = opts.Logger

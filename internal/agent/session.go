@@ -172,6 +172,7 @@ func (a *agent) openSession(ctx context.Context) (*session, error) {
 	_, round := a.joined.get()
 	ctx, cancel := context.WithCancel(ctx)
 	stream := a.client.Session(ctx)
+	stream.RequestHeader().Set(client.IncarnationHeader, a.incarnation)
 	fail := func(err error) (*session, error) {
 		_ = stream.CloseResponse()
 		cancel()
