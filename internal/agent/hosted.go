@@ -178,7 +178,9 @@ func (a *agent) hostMaster(ctx context.Context, token string, ln net.Listener) (
 // hostWithEnvToken returns the job's endpoint, bound, when this agent is
 // to host the job's master with the token in $ROVER_TOKEN: the token comes
 // from the environment only (no --token-file, which a `rover master`
-// writes), the agent may host (node rank 0, or no node ranks), the client
+// writes; no ROVER_MASTER_ADDR or DLROVER_MASTER_ADDR, which the platforms
+// that run a job's master set), the agent may host (node rank 0, or no
+// node ranks), the client
 // speaks cleartext (the hosted master does), and nothing listens on the
 // endpoint, which is one of this host's addresses. A `rover master` of the
 // job holds its port, so an agent never hosts beside one that runs: the
@@ -186,7 +188,8 @@ func (a *agent) hostMaster(ctx context.Context, token string, ln net.Listener) (
 // that a `rover master` runs (before, such agents waited for one that no
 // one started). It returns nil otherwise: the agent joins whoever listens.
 func (a *agent) hostWithEnvToken() net.Listener {
-	if a.cfg.TokenFile != "" || a.cfg.TLSCA != "" || !mayHost(a.cfg) || strings.TrimSpace(a.opts.Getenv(client.TokenEnv)) == "" {
+	if a.cfg.TokenFile != "" || a.cfg.TLSCA != "" || a.cfg.EndpointNamesMaster() || !mayHost(a.cfg) ||
+		strings.TrimSpace(a.opts.Getenv(client.TokenEnv)) == "" {
 		return nil
 	}
 	ln, err := listenToHost(a.cfg.RdzvEndpoint)
