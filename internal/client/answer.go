@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
+	"sync"
 	"time"
 )
 
@@ -70,6 +72,9 @@ type answerConn struct {
 	wait  time.Duration
 	sniff bool
 	read  bool // the first bytes came; only the connection's reader sets it
+	// diag, when set, keeps the error of a failed first read for the
+	// call that used the connection (diagnosingTransport).
+	diag *diagnosis
 }
 
 func (c *answerConn) Read(p []byte) (int, error) {
@@ -86,24 +91,80 @@ func (c *answerConn) Read(p []byte) (int, error) {
 			_ = c.Conn.SetReadDeadline(time.Time{})
 		}
 		if c.sniff && bytes.HasPrefix(p[:n], []byte("HTTP/")) {
-			return 0, &NotMasterError{Addr: c.addr, Found: plainHTTP}
+			return 0, c.diag.keep(c.addr, &NotMasterError{Addr: c.addr, Found: plainHTTP})
 		}
+		c.diag.keep(c.addr, nil)
 	}
 	if err != nil && c.wait > 0 && errors.Is(err, os.ErrDeadlineExceeded) {
-		return n, &NoAnswerError{Addr: c.addr, What: c.what, Wait: c.wait}
+		return n, c.diag.keep(c.addr, &NoAnswerError{Addr: c.addr, What: c.what, Wait: c.wait})
 	}
 	return n, err
 }
 
+// diagnosis keeps, per address, why the newest connection's first read
+// failed. The HTTP/2 client reports a connection that failed before its
+// settings arrived as "client conn could not be established", without the
+// cause; diagnosingTransport gives the call the cause instead.
+type diagnosis struct {
+	mu   sync.Mutex
+	errs map[string]error
+}
+
+// keep records err (nil: the address answered) and returns it.
+func (d *diagnosis) keep(addr string, err error) error {
+	if d == nil {
+		return err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err == nil {
+		delete(d.errs, addr)
+		return nil
+	}
+	if d.errs == nil {
+		d.errs = map[string]error{}
+	}
+	d.errs[addr] = err
+	return err
+}
+
+func (d *diagnosis) get(addr string) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.errs[addr]
+}
+
+// diagnosingTransport is the transport of every client of a master: a
+// failed call to an address whose newest connection failed its first read
+// returns that read's error (a *NotMasterError, a *NoAnswerError), joined
+// with the transport's own.
+type diagnosingTransport struct {
+	base *http.Transport
+	diag *diagnosis
+}
+
+func (t *diagnosingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := t.base.RoundTrip(req)
+	if err != nil {
+		if cause := t.diag.get(req.URL.Host); cause != nil && !errors.Is(err, cause) {
+			return nil, fmt.Errorf("%w (%v)", cause, err)
+		}
+	}
+	return resp, err
+}
+
+// CloseIdleConnections closes the base transport's idle connections.
+func (t *diagnosingTransport) CloseIdleConnections() { t.base.CloseIdleConnections() }
+
 // dialMaster opens a TCP connection to a master at addr whose first answer
 // must come within wait (0: no deadline on it).
-func dialMaster(ctx context.Context, network, addr string, wait time.Duration, sniff bool, what string) (*answerConn, error) {
+func dialMaster(ctx context.Context, network, addr string, wait time.Duration, sniff bool, what string, diag *diagnosis) (*answerConn, error) {
 	d := &net.Dialer{Timeout: DialTimeout, KeepAlive: 15 * time.Second}
 	raw, err := d.DialContext(ctx, network, addr)
 	if err != nil {
 		return nil, err
 	}
-	return &answerConn{Conn: raw, addr: addr, what: what, wait: wait, sniff: sniff, read: wait == 0 && !sniff}, nil
+	return &answerConn{Conn: raw, addr: addr, what: what, wait: wait, sniff: sniff, read: wait == 0 && !sniff, diag: diag}, nil
 }
 
 // h2Preface is what an HTTP/2 client sends first: the connection preface
@@ -116,7 +177,7 @@ var h2Preface = append([]byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"), 0, 0, 0, 4, 0
 // SETTINGS frame; a plain web server answers HTTP/1.x. It returns
 // plainHTTP, "h2c", or "" when it cannot tell.
 func probeCleartext(ctx context.Context, addr string) string {
-	c, err := dialMaster(ctx, "tcp", addr, firstAnswerTimeout, false, "its first bytes")
+	c, err := dialMaster(ctx, "tcp", addr, firstAnswerTimeout, false, "its first bytes", nil)
 	if err != nil {
 		return ""
 	}

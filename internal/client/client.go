@@ -44,10 +44,11 @@ const (
 func NewHTTPClient() *http.Client {
 	t := newTransport()
 	t.Protocols.SetUnencryptedHTTP2(true)
+	diag := &diagnosis{}
 	t.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		return dialMaster(ctx, network, addr, firstAnswerTimeout, true, "its first bytes")
+		return dialMaster(ctx, network, addr, firstAnswerTimeout, true, "its first bytes", diag)
 	}
-	return &http.Client{Transport: t}
+	return &http.Client{Transport: &diagnosingTransport{base: t, diag: diag}}
 }
 
 // newTransport is the HTTP/2 transport of every client of a master, with no

@@ -83,7 +83,7 @@ func NewTLSHTTPClient(cfg *tls.Config, caFile string) *http.Client {
 	t := newTransport()
 	t.Protocols.SetHTTP2(true)
 	t.DialTLSContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		raw, err := dialMaster(ctx, network, addr, 0, false, "")
+		raw, err := dialMaster(ctx, network, addr, 0, false, "", nil)
 		if err != nil {
 			return nil, err
 		}
