@@ -17,6 +17,7 @@ import (
 	"github.com/roverml/rover/internal/kubemaster"
 	"github.com/roverml/rover/internal/master"
 	"github.com/roverml/rover/internal/runconfig"
+	"github.com/roverml/rover/internal/userfile"
 )
 
 // masterConfig is the validated command line of `rover master`.
@@ -279,6 +280,9 @@ func masterToken(c *masterConfig, getenv func(string) string) (token, file strin
 		file = c.Job + ".token"
 	}
 	if token, err = master.LoadOrCreateToken(file); err != nil {
+		if errors.Is(err, userfile.ErrTooLarge) {
+			return "", "", usageError{fmt.Errorf("--token-file: %w", err)}
+		}
 		return "", "", err
 	}
 	return token, file, nil

@@ -79,18 +79,22 @@ type RunningMaster struct {
 }
 
 type agent struct {
-	cfg     *runconfig.Config
-	opts    Options
-	log     *slog.Logger
-	client  roverv1connect.MasterServiceClient
-	addr    string // the master's
-	nodeID  string
-	host    string
-	argv    []string
-	logDir  string // the run's: <--log-dir>/<run id>_<random>
-	tempDir string // the temporary directory holding logDir without --log-dir
-	out     io.Writer
-	errOut  io.Writer
+	cfg    *runconfig.Config
+	opts   Options
+	log    *slog.Logger
+	client roverv1connect.MasterServiceClient
+	addr   string // the master's
+	nodeID string
+	// incarnation is this process's random id, on every session: the
+	// master tells the agent's own reconnects from another agent that
+	// claims its node id (client.IncarnationHeader).
+	incarnation string
+	host        string
+	argv        []string
+	logDir      string // the run's: <--log-dir>/<run id>_<random>
+	tempDir     string // the temporary directory holding logDir without --log-dir
+	out         io.Writer
+	errOut      io.Writer
 	// clock times the retries of calls to the master; nil is the wall clock.
 	clock retry.Clock
 
@@ -154,11 +158,13 @@ func Run(ctx context.Context, cfg *runconfig.Config, opts Options) (err error) {
 		errOut: proc.NewSyncWriter(opts.Stderr),
 		views:  newLatestView(),
 	}
+	a.incarnation = newToken()[:16]
 	a.progress = newProgressBook()
 	a.progress.devices = opts.Devices
 	a.log = opts.Logger
 	defer func() { a.writeAgentError(err) }()
 	var token string
+	var hostLn net.Listener // the endpoint, bound to host the job's master with $ROVER_TOKEN
 	// The embedded master of a standalone job serves cleartext HTTP/2 on
 	// loopback; a master elsewhere is reached as --tls-ca says.
 	var via client.TLS
@@ -185,6 +191,15 @@ func Run(ctx context.Context, cfg *runconfig.Config, opts Options) (err error) {
 		}
 		a.addr = cfg.RdzvEndpoint
 		via = client.TLS{CAFile: cfg.TLSCA, ServerName: cfg.TLSServerName}
+		if hostLn = a.hostWithEnvToken(); hostLn != nil {
+			defer hostLn.Close() // a no-op once the master owns it
+			c := *cfg
+			if _, set := c.RdzvConf["master_timeout"]; !set {
+				c.MasterTimeout = hostedMasterTimeout
+			}
+			a.cfg, cfg = &c, &c
+			a.hosted, a.tokenFrom = true, tokenSource("$"+client.TokenEnv)
+		}
 	}
 	httpClient, err := via.HTTPClient()
 	if err != nil {
@@ -208,8 +223,8 @@ func Run(ctx context.Context, cfg *runconfig.Config, opts Options) (err error) {
 		a.addr, token = m.Addr, m.Token
 		go a.watchMaster(ctx, m, endRun)
 	}
-	if a.hosted && mayHost(cfg) {
-		stop, err := a.hostMaster(ctx, token, endRun)
+	if a.hosted && (mayHost(cfg) || hostLn != nil) {
+		stop, err := a.hostMaster(ctx, token, hostLn, endRun)
 		if err != nil {
 			return err
 		}

@@ -304,7 +304,13 @@ func TestRestartBudgetExhausted(t *testing.T) {
 func TestUnreachableMaster(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	r := runAgent(ctx, t, "--nnodes", "2", "--rdzv-endpoint", "127.0.0.1:1", "--node-id", "x",
+	// A token file names a `rover master` (with $ROVER_TOKEN alone, an
+	// agent that can bind the endpoint hosts the master there).
+	tokenFile := filepath.Join(t.TempDir(), "job.token")
+	if err := os.WriteFile(tokenFile, []byte("0123456789abcdef0123\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := runAgent(ctx, t, "--nnodes", "2", "--rdzv-endpoint", "127.0.0.1:1", "--node-id", "x", "--token-file", tokenFile,
 		"--rdzv-conf", "join_timeout=1s", "--no-python", fakeWorker)
 	if code := agent.ExitCode(r.err); code != agent.ExitRendezvous {
 		t.Fatalf("exit code %d (%v), want %d", code, r.err, agent.ExitRendezvous)

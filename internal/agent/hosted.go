@@ -21,8 +21,9 @@ import (
 )
 
 // A job without `rover master`: the agents were given an endpoint (or, with
-// --rdzv-backend=static, a --master-addr) but no token. The agent that can
-// bind the endpoint hosts the job's master there (node rank 0, or, without
+// --rdzv-backend=static, a --master-addr) but no token file. With no token
+// at all, or with one in $ROVER_TOKEN and nothing listening on the
+// endpoint (hostWithEnvToken), the agent that can bind the endpoint hosts the job's master there (node rank 0, or, without
 // node ranks, whichever agent binds it first) and the others join it. The
 // token is derived from the job's secret ($ROVER_JOB_SECRET) and --rdzv-id,
 // or, with no secret and an endpoint on loopback, kept in a file only this
@@ -153,8 +154,10 @@ func listenToHost(endpoint string) (net.Listener, error) {
 // bind it, and returns what stops it (a no-op when another hosts it). Once
 // the job ended, the master waits up to the heartbeat timeout for the other
 // agents to hear the outcome before it stops.
-func (a *agent) hostMaster(ctx context.Context, token string, endRun context.CancelCauseFunc) (stop func(), err error) {
-	ln, err := listenToHost(a.cfg.RdzvEndpoint)
+func (a *agent) hostMaster(ctx context.Context, token string, ln net.Listener, endRun context.CancelCauseFunc) (stop func(), err error) {
+	if ln == nil {
+		ln, err = listenToHost(a.cfg.RdzvEndpoint)
+	}
 	if err != nil {
 		if a.cfg.NodeRank == 0 {
 			a.log.Warn("node rank 0 does not host the job's master: it cannot listen on the endpoint; joining whoever hosts it",
@@ -171,6 +174,32 @@ func (a *agent) hostMaster(ctx context.Context, token string, endRun context.Can
 	a.log.Info("hosting the job's master (no `rover master` runs for this job)", "endpoint", a.cfg.RdzvEndpoint)
 	go a.watchMaster(ctx, m, endRun)
 	return m.Stop, nil
+}
+
+// hostWithEnvToken returns the job's endpoint, bound, when this agent is
+// to host the job's master with the token in $ROVER_TOKEN: the token comes
+// from the environment only (no --token-file, which a `rover master`
+// writes; no ROVER_MASTER_ADDR or DLROVER_MASTER_ADDR, which the platforms
+// that run a job's master set), the agent may host (node rank 0, or no
+// node ranks), the client
+// speaks cleartext (the hosted master does), and nothing listens on the
+// endpoint, which is one of this host's addresses. A `rover master` of the
+// job holds its port, so an agent never hosts beside one that runs: the
+// token in the environment says what every agent of the job shares, not
+// that a `rover master` runs (before, such agents waited for one that no
+// one started). It returns nil otherwise: the agent joins whoever listens.
+func (a *agent) hostWithEnvToken() net.Listener {
+	if a.cfg.TokenFile != "" || a.cfg.TLSCA != "" || a.cfg.EndpointNamesMaster() || !mayHost(a.cfg) ||
+		strings.TrimSpace(a.opts.Getenv(client.TokenEnv)) == "" {
+		return nil
+	}
+	ln, err := listenToHost(a.cfg.RdzvEndpoint)
+	if err != nil {
+		a.log.Info("a master, or another agent hosting one, holds the endpoint, or it is not this host's; joining it",
+			"endpoint", a.cfg.RdzvEndpoint, "err", err)
+		return nil
+	}
+	return ln
 }
 
 // hostedMasterLost is masterLost in a job without `rover master`.

@@ -67,7 +67,12 @@ func (a *agent) sessionLoop(ctx context.Context, firstJoin chan<- error) {
 		return
 	}
 	if err != nil {
-		if unreachable(err) {
+		if unreachable(err) && a.cfg.TokenFile == "" {
+			err = exitErr(ExitRendezvous, "no master answered at %s within the join timeout (%s): %w; the token comes from $%s, so either a `rover master` "+
+				"runs there (check that it does, and that --rdzv-endpoint is right) or the agent of node rank 0 hosts the master, on the host whose address "+
+				"the endpoint names, when nothing else listens there (start that agent, and check that the port is free there)",
+				a.addr, a.cfg.JoinTimeout, err, client.TokenEnv)
+		} else if unreachable(err) {
 			err = exitErr(ExitRendezvous, "could not reach the master at %s within the join timeout (%s): %w; check that `rover master` runs there and that --rdzv-endpoint is right", a.addr, a.cfg.JoinTimeout, err)
 		} else {
 			err = exitErr(ExitRendezvous, "join the job: %w", err)
@@ -128,14 +133,38 @@ func (a *agent) connect(ctx context.Context, limit time.Duration, first bool) (*
 		retryable = func(err error) bool { return client.Retryable(err) || errors.Is(err, errSessionEnded) }
 	}
 	var s *session
+	start := time.Now()
+	lastLog, every := start, min(waitLogInterval, limit/3)
 	err := retry.Do(ctx, a.policy(limit), retryable, func(ctx context.Context) error {
 		var err error
 		if s, err = a.openSession(ctx); err != nil {
 			a.log.Debug("could not join the master; retrying", "err", err)
+			if now := time.Now(); now.Sub(lastLog) >= every {
+				lastLog = now
+				a.log.Info("waiting for "+a.awaitedMaster(), "endpoint", a.addr, "waited", now.Sub(start).Round(time.Second),
+					"gives_up_after", limit, "err", err)
+			}
 		}
 		return err
 	})
 	return s, err
+}
+
+// waitLogInterval is how often, at most, an agent waiting for its master
+// says so (three times within a shorter limit).
+const waitLogInterval = 10 * time.Second
+
+// awaitedMaster names the master the agent waits for, in its progress log.
+func (a *agent) awaitedMaster() string {
+	switch {
+	case a.hosted && a.cfg.NodeRank > 0:
+		return "the master that the agent of node rank 0 hosts (no `rover master` runs for this job)"
+	case a.hosted:
+		return "the master that another agent of the job hosts (no `rover master` runs for this job)"
+	case a.cfg.TokenFile == "":
+		return "the job's master: a `rover master`, or the agent of node rank 0 hosting one (the token is $" + client.TokenEnv + ")"
+	}
+	return "the job's `rover master`"
 }
 
 // openSession opens a session and joins with the newest joined round.
@@ -143,6 +172,7 @@ func (a *agent) openSession(ctx context.Context) (*session, error) {
 	_, round := a.joined.get()
 	ctx, cancel := context.WithCancel(ctx)
 	stream := a.client.Session(ctx)
+	stream.RequestHeader().Set(client.IncarnationHeader, a.incarnation)
 	fail := func(err error) (*session, error) {
 		_ = stream.CloseResponse()
 		cancel()

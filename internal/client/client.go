@@ -26,6 +26,15 @@ const (
 	CompressMinBytes = 16 << 10
 	// MaxBatchOps is the most ops one BatchShards call may carry.
 	MaxBatchOps = 1024
+	// IncarnationHeader carries an agent process's incarnation id on its
+	// session: a random id each `rover run` process makes once. Two agents
+	// that claim the same node id (the same --node-rank on one host, a
+	// copied --node-id) have different ones, while an agent that
+	// reconnects keeps its own: the master refuses a second live agent
+	// of a node and lets the agent's own reconnects, and a restarted
+	// agent once the old one is gone, resume it. Sessions without one are
+	// not checked.
+	IncarnationHeader = "Rover-Agent-Incarnation"
 )
 
 // NewHTTPClient returns an HTTP client that speaks unencrypted HTTP/2 (h2c),
@@ -35,8 +44,11 @@ const (
 func NewHTTPClient() *http.Client {
 	t := newTransport()
 	t.Protocols.SetUnencryptedHTTP2(true)
-	t.DialContext = (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 15 * time.Second}).DialContext
-	return &http.Client{Transport: t}
+	diag := &diagnosis{}
+	t.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		return dialMaster(ctx, network, addr, firstAnswerTimeout, true, "its first bytes", diag)
+	}
+	return &http.Client{Transport: &diagnosingTransport{base: t, diag: diag}}
 }
 
 // newTransport is the HTTP/2 transport of every client of a master, with no

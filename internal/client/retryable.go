@@ -13,11 +13,14 @@ import (
 // is unreachable or restarting (Unavailable, Unknown, DeadlineExceeded,
 // Aborted, or an answer cut short by a connection that broke), and the
 // caller did not end the call itself by cancelling its context or letting
-// its deadline pass. A TLS misconfiguration (a *TLSError) is not worth
-// another try. Pass it to retry.Do.
+// its deadline pass. A TLS misconfiguration (a *TLSError) and a server that
+// is no master (a *NotMasterError) are not worth another try. Pass it to retry.Do.
 func Retryable(err error) bool {
-	var te *TLSError
-	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.As(err, &te) {
+	var (
+		te *TLSError
+		nm *NotMasterError
+	)
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.As(err, &te) || errors.As(err, &nm) {
 		return false
 	}
 	switch connect.CodeOf(err) {

@@ -11,6 +11,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/roverml/rover/internal/userfile"
 )
 
 // TLS says how a client reaches a master. The zero value is cleartext HTTP/2
@@ -50,7 +52,7 @@ func (t TLS) Config() (*tls.Config, error) {
 		}
 		return nil, nil
 	}
-	b, err := os.ReadFile(t.CAFile)
+	b, err := userfile.Read(t.CAFile)
 	if err != nil {
 		return nil, fmt.Errorf("read the CA bundle that verifies the master: %w; pass --tls-ca the PEM file of the CA that signed the master's certificate", err)
 	}
@@ -80,9 +82,8 @@ func (t TLS) HTTPClient() (*http.Client, error) {
 func NewTLSHTTPClient(cfg *tls.Config, caFile string) *http.Client {
 	t := newTransport()
 	t.Protocols.SetHTTP2(true)
-	dialer := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 15 * time.Second}
 	t.DialTLSContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		raw, err := dialer.DialContext(ctx, network, addr)
+		raw, err := dialMaster(ctx, network, addr, 0, false, "", nil)
 		if err != nil {
 			return nil, err
 		}
@@ -92,10 +93,15 @@ func NewTLSHTTPClient(cfg *tls.Config, caFile string) *http.Client {
 		}
 		c.NextProtos = []string{"h2"}
 		conn := tls.Client(raw, c)
+		_ = raw.SetDeadline(time.Now().Add(handshakeTimeout))
 		if err := conn.HandshakeContext(ctx); err != nil {
 			raw.Close()
-			return nil, classifyHandshake(addr, caFile, c.ServerName, err)
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				return nil, &NoAnswerError{Addr: addr, What: "the TLS handshake", Wait: handshakeTimeout}
+			}
+			return nil, classifyHandshake(ctx, addr, caFile, c.ServerName, err)
 		}
+		_ = raw.SetDeadline(time.Time{})
 		if p := conn.ConnectionState().NegotiatedProtocol; p != "h2" {
 			conn.Close()
 			return nil, noHTTP2(addr, fmt.Errorf("the server negotiated %q, not HTTP/2 (ALPN h2)", p))
@@ -127,7 +133,7 @@ func noHTTP2(addr string, err error) *TLSError {
 // classifyHandshake wraps the handshake errors that mean a misconfiguration
 // in a *TLSError and passes the others (a connection reset, a timeout: a
 // master restarting) through, to be retried.
-func classifyHandshake(addr, caFile, serverName string, err error) error {
+func classifyHandshake(ctx context.Context, addr, caFile, serverName string, err error) error {
 	var (
 		rec       tls.RecordHeaderError
 		authority x509.UnknownAuthorityError
@@ -135,6 +141,8 @@ func classifyHandshake(addr, caFile, serverName string, err error) error {
 		invalid   x509.CertificateInvalidError
 	)
 	switch {
+	case errors.As(err, &rec) && probeCleartext(ctx, addr) == plainHTTP:
+		return &NotMasterError{Addr: addr, Found: plainHTTP}
 	case errors.As(err, &rec):
 		return &TLSError{Addr: addr, Err: errors.New("it answered in cleartext, not TLS"),
 			Hint: "that master serves without TLS: drop --tls-ca, or start `rover master` with --tls-cert and --tls-key"}

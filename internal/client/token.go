@@ -6,8 +6,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
+
+	"github.com/roverml/rover/internal/userfile"
 )
 
 // TokenEnv is the environment variable that may hold the job's token.
@@ -47,7 +48,7 @@ func Token(file string, getenv func(string) string) (string, error) {
 
 // ReadToken reads the token in the file at path.
 func ReadToken(path string) (string, error) {
-	b, err := os.ReadFile(path)
+	b, err := userfile.Read(path)
 	if err != nil {
 		return "", fmt.Errorf("read the job's token: %w; pass the token file `rover master` wrote", err)
 	}

@@ -13,7 +13,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"strings"
 	"time"
 
@@ -25,6 +24,7 @@ import (
 	"github.com/roverml/rover/internal/operator"
 	kubeplatform "github.com/roverml/rover/internal/platform/kubernetes"
 	"github.com/roverml/rover/internal/store/kubestore"
+	"github.com/roverml/rover/internal/userfile"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -344,7 +344,7 @@ func launcherView(doc []byte) ([]byte, error) {
 
 // TokenFromFile reads the job's token from the file the operator mounts.
 func TokenFromFile(path string) (string, error) {
-	b, err := os.ReadFile(path)
+	b, err := userfile.Read(path)
 	if err != nil {
 		return "", fmt.Errorf("read the job's token: %w", err)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/roverml/rover/internal/client"
+	"github.com/roverml/rover/internal/userfile"
 )
 
 // requireToken answers every request that does not carry the job's token
@@ -47,7 +48,7 @@ func NewToken() string {
 // LoadOrCreateToken reads the token in path, or writes a new one there (mode
 // 0600, so only the job's user can read it) when the file does not exist.
 func LoadOrCreateToken(path string) (string, error) {
-	b, err := os.ReadFile(path)
+	b, err := userfile.Read(path)
 	if err == nil {
 		tok := strings.TrimSpace(string(b))
 		if tok == "" {

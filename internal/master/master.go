@@ -210,7 +210,7 @@ func newMaster(ctx context.Context, cfg Config, log *slog.Logger) (*Master, erro
 	if job := c.config(); job != nil {
 		m.checkpoints.prepare(ctx, job.Checkpoint, c.fresh())
 	}
-	methods := methodHandler(&service{core: c, clock: cfg.Clock, checkpoints: m.checkpoints, storage: cfg.Checkpoint, sessions: m.sessions},
+	methods := methodHandler(&service{core: c, clock: cfg.Clock, checkpoints: m.checkpoints, storage: cfg.Checkpoint, sessions: m.sessions, holders: newHolders()},
 		connect.WithCodec(strictJSON{}),
 		connect.WithCompressMinBytes(compressMinBytes))
 	m.srv = &http.Server{Handler: requireToken(cfg.Token, methods), ReadHeaderTimeout: 10 * time.Second}

@@ -25,6 +25,8 @@ type service struct {
 	storage client.CheckpointStorage
 	// sessions counts the open sessions (nil: not counted).
 	sessions *sessionCount
+	// holders is which agent process holds each node id (nil: unchecked).
+	holders *holders
 }
 
 var _ roverv1connect.MasterServiceHandler = (*service)(nil)
@@ -88,11 +90,21 @@ func (s *service) Session(ctx context.Context, stream *connect.BidiStream[roverv
 	if jr == nil {
 		return rpcError(invalid("the first message of a session must be a join"))
 	}
+	id := jr.GetNodeId()
+	inc := stream.RequestHeader().Get(client.IncarnationHeader)
+	hbTimeout := time.Duration(jr.GetRendezvous().GetHeartbeatTimeoutMillis()) * time.Millisecond
+	if hbTimeout <= 0 {
+		hbTimeout = defaultHolderTimeout
+	}
+	release, err := s.holders.claim(id, inc, hbTimeout, s.clock.Now())
+	if err != nil {
+		return err
+	}
+	defer release()
 	joined, err := s.join(ctx, jr)
 	if err != nil {
 		return err
 	}
-	id := jr.GetNodeId()
 	if err := s.core.connected(id, true, s.clock.Now()); err != nil {
 		return rpcError(err)
 	}
@@ -119,6 +131,7 @@ func (s *service) Session(ctx context.Context, stream *connect.BidiStream[roverv
 				return
 			}
 			now := s.clock.Now()
+			s.holders.heard(id, inc, now)
 			_ = s.core.seen(id, now)
 			if e, ok := s.core.progressReport(id, msg.GetHeartbeat().GetProgress(), now); ok {
 				_ = s.core.apply(ctx, e) // a device's hardware fault: the diagnosis acts

@@ -7,12 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"os"
 	"slices"
 	"strings"
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/roverml/rover/internal/userfile"
 )
 
 // A master serves TLS when Config.TLS is set (`rover master --tls-cert
@@ -43,11 +43,11 @@ func refuseCleartext() http.Handler {
 // checks that they belong together and that the certificate is valid at now.
 // Every error names the file at fault and says what to do.
 func LoadKeyPair(certFile, keyFile string, now time.Time) (tls.Certificate, error) {
-	certPEM, err := os.ReadFile(certFile)
+	certPEM, err := userfile.Read(certFile)
 	if err != nil {
 		return tls.Certificate{}, fmt.Errorf("read the master's TLS certificate: %w; pass --tls-cert a PEM file of the master's certificate", err)
 	}
-	keyPEM, err := os.ReadFile(keyFile)
+	keyPEM, err := userfile.Read(keyFile)
 	if err != nil {
 		return tls.Certificate{}, fmt.Errorf("read the master's TLS key: %w; pass --tls-key the PEM file of the certificate's private key", err)
 	}

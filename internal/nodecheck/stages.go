@@ -29,12 +29,13 @@ func neighbours(nodes []string) []Group {
 type stageOutcome struct {
 	failed map[string]bool          // in a failed group
 	local  map[string]bool          // reported a failure of its own
+	why    map[string]string        // the error of its own failure
 	time   map[string]time.Duration // its best passed group's time
 	ran    map[string]bool          // in a group of the stage
 }
 
 func (c *Check) outcome(stage int) stageOutcome {
-	o := stageOutcome{failed: map[string]bool{}, local: map[string]bool{}, time: map[string]time.Duration{}, ran: map[string]bool{}}
+	o := stageOutcome{failed: map[string]bool{}, local: map[string]bool{}, why: map[string]string{}, time: map[string]time.Duration{}, ran: map[string]bool{}}
 	for _, g := range c.Groups[stage-1] {
 		_, ok := c.groupOutcome(stage, g, true)
 		t := c.groupTime(stage, g)
@@ -42,6 +43,7 @@ func (c *Check) outcome(stage int) stageOutcome {
 			o.ran[n] = true
 			if r, found := c.report(stage, g.ID, n); found && r.Local {
 				o.local[n] = true
+				o.why[n] = r.Error
 			}
 			if !ok {
 				o.failed[n] = true
@@ -220,9 +222,23 @@ func (m *Machine) conclude(now time.Time) {
 	c.Done, c.Ended = true, now
 }
 
+// maxWhy bounds the error a verdict's reason quotes.
+const maxWhy = 512
+
 func evidence(o1, o2 stageOutcome, n string) string {
 	if o1.local[n] || o2.local[n] {
-		return " (its own check program failed)"
+		// The newest reason: a check that could not run (no torch) says why.
+		why := o2.why[n]
+		if why == "" {
+			why = o1.why[n]
+		}
+		if why == "" {
+			return " (its own check program failed)"
+		}
+		if len(why) > maxWhy {
+			why = why[:maxWhy] + "..."
+		}
+		return " (its own check program failed: " + why + ")"
 	}
 	return " (stage 2 paired it with a node that passed, or checked it alone)"
 }

@@ -5,11 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math"
-	"os"
 	"strconv"
 	"time"
+
+	"github.com/roverml/rover/internal/userfile"
 )
 
 // maxErrorFileSize bounds how much of an error file is read.
@@ -30,17 +30,9 @@ type ErrorRecord struct {
 // ReadErrorFile reads and parses an error file. If the file does not exist
 // the error wraps os.ErrNotExist.
 func ReadErrorFile(path string) (*ErrorRecord, error) {
-	f, err := os.Open(path)
+	data, err := userfile.ReadMax(path, maxErrorFileSize)
 	if err != nil {
 		return nil, fmt.Errorf("read error file: %w", err)
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, maxErrorFileSize+1))
-	if err != nil {
-		return nil, fmt.Errorf("read error file %s: %w", path, err)
-	}
-	if len(data) > maxErrorFileSize {
-		return nil, fmt.Errorf("read error file %s: larger than %d bytes", path, maxErrorFileSize)
 	}
 	rec, err := parseErrorFile(data)
 	if err != nil {

@@ -5,11 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strconv"
 	"time"
+
+	"github.com/roverml/rover/internal/userfile"
 )
 
 // WriteRootCauseFile writes the error file of a launcher whose workers
@@ -95,17 +96,9 @@ func rootCauseRecord(root Failure) ([]byte, error) {
 // torch, a "message" that is a string, or none, is left alone, and code 0
 // sets nothing.
 func copyWithErrorCode(path string, code int) ([]byte, error) {
-	f, err := os.Open(path)
+	data, err := userfile.ReadMax(path, maxErrorFileSize)
 	if err != nil {
 		return nil, err
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, maxErrorFileSize+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(data) > maxErrorFileSize {
-		return nil, fmt.Errorf("larger than %d bytes", maxErrorFileSize)
 	}
 	top, err := decodeObject(data)
 	if err != nil {

@@ -193,6 +193,15 @@ func (c *Config) WorkerArgv(pythonExec string) []string {
 	return append(argv, c.Args...)
 }
 
+// EndpointNamesMaster reports whether the endpoint came from
+// ROVER_MASTER_ADDR or DLROVER_MASTER_ADDR: what `rover submit` and the
+// Kubernetes platform (Rover's and DLRover's) give the nodes of a job whose
+// master they run, which an agent then never hosts.
+func (c *Config) EndpointNamesMaster() bool {
+	env := c.origin["rdzv-endpoint"]
+	return env == "ROVER_MASTER_ADDR" || env == "DLROVER_MASTER_ADDR"
+}
+
 // ref names flag in an error message: text (e.g. "--nnodes=3:2"), followed by
 // the environment variable it came from, if any.
 func (c *Config) ref(flag, text string) string {

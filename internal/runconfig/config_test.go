@@ -202,3 +202,29 @@ func TestEditDistance(t *testing.T) {
 		}
 	}
 }
+
+// TestEndpointNamesMaster: an endpoint from ROVER_MASTER_ADDR or
+// DLROVER_MASTER_ADDR names a master the platform runs; one from the
+// command line, PET_RDZV_ENDPOINT or Kubeflow's MASTER_ADDR does not.
+func TestEndpointNamesMaster(t *testing.T) {
+	for _, tt := range []struct {
+		env  map[string]string
+		args []string
+		want bool
+	}{
+		{map[string]string{"ROVER_MASTER_ADDR": "10.0.0.1:29400"}, nil, true},
+		{map[string]string{"DLROVER_MASTER_ADDR": "10.0.0.1:29400"}, nil, true},
+		{map[string]string{"PET_RDZV_ENDPOINT": "10.0.0.1:29400"}, nil, false},
+		{map[string]string{"MASTER_ADDR": "10.0.0.1"}, nil, false},
+		{nil, []string{"--rdzv-endpoint", "10.0.0.1:29400"}, false},
+	} {
+		args := append(append([]string{"--nnodes", "2"}, tt.args...), "--no-python", "true")
+		c, err := Parse(args, func(k string) string { return tt.env[k] })
+		if err != nil {
+			t.Fatalf("Parse(%v) with %v: %v", args, tt.env, err)
+		}
+		if got := c.EndpointNamesMaster(); got != tt.want {
+			t.Errorf("EndpointNamesMaster with %v %v = %v, want %v", tt.env, tt.args, got, tt.want)
+		}
+	}
+}

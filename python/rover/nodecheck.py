@@ -44,13 +44,11 @@ def main():
 
         import torch
         import torch.distributed as dist
-    except Exception as e:  # no torch: time pure Python, no collective
-        t = time.perf_counter()
-        s = 0
-        for i in range(2_000_000):
-            s += i * i
-        _result(ok=True, compute_s=time.perf_counter() - t, collective_s=0.0,
-                backend="none", note="torch could not be imported (%s): collective skipped" % e)
+    except Exception as e:  # no torch: the check cannot run, which is no pass
+        _result(ok=False, stage="import",
+                error="python at %s cannot import torch (%s: %s): the compute benchmark and the all-reduce "
+                      "could not run; point PYTHON_EXEC at a Python that has torch, or start the job without "
+                      "--network-check" % (sys.executable, type(e).__name__, e))
         return 0
     try:
         stage = "compute"
