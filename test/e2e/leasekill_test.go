@@ -43,9 +43,9 @@ func childrenOf(parent int, pids []int) []int {
 	return out
 }
 
-// killWorker SIGKILLs one of parent's python workers (their command lines
+// killLeasedWorker SIGKILLs one of parent's python workers (their command lines
 // name dir), waiting for one to be running.
-func killWorker(t *testing.T, rng *rand.Rand, parent int, dir string) {
+func killLeasedWorker(t *testing.T, rng *rand.Rand, parent int, dir string) {
 	t.Helper()
 	waitFor(t, jobTimeout, "a worker to kill", func() bool {
 		pids := childrenOf(parent, pythonWorkers(dir))
@@ -82,7 +82,7 @@ func TestKilledShardClientLosesNoShard(t *testing.T) {
 				// their node's log dir).
 				starts := strings.Count(a0.out.String(), "starting workers")
 				stopsBefore := strings.Count(a1.out.String(), "stopping workers")
-				killWorker(t, rng, a0.cmd.Process.Pid, dir)
+				killLeasedWorker(t, rng, a0.cmd.Process.Pid, dir)
 				kills++
 				if both && k == len(at)-1 {
 					// node1 learns of the failure and stops its workers
