@@ -87,10 +87,19 @@ func TestProbes(t *testing.T) {
 		{name: "billion laughs", args: submit("{dir}/job.yaml"),
 			files: map[string]string{"job.yaml": billionLaughs()},
 			code:  2, says: "alias"},
-		{name: "shell injection in a launcher line", args: submit("{dir}/job.yaml"),
+		// A launcher line runs through the shell as the container would:
+		// what the job's author wrote runs, but reading the line for the
+		// plan (--dry-run) runs nothing, and a value Rover or the template
+		// supplies is never evaluated as shell.
+		{name: "shell line read for the plan runs nothing", args: submit("--dry-run", "{dir}/job.yaml"),
 			files: map[string]string{"job.yaml": elasticJob("{job}", "1",
-				`["/bin/bash", "-c", "dlrover-run --nnodes=1 --nproc_per_node=1 train.py; touch {dir}/pwned"]`)},
-			code: 2, says: "other shell syntax", absent: []string{"pwned"}},
+				`["/bin/bash", "-c", "dlrover-run --nnodes=1 --nproc_per_node=1 --no-python true; touch {dir}/pwned"]`)},
+			code: 0, absent: []string{"pwned"}},
+		{name: "shell injection through an env value", args: submit("--quiet", "{dir}/job.yaml"),
+			files: map[string]string{"job.yaml": strings.Replace(elasticJob("{job}", "1",
+				`["/bin/bash", "-c", "dlrover-run --nnodes=1 --nproc_per_node=1 --no-python echo \"$EVIL\""]`),
+				"              command:", "              env: [{name: EVIL, value: \"$(touch {dir}/pwned); `touch {dir}/pwned`\"}]\n              command:", 1)},
+			code: 0, absent: []string{"pwned"}},
 		{name: "wrong token", master: true,
 			args:  []string{"status", "--master", "{addr}", "--token-file", "{dir}/wrong.token"},
 			files: map[string]string{"wrong.token": "not-the-job-token-but-long-enough-0123456789\n"},
@@ -114,28 +123,38 @@ func TestProbes(t *testing.T) {
 			"--nproc-per-node", "1", "--no-python", "bash", "-c", "sleep 600; echo"),
 			signal: syscall.SIGTERM, after: "rover submit: job", code: 143, says: "stopped"},
 		// Memory must not grow with the replica count before nodes start
-		// (it was 2.5 GB for this job). When the job-spec cap on replicas
-		// lands, this job is refused up front: expect exit 2 naming
-		// spec.replicaSpecs.worker.replicas instead.
-		{name: "a million replicas, SIGTERM", args: submit("--quiet", "{dir}/job.yaml"),
+		// (it was 2.5 GB for this job): now refused up front.
+		{name: "a million replicas", args: submit("--quiet", "{dir}/job.yaml"),
 			files: map[string]string{"job.yaml": elasticJob("{job}", "1048576",
 				`["/bin/bash", "-c", "dlrover-run --nnodes=1048576 --nproc_per_node=1 --no-python sleep 600"]`)},
-			signal: syscall.SIGTERM, after: "rover submit: job", code: 143, says: "stopped", maxRSS: 400},
+			code: 2, says: "spec.replicaSpecs.worker.replicas"},
 
-		// TODO(other branches): rows for findings being fixed elsewhere,
-		// to add once they merge:
-		//   - 0-byte / corrupt journal.db: exit non-zero naming the file, unless --discard-state
-		//   - the master's disk full (ENOSPC): the master exits
-		//   - a duplicate --node-rank impostor: refused at join
-		//   - ROVER_TOKEN set with --rdzv-backend static: refused, not waiting forever
-		//   - a 15 KB alias bomb and a 100 MB spec: exit 2 in bounded memory, quickly
-		//   - --token-file /dev/zero: refused in bounded memory
-		//   - a TLS client that never finishes its handshake: cut at the deadline
-		//   - a differing --hang-timeout: refused at join
-		//   - replicas: 1e9, --nnodes 2000000, --nproc-per-node 100000,
-		//     --hang-timeout 100000h: exit 2 naming the field or flag
-		//   - duplicate YAML keys: exit 2 naming the key and both lines
-		//   - node check without torch: not "passed"
-		//   - rover status against a plain-HTTP server: a clear error
+		{name: "an empty journal", args: []string{"master", "--listen", "127.0.0.1:0", "--state-dir", "{dir}/state"},
+			files: map[string]string{"state/journal.db": ""},
+			code:  1, says: "--discard-state"},
+		{name: "a journal that is not one", args: []string{"master", "--listen", "127.0.0.1:0", "--state-dir", "{dir}/state"},
+			files: map[string]string{"state/journal.db": strings.Repeat("not a journal\n", 1000)},
+			code:  1, says: "damaged"},
+		{name: "token file /dev/zero", args: []string{"status", "--master", "127.0.0.1:1", "--token-file", "/dev/zero"},
+			code: 2, says: "16777216 bytes"},
+		{name: "TLS CA file /dev/zero", args: []string{"status", "--master", "127.0.0.1:1", "--token-file", "{dir}/t", "--tls-ca", "/dev/zero"},
+			files: map[string]string{"t": "a-token-of-enough-length-0123456789\n"},
+			code:  2, says: "16777216 bytes"},
+		{name: "flags past their bounds", args: []string{"run", "--nnodes", "2000000", "--nproc-per-node", "100000",
+			"--hang-timeout", "100000h", "--standalone", "--no-python", "true"},
+			code: 2, says: "--hang-timeout=100000h0m0s: must be at most 720h"},
+		{name: "replicas: 1e9", args: submit("{dir}/job.yaml"),
+			files: map[string]string{"job.yaml": elasticJob("{job}", "1e9",
+				`["dlrover-run", "--nnodes=1", "--nproc_per_node=1", "--no-python", "true"]`)},
+			code: 2, says: "spec.replicaSpecs.worker.replicas"},
+		{name: "a duplicate key", args: submit("{dir}/job.yaml"),
+			files: map[string]string{"job.yaml": strings.Replace(elasticJob("{job}", "1",
+				`["dlrover-run", "--nnodes=1", "--nproc_per_node=1", "--no-python", "true"]`),
+				"      replicas: 1\n", "      replicas: 1\n      replicas: 2\n", 1)},
+			code: 2, says: "given twice"},
+		{name: "a spec past the size cap", args: submit("{dir}/job.yaml"),
+			files: map[string]string{"job.yaml": elasticJob("{job}", "1",
+				`["dlrover-run", "--nnodes=1", "--no-python", "true"]`) + "# " + strings.Repeat("x", 3<<20) + "\ntypo: 1\n"},
+			code: 2, says: "MiB"},
 	})
 }

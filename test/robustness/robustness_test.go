@@ -91,6 +91,9 @@ func (p probe) run(t *testing.T) {
 	tag := "ROVER_PROBE=" + job
 	vars := strings.NewReplacer("{dir}", dir, "{job}", job)
 	for name, content := range p.files {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, name)), 0o700); err != nil {
+			t.Fatal(err)
+		}
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(vars.Replace(content)), 0o600); err != nil {
 			t.Fatal(err)
 		}
