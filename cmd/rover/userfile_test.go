@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/roverml/rover/internal/jobspec"
 	"github.com/roverml/rover/internal/userfile"
 )
 
@@ -53,7 +54,8 @@ func TestUserFilesAreBounded(t *testing.T) {
 			limit := fmt.Sprintf("%d bytes", userfile.MaxSize)
 			named := z
 			if tt.args[0] == "submit" {
-				named = "job.yaml"
+				// A job spec has a bound of its own, below every file's.
+				named, limit = "job.yaml", fmt.Sprintf("%d bytes", jobspec.MaxDocumentBytes)
 			}
 			if out := stderr.String(); !strings.Contains(out, named) || !strings.Contains(out, limit) {
 				t.Errorf("output does not name %s and the limit (%s):\n%s", named, limit, out)

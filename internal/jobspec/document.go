@@ -7,10 +7,10 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"strconv"
 	"strings"
 
+	"github.com/roverml/rover/internal/userfile"
 	yaml "go.yaml.in/yaml/v3"
 )
 
@@ -32,19 +32,11 @@ var ErrTooLarge = errors.New("the document is too large")
 // ReadDocument reads a document file of at most MaxDocumentBytes, without
 // reading more than one byte past the bound.
 func ReadDocument(name string) ([]byte, error) {
-	f, err := os.Open(name)
-	if err != nil {
-		return nil, err
+	data, err := userfile.ReadMax(name, MaxDocumentBytes)
+	if errors.Is(err, userfile.ErrTooLarge) {
+		return nil, fmt.Errorf("%w: %w (MaxDocumentBytes, 1 MiB); a job spec is a few kilobytes: is it the right file?", ErrTooLarge, err)
 	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, MaxDocumentBytes+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(data) > MaxDocumentBytes {
-		return nil, fmt.Errorf("%w: %s holds more than %d bytes (MaxDocumentBytes, 1 MiB); a job spec is a few kilobytes: is it the right file?", ErrTooLarge, name, MaxDocumentBytes)
-	}
-	return data, nil
+	return data, err
 }
 
 // DocumentToJSON converts one YAML (or JSON) document to JSON within the

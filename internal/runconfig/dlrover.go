@@ -87,6 +87,9 @@ func applyDLRover(p *Parser, c *Config, src map[string]source) []error {
 	if given("ucp-device-type") {
 		c.note("--ucp-device-type=%s does nothing here: Rover's flash checkpoint always stages in host shared memory", c.UCPDeviceType)
 	}
+	if _, ok := c.RdzvConf["pend_timeout"]; ok {
+		c.note("--rdzv-conf pend_timeout does nothing here: a node left out of a world waits for the next round, and the master ends a job that cannot form one after join_timeout")
+	}
 	return errs
 }
 

@@ -139,8 +139,9 @@ func TestDLRoverFlags(t *testing.T) {
 		{name: "hang timeout beats hang downtime", args: []string{"--hang-timeout=90s", "--hang_downtime=3", "train.py"},
 			want:  func(c *Config) { c.HangDowntime, c.HangTimeout = 3, 90*time.Second },
 			notes: []string{"--hang-downtime=3 is ignored: --hang-timeout=1m30s wins"}},
-		{name: "pend_timeout is stored", args: []string{"--rdzv-conf=pend_timeout=3600", "train.py"},
-			want: func(c *Config) { c.RdzvConf = map[string]string{"pend_timeout": "3600"} }},
+		{name: "pend_timeout is stored, and said to do nothing", args: []string{"--rdzv-conf=pend_timeout=3600", "train.py"},
+			want:  func(c *Config) { c.RdzvConf = map[string]string{"pend_timeout": "3600"} },
+			notes: []string{"--rdzv-conf pend_timeout does nothing here"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -134,6 +134,7 @@ func TestParse(t *testing.T) {
 				c.HeartbeatTimeout, c.DisconnectGrace = 120*time.Second, 2500*time.Millisecond
 				c.RdzvConf = map[string]string{"join_timeout": "900", "last_call_timeout": "500ms", "close_timeout": "1m",
 					"heartbeat_timeout": "120", "disconnect_grace": "2.5", "read_timeout": "60", "pend_timeout": "100", "use_libuv": "1"}
+				c.Warnings = []string{"--rdzv-conf pend_timeout does nothing here: a node left out of a world waits for the next round, and the master ends a job that cannot form one after join_timeout"}
 			}},
 		{name: "rdzv-conf dlrover lastcall spelling", args: []string{"--rdzv_conf=lastcall_timeout=45", "train.py"},
 			want: func(c *Config) {
