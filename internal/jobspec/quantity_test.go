@@ -23,15 +23,3 @@ func TestParseQuantity(t *testing.T) {
 		t.Errorf("Value of 500m = %d, want 1", v)
 	}
 }
-
-func equal(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
