@@ -4,8 +4,10 @@ import (
 	"errors"
 	"net"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	v1alpha1 "github.com/roverml/rover/api/elastic/v1alpha1"
@@ -14,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -82,8 +85,9 @@ var badJobProblems = []string{
 // TestAdmissionWebhook runs the operator with its webhook (a certificate
 // of a test CA for 127.0.0.1) and registers it with the real API server:
 // a job Rover cannot run is refused at creation with all its problems in
-// the message, and nothing is stored; a good job is admitted; an update
-// that breaks the good job is refused, one of its labels is not checked.
+// the message, and nothing is stored; a good job is admitted, with the
+// plan's notes as warnings; an update that breaks the good job is refused,
+// one of its labels is not checked.
 func TestAdmissionWebhook(t *testing.T) {
 	env := startEnv(t)
 	c := env.Client
@@ -121,9 +125,21 @@ func TestAdmissionWebhook(t *testing.T) {
 		t.Errorf("get the refused job: %v, want not found", err)
 	}
 
+	// The good job's restartPolicy Always is run as Never: a warning says so.
 	good := newJob(ns, "good")
-	if err := c.Create(t.Context(), good); err != nil {
+	good.Spec.ReplicaSpecs[v1alpha1.Worker].Template.Spec.RestartPolicy = corev1.RestartPolicyAlways
+	warned := &warningLog{}
+	cfg := rest.CopyConfig(env.Config)
+	cfg.WarningHandler = warned
+	wc, err := client.New(cfg, client.Options{Scheme: env.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := wc.Create(t.Context(), good); err != nil {
 		t.Fatalf("the good job was refused: %v", err)
+	}
+	if got := warned.all(); !slices.ContainsFunc(got, func(w string) bool { return strings.Contains(w, "restartPolicy: Always is run as Never") }) {
+		t.Errorf("warnings %q lack the restartPolicy's", got)
 	}
 	broken := good.DeepCopy()
 	broken.Spec.ReplicaSpecs[v1alpha1.Worker].Replicas = new(int32(3))
@@ -145,4 +161,22 @@ func errString(err error) string {
 		return "created"
 	}
 	return err.Error()
+}
+
+// warningLog keeps the API server's warnings to a client.
+type warningLog struct {
+	mu  sync.Mutex
+	got []string
+}
+
+func (w *warningLog) HandleWarningHeader(_ int, _ string, text string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.got = append(w.got, text)
+}
+
+func (w *warningLog) all() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.got)
 }
