@@ -97,9 +97,26 @@ func startSteps(t *testing.T, path string) map[int][]int {
 	return steps
 }
 
+// hasShmVolume reports whether pod's training container mounts an emptyDir
+// of medium Memory at /dev/shm, as the job's template says.
+func hasShmVolume(pod *corev1.Pod) bool {
+	for _, v := range pod.Spec.Volumes {
+		if v.EmptyDir == nil || v.EmptyDir.Medium != corev1.StorageMediumMemory {
+			continue
+		}
+		for _, c := range pod.Spec.Containers {
+			if slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == v.Name && m.MountPath == "/dev/shm" }) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // kubernetesDLRoverJob submits dlroverElasticJob to the API server and
 // deletes worker 1's pod once rank 0 reports a step past a committed
-// checkpoint: the master relaunches the rank as -worker-1-1, every rank
+// checkpoint: the master relaunches the rank as -worker-1-1 (with the
+// template's /dev/shm emptyDir), every rank
 // (the survivor's restarted for the new round, the replacement's new)
 // resumes from the same step, no older than the step storage held at the
 // deletion (the survivor's agent persists the step it holds in memory when
@@ -126,11 +143,16 @@ func kubernetesDLRoverJob(t *testing.T, k *kube) {
 	committed, at := latestCommitted(store), progressOf(dir)
 	k.deletePod(t, job+"-worker-1-0")
 	t.Logf("deleted worker 1's pod after step %d, with step %d committed to storage", at, committed)
+	var replacement *corev1.Pod
 	waitFor(t, jobTimeout, "the replacement worker pod to run", func() bool {
-		p := k.pod(t, job+"-worker-1-1")
-		return p != nil && p.Labels[elasticv1.LabelRelaunchCount] == "1" &&
-			(p.Status.Phase == corev1.PodRunning || p.Status.Phase == corev1.PodSucceeded)
+		replacement = k.pod(t, job+"-worker-1-1")
+		return replacement != nil && replacement.Labels[elasticv1.LabelRelaunchCount] == "1" &&
+			(replacement.Status.Phase == corev1.PodRunning || replacement.Status.Phase == corev1.PodSucceeded)
 	})
+	if !hasShmVolume(replacement) {
+		t.Errorf("the replacement pod lacks the template's /dev/shm emptyDir: volumes %+v, mounts %+v",
+			replacement.Spec.Volumes, replacement.Spec.Containers[0].VolumeMounts)
+	}
 
 	got := k.succeeded(t, job)
 	if got.Status.RelaunchCount != 1 {
