@@ -63,6 +63,25 @@ const (
 
 var sourceNames = []string{"none", "memory", "storage"}
 
+// MarshalText is the source's name: none, memory or storage.
+func (s Source) MarshalText() ([]byte, error) {
+	if s < 0 || int(s) >= len(sourceNames) {
+		return nil, fmt.Errorf("goodput: no source %d", int(s))
+	}
+	return []byte(sourceNames[s]), nil
+}
+
+// UnmarshalText reads a name MarshalText wrote.
+func (s *Source) UnmarshalText(b []byte) error {
+	for i, n := range sourceNames {
+		if n == string(b) {
+			*s = Source(i)
+			return nil
+		}
+	}
+	return fmt.Errorf("goodput: unknown source %q", b)
+}
+
 func (s Source) String() string {
 	if s >= 0 && int(s) < len(sourceNames) {
 		return sourceNames[s]

@@ -215,6 +215,9 @@ func (m *Machine) Resumed(round int64, node string, step int64, from Source, at 
 	if !m.live() || round != m.round || !m.nodes[node] || step < 0 || m.phase < spawn && m.phase != startup || m.phase > firstStep {
 		return
 	}
+	if from < FromNothing || from > FromStorage {
+		from = FromNothing
+	}
 	m.advance(at)
 	m.resolve(step, from)
 	if m.phase == startup {
