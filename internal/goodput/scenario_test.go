@@ -286,3 +286,81 @@ func TestConfigValidate(t *testing.T) {
 		t.Error("New accepted a bad config")
 	}
 }
+
+// TestRestartWithoutRestoreReport: with no Resumed (a script that restores
+// by itself), the first report of the new round implies the resume: just
+// before its step.
+func TestRestartWithoutRestoreReport(t *testing.T) {
+	m := newMachine(t)
+	play(m, []event{
+		launched(0), formed(1, 0, "a"),
+		step(1, "a", 1, 10), step(1, "a", 11, 20), step(1, "a", 21, 30),
+		failed(1, "a", "signal", 0, 32), // 2 s into steps after 21
+		formed(2, 33, "a"),
+		started(2, "a", 34),
+		step(2, "a", 13, 40), // resumed at 12: steps 12..21 and the tail lost
+	})
+	v := m.View(at(40))
+	want := [NumCauses]time.Duration{Startup: sec2(10), Stopping: sec2(1), WorkerStart: sec2(7), LostProgress: sec2(11)}
+	if diff := cmp.Diff(want, v.Badput); diff != "" {
+		t.Errorf("badput (-want +got):\n%s", diff)
+	}
+	if r := v.Latest[0]; r.ResumedStep != 12 || r.From != FromNothing || r.LostSteps != 9 || !r.Done {
+		t.Errorf("restart %+v", r)
+	}
+	checkInvariants(t, m, at(40))
+}
+
+// TestFirstReportCoversSeveralSteps: the steps a round's first report
+// covers beyond its first are goodput, at the latest step time.
+func TestFirstReportCoversSeveralSteps(t *testing.T) {
+	evs := restartTimeline()
+	evs[14] = step(2, "a", 26, 47) // was step 25
+	m := newMachine(t)
+	play(m, evs)
+	v := m.View(at(61))
+	if r := v.Latest[0]; r.FirstStep != sec2(0.5) {
+		t.Errorf("first step %v, want 0.5s", r.FirstStep)
+	}
+	if v.Goodput != sec2(37) || v.Badput[WorkerStart] != sec2(4.5) {
+		t.Errorf("goodput %v, worker start %v; want 37s, 4.5s", v.Goodput, v.Badput[WorkerStart])
+	}
+	checkInvariants(t, m, at(61))
+}
+
+// TestHangCountsFromLastStep: a hang is declared a timeout after the last
+// step; the whole time since that step is the hang's.
+func TestHangCountsFromLastStep(t *testing.T) {
+	m := newMachine(t)
+	play(m, []event{launched(0), formed(1, 0, "a"), step(1, "a", 1, 10), step(1, "a", 11, 20)})
+	m.HangStarted(at(320))
+	if v := m.View(at(325)); v.Badput[Hang] != sec2(305) || v.Goodput != sec2(10) {
+		t.Errorf("during the hang: hang %v, goodput %v", v.Badput[Hang], v.Goodput)
+	}
+	m.HangEnded(at(330))
+	play(m, []event{step(1, "a", 12, 331)})
+	v := m.View(at(331))
+	if v.Badput[Hang] != sec2(310) || v.Goodput != sec2(11) {
+		t.Errorf("hang %v, goodput %v; want 310s, 11s", v.Badput[Hang], v.Goodput)
+	}
+}
+
+// TestMembershipStop: a round stopped for a membership change is a
+// restart like a failure's, without detection.
+func TestMembershipStop(t *testing.T) {
+	m := newMachine(t)
+	play(m, []event{
+		launched(0), formed(1, 0, "a", "b"), step(1, "a", 1, 10), step(1, "a", 11, 20),
+		stoppedRound(1, StopMembership, 21),
+		workersStopped(1, "a", 22), workersStopped(1, "b", 22),
+		formed(2, 23, "a", "b", "c"),
+		resumed(2, "a", 11, FromMemory, 25),
+	})
+	v := m.View(at(25))
+	if r := v.Latest[0]; r.Reason != "membership" || r.Detect != 0 || r.Stop != sec2(1) || r.Rendezvous != sec2(1) || r.Spawn != sec2(2) {
+		t.Errorf("restart %+v", r)
+	}
+	if v.Badput[LostProgress] != sec2(1) || v.Phase != "restore" || v.Failures["membership"] != 0 {
+		t.Errorf("lost %v, phase %s, failures %v", v.Badput[LostProgress], v.Phase, v.Failures)
+	}
+}
