@@ -120,7 +120,8 @@ func (m *Machine) Launched(at time.Time) {
 }
 
 // RoundFormed: the rendezvous formed round (higher than any before) with
-// nodes. It ends the rendezvous of a restart and starts its workers' spawn.
+// nodes. It ends the rendezvous of a restart (and any wait for nodes, and
+// a hang) and starts its workers' spawn.
 func (m *Machine) RoundFormed(round int64, nodes []string, at time.Time) {
 	if !m.live() || round <= m.round {
 		return
@@ -129,7 +130,7 @@ func (m *Machine) RoundFormed(round int64, nodes []string, at time.Time) {
 	if m.phase != startup && m.phase != detect && m.phase != stop && m.phase != rendezvous {
 		m.beginRestart(StopMembership.String()) // stopped without telling
 	}
-	m.round, m.nodes, m.hung = round, map[string]bool{}, false
+	m.round, m.nodes, m.hung, m.waiting = round, map[string]bool{}, false, false // a formed round has its nodes
 	for _, n := range nodes {
 		m.nodes[n] = true
 	}

@@ -71,7 +71,7 @@ type View struct {
 	Badput   [NumCauses]time.Duration
 	Step     int64            // newest kept step
 	Restarts int64            // restarts so far
-	Failures map[string]int64 // worker failures by cause
+	Failures map[string]int64 // worker failures that began a restart, by cause
 	Saves    int64            // checkpoint saves
 	Lost     int64            // steps rolled back, in all
 	Latest   []Restart        // the latest restarts, oldest first
