@@ -49,7 +49,7 @@ func fuzzPlay(t testing.TB, m *Machine, ops []byte) *Machine {
 		case 13:
 			m.NodeCheckEnded(when)
 		case 14:
-			m.HangStarted(when)
+			m.HangDetected(when)
 		case 15:
 			m.HangEnded(when)
 		case 16:

@@ -282,10 +282,10 @@ func (m *Machine) NodeCheckEnded(at time.Time)   { m.overlay(&m.nodeCheck, false
 func (m *Machine) WaitingForNodes(at time.Time) { m.overlay(&m.waiting, true, at) }
 func (m *Machine) NodesJoined(at time.Time)     { m.overlay(&m.waiting, false, at) }
 
-// HangStarted: the job was declared hung. The training time since its last
+// HangDetected: the job was declared hung. The training time since its last
 // new step is hang badput, and so is the time until HangEnded, a new step,
 // a restart or a new round.
-func (m *Machine) HangStarted(at time.Time) {
+func (m *Machine) HangDetected(at time.Time) {
 	if !m.live() || m.hung {
 		return
 	}

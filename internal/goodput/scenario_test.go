@@ -193,7 +193,7 @@ func TestOverlappingCausesCountOnce(t *testing.T) {
 		m := newMachine(t)
 		play(m, []event{launched(0), formed(1, 0, "a"), step(1, "a", 1, 10), step(1, "a", 6, 15)})
 		m.NodeCheckStarted(at(20))
-		m.HangStarted(at(25)) // the 5 s of training before the check is the hang's
+		m.HangDetected(at(25)) // the 5 s of training before the check is the hang's
 		m.NodeCheckEnded(at(30))
 		m.HangEnded(at(35))
 		v := m.View(at(35))
@@ -333,7 +333,7 @@ func TestFirstReportCoversSeveralSteps(t *testing.T) {
 func TestHangCountsFromLastStep(t *testing.T) {
 	m := newMachine(t)
 	play(m, []event{launched(0), formed(1, 0, "a"), step(1, "a", 1, 10), step(1, "a", 11, 20)})
-	m.HangStarted(at(320))
+	m.HangDetected(at(320))
 	if v := m.View(at(325)); v.Badput[Hang] != sec2(305) || v.Goodput != sec2(10) {
 		t.Errorf("during the hang: hang %v, goodput %v", v.Badput[Hang], v.Goodput)
 	}
