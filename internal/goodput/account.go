@@ -78,7 +78,7 @@ func (m *Machine) firstStepDone(step int64) {
 		m.addSample(m.frontier, m.goodput)
 	}
 	m.roundBase = m.goodput
-	if c, ok := m.phase.cause(); ok && step > m.frontier+1 && m.stepTime > 0 {
+	if c, ok := m.phase.cause(); ok && step-m.frontier > 1 && m.stepTime > 0 { // both >= 0: no overflow
 		x := min(mulSat(m.stepTime, step-m.frontier-1), m.phaseAcc, m.badput[c])
 		m.badput[c] -= x
 		m.goodput = addSat(m.goodput, x)
@@ -230,9 +230,12 @@ func addSatInt(a, b int64) int64 {
 	return a + b
 }
 
-// mulSat is d*n, saturating; n >= 0.
+// mulSat is d*n, saturating; 0 for n or d below 1.
 func mulSat(d time.Duration, n int64) time.Duration {
-	if d > 0 && n > int64(math.MaxInt64/d) {
+	if d <= 0 || n <= 0 {
+		return 0
+	}
+	if n > int64(math.MaxInt64/d) {
 		return math.MaxInt64
 	}
 	return d * time.Duration(n)

@@ -41,7 +41,11 @@ func fuzzPlay(t testing.TB, m *Machine, ops []byte) *Machine {
 		case 9:
 			m.RestoreStarted(round, node, when)
 		case 10:
-			m.Resumed(round, node, arg*5-10, Source(arg%3), when)
+			st := arg*5 - 10
+			if arg == 255 {
+				st = math.MaxInt64
+			}
+			m.Resumed(round, node, st, Source(arg%4), when)
 		case 11:
 			m.CheckpointSaved(Save{Round: round, Node: node, Step: arg * 3, Blocking: time.Duration(arg) * 10 * time.Millisecond, Durable: arg%2 == 0, At: when})
 		case 12:

@@ -146,4 +146,20 @@ func TestHostileProgress(t *testing.T) {
 	if v := m.View(at(30)); v.Wall != sec2(27) {
 		t.Errorf("wall %v, want 27s", v.Wall)
 	}
+	// Resumed at the largest step, with a step time known: the first
+	// step's arithmetic must not overflow.
+	m = newMachine(t)
+	for _, e := range []event{
+		launched(0), formed(1, 0, "a"), step(1, "a", 1, 1), step(1, "a", 11, 11),
+		failed(1, "a", "oom", 0, 12), formed(2, 13, "a"),
+		resumed(2, "a", math.MaxInt64, FromMemory, 14),
+		step(2, "a", math.MaxInt64, 15),
+		step(2, "a", math.MaxInt64, 16),
+	} {
+		e(m)
+		checkInvariants(t, m, at(20))
+	}
+	if g := m.View(at(16)).Goodput; g != sec2(12) { // 10 s, the 1 s tail kept, 1 s since the first step
+		t.Errorf("goodput %v, want 12s", g)
+	}
 }
