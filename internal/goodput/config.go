@@ -13,9 +13,9 @@ var ErrBadState = errors.New("invalid saved goodput state")
 
 // Defaults and limits of Config.
 const (
-	DefaultKeepRestarts = 8    // Config.KeepRestarts when 0
-	DefaultMaxSamples   = 1024 // Config.MaxSamples when 0
-	MinSamples          = 4    // smallest non-zero Config.MaxSamples
+	DefaultKeepRestarts = 8   // Config.KeepRestarts when 0
+	DefaultMaxSamples   = 256 // Config.MaxSamples when 0
+	MinSamples          = 4   // smallest non-zero Config.MaxSamples
 	MaxSamplesLimit     = 1 << 20
 	MaxKeepRestarts     = 1024
 	// MaxFailureCauses bounds the distinct failure causes counted; further
