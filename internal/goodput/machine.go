@@ -88,7 +88,9 @@ type Failure struct {
 }
 
 // Progress is a progress report: Node's worker Rank had completed Step of
-// Round at At.
+// Round at At. The job's step is the highest any rank of the round
+// reported (ranks of a synchronous job are within a step of each other), so
+// Rank does not change the accounting.
 type Progress struct {
 	Round int64
 	Node  string
