@@ -16,6 +16,9 @@ import (
 func checkInvariants(t testing.TB, m *Machine, now time.Time) {
 	t.Helper()
 	v := m.View(now)
+	if diff := cmp.Diff(v, m.View(now)); diff != "" {
+		t.Fatalf("View changed the machine (-first +second):\n%s", diff)
+	}
 	sum := v.Goodput
 	for c, d := range v.Badput {
 		if d < 0 {
