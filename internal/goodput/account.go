@@ -15,14 +15,17 @@ func (m *Machine) advance(t time.Time) {
 	}
 	dt := t.Sub(m.at) // saturates
 	m.at = t
-	m.phaseAcc = addSat(m.phaseAcc, dt)
 	if r := m.current(); r != nil {
 		r.add(m.phase, dt)
 	}
-	if c, ok := m.attribution(); ok {
-		m.badput[c] = addSat(m.badput[c], dt)
-	} else {
+	c, ok := m.attribution()
+	if !ok {
 		m.pending = addSat(m.pending, dt)
+		return
+	}
+	m.badput[c] = addSat(m.badput[c], dt)
+	if own, _ := m.phase.cause(); own == c {
+		m.phaseAcc = addSat(m.phaseAcc, dt)
 	}
 }
 
@@ -79,7 +82,7 @@ func (m *Machine) firstStepDone(step int64) {
 	}
 	m.roundBase = m.goodput
 	if c, ok := m.phase.cause(); ok && step-m.frontier > 1 && m.stepTime > 0 { // both >= 0: no overflow
-		x := min(mulSat(m.stepTime, step-m.frontier-1), m.phaseAcc, m.badput[c])
+		x := min(mulSat(m.stepTime, step-m.frontier-1), m.phaseAcc)
 		m.badput[c] -= x
 		m.goodput = addSat(m.goodput, x)
 		if r != nil {

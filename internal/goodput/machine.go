@@ -18,7 +18,7 @@ type Machine struct {
 	launchAt time.Time
 	at       time.Time // every instant up to at is attributed
 	phase    phase
-	phaseAcc time.Duration // wall time in phase so far
+	phaseAcc time.Duration // time attributed to the phase's own cause in it so far
 	done     bool          // ended
 	round    int64
 	nodes    map[string]bool // the current round's nodes
