@@ -317,7 +317,8 @@ func (m *Machine) Ended(succeeded bool, at time.Time) {
 		m.tail = nil
 	}
 	m.open = false
-	m.done, m.phase = true, ended
+	m.done = true
+	m.setPhase(ended)
 }
 
 func (m *Machine) live() bool { return m.launched && !m.done }

@@ -146,6 +146,9 @@ func (m *Machine) restoreChecked(s stateJSON) error {
 	if len(s.BadputNS) != int(NumCauses) {
 		return fmt.Errorf("%d badput causes, want %d", len(s.BadputNS), NumCauses)
 	}
+	if c, ok := m.phase.cause(); (ok && m.phaseAcc > m.badput[c]) || (!ok && m.phaseAcc != 0) {
+		return fmt.Errorf("phase time %v beyond its cause's", m.phaseAcc)
+	}
 	if s.Tail != nil {
 		if s.Tail.DurNS < 0 {
 			return fmt.Errorf("negative tail")
