@@ -92,3 +92,22 @@ func FuzzMachine(f *testing.F) {
 		fuzzPlay(t, m, ops)
 	})
 }
+
+// FuzzRestore: Restore never panics, and a state it accepts stays sound
+// under further events.
+func FuzzRestore(f *testing.F) {
+	for k := 0; k <= len(restartTimeline()); k += 3 {
+		m, _ := New(Config{})
+		play(m, restartTimeline()[:k])
+		data, _ := m.MarshalState()
+		f.Add(data, []byte{2, 0, 9, 5, 1, 3, 1, 0, 4, 10, 0, 1, 2, 0, 30})
+	}
+	f.Fuzz(func(t *testing.T, data, ops []byte) {
+		m, err := Restore(data)
+		if err != nil {
+			return
+		}
+		checkInvariants(t, m, m.at)
+		fuzzPlay(t, m, ops)
+	})
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"time"
 )
@@ -161,9 +162,34 @@ func (m *Machine) restoreChecked(s stateJSON) error {
 		}
 		m.samples = append(m.samples, sample{x[0], time.Duration(x[1])})
 	}
+	return m.checkSums()
+}
+
+// checkSums checks the state's numbers against each other: what the
+// machine's arithmetic relies on.
+func (m *Machine) checkSums() error {
+	wall := addSat(m.goodput, m.pending)
+	for _, d := range m.badput {
+		wall = addSat(wall, d)
+	}
+	if m.tail != nil {
+		wall = addSat(wall, m.tail.dur)
+	}
+	last := sample{}
+	if n := len(m.samples); n > 0 {
+		last = m.samples[n-1]
+	}
 	switch {
 	case m.goodput < 0 || m.pending < 0 || m.phaseAcc < 0 || m.stepTime < 0 || m.roundBase < 0 || m.lastBlock < 0:
 		return fmt.Errorf("negative duration")
+	case m.roundBase > m.goodput || last.good > m.goodput || (len(m.samples) > 0 && m.samples[0].step < 0):
+		return fmt.Errorf("goodput %v below the round's base %v or a sample's %v", m.goodput, m.roundBase, last.good)
+	case m.frontier < 0 || m.durable < 0 || m.round < 0 || m.nRestarts < 0 || m.lostSteps < 0 || m.saves < 0:
+		return fmt.Errorf("negative count")
+	case slices.ContainsFunc(m.restarts, badRestart) || (m.tail != nil && m.tail.step < 0):
+		return fmt.Errorf("a restart or the tail out of range")
+	case m.at.Before(m.launchAt) || (wall < math.MaxInt64 && wall != m.at.Sub(m.launchAt)):
+		return fmt.Errorf("attributed %v, but %v passed since launch", wall, m.at.Sub(m.launchAt))
 	case len(m.samples) > m.cfg.MaxSamples || len(m.restarts) > m.cfg.KeepRestarts:
 		return fmt.Errorf("%d samples, %d restarts over the bounds", len(m.samples), len(m.restarts))
 	case len(m.failures) > MaxFailureCauses+1:
@@ -187,4 +213,13 @@ func keySet(keys []string) map[string]bool {
 		set[k] = true
 	}
 	return set
+}
+
+func badRestart(r Restart) bool {
+	for _, d := range []time.Duration{r.Detect, r.Stop, r.Rendezvous, r.Spawn, r.Init, r.Restore, r.FirstStep, r.Lost} {
+		if d < 0 {
+			return true
+		}
+	}
+	return r.LostSteps < 0 || r.ResumedStep < 0 || r.From < FromNothing || r.From > FromStorage
 }
