@@ -16,6 +16,7 @@ import (
 
 	roverv1 "github.com/roverml/rover/api/rover/v1"
 	"github.com/roverml/rover/api/rover/v1/roverv1connect"
+	"github.com/roverml/rover/internal/agent/stacks"
 	"github.com/roverml/rover/internal/client"
 	"github.com/roverml/rover/internal/proc"
 	"github.com/roverml/rover/internal/retry"
@@ -117,11 +118,9 @@ type agent struct {
 	// batches.
 	shards *shardbatch.Batcher
 	// progress sums the workers' progress reports for the heartbeats;
-	// running is the running group's workers (stacks.go), and hangSeen the
-	// id of the newest hang whose stacks the agent collected.
+	// hangs collects the running group's stacks when the job hangs.
 	progress *progressBook
-	running  atomic.Pointer[[]workerRef]
-	hangSeen int64
+	hangs    *stacks.Collector
 	// wroteErrorFile is set once the agent's own error file
 	// ($TORCHELASTIC_ERROR_FILE) holds the job's root cause.
 	wroteErrorFile bool
@@ -210,6 +209,7 @@ func Run(ctx context.Context, cfg *runconfig.Config, opts Options) (err error) {
 	if err := a.openLogDir(); err != nil {
 		return err
 	}
+	a.hangs = stacks.NewCollector(a.logDir, a.nodeID)
 	// A master this agent runs that stops on its own ends the agent's run,
 	// as a signal would, with the master's error as the cause.
 	ctx, endRun := context.WithCancelCause(ctx)

@@ -87,8 +87,7 @@ func (w *workers) state(joinedRound int) agentState {
 func (a *agent) react(ctx context.Context, w *workers) (end bool, err error) {
 	v, sessionErr := a.views.get()
 	// Before anything stops the workers: a hang's stacks are theirs.
-	if h := v.GetHang(); h != nil && h.GetId() != a.hangSeen {
-		a.hangSeen = h.GetId()
+	if h := v.GetHang(); a.hangs.Fresh(h) {
 		a.onHang(ctx, h, w.g != nil)
 	}
 	w.check.sync(v)
@@ -239,7 +238,7 @@ func (a *agent) groupSpec(v *roverv1.NodeView) groupSpec {
 		},
 		Env:     a.local.env,
 		Started: func(p placement) { a.local.current.Store(&p) },
-		Spawned: func(ws []workerRef) { a.running.Store(&ws) },
+		Spawned: a.hangs.SetRunning,
 	}
 }
 
