@@ -11,14 +11,15 @@ import (
 
 	"connectrpc.com/connect"
 	roverv1 "github.com/roverml/rover/api/rover/v1"
+	"github.com/roverml/rover/internal/agent/nodecheckrun"
 	"github.com/roverml/rover/internal/proc"
 )
 
 // loop carries out decide's actions on the master's views, and reports the
 // worker group's end, until the job ends or ctx is cancelled.
 func (a *agent) loop(ctx context.Context) error {
-	w := &workers{a: a, ctx: ctx, check: &checker{a: a}}
-	defer w.check.stop()
+	w := &workers{a: a, ctx: ctx, check: a.newCheckRunner()}
+	defer w.check.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -48,7 +49,7 @@ type workers struct {
 	ctx         context.Context
 	g           *group
 	lastStarted int
-	check       *checker // the node check's tasks
+	check       *nodecheckrun.Runner // the node check's tasks
 }
 
 // done is the running group's result channel; nil (never ready) without one.
@@ -75,7 +76,7 @@ func (w *workers) stop(why string) {
 
 // state is what decide needs to know.
 func (w *workers) state(joinedRound int) agentState {
-	s := agentState{running: w.g != nil, lastStarted: w.lastStarted, joinedRound: joinedRound, checked: w.check.key}
+	s := agentState{running: w.g != nil, lastStarted: w.lastStarted, joinedRound: joinedRound, checked: w.check.Key()}
 	if w.g != nil {
 		s.groupRound = w.g.round
 	}
@@ -90,7 +91,7 @@ func (a *agent) react(ctx context.Context, w *workers) (end bool, err error) {
 	if h := v.GetHang(); a.hangs.Fresh(h) {
 		a.onHang(ctx, h, w.g != nil)
 	}
-	w.check.sync(v)
+	w.check.Sync(v)
 	for {
 		_, joinedRound := a.joined.get()
 		act := decide(v, sessionErr, w.state(joinedRound))
@@ -126,7 +127,7 @@ func (a *agent) react(ctx context.Context, w *workers) (end bool, err error) {
 		case actMasterLost:
 			return true, act.err
 		case actCheck:
-			w.check.start(ctx, v)
+			w.check.Start(ctx, v)
 			return false, nil
 		case actExcluded:
 			vd := v.GetNodeCheck().GetVerdict()
