@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/roverml/rover/internal/agent/privdir"
 	"github.com/roverml/rover/internal/ckpt"
 )
 
@@ -74,7 +75,7 @@ type arenaDir struct {
 func openArenaDir(base, key string, self arenaOwner, now time.Time) (*arenaDir, error) {
 	self.JobKey = key
 	nodeID := self.NodeID
-	removeStale(base, arenaDirPrefix) // the pid-named layout of earlier versions
+	privdir.RemoveStale(base, arenaDirPrefix) // the pid-named layout of earlier versions
 	matches, _ := filepath.Glob(filepath.Join(base, arenaDirPrefix+key+"-*"))
 	var adopt *arenaDir
 	for _, m := range matches {

@@ -15,6 +15,7 @@ import (
 	"connectrpc.com/connect"
 	roverv1 "github.com/roverml/rover/api/rover/v1"
 	"github.com/roverml/rover/api/rover/v1/roverv1connect"
+	"github.com/roverml/rover/internal/agent/privdir"
 	"github.com/roverml/rover/python"
 )
 
@@ -34,7 +35,7 @@ type localAPI struct {
 // startLocalAPI creates the agent's private runtime directory, extracts the
 // Python package and serves the local API.
 func (a *agent) startLocalAPI() (*localAPI, error) {
-	dir, err := privateDir(os.TempDir(), "rover-agent-")
+	dir, err := privdir.Create(os.TempDir(), "rover-agent-")
 	if err != nil {
 		return nil, fmt.Errorf("create the agent's runtime directory: %w", err)
 	}
