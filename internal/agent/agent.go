@@ -11,11 +11,11 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	roverv1 "github.com/roverml/rover/api/rover/v1"
 	"github.com/roverml/rover/api/rover/v1/roverv1connect"
+	"github.com/roverml/rover/internal/agent/ckptsaver"
 	"github.com/roverml/rover/internal/agent/stacks"
 	"github.com/roverml/rover/internal/client"
 	"github.com/roverml/rover/internal/proc"
@@ -107,13 +107,11 @@ type agent struct {
 	hosted    bool
 	tokenFrom tokenSource
 
-	// storage is the job's checkpoint storage, as the master's last join
-	// answer said (nil: not joined yet).
-	storage   atomic.Pointer[client.CheckpointStorage]
-	views     *latestView
-	local     *localAPI
-	arenas    *arenas
-	persister *persister
+	views *latestView
+	local *localAPI
+	// ckpt is the flash-checkpoint saver: the workers' arenas, the
+	// persistence of their snapshots and the job's checkpoint storage.
+	ckpt *ckptsaver.Saver
 	// shards sends the workers' lease and complete calls to the master in
 	// batches.
 	shards *shardbatch.Batcher
@@ -239,13 +237,11 @@ func Run(ctx context.Context, cfg *runconfig.Config, opts Options) (err error) {
 	if a.host == "" {
 		a.host = routeAddr(a.addr)
 	}
-	a.persister = newPersister(a)
-	self := arenaOwner{NodeID: a.nodeID, Generated: cfg.NodeID == "" && cfg.NodeRank < 0}
-	if a.arenas, err = newArenas(jobKey(cfg.RunID, token), self, cfg.NprocPerNode); err != nil {
+	if a.ckpt, err = a.openSaver(token); err != nil {
 		return err
 	}
-	defer a.arenas.close()
-	if ranks := a.arenas.adopted(); len(ranks) > 0 {
+	defer a.ckpt.Close()
+	if ranks := a.ckpt.Adopted(); len(ranks) > 0 {
 		a.log.Info("adopted the checkpoint arenas of a killed agent of this job", "local_ranks", ranks)
 	}
 	local, err := a.startLocalAPI()
@@ -265,7 +261,7 @@ func Run(ctx context.Context, cfg *runconfig.Config, opts Options) (err error) {
 	persisterDone := make(chan struct{})
 	go func() {
 		defer close(persisterDone)
-		a.persister.run(persistCtx)
+		a.ckpt.Run(persistCtx)
 	}()
 	defer func() {
 		stopPersister()
@@ -350,12 +346,25 @@ func (a *agent) rendezvous() client.RendezvousConfig {
 	return c
 }
 
-// checkpointStorage is the job's checkpoint storage (URL "": none).
-func (a *agent) checkpointStorage() client.CheckpointStorage {
-	if s := a.storage.Load(); s != nil {
-		return *s
+// openSaver opens the flash-checkpoint saver of the job's node.
+func (a *agent) openSaver(token string) (*ckptsaver.Saver, error) {
+	self := ckptsaver.Owner{NodeID: a.nodeID, Generated: a.cfg.NodeID == "" && a.cfg.NodeRank < 0}
+	return ckptsaver.Open(ckptsaver.Config{
+		JobKey: ckptsaver.JobKey(a.cfg.RunID, token), Owner: self, NprocPerNode: a.cfg.NprocPerNode,
+		NodeID: a.nodeID, MasterAddr: a.addr, Master: a.client, Retry: a.callMaster, Log: a.log,
+		Round:      func() int { _, round := a.joined.get(); return round },
+		AgreedStep: a.agreedMemoryStep,
+	})
+}
+
+// agreedMemoryStep is the step in memory the newest view's assignment
+// says the workers restore from; nil: none.
+func (a *agent) agreedMemoryStep() *int64 {
+	if v, _ := a.views.get(); v != nil && v.GetAssignment() != nil && v.GetAssignment().MemoryStep != nil {
+		step := v.GetAssignment().GetMemoryStep()
+		return &step
 	}
-	return client.CheckpointStorage{}
+	return nil
 }
 
 func (a *agent) defaultNodeID() string {

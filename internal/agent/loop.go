@@ -25,7 +25,7 @@ func (a *agent) loop(ctx context.Context) error {
 		case <-ctx.Done():
 			w.stop("agent stopping")
 			pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.cfg.StopGracePeriod+30*time.Second)
-			a.persister.persistOnFailure(pctx)
+			a.ckpt.PersistOnFailure(pctx)
 			cancel()
 			a.leave("agent stopped: " + context.Cause(ctx).Error())
 			return context.Cause(ctx)
@@ -103,7 +103,7 @@ func (a *agent) react(ctx context.Context, w *workers) (end bool, err error) {
 			// is common to every rank's memory. Making the newest snapshot
 			// durable first lets every rank resume from it (the newcomer
 			// from storage) instead of the last persisted step.
-			a.persister.persistOnFailure(ctx)
+			a.ckpt.PersistOnFailure(ctx)
 		case actStart:
 			w.lastStarted = act.round
 			w.g = startGroup(ctx, a.groupSpec(v))
@@ -112,7 +112,7 @@ func (a *agent) react(ctx context.Context, w *workers) (end bool, err error) {
 				"group_world_size", asg.GetGroupWorldSize(), "world_size", asg.GetWorldSize(), "restart_count", v.GetRestartCount())
 			return false, nil
 		case actRejoin:
-			a.persister.drain(ctx) // see drain: the new workers must all find the same committed step
+			a.ckpt.Drain(ctx) // see ckptsaver's drain: the new workers must all find the same committed step
 			err := a.join(ctx, act.round)
 			if err == nil || ctx.Err() != nil || connect.CodeOf(err) == connect.CodeFailedPrecondition {
 				// Stopping is handled by the loop; a job that ended says how in its next view.
@@ -153,7 +153,7 @@ func (a *agent) groupEnded(ctx context.Context, res groupResult) {
 		})
 	default:
 		// Persist what the workers held in memory before anything restarts.
-		a.persister.persistOnFailure(ctx)
+		a.ckpt.PersistOnFailure(ctx)
 		failures := make([]*roverv1.WorkerFailure, 0, len(res.Failures)+1)
 		for _, f := range res.Failures {
 			failures = append(failures, failureProto(f))
@@ -218,7 +218,7 @@ func (a *agent) groupSpec(v *roverv1.NodeView) groupSpec {
 		RunID:          a.cfg.RunID,
 		Role:           a.cfg.Role,
 		NodeID:         a.nodeID,
-		Checkpoint:     a.checkpointStorage(),
+		Checkpoint:     a.ckpt.Storage(),
 	}
 	return groupSpec{
 		Argv:      a.argv,
