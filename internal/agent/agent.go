@@ -9,13 +9,14 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
 	roverv1 "github.com/roverml/rover/api/rover/v1"
 	"github.com/roverml/rover/api/rover/v1/roverv1connect"
 	"github.com/roverml/rover/internal/agent/ckptsaver"
+	"github.com/roverml/rover/internal/agent/hostmaster"
+	"github.com/roverml/rover/internal/agent/privdir"
 	"github.com/roverml/rover/internal/agent/stacks"
 	"github.com/roverml/rover/internal/client"
 	"github.com/roverml/rover/internal/proc"
@@ -102,10 +103,10 @@ type agent struct {
 	// joined is the node rank and round of the newest join, written by the
 	// session goroutine and the loop.
 	joined joinedState
-	// hosted is true in a job without `rover master` (see hosted.go), and
+	// hosted is true in a job without `rover master` (see package hostmaster), and
 	// tokenFrom says where its token came from.
 	hosted    bool
-	tokenFrom tokenSource
+	tokenFrom hostmaster.Source
 
 	views *latestView
 	local *localAPI
@@ -155,7 +156,7 @@ func Run(ctx context.Context, cfg *runconfig.Config, opts Options) (err error) {
 		errOut: proc.NewSyncWriter(opts.Stderr),
 		views:  newLatestView(),
 	}
-	a.incarnation = newToken()[:16]
+	a.incarnation = hostmaster.NewToken()[:16]
 	a.progress = newProgressBook()
 	a.progress.devices = opts.Devices
 	a.log = opts.Logger
@@ -165,10 +166,10 @@ func Run(ctx context.Context, cfg *runconfig.Config, opts Options) (err error) {
 	// The embedded master of a standalone job serves cleartext HTTP/2 on
 	// loopback; a master elsewhere is reached as --tls-ca says.
 	var via client.TLS
-	if a.hosted = masterless(cfg, opts.Getenv); a.hosted {
+	if a.hosted = hostmaster.Masterless(cfg, opts.Getenv); a.hosted {
 		c := *cfg // the defaults of a job without `rover master` differ
 		if _, set := c.RdzvConf["master_timeout"]; !set {
-			c.MasterTimeout = hostedMasterTimeout
+			c.MasterTimeout = hostmaster.DefaultMasterTimeout
 		}
 		a.cfg, cfg = &c, &c
 		if cfg.TLSCA != "" {
@@ -188,14 +189,14 @@ func Run(ctx context.Context, cfg *runconfig.Config, opts Options) (err error) {
 		}
 		a.addr = cfg.RdzvEndpoint
 		via = client.TLS{CAFile: cfg.TLSCA, ServerName: cfg.TLSServerName}
-		if hostLn = a.hostWithEnvToken(); hostLn != nil {
+		if hostLn = hostmaster.ListenWithEnvToken(cfg, opts.Getenv, a.log); hostLn != nil {
 			defer hostLn.Close() // a no-op once the master owns it
 			c := *cfg
 			if _, set := c.RdzvConf["master_timeout"]; !set {
-				c.MasterTimeout = hostedMasterTimeout
+				c.MasterTimeout = hostmaster.DefaultMasterTimeout
 			}
 			a.cfg, cfg = &c, &c
-			a.hosted, a.tokenFrom = true, tokenSource("$"+client.TokenEnv)
+			a.hosted, a.tokenFrom = true, hostmaster.Source("$"+client.TokenEnv)
 		}
 	}
 	httpClient, err := via.HTTPClient()
@@ -221,7 +222,7 @@ func Run(ctx context.Context, cfg *runconfig.Config, opts Options) (err error) {
 		a.addr, token = m.Addr, m.Token
 		go a.watchMaster(ctx, m, endRun)
 	}
-	if a.hosted && (mayHost(cfg) || hostLn != nil) {
+	if a.hosted && (hostmaster.MayHost(cfg) || hostLn != nil) {
 		stop, err := a.hostMaster(ctx, token, hostLn, endRun)
 		if err != nil {
 			return err
@@ -397,22 +398,13 @@ func (a *agent) openLogDir() error {
 	} else if err := os.MkdirAll(base, 0o700); err != nil {
 		return exitErr(ExitUsage, "create --log-dir: %w", err)
 	}
-	dir, err := os.MkdirTemp(base, sanitize(a.cfg.RunID)+"_")
+	dir, err := os.MkdirTemp(base, privdir.SafeName(a.cfg.RunID)+"_")
 	if err != nil {
 		return exitErr(ExitUsage, "create the run's directory in --log-dir %s: %w", base, err)
 	}
 	a.logDir = dir
 	a.log.Info("log directory set", "dir", dir)
 	return nil
-}
-
-func sanitize(s string) string {
-	return strings.Map(func(r rune) rune {
-		if r == '/' || r == os.PathSeparator || r < ' ' {
-			return '_'
-		}
-		return r
-	}, s)
 }
 
 // routeAddr returns this host's address on the route to the master: where

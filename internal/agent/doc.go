@@ -10,7 +10,7 @@
 // the master is unreachable (restarting), the workers keep running and the
 // agent reconnects, for up to the heartbeat timeout. The embedded master of
 // a standalone job, and the master one agent hosts for a job run without
-// `rover master` (hosted.go), are started by the program
+// `rover master` (package hostmaster), are started by the program
 // (Options.StartMaster, package standalone), so that this package links no
 // master.
 //

@@ -53,3 +53,14 @@ func RemoveStale(base, prefix string) {
 		}
 	}
 }
+
+// SafeName makes s safe as one element of a path: separators and control
+// characters become '_'.
+func SafeName(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r == '/' || r == os.PathSeparator || r < ' ' {
+			return '_'
+		}
+		return r
+	}, s)
+}
