@@ -181,6 +181,8 @@ func (a *agent) rendezvous() client.RendezvousConfig {
 	return c
 }
 
+var _ ckptsaver.Master = roverv1connect.MasterServiceClient(nil)
+
 // openSaver opens the flash-checkpoint saver of the job's node.
 func (a *agent) openSaver(token string) (*ckptsaver.Saver, error) {
 	self := ckptsaver.Owner{NodeID: a.nodeID, Generated: a.cfg.NodeID == "" && a.cfg.NodeRank < 0}

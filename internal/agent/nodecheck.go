@@ -2,8 +2,11 @@ package agent
 
 import (
 	roverv1 "github.com/roverml/rover/api/rover/v1"
+	"github.com/roverml/rover/api/rover/v1/roverv1connect"
 	"github.com/roverml/rover/internal/agent/nodecheckrun"
 )
+
+var _ nodecheckrun.Master = roverv1connect.MasterServiceClient(nil)
 
 // newCheckRunner returns the runner of the node's node-check tasks
 // (package nodecheckrun).
