@@ -181,29 +181,6 @@ func (a *agent) rendezvous() client.RendezvousConfig {
 	return c
 }
 
-var _ ckptsaver.Master = roverv1connect.MasterServiceClient(nil)
-
-// openSaver opens the flash-checkpoint saver of the job's node.
-func (a *agent) openSaver(token string) (*ckptsaver.Saver, error) {
-	self := ckptsaver.Owner{NodeID: a.nodeID, Generated: a.cfg.NodeID == "" && a.cfg.NodeRank < 0}
-	return ckptsaver.Open(ckptsaver.Config{
-		JobKey: ckptsaver.JobKey(a.cfg.RunID, token), Owner: self, NprocPerNode: a.cfg.NprocPerNode,
-		NodeID: a.nodeID, MasterAddr: a.addr, Master: a.client, Retry: a.callMaster, Log: a.log,
-		Round:      func() int { _, round := a.joined.get(); return round },
-		AgreedStep: a.agreedMemoryStep,
-	})
-}
-
-// agreedMemoryStep is the step in memory the newest view's assignment
-// says the workers restore from; nil: none.
-func (a *agent) agreedMemoryStep() *int64 {
-	if v, _ := a.views.get(); v != nil && v.GetAssignment() != nil && v.GetAssignment().MemoryStep != nil {
-		step := v.GetAssignment().GetMemoryStep()
-		return &step
-	}
-	return nil
-}
-
 func (a *agent) defaultNodeID() string {
 	if a.cfg.NodeID != "" {
 		return a.cfg.NodeID

@@ -349,3 +349,5 @@ func startFailureCode(err error) int {
 	}
 	return 126
 }
+
+func (w *worker) stacksFile() string { return filepath.Join(w.logDir, "stacks.txt") }

@@ -3,12 +3,9 @@ package agent
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 
 	roverv1 "github.com/roverml/rover/api/rover/v1"
 )
-
-func (w *worker) stacksFile() string { return filepath.Join(w.logDir, "stacks.txt") }
 
 // onHang carries out the master's hang notice: it logs the hang, warns on
 // the console (policy 1 and 2), and collects the running workers' stacks

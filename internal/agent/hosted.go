@@ -48,6 +48,16 @@ func (a *agent) hostMaster(ctx context.Context, token string, ln net.Listener, e
 	return m.Stop, nil
 }
 
+// masterLost is the agent's error when the master stayed unreachable past
+// the heartbeat timeout.
+func (a *agent) masterLost(err error) error {
+	if a.hosted {
+		return a.hostedMasterLost(err)
+	}
+	return exitErr(ExitMasterLost, "lost the master at %s for longer than the heartbeat timeout (%s): %w; "+
+		"restart `rover master` (with its --state-dir, to resume the job) and then the agents", a.addr, a.cfg.MasterTimeout, err)
+}
+
 // hostedMasterLost is masterLost in a job without `rover master`.
 func (a *agent) hostedMasterLost(err error) error {
 	return exitErr(ExitMasterLost, "lost the job's master at %s for longer than master_timeout (%s): %w; "+
