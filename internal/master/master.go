@@ -377,6 +377,34 @@ func (m *Master) WaitFinished(ctx context.Context) (Outcome, error) {
 	}
 }
 
+// RunJob runs the master (Run) until the job ends, keeps serving for linger
+// so that every agent learns the outcome, then stops serving and returns
+// how the job ended. It returns Run's error if Run failed, else
+// WaitFinished's: ctx's error when ctx ended first, one wrapping
+// ErrStoreFailed when the store failed. RunJob is called instead of Run.
+func (m *Master) RunJob(ctx context.Context, linger time.Duration) (Outcome, error) {
+	runCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	done := make(chan error, 1)
+	go func() { done <- m.Run(runCtx) }()
+	out, werr := m.WaitFinished(runCtx)
+	if werr == nil {
+		// Keep serving a little so every agent receives the outcome.
+		select {
+		case <-time.After(linger):
+		case <-ctx.Done():
+		}
+	}
+	cancel(nil)
+	if err := <-done; err != nil {
+		return Outcome{}, err
+	}
+	if werr != nil {
+		return Outcome{}, werr
+	}
+	return out, nil
+}
+
 // Cancel ends the job because its user stopped it: it fails with reason,
 // every agent learns it as it learns any failure and stops its workers, and
 // a master that owns its nodes then deletes them (see NodesGone).
