@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -20,11 +19,8 @@ import (
 // and runs the master of the job, until the job ends.
 func runMaster(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	c, err := parseMasterFlags(args, stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return nil
-	}
 	if err != nil {
-		return err
+		return helpIsNoError(err)
 	}
 	if c.Platform == "kubernetes" {
 		return runKubeMaster(ctx, c, stderr)

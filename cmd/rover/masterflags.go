@@ -87,11 +87,8 @@ func parseMasterFlags(args []string, stderr io.Writer) (*masterConfig, error) {
 	fs := flag.NewFlagSet("rover master", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	f := defineMasterFlags(fs, c)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil, err
-		}
-		return nil, usageError{err}
+	if err := parseFlags(fs, args); err != nil {
+		return nil, err
 	}
 	f.args = fs.Args()
 	fs.Visit(func(fl *flag.Flag) { f.given[fl.Name] = true })

@@ -46,11 +46,8 @@ func parseOperatorFlags(args []string, stderr io.Writer, getenv func(string) str
 	fs.StringVar(&c.MetricsAddr, "metrics-bind-address", "0", "serve Prometheus metrics on this address, e.g. :8080; 0 for none")
 	fs.StringVar(&c.ProbeAddr, "health-probe-bind-address", operator.DefaultProbeAddr, "serve /healthz and /readyz on this address; 0 for none")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig file of the cluster. Default: $KUBECONFIG, ~/.kube/config, else the pod's service account")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil, err
-		}
-		return nil, usageError{err}
+	if err := parseFlags(fs, args); err != nil {
+		return nil, err
 	}
 	c.Master.PullPolicy = corev1.PullPolicy(*pull)
 	var errs []error
@@ -80,11 +77,8 @@ func restConfig(kubeconfig string) (*rest.Config, error) {
 
 func runOperator(ctx context.Context, args []string, _, stderr io.Writer) error {
 	c, err := parseOperatorFlags(args, stderr, os.Getenv)
-	if errors.Is(err, flag.ErrHelp) {
-		return nil
-	}
 	if err != nil {
-		return err
+		return helpIsNoError(err)
 	}
 	c.Logger = newLogger(stderr)
 	c.Default()

@@ -27,11 +27,8 @@ type statusConfig struct {
 
 func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	c, err := parseStatusFlags(args, stderr, os.Getenv)
-	if errors.Is(err, flag.ErrHelp) {
-		return nil
-	}
 	if err != nil {
-		return err
+		return helpIsNoError(err)
 	}
 	return showStatus(ctx, c, stdout)
 }
@@ -46,11 +43,8 @@ func parseStatusFlags(args []string, stderr io.Writer, getenv func(string) strin
 	fs.StringVar(&c.TokenFile, "token-file", getenv("ROVER_TOKEN_FILE"), "file holding the job's token; wins over $ROVER_TOKEN")
 	fs.StringVar(&c.TLS.CAFile, "tls-ca", getenv("ROVER_TLS_CA"), "speak TLS to the master and verify it with the CA certificates in this PEM file (default $ROVER_TLS_CA; none: cleartext HTTP/2)")
 	fs.StringVar(&c.TLS.ServerName, "tls-server-name", getenv("ROVER_TLS_SERVER_NAME"), "with --tls-ca: the name the master's certificate must hold (default $ROVER_TLS_SERVER_NAME, else the host of --master)")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil, err
-		}
-		return nil, usageError{err}
+	if err := parseFlags(fs, args); err != nil {
+		return nil, err
 	}
 	if c.Master == "" {
 		return nil, usageError{errors.New("rover status needs --master HOST:PORT (or ROVER_MASTER_ADDR)")}
