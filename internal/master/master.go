@@ -113,20 +113,6 @@ func (m *Master) Run(ctx context.Context) (err error) {
 	}()
 	m.log.Info("master serving", "addr", m.Addr(), "tls", m.split != nil)
 	g, ctx := errgroup.WithContext(ctx)
-	serve := func(srv *http.Server, ln net.Listener, tls bool) func() error {
-		return func() error {
-			var err error
-			if tls {
-				err = srv.ServeTLS(ln, "", "")
-			} else {
-				err = srv.Serve(ln)
-			}
-			if !errors.Is(err, http.ErrServerClosed) {
-				return fmt.Errorf("serve: %w", err)
-			}
-			return nil
-		}
-	}
 	if m.split == nil {
 		g.Go(serve(m.srv, m.ln, false))
 	} else {
@@ -137,43 +123,67 @@ func (m *Master) Run(ctx context.Context) (err error) {
 	if m.fleet != nil {
 		g.Go(func() error { return m.fleet.run(ctx) })
 	}
-	g.Go(func() error {
-		<-ctx.Done()
-		if m.fleet != nil {
-			<-m.fleet.gone // agents being stopped still talk to the master
-		}
-		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		var err error
-		if m.plain != nil {
-			_ = m.plain.Shutdown(sctx)
-			err = m.plain.Close()
-		}
-		_ = m.srv.Shutdown(sctx) // streams are long-lived: close what is left
-		_ = m.ln.Close()         // a TLS master's listener is the splitter's
-		return errors.Join(m.srv.Close(), err)
-	})
+	g.Go(func() error { return m.shutdown(ctx) })
 	g.Go(func() error { return m.tickLoop(ctx) })
 	g.Go(func() error { return m.logNodeChecks(ctx) })
-	g.Go(func() error {
-		failed, cause := m.core.storeFailed()
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-failed:
-			// Nothing more can be made durable: stop, so that a master
-			// restarted on the store resumes from what is.
-			err := fmt.Errorf("%w; stopping: free space on (or repair) the state's disk, then restart the master on the same state to resume the job", cause())
-			m.log.Error("the master's store refused a write: nothing more can be made durable, so the master stops", "err", cause())
-			return err
-		}
-	})
+	g.Go(func() error { return m.watchStore(ctx) })
 	err = g.Wait()
 	m.checkpoints.close()
 	if cerr := m.closeStore(); cerr != nil && err == nil {
 		err = fmt.Errorf("close the master's state: %w", cerr)
 	}
 	return err
+}
+
+// serve serves srv on ln, over TLS or not, until srv is shut down.
+func serve(srv *http.Server, ln net.Listener, tls bool) func() error {
+	return func() error {
+		var err error
+		if tls {
+			err = srv.ServeTLS(ln, "", "")
+		} else {
+			err = srv.Serve(ln)
+		}
+		if !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("serve: %w", err)
+		}
+		return nil
+	}
+}
+
+// shutdown stops serving once ctx ends and a master that owns its nodes
+// has stopped them.
+func (m *Master) shutdown(ctx context.Context) error {
+	<-ctx.Done()
+	if m.fleet != nil {
+		<-m.fleet.gone // agents being stopped still talk to the master
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	var err error
+	if m.plain != nil {
+		_ = m.plain.Shutdown(sctx)
+		err = m.plain.Close()
+	}
+	_ = m.srv.Shutdown(sctx) // streams are long-lived: close what is left
+	_ = m.ln.Close()         // a TLS master's listener is the splitter's
+	return errors.Join(m.srv.Close(), err)
+}
+
+// watchStore returns an error wrapping ErrStoreFailed, to stop the master,
+// once the store refused a write; nil when ctx ends first.
+func (m *Master) watchStore(ctx context.Context) error {
+	failed, cause := m.core.storeFailed()
+	select {
+	case <-ctx.Done():
+		return nil
+	case <-failed:
+		// Nothing more can be made durable: stop, so that a master
+		// restarted on the store resumes from what is.
+		err := fmt.Errorf("%w; stopping: free space on (or repair) the state's disk, then restart the master on the same state to resume the job", cause())
+		m.log.Error("the master's store refused a write: nothing more can be made durable, so the master stops", "err", cause())
+		return err
+	}
 }
 
 func (m *Master) tickLoop(ctx context.Context) error {
