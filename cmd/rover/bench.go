@@ -17,6 +17,8 @@ const benchUsage = `usage: rover bench rendezvous --nodes N [--conns C] [--heart
        rover bench shards --clients N [--batch B] [--agents A] [--duration D] [--durable] [--size S] [--shard-size K] [--shuffle]
        rover bench recovery [--nodes N] [--shards S]`
 
+// runBench is `rover bench BENCHMARK`: each benchmark parses its command
+// line into its package bench config, checks it, and runs.
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) > 0 && args[0] == "shards" {
 		return runBenchShards(ctx, args[1:], stdout, stderr)
@@ -27,33 +29,56 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if len(args) == 0 || args[0] != "rendezvous" {
 		return usageError{errors.New(benchUsage)}
 	}
-	cfg := bench.RendezvousConfig{}
+	return runBenchRendezvous(ctx, args[1:], stdout, stderr)
+}
+
+func runBenchRendezvous(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cfg, err := parseBenchRendezvous(args, stderr)
+	if err != nil {
+		return helpIsNoError(err)
+	}
+	if cfg.Rover, err = roverBinary(); err != nil {
+		return err
+	}
+	_, err = bench.Rendezvous(ctx, *cfg, stdout)
+	return err
+}
+
+// parseBenchRendezvous parses and checks the command line of `rover bench
+// rendezvous`.
+func parseBenchRendezvous(args []string, stderr io.Writer) (*bench.RendezvousConfig, error) {
+	cfg := &bench.RendezvousConfig{}
 	fs := flag.NewFlagSet("rover bench rendezvous", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.IntVar(&cfg.Nodes, "nodes", 1000, "simulated node agents")
 	fs.IntVar(&cfg.Conns, "conns", 16, "HTTP/2 connections the agents share")
 	fs.DurationVar(&cfg.HeartbeatPeriod, "heartbeat-period", time.Second, "heartbeat period of every agent")
 	fs.IntVar(&cfg.Periods, "periods", 3, "heartbeat periods to measure")
-	if err := fs.Parse(args[1:]); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return usageError{err}
+	if err := parseFlags(fs, args); err != nil {
+		return nil, err
 	}
 	if cfg.Nodes < 1 {
-		return usageError{fmt.Errorf("--nodes must be at least 1, got %d", cfg.Nodes)}
+		return nil, usageError{fmt.Errorf("--nodes must be at least 1, got %d", cfg.Nodes)}
 	}
-	exe, err := os.Executable()
-	if err != nil {
-		return fmt.Errorf("find the rover binary: %w", err)
-	}
-	cfg.Rover = exe
-	_, err = bench.Rendezvous(ctx, cfg, stdout)
-	return err
+	return cfg, nil
 }
 
 func runBenchShards(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	cfg := bench.ShardsConfig{}
+	cfg, err := parseBenchShards(args, stderr)
+	if err != nil {
+		return helpIsNoError(err)
+	}
+	if cfg.Rover, err = roverBinary(); err != nil {
+		return err
+	}
+	_, err = bench.Shards(ctx, *cfg, stdout)
+	return err
+}
+
+// parseBenchShards parses and checks the command line of `rover bench
+// shards`, reporting every problem at once.
+func parseBenchShards(args []string, stderr io.Writer) (*bench.ShardsConfig, error) {
+	cfg := &bench.ShardsConfig{}
 	fs := flag.NewFlagSet("rover bench shards", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.IntVar(&cfg.Clients, "clients", 256, "simulated agents leasing shards")
@@ -65,12 +90,17 @@ func runBenchShards(ctx context.Context, args []string, stdout, stderr io.Writer
 	fs.Int64Var(&cfg.Size, "size", 1<<24, "samples in the dataset")
 	fs.Int64Var(&cfg.ShardSize, "shard-size", 1, "samples per shard")
 	fs.BoolVar(&cfg.Shuffle, "shuffle", false, "shuffle the dataset: every shard carries its samples")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return usageError{err}
+	if err := parseFlags(fs, args); err != nil {
+		return nil, err
 	}
+	if err := checkBenchShards(cfg); err != nil {
+		return nil, usageError{err}
+	}
+	return cfg, nil
+}
+
+// checkBenchShards returns every problem of cfg, joined.
+func checkBenchShards(cfg *bench.ShardsConfig) error {
 	var errs []error
 	if cfg.Clients < 1 {
 		errs = append(errs, fmt.Errorf("--clients must be at least 1, got %d", cfg.Clients))
@@ -88,38 +118,44 @@ func runBenchShards(ctx context.Context, args []string, stdout, stderr io.Writer
 	if cfg.ShardSize < 1 || cfg.ShardSize > maxShard {
 		errs = append(errs, fmt.Errorf("--shard-size must be 1 to %d, got %d", maxShard, cfg.ShardSize))
 	}
-	if len(errs) > 0 {
-		return usageError{errors.Join(errs...)}
-	}
-	exe, err := os.Executable()
-	if err != nil {
-		return fmt.Errorf("find the rover binary: %w", err)
-	}
-	cfg.Rover = exe
-	_, err = bench.Shards(ctx, cfg, stdout)
-	return err
+	return errors.Join(errs...)
 }
 
 func runBenchRecovery(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	cfg := bench.RecoveryConfig{}
+	cfg, err := parseBenchRecovery(args, stderr)
+	if err != nil {
+		return helpIsNoError(err)
+	}
+	if cfg.Rover, err = roverBinary(); err != nil {
+		return err
+	}
+	_, err = bench.Recovery(ctx, *cfg, stdout)
+	return err
+}
+
+// parseBenchRecovery parses and checks the command line of `rover bench
+// recovery`.
+func parseBenchRecovery(args []string, stderr io.Writer) (*bench.RecoveryConfig, error) {
+	cfg := &bench.RecoveryConfig{}
 	fs := flag.NewFlagSet("rover bench recovery", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.IntVar(&cfg.Nodes, "nodes", 1000, "nodes joined to the job")
 	fs.IntVar(&cfg.Shards, "shards", 1_000_000, "shard records the master holds: half leased, half completed")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return usageError{err}
+	if err := parseFlags(fs, args); err != nil {
+		return nil, err
 	}
 	if cfg.Nodes < 1 || cfg.Shards < 2 {
-		return usageError{fmt.Errorf("--nodes must be at least 1 and --shards at least 2, got %d and %d", cfg.Nodes, cfg.Shards)}
+		return nil, usageError{fmt.Errorf("--nodes must be at least 1 and --shards at least 2, got %d and %d", cfg.Nodes, cfg.Shards)}
 	}
+	return cfg, nil
+}
+
+// roverBinary is this binary's path, which a benchmark starts its master
+// and agents with.
+func roverBinary() (string, error) {
 	exe, err := os.Executable()
 	if err != nil {
-		return fmt.Errorf("find the rover binary: %w", err)
+		return "", fmt.Errorf("find the rover binary: %w", err)
 	}
-	cfg.Rover = exe
-	_, err = bench.Recovery(ctx, cfg, stdout)
-	return err
+	return exe, nil
 }

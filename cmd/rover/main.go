@@ -7,6 +7,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -135,4 +136,25 @@ func signalContext(sigs ...os.Signal) (context.Context, func()) {
 		}
 	}()
 	return ctx, func() { signal.Stop(ch); cancel(nil) }
+}
+
+// parseFlags parses args with fs: flag.ErrHelp for -h or --help (fs has
+// printed the help), a usageError for a bad command line.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageError{err}
+	}
+	return nil
+}
+
+// helpIsNoError is err, or nil for flag.ErrHelp: the help asked for was
+// printed, and the command succeeds.
+func helpIsNoError(err error) error {
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	}
+	return err
 }

@@ -4,263 +4,93 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
-	"strconv"
-	"strings"
 	"time"
 
-	"github.com/roverml/rover/internal/ckpt"
 	"github.com/roverml/rover/internal/client"
-	"github.com/roverml/rover/internal/kubemaster"
 	"github.com/roverml/rover/internal/master"
-	"github.com/roverml/rover/internal/runconfig"
 	"github.com/roverml/rover/internal/userfile"
 )
 
-// masterConfig is the validated command line of `rover master`.
-type masterConfig struct {
-	Listen string
-	Job    string
-	// TokenFile is --token-file; "" when not given.
-	TokenFile string
-	AddrFile  string
-	StateDir  string
-	// StateKube is --state-kube: the namespace and name of the state kept
-	// in the Kubernetes API (package kubestore); both empty when not given.
-	StateKube struct{ Namespace, Name string }
-	// TLSCert and TLSKey are --tls-cert and --tls-key: both, or neither
-	// for cleartext HTTP/2.
-	TLSCert, TLSKey string
-	Linger          time.Duration
-	// Preset fixes the job's rendezvous (--nnodes and friends); nil takes
-	// the first agent's.
-	Preset *runconfig.Policy
-	// Checkpoint is --checkpoint-dir (absolute) and --checkpoint-keep.
-	Checkpoint client.CheckpointStorage
-	// Platform is --platform: "" (agents are started by someone else) or
-	// "kubernetes" (the master creates the ElasticJob's worker pods).
-	Platform string
-	// Namespace and Kubeconfig are --namespace and --kubeconfig, with
-	// --platform kubernetes.
-	Namespace, Kubeconfig string
-	// KubeQPS and KubeBurst are --kube-api-qps and --kube-api-burst: the
-	// limits of the master's requests to the Kubernetes API server.
-	KubeQPS   float32
-	KubeBurst int
-	// DiscardState is --discard-state: start from what can be trusted of
-	// a damaged --state-dir, dropping the rest, instead of refusing it.
-	DiscardState bool
-}
-
-// masterPolicyFlags are the flags of the preset rendezvous, with their
-// defaults, in the order problems are reported.
-var masterPolicyFlags = []struct{ name, def, help string }{
-	{runconfig.SettingNodeUnit, "1", "with --nnodes: the world is a multiple of this many nodes"},
-	{runconfig.SettingMaxRestarts, "0", "with --nnodes: failure restarts allowed per job"},
-	{runconfig.SettingLastCallTimeout, "30s", "with --nnodes: close a round this long after the last join once min nodes joined"},
-	{runconfig.SettingJoinTimeout, "600s", "with --nnodes: fail the job when a round stays below min nodes this long"},
-	{runconfig.SettingHeartbeatTimeout, "30s", "with --nnodes: a node without heartbeats this long is dead"},
-	{runconfig.SettingDisconnectGrace, "5s", "with --nnodes: a node whose session stays closed this long is dead"},
-	{runconfig.SettingHangTimeout, "5m", "with --nnodes: no worker progress for this long, after the job progressed, is a hang (0: off)"},
-	{runconfig.SettingHangDetection, "1", "with --nnodes: what a hang does: 0 log it and collect stacks, 1 also warn, 2 also restart the workers"},
-}
-
-const stateDirHelp = "directory of the master's durable state (journal and snapshots); a master restarted on it resumes the job. Default: none (state in memory)"
-
-// parseMasterFlags parses and validates the command line of `rover master`
-// with the rules and messages of `rover run` (package runconfig), and
-// reports every problem at once, each naming its flag.
-func parseMasterFlags(args []string, stderr io.Writer) (*masterConfig, error) {
-	c := &masterConfig{}
-	fs := flag.NewFlagSet("rover master", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.StringVar(&c.Listen, "listen", "127.0.0.1:29400", "TCP address to serve on (port 0 picks one)")
-	fs.StringVar(&c.Job, "job", "none", "job name (agents' --rdzv-id must match unless it is \"none\")")
-	fs.StringVar(&c.TokenFile, "token-file", "", "file holding the job's secret token, created (mode 0600) when missing; wins over $ROVER_TOKEN. Default: $ROVER_TOKEN, else <job>.token in the working directory")
-	fs.StringVar(&c.AddrFile, "addr-file", "", "write the address the master listens on to this file")
-	fs.StringVar(&c.StateDir, "state-dir", "", stateDirHelp)
-	stateKube := fs.String("state-kube", "", "keep the master's durable state in the Kubernetes API, as ConfigMaps NAMESPACE/NAME and NAME-snap-*, reached with the in-cluster config or else $KUBECONFIG; a master restarted on it, on any node, resumes the job and fences off the old one")
-	ckptDir := fs.String("checkpoint-dir", "", "the job's checkpoint storage: a directory, or a file://, s3://, gs:// or azblob:// URL (which may carry the driver's parameters); agents that name another are refused. Default: the first agent's --checkpoint-dir")
-	ckptKeep := fs.String("checkpoint-keep", "1", "with --checkpoint-dir: committed checkpoint steps kept in storage (0: all)")
-	fs.StringVar(&c.TLSCert, "tls-cert", "", "serve HTTP/2 over TLS with this PEM certificate (chain); agents then need --tls-ca. Default: cleartext HTTP/2 (h2c)")
-	fs.StringVar(&c.TLSKey, "tls-key", "", "the PEM private key of --tls-cert")
-	linger := fs.String("linger", "5s", "how long to keep serving after the job ended, so every agent learns the outcome")
-	nnodes := fs.String("nnodes", "", "fix the rendezvous instead of taking the first agent's: N or MIN:MAX")
-	fs.StringVar(&c.Platform, "platform", "", `"kubernetes": run the ElasticJob named by --job in --namespace, creating and relaunching its worker pods (what the operator's master pod runs). Default: none, agents are started by hand`)
-	fs.StringVar(&c.Namespace, "namespace", os.Getenv("POD_NAMESPACE"), "with --platform kubernetes: the ElasticJob's namespace (default $POD_NAMESPACE)")
-	fs.StringVar(&c.Kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "with --platform kubernetes: the kubeconfig to reach the API server (default $KUBECONFIG, else the pod's service account)")
-	kubeQPS := fs.String("kube-api-qps", strconv.Itoa(kubemaster.DefaultQPS), "with --platform kubernetes or --state-kube: requests per second the master may send the API server, sustained (client-go's limit, sized for relaunching 1,000 pods at once)")
-	kubeBurst := fs.String("kube-api-burst", strconv.Itoa(kubemaster.DefaultBurst), "with --platform kubernetes or --state-kube: requests the master may send the API server at once, above --kube-api-qps")
-	fs.BoolVar(&c.DiscardState, "discard-state", false, "with --state-dir: start even if the journal is damaged, dropping what cannot be trusted (the records from the damage on, or the whole file when it cannot be read) and saying what was dropped. Default: refuse a damaged journal")
-	raw := map[string]*string{}
-	for _, f := range masterPolicyFlags {
-		raw[f.name] = fs.String(f.name, f.def, f.help)
+// runMaster is `rover master`: it parses the command line (masterflags.go)
+// and runs the master of the job, until the job ends.
+func runMaster(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c, err := parseMasterFlags(args, stderr)
+	if err != nil {
+		return helpIsNoError(err)
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil, err
+	if c.Platform == "kubernetes" {
+		return runKubeMaster(ctx, c, stderr)
+	}
+	return runLocalMaster(ctx, c, stdout, stderr)
+}
+
+// runLocalMaster runs the master of a job whose agents are started by
+// someone else, and says how the job ended.
+func runLocalMaster(ctx context.Context, c *masterConfig, stdout, stderr io.Writer) error {
+	// Before the token file is made: nothing is created for a bad command line.
+	tc, err := c.tlsConfig()
+	if err != nil {
+		return err
+	}
+	token, err := announceToken(c, stderr)
+	if err != nil {
+		return err
+	}
+	log := newLogger(stderr)
+	st, closeState, err := c.openState(ctx, log)
+	if err != nil {
+		return err
+	}
+	defer closeState()
+	m, err := master.New(ctx, c.toMasterConfig(token, tc, st, log))
+	if err != nil {
+		return err
+	}
+	if path := os.Getenv("ROVER_CPU_PROFILE"); path != "" {
+		stopProfile, err := startCPUProfile(path)
+		if err != nil {
+			return err
 		}
+		defer stopProfile()
+	}
+	out, err := m.RunJob(ctx, c.Linger)
+	if err != nil {
+		return err
+	}
+	if !out.Succeeded {
+		return fmt.Errorf("job failed: %s", out.Reason)
+	}
+	fmt.Fprintln(stdout, "rover master: job succeeded")
+	return nil
+}
+
+// tlsConfig loads --tls-cert and --tls-key; nil for cleartext HTTP/2.
+func (c *masterConfig) tlsConfig() (*tls.Config, error) {
+	if c.TLSCert == "" {
+		return nil, nil
+	}
+	cert, err := master.LoadKeyPair(c.TLSCert, c.TLSKey, time.Now())
+	if err != nil {
 		return nil, usageError{err}
 	}
-	var errs []error
-	if fs.NArg() > 0 {
-		errs = append(errs, fmt.Errorf("rover master takes no arguments, got %q", fs.Args()))
-	}
-	given := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	// Each value is read as `rover run` reads it; a bad one is reported and
-	// its default checked instead, so that it is reported once.
-	read := func(name, value, def string, parse func(string) error) {
-		if err := parse(value); err != nil {
-			errs = append(errs, runconfig.ValueError(name, value, err))
-			_ = parse(def)
-		}
-	}
-	seconds := func(d *time.Duration) func(string) error {
-		return func(s string) (err error) { *d, err = runconfig.ParseSeconds(s); return err }
-	}
-	integer := func(n *int) func(string) error {
-		return func(s string) (err error) { *n, err = runconfig.ParseInt(s); return err }
-	}
-	if *stateKube != "" {
-		ns, name, ok := strings.Cut(*stateKube, "/")
-		switch {
-		case !ok || ns == "" || name == "" || strings.Contains(name, "/"):
-			errs = append(errs, fmt.Errorf("%s: want NAMESPACE/NAME, such as team-a/llama-rover-master-state", runconfig.FlagRef("state-kube", *stateKube)))
-		case c.StateDir != "":
-			errs = append(errs, errors.New("--state-dir and --state-kube both say where the state goes: give one"))
-		default:
-			c.StateKube.Namespace, c.StateKube.Name = ns, name
-		}
-	}
-	qps, err := strconv.ParseFloat(*kubeQPS, 32)
-	switch {
-	case err != nil || qps <= 0:
-		errs = append(errs, fmt.Errorf("%s: want a number of requests per second above 0, such as %d", runconfig.FlagRef("kube-api-qps", *kubeQPS), kubemaster.DefaultQPS))
-	default:
-		c.KubeQPS = float32(qps)
-	}
-	burst, err := strconv.Atoi(*kubeBurst)
-	switch {
-	case err != nil || burst < 1:
-		errs = append(errs, fmt.Errorf("%s: want a whole number of requests of 1 or more, such as %d", runconfig.FlagRef("kube-api-burst", *kubeBurst), kubemaster.DefaultBurst))
-	case c.KubeQPS > 0 && float32(burst) < c.KubeQPS:
-		errs = append(errs, fmt.Errorf("%s: must be at least --kube-api-qps (%s)", runconfig.FlagRef("kube-api-burst", *kubeBurst), *kubeQPS))
-	default:
-		c.KubeBurst = burst
-	}
-	if c.Platform != "kubernetes" && *stateKube == "" {
-		for _, f := range []string{"kube-api-qps", "kube-api-burst"} {
-			if given[f] {
-				errs = append(errs, fmt.Errorf("--%s takes effect only with --platform kubernetes or --state-kube", f))
-			}
-		}
-	}
-	if c.DiscardState && c.StateDir == "" {
-		errs = append(errs, errors.New("--discard-state takes effect only with --state-dir: a master without one has no journal to discard"))
-	}
-	if (c.TLSCert == "") != (c.TLSKey == "") {
-		errs = append(errs, errors.New("--tls-cert and --tls-key go together: give both to serve TLS, or neither to serve cleartext HTTP/2"))
-	}
-	read("linger", *linger, "5s", seconds(&c.Linger))
-	read("checkpoint-keep", *ckptKeep, "1", integer(&c.Checkpoint.Keep))
-	switch {
-	case *ckptDir == "" && given["checkpoint-keep"]:
-		errs = append(errs, fmt.Errorf("%s takes effect only with --checkpoint-dir", runconfig.FlagRef("checkpoint-keep", *ckptKeep)))
-		c.Checkpoint.Keep = 0
-	case *ckptDir == "":
-		c.Checkpoint.Keep = 0
-	case c.Checkpoint.Keep < 0 || c.Checkpoint.Keep > runconfig.MaxCheckpointKeep:
-		errs = append(errs, fmt.Errorf("%s: want 0 (keep all) to %d", runconfig.FlagRef("checkpoint-keep", *ckptKeep), runconfig.MaxCheckpointKeep))
-	default:
-		dir, err := ckpt.AbsLocation(*ckptDir)
-		if err == nil {
-			err = ckpt.CheckLocation(dir, ckpt.FromOperator)
-		}
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", runconfig.FlagRef("checkpoint-dir", *ckptDir), err))
-		}
-		c.Checkpoint.URL = dir
-		c.Checkpoint.KeepDefault = !given["checkpoint-keep"] // a worker's Checkpointer may set it
-	}
-	if err := runconfig.CheckDuration(runconfig.FlagRef("linger", c.Linger.String()), c.Linger, true); err != nil {
-		errs = append(errs, err)
-	}
-	var p runconfig.Policy
-	fields := map[string]func(string) error{
-		runconfig.SettingNodeUnit:         integer(&p.NodeUnit),
-		runconfig.SettingMaxRestarts:      integer(&p.MaxRestarts),
-		runconfig.SettingLastCallTimeout:  seconds(&p.LastCallTimeout),
-		runconfig.SettingJoinTimeout:      seconds(&p.JoinTimeout),
-		runconfig.SettingHeartbeatTimeout: seconds(&p.HeartbeatTimeout),
-		runconfig.SettingDisconnectGrace:  seconds(&p.DisconnectGrace),
-		runconfig.SettingHangTimeout:      seconds(&p.HangTimeout),
-		runconfig.SettingHangDetection:    integer(&p.HangDetection),
-	}
-	for _, f := range masterPolicyFlags {
-		read(f.name, *raw[f.name], f.def, fields[f.name])
-	}
-	if *nnodes == "" {
-		for _, f := range masterPolicyFlags {
-			if given[f.name] {
-				errs = append(errs, fmt.Errorf("%s takes effect only with --nnodes: add --nnodes N or MIN:MAX, or drop it to take the first agent's settings",
-					runconfig.FlagRef(f.name, *raw[f.name])))
-			}
-		}
-	} else {
-		lo, hi, err := runconfig.ParseNNodes(*nnodes)
-		if err != nil {
-			errs = append(errs, runconfig.ValueError("nnodes", *nnodes, err))
-			lo = max(p.NodeUnit, 1) // check the other settings against a world they fit
-			hi = lo
-		}
-		p.MinNodes, p.MaxNodes = lo, hi
-		errs = append(errs, p.Check(runconfig.FlagRef)...)
-		c.Preset = &p
-	}
-	errs = append(errs, checkPlatform(c, given)...)
-	if err := errors.Join(errs...); err != nil {
-		return nil, usageError{err}
-	}
-	return c, nil
+	return &tls.Config{Certificates: []tls.Certificate{cert}}, nil
 }
 
-// checkPlatform checks --platform and the flags that go with it: on
-// Kubernetes the ElasticJob fixes the rendezvous and checkpoint storage.
-func checkPlatform(c *masterConfig, given map[string]bool) []error {
-	var errs []error
-	switch c.Platform {
-	case "":
-		for _, f := range []string{"namespace", "kubeconfig"} {
-			if given[f] {
-				errs = append(errs, fmt.Errorf("--%s takes effect only with --platform kubernetes", f))
-			}
-		}
-		return errs
-	case "kubernetes":
-	default:
-		return []error{fmt.Errorf("--platform=%s: want kubernetes, or leave it out for agents started by hand", c.Platform)}
+// announceToken returns the job's token (see masterToken) and tells the
+// user which file to give the agents.
+func announceToken(c *masterConfig, stderr io.Writer) (string, error) {
+	token, file, err := masterToken(c, os.Getenv)
+	if err != nil {
+		return "", err
 	}
-	if c.Namespace == "" || c.Job == "none" {
-		errs = append(errs, errors.New("--platform kubernetes needs --namespace (or $POD_NAMESPACE) and --job: the ElasticJob to run"))
+	if file != "" {
+		fmt.Fprintf(stderr, "rover master: job token in %s (pass --token-file %s to every agent)\n", file, file)
 	}
-	for _, f := range append([]string{"nnodes", "checkpoint-dir", "checkpoint-keep"}, policyNames()...) {
-		if given[f] {
-			errs = append(errs, fmt.Errorf("--%s: with --platform kubernetes the ElasticJob's command sets it", f))
-		}
-	}
-	return errs
-}
-
-func policyNames() []string {
-	var out []string
-	for _, f := range masterPolicyFlags {
-		out = append(out, f.name)
-	}
-	return out
+	return token, nil
 }
 
 // masterToken is the job's token and the file it is in ("" for none): the
@@ -288,84 +118,31 @@ func masterToken(c *masterConfig, getenv func(string) string) (token, file strin
 	return token, file, nil
 }
 
-func runMaster(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	c, err := parseMasterFlags(args, stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return nil
+// openState opens the state kept in the Kubernetes API (--state-kube), and
+// returns the func that closes it; a nil store (and a close that does
+// nothing) without --state-kube: the master opens its --state-dir itself.
+func (c *masterConfig) openState(ctx context.Context, log *slog.Logger) (master.Store, func(), error) {
+	if c.StateKube.Name == "" {
+		return nil, func() {}, nil
 	}
+	ks, err := openKubeState(ctx, c, log)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	if c.Platform == "kubernetes" {
-		return runKubeMaster(ctx, c, stderr)
-	}
-	// Before the token file is made: nothing is created for a bad command line.
-	var tc *tls.Config
-	if c.TLSCert != "" {
-		cert, err := master.LoadKeyPair(c.TLSCert, c.TLSKey, time.Now())
-		if err != nil {
-			return usageError{err}
-		}
-		tc = &tls.Config{Certificates: []tls.Certificate{cert}}
-	}
-	token, file, err := masterToken(c, os.Getenv)
-	if err != nil {
-		return err
-	}
-	if file != "" {
-		fmt.Fprintf(stderr, "rover master: job token in %s (pass --token-file %s to every agent)\n", file, file)
-	}
+	return ks, func() { ks.Close() }, nil
+}
+
+// toMasterConfig is the configuration of the master the command line asks
+// for, serving with token and tc and keeping its state in st (nil: in
+// --state-dir, or in memory).
+func (c *masterConfig) toMasterConfig(token string, tc *tls.Config, st master.Store, log *slog.Logger) master.Config {
 	var preset *master.RendezvousPreset
 	if c.Preset != nil {
 		p := master.RendezvousPreset(client.RendezvousFromPolicy(*c.Preset))
 		preset = &p
 	}
-	log := newLogger(stderr)
-	var st master.Store
-	if c.StateKube.Name != "" {
-		ks, err := openKubeState(ctx, c, log)
-		if err != nil {
-			return err
-		}
-		defer ks.Close()
-		st = ks
-	}
-	m, err := master.New(ctx, master.Config{
+	return master.Config{
 		Listen: c.Listen, Job: c.Job, Token: token, Preset: preset, Checkpoint: c.Checkpoint,
 		AddrFile: c.AddrFile, StateDir: c.StateDir, DiscardState: c.DiscardState, Store: st, TLS: tc, Logger: log,
-	})
-	if err != nil {
-		return err
 	}
-	if path := os.Getenv("ROVER_CPU_PROFILE"); path != "" {
-		stopProfile, err := startCPUProfile(path)
-		if err != nil {
-			return err
-		}
-		defer stopProfile()
-	}
-	runCtx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	done := make(chan error, 1)
-	go func() { done <- m.Run(runCtx) }()
-	out, werr := m.WaitFinished(runCtx)
-	if werr == nil {
-		// Keep serving a little so every agent receives the outcome.
-		select {
-		case <-time.After(c.Linger):
-		case <-ctx.Done():
-		}
-	}
-	cancel(nil)
-	if err := <-done; err != nil {
-		return err
-	}
-	if werr != nil {
-		return werr
-	}
-	if !out.Succeeded {
-		return fmt.Errorf("job failed: %s", out.Reason)
-	}
-	fmt.Fprintln(stdout, "rover master: job succeeded")
-	return nil
 }

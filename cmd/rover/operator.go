@@ -48,11 +48,8 @@ func parseOperatorFlags(args []string, stderr io.Writer, getenv func(string) str
 	fs.StringVar(&c.WebhookCertDir, "webhook-cert-dir", "", "serve the admission webhook of ElasticJobs over TLS with tls.crt and tls.key in this folder, when they are there (deploy/webhook, docs/kubernetes.md). Default: none; a job Rover cannot run is then marked Failed/InvalidSpec after its creation")
 	fs.StringVar(&c.WebhookAddr, "webhook-bind-address", operator.DefaultWebhookAddr, "where the admission webhook listens, with --webhook-cert-dir")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig file of the cluster. Default: $KUBECONFIG, ~/.kube/config, else the pod's service account")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil, err
-		}
-		return nil, usageError{err}
+	if err := parseFlags(fs, args); err != nil {
+		return nil, err
 	}
 	c.Master.PullPolicy = corev1.PullPolicy(*pull)
 	var errs []error
@@ -82,11 +79,8 @@ func restConfig(kubeconfig string) (*rest.Config, error) {
 
 func runOperator(ctx context.Context, args []string, _, stderr io.Writer) error {
 	c, err := parseOperatorFlags(args, stderr, os.Getenv)
-	if errors.Is(err, flag.ErrHelp) {
-		return nil
-	}
 	if err != nil {
-		return err
+		return helpIsNoError(err)
 	}
 	c.Logger = newLogger(stderr)
 	c.Default()

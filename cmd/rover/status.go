@@ -15,38 +15,60 @@ import (
 	"github.com/roverml/rover/internal/jobview"
 )
 
+// statusConfig is the validated command line of `rover status`.
+type statusConfig struct {
+	// Master is --master HOST:PORT.
+	Master string
+	// TokenFile is --token-file; "" for $ROVER_TOKEN.
+	TokenFile string
+	// TLS is --tls-ca and --tls-server-name; empty for cleartext HTTP/2.
+	TLS client.TLS
+}
+
 func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c, err := parseStatusFlags(args, stderr, os.Getenv)
+	if err != nil {
+		return helpIsNoError(err)
+	}
+	return showStatus(ctx, c, stdout)
+}
+
+// parseStatusFlags parses and checks the command line of `rover status`,
+// whose flags default to the variables getenv reads.
+func parseStatusFlags(args []string, stderr io.Writer, getenv func(string) string) (*statusConfig, error) {
+	c := &statusConfig{}
 	fs := flag.NewFlagSet("rover status", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	addr := fs.String("master", os.Getenv("ROVER_MASTER_ADDR"), "the master's HOST:PORT")
-	tokenFile := fs.String("token-file", os.Getenv("ROVER_TOKEN_FILE"), "file holding the job's token; wins over $ROVER_TOKEN")
-	var via client.TLS
-	fs.StringVar(&via.CAFile, "tls-ca", os.Getenv("ROVER_TLS_CA"), "speak TLS to the master and verify it with the CA certificates in this PEM file (default $ROVER_TLS_CA; none: cleartext HTTP/2)")
-	fs.StringVar(&via.ServerName, "tls-server-name", os.Getenv("ROVER_TLS_SERVER_NAME"), "with --tls-ca: the name the master's certificate must hold (default $ROVER_TLS_SERVER_NAME, else the host of --master)")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return usageError{err}
+	fs.StringVar(&c.Master, "master", getenv("ROVER_MASTER_ADDR"), "the master's HOST:PORT")
+	fs.StringVar(&c.TokenFile, "token-file", getenv("ROVER_TOKEN_FILE"), "file holding the job's token; wins over $ROVER_TOKEN")
+	fs.StringVar(&c.TLS.CAFile, "tls-ca", getenv("ROVER_TLS_CA"), "speak TLS to the master and verify it with the CA certificates in this PEM file (default $ROVER_TLS_CA; none: cleartext HTTP/2)")
+	fs.StringVar(&c.TLS.ServerName, "tls-server-name", getenv("ROVER_TLS_SERVER_NAME"), "with --tls-ca: the name the master's certificate must hold (default $ROVER_TLS_SERVER_NAME, else the host of --master)")
+	if err := parseFlags(fs, args); err != nil {
+		return nil, err
 	}
-	if *addr == "" {
-		return usageError{errors.New("rover status needs --master HOST:PORT (or ROVER_MASTER_ADDR)")}
+	if c.Master == "" {
+		return nil, usageError{errors.New("rover status needs --master HOST:PORT (or ROVER_MASTER_ADDR)")}
 	}
-	if strings.Contains(*addr, "://") {
-		return usageError{fmt.Errorf("--master=%s: want HOST:PORT, not a URL; for a master that serves TLS, add --tls-ca FILE", *addr)}
+	if strings.Contains(c.Master, "://") {
+		return nil, usageError{fmt.Errorf("--master=%s: want HOST:PORT, not a URL; for a master that serves TLS, add --tls-ca FILE", c.Master)}
 	}
-	token, err := client.Token(*tokenFile, os.Getenv)
+	return c, nil
+}
+
+// showStatus asks the master for the job's status and prints it.
+func showStatus(ctx context.Context, c *statusConfig, stdout io.Writer) error {
+	token, err := client.Token(c.TokenFile, os.Getenv)
 	if err != nil {
 		return usageError{err}
 	}
-	hc, err := via.HTTPClient()
+	hc, err := c.TLS.HTTPClient()
 	if err != nil {
 		return usageError{err}
 	}
 	defer hc.CloseIdleConnections()
-	resp, err := client.New(hc, via.URL(*addr), token).GetJob(ctx, connect.NewRequest(&roverv1.GetJobRequest{}))
+	resp, err := client.New(hc, c.TLS.URL(c.Master), token).GetJob(ctx, connect.NewRequest(&roverv1.GetJobRequest{}))
 	if err != nil {
-		return fmt.Errorf("ask the master at %s: %w", *addr, err)
+		return fmt.Errorf("ask the master at %s: %w", c.Master, err)
 	}
 	return jobview.Status(stdout, resp.Msg)
 }

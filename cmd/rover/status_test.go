@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -10,6 +11,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+	"github.com/roverml/rover/internal/client"
 	"github.com/roverml/rover/internal/tlstest"
 )
 
@@ -78,6 +81,46 @@ func TestCommandsAgainstNoMaster(t *testing.T) {
 			}
 			if !strings.Contains(stderr.String(), tt.want) {
 				t.Errorf("stderr lacks %q:\n%s", tt.want, stderr.String())
+			}
+		})
+	}
+}
+
+// TestStatusFlags: `rover status` takes its flags' defaults from the
+// variables, and refuses a missing --master and a URL.
+func TestStatusFlags(t *testing.T) {
+	env := map[string]string{"ROVER_MASTER_ADDR": "m:1", "ROVER_TOKEN_FILE": "t", "ROVER_TLS_CA": "ca.pem", "ROVER_TLS_SERVER_NAME": "name"}
+	getenv := func(k string) string { return env[k] }
+	tests := []struct {
+		name    string
+		args    []string
+		getenv  func(string) string
+		want    *statusConfig
+		wantErr string
+	}{
+		{"from the variables", nil, getenv,
+			&statusConfig{Master: "m:1", TokenFile: "t", TLS: client.TLS{CAFile: "ca.pem", ServerName: "name"}}, ""},
+		{"flags win", []string{"--master", "h:2", "--token-file", "u", "--tls-ca", "", "--tls-server-name", ""}, getenv,
+			&statusConfig{Master: "h:2", TokenFile: "u"}, ""},
+		{"no master", nil, func(string) string { return "" }, nil, "rover status needs --master HOST:PORT (or ROVER_MASTER_ADDR)"},
+		{"a URL", []string{"--master", "https://h:2"}, getenv, nil,
+			"--master=https://h:2: want HOST:PORT, not a URL; for a master that serves TLS, add --tls-ca FILE"},
+		{"an unknown flag", []string{"--bogus"}, getenv, nil, "flag provided but not defined: -bogus"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := parseStatusFlags(tt.args, io.Discard, tt.getenv)
+			if tt.wantErr != "" {
+				if _, ok := err.(usageError); !ok || err.Error() != tt.wantErr {
+					t.Fatalf("parseStatusFlags(%q) = %+v, %v (%T); want the usage error %q", tt.args, got, err, err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("parseStatusFlags(%q) (-want +got):\n%s", tt.args, diff)
 			}
 		})
 	}

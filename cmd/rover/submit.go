@@ -99,6 +99,9 @@ func (c *submitConfig) parseJob(args []string) error {
 
 var errHelp = errors.New("help requested")
 
+// runSubmit is `rover submit`: it parses the command line into a
+// submitConfig, plans the job (which checks it), and runs it or, with
+// --dry-run, prints the plan.
 func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	c, err := parseSubmitArgs(args)
 	if errors.Is(err, errHelp) {
@@ -108,21 +111,37 @@ func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return usageError{err}
 	}
-	exe, err := os.Executable()
+	plan, err := planJob(c, stderr)
 	if err != nil {
-		return fmt.Errorf("find the rover binary for the nodes: %w", err)
-	}
-	plan, err := jobplan.New(c.Spec, jobplan.Local(exe))
-	if err != nil {
-		return usageError{err}
-	}
-	for _, n := range plan.Notes {
-		fmt.Fprintf(stderr, "rover submit: warning: %s\n", n)
+		return err
 	}
 	if c.DryRun {
 		printPlan(stdout, plan)
 		return nil
 	}
+	return submitJob(ctx, c, plan, stdout, stderr)
+}
+
+// planJob plans c's job on this machine, each node an agent run by this
+// binary, and warns of what the plan notes.
+func planJob(c *submitConfig, stderr io.Writer) (*jobplan.Plan, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("find the rover binary for the nodes: %w", err)
+	}
+	plan, err := jobplan.New(c.Spec, jobplan.Local(exe))
+	if err != nil {
+		return nil, usageError{err}
+	}
+	for _, n := range plan.Notes {
+		fmt.Fprintf(stderr, "rover submit: warning: %s\n", n)
+	}
+	return plan, nil
+}
+
+// submitJob runs plan's job, its nodes' logs and the master's state in
+// --job-dir, until it ends: a failed job is exit code 1.
+func submitJob(ctx context.Context, c *submitConfig, plan *jobplan.Plan, stdout, stderr io.Writer) error {
 	if c.JobDir == "" {
 		c.JobDir = filepath.Join(os.TempDir(), "rover-jobs", plan.Name+"-"+time.Now().Format("20060102-150405"))
 	}

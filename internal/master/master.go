@@ -12,14 +12,10 @@ import (
 	"path/filepath"
 	"time"
 
-	"connectrpc.com/connect"
 	roverv1 "github.com/roverml/rover/api/rover/v1"
-	"github.com/roverml/rover/internal/ckpt"
 	"github.com/roverml/rover/internal/client"
-	"github.com/roverml/rover/internal/diagnosis"
 	"github.com/roverml/rover/internal/nodemanager"
 	"github.com/roverml/rover/internal/rendezvous"
-	"github.com/roverml/rover/internal/store"
 	"golang.org/x/sync/errgroup"
 )
 
@@ -78,18 +74,6 @@ type Config struct {
 	Nodes *NodesConfig
 }
 
-// The HTTP/2 settings that bound what a client's connection costs the
-// master before anything reads it.
-const (
-	// receiveWindow is the flow-control window of a master's connections
-	// and streams: what a client may send before the master reads it.
-	// 256 KiB rather than Go's 1 MiB: control messages are small, and the
-	// largest (8 MiB) still streams at 256 KiB per round trip.
-	receiveWindow = 256 << 10
-	// readFrameSize is the largest frame a client may send.
-	readFrameSize = 16 << 10
-)
-
 // RendezvousPreset is a rendezvous configuration given to the master itself.
 type RendezvousPreset = jobConfig
 
@@ -116,141 +100,6 @@ type Master struct {
 	runErr error
 }
 
-// New validates cfg, replays the store's journal and opens the listener.
-func New(ctx context.Context, cfg Config) (*Master, error) {
-	if cfg.Token == "" {
-		return nil, errors.New("master needs a job token")
-	}
-	if cfg.Job == "" {
-		cfg.Job = "default"
-	}
-	if cfg.TickInterval <= 0 {
-		cfg.TickInterval = 50 * time.Millisecond
-	}
-	if cfg.Clock == nil {
-		cfg.Clock = realClock{}
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	log := cfg.Logger.With("component", "master", "job", cfg.Job)
-	closeStore := func() error { return nil }
-	switch {
-	case cfg.Store != nil:
-	case cfg.StateDir != "":
-		b, err := store.Open(cfg.StateDir, store.Options{Logger: log, DiscardDamaged: cfg.DiscardState})
-		if err != nil {
-			return nil, stateError(err)
-		}
-		if d := b.Discarded(); d != nil {
-			log.Warn("--discard-state: dropped what could not be trusted of the master's state", "file", d.Path,
-				"problem", d.Problem, "dropped", describeLoss(d))
-		}
-		cfg.Store, closeStore = b, b.Close
-	default:
-		cfg.Store = store.NewMemory()
-	}
-	m, err := newMaster(ctx, cfg, log)
-	if err != nil {
-		closeStore()
-		return nil, err
-	}
-	m.closeStore = closeStore
-	return m, nil
-}
-
-func newMaster(ctx context.Context, cfg Config, log *slog.Logger) (*Master, error) {
-	start := time.Now()
-	c := newCore(cfg.Job, cfg.Store)
-	if cfg.Nodes != nil && cfg.Nodes.Platform != nil {
-		// Set before the replay: diagnoses replay as they were made.
-		c.fleetOn = true
-		c.caps = diagnosis.Caps{Relaunch: true, MoreMemory: cfg.Nodes.Platform.Capabilities().Resources}
-		if gs := cfg.Nodes.Spec.Groups; len(gs) > 0 {
-			c.caps.Memory = gs[0].Memory() // what a worker killed for memory grows from
-		}
-	}
-	n, err := c.restore(ctx, cfg.Clock.Now())
-	if err != nil {
-		return nil, fmt.Errorf("restore the master's state: %w", err)
-	}
-	if n > 0 {
-		j := c.job()
-		log.Info("restored master state", "records", n, "round", j.GetRound(), "restarts", j.GetRestartCount(),
-			"nodes", len(j.GetNodes()), "state", j.GetJobState().String(), "took", time.Since(start).Round(time.Millisecond))
-	}
-	if err := checkStorage(cfg.Checkpoint, ckpt.FromOperator); err != nil {
-		return nil, fmt.Errorf("--checkpoint-dir: %w", err)
-	}
-	if job := c.config(); job != nil && cfg.Checkpoint.URL != "" && !ckpt.SameLocation(job.Checkpoint.URL, cfg.Checkpoint.URL) {
-		return nil, fmt.Errorf("the job in this state dir keeps its checkpoints in %q, not %q: give the same --checkpoint-dir, or another --state-dir for a new job",
-			job.Checkpoint.URL, cfg.Checkpoint.URL)
-	}
-	if cfg.Preset != nil {
-		preset := *cfg.Preset
-		preset.Checkpoint = cfg.Checkpoint
-		if err := c.configure(ctx, preset, cfg.Clock.Now()); err != nil {
-			return nil, fmt.Errorf("configure rendezvous: %w", err)
-		}
-	}
-	ln := cfg.Listener
-	if ln == nil {
-		if ln, err = net.Listen("tcp", cfg.Listen); err != nil {
-			return nil, fmt.Errorf("listen on %s: %w", cfg.Listen, err)
-		}
-	}
-	m := &Master{cfg: cfg, core: c, ln: ln, log: log, sessions: newSessionCount(), ended: make(chan struct{})}
-	if cfg.Nodes != nil {
-		if m.fleet, err = newFleet(*cfg.Nodes, c, cfg.Clock, log); err != nil {
-			ln.Close()
-			return nil, fmt.Errorf("the job's nodes: %w", err)
-		}
-	}
-	m.checkpoints = newCheckpoints(cfg.Clock, log)
-	if job := c.config(); job != nil {
-		m.checkpoints.prepare(ctx, job.Checkpoint, c.fresh())
-	}
-	methods := methodHandler(&service{core: c, clock: cfg.Clock, checkpoints: m.checkpoints, storage: cfg.Checkpoint, sessions: m.sessions, holders: newHolders()},
-		connect.WithCodec(strictJSON{}),
-		connect.WithCompressMinBytes(compressMinBytes))
-	m.srv = &http.Server{Handler: requireToken(cfg.Token, methods), ReadHeaderTimeout: 10 * time.Second}
-	m.srv.Protocols = new(http.Protocols)
-	m.srv.Protocols.SetHTTP1(true)
-	// Streams per connection are bounded: every agent holds one session
-	// stream, and agents share connections only in benchmarks (10,000
-	// simulated agents over 32 connections is about 300 each). So is what
-	// a connection may send before the master reads it (receiveWindow), and
-	// the frames it is read in (16 KiB, HTTP/2's own default, where Go's
-	// server takes up to 1 MiB and keeps a buffer of the largest frame per
-	// connection): a request refused unread (no token, over its limit) can
-	// have cost the master at most a window of its body, per connection,
-	// while the refusal is on its way. TestMasterMemoryUnderFloods in
-	// test/e2e measures it.
-	m.srv.HTTP2 = &http.HTTP2Config{MaxConcurrentStreams: 4096, MaxReadFrameSize: readFrameSize,
-		MaxReceiveBufferPerConnection: receiveWindow, MaxReceiveBufferPerStream: receiveWindow}
-	if cfg.TLS == nil {
-		m.srv.Protocols.SetUnencryptedHTTP2(true)
-	} else {
-		m.srv.Protocols.SetHTTP2(true)
-		m.srv.TLSConfig = cfg.TLS.Clone()
-		m.srv.TLSConfig.MinVersion = max(m.srv.TLSConfig.MinVersion, tls.VersionTLS12)
-		m.split = newSplitListener(ln)
-		m.plain = &http.Server{Handler: refuseCleartext(), ReadHeaderTimeout: 10 * time.Second}
-		m.plain.Protocols = new(http.Protocols)
-		m.plain.Protocols.SetHTTP1(true)
-		m.plain.Protocols.SetUnencryptedHTTP2(true)
-		m.plain.HTTP2 = &http.HTTP2Config{MaxConcurrentStreams: 16, MaxReadFrameSize: readFrameSize,
-			MaxReceiveBufferPerConnection: receiveWindow, MaxReceiveBufferPerStream: receiveWindow}
-	}
-	if cfg.AddrFile != "" {
-		if err := writeFileAtomic(cfg.AddrFile, []byte(m.Addr()+"\n")); err != nil {
-			ln.Close()
-			return nil, fmt.Errorf("write address file: %w", err)
-		}
-	}
-	return m, nil
-}
-
 // Addr is the host:port the master serves on.
 func (m *Master) Addr() string { return m.ln.Addr().String() }
 
@@ -264,20 +113,6 @@ func (m *Master) Run(ctx context.Context) (err error) {
 	}()
 	m.log.Info("master serving", "addr", m.Addr(), "tls", m.split != nil)
 	g, ctx := errgroup.WithContext(ctx)
-	serve := func(srv *http.Server, ln net.Listener, tls bool) func() error {
-		return func() error {
-			var err error
-			if tls {
-				err = srv.ServeTLS(ln, "", "")
-			} else {
-				err = srv.Serve(ln)
-			}
-			if !errors.Is(err, http.ErrServerClosed) {
-				return fmt.Errorf("serve: %w", err)
-			}
-			return nil
-		}
-	}
 	if m.split == nil {
 		g.Go(serve(m.srv, m.ln, false))
 	} else {
@@ -288,43 +123,67 @@ func (m *Master) Run(ctx context.Context) (err error) {
 	if m.fleet != nil {
 		g.Go(func() error { return m.fleet.run(ctx) })
 	}
-	g.Go(func() error {
-		<-ctx.Done()
-		if m.fleet != nil {
-			<-m.fleet.gone // agents being stopped still talk to the master
-		}
-		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		var err error
-		if m.plain != nil {
-			_ = m.plain.Shutdown(sctx)
-			err = m.plain.Close()
-		}
-		_ = m.srv.Shutdown(sctx) // streams are long-lived: close what is left
-		_ = m.ln.Close()         // a TLS master's listener is the splitter's
-		return errors.Join(m.srv.Close(), err)
-	})
+	g.Go(func() error { return m.shutdown(ctx) })
 	g.Go(func() error { return m.tickLoop(ctx) })
 	g.Go(func() error { return m.logNodeChecks(ctx) })
-	g.Go(func() error {
-		failed, cause := m.core.storeFailed()
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-failed:
-			// Nothing more can be made durable: stop, so that a master
-			// restarted on the store resumes from what is.
-			err := fmt.Errorf("%w; stopping: free space on (or repair) the state's disk, then restart the master on the same state to resume the job", cause())
-			m.log.Error("the master's store refused a write: nothing more can be made durable, so the master stops", "err", cause())
-			return err
-		}
-	})
+	g.Go(func() error { return m.watchStore(ctx) })
 	err = g.Wait()
 	m.checkpoints.close()
 	if cerr := m.closeStore(); cerr != nil && err == nil {
 		err = fmt.Errorf("close the master's state: %w", cerr)
 	}
 	return err
+}
+
+// serve serves srv on ln, over TLS or not, until srv is shut down.
+func serve(srv *http.Server, ln net.Listener, tls bool) func() error {
+	return func() error {
+		var err error
+		if tls {
+			err = srv.ServeTLS(ln, "", "")
+		} else {
+			err = srv.Serve(ln)
+		}
+		if !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("serve: %w", err)
+		}
+		return nil
+	}
+}
+
+// shutdown stops serving once ctx ends and a master that owns its nodes
+// has stopped them.
+func (m *Master) shutdown(ctx context.Context) error {
+	<-ctx.Done()
+	if m.fleet != nil {
+		<-m.fleet.gone // agents being stopped still talk to the master
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	var err error
+	if m.plain != nil {
+		_ = m.plain.Shutdown(sctx)
+		err = m.plain.Close()
+	}
+	_ = m.srv.Shutdown(sctx) // streams are long-lived: close what is left
+	_ = m.ln.Close()         // a TLS master's listener is the splitter's
+	return errors.Join(m.srv.Close(), err)
+}
+
+// watchStore returns an error wrapping ErrStoreFailed, to stop the master,
+// once the store refused a write; nil when ctx ends first.
+func (m *Master) watchStore(ctx context.Context) error {
+	failed, cause := m.core.storeFailed()
+	select {
+	case <-ctx.Done():
+		return nil
+	case <-failed:
+		// Nothing more can be made durable: stop, so that a master
+		// restarted on the store resumes from what is.
+		err := fmt.Errorf("%w; stopping: free space on (or repair) the state's disk, then restart the master on the same state to resume the job", cause())
+		m.log.Error("the master's store refused a write: nothing more can be made durable, so the master stops", "err", cause())
+		return err
+	}
 }
 
 func (m *Master) tickLoop(ctx context.Context) error {
@@ -375,6 +234,34 @@ func (m *Master) WaitFinished(ctx context.Context) (Outcome, error) {
 			return Outcome{}, ctx.Err()
 		}
 	}
+}
+
+// RunJob runs the master (Run) until the job ends, keeps serving for linger
+// so that every agent learns the outcome, then stops serving and returns
+// how the job ended. It returns Run's error if Run failed, else
+// WaitFinished's: ctx's error when ctx ended first, one wrapping
+// ErrStoreFailed when the store failed. RunJob is called instead of Run.
+func (m *Master) RunJob(ctx context.Context, linger time.Duration) (Outcome, error) {
+	runCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	done := make(chan error, 1)
+	go func() { done <- m.Run(runCtx) }()
+	out, werr := m.WaitFinished(runCtx)
+	if werr == nil {
+		// Keep serving a little so every agent receives the outcome.
+		select {
+		case <-time.After(linger):
+		case <-ctx.Done():
+		}
+	}
+	cancel(nil)
+	if err := <-done; err != nil {
+		return Outcome{}, err
+	}
+	if werr != nil {
+		return Outcome{}, werr
+	}
+	return out, nil
 }
 
 // Cancel ends the job because its user stopped it: it fails with reason,
