@@ -164,7 +164,11 @@ func submitJob(ctx context.Context, c *submitConfig, plan *jobplan.Plan, stdout,
 
 // printPlan shows what the job would run, for --dry-run.
 func printPlan(w io.Writer, p *jobplan.Plan) {
-	fmt.Fprintf(w, "job %s: valid; it would run %d processes per node\n", p.Name, p.Launch.NprocPerNode)
+	procs := "processes"
+	if p.Launch.NprocPerNode == 1 {
+		procs = "process"
+	}
+	fmt.Fprintf(w, "job %s: valid; it would run %d worker %s per node\n", p.Name, p.Launch.NprocPerNode, procs)
 	for _, g := range p.Nodes.Groups {
 		fmt.Fprintf(w, "group %s: nodes %d..%d (starting %d), relaunches per node %d\n", g.Name, g.MinNodes, g.MaxNodes, g.Nodes, max(g.RestartCount, 0))
 		fmt.Fprintf(w, "  each node runs: %s\n", strings.Join(quoteAll(g.Argv), " "))

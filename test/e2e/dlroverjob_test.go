@@ -141,7 +141,7 @@ func TestSubmitDryRun(t *testing.T) {
 		code int
 		want []string
 	}{
-		{"valid", good, 0, []string{"job dry: valid", "each node runs: /bin/sh -c", "cd code && echo", " run --nnodes=$NODE_NUM", "env NODE_NUM=2"}},
+		{"valid", good, 0, []string{"job dry: valid; it would run 2 worker processes per node", "each node runs: /bin/sh -c", "cd code && echo", " run --nnodes=$NODE_NUM", "env NODE_NUM=2"}},
 		{"duplicate key", dup, 2, []string{`line 12: the key "replicas" is given twice (also at line 11)`}},
 		{"every problem at once", bad, 2, []string{
 			"spec.replicaSpecs.worker.bogus: unknown field",
