@@ -14,6 +14,7 @@ import (
 
 	"github.com/roverml/rover/internal/ckpt"
 	"github.com/roverml/rover/internal/client"
+	"github.com/roverml/rover/internal/jobconfig"
 	"github.com/roverml/rover/internal/kubemaster"
 	"github.com/roverml/rover/internal/master"
 	"github.com/roverml/rover/internal/runconfig"
@@ -39,7 +40,7 @@ type masterConfig struct {
 	// the first agent's.
 	Preset *runconfig.Policy
 	// Checkpoint is --checkpoint-dir (absolute) and --checkpoint-keep.
-	Checkpoint client.CheckpointStorage
+	Checkpoint jobconfig.CheckpointStorage
 	// Platform is --platform: "" (agents are started by someone else) or
 	// "kubernetes" (the master creates the ElasticJob's worker pods).
 	Platform string
@@ -315,9 +316,9 @@ func runMaster(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if file != "" {
 		fmt.Fprintf(stderr, "rover master: job token in %s (pass --token-file %s to every agent)\n", file, file)
 	}
-	var preset *master.RendezvousPreset
+	var preset *jobconfig.Config
 	if c.Preset != nil {
-		p := master.RendezvousPreset(client.RendezvousFromPolicy(*c.Preset))
+		p := c.Preset.JobConfig()
 		preset = &p
 	}
 	log := newLogger(stderr)

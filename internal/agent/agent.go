@@ -17,6 +17,7 @@ import (
 	roverv1 "github.com/roverml/rover/api/rover/v1"
 	"github.com/roverml/rover/api/rover/v1/roverv1connect"
 	"github.com/roverml/rover/internal/client"
+	"github.com/roverml/rover/internal/jobconfig"
 	"github.com/roverml/rover/internal/proc"
 	"github.com/roverml/rover/internal/retry"
 	"github.com/roverml/rover/internal/runconfig"
@@ -50,7 +51,7 @@ type StartMaster func(ctx context.Context, spec EmbeddedMaster) (RunningMaster, 
 // hosts for a job without `rover master`, is started with.
 type EmbeddedMaster struct {
 	Job        string
-	Rendezvous client.RendezvousConfig
+	Rendezvous jobconfig.Config
 	// StateDir is the directory of the master's durable state: the
 	// "master" directory in the agent's log directory.
 	StateDir string
@@ -108,7 +109,7 @@ type agent struct {
 
 	// storage is the job's checkpoint storage, as the master's last join
 	// answer said (nil: not joined yet).
-	storage   atomic.Pointer[client.CheckpointStorage]
+	storage   atomic.Pointer[jobconfig.CheckpointStorage]
 	views     *latestView
 	local     *localAPI
 	arenas    *arenas
@@ -342,20 +343,20 @@ func (a *agent) token() (string, error) {
 }
 
 // rendezvous is the rendezvous configuration the agent joins with.
-func (a *agent) rendezvous() client.RendezvousConfig {
-	c := client.RendezvousFromPolicy(a.cfg.Policy())
+func (a *agent) rendezvous() jobconfig.Config {
+	c := a.cfg.Policy().JobConfig()
 	if a.cfg.CheckpointDir != "" {
-		c.Checkpoint = client.CheckpointStorage{URL: a.cfg.CheckpointDir, Keep: a.cfg.CheckpointKeep, KeepDefault: !a.cfg.CheckpointKeepSet}
+		c.Checkpoint = jobconfig.CheckpointStorage{URL: a.cfg.CheckpointDir, Keep: a.cfg.CheckpointKeep, KeepDefault: !a.cfg.CheckpointKeepSet}
 	}
 	return c
 }
 
 // checkpointStorage is the job's checkpoint storage (URL "": none).
-func (a *agent) checkpointStorage() client.CheckpointStorage {
+func (a *agent) checkpointStorage() jobconfig.CheckpointStorage {
 	if s := a.storage.Load(); s != nil {
 		return *s
 	}
-	return client.CheckpointStorage{}
+	return jobconfig.CheckpointStorage{}
 }
 
 func (a *agent) defaultNodeID() string {

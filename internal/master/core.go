@@ -10,8 +10,8 @@ import (
 	"time"
 
 	roverv1 "github.com/roverml/rover/api/rover/v1"
-	"github.com/roverml/rover/internal/client"
 	"github.com/roverml/rover/internal/diagnosis"
+	"github.com/roverml/rover/internal/jobconfig"
 	"github.com/roverml/rover/internal/node"
 	"github.com/roverml/rover/internal/nodecheck"
 	"github.com/roverml/rover/internal/nodemanager"
@@ -29,20 +29,6 @@ type Store interface {
 	Load(ctx context.Context) (store.Contents, error)
 }
 
-// jobConfig is the rendezvous and liveness configuration of a job.
-type jobConfig struct {
-	Rendezvous rendezvous.Config `json:"rendezvous"`
-	Nodes      node.Config       `json:"nodes"`
-	// Checkpoint is where the job's checkpoints go (none when its URL is
-	// empty): requests name steps, and the master and agents use this.
-	Checkpoint client.CheckpointStorage `json:"checkpoint,omitzero"`
-	// NodeCheck is the job's pre-flight node check (nil: none).
-	NodeCheck *client.NodeCheck `json:"node_check,omitempty"`
-	// Hang is the job's hang detection (progress.go); absent from the
-	// journals of earlier Rovers, where it is off.
-	Hang client.HangConfig `json:"hang,omitzero"`
-}
-
 // maxFailuresKept bounds the failure records the master keeps for reports.
 const maxFailuresKept = 64
 
@@ -54,7 +40,7 @@ type core struct {
 	mu       sync.Mutex
 	store    Store
 	runID    string
-	cfg      *jobConfig // nil until configured
+	cfg      *jobconfig.Config // nil until configured
 	rdzv     *rendezvous.Machine
 	expect   int // the nodes the node manager runs, for the rendezvous (eventFleet)
 	nodes    *node.Table
@@ -350,7 +336,7 @@ func blameWindow(cfg node.Config) time.Duration {
 	return cfg.DisconnectGrace + blameMargin
 }
 
-func (c *core) configureLocked(cfg *jobConfig, now time.Time) error {
+func (c *core) configureLocked(cfg *jobconfig.Config, now time.Time) error {
 	if c.rdzv != nil {
 		return nil
 	}
@@ -389,25 +375,22 @@ func (c *core) changedLocked() {
 
 // configure sets the job's configuration unless it is set already, in which
 // case cfg must agree with it.
-func (c *core) configure(ctx context.Context, cfg jobConfig, now time.Time) error {
+func (c *core) configure(ctx context.Context, cfg jobconfig.Config, now time.Time) error {
 	c.mu.Lock()
 	set := c.cfg
 	c.mu.Unlock()
 	if set != nil {
-		return set.agrees(cfg)
+		return settingsAgree(set, &cfg)
 	}
 	if err := cfg.Rendezvous.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", errInvalid, err)
 	}
 	var agreed error
 	err := c.propose(ctx, &event{Type: eventConfigure, Time: now, Config: &cfg}, func(error) {
-		agreed = c.cfg.agrees(cfg) // another agent's configuration may have come first
+		agreed = settingsAgree(c.cfg, &cfg) // another agent's configuration may have come first
 	})
 	return errors.Join(err, agreed)
 }
-
-// agrees compares the settings b asks for with a's, the job's.
-func (a *jobConfig) agrees(b jobConfig) error { return settingsAgree(a, &b) }
 
 // join adds a node to the rendezvous. A repeated request for a round the node
 // already belongs to is answered without a transition.
@@ -490,27 +473,27 @@ func (c *core) connected(id string, open bool, now time.Time) error {
 // storage and that world's size. The round must be the last closed one
 // (reports of a world that a failure stopped still count while the next
 // round gathers: the agents drain them before they join it).
-func (c *core) checkpointWorld(nodeID string, round, rank int) (client.CheckpointStorage, int, error) {
+func (c *core) checkpointWorld(nodeID string, round, rank int) (jobconfig.CheckpointStorage, int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.rdzv == nil {
-		return client.CheckpointStorage{}, 0, errNotConfigured
+		return jobconfig.CheckpointStorage{}, 0, errNotConfigured
 	}
 	mb, worldRound, worldSize, ok := c.rdzv.WorldMember(nodeID)
 	switch {
 	case !ok:
-		return client.CheckpointStorage{}, 0, fmt.Errorf("%w: node %q is not in the world of round %d", errStaleRound, nodeID, worldRound)
+		return jobconfig.CheckpointStorage{}, 0, fmt.Errorf("%w: node %q is not in the world of round %d", errStaleRound, nodeID, worldRound)
 	case round != worldRound:
-		return client.CheckpointStorage{}, 0, fmt.Errorf("%w: the report is for round %d, but the last world is round %d's", errStaleRound, round, worldRound)
+		return jobconfig.CheckpointStorage{}, 0, fmt.Errorf("%w: the report is for round %d, but the last world is round %d's", errStaleRound, round, worldRound)
 	case rank < mb.RankOffset || rank >= mb.RankOffset+mb.LocalWorldSize:
-		return client.CheckpointStorage{}, 0, invalid("rank %d is not one of node %q's ranks in round %d (%d to %d)",
+		return jobconfig.CheckpointStorage{}, 0, invalid("rank %d is not one of node %q's ranks in round %d (%d to %d)",
 			rank, nodeID, round, mb.RankOffset, mb.RankOffset+mb.LocalWorldSize-1)
 	}
 	return c.cfg.Checkpoint, worldSize, nil
 }
 
 // config returns the job's configuration, or nil before it is configured.
-func (c *core) config() *jobConfig {
+func (c *core) config() *jobconfig.Config {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.cfg == nil {

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	roverv1 "github.com/roverml/rover/api/rover/v1"
+	"github.com/roverml/rover/internal/jobconfig/configwire"
 	"github.com/roverml/rover/internal/rendezvous"
 )
 
@@ -77,7 +78,7 @@ func (c *core) job() *roverv1.GetJobResponse {
 	r.RestartCount = int32(s.Restarts)
 	r.MaxRestarts = int32(s.MaxRestarts)
 	r.Failures = c.failures
-	r.Rendezvous = RendezvousProto(*c.cfg)
+	r.Rendezvous = configwire.ToProto(*c.cfg)
 	ids := make([]string, 0, len(c.addrs))
 	for id := range c.addrs {
 		ids = append(ids, id)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/roverml/rover/internal/jobconfig"
 	"github.com/roverml/rover/internal/rendezvous"
 )
 
@@ -24,7 +25,7 @@ type event struct {
 	Node   string    `json:"node,omitempty"`
 	Round  int       `json:"round,omitempty"`
 	// Config is set on eventConfigure.
-	Config *jobConfig `json:"config,omitempty"`
+	Config *jobconfig.Config `json:"config,omitempty"`
 	// Join and Snapshots are set on eventJoin.
 	Join      *rendezvous.JoinRequest `json:"join,omitempty"`
 	Snapshots []memorySnapshot        `json:"snapshots,omitempty"`

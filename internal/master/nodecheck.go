@@ -7,7 +7,7 @@ import (
 	"time"
 
 	roverv1 "github.com/roverml/rover/api/rover/v1"
-	"github.com/roverml/rover/internal/client"
+	"github.com/roverml/rover/internal/jobconfig"
 	"github.com/roverml/rover/internal/nodecheck"
 	"github.com/roverml/rover/internal/nodemanager"
 	"github.com/roverml/rover/internal/rendezvous"
@@ -240,7 +240,7 @@ func (c *core) nodeCheck() *nodecheck.Check {
 	return c.check.Last()
 }
 
-func describeNodeCheck(c *client.NodeCheck) string {
+func describeNodeCheck(c *jobconfig.NodeCheck) string {
 	if c == nil {
 		return "off"
 	}

@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	roverv1 "github.com/roverml/rover/api/rover/v1"
+	"github.com/roverml/rover/internal/jobconfig"
 	"github.com/roverml/rover/internal/node"
 	"github.com/roverml/rover/internal/nodecheck"
 	"github.com/roverml/rover/internal/rendezvous"
@@ -23,7 +24,7 @@ const stateSchema = 1
 type coreState struct {
 	Schema       int                         `json:"schema"`
 	RunID        string                      `json:"run_id"`
-	Config       *jobConfig                  `json:"config,omitempty"`
+	Config       *jobconfig.Config           `json:"config,omitempty"`
 	Rendezvous   json.RawMessage             `json:"rendezvous,omitempty"`
 	Addrs        map[string]string           `json:"addrs,omitempty"`
 	KV           map[string][]byte           `json:"kv,omitempty"`
