@@ -9,14 +9,13 @@ import (
 	"sync"
 	"time"
 
-	roverv1 "github.com/roverml/rover/api/rover/v1"
 	"github.com/roverml/rover/internal/diagnosis"
 	"github.com/roverml/rover/internal/jobconfig"
+	"github.com/roverml/rover/internal/master/jobstate"
 	"github.com/roverml/rover/internal/node"
 	"github.com/roverml/rover/internal/nodecheck"
 	"github.com/roverml/rover/internal/nodemanager"
 	"github.com/roverml/rover/internal/rendezvous"
-	"github.com/roverml/rover/internal/shard"
 	"github.com/roverml/rover/internal/store"
 )
 
@@ -29,12 +28,10 @@ type Store interface {
 	Load(ctx context.Context) (store.Contents, error)
 }
 
-// maxFailuresKept bounds the failure records the master keeps for reports.
-const maxFailuresKept = 64
-
-// core is the master's state: the state machines plus the key-value store and
-// failure records, behind one mutex. Every method takes the time from its
-// caller. Changes that matter to node views close the views channel, waking
+// core is the master's state behind one mutex: the sub-states of package
+// jobstate (keys, memory snapshots, failures, datasets) and the state the
+// core still holds itself (the rendezvous, the node table, the node check,
+// the fleet's view). Every method takes the time from its caller. Changes that matter to node views close the views channel, waking
 // the push streams; key changes close the keys channel.
 type core struct {
 	mu       sync.Mutex
@@ -45,10 +42,8 @@ type core struct {
 	expect   int // the nodes the node manager runs, for the rendezvous (eventFleet)
 	nodes    *node.Table
 	addrs    map[string]string
-	kv       map[string][]byte
-	kvBytes  int // the values' bytes in kv
-	failures []*roverv1.WorkerFailure
-	diag     diagnosis.History // the diagnoses of the rounds that failed
+	kv       *jobstate.Keys
+	failures *jobstate.Failures // and the diagnoses of the rounds that failed
 	status   rendezvous.Status
 	views    chan struct{}
 	version  uint64 // of the node views
@@ -59,16 +54,15 @@ type core struct {
 	// job runs none.
 	check *nodecheck.Machine
 
-	shards *shard.Machine
-	// leaseHolders are the workers that leased shards since their last restart.
-	leaseHolders map[string]struct{}
-	shardOut     shardOutcome
-	batchOut     batchOutcome
+	// datasets is the shard machine and the lease holders; shardOut and
+	// batchOut are the outcome of the last dataset event, for its caller.
+	datasets *jobstate.Datasets
+	shardOut jobstate.ShardOutcome
+	batchOut batchOutcome
 
-	// held is each node's flash-checkpoint snapshots in memory, as of its
-	// last join; memory is the step agreed for the last closed round.
-	held   map[string][]memorySnapshot
-	memory memoryAgreement
+	// memory is the nodes' flash-checkpoint snapshots and the step
+	// agreed for the last closed round.
+	memory *jobstate.Memory
 
 	// The node manager's side (fleetstate.go). fleet is its journaled
 	// state; fleetOn says the master owns the job's nodes; caps is what
@@ -92,15 +86,15 @@ func newCore(runID string, store Store) *core {
 		store:   store,
 		runID:   runID,
 		addrs:   map[string]string{},
-		kv:      map[string][]byte{},
+		kv:      jobstate.NewKeys(),
 		views:   make(chan struct{}),
 		keys:    make(chan struct{}),
 		commits: committer{failed: make(chan struct{}), every: minSnapshotEvery},
 
-		shards:       shard.New(),
-		leaseHolders: map[string]struct{}{},
-		held:         map[string][]memorySnapshot{},
-		noticeCh:     make(chan struct{}, 1),
+		datasets: jobstate.NewDatasets(),
+		memory:   jobstate.NewMemory(),
+		failures: jobstate.NewFailures(),
+		noticeCh: make(chan struct{}, 1),
 	}
 }
 
@@ -178,7 +172,7 @@ func (c *core) restore(ctx context.Context, now time.Time) (int, error) {
 // earlier Rover (the first n records), whose shuffled orders differ from
 // this one's: no shuffled dataset may be part-way through an epoch in it.
 func (c *core) checkOldOrdersLocked(n int) error {
-	if err := c.shards.CheckOldOrders(); err != nil {
+	if err := c.datasets.Machine().CheckOldOrders(); err != nil {
 		return fmt.Errorf("replay the %d journal records of an earlier Rover: %w", n, err)
 	}
 	return nil
@@ -217,7 +211,7 @@ func (c *core) checkLocked(e *event) error {
 		}
 		return c.checkEventLocked(e)
 	case eventSetKey:
-		return c.checkKeyLimitsLocked(e.Key, len(e.Value))
+		return c.kv.Check(e.Key, len(e.Value))
 	}
 	if c.rdzv == nil {
 		return errNotConfigured
@@ -254,7 +248,7 @@ func (c *core) transitionLocked(e *event) error {
 		if err == nil {
 			c.addrs[e.Join.NodeID] = e.Join.Addr
 			c.nodes.Seen(e.Join.NodeID, e.Time)
-			c.held[e.Join.NodeID] = e.Snapshots
+			c.memory.Joined(e.Join.NodeID, e.Snapshots)
 		}
 	case eventNodeLost:
 		mb, worldRound, _, member := c.rdzv.WorldMember(e.Node)
@@ -262,8 +256,8 @@ func (c *core) transitionLocked(e *event) error {
 			c.blameLossLocked(e, mb, worldRound)
 		}
 		c.nodes.Lose(e.Node, e.Reason)
-		delete(c.held, e.Node)
-		c.requeueLocked(e.Node, e.Time)
+		c.memory.Lost(e.Node)
+		c.datasets.NodeLost(e.Node, e.Time)
 		if !e.Planned { // the node manager removed it itself
 			c.noticeLocked(fleetNotice{lost: true, node: e.Node, reason: e.Reason})
 		}
@@ -279,8 +273,7 @@ func (c *core) transitionLocked(e *event) error {
 	case eventNodeSucceeded:
 		err = c.rdzv.NodeSucceeded(e.Node, e.Round, e.Time)
 	case eventSetKey:
-		c.kvBytes += len(e.Value) - len(c.kv[e.Key])
-		c.kv[e.Key] = e.Value
+		c.kv.Set(e.Key, e.Value)
 		close(c.keys)
 		c.keys = make(chan struct{})
 	case eventTick:
@@ -353,19 +346,6 @@ func (c *core) configureLocked(cfg *jobconfig.Config, now time.Time) error {
 	return nil
 }
 
-// checkKeyLimitsLocked refuses a key that would take the key-value store
-// past its limits.
-func (c *core) checkKeyLimitsLocked(key string, size int) error {
-	old, exists := c.kv[key]
-	switch {
-	case !exists && len(c.kv) >= maxKeys:
-		return fmt.Errorf("%w: the key-value store holds %d keys, the most a job may have", errLimit, maxKeys)
-	case c.kvBytes-len(old)+size > maxKeyBytes:
-		return fmt.Errorf("%w: the key-value store's values would take more than %d bytes", errLimit, maxKeyBytes)
-	}
-	return nil
-}
-
 // changedLocked wakes every push stream.
 func (c *core) changedLocked() {
 	c.version++
@@ -394,7 +374,7 @@ func (c *core) configure(ctx context.Context, cfg jobconfig.Config, now time.Tim
 
 // join adds a node to the rendezvous. A repeated request for a round the node
 // already belongs to is answered without a transition.
-func (c *core) join(ctx context.Context, req rendezvous.JoinRequest, snaps []memorySnapshot, round int, now time.Time) (nodeRank, joinedRound int, err error) {
+func (c *core) join(ctx context.Context, req rendezvous.JoinRequest, snaps []jobstate.MemorySnapshot, round int, now time.Time) (nodeRank, joinedRound int, err error) {
 	c.mu.Lock()
 	if c.rdzv == nil {
 		c.mu.Unlock()
@@ -420,8 +400,8 @@ func (c *core) join(ctx context.Context, req rendezvous.JoinRequest, snaps []mem
 func (c *core) tick(ctx context.Context, now time.Time) error {
 	var events []*event
 	c.mu.Lock()
-	if d, ok := c.shards.NextDeadline(); ok && !now.Before(d) {
-		events = append(events, &event{Type: eventShardTick, Time: now, Shard: &shardEvent{}})
+	if d, ok := c.datasets.Machine().NextDeadline(); ok && !now.Before(d) {
+		events = append(events, &event{Type: eventShardTick, Time: now, Shard: &jobstate.ShardEvent{}})
 	}
 	if c.rdzv != nil {
 		for _, lost := range c.nodes.Tick(now) {

@@ -6,6 +6,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/roverml/rover/internal/ckpt"
+	"github.com/roverml/rover/internal/master/jobstate"
 	"github.com/roverml/rover/internal/rendezvous"
 	"github.com/roverml/rover/internal/shard"
 )
@@ -29,7 +30,7 @@ var (
 	errConfigMismatch = errors.New("rendezvous settings differ from the job's")
 	// errLimit is returned when a request would take the job past one of
 	// the master's limits on its state.
-	errLimit = errors.New("over the master's limit")
+	errLimit = jobstate.ErrLimit
 	// errNoStorage: a checkpoint was reported in a job without storage.
 	errNoStorage = errors.New("no checkpoint storage")
 	// errStaleRound: a checkpoint report names a round or node that is not

@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	roverv1 "github.com/roverml/rover/api/rover/v1"
+	"github.com/roverml/rover/internal/master/jobstate"
 	"github.com/roverml/rover/internal/nodecheck"
 	"github.com/roverml/rover/internal/nodemanager"
 	"github.com/roverml/rover/internal/shard"
@@ -177,9 +178,9 @@ func checkFixtureDetails(t *testing.T, c *core) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(c.held["a"]) != 2 || c.memory.step != 8 || !c.memory.ok || len(c.leaseHolders) != 1 || c.fleet == nil || c.diag.Len() != 1 {
-		t.Errorf("held %v, memory %+v, lease holders %v, fleet %d bytes, %d diagnoses: want all set",
-			c.held, c.memory, c.leaseHolders, len(c.fleet), c.diag.Len())
+	if step, ok := c.memory.Step(4); len(c.memory.Held()["a"]) != 2 || step != 8 || !ok || len(c.datasets.Holders()) != 1 || c.fleet == nil || c.failures.History().Len() != 1 {
+		t.Errorf("held %v, memory %v, lease holders %v, fleet %d bytes, %d diagnoses: want all set",
+			c.memory.Held(), c.memory.Agreement(), c.datasets.Holders(), len(c.fleet), c.failures.History().Len())
 	}
 }
 
@@ -197,10 +198,10 @@ func viewsOf(t *testing.T, c *core) fixtureViews {
 		}
 	}
 	c.mu.Lock()
-	for k, v := range c.kv {
+	for k, v := range c.kv.Map() {
 		out.Keys[k] = string(v)
 	}
-	datasets := c.shards.Datasets()
+	datasets := c.datasets.Machine().Datasets()
 	c.mu.Unlock()
 	for _, d := range datasets {
 		if out.Datasets[d], err = c.datasetStatus(d); err != nil {
@@ -289,9 +290,9 @@ func writeFixture(t *testing.T) {
 		t.Helper()
 		req, _, err := validateJoin(&roverv1.JoinRequest{NodeId: id, RequestedRank: -1, LocalWorldSize: 2, Addr: "10.0.0." + id, Rendezvous: rc})
 		must("validate join", err)
-		held := []memorySnapshot{
-			{LocalRank: 0, Step: snapStep, Rank: 0, WorldSize: 4, Mode: modeReplicated},
-			{LocalRank: 1, Step: snapStep, Rank: 1, WorldSize: 4, Mode: modeReplicated},
+		held := []jobstate.MemorySnapshot{
+			{LocalRank: 0, Step: snapStep, Rank: 0, WorldSize: 4, Mode: jobstate.ModeReplicated},
+			{LocalRank: 1, Step: snapStep, Rank: 1, WorldSize: 4, Mode: jobstate.ModeReplicated},
 		}
 		_, _, err = c.join(ctx, req, held, round, step(100*time.Millisecond))
 		must("join "+id, err)
@@ -337,29 +338,29 @@ func writeFixture(t *testing.T) {
 	must("declare storage", err)
 
 	train := shard.Dataset{Name: "train", Size: 1000, BatchSize: 10, ShardSize: 100, Epochs: 2, Shuffle: true, Seed: 7, Mode: shard.Leased, LeaseTimeout: time.Minute}
-	_, err = c.shardCall(ctx, &event{Type: eventRegisterDataset, Time: step(time.Second), Shard: &shardEvent{Dataset: "train", Spec: &train}})
+	_, err = c.shardCall(ctx, &event{Type: eventRegisterDataset, Time: step(time.Second), Shard: &jobstate.ShardEvent{Dataset: "train", Spec: &train}})
 	must("register", err)
 	lease := func(worker string, max int) []shard.Lease {
 		t.Helper()
-		out, err := c.shardCall(ctx, &event{Type: eventLease, Time: step(time.Second), Shard: &shardEvent{Dataset: "train", Worker: worker, Max: max}})
+		out, err := c.shardCall(ctx, &event{Type: eventLease, Time: step(time.Second), Shard: &jobstate.ShardEvent{Dataset: "train", Worker: worker, Max: max}})
 		must("lease", err)
-		return out.lease.Shards
+		return out.Lease.Shards
 	}
 	complete := func(worker string, ls []shard.Lease, ok bool) {
 		t.Helper()
-		var rs []shardResult
+		var rs []jobstate.ShardResult
 		for _, l := range ls {
-			rs = append(rs, shardResult{ID: l.ID, OK: ok})
+			rs = append(rs, jobstate.ShardResult{ID: l.ID, OK: ok})
 		}
-		_, err := c.shardCall(ctx, &event{Type: eventCompleteShards, Time: step(time.Second), Shard: &shardEvent{Dataset: "train", Worker: worker, Results: rs}})
+		_, err := c.shardCall(ctx, &event{Type: eventCompleteShards, Time: step(time.Second), Shard: &jobstate.ShardEvent{Dataset: "train", Worker: worker, Results: rs}})
 		must("complete", err)
 	}
 	complete("a/0", lease("a/0", 2), true)
 	complete("b/0", lease("b/0", 1), false)
 	held := lease("b/0", 1)
-	_, _, err = c.shardBatch(ctx, step(time.Second), []batchOp{
-		{Type: eventCompleteShards, Shard: &shardEvent{Dataset: "train", Worker: "b/0", Results: []shardResult{{ID: held[0].ID, OK: true}}}},
-		{Type: eventLease, Shard: &shardEvent{Dataset: "train", Worker: "b/0", Max: 1, Request: 1}},
+	_, _, err = c.shardBatch(ctx, step(time.Second), []jobstate.BatchOp{
+		{Type: jobstate.BatchComplete, Shard: &jobstate.ShardEvent{Dataset: "train", Worker: "b/0", Results: []jobstate.ShardResult{{ID: held[0].ID, OK: true}}}},
+		{Type: jobstate.BatchLease, Shard: &jobstate.ShardEvent{Dataset: "train", Worker: "b/0", Max: 1, Request: 1}},
 	})
 	must("batch", err)
 

@@ -5,6 +5,7 @@ import (
 
 	roverv1 "github.com/roverml/rover/api/rover/v1"
 	"github.com/roverml/rover/internal/diagnosis"
+	"github.com/roverml/rover/internal/master/jobstate"
 	"github.com/roverml/rover/internal/nodemanager"
 )
 
@@ -47,14 +48,14 @@ func (c *core) takeNotices() []fleetNotice {
 // noticeDiagnosisLocked queues the node action a failed round's diagnosis
 // calls for, if any. fs are the round's failures; the root failure's node
 // is the one among them at the root's node rank.
-func (c *core) noticeDiagnosisLocked(d diagnosis.Decision, fs []*roverv1.WorkerFailure) {
+func (c *core) noticeDiagnosisLocked(d diagnosis.Decision, fs []jobstate.Failure) {
 	if d.FailFast {
 		return
 	}
 	var node, host string
 	for _, f := range fs {
-		if int(f.GetNodeRank()) == d.Root.NodeRank && f.GetNodeId() != "" {
-			node, host = f.GetNodeId(), f.GetHost()
+		if f.NodeRank == d.Root.NodeRank && f.NodeID != "" {
+			node, host = f.NodeID, f.Host
 			break
 		}
 	}

@@ -115,8 +115,8 @@ func (c *core) excludeLocked(ch *nodecheck.Check, now time.Time) {
 		reason := fmt.Sprintf("the node check found it %s: %s", v.Kind, v.Reason)
 		c.rdzv.NodeLostSince(v.Node, time.Time{}, now)
 		c.nodes.Lose(v.Node, reason)
-		delete(c.held, v.Node)
-		c.requeueLocked(v.Node, now)
+		c.memory.Lost(v.Node)
+		c.datasets.NodeLost(v.Node, now)
 		if host := c.hostLocked(v.Node); host != "" {
 			c.noticeLocked(fleetNotice{node: v.Node, reason: reason, action: nodemanager.Action{Kind: nodemanager.MarkHostBad, Host: host, Reason: reason}})
 		}

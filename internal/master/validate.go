@@ -9,6 +9,7 @@ import (
 	roverv1 "github.com/roverml/rover/api/rover/v1"
 	"github.com/roverml/rover/internal/jobconfig"
 	"github.com/roverml/rover/internal/jobconfig/configwire"
+	"github.com/roverml/rover/internal/master/jobstate"
 	"github.com/roverml/rover/internal/rendezvous"
 )
 
@@ -20,11 +21,9 @@ const (
 	maxNodes          = 1 << 20
 	maxKeyLen         = 512
 	maxValueLen       = 1 << 20
-	// maxKeys and maxKeyBytes bound the key-value store: a round adds one
-	// key of a few dozen bytes, so a job goes through tens of thousands of
-	// rounds before it meets them.
-	maxKeys     = 65536
-	maxKeyBytes = 64 << 20
+	// The key-value store's limits (jobstate.Keys).
+	maxKeys     = jobstate.MaxKeys
+	maxKeyBytes = jobstate.MaxKeyBytes
 	// maxDatasets bounds the datasets of one job.
 	maxDatasets    = 256
 	maxWait        = 30 * time.Minute

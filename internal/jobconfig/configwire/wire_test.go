@@ -36,4 +36,3 @@ func TestRendezvousConversions(t *testing.T) {
 		t.Errorf("FromProto(ToProto(c)) != c (-want +got):\n%s", diff)
 	}
 }
-
