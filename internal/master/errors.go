@@ -23,7 +23,7 @@ var ErrStopped = errors.New("the master stopped before the job ended")
 
 var (
 	// errInvalid marks a request with a bad field.
-	errInvalid = errors.New("invalid request")
+	errInvalid = jobstate.ErrInvalid
 	// errNotConfigured is returned before the first agent configured the job.
 	errNotConfigured = errors.New("the job has no rendezvous configuration yet: join first")
 	// errConfigMismatch is returned to an agent whose settings differ from the job's.
