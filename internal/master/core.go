@@ -13,7 +13,6 @@ import (
 	"github.com/roverml/rover/internal/jobconfig"
 	"github.com/roverml/rover/internal/master/jobstate"
 	"github.com/roverml/rover/internal/node"
-	"github.com/roverml/rover/internal/nodecheck"
 	"github.com/roverml/rover/internal/nodemanager"
 	"github.com/roverml/rover/internal/rendezvous"
 	"github.com/roverml/rover/internal/store"
@@ -29,8 +28,8 @@ type Store interface {
 }
 
 // core is the master's state behind one mutex: the sub-states of package
-// jobstate (keys, memory snapshots, failures, datasets) and the state the
-// core still holds itself (the rendezvous, the node table, the node check,
+// jobstate (keys, memory snapshots, failures, datasets, the node check) and
+// the state the core still holds itself (the rendezvous, the node table,
 // the fleet's view). Every method takes the time from its caller. Changes that matter to node views close the views channel, waking
 // the push streams; key changes close the keys channel.
 type core struct {
@@ -52,7 +51,7 @@ type core struct {
 
 	// check is the pre-flight node check (nodecheck.go); nil when the
 	// job runs none.
-	check *nodecheck.Machine
+	check *jobstate.NodeCheck
 
 	// datasets is the shard machine and the lease holders; shardOut and
 	// batchOut are the outcome of the last dataset event, for its caller.

@@ -35,7 +35,7 @@ var (
 	errNoStorage = errors.New("no checkpoint storage")
 	// errStaleRound: a checkpoint report names a round or node that is not
 	// the job's current world.
-	errStaleRound = errors.New("not a report of the current world")
+	errStaleRound = jobstate.ErrStaleRound
 	// errUnverified: a step's files in storage are not what was reported.
 	errUnverified = errors.New("checkpoint files do not match the reports")
 	// errUnauthenticated is returned for a missing or wrong token.

@@ -310,7 +310,7 @@ func writeFixture(t *testing.T) {
 		}
 		for _, id := range fixtureNodes {
 			c.mu.Lock()
-			world, stage, groups := c.check.Tasks(id)
+			world, stage, groups := c.check.Machine().Tasks(id)
 			c.mu.Unlock()
 			for _, g := range groups {
 				result := nodecheck.Result{OK: true, Elapsed: time.Second, Compute: time.Second / 2, Collective: time.Second / 2}

@@ -9,7 +9,6 @@ import (
 	roverv1 "github.com/roverml/rover/api/rover/v1"
 	"github.com/roverml/rover/internal/jobconfig"
 	"github.com/roverml/rover/internal/node"
-	"github.com/roverml/rover/internal/nodecheck"
 	"github.com/roverml/rover/internal/rendezvous"
 	"google.golang.org/protobuf/encoding/protojson"
 )
@@ -59,7 +58,7 @@ func (c *core) marshalStateLocked() ([]byte, error) {
 		}
 	}
 	if c.check != nil {
-		if s.NodeCheck, err = c.check.MarshalState(); err != nil {
+		if s.NodeCheck, err = c.check.Machine().MarshalState(); err != nil {
 			return nil, fmt.Errorf("snapshot the node check: %w", err)
 		}
 	}
@@ -108,7 +107,7 @@ func (c *core) restoreStateLocked(b []byte) error {
 		c.status = m.Status()
 		c.check = nil
 		if s.NodeCheck != nil {
-			if c.check, err = nodecheck.Restore(s.NodeCheck); err != nil {
+			if c.check, err = jobstate.RestoreNodeCheck(s.NodeCheck); err != nil {
 				return err
 			}
 		}

@@ -17,10 +17,15 @@
 //     history.
 //   - Datasets (datasets.go): the shard machine, the workers holding
 //     leases, and the applying of a batch of leases and completions.
+//   - NodeCheck (nodecheck.go): the pre-flight node check of each world
+//     that forms, its reports and deadlines, and the check that ended.
 //
-// The rest of the job's state (membership and rounds, checkpoint storage,
-// the node check, the fleet's view) is still held by the master's core; it
-// moves here the same way, one sub-state at a time.
+// The rest of the job's state (membership and rounds, the checkpoint
+// storage in the configuration, the fleet's view) is still held by the
+// master's core, which composes the sub-states and carries the effects of
+// one on the others (a node check that excludes a node loses it from the
+// rendezvous, its memory and its leases); it moves here the same way, one
+// sub-state at a time.
 //
 // A new piece of job state goes here as a sub-state: a type with a method
 // per event (Check before journaling, then the transition), views that
