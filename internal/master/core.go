@@ -2,7 +2,6 @@ package master
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -28,9 +27,9 @@ type Store interface {
 }
 
 // core is the master's state behind one mutex: the sub-states of package
-// jobstate (keys, memory snapshots, failures, datasets, the node check) and
-// the state the core still holds itself (the rendezvous, the node table,
-// the fleet's view). Every method takes the time from its caller. Changes that matter to node views close the views channel, waking
+// jobstate (keys, memory snapshots, failures, datasets, the node check, the
+// fleet) and the state the core still holds itself (the configuration, the
+// rendezvous, the node table and addresses, the fleet's view for GetJob). Every method takes the time from its caller. Changes that matter to node views close the views channel, waking
 // the push streams; key changes close the keys channel.
 type core struct {
 	mu       sync.Mutex
@@ -38,7 +37,6 @@ type core struct {
 	runID    string
 	cfg      *jobconfig.Config // nil until configured
 	rdzv     *rendezvous.Machine
-	expect   int // the nodes the node manager runs, for the rendezvous (eventFleet)
 	nodes    *node.Table
 	addrs    map[string]string
 	kv       *jobstate.Keys
@@ -69,10 +67,9 @@ type core struct {
 	// replays.
 	fleetOn   bool
 	caps      diagnosis.Caps
-	fleet     json.RawMessage
+	fleet     *jobstate.Fleet // the manager's journaled state, the nodes it runs, the notices for it
 	fleetView *nodemanager.Status
 	platform  string
-	notices   []fleetNotice
 	noticeCh  chan struct{}
 	live      bool
 
@@ -93,6 +90,7 @@ func newCore(runID string, store Store) *core {
 		datasets: jobstate.NewDatasets(),
 		memory:   jobstate.NewMemory(),
 		failures: jobstate.NewFailures(),
+		fleet:    jobstate.NewFleet(),
 		noticeCh: make(chan struct{}, 1),
 	}
 }
@@ -233,8 +231,8 @@ func (c *core) transitionLocked(e *event) error {
 	switch e.Type {
 	case eventConfigure:
 		err = c.configureLocked(e.Config, e.Time)
-		if err == nil && c.expect > 0 {
-			c.rdzv.Expect(c.expect, e.Time)
+		if n := c.fleet.Expect(); err == nil && n > 0 {
+			c.rdzv.Expect(n, e.Time)
 		}
 	case eventJoin:
 		mb, worldRound, _, member := c.rdzv.WorldMember(e.Join.NodeID)
@@ -258,7 +256,7 @@ func (c *core) transitionLocked(e *event) error {
 		c.memory.Lost(e.Node)
 		c.datasets.NodeLost(e.Node, e.Time)
 		if !e.Planned { // the node manager removed it itself
-			c.noticeLocked(fleetNotice{lost: true, node: e.Node, reason: e.Reason})
+			c.noticeLocked(jobstate.FleetNotice{Lost: true, Node: e.Node, Reason: e.Reason})
 		}
 	case eventWorkerFailed:
 		cur := c.rdzv.Status()
@@ -278,12 +276,8 @@ func (c *core) transitionLocked(e *event) error {
 	case eventTick:
 		c.rdzv.Tick(e.Time)
 	case eventFleet:
-		c.fleet = e.Fleet
-		if e.Nodes > 0 {
-			c.expect = e.Nodes
-			if c.rdzv != nil {
-				c.rdzv.Expect(e.Nodes, e.Time)
-			}
+		if c.fleet.Save(e.Fleet, e.Nodes) && c.rdzv != nil {
+			c.rdzv.Expect(e.Nodes, e.Time)
 		}
 	case eventFailNodes:
 		c.rdzv.FailNodes(e.Reason)

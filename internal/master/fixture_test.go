@@ -178,9 +178,9 @@ func checkFixtureDetails(t *testing.T, c *core) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if step, ok := c.memory.Step(4); len(c.memory.Held()["a"]) != 2 || step != 8 || !ok || len(c.datasets.Holders()) != 1 || c.fleet == nil || c.failures.History().Len() != 1 {
+	if step, ok := c.memory.Step(4); len(c.memory.Held()["a"]) != 2 || step != 8 || !ok || len(c.datasets.Holders()) != 1 || c.fleet.Saved() == nil || c.failures.History().Len() != 1 {
 		t.Errorf("held %v, memory %v, lease holders %v, fleet %d bytes, %d diagnoses: want all set",
-			c.memory.Held(), c.memory.Agreement(), c.datasets.Holders(), len(c.fleet), c.failures.History().Len())
+			c.memory.Held(), c.memory.Agreement(), c.datasets.Holders(), len(c.fleet.Saved()), c.failures.History().Len())
 	}
 }
 

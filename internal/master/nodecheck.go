@@ -99,9 +99,9 @@ func (c *core) excludeLocked(ch *nodecheck.Check, now time.Time) {
 		c.memory.Lost(v.Node)
 		c.datasets.NodeLost(v.Node, now)
 		if host := c.hostLocked(v.Node); host != "" {
-			c.noticeLocked(fleetNotice{node: v.Node, reason: reason, action: nodemanager.Action{Kind: nodemanager.MarkHostBad, Host: host, Reason: reason}})
+			c.noticeLocked(jobstate.FleetNotice{Node: v.Node, Reason: reason, Action: nodemanager.Action{Kind: nodemanager.MarkHostBad, Host: host, Reason: reason}})
 		}
-		c.noticeLocked(fleetNotice{node: v.Node, reason: reason, action: nodemanager.Action{Kind: nodemanager.RelaunchNode, NodeID: v.Node, Reason: reason}})
+		c.noticeLocked(jobstate.FleetNotice{Node: v.Node, Reason: reason, Action: nodemanager.Action{Kind: nodemanager.RelaunchNode, NodeID: v.Node, Reason: reason}})
 	}
 }
 

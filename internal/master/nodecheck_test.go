@@ -123,8 +123,8 @@ func TestNodeCheckExcludesTheFaultyNodeAndReplays(t *testing.T) {
 	}
 	var kinds []nodemanager.ActionKind
 	for _, n := range c.takeNotices() {
-		if n.node == "c" {
-			kinds = append(kinds, n.action.Kind)
+		if n.Node == "c" {
+			kinds = append(kinds, n.Action.Kind)
 		}
 	}
 	if !slices.Equal(kinds, []nodemanager.ActionKind{nodemanager.MarkHostBad, nodemanager.RelaunchNode}) {

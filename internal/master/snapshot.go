@@ -49,7 +49,7 @@ func (c *core) marshalStateLocked() ([]byte, error) {
 		Schema: stateSchema, RunID: c.runID, Config: c.cfg,
 		Addrs: c.addrs, KV: c.kv.Map(), Held: c.memory.Held(),
 		Memory: &memoryJSON{Round: agreed.Round, Step: agreed.Step, OK: agreed.OK},
-		Fleet:  c.fleet,
+		Fleet:  c.fleet.Saved(),
 	}
 	var err error
 	if c.rdzv != nil {
@@ -133,7 +133,7 @@ func (c *core) restoreStateLocked(b []byte) error {
 		history = *s.Diagnosis
 	}
 	c.failures = jobstate.RestoreFailures(failures, history)
-	c.fleet = s.Fleet
+	c.fleet = jobstate.RestoreFleet(s.Fleet)
 	var agreed jobstate.MemoryAgreement
 	if s.Memory != nil {
 		agreed = jobstate.MemoryAgreement{Round: s.Memory.Round, Step: s.Memory.Step, OK: s.Memory.OK}

@@ -19,10 +19,13 @@
 //     leases, and the applying of a batch of leases and completions.
 //   - NodeCheck (nodecheck.go): the pre-flight node check of each world
 //     that forms, its reports and deadlines, and the check that ended.
+//   - Fleet (fleet.go): the node manager's journaled state, the nodes it
+//     runs, and the notices queued for it (a lost agent, a diagnosis's
+//     relaunch).
 //
-// The rest of the job's state (membership and rounds, the checkpoint
-// storage in the configuration, the fleet's view) is still held by the
-// master's core, which composes the sub-states and carries the effects of
+// The rest of the job's state (membership and rounds: the rendezvous, the
+// node table and the nodes' addresses; the configuration and its
+// checkpoint storage) is still held by the master's core, which composes the sub-states and carries the effects of
 // one on the others (a node check that excludes a node loses it from the
 // rendezvous, its memory and its leases); it moves here the same way, one
 // sub-state at a time.
