@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/roverml/rover/internal/client"
+	"github.com/roverml/rover/internal/jobconfig"
 	"github.com/roverml/rover/internal/kubemaster"
 	"github.com/roverml/rover/internal/master"
 	"github.com/roverml/rover/internal/runconfig"
@@ -117,10 +117,10 @@ func TestMasterFlags(t *testing.T) {
 		// worker's Checkpointer(dir, keep) may still declare.
 		{"checkpoint dir, default keep", []string{"--checkpoint-dir", "/ckpt/j"},
 			masterConfig{Listen: "127.0.0.1:29400", Job: "none", Linger: 5 * time.Second,
-				Checkpoint: client.CheckpointStorage{URL: "/ckpt/j", Keep: 1, KeepDefault: true}}},
+				Checkpoint: jobconfig.CheckpointStorage{URL: "/ckpt/j", Keep: 1, KeepDefault: true}}},
 		{"checkpoint dir and keep", []string{"--checkpoint-dir", "/ckpt/j", "--checkpoint-keep", "1"},
 			masterConfig{Listen: "127.0.0.1:29400", Job: "none", Linger: 5 * time.Second,
-				Checkpoint: client.CheckpointStorage{URL: "/ckpt/j", Keep: 1}}},
+				Checkpoint: jobconfig.CheckpointStorage{URL: "/ckpt/j", Keep: 1}}},
 		{"Kubernetes API limits", []string{"--state-kube", "ns/s", "--kube-api-qps", "50.5", "--kube-api-burst", "60"},
 			masterConfig{Listen: "127.0.0.1:29400", Job: "none", Linger: 5 * time.Second, KubeQPS: 50.5, KubeBurst: 60,
 				StateKube: struct{ Namespace, Name string }{"ns", "s"}}},

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/roverml/rover/internal/client"
+	"github.com/roverml/rover/internal/jobconfig"
 	"github.com/roverml/rover/internal/master"
 	"github.com/roverml/rover/internal/userfile"
 )
@@ -136,9 +137,9 @@ func (c *masterConfig) openState(ctx context.Context, log *slog.Logger) (master.
 // for, serving with token and tc and keeping its state in st (nil: in
 // --state-dir, or in memory).
 func (c *masterConfig) toMasterConfig(token string, tc *tls.Config, st master.Store, log *slog.Logger) master.Config {
-	var preset *master.RendezvousPreset
+	var preset *jobconfig.Config
 	if c.Preset != nil {
-		p := master.RendezvousPreset(client.RendezvousFromPolicy(*c.Preset))
+		p := c.Preset.JobConfig()
 		preset = &p
 	}
 	return master.Config{

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/roverml/rover/internal/ckpt"
-	"github.com/roverml/rover/internal/client"
+	"github.com/roverml/rover/internal/jobconfig"
 	"github.com/roverml/rover/internal/kubemaster"
 	"github.com/roverml/rover/internal/runconfig"
 )
@@ -35,7 +35,7 @@ type masterConfig struct {
 	// the first agent's.
 	Preset *runconfig.Policy
 	// Checkpoint is --checkpoint-dir (absolute) and --checkpoint-keep.
-	Checkpoint client.CheckpointStorage
+	Checkpoint jobconfig.CheckpointStorage
 	// Platform is --platform: "" (agents are started by someone else) or
 	// "kubernetes" (the master creates the ElasticJob's worker pods).
 	Platform string

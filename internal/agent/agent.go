@@ -19,6 +19,7 @@ import (
 	"github.com/roverml/rover/internal/agent/privdir"
 	"github.com/roverml/rover/internal/agent/stacks"
 	"github.com/roverml/rover/internal/client"
+	"github.com/roverml/rover/internal/jobconfig"
 	"github.com/roverml/rover/internal/retry"
 	"github.com/roverml/rover/internal/runconfig"
 	"github.com/roverml/rover/internal/shardbatch"
@@ -50,7 +51,7 @@ type StartMaster func(ctx context.Context, spec EmbeddedMaster) (RunningMaster, 
 // hosts for a job without `rover master`, is started with.
 type EmbeddedMaster struct {
 	Job        string
-	Rendezvous client.RendezvousConfig
+	Rendezvous jobconfig.Config
 	// StateDir is the directory of the master's durable state: the
 	// "master" directory in the agent's log directory.
 	StateDir string
@@ -173,10 +174,10 @@ func (a *agent) token() (string, error) {
 }
 
 // rendezvous is the rendezvous configuration the agent joins with.
-func (a *agent) rendezvous() client.RendezvousConfig {
-	c := client.RendezvousFromPolicy(a.cfg.Policy())
+func (a *agent) rendezvous() jobconfig.Config {
+	c := a.cfg.Policy().JobConfig()
 	if a.cfg.CheckpointDir != "" {
-		c.Checkpoint = client.CheckpointStorage{URL: a.cfg.CheckpointDir, Keep: a.cfg.CheckpointKeep, KeepDefault: !a.cfg.CheckpointKeepSet}
+		c.Checkpoint = jobconfig.CheckpointStorage{URL: a.cfg.CheckpointDir, Keep: a.cfg.CheckpointKeep, KeepDefault: !a.cfg.CheckpointKeepSet}
 	}
 	return c
 }

@@ -5,7 +5,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/roverml/rover/internal/client"
+	"github.com/roverml/rover/internal/jobconfig"
 )
 
 // placement is one worker's place in a round's world.
@@ -32,7 +32,7 @@ type placement struct {
 	NodeID         string
 	// Checkpoint is the job's checkpoint storage: workers may check the
 	// location they expect against it, but their requests name steps only.
-	Checkpoint client.CheckpointStorage
+	Checkpoint jobconfig.CheckpointStorage
 }
 
 // workerEnv returns the environment of one worker: the agent's own

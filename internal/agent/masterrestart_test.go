@@ -15,7 +15,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/roverml/rover/internal/agent"
 	"github.com/roverml/rover/internal/agent/standalone"
-	"github.com/roverml/rover/internal/client"
+	"github.com/roverml/rover/internal/jobconfig"
 	"github.com/roverml/rover/internal/master"
 	"github.com/roverml/rover/internal/node"
 	"github.com/roverml/rover/internal/rendezvous"
@@ -209,11 +209,11 @@ func TestStandaloneMasterSpec(t *testing.T) {
 	}
 	want := agent.EmbeddedMaster{
 		Job: "sd",
-		Rendezvous: client.RendezvousConfig{
+		Rendezvous: jobconfig.Config{
 			Rendezvous: rendezvous.Config{MinNodes: 1, MaxNodes: 1, NodeUnit: 1, MaxRestarts: 2,
 				LastCall: 30 * time.Second, JoinTimeout: 600 * time.Second},
 			Nodes: node.Config{HeartbeatTimeout: 30 * time.Second, DisconnectGrace: 5 * time.Second},
-			Hang:  client.HangConfig{Timeout: 5 * time.Minute, Policy: 1},
+			Hang:  jobconfig.Hang{Timeout: 5 * time.Minute, Policy: 1},
 		},
 	}
 	runs, _ := filepath.Glob(filepath.Join(logDir, "sd_*"))

@@ -10,6 +10,7 @@ import (
 	"connectrpc.com/connect"
 	roverv1 "github.com/roverml/rover/api/rover/v1"
 	"github.com/roverml/rover/internal/client"
+	"github.com/roverml/rover/internal/jobconfig/configwire"
 	"github.com/roverml/rover/internal/retry"
 )
 
@@ -41,7 +42,7 @@ func (a *agent) joinRequest(round int) *roverv1.JoinRequest {
 		LocalWorldSize: int32(a.cfg.NprocPerNode),
 		Addr:           a.host,
 		Round:          int64(round),
-		Rendezvous:     client.RendezvousProto(a.rendezvous()),
+		Rendezvous:     configwire.ToProto(a.rendezvous()),
 		RunId:          a.cfg.RunID,
 		Snapshots:      a.ckpt.Inventory(),
 	}
@@ -268,7 +269,7 @@ func (a *agent) heartbeats(ctx context.Context, stream *connect.BidiStreamForCli
 
 func (a *agent) recordJoin(r *roverv1.JoinResponse, asked int) {
 	rank, round := int(r.GetNodeRank()), int(r.GetRound())
-	a.ckpt.SetStorage(client.CheckpointStorageFromProto(r.GetCheckpoint()))
+	a.ckpt.SetStorage(configwire.StorageFromProto(r.GetCheckpoint()))
 	oldRank, oldRound := a.joined.get()
 	a.joined.set(rank, round)
 	if asked == 0 || oldRank != rank || oldRound != round {

@@ -30,7 +30,7 @@ func TestStoppedAgentPersistsMemory(t *testing.T) {
 			dir, store := t.TempDir(), filepath.Join(t.TempDir(), "ckpts")
 			masters := make(chan *master.Master, 1)
 			start := func(ctx context.Context, spec agent.EmbeddedMaster) (agent.RunningMaster, error) {
-				preset := master.RendezvousPreset(spec.Rendezvous)
+				preset := spec.Rendezvous
 				tok := master.NewToken()
 				m, err := master.New(ctx, master.Config{Listen: "127.0.0.1:0", Job: spec.Job, Token: tok, Preset: &preset,
 					Logger: spec.Logger, Checkpoint: spec.Rendezvous.Checkpoint})

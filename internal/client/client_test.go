@@ -15,15 +15,10 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	"github.com/google/go-cmp/cmp"
 	roverv1 "github.com/roverml/rover/api/rover/v1"
 	"github.com/roverml/rover/api/rover/v1/roverv1connect"
 	"github.com/roverml/rover/internal/client"
-	"github.com/roverml/rover/internal/node"
-	"github.com/roverml/rover/internal/rendezvous"
-	"github.com/roverml/rover/internal/runconfig"
 	"github.com/roverml/rover/internal/testsrc"
-	"google.golang.org/protobuf/testing/protocmp"
 )
 
 // headerMaster answers GetJob and Session with the Authorization header it
@@ -194,29 +189,6 @@ func TestToken(t *testing.T) {
 	}
 	if _, err := client.Token("", func(string) string { return "" }); !errors.Is(err, client.ErrNoToken) {
 		t.Errorf("Token without a source = %v, want ErrNoToken", err)
-	}
-}
-
-func TestRendezvousConversions(t *testing.T) {
-	p := runconfig.Policy{MinNodes: 2, MaxNodes: 8, NodeUnit: 2, MaxRestarts: 3, JoinTimeout: 10 * time.Minute,
-		LastCallTimeout: 1500 * time.Millisecond, HeartbeatTimeout: time.Minute, DisconnectGrace: 5 * time.Second}
-	want := client.RendezvousConfig{
-		Rendezvous: rendezvous.Config{MinNodes: 2, MaxNodes: 8, NodeUnit: 2, MaxRestarts: 3,
-			LastCall: 1500 * time.Millisecond, JoinTimeout: 10 * time.Minute},
-		Nodes: node.Config{HeartbeatTimeout: time.Minute, DisconnectGrace: 5 * time.Second},
-	}
-	got := client.RendezvousFromPolicy(p)
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("RendezvousFromPolicy (-want +got):\n%s", diff)
-	}
-	wire := client.RendezvousProto(got)
-	wantWire := &roverv1.RendezvousConfig{MinNodes: 2, MaxNodes: 8, NodeUnit: 2, MaxRestarts: 3, LastCallMillis: 1500,
-		JoinTimeoutMillis: 600_000, HeartbeatTimeoutMillis: 60_000, DisconnectGraceMillis: 5000}
-	if diff := cmp.Diff(wantWire, wire, protocmp.Transform()); diff != "" {
-		t.Errorf("RendezvousProto (-want +got):\n%s", diff)
-	}
-	if diff := cmp.Diff(want, client.RendezvousFromProto(wire)); diff != "" {
-		t.Errorf("RendezvousFromProto(RendezvousProto(c)) != c (-want +got):\n%s", diff)
 	}
 }
 

@@ -21,7 +21,7 @@
 //
 //	fs := make([]diagnosis.Failure, 0, len(req.Failures))
 //	for _, w := range req.Failures {
-//		fs = append(fs, diagnosis.FromProto(w))
+//		fs = append(fs, diagnosis.FromReport(report(w))) // report: the master's conversion
 //	}
 //	d := diagnosis.DecideRound(history, fs, diagnosis.Caps{Relaunch: true})
 //	history = history.Record(round, d)

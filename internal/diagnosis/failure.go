@@ -6,8 +6,6 @@ import (
 	"strings"
 	"syscall"
 	"time"
-
-	roverv1 "github.com/roverml/rover/api/rover/v1"
 )
 
 // Platform reasons, as Kubernetes and schedulers report them. Comparisons
@@ -57,37 +55,55 @@ type Failure struct {
 	LogTail []string
 }
 
-// FromProto converts a reported failure. The exception comes from the
+// Report is a failed worker as its agent reported it (the protocol's
+// WorkerFailure, which the master converts): what FromReport reads.
+type Report struct {
+	Host          string
+	NodeRank      int
+	Rank          int
+	LocalRank     int
+	Round         int64
+	TimeUnixNanos int64 // 0: unknown
+	ExitCode      int
+	Signal        int
+	// Message is the error file's message, Traceback its traceback, and
+	// LogTail the last lines of the worker's output.
+	Message   string
+	Traceback string
+	LogTail   string
+}
+
+// FromReport converts a reported failure. The exception comes from the
 // error file's message and traceback, else from a traceback in the log
 // tail. A worker killed by SIGKILL (or exiting 137) counts as OOM-killed
 // when its message or log tail holds a kernel OOM line ("Out of memory:
 // Killed process", "oom-kill", "oom_reaper"). PlatformReason is left
 // empty: the platform, not the worker, knows it.
-func FromProto(w *roverv1.WorkerFailure) Failure {
+func FromReport(w Report) Failure {
 	f := Failure{
-		Host:      w.GetHost(),
-		NodeRank:  int(w.GetNodeRank()),
-		Rank:      int(w.GetRank()),
-		LocalRank: int(w.GetLocalRank()),
-		Round:     w.GetRound(),
-		Time:      time.Unix(0, w.GetTimeUnixNanos()),
-		ExitCode:  int(w.GetExitCode()),
-		Signal:    int(w.GetSignal()),
-		Traceback: w.GetTraceback(),
+		Host:      w.Host,
+		NodeRank:  w.NodeRank,
+		Rank:      w.Rank,
+		LocalRank: w.LocalRank,
+		Round:     w.Round,
+		Time:      time.Unix(0, w.TimeUnixNanos),
+		ExitCode:  w.ExitCode,
+		Signal:    w.Signal,
+		Traceback: w.Traceback,
 	}
-	if w.GetTimeUnixNanos() == 0 {
+	if w.TimeUnixNanos == 0 {
 		f.Time = time.Time{}
 	}
-	if tail := strings.TrimRight(w.GetLogTail(), "\n"); tail != "" {
+	if tail := strings.TrimRight(w.LogTail, "\n"); tail != "" {
 		f.LogTail = strings.Split(tail, "\n")
 		if n := len(f.LogTail); n > maxLogTailLines {
 			f.LogTail = f.LogTail[n-maxLogTailLines:]
 		}
 	}
-	f.ExceptionType, f.Message = splitException(w.GetMessage())
+	f.ExceptionType, f.Message = splitException(w.Message)
 	tb := ParseTraceback(f.Traceback)
 	if tb.File == "" && tb.Type == "" {
-		tb = ParseTraceback(w.GetLogTail())
+		tb = ParseTraceback(w.LogTail)
 	}
 	f.Place = tb.Place()
 	if f.ExceptionType == "" {
@@ -96,7 +112,7 @@ func FromProto(w *roverv1.WorkerFailure) Failure {
 			f.Message = tb.Message
 		}
 	}
-	if f.signal() == syscall.SIGKILL && (containsAny(w.GetMessage(), kernelOOMEvidence) || containsAny(w.GetLogTail(), kernelOOMEvidence)) {
+	if f.signal() == syscall.SIGKILL && (containsAny(w.Message, kernelOOMEvidence) || containsAny(w.LogTail, kernelOOMEvidence)) {
 		f.OOMKilled = true
 	}
 	return f

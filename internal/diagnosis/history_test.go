@@ -12,7 +12,7 @@ import (
 
 func TestHistoryJSON(t *testing.T) {
 	var h History
-	d1 := Decide(h, FromProto(valueError(1, 42, 3)), Caps{})
+	d1 := Decide(h, FromReport(*valueError(1, 42, 3)), Caps{})
 	h = h.Record(1, d1)
 	h = h.Record(3, Decide(h, Failure{Round: 3, ExitCode: 137}, Caps{}))
 	b, err := json.Marshal(h)
@@ -33,7 +33,7 @@ func TestHistoryJSON(t *testing.T) {
 		t.Errorf("round trip (-want +got):\n%s", diff)
 	}
 	// The decoded history still drives fail fast.
-	if d := Decide(back.Record(3, d1), FromProto(valueError(4, 42, 3)), Caps{}); !d.FailFast {
+	if d := Decide(back.Record(3, d1), FromReport(*valueError(4, 42, 3)), Caps{}); !d.FailFast {
 		t.Errorf("after a decoded history: %+v", d)
 	}
 	if b, _ := json.Marshal(History{}); string(b) != `{"entries":[]}` {

@@ -15,9 +15,8 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/roverml/rover/internal/client"
+	"github.com/roverml/rover/internal/jobconfig"
 	"github.com/roverml/rover/internal/jobspec"
-	"github.com/roverml/rover/internal/master"
 	"github.com/roverml/rover/internal/nodemanager"
 	"github.com/roverml/rover/internal/runconfig"
 )
@@ -33,9 +32,9 @@ type Plan struct {
 	// Nodes is the node manager's spec.
 	Nodes nodemanager.Spec
 	// Preset is the job's rendezvous, fixed before any agent joins.
-	Preset master.RendezvousPreset
+	Preset jobconfig.Config
 	// Checkpoint is the job's checkpoint storage (URL "" for none).
-	Checkpoint client.CheckpointStorage
+	Checkpoint jobconfig.CheckpointStorage
 	// Notes are what the platform ignores or changes of the spec
 	// (jobspec.JobSpec.Notes), for warnings.
 	Notes []string
@@ -152,7 +151,7 @@ func New(spec jobspec.JobSpec, t Target) (*Plan, error) {
 		return nil, fmt.Errorf("%w: --rdzv-id=%s names the job, but it is %q: give the same name, or leave --rdzv-id out", ErrBadSpec, cfg.RunID, name)
 	}
 	p := &Plan{Name: name, Launch: cfg, Notes: spec.Notes(t.Capabilities)}
-	p.Preset = master.RendezvousPreset(client.RendezvousFromPolicy(cfg.Policy()))
+	p.Preset = cfg.Policy().JobConfig()
 	if cfg.CheckpointDir != "" {
 		dir := cfg.CheckpointDir
 		if !strings.Contains(dir, "://") {
@@ -163,7 +162,7 @@ func New(spec jobspec.JobSpec, t Target) (*Plan, error) {
 				return nil, fmt.Errorf("%w: --checkpoint-dir: %w", ErrBadSpec, err)
 			}
 		}
-		p.Checkpoint = client.CheckpointStorage{URL: dir, Keep: cfg.CheckpointKeep, KeepDefault: !cfg.CheckpointKeepSet}
+		p.Checkpoint = jobconfig.CheckpointStorage{URL: dir, Keep: cfg.CheckpointKeep, KeepDefault: !cfg.CheckpointKeepSet}
 	}
 	env := map[string]string{}
 	for _, e := range g.Env {

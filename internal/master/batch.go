@@ -3,13 +3,12 @@ package master
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"connectrpc.com/connect"
 	roverv1 "github.com/roverml/rover/api/rover/v1"
 	"github.com/roverml/rover/internal/client"
-	"github.com/roverml/rover/internal/shard"
+	"github.com/roverml/rover/internal/master/jobstate"
 )
 
 // MaxBatchOps is the most ops one BatchShards call may carry: the limit its
@@ -20,22 +19,16 @@ const MaxBatchOps = client.MaxBatchOps
 // call, in order, as one journal record.
 const eventShardBatch eventType = "shard_batch"
 
-// batchOp is one shard event of a batch; it takes the batch's time.
-type batchOp struct {
-	Type  eventType   `json:"type"`
-	Shard *shardEvent `json:"shard"`
-}
-
 // batchOutcome is each op's outcome and error of the last batch applied.
 type batchOutcome struct {
-	outs []shardOutcome
+	outs []jobstate.ShardOutcome
 	errs []error
 }
 
 // shardBatch journals ops as one record and applies them in order under one
 // lock. It returns each op's outcome and error; err is set, and nothing is
 // applied, when the batch cannot be journaled.
-func (c *core) shardBatch(ctx context.Context, now time.Time, ops []batchOp) (outs []shardOutcome, errs []error, err error) {
+func (c *core) shardBatch(ctx context.Context, now time.Time, ops []jobstate.BatchOp) (outs []jobstate.ShardOutcome, errs []error, err error) {
 	e := &event{Type: eventShardBatch, Time: now, Batch: ops}
 	err = c.propose(ctx, e, func(error) {
 		outs, errs = c.batchOut.outs, c.batchOut.errs
@@ -45,34 +38,6 @@ func (c *core) shardBatch(ctx context.Context, now time.Time, ops []batchOp) (ou
 		return nil, nil, err
 	}
 	return outs, errs, nil
-}
-
-// applyBatchLocked applies the ops of a batch event in order. The shuffled
-// samples a batch hands out are bounded as one call's are
-// (shard.MaxLeaseSamples): once its leases carry that many, its later
-// lease ops are answered Wait, unapplied, and lease again. Without the
-// bound, one batch of MaxBatchOps leases of the largest shuffled shards
-// would make the master compute and send 2^29 sample indices.
-func (c *core) applyBatchLocked(e *event) ([]shardOutcome, []error) {
-	outs := make([]shardOutcome, len(e.Batch))
-	errs := make([]error, len(e.Batch))
-	var samples int
-	for i, op := range e.Batch {
-		if (op.Type != eventLease && op.Type != eventCompleteShards) || op.Shard == nil {
-			errs[i] = fmt.Errorf("%w: a batch holds lease and complete events, not %q", errInvalid, op.Type)
-			continue
-		}
-		if op.Type == eventLease && samples >= shard.MaxLeaseSamples {
-			outs[i] = shardOutcome{lease: shard.LeaseResult{Wait: true}}
-			continue
-		}
-		_, errs[i] = c.transitionShardsLocked(&event{Type: op.Type, Time: e.Time, Shard: op.Shard})
-		outs[i] = c.shardOut
-		for _, l := range c.shardOut.lease.Shards {
-			samples += len(l.Shard.Samples)
-		}
-	}
-	return outs, errs
 }
 
 // faults joins the errors that are not expected rejections of a request: a
@@ -87,46 +52,46 @@ func faults(errs []error) error {
 	return errors.Join(out...)
 }
 
-func batchOpFromProto(op *roverv1.ShardOp) (batchOp, error) {
+func batchOpFromProto(op *roverv1.ShardOp) (jobstate.BatchOp, error) {
 	switch {
 	case op.GetLease() != nil:
 		sh, err := leaseEvent(op.GetLease())
-		return batchOp{Type: eventLease, Shard: sh}, err
+		return jobstate.BatchOp{Type: jobstate.BatchLease, Shard: sh}, err
 	case op.GetComplete() != nil:
 		sh, err := completeEvent(op.GetComplete())
-		return batchOp{Type: eventCompleteShards, Shard: sh}, err
+		return jobstate.BatchOp{Type: jobstate.BatchComplete, Shard: sh}, err
 	}
-	return batchOp{}, invalid("the op is neither a lease nor a complete")
+	return jobstate.BatchOp{}, invalid("the op is neither a lease nor a complete")
 }
 
-func leaseEvent(r *roverv1.LeaseShardsRequest) (*shardEvent, error) {
+func leaseEvent(r *roverv1.LeaseShardsRequest) (*jobstate.ShardEvent, error) {
 	if err := validateLease(r); err != nil {
 		return nil, err
 	}
-	return &shardEvent{Dataset: r.GetDataset(), Worker: r.GetWorker(), Incarnation: r.GetIncarnation(), Request: r.GetRequestId(), Max: int(r.GetMax())}, nil
+	return &jobstate.ShardEvent{Dataset: r.GetDataset(), Worker: r.GetWorker(), Incarnation: r.GetIncarnation(), Request: r.GetRequestId(), Max: int(r.GetMax())}, nil
 }
 
-func completeEvent(r *roverv1.CompleteShardsRequest) (*shardEvent, error) {
+func completeEvent(r *roverv1.CompleteShardsRequest) (*jobstate.ShardEvent, error) {
 	if err := validateComplete(r); err != nil {
 		return nil, err
 	}
-	results := make([]shardResult, len(r.GetResults()))
+	results := make([]jobstate.ShardResult, len(r.GetResults()))
 	for i, x := range r.GetResults() {
-		results[i] = shardResult{ID: x.GetLeaseId(), OK: x.GetOk()}
+		results[i] = jobstate.ShardResult{ID: x.GetLeaseId(), OK: x.GetOk()}
 	}
-	return &shardEvent{Dataset: r.GetDataset(), Worker: r.GetWorker(), Incarnation: r.GetIncarnation(), Results: results}, nil
+	return &jobstate.ShardEvent{Dataset: r.GetDataset(), Worker: r.GetWorker(), Incarnation: r.GetIncarnation(), Results: results}, nil
 }
 
-func leaseResponse(out shardOutcome) *roverv1.LeaseShardsResponse {
-	return &roverv1.LeaseShardsResponse{Shards: shardsToProto(out.lease.Shards), Wait: out.lease.Wait, End: out.lease.End}
+func leaseResponse(out jobstate.ShardOutcome) *roverv1.LeaseShardsResponse {
+	return &roverv1.LeaseShardsResponse{Shards: shardsToProto(out.Lease.Shards), Wait: out.Lease.Wait, End: out.Lease.End}
 }
 
-func completeResponse(out shardOutcome) *roverv1.CompleteShardsResponse {
-	return &roverv1.CompleteShardsResponse{Unknown: out.unknown}
+func completeResponse(out jobstate.ShardOutcome) *roverv1.CompleteShardsResponse {
+	return &roverv1.CompleteShardsResponse{Unknown: out.Unknown}
 }
 
-func opResult(t eventType, out shardOutcome) *roverv1.ShardOpResult {
-	if t == eventLease {
+func opResult(t jobstate.BatchKind, out jobstate.ShardOutcome) *roverv1.ShardOpResult {
+	if t == jobstate.BatchLease {
 		return &roverv1.ShardOpResult{Result: &roverv1.ShardOpResult_Lease{Lease: leaseResponse(out)}}
 	}
 	return &roverv1.ShardOpResult{Result: &roverv1.ShardOpResult_Complete{Complete: completeResponse(out)}}

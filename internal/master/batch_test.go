@@ -9,6 +9,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/google/go-cmp/cmp"
 	roverv1 "github.com/roverml/rover/api/rover/v1"
+	"github.com/roverml/rover/internal/master/jobstate"
 	"github.com/roverml/rover/internal/shard"
 	"github.com/roverml/rover/internal/store"
 	"google.golang.org/protobuf/proto"
@@ -153,10 +154,10 @@ func FuzzBatchShards(f *testing.F) {
 		st := store.NewMemory()
 		c := newCore("job", st)
 		ds, _ := datasetFromProto(leasedSpec("d"))
-		if _, err := c.shardCall(ctx, &event{Type: eventRegisterDataset, Time: now, Shard: &shardEvent{Dataset: "d", Spec: &ds}}); err != nil {
+		if _, err := c.shardCall(ctx, &event{Type: eventRegisterDataset, Time: now, Shard: &jobstate.ShardEvent{Dataset: "d", Spec: &ds}}); err != nil {
 			t.Fatal(err)
 		}
-		var ops []batchOp
+		var ops []jobstate.BatchOp
 		for _, op := range req.GetOps() {
 			if o, err := batchOpFromProto(op); err == nil {
 				ops = append(ops, o)
@@ -176,8 +177,8 @@ func FuzzBatchShards(f *testing.F) {
 		if _, err := again.restore(ctx, now); err != nil {
 			t.Fatalf("replay: %v", err)
 		}
-		x, _ := c.shards.MarshalState()
-		y, _ := again.shards.MarshalState()
+		x, _ := c.datasets.Machine().MarshalState()
+		y, _ := again.datasets.Machine().MarshalState()
 		if string(x) != string(y) {
 			t.Errorf("replayed shard state differs:\n%s\n%s", x, y)
 		}
@@ -192,8 +193,8 @@ func checkShardsReplay(t *testing.T, m *Master, st Store) {
 	if _, err := c2.restore(context.Background(), m.cfg.Clock.Now()); err != nil {
 		t.Fatal(err)
 	}
-	want, _ := m.core.shards.MarshalState()
-	got, _ := c2.shards.MarshalState()
+	want, _ := m.core.datasets.Machine().MarshalState()
+	got, _ := c2.datasets.Machine().MarshalState()
 	if string(want) != string(got) {
 		t.Errorf("replayed shard state differs:\n%s\n%s", want, got)
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	roverv1 "github.com/roverml/rover/api/rover/v1"
+	"github.com/roverml/rover/internal/jobconfig"
 	"github.com/roverml/rover/internal/node"
 	"github.com/roverml/rover/internal/rendezvous"
 	"github.com/roverml/rover/internal/store"
@@ -49,7 +50,7 @@ func TestLostNodeTakesTheBlame(t *testing.T) {
 			ctx := context.Background()
 			now := time.Unix(1000, 0)
 			c := newCore("job", store.NewMemory())
-			cfg := jobConfig{
+			cfg := jobconfig.Config{
 				Rendezvous: rendezvous.Config{MinNodes: 2, MaxNodes: 2, MaxRestarts: 0, LastCall: time.Second, JoinTimeout: 10 * time.Hour},
 				Nodes:      node.Config{HeartbeatTimeout: time.Hour, DisconnectGrace: grace},
 			}

@@ -10,7 +10,7 @@ import (
 	"connectrpc.com/connect"
 	roverv1 "github.com/roverml/rover/api/rover/v1"
 	"github.com/roverml/rover/internal/ckpt"
-	"github.com/roverml/rover/internal/client"
+	"github.com/roverml/rover/internal/jobconfig"
 )
 
 // maxCheckpointKeep bounds the committed steps a job may keep.
@@ -32,10 +32,10 @@ type checkpoints struct {
 	log   *slog.Logger
 
 	mu      sync.Mutex
-	storage client.CheckpointStorage // URL "": not configured (yet)
-	bucket  *ckpt.Bucket             // nil until opened
-	latest  int64                    // newest committed step, -1: none
-	round   int                      // the world round commit tracks
+	storage jobconfig.CheckpointStorage // URL "": not configured (yet)
+	bucket  *ckpt.Bucket                // nil until opened
+	latest  int64                       // newest committed step, -1: none
+	round   int                         // the world round commit tracks
 	mode    ckpt.Mode
 	commit  *ckpt.Commit
 }
@@ -65,7 +65,7 @@ func (c *checkpoints) close() {
 // manifest below the latest commit, and when fresh (a job starting, before
 // any of its workers ran) every uncommitted one. A storage that cannot be
 // opened now is logged and tried again at the first report.
-func (c *checkpoints) prepare(ctx context.Context, storage client.CheckpointStorage, fresh bool) {
+func (c *checkpoints) prepare(ctx context.Context, storage jobconfig.CheckpointStorage, fresh bool) {
 	if storage.URL == "" {
 		return
 	}
@@ -125,7 +125,7 @@ type report struct {
 // rank the step needs has reported in the same round and the files check
 // out. It returns whether this report committed the step, and the newest
 // committed step.
-func (c *checkpoints) durable(ctx context.Context, storage client.CheckpointStorage, r report) (bool, int64, error) {
+func (c *checkpoints) durable(ctx context.Context, storage jobconfig.CheckpointStorage, r report) (bool, int64, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if storage.URL == "" {
@@ -201,7 +201,7 @@ func (c *checkpoints) pruneLocked(ctx context.Context) error {
 // checkpointAgrees compares an agent's checkpoint storage with the job's:
 // an agent that names none takes the job's, and one that gave no
 // --checkpoint-keep takes the job's keep.
-func checkpointAgrees(job, asked client.CheckpointStorage) []error {
+func checkpointAgrees(job, asked jobconfig.CheckpointStorage) []error {
 	switch {
 	case asked.URL == "":
 		return nil
@@ -216,7 +216,7 @@ func checkpointAgrees(job, asked client.CheckpointStorage) []error {
 }
 
 // checkStorage checks a checkpoint storage configuration.
-func checkStorage(s client.CheckpointStorage, from ckpt.Location) error {
+func checkStorage(s jobconfig.CheckpointStorage, from ckpt.Location) error {
 	if s.URL == "" {
 		if s.Keep != 0 {
 			return invalid("checkpoint keep %d is set without a checkpoint storage", s.Keep)

@@ -19,7 +19,8 @@ import (
 	roverv1 "github.com/roverml/rover/api/rover/v1"
 	"github.com/roverml/rover/api/rover/v1/roverv1connect"
 	"github.com/roverml/rover/internal/ckpt"
-	"github.com/roverml/rover/internal/client"
+	"github.com/roverml/rover/internal/jobconfig"
+	"github.com/roverml/rover/internal/jobconfig/configwire"
 )
 
 // ckptJob is a master with checkpoint storage and a closed world of two
@@ -37,7 +38,7 @@ type ckptJob struct {
 func newCkptJob(t *testing.T, ctx context.Context, keep int) *ckptJob {
 	t.Helper()
 	store := filepath.Join(t.TempDir(), "ckpts")
-	m, c := startMaster(t, Config{Job: "j", Checkpoint: client.CheckpointStorage{URL: store, Keep: keep}})
+	m, c := startMaster(t, Config{Job: "j", Checkpoint: jobconfig.CheckpointStorage{URL: store, Keep: keep}})
 	j := &ckptJob{t: t, m: m, c: c, store: store, round: 1}
 	for i, id := range []string{"a", "b"} {
 		j.streams = append(j.streams, openSessionRank(ctx, t, c, id, i, rdzvConfig(2, 2)))
@@ -376,8 +377,8 @@ func TestFreshJobRemovesUncommittedSteps(t *testing.T) {
 	}
 	// A new job on the same storage, its rendezvous preset: the master
 	// prepares the storage before it serves, so before any worker runs.
-	preset := RendezvousPreset(client.RendezvousFromProto(rdzvConfig(1, 1)))
-	startMaster(t, Config{Job: "j2", Checkpoint: client.CheckpointStorage{URL: j.store}, Preset: &preset})
+	preset := configwire.FromProto(rdzvConfig(1, 1))
+	startMaster(t, Config{Job: "j2", Checkpoint: jobconfig.CheckpointStorage{URL: j.store}, Preset: &preset})
 	steps, _ := filepath.Glob(filepath.Join(j.store, "step-*"))
 	if len(steps) != 1 || filepath.Base(steps[0]) != "step-000000000010" {
 		t.Errorf("steps after a fresh start: %v, want only the committed step 10", steps)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/roverml/rover/internal/master/jobstate"
 	"github.com/roverml/rover/internal/shard"
 	"github.com/roverml/rover/internal/store"
 )
@@ -166,11 +167,11 @@ func drive(t *testing.T, c *core, seed uint64, steps int) (leased int) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		held := []memorySnapshot{{LocalRank: 0, Step: int64(rng.IntN(5)), Rank: 0, WorldSize: 2, Mode: modeReplicated}}
+		held := []jobstate.MemorySnapshot{{LocalRank: 0, Step: int64(rng.IntN(5)), Rank: 0, WorldSize: 2, Mode: jobstate.ModeReplicated}}
 		_, _, _ = c.join(ctx, req, held, 0, now)
 	}
 	ds := shard.Dataset{Name: "d", Size: 1000, BatchSize: 10, ShardSize: 50, Epochs: 3, Shuffle: true, Seed: 3, Mode: shard.Leased, LeaseTimeout: time.Minute}
-	_, _ = c.shardCall(ctx, &event{Type: eventRegisterDataset, Time: now, Shard: &shardEvent{Dataset: "d", Spec: &ds}})
+	_, _ = c.shardCall(ctx, &event{Type: eventRegisterDataset, Time: now, Shard: &jobstate.ShardEvent{Dataset: "d", Spec: &ds}})
 	var held []uint64
 	for i := 0; i < steps; i++ {
 		now = now.Add(time.Duration(rng.IntN(3000)) * time.Millisecond)
@@ -185,9 +186,9 @@ func drive(t *testing.T, c *core, seed uint64, steps int) (leased int) {
 		case 3:
 			_ = c.apply(ctx, &event{Type: eventSetKey, Time: now, Key: fmt.Sprint("k", rng.IntN(4)), Value: []byte{byte(i)}})
 		case 4:
-			out, err := c.shardCall(ctx, &event{Type: eventLease, Time: now, Shard: &shardEvent{Dataset: "d", Worker: worker, Max: 1 + rng.IntN(3)}})
+			out, err := c.shardCall(ctx, &event{Type: eventLease, Time: now, Shard: &jobstate.ShardEvent{Dataset: "d", Worker: worker, Max: 1 + rng.IntN(3)}})
 			if err == nil {
-				for _, l := range out.lease.Shards {
+				for _, l := range out.Lease.Shards {
 					held = append(held, l.ID)
 					leased++
 				}
@@ -195,7 +196,7 @@ func drive(t *testing.T, c *core, seed uint64, steps int) (leased int) {
 		case 5:
 			if len(held) > 0 {
 				k := rng.IntN(len(held))
-				_, _ = c.shardCall(ctx, &event{Type: eventCompleteShards, Time: now, Shard: &shardEvent{Dataset: "d", Worker: worker, Results: []shardResult{{ID: held[k], OK: rng.IntN(4) > 0}}}})
+				_, _ = c.shardCall(ctx, &event{Type: eventCompleteShards, Time: now, Shard: &jobstate.ShardEvent{Dataset: "d", Worker: worker, Results: []jobstate.ShardResult{{ID: held[k], OK: rng.IntN(4) > 0}}}})
 				held = append(held[:k], held[k+1:]...)
 			}
 		case 6:

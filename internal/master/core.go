@@ -2,21 +2,18 @@ package master
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 
 	"sync"
 	"time"
 
-	roverv1 "github.com/roverml/rover/api/rover/v1"
-	"github.com/roverml/rover/internal/client"
 	"github.com/roverml/rover/internal/diagnosis"
+	"github.com/roverml/rover/internal/jobconfig"
+	"github.com/roverml/rover/internal/master/jobstate"
 	"github.com/roverml/rover/internal/node"
-	"github.com/roverml/rover/internal/nodecheck"
 	"github.com/roverml/rover/internal/nodemanager"
 	"github.com/roverml/rover/internal/rendezvous"
-	"github.com/roverml/rover/internal/shard"
 	"github.com/roverml/rover/internal/store"
 )
 
@@ -29,40 +26,21 @@ type Store interface {
 	Load(ctx context.Context) (store.Contents, error)
 }
 
-// jobConfig is the rendezvous and liveness configuration of a job.
-type jobConfig struct {
-	Rendezvous rendezvous.Config `json:"rendezvous"`
-	Nodes      node.Config       `json:"nodes"`
-	// Checkpoint is where the job's checkpoints go (none when its URL is
-	// empty): requests name steps, and the master and agents use this.
-	Checkpoint client.CheckpointStorage `json:"checkpoint,omitzero"`
-	// NodeCheck is the job's pre-flight node check (nil: none).
-	NodeCheck *client.NodeCheck `json:"node_check,omitempty"`
-	// Hang is the job's hang detection (progress.go); absent from the
-	// journals of earlier Rovers, where it is off.
-	Hang client.HangConfig `json:"hang,omitzero"`
-}
-
-// maxFailuresKept bounds the failure records the master keeps for reports.
-const maxFailuresKept = 64
-
-// core is the master's state: the state machines plus the key-value store and
-// failure records, behind one mutex. Every method takes the time from its
-// caller. Changes that matter to node views close the views channel, waking
+// core is the master's state behind one mutex: the sub-states of package
+// jobstate (keys, memory snapshots, failures, datasets, the node check, the
+// fleet) and the state the core still holds itself (the configuration, the
+// rendezvous, the node table and addresses, the fleet's view for GetJob). Every method takes the time from its caller. Changes that matter to node views close the views channel, waking
 // the push streams; key changes close the keys channel.
 type core struct {
 	mu       sync.Mutex
 	store    Store
 	runID    string
-	cfg      *jobConfig // nil until configured
+	cfg      *jobconfig.Config // nil until configured
 	rdzv     *rendezvous.Machine
-	expect   int // the nodes the node manager runs, for the rendezvous (eventFleet)
 	nodes    *node.Table
 	addrs    map[string]string
-	kv       map[string][]byte
-	kvBytes  int // the values' bytes in kv
-	failures []*roverv1.WorkerFailure
-	diag     diagnosis.History // the diagnoses of the rounds that failed
+	kv       *jobstate.Keys
+	failures *jobstate.Failures // and the diagnoses of the rounds that failed
 	status   rendezvous.Status
 	views    chan struct{}
 	version  uint64 // of the node views
@@ -71,18 +49,17 @@ type core struct {
 
 	// check is the pre-flight node check (nodecheck.go); nil when the
 	// job runs none.
-	check *nodecheck.Machine
+	check *jobstate.NodeCheck
 
-	shards *shard.Machine
-	// leaseHolders are the workers that leased shards since their last restart.
-	leaseHolders map[string]struct{}
-	shardOut     shardOutcome
-	batchOut     batchOutcome
+	// datasets is the shard machine and the lease holders; shardOut and
+	// batchOut are the outcome of the last dataset event, for its caller.
+	datasets *jobstate.Datasets
+	shardOut jobstate.ShardOutcome
+	batchOut batchOutcome
 
-	// held is each node's flash-checkpoint snapshots in memory, as of its
-	// last join; memory is the step agreed for the last closed round.
-	held   map[string][]memorySnapshot
-	memory memoryAgreement
+	// memory is the nodes' flash-checkpoint snapshots and the step
+	// agreed for the last closed round.
+	memory *jobstate.Memory
 
 	// The node manager's side (fleetstate.go). fleet is its journaled
 	// state; fleetOn says the master owns the job's nodes; caps is what
@@ -90,10 +67,9 @@ type core struct {
 	// replays.
 	fleetOn   bool
 	caps      diagnosis.Caps
-	fleet     json.RawMessage
+	fleet     *jobstate.Fleet // the manager's journaled state, the nodes it runs, the notices for it
 	fleetView *nodemanager.Status
 	platform  string
-	notices   []fleetNotice
 	noticeCh  chan struct{}
 	live      bool
 
@@ -106,15 +82,16 @@ func newCore(runID string, store Store) *core {
 		store:   store,
 		runID:   runID,
 		addrs:   map[string]string{},
-		kv:      map[string][]byte{},
+		kv:      jobstate.NewKeys(),
 		views:   make(chan struct{}),
 		keys:    make(chan struct{}),
 		commits: committer{failed: make(chan struct{}), every: minSnapshotEvery},
 
-		shards:       shard.New(),
-		leaseHolders: map[string]struct{}{},
-		held:         map[string][]memorySnapshot{},
-		noticeCh:     make(chan struct{}, 1),
+		datasets: jobstate.NewDatasets(),
+		memory:   jobstate.NewMemory(),
+		failures: jobstate.NewFailures(),
+		fleet:    jobstate.NewFleet(),
+		noticeCh: make(chan struct{}, 1),
 	}
 }
 
@@ -192,7 +169,7 @@ func (c *core) restore(ctx context.Context, now time.Time) (int, error) {
 // earlier Rover (the first n records), whose shuffled orders differ from
 // this one's: no shuffled dataset may be part-way through an epoch in it.
 func (c *core) checkOldOrdersLocked(n int) error {
-	if err := c.shards.CheckOldOrders(); err != nil {
+	if err := c.datasets.Machine().CheckOldOrders(); err != nil {
 		return fmt.Errorf("replay the %d journal records of an earlier Rover: %w", n, err)
 	}
 	return nil
@@ -231,7 +208,7 @@ func (c *core) checkLocked(e *event) error {
 		}
 		return c.checkEventLocked(e)
 	case eventSetKey:
-		return c.checkKeyLimitsLocked(e.Key, len(e.Value))
+		return c.kv.Check(e.Key, len(e.Value))
 	}
 	if c.rdzv == nil {
 		return errNotConfigured
@@ -254,8 +231,8 @@ func (c *core) transitionLocked(e *event) error {
 	switch e.Type {
 	case eventConfigure:
 		err = c.configureLocked(e.Config, e.Time)
-		if err == nil && c.expect > 0 {
-			c.rdzv.Expect(c.expect, e.Time)
+		if n := c.fleet.Expect(); err == nil && n > 0 {
+			c.rdzv.Expect(n, e.Time)
 		}
 	case eventJoin:
 		mb, worldRound, _, member := c.rdzv.WorldMember(e.Join.NodeID)
@@ -268,7 +245,7 @@ func (c *core) transitionLocked(e *event) error {
 		if err == nil {
 			c.addrs[e.Join.NodeID] = e.Join.Addr
 			c.nodes.Seen(e.Join.NodeID, e.Time)
-			c.held[e.Join.NodeID] = e.Snapshots
+			c.memory.Joined(e.Join.NodeID, e.Snapshots)
 		}
 	case eventNodeLost:
 		mb, worldRound, _, member := c.rdzv.WorldMember(e.Node)
@@ -276,10 +253,10 @@ func (c *core) transitionLocked(e *event) error {
 			c.blameLossLocked(e, mb, worldRound)
 		}
 		c.nodes.Lose(e.Node, e.Reason)
-		delete(c.held, e.Node)
-		c.requeueLocked(e.Node, e.Time)
+		c.memory.Lost(e.Node)
+		c.datasets.NodeLost(e.Node, e.Time)
 		if !e.Planned { // the node manager removed it itself
-			c.noticeLocked(fleetNotice{lost: true, node: e.Node, reason: e.Reason})
+			c.noticeLocked(jobstate.FleetNotice{Lost: true, Node: e.Node, Reason: e.Reason})
 		}
 	case eventWorkerFailed:
 		cur := c.rdzv.Status()
@@ -293,19 +270,14 @@ func (c *core) transitionLocked(e *event) error {
 	case eventNodeSucceeded:
 		err = c.rdzv.NodeSucceeded(e.Node, e.Round, e.Time)
 	case eventSetKey:
-		c.kvBytes += len(e.Value) - len(c.kv[e.Key])
-		c.kv[e.Key] = e.Value
+		c.kv.Set(e.Key, e.Value)
 		close(c.keys)
 		c.keys = make(chan struct{})
 	case eventTick:
 		c.rdzv.Tick(e.Time)
 	case eventFleet:
-		c.fleet = e.Fleet
-		if e.Nodes > 0 {
-			c.expect = e.Nodes
-			if c.rdzv != nil {
-				c.rdzv.Expect(e.Nodes, e.Time)
-			}
+		if c.fleet.Save(e.Fleet, e.Nodes) && c.rdzv != nil {
+			c.rdzv.Expect(e.Nodes, e.Time)
 		}
 	case eventFailNodes:
 		c.rdzv.FailNodes(e.Reason)
@@ -350,7 +322,7 @@ func blameWindow(cfg node.Config) time.Duration {
 	return cfg.DisconnectGrace + blameMargin
 }
 
-func (c *core) configureLocked(cfg *jobConfig, now time.Time) error {
+func (c *core) configureLocked(cfg *jobconfig.Config, now time.Time) error {
 	if c.rdzv != nil {
 		return nil
 	}
@@ -367,19 +339,6 @@ func (c *core) configureLocked(cfg *jobConfig, now time.Time) error {
 	return nil
 }
 
-// checkKeyLimitsLocked refuses a key that would take the key-value store
-// past its limits.
-func (c *core) checkKeyLimitsLocked(key string, size int) error {
-	old, exists := c.kv[key]
-	switch {
-	case !exists && len(c.kv) >= maxKeys:
-		return fmt.Errorf("%w: the key-value store holds %d keys, the most a job may have", errLimit, maxKeys)
-	case c.kvBytes-len(old)+size > maxKeyBytes:
-		return fmt.Errorf("%w: the key-value store's values would take more than %d bytes", errLimit, maxKeyBytes)
-	}
-	return nil
-}
-
 // changedLocked wakes every push stream.
 func (c *core) changedLocked() {
 	c.version++
@@ -389,29 +348,26 @@ func (c *core) changedLocked() {
 
 // configure sets the job's configuration unless it is set already, in which
 // case cfg must agree with it.
-func (c *core) configure(ctx context.Context, cfg jobConfig, now time.Time) error {
+func (c *core) configure(ctx context.Context, cfg jobconfig.Config, now time.Time) error {
 	c.mu.Lock()
 	set := c.cfg
 	c.mu.Unlock()
 	if set != nil {
-		return set.agrees(cfg)
+		return settingsAgree(set, &cfg)
 	}
 	if err := cfg.Rendezvous.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", errInvalid, err)
 	}
 	var agreed error
 	err := c.propose(ctx, &event{Type: eventConfigure, Time: now, Config: &cfg}, func(error) {
-		agreed = c.cfg.agrees(cfg) // another agent's configuration may have come first
+		agreed = settingsAgree(c.cfg, &cfg) // another agent's configuration may have come first
 	})
 	return errors.Join(err, agreed)
 }
 
-// agrees compares the settings b asks for with a's, the job's.
-func (a *jobConfig) agrees(b jobConfig) error { return settingsAgree(a, &b) }
-
 // join adds a node to the rendezvous. A repeated request for a round the node
 // already belongs to is answered without a transition.
-func (c *core) join(ctx context.Context, req rendezvous.JoinRequest, snaps []memorySnapshot, round int, now time.Time) (nodeRank, joinedRound int, err error) {
+func (c *core) join(ctx context.Context, req rendezvous.JoinRequest, snaps []jobstate.MemorySnapshot, round int, now time.Time) (nodeRank, joinedRound int, err error) {
 	c.mu.Lock()
 	if c.rdzv == nil {
 		c.mu.Unlock()
@@ -437,8 +393,8 @@ func (c *core) join(ctx context.Context, req rendezvous.JoinRequest, snaps []mem
 func (c *core) tick(ctx context.Context, now time.Time) error {
 	var events []*event
 	c.mu.Lock()
-	if d, ok := c.shards.NextDeadline(); ok && !now.Before(d) {
-		events = append(events, &event{Type: eventShardTick, Time: now, Shard: &shardEvent{}})
+	if d, ok := c.datasets.Machine().NextDeadline(); ok && !now.Before(d) {
+		events = append(events, &event{Type: eventShardTick, Time: now, Shard: &jobstate.ShardEvent{}})
 	}
 	if c.rdzv != nil {
 		for _, lost := range c.nodes.Tick(now) {
@@ -490,27 +446,27 @@ func (c *core) connected(id string, open bool, now time.Time) error {
 // storage and that world's size. The round must be the last closed one
 // (reports of a world that a failure stopped still count while the next
 // round gathers: the agents drain them before they join it).
-func (c *core) checkpointWorld(nodeID string, round, rank int) (client.CheckpointStorage, int, error) {
+func (c *core) checkpointWorld(nodeID string, round, rank int) (jobconfig.CheckpointStorage, int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.rdzv == nil {
-		return client.CheckpointStorage{}, 0, errNotConfigured
+		return jobconfig.CheckpointStorage{}, 0, errNotConfigured
 	}
 	mb, worldRound, worldSize, ok := c.rdzv.WorldMember(nodeID)
 	switch {
 	case !ok:
-		return client.CheckpointStorage{}, 0, fmt.Errorf("%w: node %q is not in the world of round %d", errStaleRound, nodeID, worldRound)
+		return jobconfig.CheckpointStorage{}, 0, fmt.Errorf("%w: node %q is not in the world of round %d", errStaleRound, nodeID, worldRound)
 	case round != worldRound:
-		return client.CheckpointStorage{}, 0, fmt.Errorf("%w: the report is for round %d, but the last world is round %d's", errStaleRound, round, worldRound)
+		return jobconfig.CheckpointStorage{}, 0, fmt.Errorf("%w: the report is for round %d, but the last world is round %d's", errStaleRound, round, worldRound)
 	case rank < mb.RankOffset || rank >= mb.RankOffset+mb.LocalWorldSize:
-		return client.CheckpointStorage{}, 0, invalid("rank %d is not one of node %q's ranks in round %d (%d to %d)",
+		return jobconfig.CheckpointStorage{}, 0, invalid("rank %d is not one of node %q's ranks in round %d (%d to %d)",
 			rank, nodeID, round, mb.RankOffset, mb.RankOffset+mb.LocalWorldSize-1)
 	}
 	return c.cfg.Checkpoint, worldSize, nil
 }
 
 // config returns the job's configuration, or nil before it is configured.
-func (c *core) config() *jobConfig {
+func (c *core) config() *jobconfig.Config {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.cfg == nil {

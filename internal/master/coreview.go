@@ -5,6 +5,7 @@ import (
 	"time"
 
 	roverv1 "github.com/roverml/rover/api/rover/v1"
+	"github.com/roverml/rover/internal/jobconfig/configwire"
 	"github.com/roverml/rover/internal/rendezvous"
 )
 
@@ -38,14 +39,13 @@ func (c *core) view(id string) (*roverv1.NodeView, <-chan struct{}) {
 			RankOffset:     int32(m.RankOffset),
 			WorldSize:      int32(s.WorldSize),
 		}
-		if c.memory.ok && c.memory.round == round {
-			step := c.memory.step // not a pointer into c: views are marshalled after the lock is released
-			v.Assignment.MemoryStep = &step
+		if step, ok := c.memory.Step(round); ok {
+			v.Assignment.MemoryStep = &step // a copy: views are marshalled after the lock is released
 		}
 	}
 	c.checkViewLocked(id, v)
 	if s.Job != rendezvous.Running {
-		v.Failures = c.failures
+		v.Failures = failuresProto(c.failures.Records())
 	}
 	v.Hang = c.prog.noticeView()
 	return v, c.views
@@ -55,7 +55,7 @@ func (c *core) view(id string) (*roverv1.NodeView, <-chan struct{}) {
 func (c *core) key(k string) ([]byte, bool, <-chan struct{}) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	v, ok := c.kv[k]
+	v, ok := c.kv.Get(k)
 	return v, ok, c.keys
 }
 
@@ -76,8 +76,8 @@ func (c *core) job() *roverv1.GetJobResponse {
 	r.WorldSize = int32(s.WorldSize)
 	r.RestartCount = int32(s.Restarts)
 	r.MaxRestarts = int32(s.MaxRestarts)
-	r.Failures = c.failures
-	r.Rendezvous = RendezvousProto(*c.cfg)
+	r.Failures = failuresProto(c.failures.Records())
+	r.Rendezvous = configwire.ToProto(*c.cfg)
 	ids := make([]string, 0, len(c.addrs))
 	for id := range c.addrs {
 		ids = append(ids, id)

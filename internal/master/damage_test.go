@@ -83,6 +83,7 @@ func TestNewRefusesDamagedState(t *testing.T) {
 	if err != nil {
 		t.Fatalf("New with DiscardState = %v", err)
 	}
+	logged := logs.String() // New's logs: Run writes on
 	ctx, cancel := context.WithCancel(context.Background())
 	ran := make(chan error, 1)
 	go func() { ran <- m.Run(ctx) }()
@@ -90,8 +91,8 @@ func TestNewRefusesDamagedState(t *testing.T) {
 	if n := len(m.Status().GetNodes()); n != 0 {
 		t.Errorf("the master kept %d nodes, want none: their joins were dropped", n)
 	}
-	if !strings.Contains(logs.String(), "--discard-state: dropped") || !strings.Contains(logs.String(), "naming nodes b") {
-		t.Errorf("the master logged:\n%s\nwant it to say what --discard-state dropped", logs.String())
+	if !strings.Contains(logged, "--discard-state: dropped") || !strings.Contains(logged, "naming nodes b") {
+		t.Errorf("the master logged:\n%s\nwant it to say what --discard-state dropped", logged)
 	}
 }
 

@@ -8,7 +8,8 @@ import (
 	"connectrpc.com/connect"
 	roverv1 "github.com/roverml/rover/api/rover/v1"
 	"github.com/roverml/rover/internal/ckpt"
-	"github.com/roverml/rover/internal/client"
+	"github.com/roverml/rover/internal/jobconfig"
+	"github.com/roverml/rover/internal/jobconfig/configwire"
 	"github.com/roverml/rover/internal/rendezvous"
 )
 
@@ -42,12 +43,12 @@ type storageDeclaration struct {
 
 // declareStorage applies d to the job's storage: the storage after it,
 // whether that changed, or why d is refused. It does no I/O.
-func declareStorage(job client.CheckpointStorage, d storageDeclaration) (client.CheckpointStorage, bool, error) {
+func declareStorage(job jobconfig.CheckpointStorage, d storageDeclaration) (jobconfig.CheckpointStorage, bool, error) {
 	out, changed := job, false
 	switch {
 	case d.URL == "":
 	case job.URL == "":
-		out = client.CheckpointStorage{URL: d.URL, Keep: client.DefaultCheckpointKeep, KeepDefault: true, Declared: true}
+		out = jobconfig.CheckpointStorage{URL: d.URL, Keep: jobconfig.DefaultCheckpointKeep, KeepDefault: true, Declared: true}
 		changed = true
 	case !ckpt.SameLocation(job.URL, d.URL):
 		return job, false, fmt.Errorf("%w: the job's script asks for checkpoint storage %s, but the job's checkpoints go to %s (%s): "+
@@ -68,7 +69,7 @@ func declareStorage(job client.CheckpointStorage, d storageDeclaration) (client.
 }
 
 // storageOrigin says who set the job's storage, for messages.
-func storageOrigin(s client.CheckpointStorage) string {
+func storageOrigin(s jobconfig.CheckpointStorage) string {
 	if s.Declared {
 		return "declared by the job's first Checkpointer"
 	}
@@ -96,10 +97,10 @@ func (c *core) declareLocked(d *storageDeclaration, apply bool) error {
 // declareStorage declares a checkpointer's storage: journaled when it
 // changes the job's, answered from the state when it does not. It returns
 // the job's storage after it.
-func (c *core) declareStorage(ctx context.Context, d storageDeclaration) (client.CheckpointStorage, error) {
+func (c *core) declareStorage(ctx context.Context, d storageDeclaration) (jobconfig.CheckpointStorage, error) {
 	c.mu.Lock()
 	err := c.declareLocked(&d, false)
-	var job client.CheckpointStorage
+	var job jobconfig.CheckpointStorage
 	changed := false
 	if err == nil {
 		job, changed, _ = declareStorage(c.cfg.Checkpoint, d)
@@ -119,7 +120,7 @@ func (s *service) DeclareCheckpoint(ctx context.Context, req *connect.Request[ro
 	d := storageDeclaration{Node: r.GetNodeId(), URL: r.GetUrl()}
 	errs := []error{checkNodeID(r.GetNodeId())}
 	if d.URL != "" {
-		errs = append(errs, checkStorage(client.CheckpointStorage{URL: d.URL}, ckpt.FromAgent))
+		errs = append(errs, checkStorage(jobconfig.CheckpointStorage{URL: d.URL}, ckpt.FromAgent))
 	}
 	if r.Keep != nil {
 		k := int(r.GetKeep())
@@ -137,5 +138,5 @@ func (s *service) DeclareCheckpoint(ctx context.Context, req *connect.Request[ro
 	}
 	// Workers are running: only steps below a commit may be tidied.
 	s.checkpoints.prepare(ctx, job, false)
-	return connect.NewResponse(&roverv1.DeclareCheckpointResponse{Checkpoint: client.CheckpointStorageProto(job)}), nil
+	return connect.NewResponse(&roverv1.DeclareCheckpointResponse{Checkpoint: configwire.StorageToProto(job)}), nil
 }

@@ -12,42 +12,43 @@ import (
 	roverv1 "github.com/roverml/rover/api/rover/v1"
 	"github.com/roverml/rover/api/rover/v1/roverv1connect"
 	"github.com/roverml/rover/internal/client"
+	"github.com/roverml/rover/internal/jobconfig"
 )
 
 func TestDeclareStorageRule(t *testing.T) {
 	keep := func(n int) *int { return &n }
 	const d, e = "/ckpt/run1", "/ckpt/other"
-	none := client.CheckpointStorage{}
-	launcherFixed := client.CheckpointStorage{URL: d, Keep: 2}
-	launcherDefault := client.CheckpointStorage{URL: d, Keep: 1, KeepDefault: true}
-	declared := client.CheckpointStorage{URL: d, Keep: 1, KeepDefault: true, Declared: true}
+	none := jobconfig.CheckpointStorage{}
+	launcherFixed := jobconfig.CheckpointStorage{URL: d, Keep: 2}
+	launcherDefault := jobconfig.CheckpointStorage{URL: d, Keep: 1, KeepDefault: true}
+	declared := jobconfig.CheckpointStorage{URL: d, Keep: 1, KeepDefault: true, Declared: true}
 	tests := []struct {
 		name    string
-		job     client.CheckpointStorage
+		job     jobconfig.CheckpointStorage
 		decl    storageDeclaration
-		want    client.CheckpointStorage
+		want    jobconfig.CheckpointStorage
 		changed bool
 		errs    []string // substrings of the refusal; nil: accepted
 	}{
 		{"first declaration sets the location", none, storageDeclaration{URL: d}, declared, true, nil},
 		{"first declaration with keep", none, storageDeclaration{URL: d, Keep: keep(3)},
-			client.CheckpointStorage{URL: d, Keep: 3, Declared: true}, true, nil},
+			jobconfig.CheckpointStorage{URL: d, Keep: 3, Declared: true}, true, nil},
 		{"keep without storage means nothing", none, storageDeclaration{Keep: keep(3)}, none, false, nil},
 		{"asking only", declared, storageDeclaration{}, declared, false, nil},
 		{"the same location again", declared, storageDeclaration{URL: d + "/"}, declared, false, nil},
 		{"the same location as a file URL", launcherFixed, storageDeclaration{URL: "file://" + d, Keep: keep(2)}, launcherFixed, false, nil},
 		{"keep replaces a declared default", declared, storageDeclaration{URL: d, Keep: keep(3)},
-			client.CheckpointStorage{URL: d, Keep: 3, Declared: true}, true, nil},
+			jobconfig.CheckpointStorage{URL: d, Keep: 3, Declared: true}, true, nil},
 		{"keep replaces the launcher's default", launcherDefault, storageDeclaration{URL: d, Keep: keep(0)},
-			client.CheckpointStorage{URL: d, Keep: 0}, true, nil},
+			jobconfig.CheckpointStorage{URL: d, Keep: 0}, true, nil},
 		{"another location than the launcher's", launcherFixed, storageDeclaration{URL: e}, launcherFixed, false,
 			[]string{"asks for checkpoint storage " + e, "checkpoints go to " + d, "the launcher's --checkpoint-dir"}},
 		{"another location than the declared one", declared, storageDeclaration{URL: e}, declared, false,
 			[]string{e, "checkpoints go to " + d, "declared by the job's first Checkpointer"}},
 		{"another keep than the launcher's", launcherFixed, storageDeclaration{URL: d, Keep: keep(3)}, launcherFixed, false,
 			[]string{"asks to keep 3", "the job keeps 2", "give keep=2"}},
-		{"another keep than a declared one", client.CheckpointStorage{URL: d, Keep: 3, Declared: true}, storageDeclaration{Keep: keep(4)},
-			client.CheckpointStorage{URL: d, Keep: 3, Declared: true}, false, []string{"asks to keep 4", "the job keeps 3"}},
+		{"another keep than a declared one", jobconfig.CheckpointStorage{URL: d, Keep: 3, Declared: true}, storageDeclaration{Keep: keep(4)},
+			jobconfig.CheckpointStorage{URL: d, Keep: 3, Declared: true}, false, []string{"asks to keep 4", "the job keeps 3"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -177,11 +178,11 @@ func TestDeclaredStorageIsTheJobs(t *testing.T) {
 // TestAgentKeepAgrees: an agent that gave no --checkpoint-keep takes the
 // job's keep, whatever set it; one that gave another is refused.
 func TestAgentKeepAgrees(t *testing.T) {
-	job := client.CheckpointStorage{URL: "/ckpt/run1", Keep: 3, Declared: true}
-	if errs := checkpointAgrees(job, client.CheckpointStorage{URL: "/ckpt/run1", Keep: 1, KeepDefault: true}); len(errs) > 0 {
+	job := jobconfig.CheckpointStorage{URL: "/ckpt/run1", Keep: 3, Declared: true}
+	if errs := checkpointAgrees(job, jobconfig.CheckpointStorage{URL: "/ckpt/run1", Keep: 1, KeepDefault: true}); len(errs) > 0 {
 		t.Errorf("an agent with the default keep: %v, want it to take the job's", errs)
 	}
-	errs := checkpointAgrees(job, client.CheckpointStorage{URL: "/ckpt/run1", Keep: 1})
+	errs := checkpointAgrees(job, jobconfig.CheckpointStorage{URL: "/ckpt/run1", Keep: 1})
 	if len(errs) != 1 || !strings.Contains(errs[0].Error(), "--checkpoint-keep=1, but the job keeps 3") {
 		t.Errorf("an agent with another keep: %v, want a refusal naming both", errs)
 	}

@@ -6,6 +6,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/roverml/rover/internal/ckpt"
+	"github.com/roverml/rover/internal/master/jobstate"
 	"github.com/roverml/rover/internal/rendezvous"
 	"github.com/roverml/rover/internal/shard"
 )
@@ -22,19 +23,19 @@ var ErrStopped = errors.New("the master stopped before the job ended")
 
 var (
 	// errInvalid marks a request with a bad field.
-	errInvalid = errors.New("invalid request")
+	errInvalid = jobstate.ErrInvalid
 	// errNotConfigured is returned before the first agent configured the job.
 	errNotConfigured = errors.New("the job has no rendezvous configuration yet: join first")
 	// errConfigMismatch is returned to an agent whose settings differ from the job's.
 	errConfigMismatch = errors.New("rendezvous settings differ from the job's")
 	// errLimit is returned when a request would take the job past one of
 	// the master's limits on its state.
-	errLimit = errors.New("over the master's limit")
+	errLimit = jobstate.ErrLimit
 	// errNoStorage: a checkpoint was reported in a job without storage.
 	errNoStorage = errors.New("no checkpoint storage")
 	// errStaleRound: a checkpoint report names a round or node that is not
 	// the job's current world.
-	errStaleRound = errors.New("not a report of the current world")
+	errStaleRound = jobstate.ErrStaleRound
 	// errUnverified: a step's files in storage are not what was reported.
 	errUnverified = errors.New("checkpoint files do not match the reports")
 	// errUnauthenticated is returned for a missing or wrong token.

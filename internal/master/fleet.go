@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/roverml/rover/internal/master/jobstate"
 	"github.com/roverml/rover/internal/nodemanager"
 	"github.com/roverml/rover/internal/platform"
 )
@@ -293,12 +294,12 @@ func (f *fleet) missing(ctx context.Context, now time.Time) []nodemanager.Comman
 }
 
 // notice feeds the manager what the core learned.
-func (f *fleet) notice(n fleetNotice) []nodemanager.Command {
+func (f *fleet) notice(n jobstate.FleetNotice) []nodemanager.Command {
 	now := f.clock.Now()
-	if n.lost {
-		return f.mgr.Lost(n.node, n.reason, now)
+	if n.Lost {
+		return f.mgr.Lost(n.Node, n.Reason, now)
 	}
-	return f.mgr.Act(n.action, now)
+	return f.mgr.Act(n.Action, now)
 }
 
 // carry journals the manager's state, shows it, then carries out cmds in

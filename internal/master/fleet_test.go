@@ -15,6 +15,7 @@ import (
 	roverv1 "github.com/roverml/rover/api/rover/v1"
 	"github.com/roverml/rover/api/rover/v1/roverv1connect"
 	"github.com/roverml/rover/internal/client"
+	"github.com/roverml/rover/internal/jobconfig/configwire"
 	"github.com/roverml/rover/internal/nodemanager"
 	"github.com/roverml/rover/internal/platform"
 	"github.com/roverml/rover/internal/platform/platformtest"
@@ -71,7 +72,7 @@ func startFleet(t *testing.T, o fleetOptions) fleetMaster {
 	if o.exitGrace == 0 {
 		o.exitGrace = time.Minute
 	}
-	preset := RendezvousPreset(client.RendezvousFromProto(o.rdzv))
+	preset := configwire.FromProto(o.rdzv)
 	ctx, cancel := context.WithCancel(context.Background())
 	m, err := New(ctx, Config{Listen: "127.0.0.1:0", Job: o.spec.Job, Token: testToken, Store: o.store, Preset: &preset,
 		Nodes: &NodesConfig{Platform: o.platform, Name: "fake", Spec: o.spec, ExitGrace: o.exitGrace, KeepNodes: o.keepNodes}})

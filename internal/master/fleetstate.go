@@ -5,30 +5,23 @@ import (
 
 	roverv1 "github.com/roverml/rover/api/rover/v1"
 	"github.com/roverml/rover/internal/diagnosis"
+	"github.com/roverml/rover/internal/master/jobstate"
 	"github.com/roverml/rover/internal/nodemanager"
 )
 
 // The core's side of the node manager (fleet.go): it journals the
-// manager's state (eventFleet), fails the job when the manager says so
-// (eventFailNodes), and queues for the fleet what only the core learns: a
-// node's agent lost, and the diagnosis of a failed round that calls for a
-// node's relaunch.
-
-// fleetNotice is one thing the core learned that the fleet must act on.
-type fleetNotice struct {
-	lost   bool               // the node's agent is gone (heartbeats, session)
-	node   string             // the node id
-	reason string             // why, in words
-	action nodemanager.Action // when !lost: a diagnosis action
-}
+// manager's state (eventFleet, kept by jobstate.Fleet), fails the job when
+// the manager says so (eventFailNodes), and queues for the fleet what only
+// the core learns: a node's agent lost, and the diagnosis of a failed round
+// that calls for a node's relaunch.
 
 // noticeLocked queues n for the fleet, unless the core is replaying its
 // journal (the fleet's restored state has seen them) or owns no nodes.
-func (c *core) noticeLocked(n fleetNotice) {
+func (c *core) noticeLocked(n jobstate.FleetNotice) {
 	if !c.live || !c.fleetOn {
 		return
 	}
-	c.notices = append(c.notices, n)
+	c.fleet.Notice(n)
 	select {
 	case c.noticeCh <- struct{}{}:
 	default:
@@ -36,40 +29,17 @@ func (c *core) noticeLocked(n fleetNotice) {
 }
 
 // takeNotices returns the queued notices and empties the queue.
-func (c *core) takeNotices() []fleetNotice {
+func (c *core) takeNotices() []jobstate.FleetNotice {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	n := c.notices
-	c.notices = nil
-	return n
+	return c.fleet.TakeNotices()
 }
 
-// noticeDiagnosisLocked queues the node action a failed round's diagnosis
-// calls for, if any. fs are the round's failures; the root failure's node
-// is the one among them at the root's node rank.
-func (c *core) noticeDiagnosisLocked(d diagnosis.Decision, fs []*roverv1.WorkerFailure) {
-	if d.FailFast {
-		return
-	}
-	var node, host string
-	for _, f := range fs {
-		if int(f.GetNodeRank()) == d.Root.NodeRank && f.GetNodeId() != "" {
-			node, host = f.GetNodeId(), f.GetHost()
-			break
-		}
-	}
-	if node == "" {
-		return
-	}
-	// The host first: the node's replacement must avoid it.
-	if d.MarkHostBad && host != "" {
-		c.noticeLocked(fleetNotice{node: node, reason: d.Reason, action: nodemanager.Action{Kind: nodemanager.MarkHostBad, Host: host, Reason: d.Reason}})
-	}
-	switch d.Action {
-	case diagnosis.RelaunchNode:
-		c.noticeLocked(fleetNotice{node: node, reason: d.Reason, action: nodemanager.Action{Kind: nodemanager.RelaunchNode, NodeID: node, Reason: d.Reason}})
-	case diagnosis.RelaunchWithMoreMemory:
-		c.noticeLocked(fleetNotice{node: node, reason: d.Reason, action: nodemanager.Action{Kind: nodemanager.RelaunchWithMoreMemory, NodeID: node, MemoryBytes: d.Memory, Reason: d.Reason}})
+// noticeDiagnosisLocked queues the node actions a failed round's
+// diagnosis calls for (jobstate.DiagnosisNotices).
+func (c *core) noticeDiagnosisLocked(d diagnosis.Decision, fs []jobstate.Failure) {
+	for _, n := range jobstate.DiagnosisNotices(d, fs) {
+		c.noticeLocked(n)
 	}
 }
 
@@ -77,7 +47,7 @@ func (c *core) noticeDiagnosisLocked(d diagnosis.Decision, fs []*roverv1.WorkerF
 func (c *core) fleetSaved() json.RawMessage {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.fleet
+	return c.fleet.Saved()
 }
 
 // setFleetView records what GetJob shows of the managed nodes.

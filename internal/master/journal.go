@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/roverml/rover/internal/jobconfig"
+	"github.com/roverml/rover/internal/master/jobstate"
 	"github.com/roverml/rover/internal/rendezvous"
 )
 
@@ -24,10 +26,10 @@ type event struct {
 	Node   string    `json:"node,omitempty"`
 	Round  int       `json:"round,omitempty"`
 	// Config is set on eventConfigure.
-	Config *jobConfig `json:"config,omitempty"`
+	Config *jobconfig.Config `json:"config,omitempty"`
 	// Join and Snapshots are set on eventJoin.
-	Join      *rendezvous.JoinRequest `json:"join,omitempty"`
-	Snapshots []memorySnapshot        `json:"snapshots,omitempty"`
+	Join      *rendezvous.JoinRequest   `json:"join,omitempty"`
+	Snapshots []jobstate.MemorySnapshot `json:"snapshots,omitempty"`
 	// Key and Value are set on eventSetKey.
 	Key   string `json:"key,omitempty"`
 	Value []byte `json:"value,omitempty"`
@@ -40,9 +42,9 @@ type event struct {
 	// departure, not a failure, so nothing is blamed.
 	Planned bool `json:"planned,omitempty"`
 	// Shard is set on the shard events (shards.go).
-	Shard *shardEvent `json:"shard,omitempty"`
+	Shard *jobstate.ShardEvent `json:"shard,omitempty"`
 	// Batch is set on eventShardBatch: shard events applied in order, at Time.
-	Batch []batchOp `json:"batch,omitempty"`
+	Batch []jobstate.BatchOp `json:"batch,omitempty"`
 	// Fleet is set on eventFleet: the node manager's MarshalState.
 	Fleet json.RawMessage `json:"fleet,omitempty"`
 	// Nodes is set on eventFleet: the nodes the manager runs (pending or

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/roverml/rover/internal/master/jobstate"
 	"github.com/roverml/rover/internal/shard"
 	"github.com/roverml/rover/internal/store"
 )
@@ -44,7 +45,7 @@ func BenchmarkJournalHour(b *testing.B) {
 			}
 		}
 		ds := shard.Dataset{Name: "train", Size: 1 << 40, BatchSize: 32, ShardSize: 1024, Epochs: 1, Mode: shard.Leased}
-		if _, err := c.shardCall(ctx, &event{Type: eventRegisterDataset, Time: now, Shard: &shardEvent{Dataset: "train", Spec: &ds}}); err != nil {
+		if _, err := c.shardCall(ctx, &event{Type: eventRegisterDataset, Time: now, Shard: &jobstate.ShardEvent{Dataset: "train", Spec: &ds}}); err != nil {
 			b.Fatal(err)
 		}
 		held := map[string]uint64{}
@@ -56,13 +57,13 @@ func BenchmarkJournalHour(b *testing.B) {
 				if err := c.seen(node, now); err != nil {
 					b.Fatal(err)
 				}
-				var ops []batchOp
+				var ops []jobstate.BatchOp
 				for w := range 8 {
 					worker := fmt.Sprintf("%s/%d", node, w)
 					if id, ok := held[worker]; ok {
-						ops = append(ops, batchOp{Type: eventCompleteShards, Shard: &shardEvent{Dataset: "train", Worker: worker, Results: []shardResult{{ID: id, OK: true}}}})
+						ops = append(ops, jobstate.BatchOp{Type: jobstate.BatchComplete, Shard: &jobstate.ShardEvent{Dataset: "train", Worker: worker, Results: []jobstate.ShardResult{{ID: id, OK: true}}}})
 					}
-					ops = append(ops, batchOp{Type: eventLease, Shard: &shardEvent{Dataset: "train", Worker: worker, Max: 1}})
+					ops = append(ops, jobstate.BatchOp{Type: jobstate.BatchLease, Shard: &jobstate.ShardEvent{Dataset: "train", Worker: worker, Max: 1}})
 				}
 				rec, _ := (&event{Type: eventShardBatch, Time: now, Batch: ops}).marshal()
 				journaled += int64(len(rec))
@@ -71,8 +72,8 @@ func BenchmarkJournalHour(b *testing.B) {
 					b.Fatal(err)
 				}
 				for i, op := range ops {
-					if op.Type == eventLease && errs[i] == nil && len(outs[i].lease.Shards) == 1 {
-						held[op.Shard.Worker] = outs[i].lease.Shards[0].ID
+					if op.Type == jobstate.BatchLease && errs[i] == nil && len(outs[i].Lease.Shards) == 1 {
+						held[op.Shard.Worker] = outs[i].Lease.Shards[0].ID
 					}
 				}
 			}

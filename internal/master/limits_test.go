@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/roverml/rover/internal/master/jobstate"
 	"github.com/roverml/rover/internal/shard"
 	"github.com/roverml/rover/internal/store"
 )
@@ -21,7 +22,7 @@ func TestStateLimits(t *testing.T) {
 	c := configuredCore(t, store.NewMemory(), now)
 	c.mu.Lock()
 	for i := range maxKeys {
-		c.kv[fmt.Sprint("k", i)] = nil
+		c.kv.Set(fmt.Sprint("k", i), nil)
 	}
 	c.mu.Unlock()
 	err := c.apply(ctx, &event{Type: eventSetKey, Time: now, Key: "one-more", Value: []byte("v")})
@@ -32,8 +33,7 @@ func TestStateLimits(t *testing.T) {
 		t.Errorf("updating an existing key at the limit: %v", err)
 	}
 	c.mu.Lock()
-	clear(c.kv)
-	c.kvBytes = maxKeyBytes - 10 // as if the values took all but 10 bytes
+	c.kv = jobstate.RestoreKeys(map[string][]byte{"filler": make([]byte, maxKeyBytes-10)}) // the values take all but 10 bytes
 	c.mu.Unlock()
 	if err := c.apply(ctx, &event{Type: eventSetKey, Time: now, Key: "b1", Value: make([]byte, 11)}); !errors.Is(err, errLimit) {
 		t.Errorf("a value past the byte limit: %v, want errLimit", err)
@@ -44,7 +44,7 @@ func TestStateLimits(t *testing.T) {
 
 	register := func(name string) error {
 		ds := shard.Dataset{Name: name, Size: 10, BatchSize: 1, ShardSize: 1, Epochs: 1, Mode: shard.Leased}
-		_, err := c.shardCall(ctx, &event{Type: eventRegisterDataset, Time: now, Shard: &shardEvent{Dataset: name, Spec: &ds}})
+		_, err := c.shardCall(ctx, &event{Type: eventRegisterDataset, Time: now, Shard: &jobstate.ShardEvent{Dataset: name, Spec: &ds}})
 		return err
 	}
 	for i := range maxDatasets {

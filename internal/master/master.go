@@ -13,7 +13,7 @@ import (
 	"time"
 
 	roverv1 "github.com/roverml/rover/api/rover/v1"
-	"github.com/roverml/rover/internal/client"
+	"github.com/roverml/rover/internal/jobconfig"
 	"github.com/roverml/rover/internal/nodemanager"
 	"github.com/roverml/rover/internal/rendezvous"
 	"golang.org/x/sync/errgroup"
@@ -41,12 +41,12 @@ type Config struct {
 	Token string
 	// Preset, when set, fixes the rendezvous configuration before any agent
 	// joins. Without it, the first agent's configuration is taken.
-	Preset *RendezvousPreset
+	Preset *jobconfig.Config
 	// Checkpoint, when its URL is set, is the job's checkpoint storage, as
 	// the operator gave it: it may carry any of the storage driver's
 	// parameters. Agents that name another are refused. Without it, the
 	// first agent's --checkpoint-dir is taken (without driver parameters).
-	Checkpoint client.CheckpointStorage
+	Checkpoint jobconfig.CheckpointStorage
 	// TickInterval is how often timeouts are checked (default 50ms).
 	TickInterval time.Duration
 	// StateDir is the directory of the durable store (bbolt): a master
@@ -73,9 +73,6 @@ type Config struct {
 	// started by someone else.
 	Nodes *NodesConfig
 }
-
-// RendezvousPreset is a rendezvous configuration given to the master itself.
-type RendezvousPreset = jobConfig
 
 // Master serves one job's control plane.
 type Master struct {

@@ -1,13 +1,13 @@
 package master
 
 import (
-	"cmp"
 	"fmt"
 	"slices"
 	"time"
 
 	roverv1 "github.com/roverml/rover/api/rover/v1"
-	"github.com/roverml/rover/internal/client"
+	"github.com/roverml/rover/internal/jobconfig"
+	"github.com/roverml/rover/internal/master/jobstate"
 	"github.com/roverml/rover/internal/nodecheck"
 	"github.com/roverml/rover/internal/nodemanager"
 	"github.com/roverml/rover/internal/rendezvous"
@@ -32,12 +32,10 @@ type checkReport struct {
 	Result nodecheck.Result `json:"result"`
 }
 
-// newCheckLocked makes the node check machine of a job configured with one.
+// newCheckLocked makes the node check of a job configured with one.
 func (c *core) newCheckLocked() {
 	if c.cfg != nil && c.cfg.NodeCheck != nil && c.check == nil {
-		cfg := c.cfg.NodeCheck.Config
-		cfg.MinNodes = c.cfg.Rendezvous.MinNodes
-		c.check = nodecheck.New(cfg)
+		c.check = jobstate.NewNodeCheck(c.cfg.NodeCheck, c.cfg.Rendezvous.MinNodes)
 	}
 }
 
@@ -47,20 +45,7 @@ func (c *core) checkWorldLocked(now time.Time) {
 	if c.check == nil {
 		return
 	}
-	s := c.status
-	if world, ok := c.check.Running(); ok && (s.Job != rendezvous.Running || s.Round != world || s.Open) {
-		c.check.Cancel()
-	}
-	if s.Job != rendezvous.Running || s.Open || s.WorldRound != s.Round {
-		return
-	}
-	world := c.rdzv.Snapshot().World
-	slices.SortFunc(world, func(a, b rendezvous.Member) int { return cmp.Compare(a.NodeRank, b.NodeRank) })
-	ids := make([]string, len(world))
-	for i, m := range world {
-		ids[i] = m.NodeID
-	}
-	c.check.Start(s.Round, ids, now)
+	c.check.World(c.status, func() []rendezvous.Member { return c.rdzv.Snapshot().World }, now)
 }
 
 // checkEventLocked validates a check event before it is journaled.
@@ -74,11 +59,7 @@ func (c *core) checkEventLocked(e *event) error {
 	if e.Check == nil {
 		return invalid("a node check report without its result")
 	}
-	world, stage, groups := c.check.Tasks(e.Node)
-	if world != e.Round || stage != e.Check.Stage || !slices.ContainsFunc(groups, func(g nodecheck.Group) bool { return g.ID == e.Check.Group }) {
-		return fmt.Errorf("%w: node %q has no group %d in stage %d of round %d's node check", errStaleRound, e.Node, e.Check.Group, e.Check.Stage, e.Round)
-	}
-	return nil
+	return c.check.CheckReport(e.Node, e.Round, e.Check.Stage, e.Check.Group)
 }
 
 // transitionCheckLocked applies a check event; when the check ends, the
@@ -87,21 +68,21 @@ func (c *core) transitionCheckLocked(e *event) error {
 	if c.check == nil {
 		return nil
 	}
-	before := c.check.Last()
+	var ch jobstate.CheckChange
 	switch e.Type {
 	case eventCheckReport:
-		if err := c.check.Report(e.Round, e.Check.Stage, e.Check.Group, e.Node, e.Check.Result, e.Time); err != nil {
-			return fmt.Errorf("%w: %w", errStaleRound, err)
+		var err error
+		if ch, err = c.check.Report(e.Round, e.Check.Stage, e.Check.Group, e.Node, e.Check.Result, e.Time); err != nil {
+			return err
 		}
 	case eventCheckTick:
-		c.check.Tick(e.Time)
+		ch = c.check.Tick(e.Time)
 	}
-	after := c.check.Last()
-	if before.Stage != after.Stage || before.Done != after.Done {
+	if ch.Changed {
 		c.changedLocked()
 	}
-	if after.Done && !before.Done && !after.Cancelled {
-		c.excludeLocked(after, e.Time)
+	if ch.Ended != nil {
+		c.excludeLocked(ch.Ended, e.Time)
 	}
 	return nil
 }
@@ -115,12 +96,12 @@ func (c *core) excludeLocked(ch *nodecheck.Check, now time.Time) {
 		reason := fmt.Sprintf("the node check found it %s: %s", v.Kind, v.Reason)
 		c.rdzv.NodeLostSince(v.Node, time.Time{}, now)
 		c.nodes.Lose(v.Node, reason)
-		delete(c.held, v.Node)
-		c.requeueLocked(v.Node, now)
+		c.memory.Lost(v.Node)
+		c.datasets.NodeLost(v.Node, now)
 		if host := c.hostLocked(v.Node); host != "" {
-			c.noticeLocked(fleetNotice{node: v.Node, reason: reason, action: nodemanager.Action{Kind: nodemanager.MarkHostBad, Host: host, Reason: reason}})
+			c.noticeLocked(jobstate.FleetNotice{Node: v.Node, Reason: reason, Action: nodemanager.Action{Kind: nodemanager.MarkHostBad, Host: host, Reason: reason}})
 		}
-		c.noticeLocked(fleetNotice{node: v.Node, reason: reason, action: nodemanager.Action{Kind: nodemanager.RelaunchNode, NodeID: v.Node, Reason: reason}})
+		c.noticeLocked(jobstate.FleetNotice{Node: v.Node, Reason: reason, Action: nodemanager.Action{Kind: nodemanager.RelaunchNode, NodeID: v.Node, Reason: reason}})
 	}
 }
 
@@ -143,8 +124,9 @@ func (c *core) checkViewLocked(id string, v *roverv1.NodeView) {
 	if c.check == nil {
 		return
 	}
-	world, stage, done, member, ok := c.check.Stage(id)
-	verdict, judged := c.check.Verdict(id)
+	m := c.check.Machine()
+	world, stage, done, member, ok := m.Stage(id)
+	verdict, judged := m.Verdict(id)
 	if !ok || !member && !judged {
 		return
 	}
@@ -153,7 +135,7 @@ func (c *core) checkViewLocked(id string, v *roverv1.NodeView) {
 		GroupTimeoutMillis: nc.Config.Timeout().Milliseconds(), CommPerf: nc.CommPerf}
 	if !done && member {
 		v.Assignment = nil
-		_, _, groups := c.check.Tasks(id)
+		_, _, groups := m.Tasks(id)
 		for _, g := range groups {
 			cv.Groups = append(cv.Groups, &roverv1.NodeCheckGroup{Id: int32(g.ID), NodeIds: g.Nodes})
 		}
@@ -168,7 +150,8 @@ func (c *core) checkProtoLocked(r *roverv1.GetJobResponse) {
 	if c.check == nil {
 		return
 	}
-	ch := c.check.Last()
+	m := c.check.Machine()
+	ch := m.Last()
 	if ch == nil {
 		return
 	}
@@ -178,7 +161,7 @@ func (c *core) checkProtoLocked(r *roverv1.GetJobResponse) {
 		st.Verdicts = append(st.Verdicts, verdictProto(v))
 	}
 	// Nodes excluded by earlier checks stay on record.
-	for _, v := range c.check.Excluded() {
+	for _, v := range m.Excluded() {
 		if !slices.Contains(ch.Nodes, v.Node) {
 			st.Verdicts = append(st.Verdicts, verdictProto(v))
 		}
@@ -224,7 +207,7 @@ func (c *core) checkDeadlineLocked(now time.Time) *event {
 	if c.check == nil {
 		return nil
 	}
-	if d, ok := c.check.NextDeadline(); ok && !now.Before(d) {
+	if d, ok := c.check.Machine().NextDeadline(); ok && !now.Before(d) {
 		return &event{Type: eventCheckTick, Time: now}
 	}
 	return nil
@@ -237,10 +220,10 @@ func (c *core) nodeCheck() *nodecheck.Check {
 	if c.check == nil {
 		return nil
 	}
-	return c.check.Last()
+	return c.check.Machine().Last()
 }
 
-func describeNodeCheck(c *client.NodeCheck) string {
+func describeNodeCheck(c *jobconfig.NodeCheck) string {
 	if c == nil {
 		return "off"
 	}

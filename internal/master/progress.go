@@ -12,8 +12,8 @@ import (
 	"time"
 
 	roverv1 "github.com/roverml/rover/api/rover/v1"
-	"github.com/roverml/rover/internal/client"
 	"github.com/roverml/rover/internal/diagnosis"
+	"github.com/roverml/rover/internal/jobconfig"
 	"github.com/roverml/rover/internal/progress"
 	"github.com/roverml/rover/internal/rendezvous"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -29,7 +29,7 @@ type tracker struct {
 	mu     sync.Mutex
 	window *progress.Window
 	hang   *progress.Hang
-	cfg    client.HangConfig
+	cfg    jobconfig.Hang
 	round  int64
 	step   int64 // newest step of the round; -1 none
 	nodes  map[string]*nodeProgress
@@ -49,7 +49,7 @@ type nodeProgress struct {
 	util  []int32 // its devices' utilisation in the newest sample
 }
 
-func (t *tracker) initLocked(cfg client.HangConfig) {
+func (t *tracker) initLocked(cfg jobconfig.Hang) {
 	if t.window == nil || t.cfg != cfg {
 		t.cfg = cfg
 		t.window = progress.NewWindow(progress.DefaultStraggler)

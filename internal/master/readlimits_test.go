@@ -18,6 +18,7 @@ import (
 	roverv1 "github.com/roverml/rover/api/rover/v1"
 	"github.com/roverml/rover/api/rover/v1/roverv1connect"
 	"github.com/roverml/rover/internal/client"
+	"github.com/roverml/rover/internal/master/jobstate"
 	"github.com/roverml/rover/internal/shard"
 )
 
@@ -135,7 +136,7 @@ func TestLargestValidRequestsFit(t *testing.T) {
 	ctx := context.Background()
 	snaps := make([]*roverv1.MemorySnapshot, maxSnapshotsPerRank*maxLocalWorldSize)
 	for i := range snaps {
-		snaps[i] = &roverv1.MemorySnapshot{LocalRank: maxLocalWorldSize - 1, Step: 1 << 62, Rank: maxNodes - 1, WorldSize: maxNodes, Mode: modeReplicated}
+		snaps[i] = &roverv1.MemorySnapshot{LocalRank: maxLocalWorldSize - 1, Step: 1 << 62, Rank: maxNodes - 1, WorldSize: maxNodes, Mode: jobstate.ModeReplicated}
 	}
 	join := joinReq(strings.Repeat("n", maxNodeIDLen), rdzvConfig(1, 1))
 	join.Msg.LocalWorldSize, join.Msg.Addr, join.Msg.Snapshots = maxLocalWorldSize, strings.Repeat("a", maxAddrLen), snaps

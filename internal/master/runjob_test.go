@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/roverml/rover/internal/client"
 	"github.com/roverml/rover/internal/master"
 	"github.com/roverml/rover/internal/runconfig"
 )
@@ -21,8 +20,8 @@ func TestRunJob(t *testing.T) {
 	newMaster := func(t *testing.T) *master.Master {
 		// A job of one node, configured before any agent joins, as `rover
 		// master --nnodes 1` configures it.
-		preset := master.RendezvousPreset(client.RendezvousFromPolicy(runconfig.Policy{MinNodes: 1, MaxNodes: 1, NodeUnit: 1,
-			LastCallTimeout: time.Second, JoinTimeout: time.Hour, HeartbeatTimeout: time.Hour}))
+		preset := runconfig.Policy{MinNodes: 1, MaxNodes: 1, NodeUnit: 1,
+			LastCallTimeout: time.Second, JoinTimeout: time.Hour, HeartbeatTimeout: time.Hour}.JobConfig()
 		m, err := master.New(context.Background(), master.Config{Listen: "127.0.0.1:0", Token: "run-job-token-0123456789",
 			Preset: &preset, Logger: quiet})
 		if err != nil {

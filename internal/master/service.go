@@ -12,6 +12,8 @@ import (
 	"github.com/roverml/rover/api/rover/v1/roverv1connect"
 	"github.com/roverml/rover/internal/ckpt"
 	"github.com/roverml/rover/internal/client"
+	"github.com/roverml/rover/internal/jobconfig"
+	"github.com/roverml/rover/internal/jobconfig/configwire"
 	"google.golang.org/protobuf/encoding/protojson"
 )
 
@@ -22,7 +24,7 @@ type service struct {
 	clock       Clock
 	checkpoints *checkpoints
 	// storage is the operator's checkpoint storage (Config.Checkpoint).
-	storage client.CheckpointStorage
+	storage jobconfig.CheckpointStorage
 	// sessions counts the open sessions (nil: not counted).
 	sessions *sessionCount
 	// holders is which agent process holds each node id (nil: unchecked).
@@ -72,7 +74,7 @@ func (s *service) join(ctx context.Context, r *roverv1.JoinRequest) (*roverv1.Jo
 		return nil, rpcError(err)
 	}
 	return &roverv1.JoinResponse{NodeRank: int32(rank), Round: int64(round), RunId: s.core.runID,
-		Checkpoint: client.CheckpointStorageProto(job.Checkpoint)}, nil
+		Checkpoint: configwire.StorageToProto(job.Checkpoint)}, nil
 }
 
 // Session joins the node named by the first message, then streams its views

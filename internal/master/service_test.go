@@ -11,6 +11,7 @@ import (
 	roverv1 "github.com/roverml/rover/api/rover/v1"
 	"github.com/roverml/rover/api/rover/v1/roverv1connect"
 	"github.com/roverml/rover/internal/client"
+	"github.com/roverml/rover/internal/master/jobstate"
 	"github.com/roverml/rover/internal/store"
 )
 
@@ -267,9 +268,9 @@ func TestRestoreFromJournal(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		held := []memorySnapshot{
-			{LocalRank: 0, Step: 7, Rank: 0, WorldSize: 4, Mode: modeReplicated},
-			{LocalRank: 1, Step: 7, Rank: 1, WorldSize: 4, Mode: modeReplicated},
+		held := []jobstate.MemorySnapshot{
+			{LocalRank: 0, Step: 7, Rank: 0, WorldSize: 4, Mode: jobstate.ModeReplicated},
+			{LocalRank: 1, Step: 7, Rank: 1, WorldSize: 4, Mode: jobstate.ModeReplicated},
 		}
 		if _, _, err := c1.join(ctx, req, held, 0, now); err != nil {
 			t.Fatal(err)

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/roverml/rover/internal/client"
+	"github.com/roverml/rover/internal/jobconfig"
 )
 
 // jobSetting is one job-wide setting that an agent brings when it joins. The
@@ -18,7 +18,7 @@ type jobSetting struct {
 	// flag names the setting as `rover run` takes it.
 	flag string
 	// value is the setting's value in c, as the flag writes it.
-	value func(c *jobConfig) string
+	value func(c *jobconfig.Config) string
 }
 
 // jobSettings lists every job-wide setting of a join request
@@ -27,18 +27,18 @@ type jobSetting struct {
 // field added to the request is added here (TestJobSettingsCoverTheRequest
 // fails until it is).
 var jobSettings = []jobSetting{
-	{"--nnodes", func(c *jobConfig) string {
+	{"--nnodes", func(c *jobconfig.Config) string {
 		return strconv.Itoa(c.Rendezvous.MinNodes) + ":" + strconv.Itoa(c.Rendezvous.MaxNodes)
 	}},
-	{"--node-unit", func(c *jobConfig) string { return strconv.Itoa(max(c.Rendezvous.NodeUnit, 1)) }},
-	{"--max-restarts", func(c *jobConfig) string { return strconv.Itoa(c.Rendezvous.MaxRestarts) }},
-	{"--rdzv-conf join_timeout", func(c *jobConfig) string { return duration(c.Rendezvous.JoinTimeout) }},
-	{"--rdzv-conf last_call_timeout", func(c *jobConfig) string { return duration(c.Rendezvous.LastCall) }},
-	{"--rdzv-conf heartbeat_timeout", func(c *jobConfig) string { return duration(c.Nodes.HeartbeatTimeout) }},
-	{"--rdzv-conf disconnect_grace", func(c *jobConfig) string { return duration(c.Nodes.DisconnectGrace) }},
-	{"--hang-timeout", func(c *jobConfig) string { return duration(c.Hang.Timeout) }},
-	{"--hang-detection", func(c *jobConfig) string { return strconv.Itoa(c.Hang.Policy) }},
-	{"the node check (--network-check, --exclude-straggler, --comm-perf-test, --precheck)", func(c *jobConfig) string {
+	{"--node-unit", func(c *jobconfig.Config) string { return strconv.Itoa(max(c.Rendezvous.NodeUnit, 1)) }},
+	{"--max-restarts", func(c *jobconfig.Config) string { return strconv.Itoa(c.Rendezvous.MaxRestarts) }},
+	{"--rdzv-conf join_timeout", func(c *jobconfig.Config) string { return duration(c.Rendezvous.JoinTimeout) }},
+	{"--rdzv-conf last_call_timeout", func(c *jobconfig.Config) string { return duration(c.Rendezvous.LastCall) }},
+	{"--rdzv-conf heartbeat_timeout", func(c *jobconfig.Config) string { return duration(c.Nodes.HeartbeatTimeout) }},
+	{"--rdzv-conf disconnect_grace", func(c *jobconfig.Config) string { return duration(c.Nodes.DisconnectGrace) }},
+	{"--hang-timeout", func(c *jobconfig.Config) string { return duration(c.Hang.Timeout) }},
+	{"--hang-detection", func(c *jobconfig.Config) string { return strconv.Itoa(c.Hang.Policy) }},
+	{"the node check (--network-check, --exclude-straggler, --comm-perf-test, --precheck)", func(c *jobconfig.Config) string {
 		return nodeCheckText(c.NodeCheck)
 	}},
 }
@@ -49,7 +49,7 @@ func duration(d time.Duration) string { return d.Truncate(time.Millisecond).Stri
 // settingsAgree compares every job-wide setting an agent asks for with the
 // job's. It returns nil, or an errConfigMismatch naming each differing
 // setting with both values and saying what to do.
-func settingsAgree(job, asked *jobConfig) error {
+func settingsAgree(job, asked *jobconfig.Config) error {
 	var errs []error
 	for _, s := range jobSettings {
 		a, j := s.value(asked), s.value(job)
@@ -78,7 +78,7 @@ func mismatch(errs []error) error {
 
 // nodeCheckText describes a node check as jobSettings compares it: every
 // field, the ones at their defaults left out.
-func nodeCheckText(c *client.NodeCheck) string {
+func nodeCheckText(c *jobconfig.NodeCheck) string {
 	s := describeNodeCheck(c)
 	if c == nil {
 		return s

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	roverv1 "github.com/roverml/rover/api/rover/v1"
+	"github.com/roverml/rover/internal/jobconfig"
 )
 
 // settingsTestConfig is the job's configuration in TestJoinComparesEverySetting.
@@ -128,7 +129,7 @@ func TestJobSettingsCoverTheRequest(t *testing.T) {
 	}
 }
 
-func jobConfigOf(t *testing.T, r *roverv1.RendezvousConfig) *jobConfig {
+func jobConfigOf(t *testing.T, r *roverv1.RendezvousConfig) *jobconfig.Config {
 	t.Helper()
 	c, err := validateRendezvous(r)
 	if err != nil {

@@ -3,38 +3,13 @@ package master
 import (
 	"context"
 	"errors"
-	"fmt"
-	"slices"
-	"strings"
 	"time"
 
 	roverv1 "github.com/roverml/rover/api/rover/v1"
 	"github.com/roverml/rover/internal/client"
+	"github.com/roverml/rover/internal/master/jobstate"
 	"github.com/roverml/rover/internal/shard"
 )
-
-// shardEvent is the part of an event that drives the shard machine.
-type shardEvent struct {
-	Dataset string         `json:"dataset"`
-	Spec    *shard.Dataset `json:"spec,omitempty"`
-	Worker  string         `json:"worker,omitempty"`
-	// Incarnation is the worker's (0: the current round); Request
-	// numbers a lease request (0: not deduplicated).
-	Incarnation int64           `json:"incarnation,omitempty"`
-	Request     uint64          `json:"request,omitempty"`
-	Max         int             `json:"max,omitempty"`
-	Results     []shardResult   `json:"results,omitempty"`
-	Position    *shard.Position `json:"position,omitempty"`
-	Restore     bool            `json:"restore,omitempty"`
-	Samples     int64           `json:"samples,omitempty"`
-	Seal        bool            `json:"seal,omitempty"`
-	State       []byte          `json:"state,omitempty"`
-}
-
-type shardResult struct {
-	ID uint64 `json:"id"`
-	OK bool   `json:"ok"`
-}
 
 // Shard event types.
 const (
@@ -47,70 +22,32 @@ const (
 	eventShardTick       eventType = "shard_tick"
 )
 
-// shardOutcome carries the results of the last shard transition to the
-// handler that caused it (read under the same lock).
-type shardOutcome struct {
-	lease   shard.LeaseResult
-	unknown []uint64
-	end     int64
-}
-
-// transitionShardsLocked applies a shard event; ok is false for other events.
+// transitionShardsLocked applies a dataset event (jobstate.Datasets); ok is
+// false for other events. The outcome of a single call is left in shardOut,
+// a batch's in batchOut, for the caller to read under the same lock.
 func (c *core) transitionShardsLocked(e *event) (ok bool, err error) {
-	s := e.Shard
+	s, d := e.Shard, c.datasets
 	switch e.Type {
 	case eventRegisterDataset:
-		if n := len(c.shards.Datasets()); n >= maxDatasets && !slices.Contains(c.shards.Datasets(), s.Spec.Name) {
-			return true, fmt.Errorf("%w: the job has %d datasets, the most it may have (refusing %q)", errLimit, n, s.Spec.Name)
-		}
-		return true, c.shards.Register(*s.Spec, e.Time)
+		return true, d.Register(*s.Spec, e.Time)
 	case eventLease:
-		res, err := c.shards.Lease(s.Dataset, shard.LeaseRequest{Worker: c.shardWorker(s), Max: s.Max, ID: s.Request}, e.Time)
-		if err == nil {
-			c.leaseHolders[s.Worker] = struct{}{}
-		}
-		c.shardOut = shardOutcome{lease: res}
+		c.shardOut, err = d.Lease(s, c.shardWorker(s), e.Time)
 		return true, err
 	case eventCompleteShards:
-		c.shardOut = shardOutcome{}
-		w := c.shardWorker(s)
-		var errs []error
-		for _, r := range s.Results {
-			var err error
-			if r.OK {
-				err = c.shards.Complete(s.Dataset, r.ID, w, e.Time)
-			} else {
-				err = c.shards.Fail(s.Dataset, r.ID, w, e.Time)
-			}
-			switch {
-			case errors.Is(err, shard.ErrUnknownLease), errors.Is(err, shard.ErrNotHolder):
-				c.shardOut.unknown = append(c.shardOut.unknown, r.ID)
-			case errors.Is(err, shard.ErrSuperseded):
-				return true, err // the same for every result
-			case err != nil:
-				errs = append(errs, err)
-			}
-		}
-		return true, errors.Join(errs...)
+		c.shardOut, err = d.Complete(s, c.shardWorker(s), e.Time)
+		return true, err
 	case eventAdvance:
-		if s.Restore {
-			return true, c.shards.RestorePosition(s.Dataset, *s.Position, e.Time)
-		}
-		return true, c.shards.Advance(s.Dataset, s.Position.Epoch, s.Position.Consumed, e.Time)
+		return true, d.Advance(s, e.Time)
 	case eventAppend:
-		end, err := c.shards.Append(s.Dataset, s.Samples, e.Time)
-		if err == nil && s.Seal {
-			err = c.shards.Seal(s.Dataset, e.Time)
-		}
-		c.shardOut = shardOutcome{end: end}
+		c.shardOut, err = d.Append(s, e.Time)
 		return true, err
 	case eventRestoreDataset:
-		return true, c.shards.RestoreDataset(s.Dataset, s.State, e.Time)
+		return true, d.RestoreDataset(s, e.Time)
 	case eventShardTick:
-		c.shards.Tick(e.Time)
+		d.Tick(e.Time)
 		return true, nil
 	case eventShardBatch:
-		outs, errs := c.applyBatchLocked(e)
+		outs, errs := d.Batch(e.Batch, c.shardWorker, e.Time)
 		c.batchOut = batchOutcome{outs: outs, errs: errs}
 		return true, faults(errs)
 	}
@@ -120,7 +57,7 @@ func (c *core) transitionShardsLocked(e *event) (ok bool, err error) {
 // shardWorker is the worker of a lease or complete event. Incarnation 0
 // (a caller that does not know rounds: an older agent) stands for the
 // current round, which is never fenced.
-func (c *core) shardWorker(s *shardEvent) shard.Worker {
+func (c *core) shardWorker(s *jobstate.ShardEvent) shard.Worker {
 	inc := s.Incarnation
 	if inc == 0 {
 		inc = int64(c.status.Round)
@@ -128,35 +65,12 @@ func (c *core) shardWorker(s *shardEvent) shard.Worker {
 	return shard.Worker{Name: s.Worker, Incarnation: inc}
 }
 
-// fenceShardsLocked fences the shard machine at a new round: every worker
-// process restarts with the round as its incarnation, so the leases of
-// every earlier one return to their queues, and whatever such a process
-// still sends (a late request, a zombie on a node declared lost) is refused.
-func (c *core) fenceShardsLocked(now time.Time) {
-	c.shards.Fence(int64(c.status.Round), now)
-	clear(c.leaseHolders)
-}
-
-// requeueLocked returns the leases of the workers of node to their queues:
-// their processes are gone. (The round that opens when a member node is
-// lost fences them.) Workers are taken in name order, so that a replay of
-// the journal requeues in the same order.
-func (c *core) requeueLocked(node string, now time.Time) {
-	var lost []string
-	for w := range c.leaseHolders {
-		if strings.HasPrefix(w, node+"/") {
-			lost = append(lost, w)
-		}
-	}
-	slices.Sort(lost)
-	for _, w := range lost {
-		c.shards.WorkerLost(w, now)
-		delete(c.leaseHolders, w)
-	}
-}
+// fenceShardsLocked fences the datasets at a new round (see
+// jobstate.Datasets.Fence).
+func (c *core) fenceShardsLocked(now time.Time) { c.datasets.Fence(int64(c.status.Round), now) }
 
 // shardCall journals and applies one shard event and returns its outcome.
-func (c *core) shardCall(ctx context.Context, e *event) (out shardOutcome, err error) {
+func (c *core) shardCall(ctx context.Context, e *event) (out jobstate.ShardOutcome, err error) {
 	err = c.propose(ctx, e, func(error) { out = c.shardOut })
 	return out, err
 }
@@ -267,17 +181,17 @@ func validatePosition(p *roverv1.DataPosition) (*shard.Position, error) {
 func (c *core) datasetStatus(name string) (shard.Status, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.shards.Status(name)
+	return c.datasets.Machine().Status(name)
 }
 
 func (c *core) position(name string) (shard.Position, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.shards.Position(name)
+	return c.datasets.Machine().Position(name)
 }
 
 func (c *core) datasetState(name string) ([]byte, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.shards.DatasetState(name)
+	return c.datasets.Machine().DatasetState(name)
 }

@@ -5,9 +5,10 @@ import (
 
 	"connectrpc.com/connect"
 	roverv1 "github.com/roverml/rover/api/rover/v1"
+	"github.com/roverml/rover/internal/master/jobstate"
 )
 
-func (s *service) shardEvent(t eventType, sh *shardEvent) *event {
+func (s *service) shardEvent(t eventType, sh *jobstate.ShardEvent) *event {
 	return &event{Type: t, Time: s.clock.Now(), Shard: sh}
 }
 
@@ -16,7 +17,7 @@ func (s *service) RegisterDataset(ctx context.Context, req *connect.Request[rove
 	if err != nil {
 		return nil, rpcError(err)
 	}
-	if _, err := s.core.shardCall(ctx, s.shardEvent(eventRegisterDataset, &shardEvent{Dataset: ds.Name, Spec: &ds})); err != nil {
+	if _, err := s.core.shardCall(ctx, s.shardEvent(eventRegisterDataset, &jobstate.ShardEvent{Dataset: ds.Name, Spec: &ds})); err != nil {
 		return nil, rpcError(err)
 	}
 	st, err := s.core.datasetStatus(ds.Name)
@@ -58,7 +59,7 @@ func (s *service) BatchShards(ctx context.Context, req *connect.Request[roverv1.
 		return nil, rpcError(invalid("a batch must hold 1 to %d ops, got %d: split larger batches", MaxBatchOps, len(ops)))
 	}
 	results := make([]*roverv1.ShardOpResult, len(ops))
-	valid := make([]batchOp, 0, len(ops))
+	valid := make([]jobstate.BatchOp, 0, len(ops))
 	at := make([]int, 0, len(ops)) // the position in ops of each valid op
 	for i, op := range ops {
 		b, err := batchOpFromProto(op)
@@ -105,7 +106,7 @@ func (s *service) AdvancePosition(ctx context.Context, req *connect.Request[rove
 	if err != nil {
 		return nil, rpcError(err)
 	}
-	if _, err := s.core.shardCall(ctx, s.shardEvent(eventAdvance, &shardEvent{Dataset: r.GetDataset(), Position: p, Restore: r.GetRestore()})); err != nil {
+	if _, err := s.core.shardCall(ctx, s.shardEvent(eventAdvance, &jobstate.ShardEvent{Dataset: r.GetDataset(), Position: p, Restore: r.GetRestore()})); err != nil {
 		return nil, rpcError(err)
 	}
 	return connect.NewResponse(&roverv1.AdvancePositionResponse{}), nil
@@ -119,11 +120,11 @@ func (s *service) AppendStream(ctx context.Context, req *connect.Request[roverv1
 	if r.GetSamples() < 0 {
 		return nil, rpcError(invalid("samples %d is negative", r.GetSamples()))
 	}
-	out, err := s.core.shardCall(ctx, s.shardEvent(eventAppend, &shardEvent{Dataset: r.GetDataset(), Samples: r.GetSamples(), Seal: r.GetSeal()}))
+	out, err := s.core.shardCall(ctx, s.shardEvent(eventAppend, &jobstate.ShardEvent{Dataset: r.GetDataset(), Samples: r.GetSamples(), Seal: r.GetSeal()}))
 	if err != nil {
 		return nil, rpcError(err)
 	}
-	return connect.NewResponse(&roverv1.AppendStreamResponse{End: out.end}), nil
+	return connect.NewResponse(&roverv1.AppendStreamResponse{End: out.End}), nil
 }
 
 func (s *service) GetDatasetState(ctx context.Context, req *connect.Request[roverv1.DatasetStateRequest]) (*connect.Response[roverv1.DatasetStateResponse], error) {
@@ -145,7 +146,7 @@ func (s *service) RestoreDataset(ctx context.Context, req *connect.Request[rover
 	if len(r.GetState()) == 0 || len(r.GetState()) > maxStateBytes {
 		return nil, rpcError(invalid("state must be 1 to %d bytes, got %d", maxStateBytes, len(r.GetState())))
 	}
-	if _, err := s.core.shardCall(ctx, s.shardEvent(eventRestoreDataset, &shardEvent{Dataset: r.GetDataset(), State: r.GetState()})); err != nil {
+	if _, err := s.core.shardCall(ctx, s.shardEvent(eventRestoreDataset, &jobstate.ShardEvent{Dataset: r.GetDataset(), State: r.GetState()})); err != nil {
 		return nil, rpcError(err)
 	}
 	return connect.NewResponse(&roverv1.RestoreDatasetResponse{}), nil

@@ -8,6 +8,7 @@ import (
 
 	"connectrpc.com/connect"
 	roverv1 "github.com/roverml/rover/api/rover/v1"
+	"github.com/roverml/rover/internal/master/jobstate"
 	"github.com/roverml/rover/internal/shard"
 	"github.com/roverml/rover/internal/store"
 )
@@ -83,14 +84,14 @@ func TestShardsRequeuedWhenNodeLost(t *testing.T) {
 		}
 	}
 	ds, _ := datasetFromProto(leasedSpec("d"))
-	if _, err := c.shardCall(ctx, &event{Type: eventRegisterDataset, Time: now, Shard: &shardEvent{Dataset: "d", Spec: &ds}}); err != nil {
+	if _, err := c.shardCall(ctx, &event{Type: eventRegisterDataset, Time: now, Shard: &jobstate.ShardEvent{Dataset: "d", Spec: &ds}}); err != nil {
 		t.Fatal(err)
 	}
-	out, err := c.shardCall(ctx, &event{Type: eventLease, Time: now, Shard: &shardEvent{Dataset: "d", Worker: "a/0", Max: 2}})
-	if err != nil || len(out.lease.Shards) != 2 {
+	out, err := c.shardCall(ctx, &event{Type: eventLease, Time: now, Shard: &jobstate.ShardEvent{Dataset: "d", Worker: "a/0", Max: 2}})
+	if err != nil || len(out.Lease.Shards) != 2 {
 		t.Fatalf("lease: %v %v", out, err)
 	}
-	if _, err := c.shardCall(ctx, &event{Type: eventLease, Time: now, Shard: &shardEvent{Dataset: "d", Worker: "a/1", Max: 1}}); err != nil {
+	if _, err := c.shardCall(ctx, &event{Type: eventLease, Time: now, Shard: &jobstate.ShardEvent{Dataset: "d", Worker: "a/1", Max: 1}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.apply(ctx, &event{Type: eventNodeLost, Time: now, Node: "a"}); err != nil {
@@ -103,11 +104,11 @@ func TestShardsRequeuedWhenNodeLost(t *testing.T) {
 	// The shards handed out next are the lost node's three, before any new
 	// one. (Its two workers are requeued in name order, so that a replay
 	// requeues them in the same order.)
-	out, err = c.shardCall(ctx, &event{Type: eventLease, Time: now, Shard: &shardEvent{Dataset: "d", Worker: "b/0", Max: 3}})
-	if err != nil || len(out.lease.Shards) != 3 {
-		t.Fatalf("lease after requeue: %+v %v", out.lease, err)
+	out, err = c.shardCall(ctx, &event{Type: eventLease, Time: now, Shard: &jobstate.ShardEvent{Dataset: "d", Worker: "b/0", Max: 3}})
+	if err != nil || len(out.Lease.Shards) != 3 {
+		t.Fatalf("lease after requeue: %+v %v", out.Lease, err)
 	}
-	for _, l := range out.lease.Shards {
+	for _, l := range out.Lease.Shards {
 		if l.Shard.Start >= 30 {
 			t.Errorf("lease after requeue: %+v is not one of the lost node's", l.Shard)
 		}
@@ -116,8 +117,8 @@ func TestShardsRequeuedWhenNodeLost(t *testing.T) {
 	if _, err := c2.restore(ctx, now); err != nil {
 		t.Fatal(err)
 	}
-	a, _ := c.shards.MarshalState()
-	b, _ := c2.shards.MarshalState()
+	a, _ := c.datasets.Machine().MarshalState()
+	b, _ := c2.datasets.Machine().MarshalState()
 	if string(a) != string(b) {
 		t.Errorf("replayed shard state differs:\n%s\n%s", a, b)
 	}

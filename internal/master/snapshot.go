@@ -4,13 +4,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"github.com/roverml/rover/internal/diagnosis"
-	"slices"
+	"github.com/roverml/rover/internal/master/jobstate"
 
 	roverv1 "github.com/roverml/rover/api/rover/v1"
+	"github.com/roverml/rover/internal/jobconfig"
 	"github.com/roverml/rover/internal/node"
-	"github.com/roverml/rover/internal/nodecheck"
 	"github.com/roverml/rover/internal/rendezvous"
-	"github.com/roverml/rover/internal/shard"
 	"google.golang.org/protobuf/encoding/protojson"
 )
 
@@ -21,20 +20,20 @@ const stateSchema = 1
 // restarts fresh: the state machines as their own MarshalState writes them,
 // plus the core's maps.
 type coreState struct {
-	Schema       int                         `json:"schema"`
-	RunID        string                      `json:"run_id"`
-	Config       *jobConfig                  `json:"config,omitempty"`
-	Rendezvous   json.RawMessage             `json:"rendezvous,omitempty"`
-	Addrs        map[string]string           `json:"addrs,omitempty"`
-	KV           map[string][]byte           `json:"kv,omitempty"`
-	Failures     []json.RawMessage           `json:"failures,omitempty"`
-	Diagnosis    *diagnosis.History          `json:"diagnosis,omitempty"`
-	Shards       json.RawMessage             `json:"shards"`
-	LeaseHolders []string                    `json:"lease_holders,omitempty"`
-	Held         map[string][]memorySnapshot `json:"held,omitempty"`
-	Memory       *memoryJSON                 `json:"memory,omitempty"`
-	Fleet        json.RawMessage             `json:"fleet,omitempty"`
-	NodeCheck    json.RawMessage             `json:"node_check,omitempty"`
+	Schema       int                                  `json:"schema"`
+	RunID        string                               `json:"run_id"`
+	Config       *jobconfig.Config                    `json:"config,omitempty"`
+	Rendezvous   json.RawMessage                      `json:"rendezvous,omitempty"`
+	Addrs        map[string]string                    `json:"addrs,omitempty"`
+	KV           map[string][]byte                    `json:"kv,omitempty"`
+	Failures     []json.RawMessage                    `json:"failures,omitempty"`
+	Diagnosis    *diagnosis.History                   `json:"diagnosis,omitempty"`
+	Shards       json.RawMessage                      `json:"shards"`
+	LeaseHolders []string                             `json:"lease_holders,omitempty"`
+	Held         map[string][]jobstate.MemorySnapshot `json:"held,omitempty"`
+	Memory       *memoryJSON                          `json:"memory,omitempty"`
+	Fleet        json.RawMessage                      `json:"fleet,omitempty"`
+	NodeCheck    json.RawMessage                      `json:"node_check,omitempty"`
 }
 
 type memoryJSON struct {
@@ -45,11 +44,12 @@ type memoryJSON struct {
 
 // marshalStateLocked snapshots the core.
 func (c *core) marshalStateLocked() ([]byte, error) {
+	agreed := c.memory.Agreement()
 	s := coreState{
 		Schema: stateSchema, RunID: c.runID, Config: c.cfg,
-		Addrs: c.addrs, KV: c.kv, Held: c.held,
-		Memory: &memoryJSON{Round: c.memory.round, Step: c.memory.step, OK: c.memory.ok},
-		Fleet:  c.fleet,
+		Addrs: c.addrs, KV: c.kv.Map(), Held: c.memory.Held(),
+		Memory: &memoryJSON{Round: agreed.Round, Step: agreed.Step, OK: agreed.OK},
+		Fleet:  c.fleet.Saved(),
 	}
 	var err error
 	if c.rdzv != nil {
@@ -58,27 +58,24 @@ func (c *core) marshalStateLocked() ([]byte, error) {
 		}
 	}
 	if c.check != nil {
-		if s.NodeCheck, err = c.check.MarshalState(); err != nil {
+		if s.NodeCheck, err = c.check.Machine().MarshalState(); err != nil {
 			return nil, fmt.Errorf("snapshot the node check: %w", err)
 		}
 	}
-	if s.Shards, err = c.shards.MarshalState(); err != nil {
+	if s.Shards, err = c.datasets.Machine().MarshalState(); err != nil {
 		return nil, fmt.Errorf("snapshot the shards: %w", err)
 	}
-	for _, f := range c.failures {
-		b, err := protojson.Marshal(f)
+	for _, f := range c.failures.Records() {
+		b, err := protojson.Marshal(failureProto(f))
 		if err != nil {
 			return nil, fmt.Errorf("snapshot a failure record: %w", err)
 		}
 		s.Failures = append(s.Failures, b)
 	}
-	if c.diag.Len() > 0 {
-		s.Diagnosis = &c.diag
+	if h := c.failures.History(); h.Len() > 0 {
+		s.Diagnosis = &h
 	}
-	for w := range c.leaseHolders {
-		s.LeaseHolders = append(s.LeaseHolders, w)
-	}
-	slices.Sort(s.LeaseHolders)
+	s.LeaseHolders = c.datasets.Holders()
 	b, err := json.Marshal(s)
 	if err != nil {
 		return nil, fmt.Errorf("encode the master's snapshot: %w", err)
@@ -110,44 +107,38 @@ func (c *core) restoreStateLocked(b []byte) error {
 		c.status = m.Status()
 		c.check = nil
 		if s.NodeCheck != nil {
-			if c.check, err = nodecheck.Restore(s.NodeCheck); err != nil {
+			if c.check, err = jobstate.RestoreNodeCheck(s.NodeCheck); err != nil {
 				return err
 			}
 		}
 		c.newCheckLocked() // a snapshot of a job whose check had not started
 	}
-	shards, err := shard.Restore(s.Shards)
+	datasets, err := jobstate.RestoreDatasets(s.Shards, s.LeaseHolders)
 	if err != nil {
 		return fmt.Errorf("shards: %w", err)
 	}
-	c.shards = shards
+	c.datasets = datasets
 	c.addrs = orEmpty(s.Addrs)
-	c.kv = orEmpty(s.KV)
-	c.kvBytes = 0
-	for _, v := range c.kv {
-		c.kvBytes += len(v)
-	}
-	c.held = orEmpty(s.Held)
-	c.failures = nil
+	c.kv = jobstate.RestoreKeys(s.KV)
+	var failures []jobstate.Failure
 	for _, raw := range s.Failures {
 		f := &roverv1.WorkerFailure{}
 		if err := protojson.Unmarshal(raw, f); err != nil {
 			return fmt.Errorf("failure record: %w", err)
 		}
-		c.failures = append(c.failures, f)
+		failures = append(failures, failureFromProto(f))
 	}
-	c.diag = diagnosis.History{}
+	var history diagnosis.History
 	if s.Diagnosis != nil {
-		c.diag = *s.Diagnosis
+		history = *s.Diagnosis
 	}
-	c.leaseHolders = map[string]struct{}{}
-	for _, w := range s.LeaseHolders {
-		c.leaseHolders[w] = struct{}{}
-	}
-	c.fleet = s.Fleet
+	c.failures = jobstate.RestoreFailures(failures, history)
+	c.fleet = jobstate.RestoreFleet(s.Fleet)
+	var agreed jobstate.MemoryAgreement
 	if s.Memory != nil {
-		c.memory = memoryAgreement{round: s.Memory.Round, step: s.Memory.Step, ok: s.Memory.OK}
+		agreed = jobstate.MemoryAgreement{Round: s.Memory.Round, Step: s.Memory.Step, OK: s.Memory.OK}
 	}
+	c.memory = jobstate.RestoreMemory(s.Held, agreed)
 	return nil
 }
 

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/roverml/rover/internal/client"
+	"github.com/roverml/rover/internal/jobconfig/configwire"
 	"github.com/roverml/rover/internal/store"
 )
 
@@ -21,7 +21,7 @@ func TestStoreFailureEndsTheMaster(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	st := &gatedStore{Memory: store.NewMemory()}
-	preset := RendezvousPreset(client.RendezvousFromProto(rdzvConfig(1, 1)))
+	preset := configwire.FromProto(rdzvConfig(1, 1))
 	m, err := New(ctx, Config{Listen: "127.0.0.1:0", Token: testToken, Store: st, Preset: &preset})
 	if err != nil {
 		t.Fatal(err)

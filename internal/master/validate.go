@@ -7,7 +7,9 @@ import (
 	"unicode/utf8"
 
 	roverv1 "github.com/roverml/rover/api/rover/v1"
-	"github.com/roverml/rover/internal/client"
+	"github.com/roverml/rover/internal/jobconfig"
+	"github.com/roverml/rover/internal/jobconfig/configwire"
+	"github.com/roverml/rover/internal/master/jobstate"
 	"github.com/roverml/rover/internal/rendezvous"
 )
 
@@ -19,11 +21,9 @@ const (
 	maxNodes          = 1 << 20
 	maxKeyLen         = 512
 	maxValueLen       = 1 << 20
-	// maxKeys and maxKeyBytes bound the key-value store: a round adds one
-	// key of a few dozen bytes, so a job goes through tens of thousands of
-	// rounds before it meets them.
-	maxKeys     = 65536
-	maxKeyBytes = 64 << 20
+	// The key-value store's limits (jobstate.Keys).
+	maxKeys     = jobstate.MaxKeys
+	maxKeyBytes = jobstate.MaxKeyBytes
 	// maxDatasets bounds the datasets of one job.
 	maxDatasets    = 256
 	maxWait        = 30 * time.Minute
@@ -63,7 +63,7 @@ func millis(name string, v int64) (time.Duration, error) {
 }
 
 // validateJoin checks a join request and converts it.
-func validateJoin(r *roverv1.JoinRequest) (rendezvous.JoinRequest, *jobConfig, error) {
+func validateJoin(r *roverv1.JoinRequest) (rendezvous.JoinRequest, *jobconfig.Config, error) {
 	var errs []error
 	errs = append(errs, checkNodeID(r.GetNodeId()), checkRound(r.GetRound()))
 	if r.GetRequestedRank() < -1 || r.GetRequestedRank() >= maxNodes {
@@ -91,7 +91,7 @@ func validateJoin(r *roverv1.JoinRequest) (rendezvous.JoinRequest, *jobConfig, e
 	}, cfg, nil
 }
 
-func validateRendezvous(r *roverv1.RendezvousConfig) (*jobConfig, error) {
+func validateRendezvous(r *roverv1.RendezvousConfig) (*jobconfig.Config, error) {
 	if r == nil {
 		return nil, invalid("rendezvous configuration is missing")
 	}
@@ -108,7 +108,7 @@ func validateRendezvous(r *roverv1.RendezvousConfig) (*jobConfig, error) {
 		_, err := millis(f.name, f.v)
 		errs = append(errs, err)
 	}
-	c := jobConfig(client.RendezvousFromProto(r))
+	c := configwire.FromProto(r)
 	cfg := &c
 	if r.GetMaxNodes() > maxNodes {
 		errs = append(errs, invalid("max_nodes %d is more than %d", r.GetMaxNodes(), maxNodes))
@@ -126,12 +126,6 @@ func validateRendezvous(r *roverv1.RendezvousConfig) (*jobConfig, error) {
 		errs = append(errs, invalid("heartbeat_timeout_millis must be positive"))
 	}
 	return cfg, errors.Join(errs...)
-}
-
-// RendezvousProto is the wire form of a rendezvous configuration, as agents
-// send it when they join (package client owns the conversion).
-func RendezvousProto(c RendezvousPreset) *roverv1.RendezvousConfig {
-	return client.RendezvousProto(client.RendezvousConfig(c))
 }
 
 func validateFailures(r *roverv1.ReportFailureRequest) error {

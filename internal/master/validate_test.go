@@ -11,7 +11,7 @@ import (
 	"connectrpc.com/connect"
 	roverv1 "github.com/roverml/rover/api/rover/v1"
 	"github.com/roverml/rover/internal/ckpt"
-	"github.com/roverml/rover/internal/client"
+	"github.com/roverml/rover/internal/jobconfig"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -55,7 +55,7 @@ func FuzzCheckpointDurable(f *testing.F) {
 	f.Add(int64(1<<62), int32(-1), "bogus", int64(-5), int64(-1), "../b")
 	dir := f.TempDir()
 	store := filepath.Join(dir, "ckpts")
-	m, c := startMaster(f, Config{Job: "j", Checkpoint: client.CheckpointStorage{URL: store, Keep: 1}})
+	m, c := startMaster(f, Config{Job: "j", Checkpoint: jobconfig.CheckpointStorage{URL: store, Keep: 1}})
 	_ = m
 	ctx := f.Context()
 	s := openSessionRank(ctx, f, c, "a", 0, rdzvConfig(1, 1))

@@ -8,7 +8,8 @@ import (
 	"connectrpc.com/connect"
 	roverv1 "github.com/roverml/rover/api/rover/v1"
 	"github.com/roverml/rover/internal/ckpt"
-	"github.com/roverml/rover/internal/client"
+	"github.com/roverml/rover/internal/jobconfig"
+	"github.com/roverml/rover/internal/jobconfig/configwire"
 )
 
 // LocalAPI is the checkpoint half of the agent's local API: the calls the
@@ -181,7 +182,7 @@ func (s *LocalAPI) CheckpointStorage(ctx context.Context, req *connect.Request[r
 
 // settled reports whether a declaration of url and keep changes nothing
 // the agent knows of the job's storage, so that it needs no master.
-func settled(job client.CheckpointStorage, url string, keep *int) bool {
+func settled(job jobconfig.CheckpointStorage, url string, keep *int) bool {
 	switch {
 	case url != "" && (job.URL == "" || !ckpt.SameLocation(job.URL, url)):
 		return false
@@ -193,7 +194,7 @@ func settled(job client.CheckpointStorage, url string, keep *int) bool {
 
 // declareStorage forwards a declaration to the master and records the
 // job's storage it answers.
-func (s *Saver) declareStorage(ctx context.Context, url string, keep *int) (client.CheckpointStorage, error) {
+func (s *Saver) declareStorage(ctx context.Context, url string, keep *int) (jobconfig.CheckpointStorage, error) {
 	req := &roverv1.DeclareCheckpointRequest{NodeId: s.cfg.NodeID, Url: url}
 	if keep != nil {
 		k := int32(*keep)
@@ -208,12 +209,12 @@ func (s *Saver) declareStorage(ctx context.Context, url string, keep *int) (clie
 	if err != nil {
 		var ce *connect.Error
 		if errors.As(err, &ce) && ce.Code() != connect.CodeUnavailable {
-			return client.CheckpointStorage{}, connect.NewError(ce.Code(), errors.New(ce.Message()))
+			return jobconfig.CheckpointStorage{}, connect.NewError(ce.Code(), errors.New(ce.Message()))
 		}
-		return client.CheckpointStorage{}, connect.NewError(connect.CodeUnavailable,
+		return jobconfig.CheckpointStorage{}, connect.NewError(connect.CodeUnavailable,
 			fmt.Errorf("declare the checkpoint storage %q to the master at %s: %w", url, s.cfg.MasterAddr, err))
 	}
-	job := client.CheckpointStorageFromProto(resp.Msg.GetCheckpoint())
+	job := configwire.StorageFromProto(resp.Msg.GetCheckpoint())
 	s.storage.Store(&job)
 	if url != "" {
 		s.cfg.Log.Info("the job's checkpoint storage", "url", job.URL, "keep", job.Keep)

@@ -28,7 +28,7 @@ import (
 
 	"connectrpc.com/connect"
 	roverv1 "github.com/roverml/rover/api/rover/v1"
-	"github.com/roverml/rover/internal/client"
+	"github.com/roverml/rover/internal/jobconfig"
 )
 
 // Master is the part of the master's API the saver calls:
@@ -69,7 +69,7 @@ type Saver struct {
 	persister *persister
 	// storage is the job's checkpoint storage, as the master last said
 	// (nil: not known yet).
-	storage atomic.Pointer[client.CheckpointStorage]
+	storage atomic.Pointer[jobconfig.CheckpointStorage]
 }
 
 // Open opens the arenas of the job's node (those a killed agent of the job
@@ -106,15 +106,15 @@ func (s *Saver) Drain(ctx context.Context) { s.persister.drain(ctx) }
 func (s *Saver) PersistOnFailure(ctx context.Context) { s.persister.persistOnFailure(ctx) }
 
 // Storage is the job's checkpoint storage (URL "": none).
-func (s *Saver) Storage() client.CheckpointStorage {
+func (s *Saver) Storage() jobconfig.CheckpointStorage {
 	if st := s.storage.Load(); st != nil {
 		return *st
 	}
-	return client.CheckpointStorage{}
+	return jobconfig.CheckpointStorage{}
 }
 
 // SetStorage records the job's checkpoint storage the master answered.
-func (s *Saver) SetStorage(st client.CheckpointStorage) { s.storage.Store(&st) }
+func (s *Saver) SetStorage(st jobconfig.CheckpointStorage) { s.storage.Store(&st) }
 
 // LocalAPI returns the checkpoint calls of the workers' local API.
 func (s *Saver) LocalAPI() *LocalAPI { return &LocalAPI{sv: s} }

@@ -28,7 +28,7 @@ func Start(ctx context.Context, spec agent.EmbeddedMaster) (agent.RunningMaster,
 	if token == "" {
 		token = master.NewToken()
 	}
-	preset := master.RendezvousPreset(spec.Rendezvous)
+	preset := spec.Rendezvous
 	m, err := master.New(ctx, master.Config{
 		Listen: "127.0.0.1:0", Listener: spec.Listener, Job: spec.Job, Token: token, Preset: &preset,
 		StateDir: spec.StateDir, Logger: spec.Logger, Checkpoint: spec.Rendezvous.Checkpoint,

@@ -14,6 +14,8 @@ import (
 	"github.com/roverml/rover/internal/agent"
 	"github.com/roverml/rover/internal/agent/standalone"
 	"github.com/roverml/rover/internal/client"
+	"github.com/roverml/rover/internal/jobconfig"
+	"github.com/roverml/rover/internal/jobconfig/configwire"
 	"github.com/roverml/rover/internal/node"
 	"github.com/roverml/rover/internal/rendezvous"
 )
@@ -23,7 +25,7 @@ import (
 func TestStart(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	rdzv := client.RendezvousConfig{
+	rdzv := jobconfig.Config{
 		Rendezvous: rendezvous.Config{MinNodes: 1, MaxNodes: 1, NodeUnit: 1, MaxRestarts: 2, LastCall: time.Second, JoinTimeout: time.Minute},
 		Nodes:      node.Config{HeartbeatTimeout: time.Minute, DisconnectGrace: 5 * time.Second},
 	}
@@ -40,7 +42,7 @@ func TestStart(t *testing.T) {
 		m.Stop()
 		t.Fatalf("GetJob: %v", err)
 	}
-	if diff := cmp.Diff(rdzv, client.RendezvousFromProto(resp.Msg.GetRendezvous())); diff != "" {
+	if diff := cmp.Diff(rdzv, configwire.FromProto(resp.Msg.GetRendezvous())); diff != "" {
 		t.Errorf("the master's rendezvous settings (-want +got):\n%s", diff)
 	}
 	if got := resp.Msg.GetRunId(); got != "solo" {
