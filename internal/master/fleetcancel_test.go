@@ -2,7 +2,9 @@ package master
 
 import (
 	"context"
+	"fmt"
 	"slices"
+	"sync"
 	"testing"
 
 	"github.com/roverml/rover/internal/nodemanager"
@@ -56,5 +58,59 @@ func TestCancelStopsNodeCreation(t *testing.T) {
 	}
 	for _, id := range got {
 		waitDeleted(t, fake, id)
+	}
+}
+
+// overlapPlatform holds every Create until release is closed, counting
+// those in flight at once.
+type overlapPlatform struct {
+	platform.Platform
+	mu       sync.Mutex
+	inFlight int
+	most     int
+	release  chan struct{}
+}
+
+func (o *overlapPlatform) Create(ctx context.Context, spec platform.NodeSpec) error {
+	o.mu.Lock()
+	o.inFlight++
+	o.most = max(o.most, o.inFlight)
+	o.mu.Unlock()
+	<-o.release
+	o.mu.Lock()
+	o.inFlight--
+	o.mu.Unlock()
+	return o.Platform.Create(ctx, spec)
+}
+
+func (o *overlapPlatform) counts() (inFlight, most int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.inFlight, o.most
+}
+
+// TestFleetOverlapsCreates: the nodes of one decision are created
+// concurrently, createWorkers at a time and never more, and all of them
+// are made.
+func TestFleetOverlapsCreates(t *testing.T) {
+	const nodes = 40
+	spec := nodemanager.Spec{Job: "train", Groups: []nodemanager.GroupSpec{{
+		MinNodes: nodes, MaxNodes: nodes, Argv: []string{"rover", "run", "train.py"},
+	}}}
+	fake := newFake()
+	slow := &overlapPlatform{Platform: fake, release: make(chan struct{})}
+	startFleet(t, fleetOptions{spec: spec, platform: slow, rdzv: rdzvConfig(nodes, nodes)})
+	waitFor(t, fmt.Sprintf("%d creates in flight at once", createWorkers), func() bool {
+		in, _ := slow.counts()
+		return in == createWorkers
+	})
+	close(slow.release)
+	var ids []string
+	for r := range nodes {
+		ids = append(ids, fmt.Sprintf("train-worker-%d-0", r))
+	}
+	waitCreated(t, fake, ids...)
+	if _, most := slow.counts(); most != createWorkers {
+		t.Errorf("at most %d creates were in flight at once, want %d", most, createWorkers)
 	}
 }
