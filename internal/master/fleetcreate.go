@@ -48,9 +48,9 @@ func newCreates(ctx context.Context, f *fleet) *creates {
 }
 
 // start creates c's node in the background once a worker is free; index
-// is c's place in the batch. A job that has ended or a ctx that has by
-// the time a worker takes it up starts nothing: a thousand nodes take a
-// while to start.
+// is c's place in the batch. A create that a worker takes up once the job
+// is over or ctx has ended starts nothing: a thousand nodes take a while
+// to start.
 func (cs *creates) start(index int, c nodemanager.Command) {
 	cs.slots <- struct{}{}
 	cs.wg.Go(func() {
