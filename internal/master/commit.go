@@ -68,24 +68,67 @@ func (c *core) propose(ctx context.Context, e *event, out func(error)) error {
 		return err
 	}
 	p := &proposal{e: e, rec: rec, out: out, done: make(chan struct{}), lead: make(chan struct{})}
+	c.commitProposals(ctx, []*proposal{p})
+	return p.err
+}
+
+// applyAll journals events as one group, in order (contiguous in the
+// journal, usually one store write), applies them once durable, and
+// returns each event's error: what a caller with many events at once
+// (a hundred pods failing together) proposes instead of one at a time.
+func (c *core) applyAll(ctx context.Context, events []*event) []error {
+	errs := make([]error, len(events))
+	var ps []*proposal
+	var at []int // the event of each proposal
+	for i, e := range events {
+		c.mu.Lock()
+		errs[i] = c.checkLocked(e)
+		c.mu.Unlock()
+		var rec []byte
+		if errs[i] == nil {
+			rec, errs[i] = e.marshal()
+		}
+		if errs[i] == nil {
+			ps = append(ps, &proposal{e: e, rec: rec, done: make(chan struct{}), lead: make(chan struct{})})
+			at = append(at, i)
+		}
+	}
+	if len(ps) > 0 {
+		c.commitProposals(ctx, ps)
+	}
+	for j, p := range ps {
+		errs[at[j]] = p.err
+	}
+	return errs
+}
+
+// commitProposals queues ps, contiguous and in order, and returns once
+// they are applied (or failed): it leads the commits when none is in
+// progress, or waits for the leader to commit them or hand it the lead.
+// The leader takes the whole queue at once, so ps go together.
+func (c *core) commitProposals(ctx context.Context, ps []*proposal) {
+	first, last := ps[0], ps[len(ps)-1]
 	cm := &c.commits
 	cm.mu.Lock()
 	if cm.broken != nil {
 		cm.mu.Unlock()
-		return cm.broken
+		for _, p := range ps {
+			p.err = cm.broken
+		}
+		return
 	}
-	cm.queue = append(cm.queue, p)
+	cm.queue = append(cm.queue, ps...)
 	if cm.leading {
 		cm.mu.Unlock()
 		select {
-		case <-p.done:
-			return p.err
-		case <-p.lead:
+		case <-last.done:
+			return
+		case <-first.lead:
 		}
 		cm.mu.Lock()
 	}
 	cm.leading = true
-	for !isDone(p) {
+	for !isDone(last) {
 		batch := cm.queue
 		cm.queue = nil
 		cm.mu.Unlock()
@@ -98,7 +141,6 @@ func (c *core) propose(ctx context.Context, e *event, out func(error)) error {
 		cm.leading = false
 	}
 	cm.mu.Unlock()
-	return p.err
 }
 
 func isDone(p *proposal) bool {

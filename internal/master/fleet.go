@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -126,23 +127,16 @@ func (f *fleet) run(ctx context.Context) error {
 			f.deleteAll()
 			return fmt.Errorf("watch the %s platform's nodes: %w", f.cfg.Name, err)
 		case <-f.wake:
-			// Once the job has ended its agents exit, some with failures:
-			// those are the ending, not faults to relaunch (drain).
-			evs := f.take()
-			for i, ev := range evs {
-				if f.ended() {
-					f.requeue(evs[i:])
-					break
-				}
-				f.carry(ctx, f.observe(ctx, ev))
-			}
+			f.observeAll(ctx, f.take())
 		case <-f.core.noticeCh:
+			var cmds []nodemanager.Command
 			for _, n := range f.core.takeNotices() {
-				if f.ended() {
+				if f.ended() || failsJob(cmds) {
 					break
 				}
-				f.carry(ctx, f.notice(n))
+				cmds = append(cmds, f.notice(n)...)
 			}
+			f.carry(ctx, cmds)
 		case <-timer.C:
 			if !f.ended() {
 				f.carry(ctx, f.mgr.Tick(f.clock.Now()))
@@ -253,44 +247,88 @@ func (f *fleet) take() []platform.Event {
 	return q
 }
 
-// observe feeds one platform event to the manager. A node whose agent
-// ended without success is lost to the rendezvous at once: the platform
-// knows before the heartbeats do.
-func (f *fleet) observe(ctx context.Context, ev platform.Event) []nodemanager.Command {
+// observeAll feeds the platform's events to the manager in order, then
+// carries out what it decided about all of them at once: one journal
+// write for the batch, and its creates overlapping (a hundred pods that
+// fail together arrive together). A node whose agent ended without
+// success is lost to the rendezvous first, the batch's losses journaled
+// as one group: the platform knows before the heartbeats do. Once the job
+// has ended its agents exit, some with failures: those are the ending,
+// not faults to relaunch, and are left for drain; so are the events after
+// one that fails the job.
+func (f *fleet) observeAll(ctx context.Context, evs []platform.Event) {
+	if f.ended() {
+		f.requeue(evs)
+		return
+	}
 	now := f.clock.Now()
-	if !f.synced {
-		if ev.Kind != platform.Synced {
+	evs = f.sync(evs, now)
+	f.recordLosses(ctx, evs, now)
+	var cmds []nodemanager.Command
+	for i, ev := range evs {
+		if f.ended() || failsJob(cmds) {
+			f.requeue(evs[i:])
+			break
+		}
+		cmds = append(cmds, f.mgr.Observe(ev, now)...)
+	}
+	f.carry(ctx, cmds)
+}
+
+// failsJob reports whether cmds end the job: what comes after is decided
+// once the failure is recorded.
+func failsJob(cmds []nodemanager.Command) bool {
+	return slices.ContainsFunc(cmds, func(c nodemanager.Command) bool { return c.Kind == nodemanager.FailJob })
+}
+
+// sync follows the platform's first report, until its Synced event, which
+// it replaces with the nodes the restored manager had live that the
+// platform does not hold: they went away while the master was down (a
+// reboot, a pod deleted meanwhile), and are replaced.
+func (f *fleet) sync(evs []platform.Event, now time.Time) []platform.Event {
+	if f.synced {
+		return evs
+	}
+	var out []platform.Event
+	for _, ev := range evs {
+		switch {
+		case f.synced:
+			out = append(out, ev)
+		case ev.Kind != platform.Synced:
 			if f.replayed == nil {
 				f.replayed = map[string]bool{}
 			}
 			f.replayed[ev.NodeID] = true
-		} else {
+			out = append(out, ev)
+		default:
 			f.synced = true
-			return f.missing(ctx, now)
+			for _, id := range f.restored {
+				if !f.replayed[id] {
+					out = append(out, platform.Event{NodeID: id, Kind: platform.Deleted, Reason: "gone while the master was away", Time: now})
+				}
+			}
+			f.restored, f.replayed = nil, nil
 		}
 	}
-	if ev.Failed() || ev.Kind == platform.Deleted {
-		e := &event{Type: eventNodeLost, Time: now, Node: ev.NodeID, Reason: "its agent " + ev.Describe(), Since: ev.Time}
-		if err := f.core.apply(ctx, e); err != nil && !errors.Is(err, errNotConfigured) {
-			f.log.Warn("record a node's loss", "node", ev.NodeID, "err", err)
-		}
-	}
-	return f.mgr.Observe(ev, now)
+	return out
 }
 
-// missing handles the platform's first report: a node the restored
-// manager had live that the platform does not hold went away while the
-// master was down (a reboot, a pod deleted meanwhile), and is replaced.
-func (f *fleet) missing(ctx context.Context, now time.Time) []nodemanager.Command {
-	var cmds []nodemanager.Command
-	for _, id := range f.restored {
-		if !f.replayed[id] {
-			ev := platform.Event{NodeID: id, Kind: platform.Deleted, Reason: "gone while the master was away", Time: now}
-			cmds = append(cmds, f.observe(ctx, ev)...)
+// recordLosses tells the core of the nodes evs lose, as one group.
+func (f *fleet) recordLosses(ctx context.Context, evs []platform.Event, now time.Time) {
+	var losses []*event
+	for _, ev := range evs {
+		if ev.Failed() || ev.Kind == platform.Deleted {
+			losses = append(losses, &event{Type: eventNodeLost, Time: now, Node: ev.NodeID, Reason: "its agent " + ev.Describe(), Since: ev.Time})
 		}
 	}
-	f.restored, f.replayed = nil, nil
-	return cmds
+	if len(losses) == 0 {
+		return
+	}
+	for i, err := range f.core.applyAll(ctx, losses) {
+		if err != nil && !errors.Is(err, errNotConfigured) {
+			f.log.Warn("record a node's loss", "node", losses[i].Node, "err", err)
+		}
+	}
 }
 
 // notice feeds the manager what the core learned.
@@ -303,10 +341,11 @@ func (f *fleet) notice(n jobstate.FleetNotice) []nodemanager.Command {
 }
 
 // carry journals the manager's state, shows it, then carries out cmds in
-// order; once ctx has ended or the job is over it creates no more nodes
-// (a thousand of them take a while to start). Deletes run in the background (they wait out the agent's grace
-// period); a create the platform refuses is reported back as the node's
-// failure, for the manager to relaunch or give up on.
+// order, their creates overlapping (see creates); once ctx has ended or
+// the job is over it creates no more nodes. Deletes run in the background
+// (they wait out the agent's grace period); a create the platform refuses
+// is reported back as the node's failure, for the manager to relaunch or
+// give up on.
 func (f *fleet) carry(ctx context.Context, cmds []nodemanager.Command) {
 	state, err := f.mgr.MarshalState()
 	if err != nil {
@@ -323,42 +362,45 @@ func (f *fleet) carry(ctx context.Context, cmds []nodemanager.Command) {
 		f.saved = state
 	}
 	f.core.setFleetView(f.mgr.Status(), f.cfg.Name)
+	creating := newCreates(ctx, f)
 	skipped := 0
-	for _, c := range cmds {
-		if c.Kind == nodemanager.CreateNode && (ctx.Err() != nil || f.ended()) {
-			// Cancelled or over while its nodes were starting: start no
-			// more; those started are deleted with the rest.
-			skipped++
-			continue
-		}
-		f.log.Info("node manager: "+c.Kind.String(), "node", c.NodeID, "reason", c.Reason)
+	for i, c := range cmds {
 		switch c.Kind {
 		case nodemanager.CreateNode:
-			f.hold(c.NodeID)
-			if err := f.cfg.Platform.Create(ctx, c.Spec); err != nil {
-				f.log.Error("create a node", "node", c.NodeID, "err", err)
-				f.enqueue(platform.Event{NodeID: c.NodeID, Kind: platform.Exited, ExitCode: 127,
-					Reason: fmt.Sprintf("the platform could not create it: %v", err), Time: f.clock.Now()})
+			if ctx.Err() != nil || f.ended() {
+				// Cancelled or over while its nodes were starting: start no
+				// more; those started are deleted with the rest.
+				skipped++
+				continue
 			}
+			creating.start(i, c)
 		case nodemanager.DeleteNode:
-			if c.Removed {
-				// Scaled away: the rendezvous lets it go before its agent
-				// is stopped, so its end is no failure.
-				e := &event{Type: eventNodeLost, Time: f.clock.Now(), Node: c.NodeID, Reason: c.Reason, Planned: true}
-				if err := f.core.apply(ctx, e); err != nil && !errors.Is(err, errNotConfigured) {
-					f.log.Warn("record a node's removal", "node", c.NodeID, "err", err)
-				}
-			}
-			f.delete(c.NodeID)
+			f.log.Info("node manager: "+c.Kind.String(), "node", c.NodeID, "reason", c.Reason)
+			f.remove(ctx, c)
 		case nodemanager.FailJob:
+			f.log.Info("node manager: "+c.Kind.String(), "reason", c.Reason)
+			skipped += creating.wait() // the nodes decided before the failure are made first
 			if err := f.core.apply(ctx, &event{Type: eventFailNodes, Time: f.clock.Now(), Reason: c.Reason}); err != nil {
 				f.log.Error("fail the job", "reason", c.Reason, "err", err)
 			}
 		}
 	}
-	if skipped > 0 {
+	if skipped += creating.wait(); skipped > 0 {
 		f.log.Info("the job ended or its master is stopping: nodes not started", "nodes", skipped)
 	}
+}
+
+// remove carries out a DeleteNode command.
+func (f *fleet) remove(ctx context.Context, c nodemanager.Command) {
+	if c.Removed {
+		// Scaled away: the rendezvous lets it go before its agent is
+		// stopped, so its end is no failure.
+		e := &event{Type: eventNodeLost, Time: f.clock.Now(), Node: c.NodeID, Reason: c.Reason, Planned: true}
+		if err := f.core.apply(ctx, e); err != nil && !errors.Is(err, errNotConfigured) {
+			f.log.Warn("record a node's removal", "node", c.NodeID, "err", err)
+		}
+	}
+	f.delete(c.NodeID)
 }
 
 // hold records id as held from its create on, not from the platform's

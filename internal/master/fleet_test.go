@@ -97,20 +97,43 @@ func newFake() *platformtest.Fake {
 	return platformtest.New(time.Now, platform.Capabilities{Hosts: true, AvoidHosts: true})
 }
 
+// createdIDs returns the id of every node created, sorted: the fleet
+// makes the nodes of one decision concurrently, so they reach the
+// platform in any order.
 func createdIDs(f *platformtest.Fake) []string {
 	var ids []string
 	for _, s := range f.Created() {
 		ids = append(ids, s.ID)
 	}
+	slices.Sort(ids)
 	return ids
 }
 
-// waitCreated waits until the platform was asked for exactly ids, in order.
+// heldIDs returns the nodes the platform holds, sorted (see createdIDs).
+func heldIDs(f *platformtest.Fake) []string {
+	return slices.Sorted(slices.Values(f.Held()))
+}
+
+// createdSpec returns the spec the platform was given for node id.
+func createdSpec(t *testing.T, f *platformtest.Fake, id string) platform.NodeSpec {
+	t.Helper()
+	for _, s := range f.Created() {
+		if s.ID == id {
+			return s
+		}
+	}
+	t.Fatalf("node %s was not created; created %v", id, createdIDs(f))
+	return platform.NodeSpec{}
+}
+
+// waitCreated waits until the platform was asked for exactly the nodes
+// ids, in whatever order, and for no other.
 func waitCreated(t *testing.T, f *platformtest.Fake, ids ...string) {
 	t.Helper()
+	want := slices.Sorted(slices.Values(ids))
 	waitFor(t, "create of "+strings.Join(ids, ", "), func() bool { return len(f.Created()) >= len(ids) })
-	if got := createdIDs(f); !slices.Equal(got, ids) {
-		t.Fatalf("created %v, want %v", got, ids)
+	if got := createdIDs(f); !slices.Equal(got, want) {
+		t.Fatalf("created %v, want %v", got, want)
 	}
 }
 
@@ -201,9 +224,9 @@ func TestFleetStartsNodes(t *testing.T) {
 	sp := fleetJob(2)
 	fm := startFleet(t, fleetOptions{spec: sp, platform: fake})
 	waitCreated(t, fake, "train-worker-0-0", "train-worker-1-0")
-	for i, got := range fake.Created() {
-		want := platform.NodeSpec{Job: "train", Group: "worker", Rank: i, ID: got.ID, Argv: sp.Groups[0].Argv, Env: sp.Groups[0].Env}
-		if diff := cmp.Diff(want, got); diff != "" {
+	for i, id := range []string{"train-worker-0-0", "train-worker-1-0"} {
+		want := platform.NodeSpec{Job: "train", Group: "worker", Rank: i, ID: id, Argv: sp.Groups[0].Argv, Env: sp.Groups[0].Env}
+		if diff := cmp.Diff(want, createdSpec(t, fake, id)); diff != "" {
 			t.Errorf("node %d (-want +got):\n%s", i, diff)
 		}
 	}
@@ -253,7 +276,7 @@ func TestFleetRelaunchesFailedNode(t *testing.T) {
 	}
 	waitCreated(t, fake, "train-worker-0-0", "train-worker-1-0", "train-worker-0-1")
 	waitDeleted(t, fake, "train-worker-0-0")
-	if s := fake.Created()[2]; s.Rank != 0 || s.Relaunch != 1 {
+	if s := createdSpec(t, fake, "train-worker-0-1"); s.Rank != 0 || s.Relaunch != 1 {
 		t.Errorf("relaunch spec: rank %d relaunch %d, want rank 0 relaunch 1", s.Rank, s.Relaunch)
 	}
 	r := fm.job(t)
@@ -425,7 +448,7 @@ func TestFleetRelaunchesOnDiagnosis(t *testing.T) {
 			}
 			waitCreated(t, fake, "train-worker-0-0", "train-worker-1-0", "train-worker-1-1")
 			waitDeleted(t, fake, "train-worker-1-0")
-			if s := fake.Created()[2]; !slices.Contains(s.AvoidHosts, "gpu-7") {
+			if s := createdSpec(t, fake, "train-worker-1-1"); !slices.Contains(s.AvoidHosts, "gpu-7") {
 				t.Errorf("the replacement avoids %v, want the bad host gpu-7", s.AvoidHosts)
 			}
 			r := fm.job(t)
@@ -477,7 +500,7 @@ func TestFleetRestoresFromJournal(t *testing.T) {
 	if err := fm.stop(); err != nil {
 		t.Fatal(err)
 	}
-	if held := fake.Held(); !slices.Equal(held, []string{"train-worker-1-0", "train-worker-0-1"}) {
+	if held := heldIDs(fake); !slices.Equal(held, []string{"train-worker-0-1", "train-worker-1-0"}) {
 		t.Fatalf("the platform holds %v after the crash, want the live nodes", held)
 	}
 
@@ -565,7 +588,7 @@ func TestFleetKeepNodes(t *testing.T) {
 	if d := fake.Deleted(); len(d) > 0 {
 		t.Errorf("a master keeping its nodes deleted %v when it stopped", d)
 	}
-	if held := fake.Held(); !slices.Equal(held, []string{"train-worker-0-0", "train-worker-1-0"}) {
+	if held := heldIDs(fake); !slices.Equal(held, []string{"train-worker-0-0", "train-worker-1-0"}) {
 		t.Errorf("the platform holds %v after the master stopped, want both nodes", held)
 	}
 }

@@ -24,6 +24,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -31,6 +32,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	clientset "k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
 
 	elasticv1 "github.com/roverml/rover/api/elastic/v1alpha1"
 	"github.com/roverml/rover/internal/platform"
@@ -90,6 +92,11 @@ type Platform struct {
 	opts Options
 	main int // index of the training container in the template
 	log  *slog.Logger
+
+	// pods is the cache of the informer of a Watch that has synced, nil
+	// when none runs: Delete reads the pod there instead of asking the
+	// API server.
+	pods atomic.Pointer[cache.Store]
 }
 
 var _ platform.Platform = (*Platform)(nil)
@@ -166,7 +173,7 @@ func (p *Platform) Create(ctx context.Context, spec platform.NodeSpec) error {
 // returns nil. The Deleted event comes from Watch.
 func (p *Platform) Delete(ctx context.Context, id string) error {
 	pods := p.opts.Client.CoreV1().Pods(p.opts.Namespace)
-	pod, err := pods.Get(ctx, id, metav1.GetOptions{})
+	pod, err := p.pod(ctx, id)
 	switch {
 	case apierrors.IsNotFound(err):
 		return nil
@@ -186,6 +193,21 @@ func (p *Platform) Delete(ctx context.Context, id string) error {
 	}
 	p.log.Debug("pod deleted", "node", id)
 	return nil
+}
+
+// pod reads the pod named id: from a running Watch's cache when it holds
+// it (a pod the master watched since its create, the usual case), else
+// from the API server. A cached pod may lag behind; Delete's UID
+// precondition and its tolerance of a pod already gone cover that.
+func (p *Platform) pod(ctx context.Context, id string) (*corev1.Pod, error) {
+	if pods := p.pods.Load(); pods != nil {
+		if obj, ok, err := (*pods).GetByKey(p.opts.Namespace + "/" + id); err == nil && ok {
+			if pod, ok := obj.(*corev1.Pod); ok {
+				return pod, nil
+			}
+		}
+	}
+	return p.opts.Client.CoreV1().Pods(p.opts.Namespace).Get(ctx, id, metav1.GetOptions{})
 }
 
 // owns reports whether pod is a node of this platform's job.

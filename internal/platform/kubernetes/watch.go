@@ -72,6 +72,9 @@ func (p *Platform) Watch(ctx context.Context, fn func(platform.Event)) error {
 	case err := <-forbidden:
 		return p.forbidden(err)
 	}
+	pods := inf.GetStore()
+	p.pods.Store(&pods)
+	defer p.pods.CompareAndSwap(&pods, nil)
 	w := &watcher{p: p, fn: fn, last: map[string]platform.Event{}}
 	latest := map[string]change{}
 	for _, c := range q.take() {
