@@ -26,7 +26,7 @@ var layers = []struct {
 	{"libraries and adapters: processes, checkpoints, stores, platforms, the client", []string{
 		"/internal/proc", "/internal/ckpt/...", "/internal/store/...", "/internal/shardbatch",
 		"/internal/jobview", "/internal/jobspec", "/internal/platform/local", "/internal/platform/kubernetes",
-		"/internal/platform/platformtest", "/internal/client",
+		"/internal/platform/platformtest", "/internal/client", "/internal/kubenames",
 	}},
 	{"the job master, the node agent, the operator and the worker SDK", []string{
 		"/internal/master", "/internal/agent", "/internal/operator", "/sdk/go/rover",
@@ -96,6 +96,7 @@ var knownImpurities = map[string]map[string]string{
 var forbiddenEdges = []struct{ from, to, why string }{
 	{"/internal/agent", "/internal/master", "the agent reaches masters through package client; standalone hosts one"},
 	{"/internal/client", "/internal/master", "the client is what agents link; it must not pull the server in"},
+	{"/internal/kubemaster", "/internal/operator", "the names both use are package kubenames'"},
 	{"/internal/jobview", "/internal/...", "jobview only formats roverv1 messages: it reaches no master, client or platform"},
 }
 
