@@ -22,6 +22,7 @@ var layers = []struct {
 	{"pure state machines (see pure below)", []string{
 		"/internal/rendezvous", "/internal/shard", "/internal/node", "/internal/nodecheck",
 		"/internal/progress", "/internal/diagnosis", "/internal/platform", "/internal/nodemanager",
+		"/internal/deadline",
 	}},
 	{"libraries and adapters: processes, checkpoints, stores, platforms, the client", []string{
 		"/internal/proc", "/internal/ckpt/...", "/internal/store/...", "/internal/shardbatch",
@@ -50,6 +51,7 @@ var layers = []struct {
 var pure = []string{
 	"/internal/rendezvous", "/internal/shard", "/internal/node", "/internal/nodecheck",
 	"/internal/progress", "/internal/diagnosis", "/internal/platform", "/internal/nodemanager",
+	"/internal/deadline",
 }
 
 // impureImports are the packages a pure package must not import itself:
