@@ -15,7 +15,7 @@ var layers = []struct {
 }{
 	{"API types, embedded files and helpers that know no job", []string{
 		"", "/api/...", "/deploy", "/python",
-		"/internal/userfile", "/internal/retry", "/internal/retry/retrytest", "/internal/runconfig",
+		"/internal/userfile", "/internal/retry", "/internal/retry/retrytest",
 		"/internal/linkprobe", "/internal/testsrc", "/internal/testbuf", "/internal/tlstest", "/internal/k8stest",
 		"/internal/deptest",
 	}},
@@ -25,7 +25,7 @@ var layers = []struct {
 		"/internal/deadline",
 	}},
 	{"libraries and adapters: processes, checkpoints, stores, platforms, the client", []string{
-		"/internal/proc", "/internal/ckpt/...", "/internal/store/...", "/internal/shardbatch",
+		"/internal/runconfig", "/internal/proc", "/internal/ckpt/...", "/internal/store/...", "/internal/shardbatch",
 		"/internal/jobview", "/internal/jobspec", "/internal/platform/local", "/internal/platform/kubernetes",
 		"/internal/platform/platformtest", "/internal/client", "/internal/kubenames",
 	}},
