@@ -46,14 +46,11 @@ type Item interface {
 	slot() *Slot
 }
 
-// Queue orders items by deadline, earliest first. The zero Queue is empty
-// and ready to use; it orders items with equal deadlines arbitrarily
-// unless Tie is set.
+// Queue orders items by deadline, earliest first; items with equal
+// deadlines come out in an order that depends only on the calls made. The
+// zero Queue is empty and ready to use.
 type Queue[T Item] struct {
-	// Tie, when set, orders items with equal deadlines: negative when a
-	// comes first. Set it before the first item is queued.
-	Tie func(a, b T) int
-	h   items[T]
+	h items[T]
 }
 
 // Set queues x with deadline at, or moves it there when it is queued
@@ -61,11 +58,17 @@ type Queue[T Item] struct {
 func (q *Queue[T]) Set(x T, at time.Time) {
 	s := x.slot()
 	s.at = at
+	h := q.heap()
 	if s.pos > 0 {
-		heap.Fix(q.heap(), s.pos-1)
+		h.list[s.pos-1].at = at
+		heap.Fix(h, s.pos-1)
 		return
 	}
-	heap.Push(q.heap(), x)
+	// heap.Push, without boxing the entry: on the last index, Fix moves
+	// it up as Push would.
+	h.list = append(h.list, entry[T]{at: at, slot: s, item: x})
+	s.pos = len(h.list)
+	heap.Fix(h, len(h.list)-1)
 }
 
 // Remove takes x out of the queue; it does nothing when x is not queued.
@@ -83,57 +86,57 @@ func (q *Queue[T]) Next() (time.Time, bool) {
 	if len(q.h.list) == 0 {
 		return time.Time{}, false
 	}
-	return q.h.list[0].slot().at, true
+	return q.h.list[0].at, true
 }
 
 // PopDue takes out and returns the item with the earliest deadline when
 // that deadline is at or before now; false when there is none.
 func (q *Queue[T]) PopDue(now time.Time) (T, bool) {
-	if len(q.h.list) == 0 || q.h.list[0].slot().at.After(now) {
+	if len(q.h.list) == 0 || q.h.list[0].at.After(now) {
 		var none T
 		return none, false
 	}
 	return heap.Pop(q.heap()).(T), true
 }
 
-func (q *Queue[T]) heap() *items[T] {
-	q.h.tie = q.Tie
-	return &q.h
+func (q *Queue[T]) heap() *items[T] { return &q.h }
+
+// entry is an item in the heap with its deadline beside it, so that
+// ordering reads no item.
+type entry[T Item] struct {
+	at   time.Time
+	slot *Slot
+	item T
 }
 
 // items implements heap.Interface, keeping each item's Slot.pos current.
 type items[T Item] struct {
-	list []T
-	tie  func(a, b T) int
+	list []entry[T]
 }
 
 func (h *items[T]) Len() int { return len(h.list) }
 
-func (h *items[T]) Less(i, j int) bool {
-	a, b := h.list[i], h.list[j]
-	if c := a.slot().at.Compare(b.slot().at); c != 0 || h.tie == nil {
-		return c < 0
-	}
-	return h.tie(a, b) < 0
-}
+func (h *items[T]) Less(i, j int) bool { return h.list[i].at.Before(h.list[j].at) }
 
 func (h *items[T]) Swap(i, j int) {
 	h.list[i], h.list[j] = h.list[j], h.list[i]
-	h.list[i].slot().pos, h.list[j].slot().pos = i+1, j+1
+	h.list[i].slot.pos, h.list[j].slot.pos = i+1, j+1
 }
 
+// Push is heap.Interface's; Set appends itself instead.
 func (h *items[T]) Push(x any) {
 	item := x.(T)
-	h.list = append(h.list, item)
-	item.slot().pos = len(h.list)
+	s := item.slot()
+	h.list = append(h.list, entry[T]{at: s.at, slot: s, item: item})
+	s.pos = len(h.list)
 }
 
+// Pop returns the item, not its entry, which would be boxed.
 func (h *items[T]) Pop() any {
 	last := len(h.list) - 1
-	item := h.list[last]
-	var none T
-	h.list[last] = none
+	e := h.list[last]
+	h.list[last] = entry[T]{}
 	h.list = h.list[:last]
-	item.slot().pos = 0
-	return item
+	e.slot.pos = 0
+	return e.item
 }

@@ -83,7 +83,7 @@ type entry struct {
 type Table struct {
 	cfg   Config
 	nodes map[string]*entry
-	dl    deadline.Queue[*entry] // live nodes that can expire, by deadline, then ID
+	dl    deadline.Queue[*entry] // live nodes that can expire, by deadline
 }
 
 // NewTable returns an empty table. Negative durations in cfg are treated as
@@ -91,9 +91,7 @@ type Table struct {
 func NewTable(cfg Config) *Table {
 	cfg.HeartbeatTimeout = max(cfg.HeartbeatTimeout, 0)
 	cfg.DisconnectGrace = max(cfg.DisconnectGrace, 0)
-	t := &Table{cfg: cfg, nodes: make(map[string]*entry)}
-	t.dl.Tie = func(a, b *entry) int { return strings.Compare(a.id, b.id) }
-	return t
+	return &Table{cfg: cfg, nodes: make(map[string]*entry)}
 }
 
 // Config returns the table's configuration (negative durations already zeroed).
