@@ -45,6 +45,8 @@ func parseOperatorFlags(args []string, stderr io.Writer, getenv func(string) str
 	fs.BoolVar(&c.LeaderElect, "leader-elect", true, "act only while holding the leader election Lease, so that several replicas can run")
 	fs.StringVar(&c.MetricsAddr, "metrics-bind-address", "0", "serve Prometheus metrics on this address, e.g. :8080; 0 for none")
 	fs.StringVar(&c.ProbeAddr, "health-probe-bind-address", operator.DefaultProbeAddr, "serve /healthz and /readyz on this address; 0 for none")
+	fs.StringVar(&c.WebhookCertDir, "webhook-cert-dir", "", "serve the admission webhook of ElasticJobs over TLS with tls.crt and tls.key in this folder, when they are there (deploy/webhook, docs/kubernetes.md). Default: none; a job Rover cannot run is then marked Failed/InvalidSpec after its creation")
+	fs.StringVar(&c.WebhookAddr, "webhook-bind-address", operator.DefaultWebhookAddr, "where the admission webhook listens, with --webhook-cert-dir")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig file of the cluster. Default: $KUBECONFIG, ~/.kube/config, else the pod's service account")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {

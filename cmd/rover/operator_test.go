@@ -22,13 +22,17 @@ func TestOperatorFlags(t *testing.T) {
 			LeaderElect: true,
 			MetricsAddr: "0",
 			ProbeAddr:   ":8081",
+			WebhookAddr: ":9443",
 		}}},
-		{"in a pod", []string{"--leader-elect=false", "--master-image", "reg/rover:v1", "--master-image-pull-policy", "IfNotPresent", "--metrics-bind-address", ":8080"},
+		{"in a pod", []string{"--leader-elect=false", "--master-image", "reg/rover:v1", "--master-image-pull-policy", "IfNotPresent", "--metrics-bind-address", ":8080",
+			"--webhook-cert-dir=/etc/rover/webhook", "--webhook-bind-address=:9444"},
 			map[string]string{"POD_NAMESPACE": "ops"}, operatorConfig{Config: operator.Config{
-				Master:      operator.MasterConfig{Image: "reg/rover:v1", PullPolicy: "IfNotPresent", ServiceAccount: "rover-master"},
-				Namespace:   "ops",
-				MetricsAddr: ":8080",
-				ProbeAddr:   ":8081",
+				Master:         operator.MasterConfig{Image: "reg/rover:v1", PullPolicy: "IfNotPresent", ServiceAccount: "rover-master"},
+				Namespace:      "ops",
+				MetricsAddr:    ":8080",
+				ProbeAddr:      ":8081",
+				WebhookCertDir: "/etc/rover/webhook",
+				WebhookAddr:    ":9444",
 			}}},
 	}
 	for _, tc := range cases {

@@ -9,19 +9,19 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	roverv1 "github.com/roverml/rover/api/rover/v1"
 	"github.com/roverml/rover/api/rover/v1/roverv1connect"
+	"github.com/roverml/rover/internal/agent/ckptsaver"
+	"github.com/roverml/rover/internal/agent/hostmaster"
+	"github.com/roverml/rover/internal/agent/privdir"
+	"github.com/roverml/rover/internal/agent/stacks"
 	"github.com/roverml/rover/internal/client"
-	"github.com/roverml/rover/internal/proc"
 	"github.com/roverml/rover/internal/retry"
 	"github.com/roverml/rover/internal/runconfig"
 	"github.com/roverml/rover/internal/shardbatch"
-	"golang.org/x/sync/errgroup"
 )
 
 // Options carries what Run needs besides the command line.
@@ -101,195 +101,26 @@ type agent struct {
 	// joined is the node rank and round of the newest join, written by the
 	// session goroutine and the loop.
 	joined joinedState
-	// hosted is true in a job without `rover master` (see hosted.go), and
+	// hosted is true in a job without `rover master` (see package hostmaster), and
 	// tokenFrom says where its token came from.
 	hosted    bool
-	tokenFrom tokenSource
+	tokenFrom hostmaster.Source
 
-	// storage is the job's checkpoint storage, as the master's last join
-	// answer said (nil: not joined yet).
-	storage   atomic.Pointer[client.CheckpointStorage]
-	views     *latestView
-	local     *localAPI
-	arenas    *arenas
-	persister *persister
+	views *latestView
+	local *localAPI
+	// ckpt is the flash-checkpoint saver: the workers' arenas, the
+	// persistence of their snapshots and the job's checkpoint storage.
+	ckpt *ckptsaver.Saver
 	// shards sends the workers' lease and complete calls to the master in
 	// batches.
 	shards *shardbatch.Batcher
 	// progress sums the workers' progress reports for the heartbeats;
-	// running is the running group's workers (stacks.go), and hangSeen the
-	// id of the newest hang whose stacks the agent collected.
+	// hangs collects the running group's stacks when the job hangs.
 	progress *progressBook
-	running  atomic.Pointer[[]workerRef]
-	hangSeen int64
+	hangs    *stacks.Collector
 	// wroteErrorFile is set once the agent's own error file
 	// ($TORCHELASTIC_ERROR_FILE) holds the job's root cause.
 	wroteErrorFile bool
-}
-
-// Run runs the node agent until the job ends or ctx is cancelled. Its error
-// maps to the process exit code through ExitCode. When the agent itself has
-// TORCHELASTIC_ERROR_FILE set, a failure is also written there, as torchrun
-// does: the root cause's error file when workers failed the job.
-func Run(ctx context.Context, cfg *runconfig.Config, opts Options) (err error) {
-	if opts.Stdout == nil {
-		opts.Stdout = os.Stdout
-	}
-	if opts.Stderr == nil {
-		opts.Stderr = os.Stderr
-	}
-	if opts.Getenv == nil {
-		opts.Getenv = os.Getenv
-	}
-	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.NewTextHandler(opts.Stderr, nil))
-	}
-	if opts.PythonExec == "" {
-		opts.PythonExec = opts.Getenv("PYTHON_EXEC")
-	}
-	if opts.PythonExec == "" {
-		opts.PythonExec = "python3"
-	}
-	a := &agent{
-		cfg:    cfg,
-		opts:   opts,
-		argv:   cfg.WorkerArgv(opts.PythonExec),
-		out:    proc.NewSyncWriter(opts.Stdout),
-		errOut: proc.NewSyncWriter(opts.Stderr),
-		views:  newLatestView(),
-	}
-	a.incarnation = newToken()[:16]
-	a.progress = newProgressBook()
-	a.progress.devices = opts.Devices
-	a.log = opts.Logger
-	defer func() { a.writeAgentError(err) }()
-	var token string
-	var hostLn net.Listener // the endpoint, bound to host the job's master with $ROVER_TOKEN
-	// The embedded master of a standalone job serves cleartext HTTP/2 on
-	// loopback; a master elsewhere is reached as --tls-ca says.
-	var via client.TLS
-	if a.hosted = masterless(cfg, opts.Getenv); a.hosted {
-		c := *cfg // the defaults of a job without `rover master` differ
-		if _, set := c.RdzvConf["master_timeout"]; !set {
-			c.MasterTimeout = hostedMasterTimeout
-		}
-		a.cfg, cfg = &c, &c
-		if cfg.TLSCA != "" {
-			return exitErr(ExitUsage, "--tls-ca needs a `rover master` started with --tls-cert, and its --token-file: "+
-				"the master an agent hosts (this job has no token, so its agents host the master) serves cleartext")
-		}
-		var err error
-		if token, a.tokenFrom, err = hostedToken(cfg, opts.Getenv, os.TempDir()); err != nil {
-			return err
-		}
-		a.addr = cfg.RdzvEndpoint
-	} else if !cfg.Standalone {
-		// Before anything is created: a missing token is a usage error.
-		var err error
-		if token, err = a.token(); err != nil {
-			return err
-		}
-		a.addr = cfg.RdzvEndpoint
-		via = client.TLS{CAFile: cfg.TLSCA, ServerName: cfg.TLSServerName}
-		if hostLn = a.hostWithEnvToken(); hostLn != nil {
-			defer hostLn.Close() // a no-op once the master owns it
-			c := *cfg
-			if _, set := c.RdzvConf["master_timeout"]; !set {
-				c.MasterTimeout = hostedMasterTimeout
-			}
-			a.cfg, cfg = &c, &c
-			a.hosted, a.tokenFrom = true, tokenSource("$"+client.TokenEnv)
-		}
-	}
-	httpClient, err := via.HTTPClient()
-	if err != nil {
-		return exitErr(ExitUsage, "%w", err) // a CA bundle that cannot be read
-	}
-	a.nodeID = a.defaultNodeID()
-	a.log = opts.Logger.With("component", "agent", "job", cfg.RunID, "node", a.nodeID)
-	if err := a.openLogDir(); err != nil {
-		return err
-	}
-	// A master this agent runs that stops on its own ends the agent's run,
-	// as a signal would, with the master's error as the cause.
-	ctx, endRun := context.WithCancelCause(ctx)
-	defer endRun(nil)
-	if cfg.Standalone {
-		m, err := a.startMaster(ctx, EmbeddedMaster{})
-		if err != nil {
-			return err
-		}
-		defer m.Stop()
-		a.addr, token = m.Addr, m.Token
-		go a.watchMaster(ctx, m, endRun)
-	}
-	if a.hosted && (mayHost(cfg) || hostLn != nil) {
-		stop, err := a.hostMaster(ctx, token, hostLn, endRun)
-		if err != nil {
-			return err
-		}
-		defer stop()
-	}
-	// Closed before an embedded master stops, which then has no connection
-	// to wait for.
-	defer httpClient.CloseIdleConnections()
-	a.client = client.New(httpClient, via.URL(a.addr), token)
-	a.shards = shardbatch.New(a.client, shardbatch.Options{MaxOps: client.MaxBatchOps, InFlight: 2})
-	a.host = cfg.LocalAddr
-	if a.host == "" {
-		a.host = routeAddr(a.addr)
-	}
-	a.persister = newPersister(a)
-	self := arenaOwner{NodeID: a.nodeID, Generated: cfg.NodeID == "" && cfg.NodeRank < 0}
-	if a.arenas, err = newArenas(jobKey(cfg.RunID, token), self, cfg.NprocPerNode); err != nil {
-		return err
-	}
-	defer a.arenas.close()
-	if ranks := a.arenas.adopted(); len(ranks) > 0 {
-		a.log.Info("adopted the checkpoint arenas of a killed agent of this job", "local_ranks", ranks)
-	}
-	local, err := a.startLocalAPI()
-	if err != nil {
-		return err
-	}
-	defer local.close()
-	a.local = local
-	if needsOMPWarning(cfg.NprocPerNode) {
-		a.log.Warn("setting OMP_NUM_THREADS=1 for each worker to avoid overloading the node; tune it for best performance")
-	}
-	// The persister outlives the loop: on every way the loop ends (a
-	// signal, the workers' failure, the master ending the job) its last act
-	// is to persist what the workers left in memory, so storage must stay
-	// open until the loop has returned, whatever ended ctx.
-	persistCtx, stopPersister := context.WithCancel(context.WithoutCancel(ctx))
-	persisterDone := make(chan struct{})
-	go func() {
-		defer close(persisterDone)
-		a.persister.run(persistCtx)
-	}()
-	defer func() {
-		stopPersister()
-		<-persisterDone
-	}()
-	bg, bgctx := errgroup.WithContext(ctx)
-	bgctx, stopBackground := context.WithCancel(bgctx)
-	bg.Go(func() error { a.shards.Run(bgctx); return nil })
-	firstJoin := make(chan error, 1) // written once by the session goroutine
-	bg.Go(func() error { a.sessionLoop(bgctx, firstJoin); return nil })
-	select {
-	case err = <-firstJoin:
-	case <-ctx.Done():
-		err = context.Cause(ctx)
-	}
-	if err == nil {
-		err = a.loop(ctx)
-	}
-	stopBackground()
-	_ = bg.Wait()
-	if err == nil && a.tempDir != "" {
-		os.RemoveAll(a.tempDir)
-	}
-	return err
 }
 
 // watchMaster ends the agent's run (endRun) when the master it runs stops
@@ -350,14 +181,6 @@ func (a *agent) rendezvous() client.RendezvousConfig {
 	return c
 }
 
-// checkpointStorage is the job's checkpoint storage (URL "": none).
-func (a *agent) checkpointStorage() client.CheckpointStorage {
-	if s := a.storage.Load(); s != nil {
-		return *s
-	}
-	return client.CheckpointStorage{}
-}
-
 func (a *agent) defaultNodeID() string {
 	if a.cfg.NodeID != "" {
 		return a.cfg.NodeID
@@ -388,22 +211,13 @@ func (a *agent) openLogDir() error {
 	} else if err := os.MkdirAll(base, 0o700); err != nil {
 		return exitErr(ExitUsage, "create --log-dir: %w", err)
 	}
-	dir, err := os.MkdirTemp(base, sanitize(a.cfg.RunID)+"_")
+	dir, err := os.MkdirTemp(base, privdir.SafeName(a.cfg.RunID)+"_")
 	if err != nil {
 		return exitErr(ExitUsage, "create the run's directory in --log-dir %s: %w", base, err)
 	}
 	a.logDir = dir
 	a.log.Info("log directory set", "dir", dir)
 	return nil
-}
-
-func sanitize(s string) string {
-	return strings.Map(func(r rune) rune {
-		if r == '/' || r == os.PathSeparator || r < ' ' {
-			return '_'
-		}
-		return r
-	}, s)
 }
 
 // routeAddr returns this host's address on the route to the master: where

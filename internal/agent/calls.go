@@ -41,16 +41,6 @@ func (a *agent) call(ctx context.Context, what string, f func(context.Context) e
 	}
 }
 
-// masterLost is the agent's error when the master stayed unreachable past
-// the heartbeat timeout.
-func (a *agent) masterLost(err error) error {
-	if a.hosted {
-		return a.hostedMasterLost(err)
-	}
-	return exitErr(ExitMasterLost, "lost the master at %s for longer than the heartbeat timeout (%s): %w; "+
-		"restart `rover master` (with its --state-dir, to resume the job) and then the agents", a.addr, a.cfg.MasterTimeout, err)
-}
-
 // unreachable reports whether err says the master could not be reached
 // within a retry policy's limit.
 func unreachable(err error) bool { return errors.Is(err, retry.ErrLimit) }

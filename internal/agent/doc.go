@@ -10,9 +10,19 @@
 // the master is unreachable (restarting), the workers keep running and the
 // agent reconnects, for up to the heartbeat timeout. The embedded master of
 // a standalone job, and the master one agent hosts for a job run without
-// `rover master` (hosted.go), are started by the program
+// `rover master` (package hostmaster), are started by the program
 // (Options.StartMaster, package standalone), so that this package links no
 // master.
+//
+// The worker lifecycle is this package's (agent, run, session, loop,
+// react, group); the other concerns are parts in packages of their own,
+// which know nothing of the agent's struct and reach the master through
+// small interfaces of their own (each a subset of the master's client, with
+// the agent's retries): ckptsaver (the agent's side of flash checkpoint:
+// arenas, persistence, the local API's checkpoint calls), nodecheckrun (the
+// node's tasks of the pre-flight node check), stacks (the workers' stacks
+// when the job hangs), hostmaster (whether this agent hosts a job's master,
+// and its token) and privdir (the agent's private directories).
 //
 // Two lifecycles are kept apart: stopping the agent (its context) stops the
 // workers first and never orphans them; a worker group ending never stops

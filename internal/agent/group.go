@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/roverml/rover/internal/agent/stacks"
 	"github.com/roverml/rover/internal/proc"
 	"github.com/roverml/rover/internal/runconfig"
 )
@@ -41,7 +42,7 @@ type groupSpec struct {
 	// Started is called with the full placement once MASTER_ADDR is known.
 	Started func(p placement)
 	// Spawned is called with the workers once all of them started.
-	Spawned func([]workerRef)
+	Spawned func([]stacks.Worker)
 }
 
 // groupResult is how a worker group ended.
@@ -128,9 +129,9 @@ func runGroup(ctx context.Context, spec groupSpec) groupResult {
 		workers = append(workers, w)
 	}
 	if spec.Spawned != nil {
-		refs := make([]workerRef, len(workers))
+		refs := make([]stacks.Worker, len(workers))
 		for i, w := range workers {
-			refs[i] = workerRef{Local: w.local, Rank: w.rank, Pid: w.proc.Pid(), StacksFile: w.stacksFile()}
+			refs[i] = stacks.Worker{Local: w.local, Rank: w.rank, Pid: w.proc.Pid(), StacksFile: w.stacksFile()}
 		}
 		spec.Spawned(refs)
 	}
@@ -164,7 +165,7 @@ func startWorker(spec groupSpec, p placement, local int) (*worker, error) {
 	wp.LocalRank, wp.Rank, wp.ErrorFile = local, w.rank, w.errFile
 	pr, err := proc.Start(proc.Spec{
 		Argv:   spec.Argv,
-		Env:    append(workerEnvWith(os.Environ(), wp, spec.Env), stacksFileEnv+"="+w.stacksFile()),
+		Env:    append(workerEnvWith(os.Environ(), wp, spec.Env), stacks.FileEnv+"="+w.stacksFile()),
 		Stdout: out.Stdout(),
 		Stderr: orDiscardTee(out.Stderr(), w.errTail),
 	})
@@ -348,3 +349,5 @@ func startFailureCode(err error) int {
 	}
 	return 126
 }
+
+func (w *worker) stacksFile() string { return filepath.Join(w.logDir, "stacks.txt") }

@@ -15,6 +15,8 @@ import (
 	"connectrpc.com/connect"
 	roverv1 "github.com/roverml/rover/api/rover/v1"
 	"github.com/roverml/rover/api/rover/v1/roverv1connect"
+	"github.com/roverml/rover/internal/agent/ckptsaver"
+	"github.com/roverml/rover/internal/agent/privdir"
 	"github.com/roverml/rover/python"
 )
 
@@ -34,7 +36,7 @@ type localAPI struct {
 // startLocalAPI creates the agent's private runtime directory, extracts the
 // Python package and serves the local API.
 func (a *agent) startLocalAPI() (*localAPI, error) {
-	dir, err := privateDir(os.TempDir(), "rover-agent-")
+	dir, err := privdir.Create(os.TempDir(), "rover-agent-")
 	if err != nil {
 		return nil, fmt.Errorf("create the agent's runtime directory: %w", err)
 	}
@@ -54,7 +56,7 @@ func (a *agent) startLocalAPI() (*localAPI, error) {
 		return nil, fmt.Errorf("restrict the agent socket: %w", err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle(roverv1connect.NewAgentServiceHandler(&agentService{a: a, l: l}, connect.WithReadMaxBytes(64<<20)))
+	mux.Handle(roverv1connect.NewAgentServiceHandler(&agentService{a: a, l: l, LocalAPI: a.ckpt.LocalAPI()}, connect.WithReadMaxBytes(64<<20)))
 	l.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		defer close(l.done)
@@ -86,8 +88,9 @@ func (l *localAPI) close() {
 
 // agentService implements the local API.
 type agentService struct {
-	a *agent
-	l *localAPI
+	a                   *agent
+	l                   *localAPI
+	*ckptsaver.LocalAPI // the checkpoint calls
 }
 
 var _ roverv1connect.AgentServiceHandler = (*agentService)(nil)

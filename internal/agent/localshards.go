@@ -110,40 +110,53 @@ func (s *agentService) RegisterDataset(ctx context.Context, req *connect.Request
 }
 
 func (s *agentService) LeaseShards(ctx context.Context, req *connect.Request[roverv1.LeaseShardsRequest]) (*connect.Response[roverv1.LeaseShardsResponse], error) {
-	m := req.Msg
-	return batched(ctx, s, "LeaseShards", m.GetWorker(), m.GetIncarnation(), func(w string, inc int64) {
-		m.Worker, m.Incarnation = w, inc
-	}, func(ctx context.Context) (*roverv1.LeaseShardsResponse, error) { return s.a.shards.Lease(ctx, m) })
+	return batched(ctx, s, "LeaseShards", req.Msg, s.a.shards.Lease)
 }
 
 func (s *agentService) CompleteShards(ctx context.Context, req *connect.Request[roverv1.CompleteShardsRequest]) (*connect.Response[roverv1.CompleteShardsResponse], error) {
-	m := req.Msg
-	return batched(ctx, s, "CompleteShards", m.GetWorker(), m.GetIncarnation(), func(w string, inc int64) {
-		m.Worker, m.Incarnation = w, inc
-	}, func(ctx context.Context) (*roverv1.CompleteShardsResponse, error) { return s.a.shards.Complete(ctx, m) })
+	return batched(ctx, s, "CompleteShards", req.Msg, s.a.shards.Complete)
+}
+
+// workerRequest is a worker's call that goes through the batcher: a lease
+// or a completion, which name the worker and its incarnation.
+type workerRequest interface {
+	*roverv1.LeaseShardsRequest | *roverv1.CompleteShardsRequest
+	GetWorker() string
+	GetIncarnation() int64
 }
 
 // batched forwards a worker's lease or complete call through the batcher:
-// it names the worker and its incarnation in the request (set), then sends
-// it (call), retrying while the master is unreachable.
-func batched[Res any](ctx context.Context, s *agentService, method, local string, inc int64, set func(worker string, inc int64), call func(context.Context) (*Res, error)) (*connect.Response[Res], error) {
-	w, err := s.worker(local)
+// it names the worker and its incarnation in the request, then sends it
+// (call), retrying while the master is unreachable.
+func batched[Req workerRequest, Res any](ctx context.Context, s *agentService, method string, req Req, call func(context.Context, Req) (*Res, error)) (*connect.Response[Res], error) {
+	w, err := s.worker(req.GetWorker())
 	if err != nil {
 		return nil, err
 	}
-	if inc, err = s.incarnation(inc); err != nil {
+	inc, err := s.incarnation(req.GetIncarnation())
+	if err != nil {
 		return nil, err
 	}
-	set(w, inc)
+	nameWorker(req, w, inc)
 	var resp *Res
 	err = s.forward(ctx, method, func(ctx context.Context) error {
-		resp, err = call(ctx)
+		resp, err = call(ctx, req)
 		return err
 	})
 	if err != nil {
 		return nil, err
 	}
 	return connect.NewResponse(resp), nil
+}
+
+// nameWorker sets the worker and incarnation fields of a lease or completion.
+func nameWorker(req any, worker string, inc int64) {
+	switch m := req.(type) {
+	case *roverv1.LeaseShardsRequest:
+		m.Worker, m.Incarnation = worker, inc
+	case *roverv1.CompleteShardsRequest:
+		m.Worker, m.Incarnation = worker, inc
+	}
 }
 
 func (s *agentService) GetPosition(ctx context.Context, req *connect.Request[roverv1.GetPositionRequest]) (*connect.Response[roverv1.GetPositionResponse], error) {

@@ -11,20 +11,21 @@ import (
 
 	"connectrpc.com/connect"
 	roverv1 "github.com/roverml/rover/api/rover/v1"
+	"github.com/roverml/rover/internal/agent/nodecheckrun"
 	"github.com/roverml/rover/internal/proc"
 )
 
 // loop carries out decide's actions on the master's views, and reports the
 // worker group's end, until the job ends or ctx is cancelled.
 func (a *agent) loop(ctx context.Context) error {
-	w := &workers{a: a, ctx: ctx, check: &checker{a: a}}
-	defer w.check.stop()
+	w := &workers{a: a, ctx: ctx, check: a.newCheckRunner()}
+	defer w.check.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			w.stop("agent stopping")
 			pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.cfg.StopGracePeriod+30*time.Second)
-			a.persister.persistOnFailure(pctx)
+			a.ckpt.PersistOnFailure(pctx)
 			cancel()
 			a.leave("agent stopped: " + context.Cause(ctx).Error())
 			return context.Cause(ctx)
@@ -48,7 +49,7 @@ type workers struct {
 	ctx         context.Context
 	g           *group
 	lastStarted int
-	check       *checker // the node check's tasks
+	check       *nodecheckrun.Runner // the node check's tasks
 }
 
 // done is the running group's result channel; nil (never ready) without one.
@@ -75,7 +76,7 @@ func (w *workers) stop(why string) {
 
 // state is what decide needs to know.
 func (w *workers) state(joinedRound int) agentState {
-	s := agentState{running: w.g != nil, lastStarted: w.lastStarted, joinedRound: joinedRound, checked: w.check.key}
+	s := agentState{running: w.g != nil, lastStarted: w.lastStarted, joinedRound: joinedRound, checked: w.check.Key()}
 	if w.g != nil {
 		s.groupRound = w.g.round
 	}
@@ -87,11 +88,10 @@ func (w *workers) state(joinedRound int) agentState {
 func (a *agent) react(ctx context.Context, w *workers) (end bool, err error) {
 	v, sessionErr := a.views.get()
 	// Before anything stops the workers: a hang's stacks are theirs.
-	if h := v.GetHang(); h != nil && h.GetId() != a.hangSeen {
-		a.hangSeen = h.GetId()
+	if h := v.GetHang(); a.hangs.Fresh(h) {
 		a.onHang(ctx, h, w.g != nil)
 	}
-	w.check.sync(v)
+	w.check.Sync(v)
 	for {
 		_, joinedRound := a.joined.get()
 		act := decide(v, sessionErr, w.state(joinedRound))
@@ -103,7 +103,7 @@ func (a *agent) react(ctx context.Context, w *workers) (end bool, err error) {
 			// is common to every rank's memory. Making the newest snapshot
 			// durable first lets every rank resume from it (the newcomer
 			// from storage) instead of the last persisted step.
-			a.persister.persistOnFailure(ctx)
+			a.ckpt.PersistOnFailure(ctx)
 		case actStart:
 			w.lastStarted = act.round
 			w.g = startGroup(ctx, a.groupSpec(v))
@@ -112,7 +112,7 @@ func (a *agent) react(ctx context.Context, w *workers) (end bool, err error) {
 				"group_world_size", asg.GetGroupWorldSize(), "world_size", asg.GetWorldSize(), "restart_count", v.GetRestartCount())
 			return false, nil
 		case actRejoin:
-			a.persister.drain(ctx) // see drain: the new workers must all find the same committed step
+			a.ckpt.Drain(ctx) // see ckptsaver's drain: the new workers must all find the same committed step
 			err := a.join(ctx, act.round)
 			if err == nil || ctx.Err() != nil || connect.CodeOf(err) == connect.CodeFailedPrecondition {
 				// Stopping is handled by the loop; a job that ended says how in its next view.
@@ -127,7 +127,7 @@ func (a *agent) react(ctx context.Context, w *workers) (end bool, err error) {
 		case actMasterLost:
 			return true, act.err
 		case actCheck:
-			w.check.start(ctx, v)
+			w.check.Start(ctx, v)
 			return false, nil
 		case actExcluded:
 			vd := v.GetNodeCheck().GetVerdict()
@@ -153,7 +153,7 @@ func (a *agent) groupEnded(ctx context.Context, res groupResult) {
 		})
 	default:
 		// Persist what the workers held in memory before anything restarts.
-		a.persister.persistOnFailure(ctx)
+		a.ckpt.PersistOnFailure(ctx)
 		failures := make([]*roverv1.WorkerFailure, 0, len(res.Failures)+1)
 		for _, f := range res.Failures {
 			failures = append(failures, failureProto(f))
@@ -218,7 +218,7 @@ func (a *agent) groupSpec(v *roverv1.NodeView) groupSpec {
 		RunID:          a.cfg.RunID,
 		Role:           a.cfg.Role,
 		NodeID:         a.nodeID,
-		Checkpoint:     a.checkpointStorage(),
+		Checkpoint:     a.ckpt.Storage(),
 	}
 	return groupSpec{
 		Argv:      a.argv,
@@ -239,7 +239,7 @@ func (a *agent) groupSpec(v *roverv1.NodeView) groupSpec {
 		},
 		Env:     a.local.env,
 		Started: func(p placement) { a.local.current.Store(&p) },
-		Spawned: func(ws []workerRef) { a.running.Store(&ws) },
+		Spawned: a.hangs.SetRunning,
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	roverv1 "github.com/roverml/rover/api/rover/v1"
+	"github.com/roverml/rover/internal/agent/nodecheckrun"
 )
 
 // The agent's reaction to the master is decide, a pure function of the
@@ -45,7 +46,7 @@ type agentState struct {
 	groupRound  int    // the round it runs, when running
 	lastStarted int    // the newest round workers were started for; 0 for none
 	joinedRound int    // the round of the agent's newest join
-	checked     string // the node check task last started (checkKey)
+	checked     string // the node check task last started (nodecheckrun.Key)
 }
 
 // decide returns what the agent does about the newest view v, or about the
@@ -80,7 +81,7 @@ func decide(v *roverv1.NodeView, sessionErr error, s agentState) action {
 		}
 		if nc.GetRunning() && int(nc.GetRound()) == round && !v.GetRoundOpen() {
 			// The node's world is being checked; its assignment comes after.
-			if len(nc.GetGroups()) > 0 && checkKey(nc) != s.checked {
+			if len(nc.GetGroups()) > 0 && nodecheckrun.Key(nc) != s.checked {
 				return action{kind: actCheck, round: round}
 			}
 			return action{}

@@ -43,7 +43,7 @@ func (a *agent) joinRequest(round int) *roverv1.JoinRequest {
 		Round:          int64(round),
 		Rendezvous:     client.RendezvousProto(a.rendezvous()),
 		RunId:          a.cfg.RunID,
-		Snapshots:      a.arenas.inventory(),
+		Snapshots:      a.ckpt.Inventory(),
 	}
 }
 
@@ -268,8 +268,7 @@ func (a *agent) heartbeats(ctx context.Context, stream *connect.BidiStreamForCli
 
 func (a *agent) recordJoin(r *roverv1.JoinResponse, asked int) {
 	rank, round := int(r.GetNodeRank()), int(r.GetRound())
-	storage := client.CheckpointStorageFromProto(r.GetCheckpoint())
-	a.storage.Store(&storage)
+	a.ckpt.SetStorage(client.CheckpointStorageFromProto(r.GetCheckpoint()))
 	oldRank, oldRound := a.joined.get()
 	a.joined.set(rank, round)
 	if asked == 0 || oldRank != rank || oldRound != round {

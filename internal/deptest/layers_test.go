@@ -22,21 +22,25 @@ var layers = []struct {
 	{"pure state machines (see pure below)", []string{
 		"/internal/rendezvous", "/internal/shard", "/internal/node", "/internal/nodecheck",
 		"/internal/progress", "/internal/diagnosis", "/internal/platform", "/internal/nodemanager",
-		"/internal/deadline",
+		"/internal/deadline", "/internal/goodput",
 	}},
 	{"libraries and adapters: processes, checkpoints, stores, platforms, the client", []string{
 		"/internal/runconfig", "/internal/proc", "/internal/ckpt/...", "/internal/store/...", "/internal/shardbatch",
 		"/internal/jobview", "/internal/jobspec", "/internal/platform/local", "/internal/platform/kubernetes",
 		"/internal/platform/platformtest", "/internal/client", "/internal/kubenames",
 	}},
-	{"the job master, the node agent, the operator and the worker SDK", []string{
-		"/internal/master", "/internal/agent", "/internal/operator", "/sdk/go/rover",
+	{"the node agent's parts: the checkpoint saver, the node-check runner, stacks, the hosted master", []string{
+		"/internal/agent/ckptsaver", "/internal/agent/nodecheckrun", "/internal/agent/stacks",
+		"/internal/agent/hostmaster", "/internal/agent/privdir",
+	}},
+	{"the job master, the node agent and the worker SDK", []string{
+		"/internal/master", "/internal/agent", "/sdk/go/rover",
 	}},
 	{"what composes a master or an agent", []string{
 		"/internal/agent/standalone", "/internal/jobplan", "/internal/nvml", "/internal/bench",
 	}},
-	{"running whole jobs on a platform", []string{
-		"/internal/kubemaster", "/internal/submit",
+	{"running whole jobs on a platform, and the operator that checks them with jobplan", []string{
+		"/internal/kubemaster", "/internal/submit", "/internal/operator",
 	}},
 	{"programs and end-to-end tests", []string{
 		"/cmd/...", "/test/...",
@@ -51,7 +55,7 @@ var layers = []struct {
 var pure = []string{
 	"/internal/rendezvous", "/internal/shard", "/internal/node", "/internal/nodecheck",
 	"/internal/progress", "/internal/diagnosis", "/internal/platform", "/internal/nodemanager",
-	"/internal/deadline",
+	"/internal/deadline", "/internal/goodput",
 }
 
 // impureImports are the packages a pure package must not import itself:

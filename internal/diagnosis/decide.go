@@ -48,6 +48,11 @@ type Decision struct {
 	// FailFast says the job should fail now: the same exception at the
 	// same place as in the previous failed round.
 	FailFast bool
+	// RestartsSpent says Action would restart the workers in place but
+	// the job's restart budget is spent, so the job fails instead (after
+	// the rendezvous's blame window: a node loss may still take the
+	// blame and be relaunched).
+	RestartsSpent bool
 	// Reason is one or two sentences for the job log and the failure
 	// report.
 	Reason string
@@ -57,6 +62,16 @@ type Decision struct {
 	// Signature is the root's signature where the rule is Repeatable, else
 	// zero.
 	Signature Signature
+}
+
+// ActionName is what the job does about the failure, for reports: the
+// action's name, or "fail-restarts-spent" when the workers would restart
+// in place but the restart budget is spent.
+func (d Decision) ActionName() string {
+	if d.RestartsSpent {
+		return "fail-restarts-spent"
+	}
+	return d.Action.String()
 }
 
 // NextMemory returns the memory for a relaunch after an out-of-memory
@@ -137,6 +152,7 @@ func Decide(h History, f Failure, caps Caps) Decision {
 			why = "restarting the workers in place"
 		}
 		if d.Action == RestartInPlace && caps.NoRestartsLeft {
+			d.RestartsSpent = true
 			why = fmt.Sprintf("the restart budget (--max-restarts=%d) is spent, so the job fails instead of restarting the workers", caps.MaxRestarts)
 		}
 	}

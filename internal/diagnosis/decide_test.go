@@ -272,3 +272,31 @@ func FuzzFromProto(f *testing.F) {
 		}
 	})
 }
+
+// TestActionNameWhenRestartsSpent: a failure that would restart the
+// workers in place is reported as failing the job once the restart budget
+// is spent, and only then.
+func TestActionNameWhenRestartsSpent(t *testing.T) {
+	tests := []struct {
+		name string
+		f    Failure
+		caps Caps
+		want string
+	}{
+		{"budget spent", Failure{ExitCode: 1}, Caps{NoRestartsLeft: true, MaxRestarts: 2}, "fail-restarts-spent"},
+		{"budget left", Failure{ExitCode: 1}, Caps{MaxRestarts: 2}, "restart-in-place"},
+		{"relaunch is not a restart", Failure{ExitCode: 143, PlatformReason: "Preempted"}, Caps{Relaunch: true, NoRestartsLeft: true}, "relaunch-node"},
+		{"fail fast stays fail fast", Failure{ExitCode: 127, Message: "could not start the worker: start worker of local rank 0 (nope): start process \"nope\": exec: no such file"}, Caps{NoRestartsLeft: true}, "fail-fast"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d := Decide(History{}, tt.f, tt.caps)
+			if got := d.ActionName(); got != tt.want {
+				t.Errorf("ActionName() = %q, want %q (reason: %s)", got, tt.want, d.Reason)
+			}
+			if d.RestartsSpent != (tt.want == "fail-restarts-spent") {
+				t.Errorf("RestartsSpent = %v for %q", d.RestartsSpent, tt.want)
+			}
+		})
+	}
+}

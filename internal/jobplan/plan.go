@@ -77,6 +77,24 @@ func Local(roverExe string) Target {
 	return Target{Capabilities: jobspec.LocalCapabilities, RoverExe: roverExe, LocalFiles: true}
 }
 
+// Kubernetes is the target of rover master --platform kubernetes and of
+// the operator's admission: worker pods from the template, running rover
+// from the image's PATH.
+var Kubernetes = Target{Capabilities: jobspec.KubernetesCapabilities, RoverExe: "rover"}
+
+// Check reads doc, an ElasticJob or its spec in YAML or JSON, and plans it
+// for t: what rover submit --dry-run checks, with every problem at once
+// (those of reading the spec and of t's capabilities, then the plan's).
+// The operator's admission webhook and its late InvalidSpec refusal check
+// an ElasticJob with it, and the Kubernetes master plans one with it.
+func Check(doc []byte, t Target) (*Plan, error) {
+	spec, err := jobspec.ParseFor(doc, t.Capabilities)
+	if err != nil {
+		return nil, err
+	}
+	return New(*spec, t)
+}
+
 // New checks spec against what the target can do and returns how to run
 // it. Every problem is reported at once, each wrapping ErrBadSpec (or
 // jobspec.ErrUnsupported for fields the platform cannot honour).

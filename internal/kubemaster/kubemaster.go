@@ -26,7 +26,6 @@ import (
 	"github.com/go-logr/logr"
 	elasticv1 "github.com/roverml/rover/api/elastic/v1alpha1"
 	"github.com/roverml/rover/internal/jobplan"
-	"github.com/roverml/rover/internal/jobspec"
 	"github.com/roverml/rover/internal/kubenames"
 	"github.com/roverml/rover/internal/master"
 	kubeplatform "github.com/roverml/rover/internal/platform/kubernetes"
@@ -285,11 +284,7 @@ func Plan(job *elasticv1.ElasticJob) (*jobplan.Plan, error) {
 	if doc, err = launcherView(doc); err != nil {
 		return nil, err
 	}
-	spec, err := jobspec.Parse(doc)
-	if err != nil {
-		return nil, fmt.Errorf("ElasticJob %s/%s: %w", job.Namespace, job.Name, err)
-	}
-	plan, err := jobplan.New(*spec, jobplan.Target{Capabilities: jobspec.KubernetesCapabilities, RoverExe: "rover"})
+	plan, err := jobplan.Check(doc, jobplan.Kubernetes)
 	if err != nil {
 		return nil, fmt.Errorf("ElasticJob %s/%s: %w", job.Namespace, job.Name, err)
 	}

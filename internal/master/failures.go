@@ -81,7 +81,7 @@ func (c *core) recordFailuresLocked(round int, raw []json.RawMessage) (d diagnos
 		d = diagnosis.DecideRound(c.diag, in, caps)
 		c.diag = c.diag.Record(int64(round), d)
 		for _, f := range fs {
-			f.Cause, f.Action, f.Diagnosis = d.Cause.String(), d.Action.String(), d.Reason
+			f.Cause, f.Action, f.Diagnosis = d.Cause.String(), d.ActionName(), d.Reason
 		}
 		c.noticeDiagnosisLocked(d, fs)
 	}

@@ -5,10 +5,13 @@
 // all owned by the job so that deleting the job deletes them. It relaunches a
 // master that crashed, was evicted or was deleted, within the job's master
 // budget (annotation rover.dev/master-restart-count, default 3); honours
-// spec.suspend by deleting the job's pods (the gate Kueue uses); refuses, in
-// the job's status, what the CRD's schema cannot check (the launcher line
-// against the replicas, parsed by internal/jobspec); and writes the job's
-// phase, conditions, times, masterRelaunches and the worker selector.
+// spec.suspend by deleting the job's pods (the gate Kueue uses); refuses what
+// the CRD's schema cannot check (what rover submit --dry-run checks, through
+// jobplan.Check: the launcher line against the replicas and the like) at the
+// job's creation with its admission webhook (Config.WebhookCertDir), and in
+// the job's status (InvalidSpec) when the webhook is not installed; and
+// writes the job's phase, conditions, times, masterRelaunches and the worker
+// selector.
 //
 // It does not create, watch or relaunch worker pods, nor count them: the
 // master does (rover master --platform kubernetes), and writes the status

@@ -1,6 +1,7 @@
 package operator
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -122,6 +123,13 @@ func TestValidate(t *testing.T) {
 		{"bad launcher flag", func(j *v1alpha1.ElasticJob) {
 			j.Spec.ReplicaSpecs[v1alpha1.Worker].Template.Spec.Containers[0].Command = []string{"rover", "run", "--nnodes=2", "--max-restarts=x", "train.py"}
 		}, []string{"max-restarts"}},
+		{"a field the platform cannot honour", func(j *v1alpha1.ElasticJob) {
+			j.Spec.ReplicaSpecs[v1alpha1.Worker].AutoScale = true
+		}, []string{"cannot honour spec.replicaSpecs.worker.autoScale"}},
+		{"a flag the platform gives", func(j *v1alpha1.ElasticJob) {
+			j.Spec.ReplicaSpecs[v1alpha1.Worker].Template.Spec.Containers[0].Command = []string{"rover", "run", "--nnodes=2", "--rdzv-endpoint=m:29400", "train.py"}
+		}, []string{"remove --rdzv-endpoint"}},
+		{"every problem at once", func(j *v1alpha1.ElasticJob) { *j = *badJob(j.Namespace, j.Name) }, badJobProblems},
 		{"name too long for the Service", func(j *v1alpha1.ElasticJob) {
 			j.Name = strings.Repeat("a", 51)
 		}, []string{"metadata.name", "at most 50 characters"}},
@@ -134,7 +142,10 @@ func TestValidate(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			job := newJob("ns", "train")
 			tc.mutate(job)
-			err := validate(job)
+			notes, err := validate(job)
+			if tc.name == "DLRover's pod template and shell line" && !slices.ContainsFunc(notes, func(n string) bool { return strings.Contains(n, "Always is run as Never") }) {
+				t.Errorf("notes %q lack restartPolicy's", notes)
+			}
 			if len(tc.want) == 0 {
 				if err != nil {
 					t.Fatalf("validate: %v", err)
@@ -162,6 +173,11 @@ func TestConfigValidate(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), w) {
 			t.Errorf("Validate() = %v; want it to contain %q", err, w)
 		}
+	}
+	hook := Config{WebhookCertDir: "/certs", WebhookAddr: "9443"}
+	hook.Default()
+	if err := hook.Validate(); err == nil || !strings.Contains(err.Error(), "--webhook-bind-address=9443") {
+		t.Errorf("Validate() = %v; want it to refuse --webhook-bind-address=9443", err)
 	}
 	ok := Config{}
 	ok.Default()

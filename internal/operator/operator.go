@@ -53,6 +53,16 @@ type Config struct {
 	MetricsAddr string
 	// ProbeAddr serves /healthz and /readyz; "" or "0" for none.
 	ProbeAddr string
+	// WebhookCertDir, when it holds a certificate and key
+	// (WebhookCertName, WebhookKeyName; reloaded when they change), serves
+	// the admission webhook of ElasticJobs (WebhookPath) over TLS on
+	// WebhookAddr. "", or a folder without them (the operator's optional
+	// Secret not made yet), serves none: a job Rover cannot run is then
+	// refused after its creation, as Failed/InvalidSpec.
+	WebhookCertDir string
+	// WebhookAddr is where the webhook listens, host:port;
+	// DefaultWebhookAddr when empty.
+	WebhookAddr string
 	// Logger logs; nil for slog.Default().
 	Logger *slog.Logger
 	// Clock reads the time of status fields; nil for the real clock.
@@ -73,6 +83,9 @@ func (c *Config) Default() {
 	}
 	if c.Namespace == "" {
 		c.Namespace = DefaultNamespace
+	}
+	if c.WebhookAddr == "" {
+		c.WebhookAddr = DefaultWebhookAddr
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -98,6 +111,11 @@ func (c *Config) Validate() error {
 	}
 	if msgs := validation.IsDNS1123Label(c.Namespace); c.LeaderElect && len(msgs) > 0 {
 		errs = append(errs, fmt.Errorf("--namespace=%q: not a namespace name: %v", c.Namespace, msgs))
+	}
+	if c.WebhookCertDir != "" {
+		if _, _, err := splitAddr(c.WebhookAddr); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -128,7 +146,12 @@ func NewManager(cfg *rest.Config, c Config) (ctrl.Manager, error) {
 	// Only the pods and Services of jobs are cached (all carry app=dlrover);
 	// Secrets are never cached, as that would mean reading every Secret.
 	ours := labels.SelectorFromSet(labels.Set{v1alpha1.LabelApp: v1alpha1.AppValue})
+	hooks, err := webhookServer(c)
+	if err != nil {
+		return nil, err
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		WebhookServer:                 hooks,
 		Scheme:                        scheme,
 		Logger:                        logr.FromSlogHandler(c.Logger.Handler()),
 		LeaderElection:                c.LeaderElect,
@@ -149,6 +172,11 @@ func NewManager(cfg *rest.Config, c Config) (ctrl.Manager, error) {
 	if c.ProbeAddr != "" && c.ProbeAddr != "0" {
 		if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 			return nil, fmt.Errorf("operator health check: %w", err)
+		}
+		if hooks != nil {
+			if err := mgr.AddReadyzCheck("webhook", hooks.StartedChecker()); err != nil {
+				return nil, fmt.Errorf("operator ready check: %w", err)
+			}
 		}
 		if err := mgr.AddReadyzCheck("cache", func(req *http.Request) error {
 			if !mgr.GetCache().WaitForCacheSync(req.Context()) {
@@ -173,6 +201,11 @@ func NewManager(cfg *rest.Config, c Config) (ctrl.Manager, error) {
 	}
 	if err := r.SetupWithManager(mgr, opts); err != nil {
 		return nil, fmt.Errorf("operator controller: %w", err)
+	}
+	if hooks != nil {
+		if err := setupWebhook(mgr, r.log); err != nil {
+			return nil, fmt.Errorf("operator webhook: %w", err)
+		}
 	}
 	return mgr, nil
 }

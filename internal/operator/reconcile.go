@@ -150,7 +150,7 @@ func (r *Reconciler) sync(ctx context.Context, job *v1alpha1.ElasticJob) (ctrl.R
 // start validates job and creates its first master, or its master again
 // after a suspension.
 func (r *Reconciler) start(ctx context.Context, job *v1alpha1.ElasticJob, w statusWriter) error {
-	if err := validate(job); err != nil {
+	if _, err := validate(job); err != nil {
 		msg := "the job cannot run: " + err.Error()
 		w.failed(ReasonInvalidSpec, msg)
 		r.event(job, corev1.EventTypeWarning, ReasonInvalidSpec, "Validate", "%s", msg)

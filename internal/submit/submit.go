@@ -12,7 +12,6 @@ package submit
 
 import (
 	"context"
-
 	"fmt"
 	"io"
 	"log/slog"
@@ -24,7 +23,7 @@ import (
 	"time"
 
 	roverv1 "github.com/roverml/rover/api/rover/v1"
-	"github.com/roverml/rover/internal/agent"
+	"github.com/roverml/rover/internal/agent/ckptsaver"
 	"github.com/roverml/rover/internal/jobplan"
 	"github.com/roverml/rover/internal/jobview"
 	"github.com/roverml/rover/internal/master"
@@ -93,7 +92,7 @@ func Run(ctx context.Context, plan *jobplan.Plan, o Options) (Result, error) {
 	// A node's agent killed with SIGKILL cannot remove its shared memory:
 	// it goes as soon as the agent is reaped, not when the job ends.
 	removeArenas := func(node string) {
-		if n := agent.RemoveJobArenas(plan.Name, token); n > 0 {
+		if n := ckptsaver.RemoveJobArenas(plan.Name, token); n > 0 {
 			o.Logger.Info("removed shared memory that killed agents left", "directories", n, "after", node)
 		}
 	}

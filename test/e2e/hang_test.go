@@ -12,11 +12,13 @@ import (
 )
 
 // hangTimeout is the e2e jobs' --hang-timeout: short, so that the tests
-// are quick, and well under the example's --first-step-sleep.
-const hangTimeout = 5 * time.Second
+// are quick, well under the example's --first-step-sleep, and well above
+// the longest ordinary step of a loaded 2-core machine (5s was not: a
+// step starved that long was rightly declared a second hang).
+const hangTimeout = 10 * time.Second
 
 // TestHangStacksAndRestart runs the DDP example on two nodes with
-// --hang-timeout=5s --hang-detection=2, its first step longer than the
+// --hang-timeout=10s --hang-detection=2, its first step longer than the
 // timeout (not a hang: nothing completed yet), then stops one worker with
 // SIGSTOP mid-training. Its peers block in their next collective; within
 // the timeout plus a few seconds every node's log directory holds the
@@ -32,7 +34,7 @@ func TestHangStacksAndRestart(t *testing.T) {
 	for _, name := range []string{"node0", "node1"} {
 		args := append([]string{"--nnodes", "2", "--hang-timeout", hangTimeout.String(), "--hang-detection", "2",
 			"--log-dir", filepath.Join(dir, "logs", name)},
-			trainArgs(dir, "--flash", store, "--steps", "150", "--step-sleep", "0.05", "--first-step-sleep", "8",
+			trainArgs(dir, "--flash", store, "--steps", "150", "--step-sleep", "0.05", "--first-step-sleep", "15",
 				"--log-saves", saves, "--log-times", times)...)
 		agents[name] = c.agent(name, args...)
 	}

@@ -193,16 +193,18 @@ func (k *kube) podLogs(job string) string {
 
 // TestKubernetes runs the DDP example as ElasticJobs on one API server,
 // operator and kubelet (the operator's controller registers once per
-// process): the disruptions of kubernetesDDP, then kubernetesScale.
+// process): the disruptions of kubernetesDDP, kubernetesScale, then
+// kubernetesDLRoverJob.
 func TestKubernetes(t *testing.T) {
 	cases := ddpCases()
 	var jobs []string
 	for _, tc := range cases {
 		jobs = append(jobs, tc.name)
 	}
-	k := startKube(t, append(jobs, scaleJob)...)
+	k := startKube(t, append(jobs, scaleJob, dlroverKubeJob)...)
 	t.Run("DDP", func(t *testing.T) { kubernetesDDP(t, k, cases) })
 	t.Run("Scale", func(t *testing.T) { kubernetesScale(t, k) })
+	t.Run("DLRoverJob", func(t *testing.T) { kubernetesDLRoverJob(t, k) })
 }
 
 // ddpCase is one run of kubernetesDDP.

@@ -25,17 +25,19 @@ _MODEL_STATES = "model_states"  # DLRover's wrapper key in some of its files
 
 def open_checkpointer(who, checkpoint_dir, mode, storage=None, deletion_strategy=None):
     """A rover Checkpointer for checkpoint_dir, or ValueError saying what to
-    change: under ``rover run`` the directory must be the job's
-    ``--checkpoint-dir``; DLRover's storage and deletion-strategy objects
-    have no Rover equivalent but ``--checkpoint-keep``."""
+    change. Under ``rover run`` the first checkpointer of a job that names
+    a directory declares it the job's storage when the launcher gave no
+    ``--checkpoint-dir``; a launcher's directory wins and a different one is
+    refused. DLRover's storage objects have no Rover equivalent;
+    KeepLatestStepStrategy(n) declares keep=n the same way."""
     if storage is not None:
         raise ValueError(f"{who}(storage={storage!r}): Rover writes checkpoints through the agent to the "
                          "job's storage (rover run --checkpoint-dir DIR_OR_URL, a directory or an s3://, "
                          "gs:// or azblob:// URL); leave storage out")
     keep = keep_of(who, deletion_strategy)
     if not checkpoint_dir:
-        raise ValueError(f"{who}: checkpoint_dir is empty; give the job's checkpoint directory "
-                         "(rover run --checkpoint-dir)")
+        raise ValueError(f"{who}: checkpoint_dir is empty; give a checkpoint directory (or the "
+                         "job's: rover run --checkpoint-dir)")
     try:
         return _RoverCheckpointer(checkpoint_dir, mode=mode, keep=keep)
     except ValueError as e:

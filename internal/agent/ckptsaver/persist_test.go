@@ -1,4 +1,4 @@
-package agent
+package ckptsaver
 
 import (
 	"context"
@@ -11,9 +11,9 @@ import (
 	"connectrpc.com/connect"
 	roverv1 "github.com/roverml/rover/api/rover/v1"
 	"github.com/roverml/rover/api/rover/v1/roverv1connect"
+	"github.com/roverml/rover/internal/client"
 	"github.com/roverml/rover/internal/retry"
 	"github.com/roverml/rover/internal/retry/retrytest"
-	"github.com/roverml/rover/internal/runconfig"
 )
 
 // awayMaster answers CheckpointDurable with err until the clock reaches
@@ -59,9 +59,14 @@ func TestReportWaitsForTheMaster(t *testing.T) {
 			clock := retrytest.NewClock(time.Unix(1000, 0))
 			start := clock.Now()
 			m := &awayMaster{clock: clock, back: start.Add(tt.away), err: tt.err}
-			a := &agent{cfg: &runconfig.Config{MasterTimeout: timeout}, client: m, clock: clock,
-				log: slog.New(slog.NewTextHandler(io.Discard, nil))}
-			p := newPersister(a)
+			// The agent's policy: retried while the master is
+			// unreachable, up to the heartbeat timeout.
+			policy := retry.Policy{Backoff: retry.Backoff{Initial: 100 * time.Millisecond, Max: 2 * time.Second}, Limit: timeout, Clock: clock}
+			cfg := Config{Master: m, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+				Retry: func(ctx context.Context, f func(context.Context) error) error {
+					return retry.Do(ctx, policy, client.Retryable, f)
+				}}
+			p := newPersister(nil, cfg, func() string { return "" })
 			err := p.report(context.Background(), &roverv1.CheckpointDurableRequest{Step: 7, Rank: 1})
 			if tt.wantErr == nil && err != nil || !errors.Is(err, tt.wantErr) {
 				t.Fatalf("report = %v, want %v", err, tt.wantErr)

@@ -1,4 +1,4 @@
-package agent
+package privdir
 
 import (
 	"fmt"
@@ -23,7 +23,7 @@ func TestPrivateDirRemovesDeadAgentsDirs(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	dir, err := privateDir(base, "rover-arenas-")
+	dir, err := Create(base, "rover-arenas-")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package agent
+package ckptsaver
 
 import (
 	"bytes"
@@ -31,7 +31,7 @@ type persistJob struct {
 // storage's policy, not the master's: a fixed number of tries of a whole
 // persistence, each of which gives way to a newer snapshot of its rank.
 // The report to the master within a try waits for an unreachable master
-// with the agent's own policy (callMaster), up to the heartbeat timeout.
+// with the agent's own policy (Config.Retry), up to the heartbeat timeout.
 const (
 	persistAttempts     = 6
 	persistFirstBackoff = time.Second
@@ -42,11 +42,14 @@ const (
 // faster than storage takes them, only the newest pending snapshot of a rank
 // is kept: older ones are superseded.
 type persister struct {
-	a       *agent
-	mu      sync.Mutex
-	cond    *sync.Cond
-	pending map[int]persistJob
-	busy    map[int]bool
+	cfg    Config // its log, node id and master
+	arenas *arenas
+	// storageURL is the job's checkpoint storage ("": none).
+	storageURL func() string
+	mu         sync.Mutex
+	cond       *sync.Cond
+	pending    map[int]persistJob
+	busy       map[int]bool
 	// retrying counts the failed jobs of each rank waiting for their retry.
 	retrying map[int]int
 	durable  map[int]int64
@@ -66,8 +69,8 @@ type persister struct {
 	target map[int]persistJob
 }
 
-func newPersister(a *agent) *persister {
-	p := &persister{a: a, pending: map[int]persistJob{}, busy: map[int]bool{}, retrying: map[int]int{}, durable: map[int]int64{},
+func newPersister(arenas *arenas, cfg Config, storageURL func() string) *persister {
+	p := &persister{cfg: cfg, arenas: arenas, storageURL: storageURL, pending: map[int]persistJob{}, busy: map[int]bool{}, retrying: map[int]int{}, durable: map[int]int64{},
 		lastErr: map[int]string{}, requested: map[int]int64{}, failure: map[int]string{}, committed: -1,
 		buckets: map[string]*ckpt.Bucket{}, wake: make(chan struct{}, 1), target: map[int]persistJob{}}
 	p.cond = sync.NewCond(&p.mu)
@@ -78,7 +81,7 @@ func (p *persister) enqueue(j persistJob) {
 	p.mu.Lock()
 	p.requested[j.local]++
 	if old, ok := p.pending[j.local]; ok && old.pinned {
-		p.a.arenas.unpin(j.local) // superseded before it started
+		p.arenas.unpin(j.local) // superseded before it started
 	}
 	p.pending[j.local] = j
 	p.mu.Unlock()
@@ -128,11 +131,11 @@ func (p *persister) run(ctx context.Context) {
 			job.attempt++
 			if job.attempt < persistAttempts && ctx.Err() == nil {
 				backoff := persistFirstBackoff << (job.attempt - 1)
-				p.a.log.Warn("could not persist a checkpoint; training goes on, retrying", "step", job.step, "rank", job.rank,
+				p.cfg.Log.Warn("could not persist a checkpoint; training goes on, retrying", "step", job.step, "rank", job.rank,
 					"attempt", job.attempt, "retry_in", backoff, "err", err)
 				p.retryLocked(ctx, job, backoff)
 			} else {
-				p.a.log.Error("gave up persisting a checkpoint; training goes on", "step", job.step, "rank", job.rank,
+				p.cfg.Log.Error("gave up persisting a checkpoint; training goes on", "step", job.step, "rank", job.rank,
 					"attempts", job.attempt, "err", err)
 			}
 		} else if persisted {
@@ -172,7 +175,7 @@ func (p *persister) retryLocked(ctx context.Context, job persistJob, backoff tim
 
 // bucket opens the job's checkpoint storage (once).
 func (p *persister) bucket(ctx context.Context) (*ckpt.Bucket, error) {
-	url := p.a.checkpointStorage().URL
+	url := p.storageURL()
 	if url == "" {
 		return nil, errNoStorage
 	}
@@ -214,7 +217,7 @@ func (p *persister) persist(ctx context.Context, j persistJob) (persisted bool, 
 		return false, err
 	}
 	req := &roverv1.CheckpointDurableRequest{Step: j.step, Rank: int32(j.rank), Mode: j.mode, Size: info.Size,
-		Crc32C: info.CRC32C, Round: int64(j.round), NodeId: p.a.nodeID}
+		Crc32C: info.CRC32C, Round: int64(j.round), NodeId: p.cfg.NodeID}
 	if err := p.report(ctx, req); err != nil {
 		return false, err
 	}
@@ -236,8 +239,8 @@ func (p *persister) madeDurableLocked(local int, step int64) {
 // one: the heartbeat timeout.
 func (p *persister) report(ctx context.Context, req *roverv1.CheckpointDurableRequest) error {
 	var latest int64 = -1
-	err := p.a.callMaster(ctx, func(ctx context.Context) error {
-		resp, err := p.a.client.CheckpointDurable(ctx, connect.NewRequest(req))
+	err := p.cfg.Retry(ctx, func(ctx context.Context) error {
+		resp, err := p.cfg.Master.CheckpointDurable(ctx, connect.NewRequest(req))
 		if err == nil {
 			latest = resp.Msg.GetLatestCommitted()
 		}
@@ -256,17 +259,17 @@ func (p *persister) report(ctx context.Context, req *roverv1.CheckpointDurableRe
 // meanwhile; written is false (with no error) when newer saves replaced it
 // before its turn came.
 func (p *persister) write(ctx context.Context, j persistJob) (info ckpt.FileInfo, written bool, err error) {
-	arena := p.a.arenas.get(j.local)
+	arena := p.arenas.get(j.local)
 	if arena == nil {
 		return info, false, fmt.Errorf("local rank %d has no arena", j.local)
 	}
 	if !j.pinned {
-		if _, ok := p.a.arenas.pin(j.local, j.step); !ok {
-			p.a.log.Info("a checkpoint was superseded in memory before it could be persisted", "step", j.step, "rank", j.rank)
+		if _, ok := p.arenas.pin(j.local, j.step); !ok {
+			p.cfg.Log.Info("a checkpoint was superseded in memory before it could be persisted", "step", j.step, "rank", j.rank)
 			return info, false, nil
 		}
 	}
-	defer p.a.arenas.unpin(j.local)
+	defer p.arenas.unpin(j.local)
 	snap, ok := arena.Valid(j.step)
 	if !ok {
 		return info, false, fmt.Errorf("step %d was overwritten in memory while pinned", j.step)
@@ -279,7 +282,7 @@ func (p *persister) write(ctx context.Context, j persistJob) (info ckpt.FileInfo
 		// What the failed write left (a partial file, its directory) goes,
 		// so that storage that filled up has room for the next try.
 		if rerr := ckpt.RemoveRankFile(context.WithoutCancel(ctx), b, j.step, j.rank); rerr != nil {
-			p.a.log.Warn("could not remove a partly persisted checkpoint file", "step", j.step, "rank", j.rank, "err", rerr)
+			p.cfg.Log.Warn("could not remove a partly persisted checkpoint file", "step", j.step, "rank", j.rank, "err", rerr)
 		}
 		return info, false, err
 	}
@@ -377,12 +380,12 @@ func (p *persister) restore(ctx context.Context, local int, rank int) (*roverv1.
 	if err := ckpt.Encode(&buf, tensors, meta); err != nil {
 		return nil, err
 	}
-	arena, _, slot, err := p.a.arenas.begin(local, m.Step, int64(buf.Len()))
+	arena, _, slot, err := p.arenas.begin(local, m.Step, int64(buf.Len()))
 	if err != nil {
 		return nil, err
 	}
 	copy(slot, buf.Bytes())
-	if err := p.a.arenas.commit(local, m.Step, int64(buf.Len())); err != nil {
+	if err := p.arenas.commit(local, m.Step, int64(buf.Len())); err != nil {
 		return nil, err
 	}
 	snap, ok := arena.Valid(m.Step)
@@ -414,7 +417,7 @@ func (p *persister) persistOnFailure(ctx context.Context) {
 	p.mu.Unlock()
 	for _, t := range targets {
 		durable, _ := p.waitFor(t.local, false)
-		arena := p.a.arenas.get(t.local)
+		arena := p.arenas.get(t.local)
 		if arena == nil {
 			continue
 		}
@@ -428,7 +431,7 @@ func (p *persister) persistOnFailure(ctx context.Context) {
 			}
 			j := t
 			j.step = si.Step
-			if _, ok := p.a.arenas.pin(j.local, j.step); !ok {
+			if _, ok := p.arenas.pin(j.local, j.step); !ok {
 				continue
 			}
 			j.pinned = true
@@ -437,10 +440,10 @@ func (p *persister) persistOnFailure(ctx context.Context) {
 			if err != nil {
 				p.lastErr[j.local] = err.Error()
 				p.failure[j.local] = err.Error()
-				p.a.log.Warn("could not persist the checkpoint held in memory", "step", j.step, "rank", j.rank, "err", err)
+				p.cfg.Log.Warn("could not persist the checkpoint held in memory", "step", j.step, "rank", j.rank, "err", err)
 			} else if persisted {
 				p.madeDurableLocked(j.local, j.step)
-				p.a.log.Info("persisted the checkpoint held in memory after the workers stopped", "step", j.step, "rank", j.rank)
+				p.cfg.Log.Info("persisted the checkpoint held in memory after the workers stopped", "step", j.step, "rank", j.rank)
 			}
 			p.mu.Unlock()
 		}

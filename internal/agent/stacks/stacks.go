@@ -1,4 +1,10 @@
-package agent
+// Package stacks collects the stacks of a node's workers when the job
+// hangs: each worker's state from /proc, its Python stacks through the
+// faulthandler its startup hook (python/rover/_sitecustomize.py) registers
+// for SIGUSR1, and py-spy's dump when py-spy is installed, written to one
+// file per hang in the agent's log directory. It does not detect hangs (the
+// master does, and tells the agent) and does not restart workers.
+package stacks
 
 import (
 	"bytes"
@@ -10,21 +16,22 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	roverv1 "github.com/roverml/rover/api/rover/v1"
 )
 
-// stacksFileEnv names, in every worker's environment, the file its Python
+// FileEnv names, in every worker's environment, the file its Python
 // startup hook (python/rover/_sitecustomize.py) registers with faulthandler
 // for SIGUSR1.
-const stacksFileEnv = "ROVER_STACKS_FILE"
+const FileEnv = "ROVER_STACKS_FILE"
 
 // Marker lines the startup hook writes to the stacks file.
 const (
-	stacksRegistered = "rover-stacks: registered pid="
-	stacksReleased   = "rover-stacks: released pid="
+	registeredMarker = "rover-stacks: registered pid="
+	releasedMarker   = "rover-stacks: released pid="
 )
 
 // How long a worker's stacks may take: faulthandler writes them at once
@@ -35,41 +42,52 @@ const (
 	pySpyTimeout = 10 * time.Second
 )
 
-// workerRef is a running worker, for the stacks of a hang.
-type workerRef struct {
+// Worker is a running worker, for the stacks of a hang.
+type Worker struct {
 	Local, Rank, Pid int
 	StacksFile       string
 }
 
-func (w *worker) stacksFile() string { return filepath.Join(w.logDir, "stacks.txt") }
-
-// onHang carries out the master's hang notice: it logs the hang, warns on
-// the console (policy 1 and 2), and collects the running workers' stacks
-// into the log directory; the master restarts them after (policy 2).
-func (a *agent) onHang(ctx context.Context, h *roverv1.HangNotice, running bool) {
-	a.log.Warn("the job hangs", "reason", h.GetReason(), "policy", h.GetPolicy())
-	if !running {
-		return
-	}
-	refs := a.running.Load()
-	if refs == nil {
-		return
-	}
-	path, err := a.collectStacks(ctx, h, *refs)
-	if err != nil {
-		a.log.Error("could not write the workers' stacks", "err", err)
-		return
-	}
-	a.log.Warn("wrote the workers' stacks", "file", path)
-	if h.GetPolicy() >= 1 {
-		fmt.Fprintf(a.errOut, "rover: the job hangs: %s; this node's workers' stacks are in %s\n", h.GetReason(), path)
-	}
+// Collector collects the stacks of the node's running workers, once per
+// hang the master reports.
+type Collector struct {
+	dir     string // <log dir>/hangs
+	nodeID  string
+	running atomic.Pointer[[]Worker]
+	seen    int64 // the id of the newest hang whose stacks were collected
 }
 
-// collectStacks writes every worker's stacks, or what can be told of it,
+// NewCollector writes the stacks of node's workers under logDir/hangs.
+func NewCollector(logDir, node string) *Collector {
+	return &Collector{dir: filepath.Join(logDir, "hangs"), nodeID: node}
+}
+
+// SetRunning records the workers of the group just started.
+func (c *Collector) SetRunning(ws []Worker) { c.running.Store(&ws) }
+
+// Fresh reports whether h is a hang not seen before, and marks it seen.
+func (c *Collector) Fresh(h *roverv1.HangNotice) bool {
+	if h == nil || h.GetId() == c.seen {
+		return false
+	}
+	c.seen = h.GetId()
+	return true
+}
+
+// Collect writes the stacks of the running workers for hang h and returns
+// the file's path; "" (with no error) when no group was ever started.
+func (c *Collector) Collect(ctx context.Context, h *roverv1.HangNotice) (string, error) {
+	refs := c.running.Load()
+	if refs == nil {
+		return "", nil
+	}
+	return c.collect(ctx, h, *refs)
+}
+
+// collect writes every worker's stacks, or what can be told of it,
 // to <log dir>/hangs/hang-<id>.txt and returns the path.
-func (a *agent) collectStacks(ctx context.Context, h *roverv1.HangNotice, refs []workerRef) (string, error) {
-	dir := filepath.Join(a.logDir, "hangs")
+func (c *Collector) collect(ctx context.Context, h *roverv1.HangNotice, refs []Worker) (string, error) {
+	dir := c.dir
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", fmt.Errorf("create %s: %w", dir, err)
 	}
@@ -84,7 +102,7 @@ func (a *agent) collectStacks(ctx context.Context, h *roverv1.HangNotice, refs [
 	}
 	wg.Wait()
 	var b strings.Builder
-	fmt.Fprintf(&b, "# rover: stacks of node %s's workers at %s\n# hang: %s\n\n", a.nodeID, time.Now().Format(time.RFC3339Nano), h.GetReason())
+	fmt.Fprintf(&b, "# rover: stacks of node %s's workers at %s\n# hang: %s\n\n", c.nodeID, time.Now().Format(time.RFC3339Nano), h.GetReason())
 	for _, s := range sections {
 		b.WriteString(s)
 		b.WriteString("\n")
@@ -103,7 +121,7 @@ func (a *agent) collectStacks(ctx context.Context, h *roverv1.HangNotice, refs [
 // workerStacks returns one worker's section: its state from /proc, its
 // Python stacks through faulthandler (a process that registered the hook
 // and is not stopped), and py-spy's dump when py-spy is installed.
-func workerStacks(ctx context.Context, r workerRef) string {
+func workerStacks(ctx context.Context, r Worker) string {
 	var b strings.Builder
 	state := procState(r.Pid)
 	fmt.Fprintf(&b, "== rank %d (local rank %d) pid %d: %s\n", r.Rank, r.Local, r.Pid, state.text)
@@ -177,14 +195,14 @@ func hookedPids(file string, leader int) []int {
 	on := map[int]bool{}
 	var order []int
 	for line := range strings.SplitSeq(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, stacksRegistered); ok {
+		if v, ok := strings.CutPrefix(line, registeredMarker); ok {
 			if pid, err := strconv.Atoi(strings.TrimSpace(v)); err == nil {
 				if !on[pid] {
 					order = append(order, pid)
 				}
 				on[pid] = true
 			}
-		} else if v, ok := strings.CutPrefix(line, stacksReleased); ok {
+		} else if v, ok := strings.CutPrefix(line, releasedMarker); ok {
 			if pid, err := strconv.Atoi(strings.TrimSpace(v)); err == nil {
 				on[pid] = false
 			}

@@ -1,4 +1,4 @@
-package agent
+package ckptsaver
 
 import (
 	"os"
@@ -15,8 +15,8 @@ func kill(d *arenaDir) { d.release() }
 
 func TestArenaDirAdoptedAfterItsAgentDies(t *testing.T) {
 	base, now := t.TempDir(), time.Now()
-	key := jobKey("job", "secret")
-	first, err := openArenaDir(base, key, arenaOwner{NodeID: "n1"}, now)
+	key := JobKey("job", "secret")
+	first, err := openArenaDir(base, key, Owner{NodeID: "n1"}, now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,7 +27,7 @@ func TestArenaDirAdoptedAfterItsAgentDies(t *testing.T) {
 		t.Fatalf("arena dir %v, %v: want mode 0700", fi, err)
 	}
 	// While its agent lives (holds the lock), nobody adopts it.
-	second, err := openArenaDir(base, key, arenaOwner{NodeID: "n1"}, now)
+	second, err := openArenaDir(base, key, Owner{NodeID: "n1"}, now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,7 +36,7 @@ func TestArenaDirAdoptedAfterItsAgentDies(t *testing.T) {
 	}
 	second.remove()
 	kill(first)
-	third, err := openArenaDir(base, key, arenaOwner{NodeID: "n1"}, now)
+	third, err := openArenaDir(base, key, Owner{NodeID: "n1"}, now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +45,7 @@ func TestArenaDirAdoptedAfterItsAgentDies(t *testing.T) {
 		t.Fatalf("got %s (adopted %v), want the killed agent's %s adopted", third.path, third.adopted, first.path)
 	}
 	// Another run of the job (another token) does not adopt it.
-	other, err := openArenaDir(base, jobKey("job", "other secret"), arenaOwner{NodeID: "n1"}, now)
+	other, err := openArenaDir(base, JobKey("job", "other secret"), Owner{NodeID: "n1"}, now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,17 +57,17 @@ func TestArenaDirAdoptedAfterItsAgentDies(t *testing.T) {
 
 func TestArenaDirPrefersItsNode(t *testing.T) {
 	base, now := t.TempDir(), time.Now()
-	key := jobKey("job", "secret")
+	key := JobKey("job", "secret")
 	paths := map[string]string{}
 	for _, node := range []string{"n1", "n2", "n3"} {
-		d, err := openArenaDir(base, key, arenaOwner{NodeID: node}, now)
+		d, err := openArenaDir(base, key, Owner{NodeID: node}, now)
 		if err != nil {
 			t.Fatal(err)
 		}
 		paths[node] = d.path
 		kill(d)
 	}
-	d, err := openArenaDir(base, key, arenaOwner{NodeID: "n2"}, now)
+	d, err := openArenaDir(base, key, Owner{NodeID: "n2"}, now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,15 +84,15 @@ func TestArenaDirPrefersItsNode(t *testing.T) {
 
 func TestArenaDirRemovesOldOrphansOfOtherJobs(t *testing.T) {
 	base, now := t.TempDir(), time.Now()
-	fresh, err := openArenaDir(base, jobKey("a", "t"), arenaOwner{NodeID: "n"}, now)
+	fresh, err := openArenaDir(base, JobKey("a", "t"), Owner{NodeID: "n"}, now)
 	if err != nil {
 		t.Fatal(err)
 	}
-	old, err := openArenaDir(base, jobKey("b", "t"), arenaOwner{NodeID: "n"}, now)
+	old, err := openArenaDir(base, JobKey("b", "t"), Owner{NodeID: "n"}, now)
 	if err != nil {
 		t.Fatal(err)
 	}
-	live, err := openArenaDir(base, jobKey("c", "t"), arenaOwner{NodeID: "n"}, now)
+	live, err := openArenaDir(base, JobKey("c", "t"), Owner{NodeID: "n"}, now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +101,7 @@ func TestArenaDirRemovesOldOrphansOfOtherJobs(t *testing.T) {
 	live.refresh(now.Add(-2 * orphanGrace))
 	kill(fresh)
 	kill(old)
-	d, err := openArenaDir(base, jobKey("d", "t"), arenaOwner{NodeID: "n"}, now)
+	d, err := openArenaDir(base, JobKey("d", "t"), Owner{NodeID: "n"}, now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,8 +139,8 @@ func saveSnapshot(t *testing.T, s *arenas, local, rank, world int, step int64, m
 }
 
 func TestArenasSurviveAKilledAgent(t *testing.T) {
-	key := jobKey("job", "secret")
-	s, err := newArenas(key, arenaOwner{NodeID: "n1"}, 4)
+	key := JobKey("job", "secret")
+	s, err := newArenas(key, Owner{NodeID: "n1"}, 4)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +155,7 @@ func TestArenasSurviveAKilledAgent(t *testing.T) {
 	kill(s.dir)
 
 	// Its successor runs two workers per node: rank 3's arena goes.
-	again, err := newArenas(key, arenaOwner{NodeID: "n1"}, 2)
+	again, err := newArenas(key, Owner{NodeID: "n1"}, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,13 +183,13 @@ func TestArenasSurviveAKilledAgent(t *testing.T) {
 // own); one with a generated id adopts an orphan whose id was generated.
 func TestArenaDirAdoptsOnlyItsNode(t *testing.T) {
 	base, now := t.TempDir(), time.Now()
-	key := jobKey("job", "secret")
-	named, err := openArenaDir(base, key, arenaOwner{NodeID: "node1"}, now)
+	key := JobKey("job", "secret")
+	named, err := openArenaDir(base, key, Owner{NodeID: "node1"}, now)
 	if err != nil {
 		t.Fatal(err)
 	}
 	kill(named)
-	other, err := openArenaDir(base, key, arenaOwner{NodeID: "node2"}, now)
+	other, err := openArenaDir(base, key, Owner{NodeID: "node2"}, now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,7 +197,7 @@ func TestArenaDirAdoptsOnlyItsNode(t *testing.T) {
 	if other.adopted {
 		t.Fatalf("node2 adopted node1's arenas %s", other.path)
 	}
-	gen, err := openArenaDir(base, key, arenaOwner{NodeID: "host-111", Generated: true}, now)
+	gen, err := openArenaDir(base, key, Owner{NodeID: "host-111", Generated: true}, now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,7 +205,7 @@ func TestArenaDirAdoptsOnlyItsNode(t *testing.T) {
 		t.Fatal("a generated id adopted an explicit node's arenas")
 	}
 	kill(gen)
-	again, err := openArenaDir(base, key, arenaOwner{NodeID: "host-222", Generated: true}, now)
+	again, err := openArenaDir(base, key, Owner{NodeID: "host-222", Generated: true}, now)
 	if err != nil {
 		t.Fatal(err)
 	}

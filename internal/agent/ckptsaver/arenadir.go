@@ -1,4 +1,4 @@
-package agent
+package ckptsaver
 
 import (
 	"crypto/sha256"
@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/roverml/rover/internal/agent/privdir"
 	"github.com/roverml/rover/internal/ckpt"
 )
 
@@ -39,15 +40,16 @@ const (
 	ownerName      = "owner"
 )
 
-// jobKey identifies a job run on a node without revealing its token. It
+// JobKey identifies a job run on a node without revealing its token. It
 // starts with a letter, so that it never reads as the pid of the earlier
 // layout.
-func jobKey(runID, token string) string {
+func JobKey(runID, token string) string {
 	h := sha256.Sum256([]byte(runID + "\x00" + token))
 	return "j" + hex.EncodeToString(h[:8])
 }
 
-type arenaOwner struct {
+// Owner names the agent that owns an arena directory: the job and node.
+type Owner struct {
 	JobKey string `json:"job_key"`
 	NodeID string `json:"node_id"`
 	// Generated is true when the node id was made up from the agent's pid.
@@ -56,7 +58,7 @@ type arenaOwner struct {
 
 // adoptable reports whether an agent of node id (generated or not) may adopt
 // an orphan of o's job.
-func (o arenaOwner) adoptable(nodeID string, generated bool) bool {
+func (o Owner) adoptable(nodeID string, generated bool) bool {
 	return o.NodeID == nodeID || (o.Generated && generated)
 }
 
@@ -71,10 +73,10 @@ type arenaDir struct {
 // of this job) under base, or creates a new one; on the way it removes
 // orphans of other jobs older than orphanGrace, and directories that agents
 // of the earlier, pid-named layout left behind.
-func openArenaDir(base, key string, self arenaOwner, now time.Time) (*arenaDir, error) {
+func openArenaDir(base, key string, self Owner, now time.Time) (*arenaDir, error) {
 	self.JobKey = key
 	nodeID := self.NodeID
-	removeStale(base, arenaDirPrefix) // the pid-named layout of earlier versions
+	privdir.RemoveStale(base, arenaDirPrefix) // the pid-named layout of earlier versions
 	matches, _ := filepath.Glob(filepath.Join(base, arenaDirPrefix+key+"-*"))
 	var adopt *arenaDir
 	for _, m := range matches {
@@ -107,23 +109,23 @@ func openArenaDir(base, key string, self arenaOwner, now time.Time) (*arenaDir, 
 }
 
 // lockOrphan locks dir when no live agent holds it and it is ours to judge.
-func lockOrphan(dir string) (*arenaDir, arenaOwner, bool) {
+func lockOrphan(dir string) (*arenaDir, Owner, bool) {
 	fi, err := os.Lstat(dir)
 	if err != nil || !fi.IsDir() {
-		return nil, arenaOwner{}, false
+		return nil, Owner{}, false
 	}
 	if st, ok := fi.Sys().(*syscall.Stat_t); !ok || int(st.Uid) != os.Getuid() {
-		return nil, arenaOwner{}, false // another user's
+		return nil, Owner{}, false // another user's
 	}
 	f, err := os.OpenFile(filepath.Join(dir, lockName), os.O_RDWR|syscall.O_NOFOLLOW, 0)
 	if err != nil {
-		return nil, arenaOwner{}, false
+		return nil, Owner{}, false
 	}
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		f.Close()
-		return nil, arenaOwner{}, false // a live agent's
+		return nil, Owner{}, false // a live agent's
 	}
-	var owner arenaOwner
+	var owner Owner
 	if b, err := os.ReadFile(filepath.Join(dir, ownerName)); err == nil {
 		_ = json.Unmarshal(b, &owner)
 	}
@@ -149,7 +151,7 @@ func removeOrphans(base, key string, now time.Time) {
 	}
 }
 
-func createArenaDir(base, key string, self arenaOwner) (*arenaDir, error) {
+func createArenaDir(base, key string, self Owner) (*arenaDir, error) {
 	path, err := os.MkdirTemp(base, arenaDirPrefix+key+"-")
 	if err != nil {
 		return nil, err
@@ -183,7 +185,7 @@ func createArenaDir(base, key string, self arenaOwner) (*arenaDir, error) {
 	return d, nil
 }
 
-func writeOwner(dir string, o arenaOwner) error {
+func writeOwner(dir string, o Owner) error {
 	b, _ := json.Marshal(o)
 	tmp := filepath.Join(dir, ownerName+".tmp")
 	if err := os.WriteFile(tmp, b, 0o600); err != nil {
@@ -235,7 +237,7 @@ func RemoveJobArenas(runID, token string) int {
 	if _, err := os.Stat(base); err != nil {
 		base = os.TempDir()
 	}
-	key := jobKey(runID, token)
+	key := JobKey(runID, token)
 	matches, _ := filepath.Glob(filepath.Join(base, arenaDirPrefix+key+"-*"))
 	n := 0
 	for _, m := range matches {

@@ -1,9 +1,7 @@
-package agent
+package ckptsaver
 
 import (
 	"cmp"
-	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -12,7 +10,6 @@ import (
 	"sync"
 	"time"
 
-	"connectrpc.com/connect"
 	roverv1 "github.com/roverml/rover/api/rover/v1"
 	"github.com/roverml/rover/internal/ckpt"
 )
@@ -34,7 +31,7 @@ type arenas struct {
 
 // newArenas opens the arenas of the job's node: those a killed agent of the
 // same job left on this node, or none.
-func newArenas(key string, self arenaOwner, nproc int) (*arenas, error) {
+func newArenas(key string, self Owner, nproc int) (*arenas, error) {
 	base := ckpt.DefaultArenaDir
 	if _, err := os.Stat(base); err != nil {
 		base = os.TempDir()
@@ -262,138 +259,4 @@ func (s *arenas) snapshots(local int) []*roverv1.CheckpointSnapshot {
 		}
 	}
 	return out
-}
-
-func (s *agentService) localRank(r int32) (int, error) {
-	if r < 0 || int(r) >= s.a.cfg.NprocPerNode {
-		return 0, connect.NewError(connect.CodeInvalidArgument,
-			fmt.Errorf("local_rank %d is not a local rank of this node (0 to %d)", r, s.a.cfg.NprocPerNode-1))
-	}
-	return int(r), nil
-}
-
-func (s *agentService) CheckpointBegin(ctx context.Context, req *connect.Request[roverv1.CheckpointBeginRequest]) (*connect.Response[roverv1.CheckpointBeginResponse], error) {
-	r := req.Msg
-	local, err := s.localRank(r.GetLocalRank())
-	if err != nil {
-		return nil, err
-	}
-	if r.GetSize() <= 0 || r.GetStep() < 0 {
-		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("step %d and size %d must not be negative, and size not zero", r.GetStep(), r.GetSize()))
-	}
-	a, tok, _, err := s.a.arenas.begin(local, r.GetStep(), r.GetSize())
-	if err != nil {
-		return nil, arenaError(err)
-	}
-	return connect.NewResponse(&roverv1.CheckpointBeginResponse{Path: a.Path(), Offset: tok.Offset(), Capacity: tok.Size()}), nil
-}
-
-func (s *agentService) CheckpointCommit(ctx context.Context, req *connect.Request[roverv1.CheckpointCommitRequest]) (*connect.Response[roverv1.CheckpointCommitResponse], error) {
-	r := req.Msg
-	local, err := s.localRank(r.GetLocalRank())
-	if err != nil {
-		return nil, err
-	}
-	storage := s.a.checkpointStorage()
-	if r.GetPersist() && storage.URL == "" {
-		return nil, connect.NewError(connect.CodeFailedPrecondition, errNoStorage)
-	}
-	ranked := r.GetWorldSize() > 0
-	if r.GetPersist() || ranked {
-		if r.GetWorldSize() < 1 || r.GetRank() < 0 || r.GetRank() >= r.GetWorldSize() {
-			return nil, connect.NewError(connect.CodeInvalidArgument,
-				fmt.Errorf("persist needs a rank %d below world size %d", r.GetRank(), r.GetWorldSize()))
-		}
-		if m := ckpt.Mode(r.GetMode()); m != ckpt.Sharded && m != ckpt.Replicated {
-			return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("mode %q: want %q or %q", m, ckpt.Sharded, ckpt.Replicated))
-		}
-	}
-	if err := s.a.arenas.commit(local, r.GetStep(), r.GetLength()); err != nil {
-		return nil, connect.NewError(connect.CodeFailedPrecondition, err)
-	}
-	if !ranked || storage.URL == "" {
-		return connect.NewResponse(&roverv1.CheckpointCommitResponse{}), nil
-	}
-	// The world that saved the step: the round of the workers running now.
-	_, round := s.a.joined.get()
-	job := persistJob{local: local, step: r.GetStep(), rank: int(r.GetRank()), mode: r.GetMode(), round: round}
-	s.a.persister.remember(job)
-	if r.GetPersist() {
-		// Pin now, before the worker's next saves can reuse the slot; when a
-		// persistence of the rank is still running, the job waits unpinned
-		// and is pinned (if still in memory) when its turn comes.
-		_, job.pinned = s.a.arenas.pin(local, job.step)
-		s.a.persister.enqueue(job)
-	}
-	return connect.NewResponse(&roverv1.CheckpointCommitResponse{}), nil
-}
-
-func (s *agentService) CheckpointSnapshots(ctx context.Context, req *connect.Request[roverv1.CheckpointSnapshotsRequest]) (*connect.Response[roverv1.CheckpointSnapshotsResponse], error) {
-	local, err := s.localRank(req.Msg.GetLocalRank())
-	if err != nil {
-		return nil, err
-	}
-	resp := &roverv1.CheckpointSnapshotsResponse{Snapshots: s.a.arenas.snapshots(local)}
-	if v, _ := s.a.views.get(); v != nil && v.GetAssignment() != nil && v.GetAssignment().MemoryStep != nil {
-		step := v.GetAssignment().GetMemoryStep()
-		resp.AgreedStep = &step
-	}
-	return connect.NewResponse(resp), nil
-}
-
-func (s *agentService) CheckpointWait(ctx context.Context, req *connect.Request[roverv1.CheckpointWaitRequest]) (*connect.Response[roverv1.CheckpointWaitResponse], error) {
-	local, err := s.localRank(req.Msg.GetLocalRank())
-	if err != nil {
-		return nil, err
-	}
-	w := s.a.persister.wait(local)
-	return connect.NewResponse(&roverv1.CheckpointWaitResponse{DurableStep: w.durable, Error: w.err,
-		CommittedStep: w.committed, Requested: w.requested, LastFailure: w.failure}), nil
-}
-
-func (s *agentService) CheckpointRestore(ctx context.Context, req *connect.Request[roverv1.CheckpointRestoreRequest]) (*connect.Response[roverv1.CheckpointRestoreResponse], error) {
-	r := req.Msg
-	local, err := s.localRank(r.GetLocalRank())
-	if err != nil {
-		return nil, err
-	}
-	if r.GetRank() < 0 {
-		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("restore needs a rank >= 0"))
-	}
-	url := s.a.checkpointStorage().URL
-	if url == "" {
-		return connect.NewResponse(&roverv1.CheckpointRestoreResponse{}), nil // nothing was ever persisted
-	}
-	snap, err := s.a.persister.restore(ctx, local, int(r.GetRank()))
-	if errors.Is(err, ckpt.ErrNoCheckpoint) {
-		return connect.NewResponse(&roverv1.CheckpointRestoreResponse{}), nil
-	}
-	if err != nil {
-		return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("restore from %s: %w", url, err))
-	}
-	return connect.NewResponse(&roverv1.CheckpointRestoreResponse{Found: true, Snapshot: snap}), nil
-}
-
-func (s *agentService) CheckpointReserve(ctx context.Context, req *connect.Request[roverv1.CheckpointReserveRequest]) (*connect.Response[roverv1.CheckpointReserveResponse], error) {
-	local, err := s.localRank(req.Msg.GetLocalRank())
-	if err != nil {
-		return nil, err
-	}
-	if req.Msg.GetSize() <= 0 {
-		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("size %d must be positive", req.Msg.GetSize()))
-	}
-	a, err := s.a.arenas.reserve(local, req.Msg.GetSize())
-	if err != nil {
-		return nil, arenaError(err)
-	}
-	return connect.NewResponse(&roverv1.CheckpointReserveResponse{Path: a.Path()}), nil
-}
-
-// arenaError maps an arena failure to an RPC error: a /dev/shm too small for
-// the arena is ResourceExhausted (its message says what to do).
-func arenaError(err error) error {
-	if errors.Is(err, ckpt.ErrShmTooSmall) {
-		return connect.NewError(connect.CodeResourceExhausted, err)
-	}
-	return connect.NewError(connect.CodeInternal, err)
 }

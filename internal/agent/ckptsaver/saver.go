@@ -1,0 +1,120 @@
+// Package ckptsaver is the agent's side of flash checkpoint
+// (docs/design/flash-checkpoint.md): it keeps the shared-memory arenas the
+// node's workers save their snapshots into (one per local rank, in a
+// private directory of /dev/shm that outlives the workers' restarts and is
+// adopted by the next agent of the job when the agent is killed), serves
+// the checkpoint calls of the workers' local API, writes committed
+// snapshots to the job's storage in the background and reports each durable
+// file to the master, and persists what memory holds when the workers stop.
+// It does not decide which step the job commits or restores: the master
+// does.
+//
+// It reaches the master through the two calls of Master, each retried with
+// the agent's policy (Config.Retry), and learns of the running workers'
+// round and the master's agreed step through Config's functions; it knows
+// nothing else of the agent.
+//
+//	s, err := ckptsaver.Open(ckptsaver.Config{JobKey: ckptsaver.JobKey(run, token), ...})
+//	defer s.Close()
+//	go s.Run(ctx)              // persist in the background
+//	...
+//	s.PersistOnFailure(ctx)    // the workers stopped: make memory durable
+package ckptsaver
+
+import (
+	"context"
+	"log/slog"
+	"sync/atomic"
+
+	"connectrpc.com/connect"
+	roverv1 "github.com/roverml/rover/api/rover/v1"
+	"github.com/roverml/rover/internal/client"
+)
+
+// Master is the part of the master's API the saver calls:
+// roverv1connect.MasterServiceClient has it.
+type Master interface {
+	CheckpointDurable(context.Context, *connect.Request[roverv1.CheckpointDurableRequest]) (*connect.Response[roverv1.CheckpointDurableResponse], error)
+	DeclareCheckpoint(context.Context, *connect.Request[roverv1.DeclareCheckpointRequest]) (*connect.Response[roverv1.DeclareCheckpointResponse], error)
+}
+
+// Retry calls f until it succeeds, fails for good, or the master has been
+// unreachable for as long as the agent waits for it: the agent's policy.
+type Retry func(ctx context.Context, f func(context.Context) error) error
+
+// Config is what a Saver needs of its agent.
+type Config struct {
+	// JobKey and Owner name the arena directory to adopt or create.
+	JobKey       string
+	Owner        Owner
+	NprocPerNode int
+	NodeID       string
+	// MasterAddr names the master in error messages.
+	MasterAddr string
+	// Round is the world round of the workers running now: the round in
+	// which they saved a step.
+	Round func() int
+	// AgreedStep is the step in memory the master's newest view says the
+	// workers restore from; nil: none.
+	AgreedStep func() *int64
+	Master     Master
+	Retry      Retry
+	Log        *slog.Logger
+}
+
+// Saver is the node's flash-checkpoint saver.
+type Saver struct {
+	cfg       Config
+	arenas    *arenas
+	persister *persister
+	// storage is the job's checkpoint storage, as the master last said
+	// (nil: not known yet).
+	storage atomic.Pointer[client.CheckpointStorage]
+}
+
+// Open opens the arenas of the job's node (those a killed agent of the job
+// left on this node, or none) and returns a saver that persists nothing
+// until Run.
+func Open(cfg Config) (*Saver, error) {
+	ar, err := newArenas(cfg.JobKey, cfg.Owner, cfg.NprocPerNode)
+	if err != nil {
+		return nil, err
+	}
+	s := &Saver{cfg: cfg, arenas: ar}
+	s.persister = newPersister(ar, cfg, func() string { return s.Storage().URL })
+	return s, nil
+}
+
+// Close unmaps and deletes every arena, and the arena directory.
+func (s *Saver) Close() { s.arenas.close() }
+
+// Adopted lists the local ranks whose arenas came from a killed agent.
+func (s *Saver) Adopted() []int { return s.arenas.adopted() }
+
+// Inventory lists the committed snapshots in memory, for the join request.
+func (s *Saver) Inventory() []*roverv1.MemorySnapshot { return s.arenas.inventory() }
+
+// Run persists the snapshots the workers ask for until ctx ends; then it
+// closes storage, and nothing more is persisted.
+func (s *Saver) Run(ctx context.Context) { s.persister.run(ctx) }
+
+// Drain waits until no persistence is queued or running (see persister.drain).
+func (s *Saver) Drain(ctx context.Context) { s.persister.drain(ctx) }
+
+// PersistOnFailure writes what memory holds newer than what each rank made
+// durable, once the workers are stopped (see persister.persistOnFailure).
+func (s *Saver) PersistOnFailure(ctx context.Context) { s.persister.persistOnFailure(ctx) }
+
+// Storage is the job's checkpoint storage (URL "": none).
+func (s *Saver) Storage() client.CheckpointStorage {
+	if st := s.storage.Load(); st != nil {
+		return *st
+	}
+	return client.CheckpointStorage{}
+}
+
+// SetStorage records the job's checkpoint storage the master answered.
+func (s *Saver) SetStorage(st client.CheckpointStorage) { s.storage.Store(&st) }
+
+// LocalAPI returns the checkpoint calls of the workers' local API.
+func (s *Saver) LocalAPI() *LocalAPI { return &LocalAPI{sv: s} }

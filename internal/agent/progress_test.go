@@ -1,0 +1,44 @@
+package agent
+
+import (
+	"testing"
+
+	roverv1 "github.com/roverml/rover/api/rover/v1"
+)
+
+// TestProgressBook checks the sums between takes, a new round's reset,
+// validation, and device samples from a fake monitor.
+func TestProgressBook(t *testing.T) {
+	b := newProgressBook()
+	if b.take() != nil {
+		t.Fatal("an empty book has something to send")
+	}
+	b.add(1, &roverv1.WorkerProgress{LocalRank: 0, Step: 5, Steps: 2, WallSeconds: 1, CpuSeconds: 0.5})
+	b.add(1, &roverv1.WorkerProgress{LocalRank: 0, Step: 7, Steps: 2, WallSeconds: 1, CpuSeconds: 0.5})
+	b.add(2, &roverv1.WorkerProgress{LocalRank: 1, Step: 1, Steps: 1, WallSeconds: 3, CpuSeconds: 1})
+	b.add(2, &roverv1.WorkerProgress{LocalRank: 0, Step: 2, Steps: 1, WallSeconds: 1, CpuSeconds: 1})
+	np := b.take()
+	if np.GetRound() != 2 || len(np.GetWorkers()) != 2 {
+		t.Fatalf("take: %v, want round 2's two workers", np)
+	}
+	b.add(3, &roverv1.WorkerProgress{LocalRank: 0, Step: 5, Steps: 2, WallSeconds: 1})
+	b.add(3, &roverv1.WorkerProgress{LocalRank: 0, Step: 7, Steps: 3, WallSeconds: 2})
+	if w := b.take().GetWorkers(); len(w) != 1 || w[0].GetStep() != 7 || w[0].GetSteps() != 5 || w[0].GetWallSeconds() != 3 {
+		t.Fatalf("sums: %v", w)
+	}
+	b.devices = fakeDevices{{Index: 0, Utilization: 0, Xids: []int{79}}}
+	if d := b.take().GetDevices(); len(d) != 1 || d[0].GetXids()[0] != 79 {
+		t.Fatalf("devices: %v", d)
+	}
+	for _, bad := range []*roverv1.WorkerProgress{nil, {LocalRank: 2}, {Step: -1}, {WallSeconds: -1}} {
+		if checkProgress(bad, 2) == nil {
+			t.Errorf("%v passed the checks", bad)
+		}
+	}
+}
+
+type fakeDevices []DeviceSample
+
+func (f fakeDevices) Sample() ([]DeviceSample, error) { return f, nil }
+
+var _ DeviceMonitor = fakeDevices(nil)
