@@ -4,7 +4,6 @@ package main
 // contract: console bytes, the launcher's error file, stop signals.
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,6 +18,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/roverml/rover/internal/testsrc"
+
+	"github.com/roverml/rover/internal/testbuf"
 )
 
 // deadline bounds every wait for a rover process; generous, since nothing
@@ -62,61 +63,10 @@ func binaries(t *testing.T) (rover, fakeworker string) {
 	return roverBin, fakeWork
 }
 
-// watched is a goroutine-safe buffer whose waiters are woken by every write.
-type watched struct {
-	mu      sync.Mutex
-	b       bytes.Buffer
-	changed chan struct{} // closed and replaced by every write
-}
-
-func newWatched() *watched { return &watched{changed: make(chan struct{})} }
-
-func (w *watched) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.b.Write(p)
-	close(w.changed)
-	w.changed = make(chan struct{})
-	return len(p), nil
-}
-
-func (w *watched) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.String()
-}
-
-// waitFor waits until every one of subs has been written.
-func (w *watched) waitFor(t *testing.T, subs ...string) {
-	t.Helper()
-	timeout := time.NewTimer(deadline)
-	defer timeout.Stop()
-	for {
-		w.mu.Lock()
-		text, changed := w.b.String(), w.changed
-		w.mu.Unlock()
-		missing := ""
-		for _, s := range subs {
-			if !strings.Contains(text, s) {
-				missing = s
-				break
-			}
-		}
-		if missing == "" {
-			return
-		}
-		select {
-		case <-changed:
-		case <-timeout.C:
-			t.Fatalf("%q was not written within %v; got:\n%s", missing, deadline, text)
-		}
-	}
-}
-
 // roverRun is a `rover run` process.
 type roverRun struct {
 	cmd            *exec.Cmd
-	stdout, stderr *watched
+	stdout, stderr *testbuf.Buffer
 	done           chan struct{} // closed when the process has exited
 	err            error         // Wait's, once done is closed
 }
@@ -126,7 +76,7 @@ type roverRun struct {
 func startRun(t *testing.T, env []string, args ...string) *roverRun {
 	t.Helper()
 	rover, _ := binaries(t)
-	r := &roverRun{stdout: newWatched(), stderr: newWatched(), done: make(chan struct{})}
+	r := &roverRun{stdout: &testbuf.Buffer{}, stderr: &testbuf.Buffer{}, done: make(chan struct{})}
 	r.cmd = exec.Command(rover, append([]string{"run"}, args...)...)
 	r.cmd.Env = append(os.Environ(), env...)
 	r.cmd.Stdout, r.cmd.Stderr = r.stdout, r.stderr
@@ -283,7 +233,9 @@ func TestStopSignals(t *testing.T) {
 			r := startRun(t, []string{"TORCHELASTIC_ERROR_FILE=" + errFile},
 				"--standalone", "--nproc-per-node", "2", "--stop-grace-period", "60s",
 				"--no-python", fakeworker, "--hang", "--signal-dir", sigDir)
-			r.stdout.waitFor(t, "fakeworker rank 0 restart 0 started\n", "fakeworker rank 1 restart 0 started\n")
+			if err := r.stdout.WaitFor(deadline, nil, "fakeworker rank 0 restart 0 started\n", "fakeworker rank 1 restart 0 started\n"); err != nil {
+				t.Fatal(err)
+			}
 			if err := r.cmd.Process.Signal(sig); err != nil {
 				t.Fatal(err)
 			}

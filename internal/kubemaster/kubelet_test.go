@@ -15,7 +15,7 @@ import (
 
 	elasticv1 "github.com/roverml/rover/api/elastic/v1alpha1"
 	"github.com/roverml/rover/internal/k8stest"
-	"github.com/roverml/rover/internal/operator"
+	"github.com/roverml/rover/internal/kubenames"
 	"github.com/roverml/rover/test/kubelet"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -51,7 +51,7 @@ func TestJobRunsOnKubelet(t *testing.T) {
 	addrs, rewrite := map[string]string{}, map[string]string{}
 	for _, job := range jobs {
 		addrs[job] = freeAddr(t)
-		rewrite[fmt.Sprintf("%s.%s.svc:%d", operator.MasterServiceName(job), ns, operator.MasterPort)] = addrs[job]
+		rewrite[kubenames.MasterAddr(job, ns)] = addrs[job]
 	}
 	k, err := kubelet.Start(ctx, kubelet.Options{
 		Config: env.Config, NodeName: "node-0", Namespace: ns, WorkDir: work,
@@ -113,8 +113,8 @@ func TestJobRunsOnKubelet(t *testing.T) {
 	} {
 		t.Run(tc.job, func(t *testing.T) {
 			addr := addrs[tc.job]
-			secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: operator.TokenSecretName(tc.job), Namespace: ns},
-				Data: map[string][]byte{operator.TokenKey: []byte("0123456789abcdef0123456789-" + tc.job)}}
+			secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: kubenames.TokenSecret(tc.job), Namespace: ns},
+				Data: map[string][]byte{kubenames.TokenKey: []byte("0123456789abcdef0123456789-" + tc.job)}}
 			if err := env.Client.Create(ctx, secret); err != nil {
 				t.Fatal(err)
 			}

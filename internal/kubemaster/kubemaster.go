@@ -5,6 +5,13 @@
 // (internal/platform/kubernetes), so that the same node manager creates,
 // relaunches and deletes the worker pods. It keeps the job's status on the
 // ElasticJob up to date with the master's view.
+//
+// It links no part of the operator: the names of the master's objects that
+// both use are package kubenames'. It does link controller-runtime, for the
+// typed client that reads and writes the ElasticJob (a custom resource with
+// no generated clientset; status.go) and for the informer cache that watches
+// the job and its ScalePlans (scale.go): replacing those would mean writing
+// a clientset and informers for the custom resources.
 package kubemaster
 
 import (
@@ -19,8 +26,8 @@ import (
 	"github.com/go-logr/logr"
 	elasticv1 "github.com/roverml/rover/api/elastic/v1alpha1"
 	"github.com/roverml/rover/internal/jobplan"
+	"github.com/roverml/rover/internal/kubenames"
 	"github.com/roverml/rover/internal/master"
-	"github.com/roverml/rover/internal/operator"
 	kubeplatform "github.com/roverml/rover/internal/platform/kubernetes"
 	"github.com/roverml/rover/internal/store/kubestore"
 	"github.com/roverml/rover/internal/userfile"
@@ -133,8 +140,8 @@ func Run(ctx context.Context, o Options) error {
 	}
 	popts := kubeplatform.JobOptions(&job)
 	popts.Client = cs
-	popts.MasterAddr = fmt.Sprintf("%s.%s.svc:%d", operator.MasterServiceName(job.Name), job.Namespace, operator.MasterPort)
-	popts.TokenSecret, popts.TokenKey = operator.TokenSecretName(job.Name), operator.TokenKey
+	popts.MasterAddr = kubenames.MasterAddr(job.Name, job.Namespace)
+	popts.TokenSecret, popts.TokenKey = kubenames.TokenSecret(job.Name), kubenames.TokenKey
 	popts.NodeNum = plan.Nodes.Groups[0].MaxNodes
 	popts.Logger = o.Logger
 	plat, err := kubeplatform.New(popts)

@@ -9,7 +9,7 @@
 // reopened. [Table.Tick] reports each loss once; a later [Table.Seen] or
 // [Table.Connected] makes the node live again.
 //
-// Deadlines live in an indexed min-heap, so Seen, Connected and Disconnected
+// Deadlines live in a [deadline.Queue], so Seen, Connected and Disconnected
 // cost O(log n) and a Tick that expires nothing costs O(1), even for tens of
 // thousands of nodes.
 //

@@ -1,12 +1,13 @@
 package node
 
 import (
-	"container/heap"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/roverml/rover/internal/deadline"
 )
 
 // Config says when a node counts as lost.
@@ -73,9 +74,8 @@ type entry struct {
 	discSince time.Time // valid when disc
 	lost      bool
 	reason    string
-	deadline  time.Time // valid when idx >= 0
-	cause     cause     // which rule sets deadline
-	idx       int       // position in the deadline heap, -1 when not in it
+	cause     cause // which rule sets the deadline, when queued
+	deadline.Slot
 }
 
 // Table is the node table. The zero value is not usable; call [NewTable].
@@ -83,7 +83,7 @@ type entry struct {
 type Table struct {
 	cfg   Config
 	nodes map[string]*entry
-	dl    deadlines
+	dl    deadline.Queue[*entry] // live nodes that can expire, by deadline
 }
 
 // NewTable returns an empty table. Negative durations in cfg are treated as
@@ -100,7 +100,7 @@ func (t *Table) Config() Config { return t.cfg }
 func (t *Table) entry(id string) *entry {
 	e := t.nodes[id]
 	if e == nil {
-		e = &entry{id: id, idx: -1}
+		e = &entry{id: id}
 		t.nodes[id] = e
 	}
 	return e
@@ -171,9 +171,7 @@ func (t *Table) Forget(id string) {
 	if e == nil {
 		return
 	}
-	if e.idx >= 0 {
-		heap.Remove(&t.dl, e.idx)
-	}
+	t.dl.Remove(e)
 	delete(t.nodes, id)
 }
 
@@ -191,17 +189,12 @@ func (t *Table) update(e *entry) {
 			}
 		}
 	}
-	switch {
-	case c == causeNone && e.idx >= 0:
-		heap.Remove(&t.dl, e.idx)
-	case c == causeNone:
-	case e.idx >= 0:
-		e.deadline, e.cause = d, c
-		heap.Fix(&t.dl, e.idx)
-	default:
-		e.deadline, e.cause = d, c
-		heap.Push(&t.dl, e)
+	if c == causeNone {
+		t.dl.Remove(e)
+		return
 	}
+	e.cause = c
+	t.dl.Set(e, d)
 }
 
 // Tick marks every node whose deadline is at or before now as lost and returns
@@ -209,8 +202,7 @@ func (t *Table) update(e *entry) {
 // expires and O(k log n) for k losses.
 func (t *Table) Tick(now time.Time) []Lost {
 	var out []Lost
-	for len(t.dl) > 0 && !now.Before(t.dl[0].deadline) {
-		e := heap.Pop(&t.dl).(*entry)
+	for e, ok := t.dl.PopDue(now); ok; e, ok = t.dl.PopDue(now) {
 		e.lost = true
 		since := e.lastSeen
 		switch e.cause {
@@ -229,10 +221,7 @@ func (t *Table) Tick(now time.Time) []Lost {
 // NextDeadline returns the earliest time at which [Table.Tick] would find a
 // node lost, and false when no live node can expire.
 func (t *Table) NextDeadline() (time.Time, bool) {
-	if len(t.dl) == 0 {
-		return time.Time{}, false
-	}
-	return t.dl[0].deadline, true
+	return t.dl.Next()
 }
 
 // Get returns what the table knows about id.
@@ -253,32 +242,3 @@ func (t *Table) Get(id string) (Info, bool) {
 
 // Len returns the number of nodes in the table, lost ones included.
 func (t *Table) Len() int { return len(t.nodes) }
-
-// deadlines is a min-heap of entries by deadline (then ID, for determinism),
-// each entry knowing its index so it can be fixed in place.
-type deadlines []*entry
-
-func (h deadlines) Len() int { return len(h) }
-func (h deadlines) Less(i, j int) bool {
-	if c := h[i].deadline.Compare(h[j].deadline); c != 0 {
-		return c < 0
-	}
-	return h[i].id < h[j].id
-}
-func (h deadlines) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].idx, h[j].idx = i, j
-}
-func (h *deadlines) Push(x any) {
-	e := x.(*entry)
-	e.idx = len(*h)
-	*h = append(*h, e)
-}
-func (h *deadlines) Pop() any {
-	old := *h
-	e := old[len(old)-1]
-	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
-	e.idx = -1
-	return e
-}

@@ -170,22 +170,29 @@ func TestTableScenarios(t *testing.T) {
 	}
 }
 
-// checkHeap verifies the heap property and the entries' back-indexes.
+// checkHeap verifies that the deadline queue holds exactly the live nodes
+// that can expire (the queue's own order is package deadline's to test),
+// and that its earliest deadline is theirs.
 func checkHeap(t *testing.T, tb *Table) {
 	t.Helper()
-	for i, e := range tb.dl {
-		if e.idx != i {
-			t.Fatalf("heap[%d] %q has idx %d", i, e.id, e.idx)
+	queued := 0
+	var earliest time.Time
+	for _, e := range tb.nodes {
+		if !e.Queued() {
+			continue
 		}
 		if e.lost {
-			t.Fatalf("lost node %q still in heap", e.id)
+			t.Fatalf("lost node %q still in the deadline queue", e.id)
 		}
-		if i > 0 && tb.dl.Less(i, (i-1)/2) {
-			t.Fatalf("heap property broken at %d", i)
+		if queued++; queued == 1 || e.Deadline().Before(earliest) {
+			earliest = e.Deadline()
 		}
-		if tb.nodes[e.id] != e {
-			t.Fatalf("heap holds forgotten node %q", e.id)
-		}
+	}
+	if n := tb.dl.Len(); n != queued {
+		t.Fatalf("the deadline queue holds %d nodes, %d of the table's are queued (a forgotten node left?)", n, queued)
+	}
+	if next, ok := tb.dl.Next(); ok != (queued > 0) || ok && !next.Equal(earliest) {
+		t.Fatalf("the deadline queue's next is %v, %v; want %v", next, ok, earliest)
 	}
 }
 
@@ -267,8 +274,8 @@ func FuzzTable(f *testing.F) {
 			}
 			checkHeap(t, tb)
 			for _, e := range tb.nodes {
-				if (e.idx >= 0) == e.lost {
-					t.Fatalf("node %s: lost=%v idx=%d", e.id, e.lost, e.idx)
+				if e.Queued() == e.lost {
+					t.Fatalf("node %s: lost=%v queued=%v", e.id, e.lost, e.Queued())
 				}
 				if e.conns < 0 || (e.disc && e.conns != 0) {
 					t.Fatalf("node %s: conns=%d disc=%v", e.id, e.conns, e.disc)

@@ -8,41 +8,26 @@ import (
 	"strconv"
 
 	v1alpha1 "github.com/roverml/rover/api/elastic/v1alpha1"
+	"github.com/roverml/rover/internal/kubenames"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
-// The master's port, token and names.
+// The master pod's container and token file (its names and port are
+// package kubenames').
 const (
-	// MasterPort is the port the master serves on, in its pod and on its
-	// Service; the port's name is MasterPortName.
-	MasterPort     = 29400
-	MasterPortName = "rover"
 	// MasterContainer is the name of the master pod's one container.
 	MasterContainer = "master"
-	// TokenKey is the key of the token in the job's token Secret.
-	TokenKey = "token"
 	// TokenDir is where the token Secret is mounted in the master pod;
 	// TokenFile is the token's path there (--token-file).
 	TokenDir  = "/var/run/rover"
-	TokenFile = TokenDir + "/" + TokenKey
+	TokenFile = TokenDir + "/" + kubenames.TokenKey
 	// tokenVolume is the name of the token Secret's volume.
 	tokenVolume = "rover-token"
 	// tokenMode is the token file's mode: readable by its owner only.
 	tokenMode int32 = 0o400
 )
-
-// MasterServiceName returns the name of job's master Service.
-func MasterServiceName(job string) string { return job + "-rover-master" }
-
-// MasterPodName returns the name of job's master pod after n relaunches.
-func MasterPodName(job string, n int32) string {
-	return MasterServiceName(job) + "-" + strconv.Itoa(int(n))
-}
-
-// TokenSecretName returns the name of job's token Secret.
-func TokenSecretName(job string) string { return job + "-rover-token" }
 
 // MasterLabels returns the labels of job's master pods, which its Service
 // selects: app=dlrover, the job's name and replica type dlrover-master (as
@@ -78,14 +63,14 @@ func owner(job *v1alpha1.ElasticJob) []metav1.OwnerReference {
 func tokenSecret(job *v1alpha1.ElasticJob) *corev1.Secret {
 	return &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{
-			Name:            TokenSecretName(job.Name),
+			Name:            kubenames.TokenSecret(job.Name),
 			Namespace:       job.Namespace,
 			Labels:          v1alpha1.JobLabels(job.Name),
 			OwnerReferences: owner(job),
 		},
 		Type:      corev1.SecretTypeOpaque,
 		Immutable: new(true),
-		Data:      map[string][]byte{TokenKey: []byte(newToken())},
+		Data:      map[string][]byte{kubenames.TokenKey: []byte(newToken())},
 	}
 }
 
@@ -93,7 +78,7 @@ func tokenSecret(job *v1alpha1.ElasticJob) *corev1.Secret {
 func masterService(job *v1alpha1.ElasticJob) *corev1.Service {
 	return &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{
-			Name:            MasterServiceName(job.Name),
+			Name:            kubenames.MasterService(job.Name),
 			Namespace:       job.Namespace,
 			Labels:          MasterLabels(job.Name),
 			OwnerReferences: owner(job),
@@ -102,10 +87,10 @@ func masterService(job *v1alpha1.ElasticJob) *corev1.Service {
 			Type:     corev1.ServiceTypeClusterIP,
 			Selector: MasterLabels(job.Name),
 			Ports: []corev1.ServicePort{{
-				Name:       MasterPortName,
+				Name:       kubenames.MasterPortName,
 				Protocol:   corev1.ProtocolTCP,
-				Port:       MasterPort,
-				TargetPort: intstr.FromString(MasterPortName),
+				Port:       kubenames.MasterPort,
+				TargetPort: intstr.FromString(kubenames.MasterPortName),
 			}},
 		},
 	}
@@ -118,7 +103,7 @@ func MasterCommand(ns, job string) []string {
 		"--platform", "kubernetes",
 		"--namespace", ns,
 		"--job", job,
-		"--listen", fmt.Sprintf("0.0.0.0:%d", MasterPort),
+		"--listen", fmt.Sprintf("0.0.0.0:%d", kubenames.MasterPort),
 		"--token-file", TokenFile,
 	}
 }
@@ -132,7 +117,7 @@ func masterPod(job *v1alpha1.ElasticJob, n int32, c MasterConfig) *corev1.Pod {
 	}
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
-			Name:            MasterPodName(job.Name, n),
+			Name:            kubenames.MasterPod(job.Name, n),
 			Namespace:       job.Namespace,
 			Labels:          labels,
 			OwnerReferences: owner(job),
@@ -146,7 +131,7 @@ func masterPod(job *v1alpha1.ElasticJob, n int32, c MasterConfig) *corev1.Pod {
 				ImagePullPolicy: c.PullPolicy,
 				Command:         MasterCommand(job.Namespace, job.Name),
 				Ports: []corev1.ContainerPort{{
-					Name: MasterPortName, ContainerPort: MasterPort, Protocol: corev1.ProtocolTCP,
+					Name: kubenames.MasterPortName, ContainerPort: kubenames.MasterPort, Protocol: corev1.ProtocolTCP,
 				}},
 				Env: []corev1.EnvVar{
 					{Name: "POD_NAME", ValueFrom: field("metadata.name")},
@@ -155,7 +140,7 @@ func masterPod(job *v1alpha1.ElasticJob, n int32, c MasterConfig) *corev1.Pod {
 				VolumeMounts: []corev1.VolumeMount{{Name: tokenVolume, MountPath: TokenDir, ReadOnly: true}},
 				ReadinessProbe: &corev1.Probe{
 					ProbeHandler: corev1.ProbeHandler{
-						TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromString(MasterPortName)},
+						TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromString(kubenames.MasterPortName)},
 					},
 					PeriodSeconds: 5,
 				},
@@ -164,8 +149,8 @@ func masterPod(job *v1alpha1.ElasticJob, n int32, c MasterConfig) *corev1.Pod {
 			Volumes: []corev1.Volume{{
 				Name: tokenVolume,
 				VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
-					SecretName:  TokenSecretName(job.Name),
-					Items:       []corev1.KeyToPath{{Key: TokenKey, Path: TokenKey}},
+					SecretName:  kubenames.TokenSecret(job.Name),
+					Items:       []corev1.KeyToPath{{Key: kubenames.TokenKey, Path: kubenames.TokenKey}},
 					DefaultMode: new(tokenMode),
 				}},
 			}},

@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	v1alpha1 "github.com/roverml/rover/api/elastic/v1alpha1"
 	"github.com/roverml/rover/internal/k8stest"
+	"github.com/roverml/rover/internal/kubenames"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -117,8 +118,8 @@ func TestOperator(t *testing.T) {
 			t.Fatal(err)
 		}
 		checkOwner(t, job, secret)
-		if tok, err := hex.DecodeString(string(secret.Data[TokenKey])); err != nil || len(tok) != 32 {
-			t.Errorf("token %q: want 32 bytes in hex", secret.Data[TokenKey])
+		if tok, err := hex.DecodeString(string(secret.Data[kubenames.TokenKey])); err != nil || len(tok) != 32 {
+			t.Errorf("token %q: want 32 bytes in hex", secret.Data[kubenames.TokenKey])
 		}
 
 		job = waitJob(t, c, ns, "train", "phase Pending", phaseIs(v1alpha1.PhasePending, CondCreated, ReasonMasterCreated))
@@ -172,7 +173,7 @@ func TestOperator(t *testing.T) {
 		if err := c.Get(t.Context(), client.ObjectKeyFromObject(secret), again); err != nil {
 			t.Fatal(err)
 		}
-		if string(again.Data[TokenKey]) != string(secret.Data[TokenKey]) {
+		if string(again.Data[kubenames.TokenKey]) != string(secret.Data[kubenames.TokenKey]) {
 			t.Error("the token changed on the master's relaunch")
 		}
 	})

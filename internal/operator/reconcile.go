@@ -9,6 +9,7 @@ import (
 	"time"
 
 	v1alpha1 "github.com/roverml/rover/api/elastic/v1alpha1"
+	"github.com/roverml/rover/internal/kubenames"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -164,7 +165,7 @@ func (r *Reconciler) start(ctx context.Context, job *v1alpha1.ElasticJob, w stat
 	if err != nil {
 		return err
 	}
-	name := MasterPodName(job.Name, n)
+	name := kubenames.MasterPod(job.Name, n)
 	if job.Status.Phase == v1alpha1.PhaseSuspended {
 		w.resumed("spec.suspend is false: the master was started again")
 		r.event(job, corev1.EventTypeNormal, ReasonResumed, "Resume", "spec.suspend is false: starting the master %s", name)
@@ -204,7 +205,7 @@ func (r *Reconciler) relaunch(ctx context.Context, job *v1alpha1.ElasticJob, w s
 		return err
 	}
 	s.MasterRelaunches = next
-	name := MasterPodName(job.Name, next)
+	name := kubenames.MasterPod(job.Name, next)
 	msg := fmt.Sprintf("%s; relaunched it as %s (relaunch %d of %d)", why, name, next, budget)
 	if created {
 		r.event(job, corev1.EventTypeWarning, ReasonMasterRelaunched, "Relaunch", "%s", msg)
@@ -258,7 +259,7 @@ func (r *Reconciler) deletePods(ctx context.Context, job *v1alpha1.ElasticJob, k
 // there is none. A pod missing from the cache is looked up on the server,
 // as the cache may not have one just created.
 func (r *Reconciler) masterPod(ctx context.Context, job *v1alpha1.ElasticJob, n int32) (*corev1.Pod, error) {
-	key := client.ObjectKey{Namespace: job.Namespace, Name: MasterPodName(job.Name, n)}
+	key := client.ObjectKey{Namespace: job.Namespace, Name: kubenames.MasterPod(job.Name, n)}
 	pod := &corev1.Pod{}
 	err := r.client.Get(ctx, key, pod)
 	if apierrors.IsNotFound(err) {

@@ -7,6 +7,7 @@ import (
 
 	v1alpha1 "github.com/roverml/rover/api/elastic/v1alpha1"
 	"github.com/roverml/rover/internal/jobplan"
+	"github.com/roverml/rover/internal/kubenames"
 	"k8s.io/apimachinery/pkg/util/validation"
 )
 
@@ -31,9 +32,9 @@ func validate(job *v1alpha1.ElasticJob) (notes []string, err error) {
 	if err != nil {
 		errs = append(errs, err)
 	}
-	if msgs := validation.IsDNS1035Label(MasterServiceName(job.Name)); len(msgs) > 0 {
+	if msgs := validation.IsDNS1035Label(kubenames.MasterService(job.Name)); len(msgs) > 0 {
 		errs = append(errs, fmt.Errorf("metadata.name: the master's Service would be named %q, which is not a valid Service name (%s): use a job name of at most %d characters that starts with a letter and has no dots",
-			MasterServiceName(job.Name), strings.Join(msgs, "; "), validation.DNS1035LabelMaxLength-len(MasterServiceName(""))))
+			kubenames.MasterService(job.Name), strings.Join(msgs, "; "), validation.DNS1035LabelMaxLength-len(kubenames.MasterService(""))))
 	}
 	if _, err := masterBudget(job); err != nil {
 		errs = append(errs, err)

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"slices"
 	"testing"
+	"time"
 )
 
 // checkInvariants verifies the machine's invariants, through Status and on
@@ -51,18 +52,27 @@ func checkInvariants(t testing.TB, m *Machine) {
 	if listed != held {
 		t.Fatalf("%d leases held, %d on worker lists", held, listed)
 	}
-	// The deadline heap holds exactly the held leases that can expire.
-	for i, l := range m.heap {
-		if l.hidx != i || l.d.doing[l.id] != l || l.d.cfg.LeaseTimeout == 0 {
-			t.Fatalf("heap entry %d: %+v", i, l)
-		}
-		if i > 0 && l.deadline.Before(m.heap[(i-1)/2].deadline) {
-			t.Fatalf("heap order broken at %d", i)
+	// The deadline queue holds exactly the held leases that can expire (each
+	// held lease's side is checked in checkLeased; the queue's order is
+	// package deadline's to test), and its next deadline is theirs.
+	queued := 0
+	var earliest time.Time
+	for _, d := range m.datasets {
+		for _, l := range d.doing {
+			if !l.Queued() {
+				continue
+			}
+			if queued++; queued == 1 || l.Deadline().Before(earliest) {
+				earliest = l.Deadline()
+			}
 		}
 	}
+	if n := m.expiring.Len(); n != queued {
+		t.Fatalf("the deadline queue holds %d leases, %d held leases are queued", n, queued)
+	}
 	dl, ok := m.NextDeadline()
-	if ok != (len(m.heap) > 0) || ok && !dl.Equal(m.heap[0].deadline) {
-		t.Fatalf("NextDeadline = %v, %v", dl, ok)
+	if ok != (queued > 0) || ok && !dl.Equal(earliest) {
+		t.Fatalf("NextDeadline = %v, %v; want %v", dl, ok, earliest)
 	}
 }
 
@@ -93,8 +103,8 @@ func checkLeased(t testing.TB, m *Machine, d *dataset) {
 		if l.id != id || l.d != d || id >= d.nextID || d.completed.has(id) {
 			t.Fatalf("%s: held lease %d: %+v (next %d)", name, id, l, d.nextID)
 		}
-		if (l.hidx >= 0) != (d.cfg.LeaseTimeout > 0) || l.hidx >= 0 && m.heap[l.hidx] != l {
-			t.Fatalf("%s: lease %d heap index %d", name, id, l.hidx)
+		if l.Queued() != (d.cfg.LeaseTimeout > 0) {
+			t.Fatalf("%s: lease %d queued %v with LeaseTimeout %v", name, id, l.Queued(), d.cfg.LeaseTimeout)
 		}
 		ranges = append(ranges, l.task)
 		doingSamples += l.end - l.start

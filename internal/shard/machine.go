@@ -2,10 +2,11 @@ package shard
 
 import (
 	"cmp"
-	"container/heap"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/roverml/rover/internal/deadline"
 )
 
 // Machine is the sharding state machine of one job: every registered
@@ -13,10 +14,10 @@ import (
 // concurrent use; the master's driver serialises calls.
 type Machine struct {
 	datasets map[string]*dataset
-	heap     leaseHeap          // leases that can expire, by deadline
-	workers  map[string]*worker // by name: incarnation, leases, last requests
-	fence    int64              // incarnations below it are refused
-	free     *lease             // recycled lease records (linked by wnext)
+	expiring deadline.Queue[*lease] // leases that can expire, by deadline
+	workers  map[string]*worker     // by name: incarnation, leases, last requests
+	fence    int64                  // incarnations below it are refused
+	free     *lease                 // recycled lease records (linked by wnext)
 }
 
 // New returns a machine with no datasets.
@@ -169,7 +170,7 @@ func (m *Machine) grant(d *dataset, w *worker, max int, now time.Time) LeaseResu
 		}
 		t, _ := d.pop()
 		l := m.hold(d, w, t, now)
-		res.Shards = append(res.Shards, Lease{ID: l.id, Shard: d.shard(t), Retries: t.retries, Deadline: l.deadline})
+		res.Shards = append(res.Shards, Lease{ID: l.id, Shard: d.shard(t), Retries: t.retries, Deadline: l.Deadline()})
 	}
 	return res
 }
@@ -180,7 +181,7 @@ func (m *Machine) repeat(d *dataset, w *worker, q *request) LeaseResult {
 	var res LeaseResult
 	for _, id := range q.leases {
 		if l := d.doing[id]; l != nil && l.w == w {
-			res.Shards = append(res.Shards, Lease{ID: id, Shard: d.shard(l.task), Retries: l.retries, Deadline: l.deadline})
+			res.Shards = append(res.Shards, Lease{ID: id, Shard: d.shard(l.task), Retries: l.retries, Deadline: l.Deadline()})
 		}
 	}
 	if len(res.Shards) == 0 {
@@ -197,23 +198,20 @@ func (m *Machine) hold(d *dataset, w *worker, t task, now time.Time) *lease {
 	} else {
 		l = new(lease)
 	}
-	*l = lease{task: t, id: d.nextID, d: d, w: w, hidx: -1}
-	if d.cfg.LeaseTimeout > 0 {
-		l.deadline = now.Add(d.cfg.LeaseTimeout)
-	}
+	*l = lease{task: t, id: d.nextID, d: d, w: w}
 	d.nextID++
-	m.insert(l)
+	m.insert(l, now.Add(d.cfg.LeaseTimeout))
 	return l
 }
 
-// insert adds l to its dataset's held leases, the deadline heap (when its
-// dataset has a LeaseTimeout) and its worker's list.
-func (m *Machine) insert(l *lease) {
+// insert adds l to its dataset's held leases, the deadline queue with
+// deadline at (when its dataset has a LeaseTimeout) and its worker's list.
+func (m *Machine) insert(l *lease, at time.Time) {
 	d := l.d
 	d.doing[l.id] = l
 	d.doingSamples += l.end - l.start
 	if d.cfg.LeaseTimeout > 0 {
-		heap.Push(&m.heap, l)
+		m.expiring.Set(l, at)
 	}
 	m.link(l)
 }
@@ -230,9 +228,7 @@ func (m *Machine) release(l *lease) {
 	d := l.d
 	delete(d.doing, l.id)
 	d.doingSamples -= l.end - l.start
-	if l.hidx >= 0 {
-		heap.Remove(&m.heap, l.hidx)
-	}
+	m.expiring.Remove(l)
 	if l.wprev != nil {
 		l.wprev.wnext = l.wnext
 	} else {
@@ -309,9 +305,8 @@ func (m *Machine) Renew(dataset string, id uint64, worker Worker, now time.Time)
 	if l == nil {
 		return err
 	}
-	if l.hidx >= 0 {
-		l.deadline = now.Add(l.d.cfg.LeaseTimeout)
-		heap.Fix(&m.heap, l.hidx)
+	if l.Queued() {
+		m.expiring.Set(l, now.Add(l.d.cfg.LeaseTimeout))
 	}
 	return nil
 }
@@ -337,12 +332,13 @@ func (m *Machine) WorkerLost(name string, now time.Time) {
 func (m *Machine) Tick(now time.Time) { m.expire(now) }
 
 func (m *Machine) expire(now time.Time) {
-	if len(m.heap) == 0 || m.heap[0].deadline.After(now) {
+	l, ok := m.expiring.PopDue(now)
+	if !ok {
 		return
 	}
 	var ls []*lease
-	for len(m.heap) > 0 && !m.heap[0].deadline.After(now) {
-		ls = append(ls, heap.Pop(&m.heap).(*lease))
+	for ; ok; l, ok = m.expiring.PopDue(now) {
+		ls = append(ls, l)
 	}
 	m.requeueAll(ls, true)
 }
@@ -350,10 +346,7 @@ func (m *Machine) expire(now time.Time) {
 // NextDeadline returns the earliest lease deadline, when [Machine.Tick]
 // next matters; false when no lease can expire.
 func (m *Machine) NextDeadline() (time.Time, bool) {
-	if len(m.heap) == 0 {
-		return time.Time{}, false
-	}
-	return m.heap[0].deadline, true
+	return m.expiring.Next()
 }
 
 // requeueAll requeues leases of any datasets, grouped by dataset.

@@ -180,8 +180,8 @@ func (m *Machine) MarshalState() ([]byte, error) {
 			dj.NextID = d.nextID
 			for _, l := range d.heldLeases() {
 				lj := leaseJSON{ID: l.id, Worker: l.w.name, Start: l.start, End: l.end, Retries: l.retries}
-				if !l.deadline.IsZero() {
-					dl := l.deadline
+				if !l.Deadline().IsZero() {
+					dl := l.Deadline()
 					lj.Deadline = &dl
 				}
 				dj.Doing = append(dj.Doing, lj)
@@ -367,11 +367,11 @@ func (m *Machine) restoreDataset(dj datasetJSON, schema int) (*dataset, error) {
 		if w == nil {
 			return nil, bad("lease %d is held by worker %q, who is not listed", lj.ID, lj.Worker)
 		}
-		l := &lease{task: held[i], id: lj.ID, d: d, w: w, hidx: -1}
+		var at time.Time // checked above: set when the dataset has a LeaseTimeout
 		if lj.Deadline != nil {
-			l.deadline = *lj.Deadline
+			at = *lj.Deadline
 		}
-		m.insert(l)
+		m.insert(&lease{task: held[i], id: lj.ID, d: d, w: w}, at)
 	}
 	return d, nil
 }

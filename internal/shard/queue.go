@@ -3,7 +3,8 @@ package shard
 import (
 	"slices"
 	"sort"
-	"time"
+
+	"github.com/roverml/rover/internal/deadline"
 )
 
 // task is a shard waiting in a dataset's queue.
@@ -15,11 +16,13 @@ type task struct {
 // lease is a shard held by a worker.
 type lease struct {
 	task
-	id       uint64
-	d        *dataset
-	w        *worker   // the holder, at its newest incarnation
-	deadline time.Time // zero: never expires
-	hidx     int       // index in the machine's deadline heap, -1 when not in it
+	id uint64
+	d  *dataset
+	w  *worker // the holder, at its newest incarnation
+	// Slot holds the lease's deadline and its place in the machine's
+	// deadline queue; a lease of a dataset without LeaseTimeout is never
+	// queued and its deadline is zero: it never expires.
+	deadline.Slot
 	// The worker's leases form a doubly linked list (worker.leases).
 	wprev, wnext *lease
 }
@@ -194,29 +197,4 @@ func (s *idSet) add(id uint64) {
 	default:
 		s.r = slices.Insert(s.r, i, idRange{id, id + 1})
 	}
-}
-
-// leaseHeap orders the leases that can expire by deadline.
-type leaseHeap []*lease
-
-func (h leaseHeap) Len() int { return len(h) }
-func (h leaseHeap) Less(i, j int) bool {
-	return h[i].deadline.Before(h[j].deadline)
-}
-func (h leaseHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].hidx, h[j].hidx = i, j
-}
-func (h *leaseHeap) Push(x any) {
-	l := x.(*lease)
-	l.hidx = len(*h)
-	*h = append(*h, l)
-}
-func (h *leaseHeap) Pop() any {
-	old := *h
-	l := old[len(old)-1]
-	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
-	l.hidx = -1
-	return l
 }

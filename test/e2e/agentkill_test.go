@@ -112,33 +112,15 @@ func TestDDPFlashSurvivesAKilledAgent(t *testing.T) {
 		}
 		lo = min(lo, last[rank])
 	}
-	b, err := os.ReadFile(worlds)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	if len(lines) != 8 {
-		t.Fatalf("world.log has %d starts, want 4 + 4 (one restart of every rank):\n%s", len(lines), b)
-	}
-	var resumed []int
-	for _, line := range lines[4:] {
-		var restart, world, rank, step int
-		var source string
-		if _, err := fmt.Sscanf(line, "restart=%d world=%d rank=%d start_step=%d source=%s", &restart, &world, &rank, &step, &source); err != nil {
-			t.Fatalf("world.log line %q: %v", line, err)
-		}
-		if source != "memory" || world != 4 {
-			t.Errorf("%q: want a world of 4 resumed from memory", line)
-		}
-		resumed = append(resumed, step)
-	}
-	for _, s := range resumed {
-		if s != resumed[0] {
-			t.Fatalf("ranks resumed from different steps %v", resumed)
+	starts := readRestarts(t, worlds, 4, 4) // one restart of every rank
+	for _, s := range starts {
+		if s.source != "memory" || s.world != 4 {
+			t.Errorf("%q: want a world of 4 resumed from memory", s.line)
 		}
 	}
-	if s := resumed[0]; s < lo || s > lo+1 {
+	resumed := sameStep(t, starts)
+	if s := resumed; s < lo || s > lo+1 {
 		t.Errorf("every rank resumed from step %d; the newest step all ranks held is %d or %d (last saves %v)", s, lo, lo+1, last)
 	}
-	t.Logf("killed after steps %v were saved; every rank resumed from step %d in memory", last, resumed[0])
+	t.Logf("killed after steps %v were saved; every rank resumed from step %d in memory", last, resumed)
 }

@@ -5,18 +5,18 @@
 package e2e
 
 import (
-	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/roverml/rover/internal/testsrc"
+
+	"github.com/roverml/rover/internal/testbuf"
 )
 
 var (
@@ -79,26 +79,9 @@ type cluster struct {
 type process struct {
 	name string
 	cmd  *exec.Cmd
-	out  *lockedBuffer
+	out  *testbuf.Buffer
 	done chan struct{}
 	err  error
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 func newCluster(t *testing.T, job string, masterArgs ...string) *cluster {
@@ -137,7 +120,7 @@ func (c *cluster) start(name string, args ...string) *process {
 func (c *cluster) startCmd(name, prog string, args ...string) *process {
 	c.t.Helper()
 	testsrc.Track()
-	p := &process{name: name, out: &lockedBuffer{}, done: make(chan struct{})}
+	p := &process{name: name, out: &testbuf.Buffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(prog, args...)
 	p.cmd.Dir = c.dir
 	p.cmd.Env = append(append(os.Environ(), "PYTHON_EXEC="+pythonExec, "PYTHONUNBUFFERED=1"), c.env...)

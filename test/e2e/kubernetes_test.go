@@ -15,6 +15,7 @@ import (
 	"github.com/go-logr/logr"
 	elasticv1 "github.com/roverml/rover/api/elastic/v1alpha1"
 	"github.com/roverml/rover/internal/k8stest"
+	"github.com/roverml/rover/internal/kubenames"
 	"github.com/roverml/rover/internal/operator"
 	"github.com/roverml/rover/test/kubelet"
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
@@ -74,8 +75,8 @@ func startKube(t *testing.T, jobs ...string) *kube {
 
 	rewrite := map[string]string{}
 	for _, job := range jobs {
-		rewrite[fmt.Sprintf("%s.%s.svc:%d", operator.MasterServiceName(job), kubeNamespace, operator.MasterPort)] =
-			fmt.Sprintf("127.0.0.1:%d", operator.MasterPort)
+		rewrite[kubenames.MasterAddr(job, kubeNamespace)] =
+			fmt.Sprintf("127.0.0.1:%d", kubenames.MasterPort)
 	}
 	base := append(os.Environ(),
 		"PATH="+filepath.Dir(roverBin)+string(os.PathListSeparator)+os.Getenv("PATH"),
@@ -297,9 +298,9 @@ func ddpCases() []ddpCase {
 			}},
 		{name: "master-deleted", workers: []string{"0-0", "1-0"}, masters: []string{"0", "1"},
 			disrupt: func(t *testing.T, k *kube, job string) {
-				k.deletePod(t, operator.MasterPodName(job, 0))
+				k.deletePod(t, kubenames.MasterPod(job, 0))
 				waitFor(t, jobTimeout, "the relaunched master pod to run", func() bool {
-					return k.running(t, operator.MasterPodName(job, 1))
+					return k.running(t, kubenames.MasterPod(job, 1))
 				})
 			}},
 	}

@@ -242,30 +242,9 @@ func TestDDPFlashReplacedNodeResumesFromMemory(t *testing.T) {
 	if res.Step != 60 || res.WorldSize != 4 {
 		t.Fatalf("result: step %d world %d; want 60, 4", res.Step, res.WorldSize)
 	}
-	b, err := os.ReadFile(filepath.Join(dir, "world.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	if len(lines) != 8 {
-		t.Fatalf("world.log has %d starts, want 4 + 4:\n%s", len(lines), b)
-	}
-	var resumed []int
-	for _, line := range lines[4:] {
-		var restart, world, rank, step int
-		var source string
-		if _, err := fmt.Sscanf(line, "restart=%d world=%d rank=%d start_step=%d source=%s", &restart, &world, &rank, &step, &source); err != nil {
-			t.Fatalf("world.log line %q: %v", line, err)
-		}
-		resumed = append(resumed, step)
-	}
-	t.Logf("node1 killed after node0 saved step %d; resumed:\n%s", newest, strings.Join(lines[4:], "\n"))
-	for _, s := range resumed {
-		if s != resumed[0] {
-			t.Fatalf("ranks resumed from different steps %v", resumed)
-		}
-	}
-	if s := resumed[0]; s < 24 || s < newest {
+	starts := readRestarts(t, filepath.Join(dir, "world.log"), 4, 4)
+	t.Logf("node1 killed after node0 saved step %d; resumed:\n%s", newest, startLines(starts))
+	if s := sameStep(t, starts); s < 24 || s < newest {
 		t.Errorf("every rank resumed from step %d; want the survivor's newest step in memory, %d (>= 24), not the last persisted 20", s, newest)
 	}
 	if d := maxRelDiff(t, clean.Weights, res.Weights); d > 1e-6 {
@@ -302,33 +281,14 @@ func TestDDPFlashGrownWorldResumesFromMemory(t *testing.T) {
 	if r := readResult(t, filepath.Join(dir, "out.json")); r.Step != 60 || r.WorldSize != 6 {
 		t.Fatalf("result: step %d world %d; want 60 on a world of 6", r.Step, r.WorldSize)
 	}
-	b, err := os.ReadFile(filepath.Join(dir, "world.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	if len(lines) != 10 {
-		t.Fatalf("world.log has %d starts, want 4 + 6:\n%s", len(lines), b)
-	}
-	t.Logf("node2 added once every rank had saved step %d; resumed:\n%s", before, strings.Join(lines[4:], "\n"))
-	var resumed []int
-	for _, line := range lines[4:] {
-		var restart, world, rank, step int
-		var source string
-		if _, err := fmt.Sscanf(line, "restart=%d world=%d rank=%d start_step=%d source=%s", &restart, &world, &rank, &step, &source); err != nil {
-			t.Fatalf("world.log line %q: %v", line, err)
-		}
-		if world != 6 {
-			t.Errorf("%q: want a world of 6", line)
-		}
-		resumed = append(resumed, step)
-	}
-	for _, s := range resumed {
-		if s != resumed[0] {
-			t.Fatalf("ranks resumed from different steps %v", resumed)
+	starts := readRestarts(t, filepath.Join(dir, "world.log"), 4, 6)
+	t.Logf("node2 added once every rank had saved step %d; resumed:\n%s", before, startLines(starts))
+	for _, s := range starts {
+		if s.world != 6 {
+			t.Errorf("%q: want a world of 6", s.line)
 		}
 	}
-	if resumed[0] < before || resumed[0] <= 20 {
-		t.Errorf("every rank resumed from step %d; want at least %d, the newest step all held in memory (not 20)", resumed[0], before)
+	if resumed := sameStep(t, starts); resumed < before || resumed <= 20 {
+		t.Errorf("every rank resumed from step %d; want at least %d, the newest step all held in memory (not 20)", resumed, before)
 	}
 }

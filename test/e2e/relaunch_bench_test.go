@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/roverml/rover/internal/testbuf"
 )
 
 // BenchmarkNodeRelaunch measures how long a `rover submit` job of two nodes
@@ -58,7 +60,7 @@ func relaunchOnce(b *testing.B, run int) []time.Duration {
 	dir := b.TempDir()
 	job := fmt.Sprintf("relaunch%d", run)
 	times := filepath.Join(dir, "times.log")
-	stderr := &lockedBuffer{}
+	stderr := &testbuf.Buffer{}
 	cmd := exec.Command(roverBin, "submit", "--quiet", "--job-dir", filepath.Join(dir, "job"),
 		"--rdzv-id", job, "--nnodes", "2", "--nproc-per-node", "2", "--rdzv-conf", "last_call_timeout=1s",
 		"--checkpoint-dir", filepath.Join(dir, "ckpt"),

@@ -134,32 +134,13 @@ func TestSubmitRelaunchesKilledNode(t *testing.T) {
 // returns the step they resumed from.
 func resumedSteps(t *testing.T, path string) int {
 	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	if len(lines) != 8 {
-		t.Fatalf("world.log has %d starts, want 4 + 4:\n%s", len(lines), b)
-	}
-	var steps []int
-	for _, line := range lines[4:] {
-		var restart, world, rank, step int
-		var source string
-		if _, err := fmt.Sscanf(line, "restart=%d world=%d rank=%d start_step=%d source=%s", &restart, &world, &rank, &step, &source); err != nil {
-			t.Fatalf("world.log line %q: %v", line, err)
-		}
-		if world != 4 || (source != "memory" && source != "storage") {
-			t.Errorf("%q: want a world of 4 resumed from a checkpoint", line)
-		}
-		steps = append(steps, step)
-	}
-	for _, s := range steps {
-		if s != steps[0] {
-			t.Fatalf("ranks resumed from different steps %v", steps)
+	starts := readRestarts(t, path, 4, 4)
+	for _, s := range starts {
+		if s.world != 4 || (s.source != "memory" && s.source != "storage") {
+			t.Errorf("%q: want a world of 4 resumed from a checkpoint", s.line)
 		}
 	}
-	return steps[0]
+	return sameStep(t, starts)
 }
 
 // TestSubmitWorkerCrashRestartsInPlace crashes one worker once: its agent

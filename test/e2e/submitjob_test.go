@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/roverml/rover/internal/testsrc"
+
+	"github.com/roverml/rover/internal/testbuf"
 )
 
 // submitted is a running `rover submit`: its stdout (the nodes' output)
@@ -24,8 +26,8 @@ type submitted struct {
 	job    string // the job's name, and so the prefix of its node ids
 	dir    string // --job-dir
 	cmd    *exec.Cmd
-	stdout *lockedBuffer
-	stderr *lockedBuffer
+	stdout *testbuf.Buffer
+	stderr *testbuf.Buffer
 	done   chan struct{}
 }
 
@@ -40,7 +42,7 @@ func uniqueJob(prefix string) string {
 func submit(t *testing.T, job string, args ...string) *submitted {
 	t.Helper()
 	testsrc.Track()
-	s := &submitted{job: job, dir: filepath.Join(t.TempDir(), "job"), stdout: &lockedBuffer{}, stderr: &lockedBuffer{}, done: make(chan struct{})}
+	s := &submitted{job: job, dir: filepath.Join(t.TempDir(), "job"), stdout: &testbuf.Buffer{}, stderr: &testbuf.Buffer{}, done: make(chan struct{})}
 	s.cmd = exec.Command(roverBin, append([]string{"submit", "--job-dir", s.dir}, args...)...)
 	s.cmd.Dir = t.TempDir()
 	s.cmd.Env = append(os.Environ(), "PYTHON_EXEC="+pythonExec, "PYTHONUNBUFFERED=1")

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/roverml/rover/internal/proc"
+
+	"github.com/roverml/rover/internal/testbuf"
 )
 
 // roverBin is the binary under test, built once by TestMain.
@@ -107,7 +109,7 @@ func (p probe) run(t *testing.T) {
 	for i, a := range p.args {
 		args[i] = vars.Replace(a)
 	}
-	out := &lockedBuffer{}
+	out := &testbuf.Buffer{}
 	cmd := exec.Command(roverBin, args...)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), tag)
@@ -127,7 +129,7 @@ func (p probe) run(t *testing.T) {
 		close(done)
 	}()
 	if p.signal != 0 || p.during != nil {
-		if !out.waitFor(p.after, done) {
+		if out.WaitFor(deadline, done, p.after) != nil {
 			<-done
 			t.Fatalf("rover %q exited before its output held %q:\n%s", args, p.after, out)
 		}
@@ -187,7 +189,7 @@ func startMaster(t *testing.T, dir string) string {
 	cmd := exec.Command(roverBin, "master", "--listen", "127.0.0.1:0", "--addr-file", addrFile,
 		"--token-file", filepath.Join(dir, "token"), "--state-dir", filepath.Join(dir, "state"))
 	cmd.Dir = dir
-	log := &lockedBuffer{}
+	log := &testbuf.Buffer{}
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -300,42 +302,6 @@ func jobArenas(job string) []string {
 		}
 	}
 	return out
-}
-
-// lockedBuffer collects a process's output from its copying goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-// waitFor polls until the output holds s, and reports false if the
-// process exits (done) first or the deadline passes.
-func (l *lockedBuffer) waitFor(s string, done <-chan struct{}) bool {
-	stop := time.Now().Add(deadline)
-	for !strings.Contains(l.String(), s) {
-		select {
-		case <-done:
-			return strings.Contains(l.String(), s)
-		default:
-		}
-		if time.Now().After(stop) {
-			return false
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return true
 }
 
 func lastLines(s string, n int) string {

@@ -1,19 +1,19 @@
 package local
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/roverml/rover/internal/platform"
 	"github.com/roverml/rover/internal/platform/platformtest"
 	"github.com/roverml/rover/internal/proc"
+
+	"github.com/roverml/rover/internal/testbuf"
 )
 
 func watch(t *testing.T, l *Local) *platformtest.Recorder {
@@ -25,29 +25,11 @@ func spec(id string, argv ...string) platform.NodeSpec {
 	return platform.NodeSpec{Job: "j", Group: "worker", ID: id, Argv: argv, Env: map[string]string{"GREETING": "hi"}}
 }
 
-// syncBuf is a console shared by the nodes' output goroutines.
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestLocalNodes runs real processes: one that exits with a code, one that
 // runs until deleted; their events, logs, console and environment.
 func TestLocalNodes(t *testing.T) {
 	ctx := context.Background()
-	console := &syncBuf{}
+	console := &testbuf.Buffer{}
 	l, err := New(Options{Dir: t.TempDir(), Console: console, Grace: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
