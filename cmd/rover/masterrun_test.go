@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/roverml/rover/internal/testbuf"
 )
 
 // TestMasterOutcome runs `rover master` and one `rover run` agent in this
@@ -27,13 +29,15 @@ func TestMasterOutcome(t *testing.T) {
 		t.Run(tt.worker, func(t *testing.T) {
 			dir := t.TempDir()
 			tokenFile, addrFile := filepath.Join(dir, "job.token"), filepath.Join(dir, "master.addr")
-			mstdout, mstderr := newWatched(), newWatched()
+			mstdout, mstderr := &testbuf.Buffer{}, &testbuf.Buffer{}
 			exited := make(chan int, 1)
 			go func() {
 				exited <- run([]string{"rover", "master", "--listen", "127.0.0.1:0", "--token-file", tokenFile, "--addr-file", addrFile,
 					"--nnodes", "1", "--max-restarts", "0", "--linger", "0"}, mstdout, mstderr)
 			}()
-			mstderr.waitFor(t, "master serving")
+			if err := mstderr.WaitFor(deadline, nil, "master serving"); err != nil {
+				t.Fatal(err)
+			}
 			addr, err := os.ReadFile(addrFile)
 			if err != nil {
 				t.Fatal(err)

@@ -22,12 +22,12 @@ var layers = []struct {
 	{"pure state machines (see pure below)", []string{
 		"/internal/rendezvous", "/internal/shard", "/internal/node", "/internal/nodecheck",
 		"/internal/progress", "/internal/diagnosis", "/internal/platform", "/internal/nodemanager",
-		"/internal/deadline", "/internal/goodput",
+		"/internal/deadline", "/internal/goodput", "/internal/jobconfig", "/internal/master/jobstate",
 	}},
 	{"libraries and adapters: processes, checkpoints, stores, platforms, the client", []string{
 		"/internal/runconfig", "/internal/proc", "/internal/ckpt/...", "/internal/store/...", "/internal/shardbatch",
 		"/internal/jobview", "/internal/jobspec", "/internal/platform/local", "/internal/platform/kubernetes",
-		"/internal/platform/platformtest", "/internal/client", "/internal/kubenames",
+		"/internal/platform/platformtest", "/internal/client", "/internal/kubenames", "/internal/jobconfig/configwire",
 	}},
 	{"the node agent's parts: the checkpoint saver, the node-check runner, stacks, the hosted master", []string{
 		"/internal/agent/ckptsaver", "/internal/agent/nodecheckrun", "/internal/agent/stacks",
@@ -55,7 +55,7 @@ var layers = []struct {
 var pure = []string{
 	"/internal/rendezvous", "/internal/shard", "/internal/node", "/internal/nodecheck",
 	"/internal/progress", "/internal/diagnosis", "/internal/platform", "/internal/nodemanager",
-	"/internal/deadline", "/internal/goodput",
+	"/internal/deadline", "/internal/goodput", "/internal/jobconfig", "/internal/master/jobstate",
 }
 
 // impureImports are the packages a pure package must not import itself:
@@ -82,16 +82,6 @@ var impureDeps = map[string]string{
 // removed with its cause: package -> forbidden import or dependency -> why
 // it is still there.
 var knownImpurities = map[string]map[string]string{
-	// diagnosis.FromProto converts the wire's failure reports; it moves to
-	// the master's edge with the job state (issue 21).
-	"/internal/diagnosis": {
-		Module + "/api/rover/v1/...":     "diagnosis.FromProto",
-		"google.golang.org/protobuf/...": "through api/rover/v1",
-	},
-	"/internal/nodemanager": {
-		Module + "/api/rover/v1/...":     "through diagnosis",
-		"google.golang.org/protobuf/...": "through diagnosis",
-	},
 	// platform declares the interface its drivers implement, whose calls
 	// take a context; it holds no state.
 	"/internal/platform": {"context": "the Platform interface's methods take one"},
