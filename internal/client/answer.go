@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"io"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -75,12 +77,42 @@ type answerConn struct {
 	// diag, when set, keeps the error of a failed first read for the
 	// call that used the connection (diagnosingTransport).
 	diag *diagnosis
+
+	// With sniff, what a failed write needs to know of the first read
+	// (answerAfterWriteFailed): reading says one began; firstDone is
+	// closed when it ended, firstErr set before.
+	reading   atomic.Bool
+	firstDone chan struct{}
+	firstOnce sync.Once
+	firstErr  error
 }
 
 func (c *answerConn) Read(p []byte) (int, error) {
 	if c.read {
 		return c.Conn.Read(p)
 	}
+	n, err := c.firstRead(p)
+	if n > 0 || err != nil {
+		c.endFirstRead(err)
+	}
+	return n, err
+}
+
+// endFirstRead records the first read's outcome for a failed write.
+func (c *answerConn) endFirstRead(err error) {
+	if c.firstDone == nil {
+		return
+	}
+	c.firstOnce.Do(func() {
+		c.firstErr = err
+		close(c.firstDone)
+	})
+}
+
+// firstRead reads the connection's first bytes within c.wait, sniffing
+// them for HTTP/1.x.
+func (c *answerConn) firstRead(p []byte) (int, error) {
+	c.reading.Store(true)
 	if c.wait > 0 {
 		_ = c.Conn.SetReadDeadline(time.Now().Add(c.wait))
 	}
@@ -99,6 +131,50 @@ func (c *answerConn) Read(p []byte) (int, error) {
 		return n, c.diag.keep(c.addr, &NoAnswerError{Addr: c.addr, What: c.what, Wait: c.wait})
 	}
 	return n, err
+}
+
+// Write writes p; a write that fails before the server's first answer was
+// read (with sniff) returns that answer's *NotMasterError, if it is one.
+func (c *answerConn) Write(p []byte) (int, error) {
+	n, err := c.Conn.Write(p)
+	if err != nil && c.sniff {
+		if cause := c.answerAfterWriteFailed(); cause != nil {
+			return n, cause
+		}
+	}
+	return n, err
+}
+
+// answerAfterWriteFailed returns the *NotMasterError the server's first
+// answer shows, or nil. A plain web server answers HTTP/2's preface at once
+// and closes the connection, so the client's next write can fail (broken
+// pipe, reset) before its reader looked at that answer, which still waits
+// in the socket: the reader's verdict is awaited when a read began, or the
+// answer read here when none did (the HTTP/2 client starts reading only
+// once its preface is written).
+func (c *answerConn) answerAfterWriteFailed() error {
+	if !c.reading.Load() {
+		head := make([]byte, len("HTTP/"))
+		_ = c.Conn.SetReadDeadline(time.Now().Add(max(c.wait, time.Second)))
+		n, _ := io.ReadFull(c.Conn, head)
+		if bytes.HasPrefix(head[:n], []byte("HTTP/")) {
+			err := c.diag.keep(c.addr, &NotMasterError{Addr: c.addr, Found: plainHTTP})
+			c.endFirstRead(err)
+			return err
+		}
+		return nil
+	}
+	timer := time.NewTimer(max(c.wait, time.Second))
+	defer timer.Stop()
+	select {
+	case <-c.firstDone:
+	case <-timer.C:
+		return nil
+	}
+	if nm := (*NotMasterError)(nil); errors.As(c.firstErr, &nm) {
+		return c.firstErr
+	}
+	return nil
 }
 
 // diagnosis keeps, per address, why the newest connection's first read
@@ -164,7 +240,11 @@ func dialMaster(ctx context.Context, network, addr string, wait time.Duration, s
 	if err != nil {
 		return nil, err
 	}
-	return &answerConn{Conn: raw, addr: addr, what: what, wait: wait, sniff: sniff, read: wait == 0 && !sniff, diag: diag}, nil
+	c := &answerConn{Conn: raw, addr: addr, what: what, wait: wait, sniff: sniff, read: wait == 0 && !sniff, diag: diag}
+	if sniff {
+		c.firstDone = make(chan struct{})
+	}
+	return c, nil
 }
 
 // h2Preface is what an HTTP/2 client sends first: the connection preface

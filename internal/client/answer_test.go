@@ -48,6 +48,29 @@ func startSilent(t *testing.T) string {
 }
 
 // startHTTP1 serves plain HTTP/1.1 only, as any web server does.
+// startEagerHTTP1 starts a server that answers like a plain web server
+// before it reads anything, and closes at once: the client's next write can
+// fail before its reader saw the answer.
+func startEagerHTTP1(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_, _ = c.Write([]byte("HTTP/1.1 400 Bad Request\r\nConnection: close\r\n\r\n"))
+			c.Close()
+		}
+	}()
+	return ln.Addr().String()
+}
+
 func startHTTP1(t *testing.T) string {
 	t.Helper()
 	srv := httptest.NewServer(http.NotFoundHandler())
@@ -65,7 +88,7 @@ func TestClientsDoNotHang(t *testing.T) {
 	defer client.ShortenDeadlines(200 * time.Millisecond)()
 	caFile := filepath.Join(t.TempDir(), "ca.pem")
 	tlstest.WriteFile(t, caFile, tlstest.NewCA(t, "job CA").PEM)
-	silent, plain, h2c := startSilent(t), startHTTP1(t), startH2C(t, masterMux())
+	silent, plain, h2c, eager := startSilent(t), startHTTP1(t), startH2C(t, masterMux()), startEagerHTTP1(t)
 	tests := []struct {
 		name      string
 		addr      string
@@ -78,6 +101,7 @@ func TestClientsDoNotHang(t *testing.T) {
 		{"silent port, TLS", silent, client.TLS{CAFile: caFile}, true, "accepted the connection but the TLS handshake did not come within", true},
 		{"plain HTTP/1.x, cleartext", plain, client.TLS{}, false, "answers plain HTTP/1.x, not a Rover master", false},
 		{"plain HTTP/1.x, TLS", plain, client.TLS{CAFile: caFile}, false, "answers plain HTTP/1.x, not a Rover master", false},
+		{"plain HTTP/1.x answering first, cleartext", eager, client.TLS{}, false, "answers plain HTTP/1.x, not a Rover master", false},
 		{"h2c master, TLS", h2c, client.TLS{CAFile: caFile}, false, "that master serves without TLS", false},
 	}
 	for _, tt := range tests {
