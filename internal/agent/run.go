@@ -67,9 +67,11 @@ type cleanups []func()
 
 func (c *cleanups) add(f func()) { *c = append(*c, f) }
 
-func (c cleanups) run() {
-	for i := len(c) - 1; i >= 0; i-- {
-		c[i]()
+// run runs the cleanups, the last added first. Its pointer receiver
+// matters: `defer done.run()` must see what was added after the defer.
+func (c *cleanups) run() {
+	for i := len(*c) - 1; i >= 0; i-- {
+		(*c)[i]()
 	}
 }
 
