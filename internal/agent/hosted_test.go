@@ -10,18 +10,13 @@ import (
 
 	"github.com/roverml/rover/internal/client"
 	"github.com/roverml/rover/internal/runconfig"
+	"github.com/roverml/rover/internal/runconfig/runconfigtest"
 )
 
-func envOf(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
-
-func parse(t *testing.T, env map[string]string, args ...string) *runconfig.Config {
-	t.Helper()
-	cfg, err := runconfig.Parse(append(args, "--no-python", "true"), envOf(env))
-	if err != nil {
-		t.Fatalf("Parse(%q): %v", args, err)
-	}
-	return cfg
-}
+var (
+	envOf = runconfigtest.Env
+	parse = runconfigtest.Parse
+)
 
 // TestHostedToken: the token of a job without `rover master`.
 func TestHostedToken(t *testing.T) {

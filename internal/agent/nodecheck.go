@@ -12,7 +12,7 @@ var _ nodecheckrun.Master = roverv1connect.MasterServiceClient(nil)
 // (package nodecheckrun).
 func (a *agent) newCheckRunner() *nodecheckrun.Runner {
 	return nodecheckrun.New(nodecheckrun.Config{NodeID: a.nodeID, Host: a.host, PythonExec: a.opts.PythonExec,
-		Env: a.local.env, Master: a.client, Retry: a.callMaster, Log: a.log})
+		Env: a.local.env, Master: a.client, Retry: a.callMaster, Log: a.log, FreePort: freePort})
 }
 
 // excluded is the agent's error when the node check excluded its node.

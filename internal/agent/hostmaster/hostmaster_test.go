@@ -5,19 +5,13 @@ import (
 	"os"
 	"testing"
 
-	"github.com/roverml/rover/internal/runconfig"
+	"github.com/roverml/rover/internal/runconfig/runconfigtest"
 )
 
-func envOf(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
-
-func parse(t *testing.T, env map[string]string, args ...string) *runconfig.Config {
-	t.Helper()
-	cfg, err := runconfig.Parse(append(args, "--no-python", "true"), envOf(env))
-	if err != nil {
-		t.Fatalf("Parse(%q): %v", args, err)
-	}
-	return cfg
-}
+var (
+	envOf = runconfigtest.Env
+	parse = runconfigtest.Parse
+)
 
 // TestMasterless: which agents host the job's master, or join one.
 func TestMasterless(t *testing.T) {

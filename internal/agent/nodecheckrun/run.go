@@ -72,6 +72,9 @@ type Config struct {
 	Master Master
 	Retry  Retry
 	Log    *slog.Logger
+	// FreePort picks a free TCP port on this node, for the check group's
+	// store: the agent's, which picks its workers' master port the same way.
+	FreePort func() (int, error)
 }
 
 // Runner runs the node's check tasks, one at a time.
@@ -204,7 +207,7 @@ func (c *Runner) leadCheckGroup(ctx context.Context, prefix string, peers int) (
 	if err != nil {
 		return linkprobe.Stats{}, 0, fmt.Errorf("listen for the link probe: %w", err)
 	}
-	storePort, err := freePort()
+	storePort, err := c.cfg.FreePort()
 	if err != nil {
 		ln.Close()
 		return linkprobe.Stats{}, 0, err
@@ -316,13 +319,4 @@ func (c *Runner) report(ctx context.Context, f func(context.Context) error) {
 	if err := c.cfg.Retry(ctx, f); err != nil && ctx.Err() == nil {
 		c.cfg.Log.Warn("could not report the node check", "err", err)
 	}
-}
-
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", ":0")
-	if err != nil {
-		return 0, fmt.Errorf("pick a free port: %w", err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
 }
