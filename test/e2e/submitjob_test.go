@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -15,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/roverml/rover/internal/agent/ckptsaver"
 	"github.com/roverml/rover/internal/testsrc"
 
 	"github.com/roverml/rover/internal/testbuf"
@@ -202,20 +202,4 @@ func describe(pids []int) string {
 
 // jobArenas returns the arena directories in /dev/shm that agents of the
 // job's nodes own (their owner file names the node).
-func jobArenas(job string) []string {
-	matches, _ := filepath.Glob("/dev/shm/rover-arenas-*")
-	var out []string
-	for _, m := range matches {
-		b, err := os.ReadFile(filepath.Join(m, "owner"))
-		if err != nil {
-			continue
-		}
-		var owner struct {
-			NodeID string `json:"node_id"`
-		}
-		if json.Unmarshal(b, &owner) == nil && strings.HasPrefix(owner.NodeID, job+"-worker-") {
-			out = append(out, m)
-		}
-	}
-	return out
-}
+func jobArenas(job string) []string { return ckptsaver.ArenaDirsOfNodes(job + "-worker-") }

@@ -2,7 +2,6 @@ package robustness
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -15,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/roverml/rover/internal/agent/ckptsaver"
 	"github.com/roverml/rover/internal/proc"
 
 	"github.com/roverml/rover/internal/testbuf"
@@ -286,23 +286,7 @@ func uniqueJob() string {
 
 // jobArenas lists the arena directories in /dev/shm whose owner is a node
 // of job.
-func jobArenas(job string) []string {
-	matches, _ := filepath.Glob("/dev/shm/rover-arenas-*")
-	var out []string
-	for _, m := range matches {
-		b, err := os.ReadFile(filepath.Join(m, "owner"))
-		if err != nil {
-			continue
-		}
-		var owner struct {
-			NodeID string `json:"node_id"`
-		}
-		if json.Unmarshal(b, &owner) == nil && strings.HasPrefix(owner.NodeID, job+"-") {
-			out = append(out, m)
-		}
-	}
-	return out
-}
+func jobArenas(job string) []string { return ckptsaver.ArenaDirsOfNodes(job + "-") }
 
 func lastLines(s string, n int) string {
 	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")

@@ -252,3 +252,28 @@ func RemoveJobArenas(runID, token string) int {
 	}
 	return n
 }
+
+// ArenaDirsOfNodes lists the arena directories on this machine whose owner
+// is a node whose ID starts with prefix (a job's nodes: "JOB-"), whether or
+// not an agent holds them: what tests check is gone when a job ended.
+func ArenaDirsOfNodes(prefix string) []string {
+	return arenaDirsOfNodes([]string{ckpt.DefaultArenaDir, os.TempDir()}, prefix)
+}
+
+func arenaDirsOfNodes(bases []string, prefix string) []string {
+	var out []string
+	for _, base := range bases {
+		matches, _ := filepath.Glob(filepath.Join(base, arenaDirPrefix+"*"))
+		for _, m := range matches {
+			b, err := os.ReadFile(filepath.Join(m, ownerName))
+			if err != nil {
+				continue
+			}
+			var owner Owner
+			if json.Unmarshal(b, &owner) == nil && strings.HasPrefix(owner.NodeID, prefix) {
+				out = append(out, m)
+			}
+		}
+	}
+	return out
+}

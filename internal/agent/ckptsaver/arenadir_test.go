@@ -3,6 +3,7 @@ package ckptsaver
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -215,5 +216,34 @@ func TestArenaDirAdoptsOnlyItsNode(t *testing.T) {
 	}
 	if _, err := os.Stat(named.path); err != nil {
 		t.Errorf("node1's orphan is gone: %v", err)
+	}
+}
+
+// TestArenaDirsOfNodes: a job's arena directories are found by their
+// owner's node ID, held or not, and another job's are not.
+func TestArenaDirsOfNodes(t *testing.T) {
+	base := t.TempDir()
+	now := time.Unix(1000, 0)
+	held, err := openArenaDir(base, "k1", Owner{NodeID: "job-worker-0-0"}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	left, err := openArenaDir(base, "k1", Owner{NodeID: "job-worker-1-0"}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	left.release()
+	other, err := openArenaDir(base, "k2", Owner{NodeID: "jobs-worker-0-0"}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.remove()
+	defer held.remove()
+	got := arenaDirsOfNodes([]string{base}, "job-")
+	slices.Sort(got)
+	want := []string{held.path, left.path}
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("arenaDirsOfNodes = %v, want %v", got, want)
 	}
 }
