@@ -10,6 +10,7 @@ import (
 
 	roverv1 "github.com/roverml/rover/api/rover/v1"
 	"github.com/roverml/rover/internal/jobconfig"
+	"github.com/roverml/rover/internal/master/jobstate"
 	"github.com/roverml/rover/internal/node"
 	"github.com/roverml/rover/internal/rendezvous"
 	"github.com/roverml/rover/internal/store"
@@ -22,7 +23,7 @@ import (
 // came alone, and the job's failure records name the lost node.
 func TestLostNodeTakesTheBlame(t *testing.T) {
 	const grace = 5 * time.Second
-	window := blameWindow(node.Config{DisconnectGrace: grace}) // 15 s
+	window := jobstate.BlameWindow(node.Config{DisconnectGrace: grace}) // 15 s
 	type op struct {
 		after time.Duration
 		what  string // fail <node>, lost <node>, join <node>, tick

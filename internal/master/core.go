@@ -8,10 +8,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/roverml/rover/internal/ckpt"
 	"github.com/roverml/rover/internal/diagnosis"
 	"github.com/roverml/rover/internal/jobconfig"
 	"github.com/roverml/rover/internal/master/jobstate"
-	"github.com/roverml/rover/internal/node"
 	"github.com/roverml/rover/internal/nodemanager"
 	"github.com/roverml/rover/internal/rendezvous"
 	"github.com/roverml/rover/internal/store"
@@ -27,21 +27,18 @@ type Store interface {
 }
 
 // core is the master's state behind one mutex: the sub-states of package
-// jobstate (keys, memory snapshots, failures, datasets, the node check, the
-// fleet) and the state the core still holds itself (the configuration, the
-// rendezvous, the node table and addresses, the fleet's view for GetJob). Every method takes the time from its caller. Changes that matter to node views close the views channel, waking
-// the push streams; key changes close the keys channel.
+// jobstate (membership and rounds, keys, memory snapshots, failures,
+// datasets, the node check, the fleet) and the fleet's view for GetJob.
+// Every method takes the time from its caller. Changes that matter to node
+// views close the views channel, waking the push streams; key changes close
+// the keys channel.
 type core struct {
 	mu       sync.Mutex
 	store    Store
 	runID    string
-	cfg      *jobconfig.Config // nil until configured
-	rdzv     *rendezvous.Machine
-	nodes    *node.Table
-	addrs    map[string]string
+	members  *jobstate.Membership // the configuration, rendezvous, liveness and addresses
 	kv       *jobstate.Keys
 	failures *jobstate.Failures // and the diagnoses of the rounds that failed
-	status   rendezvous.Status
 	views    chan struct{}
 	version  uint64 // of the node views
 	keys     chan struct{}
@@ -81,7 +78,7 @@ func newCore(runID string, store Store) *core {
 	return &core{
 		store:   store,
 		runID:   runID,
-		addrs:   map[string]string{},
+		members: jobstate.NewMembership(ckpt.SameLocation),
 		kv:      jobstate.NewKeys(),
 		views:   make(chan struct{}),
 		keys:    make(chan struct{}),
@@ -151,11 +148,7 @@ func (c *core) restore(ctx context.Context, now time.Time) (int, error) {
 		c.commits.since += len(r)
 	}
 	// Liveness is not journaled: every known node gets a fresh timeout.
-	if c.nodes != nil {
-		for id := range c.addrs {
-			c.nodes.Seen(id, now)
-		}
-	}
+	c.members.Refresh(now)
 	c.live = true
 	c.changedLocked()
 	n := len(contents.Records)
@@ -201,23 +194,21 @@ func (c *core) checkLocked(e *event) error {
 		if e.Declare == nil {
 			return invalid("a storage declaration without its content")
 		}
-		return c.declareLocked(e.Declare, false)
+		_, _, err := c.members.CheckDeclare(*e.Declare)
+		return err
 	case eventCheckReport, eventCheckTick:
-		if c.rdzv == nil {
+		if !c.members.Configured() {
 			return errNotConfigured
 		}
 		return c.checkEventLocked(e)
 	case eventSetKey:
 		return c.kv.Check(e.Key, len(e.Value))
 	}
-	if c.rdzv == nil {
-		return errNotConfigured
+	if e.Type == eventWorkerFailed || e.Type == eventNodeSucceeded {
+		return c.members.CheckNode(e.Node)
 	}
-	switch e.Type {
-	case eventWorkerFailed, eventNodeSucceeded:
-		if _, ok := c.addrs[e.Node]; !ok {
-			return fmt.Errorf("node %q: %w", e.Node, rendezvous.ErrUnknownNode)
-		}
+	if !c.members.Configured() {
+		return errNotConfigured
 	}
 	return nil
 }
@@ -227,116 +218,73 @@ func (c *core) transitionLocked(e *event) error {
 		return err
 	}
 	var err error
-	before := c.status
+	before := c.members.Status()
 	switch e.Type {
 	case eventConfigure:
-		err = c.configureLocked(e.Config, e.Time)
-		if n := c.fleet.Expect(); err == nil && n > 0 {
-			c.rdzv.Expect(n, e.Time)
+		var first bool
+		if first, err = c.members.Configure(e.Config, c.fleet.Expect(), e.Time); first {
+			c.newCheckLocked()
 		}
 	case eventJoin:
-		mb, worldRound, _, member := c.rdzv.WorldMember(e.Join.NodeID)
-		_, err = c.rdzv.Join(*e.Join, e.Time)
-		if err == nil && member && !before.Open && before.Job == rendezvous.Running && before.Round == worldRound && c.rdzv.Status().Round > worldRound {
+		var loss *jobstate.WorldLoss
+		if loss, err = c.members.Join(*e.Join, e.Time); loss != nil {
 			// A member's agent restarted, ending the world: the others'
 			// failures in it were its consequences.
-			c.blameLossLocked(&event{Node: e.Join.NodeID, Time: e.Time, Reason: "its agent restarted"}, mb, worldRound)
+			c.blameLossLocked(&event{Node: e.Join.NodeID, Time: e.Time, Reason: "its agent restarted"}, loss)
 		}
 		if err == nil {
-			c.addrs[e.Join.NodeID] = e.Join.Addr
-			c.nodes.Seen(e.Join.NodeID, e.Time)
 			c.memory.Joined(e.Join.NodeID, e.Snapshots)
 		}
 	case eventNodeLost:
-		mb, worldRound, _, member := c.rdzv.WorldMember(e.Node)
-		if c.rdzv.NodeLostSince(e.Node, e.Since, e.Time) && member && !e.Planned {
-			c.blameLossLocked(e, mb, worldRound)
+		if loss := c.members.Lose(e.Node, e.Reason, e.Since, e.Planned, e.Time); loss != nil {
+			c.blameLossLocked(e, loss)
 		}
-		c.nodes.Lose(e.Node, e.Reason)
 		c.memory.Lost(e.Node)
 		c.datasets.NodeLost(e.Node, e.Time)
 		if !e.Planned { // the node manager removed it itself
 			c.noticeLocked(jobstate.FleetNotice{Lost: true, Node: e.Node, Reason: e.Reason})
 		}
 	case eventWorkerFailed:
-		cur := c.rdzv.Status()
+		cur := c.members.Status()
 		if e.Round == cur.Round && !cur.Open {
 			if d := c.recordFailuresLocked(e.Round, e.Failures); d.FailFast {
-				c.rdzv.FailFast(d.Reason)
+				c.members.FailFast(d.Reason)
 				break
 			}
 		}
-		err = c.rdzv.WorkerFailed(e.Node, e.Round, e.Time)
+		err = c.members.WorkerFailed(e.Node, e.Round, e.Time)
 	case eventNodeSucceeded:
-		err = c.rdzv.NodeSucceeded(e.Node, e.Round, e.Time)
+		err = c.members.NodeSucceeded(e.Node, e.Round, e.Time)
 	case eventSetKey:
 		c.kv.Set(e.Key, e.Value)
 		close(c.keys)
 		c.keys = make(chan struct{})
 	case eventTick:
-		c.rdzv.Tick(e.Time)
+		c.members.Tick(e.Time)
 	case eventFleet:
-		if c.fleet.Save(e.Fleet, e.Nodes) && c.rdzv != nil {
-			c.rdzv.Expect(e.Nodes, e.Time)
+		if c.fleet.Save(e.Fleet, e.Nodes) {
+			c.members.Expect(e.Nodes, e.Time)
 		}
 	case eventFailNodes:
-		c.rdzv.FailNodes(e.Reason)
+		c.members.FailNodes(e.Reason)
 	case eventCancel:
-		c.rdzv.Cancel(e.Reason)
+		c.members.Cancel(e.Reason)
 	case eventCheckReport, eventCheckTick:
 		err = c.transitionCheckLocked(e)
 	case eventDeclareStorage:
-		err = c.declareLocked(e.Declare, true)
+		err = c.members.Declare(*e.Declare)
 	default:
 		return fmt.Errorf("journal event type %q %w", e.Type, errUnknownEvent)
 	}
-	if c.rdzv != nil {
-		c.status = c.rdzv.Status()
-	}
-	if c.status != before {
+	if c.members.Status() != before {
 		c.checkWorldLocked(e.Time)
 		c.agreeMemoryLocked()
-		if c.status.Round != before.Round {
+		if c.members.Status().Round != before.Round {
 			c.fenceShardsLocked(e.Time) // every worker restarts in a new round
 		}
 		c.changedLocked()
 	}
 	return err
-}
-
-// blameMargin is how long, beyond the disconnect grace, a worker failure
-// waits for a node loss to take the blame: the survivors of a killed node
-// report their broken collectives within seconds, and their agents first
-// persist what their workers held in memory.
-const blameMargin = 10 * time.Second
-
-// blameWindow is the rendezvous BlameWindow of a job with liveness cfg: a
-// node whose agent died is lost within DisconnectGrace of its session's
-// end, so a failure reported up to that long (plus a margin) before it is
-// taken as its consequence. A frozen node's peers do not fail at once (they
-// block in their collectives), so the heartbeat timeout does not count.
-// The price: a job out of restarts fails this much later after a genuine
-// failure; with restarts left, the restart starts at once and is given back
-// if a loss follows.
-func blameWindow(cfg node.Config) time.Duration {
-	return cfg.DisconnectGrace + blameMargin
-}
-
-func (c *core) configureLocked(cfg *jobconfig.Config, now time.Time) error {
-	if c.rdzv != nil {
-		return nil
-	}
-	rc := cfg.Rendezvous
-	rc.BlameWindow = blameWindow(cfg.Nodes)
-	m, err := rendezvous.New(rc, now)
-	if err != nil {
-		return err
-	}
-	c.cfg = cfg
-	c.rdzv = m
-	c.nodes = node.NewTable(cfg.Nodes)
-	c.newCheckLocked()
-	return nil
 }
 
 // changedLocked wakes every push stream.
@@ -350,7 +298,7 @@ func (c *core) changedLocked() {
 // case cfg must agree with it.
 func (c *core) configure(ctx context.Context, cfg jobconfig.Config, now time.Time) error {
 	c.mu.Lock()
-	set := c.cfg
+	set := c.members.Config()
 	c.mu.Unlock()
 	if set != nil {
 		return settingsAgree(set, &cfg)
@@ -360,7 +308,7 @@ func (c *core) configure(ctx context.Context, cfg jobconfig.Config, now time.Tim
 	}
 	var agreed error
 	err := c.propose(ctx, &event{Type: eventConfigure, Time: now, Config: &cfg}, func(error) {
-		agreed = settingsAgree(c.cfg, &cfg) // another agent's configuration may have come first
+		agreed = settingsAgree(c.members.Config(), &cfg) // another agent's configuration may have come first
 	})
 	return errors.Join(err, agreed)
 }
@@ -369,12 +317,12 @@ func (c *core) configure(ctx context.Context, cfg jobconfig.Config, now time.Tim
 // already belongs to is answered without a transition.
 func (c *core) join(ctx context.Context, req rendezvous.JoinRequest, snaps []jobstate.MemorySnapshot, round int, now time.Time) (nodeRank, joinedRound int, err error) {
 	c.mu.Lock()
-	if c.rdzv == nil {
+	if !c.members.Configured() {
 		c.mu.Unlock()
 		return 0, 0, errNotConfigured
 	}
 	if round > 0 {
-		if rank, r, ok := c.rdzv.Joined(req.NodeID); ok && r >= round {
+		if rank, r, ok := c.members.Rendezvous().Joined(req.NodeID); ok && r >= round {
 			c.mu.Unlock()
 			return rank, r, nil
 		}
@@ -382,7 +330,7 @@ func (c *core) join(ctx context.Context, req rendezvous.JoinRequest, snaps []job
 	c.mu.Unlock()
 	err = c.propose(ctx, &event{Type: eventJoin, Time: now, Join: &req, Snapshots: snaps}, func(err error) {
 		if err == nil {
-			nodeRank, joinedRound, _ = c.rdzv.Joined(req.NodeID)
+			nodeRank, joinedRound, _ = c.members.Rendezvous().Joined(req.NodeID)
 		}
 	})
 	return nodeRank, joinedRound, err
@@ -396,11 +344,11 @@ func (c *core) tick(ctx context.Context, now time.Time) error {
 	if d, ok := c.datasets.Machine().NextDeadline(); ok && !now.Before(d) {
 		events = append(events, &event{Type: eventShardTick, Time: now, Shard: &jobstate.ShardEvent{}})
 	}
-	if c.rdzv != nil {
-		for _, lost := range c.nodes.Tick(now) {
+	if c.members.Configured() {
+		for _, lost := range c.members.Expired(now) {
 			events = append(events, &event{Type: eventNodeLost, Time: now, Node: lost.ID, Reason: lost.Reason, Since: lost.Since})
 		}
-		if d, ok := c.rdzv.NextDeadline(); ok && !now.Before(d) {
+		if d, ok := c.members.Rendezvous().NextDeadline(); ok && !now.Before(d) {
 			events = append(events, &event{Type: eventTick, Time: now})
 		}
 		if e := c.checkDeadlineLocked(now); e != nil {
@@ -419,60 +367,33 @@ func (c *core) tick(ctx context.Context, now time.Time) error {
 func (c *core) seen(id string, now time.Time) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if _, ok := c.addrs[id]; !ok || c.nodes == nil {
-		return fmt.Errorf("node %q: %w", id, rendezvous.ErrUnknownNode)
-	}
-	c.nodes.Seen(id, now)
-	return nil
+	return c.members.Seen(id, now)
 }
 
-// connected records a push stream opening (delta +1) or closing (-1).
+// connected records a push stream opening or closing.
 func (c *core) connected(id string, open bool, now time.Time) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if _, ok := c.addrs[id]; !ok || c.nodes == nil {
-		return fmt.Errorf("node %q: %w", id, rendezvous.ErrUnknownNode)
-	}
-	if open {
-		c.nodes.Connected(id, now)
-	} else {
-		c.nodes.Disconnected(id, now)
-	}
-	return nil
+	return c.members.Connected(id, open, now)
 }
 
-// checkpointWorld checks a checkpoint report's claim that rank is one of
-// nodeID's ranks in the world of round, and returns the job's checkpoint
-// storage and that world's size. The round must be the last closed one
-// (reports of a world that a failure stopped still count while the next
-// round gathers: the agents drain them before they join it).
+// checkpointWorld checks a checkpoint report's rank against the last closed
+// world (jobstate.Membership.CheckpointWorld).
 func (c *core) checkpointWorld(nodeID string, round, rank int) (jobconfig.CheckpointStorage, int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.rdzv == nil {
-		return jobconfig.CheckpointStorage{}, 0, errNotConfigured
-	}
-	mb, worldRound, worldSize, ok := c.rdzv.WorldMember(nodeID)
-	switch {
-	case !ok:
-		return jobconfig.CheckpointStorage{}, 0, fmt.Errorf("%w: node %q is not in the world of round %d", errStaleRound, nodeID, worldRound)
-	case round != worldRound:
-		return jobconfig.CheckpointStorage{}, 0, fmt.Errorf("%w: the report is for round %d, but the last world is round %d's", errStaleRound, round, worldRound)
-	case rank < mb.RankOffset || rank >= mb.RankOffset+mb.LocalWorldSize:
-		return jobconfig.CheckpointStorage{}, 0, invalid("rank %d is not one of node %q's ranks in round %d (%d to %d)",
-			rank, nodeID, round, mb.RankOffset, mb.RankOffset+mb.LocalWorldSize-1)
-	}
-	return c.cfg.Checkpoint, worldSize, nil
+	return c.members.CheckpointWorld(nodeID, round, rank)
 }
 
 // config returns the job's configuration, or nil before it is configured.
 func (c *core) config() *jobconfig.Config {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.cfg == nil {
+	set := c.members.Config()
+	if set == nil {
 		return nil
 	}
-	cfg := *c.cfg
+	cfg := *set
 	return &cfg
 }
 
@@ -481,5 +402,5 @@ func (c *core) config() *jobconfig.Config {
 func (c *core) fresh() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.rdzv == nil || c.rdzv.Status().WorldRound == 0
+	return !c.members.Configured() || c.members.Status().WorldRound == 0
 }

@@ -17,11 +17,11 @@ func (c *core) view(id string) (*roverv1.NodeView, <-chan struct{}) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	v := &roverv1.NodeView{RunId: c.runID}
-	if c.rdzv == nil {
+	if !c.members.Configured() {
 		v.JobState = roverv1.JobState_JOB_STATE_RUNNING
 		return v, c.views
 	}
-	s := c.status
+	s := c.members.Status()
 	v.Version = c.version
 	v.JobState = jobState(s.Job)
 	v.Reason = s.Reason
@@ -29,7 +29,7 @@ func (c *core) view(id string) (*roverv1.NodeView, <-chan struct{}) {
 	v.RoundOpen = s.Open
 	v.RestartCount = int32(s.Restarts)
 	v.MaxRestarts = int32(s.MaxRestarts)
-	if m, round, ok := c.rdzv.Assignment(id); ok {
+	if m, round, ok := c.members.Rendezvous().Assignment(id); ok {
 		v.Assignment = &roverv1.Assignment{
 			Round:          int64(round),
 			NodeRank:       int32(m.NodeRank),
@@ -64,11 +64,11 @@ func (c *core) job() *roverv1.GetJobResponse {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	r := &roverv1.GetJobResponse{RunId: c.runID, JobState: roverv1.JobState_JOB_STATE_RUNNING, CheckpointStep: -1}
-	if c.rdzv == nil {
+	if !c.members.Configured() {
 		c.fleetProtoLocked(r)
 		return r
 	}
-	s := c.rdzv.Snapshot()
+	s := c.members.Rendezvous().Snapshot()
 	r.JobState = jobState(s.Job)
 	r.Reason = s.Reason
 	r.Round = int64(s.Round)
@@ -77,22 +77,23 @@ func (c *core) job() *roverv1.GetJobResponse {
 	r.RestartCount = int32(s.Restarts)
 	r.MaxRestarts = int32(s.MaxRestarts)
 	r.Failures = failuresProto(c.failures.Records())
-	r.Rendezvous = configwire.ToProto(*c.cfg)
-	ids := make([]string, 0, len(c.addrs))
-	for id := range c.addrs {
+	r.Rendezvous = configwire.ToProto(*c.members.Config())
+	addrs := c.members.Addrs()
+	ids := make([]string, 0, len(addrs))
+	for id := range addrs {
 		ids = append(ids, id)
 	}
 	sort.Strings(ids)
 	for _, id := range ids {
-		ns := &roverv1.NodeStatus{NodeId: id, Addr: c.addrs[id], GroupRank: -1}
-		if rank, _, ok := c.rdzv.Joined(id); ok {
+		ns := &roverv1.NodeStatus{NodeId: id, Addr: addrs[id], GroupRank: -1}
+		if rank, _, ok := c.members.Rendezvous().Joined(id); ok {
 			ns.NodeRank = int32(rank)
 		}
 		if m, ok := s.Member(id); ok {
 			ns.GroupRank = int32(m.GroupRank)
 			ns.NodeRank = int32(m.NodeRank)
 		}
-		if info, ok := c.nodes.Get(id); ok {
+		if info, ok := c.members.Liveness(id); ok {
 			ns.Lost = info.Lost
 			ns.LostReason = info.LostReason
 		}
@@ -100,7 +101,7 @@ func (c *core) job() *roverv1.GetJobResponse {
 	}
 	c.checkProtoLocked(r)
 	c.fleetProtoLocked(r)
-	r.Progress = c.prog.proto(int64(c.status.Round), r.Nodes)
+	r.Progress = c.prog.proto(int64(c.members.Status().Round), r.Nodes)
 	return r
 }
 
@@ -108,10 +109,11 @@ func (c *core) job() *roverv1.GetJobResponse {
 func (c *core) finished() (bool, rendezvous.JobState, <-chan struct{}) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.rdzv == nil {
+	if !c.members.Configured() {
 		return false, rendezvous.Running, c.views
 	}
-	return c.status.Job != rendezvous.Running, c.status.Job, c.views
+	s := c.members.Status()
+	return s.Job != rendezvous.Running, s.Job, c.views
 }
 
 func jobState(s rendezvous.JobState) roverv1.JobState {

@@ -6,7 +6,6 @@ import (
 	roverv1 "github.com/roverml/rover/api/rover/v1"
 	"github.com/roverml/rover/internal/diagnosis"
 	"github.com/roverml/rover/internal/master/jobstate"
-	"github.com/roverml/rover/internal/rendezvous"
 	"google.golang.org/protobuf/encoding/protojson"
 )
 
@@ -17,8 +16,8 @@ import (
 
 // blameLossLocked records that a lost node ended its world's round (see
 // jobstate.Failures.Blame).
-func (c *core) blameLossLocked(e *event, mb rendezvous.Member, round int) {
-	c.failures.Blame(jobstate.Loss{Node: e.Node, Member: mb, Round: round, Reason: e.Reason, Time: e.Time, Relaunched: c.fleetOn})
+func (c *core) blameLossLocked(e *event, loss *jobstate.WorldLoss) {
+	c.failures.Blame(jobstate.Loss{Node: e.Node, Member: loss.Member, Round: loss.Round, Reason: e.Reason, Time: e.Time, Relaunched: c.fleetOn})
 }
 
 // recordFailuresLocked keeps a report's failures, each annotated with the
@@ -37,8 +36,8 @@ func (c *core) recordFailuresLocked(round int, raw []json.RawMessage) (d diagnos
 		return diagnosis.Decision{}
 	}
 	caps := c.caps
-	if c.rdzv != nil {
-		st := c.rdzv.Status()
+	if c.members.Configured() {
+		st := c.members.Status()
 		caps.NoRestartsLeft, caps.MaxRestarts = st.Restarts >= st.MaxRestarts, st.MaxRestarts
 	}
 	d = c.failures.Record(round, fs, caps)

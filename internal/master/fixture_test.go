@@ -334,7 +334,7 @@ func writeFixture(t *testing.T) {
 	must("set key", c.apply(ctx, &event{Type: eventSetKey, Time: step(time.Second), Key: "rdzv/2", Value: []byte("world 2")}))
 	must("set key", c.apply(ctx, &event{Type: eventSetKey, Time: step(time.Second), Key: "store/x", Value: []byte{0, 1, 2}}))
 	keep := 3
-	_, err = c.declareStorage(ctx, storageDeclaration{Node: "a", URL: "/fixture/ckpt", Keep: &keep})
+	_, err = c.declareStorage(ctx, jobstate.StorageDeclaration{Node: "a", URL: "/fixture/ckpt", Keep: &keep})
 	must("declare storage", err)
 
 	train := shard.Dataset{Name: "train", Size: 1000, BatchSize: 10, ShardSize: 100, Epochs: 2, Shuffle: true, Seed: 7, Mode: shard.Leased, LeaseTimeout: time.Minute}

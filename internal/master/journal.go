@@ -54,7 +54,7 @@ type event struct {
 	// checked.
 	Check *checkReport `json:"check,omitempty"`
 	// Declare is set on eventDeclareStorage (declare.go).
-	Declare *storageDeclaration `json:"declare,omitempty"`
+	Declare *jobstate.StorageDeclaration `json:"declare,omitempty"`
 }
 
 type eventType string

@@ -38,8 +38,9 @@ func validateSnapshots(r *roverv1.JoinRequest) ([]jobstate.MemorySnapshot, error
 
 // agreeMemoryLocked fixes the memory step of a round that just closed.
 func (c *core) agreeMemoryLocked() {
-	if c.rdzv == nil || c.status.Open || c.status.WorldRound == 0 || c.memory.Agreement().Round == c.status.WorldRound {
+	s := c.members.Status()
+	if !c.members.Configured() || s.Open || s.WorldRound == 0 || c.memory.Agreement().Round == s.WorldRound {
 		return // the world's snapshot costs O(nodes): take it once a round
 	}
-	c.memory.Agree(c.rdzv.Snapshot().World, c.status.WorldRound, c.status.WorldSize)
+	c.memory.Agree(c.members.Rendezvous().Snapshot().World, s.WorldRound, s.WorldSize)
 }

@@ -34,8 +34,8 @@ type checkReport struct {
 
 // newCheckLocked makes the node check of a job configured with one.
 func (c *core) newCheckLocked() {
-	if c.cfg != nil && c.cfg.NodeCheck != nil && c.check == nil {
-		c.check = jobstate.NewNodeCheck(c.cfg.NodeCheck, c.cfg.Rendezvous.MinNodes)
+	if cfg := c.members.Config(); cfg != nil && cfg.NodeCheck != nil && c.check == nil {
+		c.check = jobstate.NewNodeCheck(cfg.NodeCheck, cfg.Rendezvous.MinNodes)
 	}
 }
 
@@ -45,7 +45,7 @@ func (c *core) checkWorldLocked(now time.Time) {
 	if c.check == nil {
 		return
 	}
-	c.check.World(c.status, func() []rendezvous.Member { return c.rdzv.Snapshot().World }, now)
+	c.check.World(c.members.Status(), func() []rendezvous.Member { return c.members.Rendezvous().Snapshot().World }, now)
 }
 
 // checkEventLocked validates a check event before it is journaled.
@@ -94,8 +94,7 @@ func (c *core) excludeLocked(ch *nodecheck.Check, now time.Time) {
 			continue
 		}
 		reason := fmt.Sprintf("the node check found it %s: %s", v.Kind, v.Reason)
-		c.rdzv.NodeLostSince(v.Node, time.Time{}, now)
-		c.nodes.Lose(v.Node, reason)
+		c.members.Exclude(v.Node, reason, now)
 		c.memory.Lost(v.Node)
 		c.datasets.NodeLost(v.Node, now)
 		if host := c.hostLocked(v.Node); host != "" {
@@ -115,7 +114,8 @@ func (c *core) hostLocked(node string) string {
 			}
 		}
 	}
-	return c.addrs[node]
+	addr, _ := c.members.Addr(node)
+	return addr
 }
 
 // checkViewLocked adds the node check to id's view: its groups while the
@@ -130,7 +130,7 @@ func (c *core) checkViewLocked(id string, v *roverv1.NodeView) {
 	if !ok || !member && !judged {
 		return
 	}
-	nc := c.cfg.NodeCheck
+	nc := c.members.Config().NodeCheck
 	cv := &roverv1.NodeCheckView{Round: int64(world), Stage: int32(stage), Running: !done,
 		GroupTimeoutMillis: nc.Config.Timeout().Milliseconds(), CommPerf: nc.CommPerf}
 	if !done && member {

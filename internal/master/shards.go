@@ -60,14 +60,16 @@ func (c *core) transitionShardsLocked(e *event) (ok bool, err error) {
 func (c *core) shardWorker(s *jobstate.ShardEvent) shard.Worker {
 	inc := s.Incarnation
 	if inc == 0 {
-		inc = int64(c.status.Round)
+		inc = int64(c.members.Status().Round)
 	}
 	return shard.Worker{Name: s.Worker, Incarnation: inc}
 }
 
 // fenceShardsLocked fences the datasets at a new round (see
 // jobstate.Datasets.Fence).
-func (c *core) fenceShardsLocked(now time.Time) { c.datasets.Fence(int64(c.status.Round), now) }
+func (c *core) fenceShardsLocked(now time.Time) {
+	c.datasets.Fence(int64(c.members.Status().Round), now)
+}
 
 // shardCall journals and applies one shard event and returns its outcome.
 func (c *core) shardCall(ctx context.Context, e *event) (out jobstate.ShardOutcome, err error) {

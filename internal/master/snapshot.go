@@ -3,13 +3,12 @@ package master
 import (
 	"encoding/json"
 	"fmt"
+
 	"github.com/roverml/rover/internal/diagnosis"
 	"github.com/roverml/rover/internal/master/jobstate"
 
 	roverv1 "github.com/roverml/rover/api/rover/v1"
 	"github.com/roverml/rover/internal/jobconfig"
-	"github.com/roverml/rover/internal/node"
-	"github.com/roverml/rover/internal/rendezvous"
 	"google.golang.org/protobuf/encoding/protojson"
 )
 
@@ -46,16 +45,14 @@ type memoryJSON struct {
 func (c *core) marshalStateLocked() ([]byte, error) {
 	agreed := c.memory.Agreement()
 	s := coreState{
-		Schema: stateSchema, RunID: c.runID, Config: c.cfg,
-		Addrs: c.addrs, KV: c.kv.Map(), Held: c.memory.Held(),
+		Schema: stateSchema, RunID: c.runID, Config: c.members.Config(),
+		Addrs: c.members.Addrs(), KV: c.kv.Map(), Held: c.memory.Held(),
 		Memory: &memoryJSON{Round: agreed.Round, Step: agreed.Step, OK: agreed.OK},
 		Fleet:  c.fleet.Saved(),
 	}
 	var err error
-	if c.rdzv != nil {
-		if s.Rendezvous, err = c.rdzv.MarshalState(); err != nil {
-			return nil, fmt.Errorf("snapshot the rendezvous: %w", err)
-		}
+	if s.Rendezvous, err = c.members.MarshalRendezvous(); err != nil {
+		return nil, fmt.Errorf("snapshot the rendezvous: %w", err)
 	}
 	if c.check != nil {
 		if s.NodeCheck, err = c.check.Machine().MarshalState(); err != nil {
@@ -95,16 +92,11 @@ func (c *core) restoreStateLocked(b []byte) error {
 	if s.RunID != c.runID {
 		return fmt.Errorf("the state belongs to job %q, not %q: pass --job %s, or another state dir", s.RunID, c.runID, s.RunID)
 	}
+	if err := c.members.Restore(s.Config, s.Rendezvous, s.Addrs); err != nil {
+		return err
+	}
 	if s.Config != nil {
-		if s.Rendezvous == nil {
-			return fmt.Errorf("a configured job without rendezvous state")
-		}
-		m, err := rendezvous.Restore(s.Rendezvous)
-		if err != nil {
-			return fmt.Errorf("rendezvous: %w", err)
-		}
-		c.cfg, c.rdzv, c.nodes = s.Config, m, node.NewTable(s.Config.Nodes)
-		c.status = m.Status()
+		var err error
 		c.check = nil
 		if s.NodeCheck != nil {
 			if c.check, err = jobstate.RestoreNodeCheck(s.NodeCheck); err != nil {
@@ -118,7 +110,6 @@ func (c *core) restoreStateLocked(b []byte) error {
 		return fmt.Errorf("shards: %w", err)
 	}
 	c.datasets = datasets
-	c.addrs = orEmpty(s.Addrs)
 	c.kv = jobstate.RestoreKeys(s.KV)
 	var failures []jobstate.Failure
 	for _, raw := range s.Failures {
@@ -140,11 +131,4 @@ func (c *core) restoreStateLocked(b []byte) error {
 	}
 	c.memory = jobstate.RestoreMemory(s.Held, agreed)
 	return nil
-}
-
-func orEmpty[V any](m map[string]V) map[string]V {
-	if m == nil {
-		return map[string]V{}
-	}
-	return m
 }

@@ -9,6 +9,10 @@
 // Each concern is a sub-state of its own, in its own file, with the events
 // it accepts, its read-only views and its part of the snapshot:
 //
+//   - Membership (membership.go): membership and rounds: the job's
+//     configuration (with the checkpoint storage a checkpointer declares,
+//     declare.go), the rendezvous machine, the liveness table and the
+//     nodes' addresses.
 //   - Keys (keys.go): the job's key-value store, within its limits.
 //   - Memory (memory.go): the flash-checkpoint snapshots each node holds in
 //     memory, and the step every rank of a closed round's world can restore.
@@ -23,12 +27,10 @@
 //     runs, and the notices queued for it (a lost agent, a diagnosis's
 //     relaunch).
 //
-// The rest of the job's state (membership and rounds: the rendezvous, the
-// node table and the nodes' addresses; the configuration and its
-// checkpoint storage) is still held by the master's core, which composes the sub-states and carries the effects of
-// one on the others (a node check that excludes a node loses it from the
-// rendezvous, its memory and its leases); it moves here the same way, one
-// sub-state at a time.
+// The master's core composes the sub-states and carries the effects of one
+// on the others (a node check that excludes a node loses it from the
+// rendezvous, its memory and its leases; a new round fences the leases of
+// the last).
 //
 // A new piece of job state goes here as a sub-state: a type with a method
 // per event (Check before journaling, then the transition), views that
