@@ -33,38 +33,26 @@ type Store interface {
 // views close the views channel, waking the push streams; key changes close
 // the keys channel.
 type core struct {
-	mu       sync.Mutex
-	store    Store
-	runID    string
-	members  *jobstate.Membership // the configuration, rendezvous, liveness and addresses
-	kv       *jobstate.Keys
-	failures *jobstate.Failures // and the diagnoses of the rounds that failed
-	views    chan struct{}
-	version  uint64 // of the node views
-	keys     chan struct{}
-	commits  committer
+	mu      sync.Mutex
+	store   Store
+	runID   string
+	st      *jobstate.State // the job's sub-states
+	views   chan struct{}
+	version uint64 // of the node views
+	keys    chan struct{}
+	commits committer
 
-	// check is the pre-flight node check (nodecheck.go); nil when the
-	// job runs none.
-	check *jobstate.NodeCheck
-
-	// datasets is the shard machine and the lease holders; shardOut and
-	// batchOut are the outcome of the last dataset event, for its caller.
-	datasets *jobstate.Datasets
+	// shardOut and batchOut are the outcome of the last dataset event,
+	// for its caller.
 	shardOut jobstate.ShardOutcome
 	batchOut batchOutcome
 
-	// memory is the nodes' flash-checkpoint snapshots and the step
-	// agreed for the last closed round.
-	memory *jobstate.Memory
-
-	// The node manager's side (fleetstate.go). fleet is its journaled
-	// state; fleetOn says the master owns the job's nodes; caps is what
-	// its platform lets a diagnosis do. live is false while the journal
-	// replays.
+	// The node manager's side (fleetstate.go; its journaled state is
+	// st.Fleet). fleetOn says the master owns the job's nodes; caps is
+	// what its platform lets a diagnosis do. live is false while the
+	// journal replays.
 	fleetOn   bool
 	caps      diagnosis.Caps
-	fleet     *jobstate.Fleet // the manager's journaled state, the nodes it runs, the notices for it
 	fleetView *nodemanager.Status
 	platform  string
 	noticeCh  chan struct{}
@@ -76,18 +64,12 @@ type core struct {
 
 func newCore(runID string, store Store) *core {
 	return &core{
-		store:   store,
-		runID:   runID,
-		members: jobstate.NewMembership(ckpt.SameLocation),
-		kv:      jobstate.NewKeys(),
-		views:   make(chan struct{}),
-		keys:    make(chan struct{}),
-		commits: committer{failed: make(chan struct{}), every: minSnapshotEvery},
-
-		datasets: jobstate.NewDatasets(),
-		memory:   jobstate.NewMemory(),
-		failures: jobstate.NewFailures(),
-		fleet:    jobstate.NewFleet(),
+		store:    store,
+		runID:    runID,
+		st:       jobstate.NewState(ckpt.SameLocation),
+		views:    make(chan struct{}),
+		keys:     make(chan struct{}),
+		commits:  committer{failed: make(chan struct{}), every: minSnapshotEvery},
 		noticeCh: make(chan struct{}, 1),
 	}
 }
@@ -148,7 +130,7 @@ func (c *core) restore(ctx context.Context, now time.Time) (int, error) {
 		c.commits.since += len(r)
 	}
 	// Liveness is not journaled: every known node gets a fresh timeout.
-	c.members.Refresh(now)
+	c.st.Members.Refresh(now)
 	c.live = true
 	c.changedLocked()
 	n := len(contents.Records)
@@ -162,7 +144,7 @@ func (c *core) restore(ctx context.Context, now time.Time) (int, error) {
 // earlier Rover (the first n records), whose shuffled orders differ from
 // this one's: no shuffled dataset may be part-way through an epoch in it.
 func (c *core) checkOldOrdersLocked(n int) error {
-	if err := c.datasets.Machine().CheckOldOrders(); err != nil {
+	if err := c.st.Datasets.Machine().CheckOldOrders(); err != nil {
 		return fmt.Errorf("replay the %d journal records of an earlier Rover: %w", n, err)
 	}
 	return nil
@@ -194,20 +176,20 @@ func (c *core) checkLocked(e *event) error {
 		if e.Declare == nil {
 			return invalid("a storage declaration without its content")
 		}
-		_, _, err := c.members.CheckDeclare(*e.Declare)
+		_, _, err := c.st.Members.CheckDeclare(*e.Declare)
 		return err
 	case eventCheckReport, eventCheckTick:
-		if !c.members.Configured() {
+		if !c.st.Members.Configured() {
 			return errNotConfigured
 		}
 		return c.checkEventLocked(e)
 	case eventSetKey:
-		return c.kv.Check(e.Key, len(e.Value))
+		return c.st.Keys.Check(e.Key, len(e.Value))
 	}
 	if e.Type == eventWorkerFailed || e.Type == eventNodeSucceeded {
-		return c.members.CheckNode(e.Node)
+		return c.st.Members.CheckNode(e.Node)
 	}
-	if !c.members.Configured() {
+	if !c.st.Members.Configured() {
 		return errNotConfigured
 	}
 	return nil
@@ -218,68 +200,68 @@ func (c *core) transitionLocked(e *event) error {
 		return err
 	}
 	var err error
-	before := c.members.Status()
+	before := c.st.Members.Status()
 	switch e.Type {
 	case eventConfigure:
 		var first bool
-		if first, err = c.members.Configure(e.Config, c.fleet.Expect(), e.Time); first {
+		if first, err = c.st.Members.Configure(e.Config, c.st.Fleet.Expect(), e.Time); first {
 			c.newCheckLocked()
 		}
 	case eventJoin:
 		var loss *jobstate.WorldLoss
-		if loss, err = c.members.Join(*e.Join, e.Time); loss != nil {
+		if loss, err = c.st.Members.Join(*e.Join, e.Time); loss != nil {
 			// A member's agent restarted, ending the world: the others'
 			// failures in it were its consequences.
 			c.blameLossLocked(&event{Node: e.Join.NodeID, Time: e.Time, Reason: "its agent restarted"}, loss)
 		}
 		if err == nil {
-			c.memory.Joined(e.Join.NodeID, e.Snapshots)
+			c.st.Memory.Joined(e.Join.NodeID, e.Snapshots)
 		}
 	case eventNodeLost:
-		if loss := c.members.Lose(e.Node, e.Reason, e.Since, e.Planned, e.Time); loss != nil {
+		if loss := c.st.Members.Lose(e.Node, e.Reason, e.Since, e.Planned, e.Time); loss != nil {
 			c.blameLossLocked(e, loss)
 		}
-		c.memory.Lost(e.Node)
-		c.datasets.NodeLost(e.Node, e.Time)
+		c.st.Memory.Lost(e.Node)
+		c.st.Datasets.NodeLost(e.Node, e.Time)
 		if !e.Planned { // the node manager removed it itself
 			c.noticeLocked(jobstate.FleetNotice{Lost: true, Node: e.Node, Reason: e.Reason})
 		}
 	case eventWorkerFailed:
-		cur := c.members.Status()
+		cur := c.st.Members.Status()
 		if e.Round == cur.Round && !cur.Open {
 			if d := c.recordFailuresLocked(e.Round, e.Failures); d.FailFast {
-				c.members.FailFast(d.Reason)
+				c.st.Members.FailFast(d.Reason)
 				break
 			}
 		}
-		err = c.members.WorkerFailed(e.Node, e.Round, e.Time)
+		err = c.st.Members.WorkerFailed(e.Node, e.Round, e.Time)
 	case eventNodeSucceeded:
-		err = c.members.NodeSucceeded(e.Node, e.Round, e.Time)
+		err = c.st.Members.NodeSucceeded(e.Node, e.Round, e.Time)
 	case eventSetKey:
-		c.kv.Set(e.Key, e.Value)
+		c.st.Keys.Set(e.Key, e.Value)
 		close(c.keys)
 		c.keys = make(chan struct{})
 	case eventTick:
-		c.members.Tick(e.Time)
+		c.st.Members.Tick(e.Time)
 	case eventFleet:
-		if c.fleet.Save(e.Fleet, e.Nodes) {
-			c.members.Expect(e.Nodes, e.Time)
+		if c.st.Fleet.Save(e.Fleet, e.Nodes) {
+			c.st.Members.Expect(e.Nodes, e.Time)
 		}
 	case eventFailNodes:
-		c.members.FailNodes(e.Reason)
+		c.st.Members.FailNodes(e.Reason)
 	case eventCancel:
-		c.members.Cancel(e.Reason)
+		c.st.Members.Cancel(e.Reason)
 	case eventCheckReport, eventCheckTick:
 		err = c.transitionCheckLocked(e)
 	case eventDeclareStorage:
-		err = c.members.Declare(*e.Declare)
+		err = c.st.Members.Declare(*e.Declare)
 	default:
 		return fmt.Errorf("journal event type %q %w", e.Type, errUnknownEvent)
 	}
-	if c.members.Status() != before {
+	if c.st.Members.Status() != before {
 		c.checkWorldLocked(e.Time)
 		c.agreeMemoryLocked()
-		if c.members.Status().Round != before.Round {
+		if c.st.Members.Status().Round != before.Round {
 			c.fenceShardsLocked(e.Time) // every worker restarts in a new round
 		}
 		c.changedLocked()
@@ -298,7 +280,7 @@ func (c *core) changedLocked() {
 // case cfg must agree with it.
 func (c *core) configure(ctx context.Context, cfg jobconfig.Config, now time.Time) error {
 	c.mu.Lock()
-	set := c.members.Config()
+	set := c.st.Members.Config()
 	c.mu.Unlock()
 	if set != nil {
 		return settingsAgree(set, &cfg)
@@ -308,7 +290,7 @@ func (c *core) configure(ctx context.Context, cfg jobconfig.Config, now time.Tim
 	}
 	var agreed error
 	err := c.propose(ctx, &event{Type: eventConfigure, Time: now, Config: &cfg}, func(error) {
-		agreed = settingsAgree(c.members.Config(), &cfg) // another agent's configuration may have come first
+		agreed = settingsAgree(c.st.Members.Config(), &cfg) // another agent's configuration may have come first
 	})
 	return errors.Join(err, agreed)
 }
@@ -317,12 +299,12 @@ func (c *core) configure(ctx context.Context, cfg jobconfig.Config, now time.Tim
 // already belongs to is answered without a transition.
 func (c *core) join(ctx context.Context, req rendezvous.JoinRequest, snaps []jobstate.MemorySnapshot, round int, now time.Time) (nodeRank, joinedRound int, err error) {
 	c.mu.Lock()
-	if !c.members.Configured() {
+	if !c.st.Members.Configured() {
 		c.mu.Unlock()
 		return 0, 0, errNotConfigured
 	}
 	if round > 0 {
-		if rank, r, ok := c.members.Rendezvous().Joined(req.NodeID); ok && r >= round {
+		if rank, r, ok := c.st.Members.Rendezvous().Joined(req.NodeID); ok && r >= round {
 			c.mu.Unlock()
 			return rank, r, nil
 		}
@@ -330,7 +312,7 @@ func (c *core) join(ctx context.Context, req rendezvous.JoinRequest, snaps []job
 	c.mu.Unlock()
 	err = c.propose(ctx, &event{Type: eventJoin, Time: now, Join: &req, Snapshots: snaps}, func(err error) {
 		if err == nil {
-			nodeRank, joinedRound, _ = c.members.Rendezvous().Joined(req.NodeID)
+			nodeRank, joinedRound, _ = c.st.Members.Rendezvous().Joined(req.NodeID)
 		}
 	})
 	return nodeRank, joinedRound, err
@@ -341,14 +323,14 @@ func (c *core) join(ctx context.Context, req rendezvous.JoinRequest, snaps []job
 func (c *core) tick(ctx context.Context, now time.Time) error {
 	var events []*event
 	c.mu.Lock()
-	if d, ok := c.datasets.Machine().NextDeadline(); ok && !now.Before(d) {
+	if d, ok := c.st.Datasets.Machine().NextDeadline(); ok && !now.Before(d) {
 		events = append(events, &event{Type: eventShardTick, Time: now, Shard: &jobstate.ShardEvent{}})
 	}
-	if c.members.Configured() {
-		for _, lost := range c.members.Expired(now) {
+	if c.st.Members.Configured() {
+		for _, lost := range c.st.Members.Expired(now) {
 			events = append(events, &event{Type: eventNodeLost, Time: now, Node: lost.ID, Reason: lost.Reason, Since: lost.Since})
 		}
-		if d, ok := c.members.Rendezvous().NextDeadline(); ok && !now.Before(d) {
+		if d, ok := c.st.Members.Rendezvous().NextDeadline(); ok && !now.Before(d) {
 			events = append(events, &event{Type: eventTick, Time: now})
 		}
 		if e := c.checkDeadlineLocked(now); e != nil {
@@ -367,14 +349,14 @@ func (c *core) tick(ctx context.Context, now time.Time) error {
 func (c *core) seen(id string, now time.Time) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.members.Seen(id, now)
+	return c.st.Members.Seen(id, now)
 }
 
 // connected records a push stream opening or closing.
 func (c *core) connected(id string, open bool, now time.Time) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.members.Connected(id, open, now)
+	return c.st.Members.Connected(id, open, now)
 }
 
 // checkpointWorld checks a checkpoint report's rank against the last closed
@@ -382,14 +364,14 @@ func (c *core) connected(id string, open bool, now time.Time) error {
 func (c *core) checkpointWorld(nodeID string, round, rank int) (jobconfig.CheckpointStorage, int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.members.CheckpointWorld(nodeID, round, rank)
+	return c.st.Members.CheckpointWorld(nodeID, round, rank)
 }
 
 // config returns the job's configuration, or nil before it is configured.
 func (c *core) config() *jobconfig.Config {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	set := c.members.Config()
+	set := c.st.Members.Config()
 	if set == nil {
 		return nil
 	}
@@ -402,5 +384,5 @@ func (c *core) config() *jobconfig.Config {
 func (c *core) fresh() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return !c.members.Configured() || c.members.Status().WorldRound == 0
+	return !c.st.Members.Configured() || c.st.Members.Status().WorldRound == 0
 }

@@ -20,13 +20,13 @@ import (
 // the job's storage after it.
 func (c *core) declareStorage(ctx context.Context, d jobstate.StorageDeclaration) (jobconfig.CheckpointStorage, error) {
 	c.mu.Lock()
-	job, changed, err := c.members.CheckDeclare(d)
+	job, changed, err := c.st.Members.CheckDeclare(d)
 	c.mu.Unlock()
 	if err != nil || !changed {
 		return job, err
 	}
 	err = c.propose(ctx, &event{Type: eventDeclareStorage, Declare: &d}, func(error) {
-		job = c.members.Config().Checkpoint // another declaration may have come first
+		job = c.st.Members.Config().Checkpoint // another declaration may have come first
 	})
 	return job, err
 }

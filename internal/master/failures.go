@@ -17,7 +17,7 @@ import (
 // blameLossLocked records that a lost node ended its world's round (see
 // jobstate.Failures.Blame).
 func (c *core) blameLossLocked(e *event, loss *jobstate.WorldLoss) {
-	c.failures.Blame(jobstate.Loss{Node: e.Node, Member: loss.Member, Round: loss.Round, Reason: e.Reason, Time: e.Time, Relaunched: c.fleetOn})
+	c.st.Failures.Blame(jobstate.Loss{Node: e.Node, Member: loss.Member, Round: loss.Round, Reason: e.Reason, Time: e.Time, Relaunched: c.fleetOn})
 }
 
 // recordFailuresLocked keeps a report's failures, each annotated with the
@@ -36,11 +36,11 @@ func (c *core) recordFailuresLocked(round int, raw []json.RawMessage) (d diagnos
 		return diagnosis.Decision{}
 	}
 	caps := c.caps
-	if c.members.Configured() {
-		st := c.members.Status()
+	if c.st.Members.Configured() {
+		st := c.st.Members.Status()
 		caps.NoRestartsLeft, caps.MaxRestarts = st.Restarts >= st.MaxRestarts, st.MaxRestarts
 	}
-	d = c.failures.Record(round, fs, caps)
+	d = c.st.Failures.Record(round, fs, caps)
 	c.noticeDiagnosisLocked(d, fs)
 	return d
 }

@@ -178,9 +178,9 @@ func checkFixtureDetails(t *testing.T, c *core) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if step, ok := c.memory.Step(4); len(c.memory.Held()["a"]) != 2 || step != 8 || !ok || len(c.datasets.Holders()) != 1 || c.fleet.Saved() == nil || c.failures.History().Len() != 1 {
+	if step, ok := c.st.Memory.Step(4); len(c.st.Memory.Held()["a"]) != 2 || step != 8 || !ok || len(c.st.Datasets.Holders()) != 1 || c.st.Fleet.Saved() == nil || c.st.Failures.History().Len() != 1 {
 		t.Errorf("held %v, memory %v, lease holders %v, fleet %d bytes, %d diagnoses: want all set",
-			c.memory.Held(), c.memory.Agreement(), c.datasets.Holders(), len(c.fleet.Saved()), c.failures.History().Len())
+			c.st.Memory.Held(), c.st.Memory.Agreement(), c.st.Datasets.Holders(), len(c.st.Fleet.Saved()), c.st.Failures.History().Len())
 	}
 }
 
@@ -198,10 +198,10 @@ func viewsOf(t *testing.T, c *core) fixtureViews {
 		}
 	}
 	c.mu.Lock()
-	for k, v := range c.kv.Map() {
+	for k, v := range c.st.Keys.Map() {
 		out.Keys[k] = string(v)
 	}
-	datasets := c.datasets.Machine().Datasets()
+	datasets := c.st.Datasets.Machine().Datasets()
 	c.mu.Unlock()
 	for _, d := range datasets {
 		if out.Datasets[d], err = c.datasetStatus(d); err != nil {
@@ -310,7 +310,7 @@ func writeFixture(t *testing.T) {
 		}
 		for _, id := range fixtureNodes {
 			c.mu.Lock()
-			world, stage, groups := c.check.Machine().Tasks(id)
+			world, stage, groups := c.st.Check.Machine().Tasks(id)
 			c.mu.Unlock()
 			for _, g := range groups {
 				result := nodecheck.Result{OK: true, Elapsed: time.Second, Compute: time.Second / 2, Collective: time.Second / 2}

@@ -21,7 +21,7 @@ func (c *core) noticeLocked(n jobstate.FleetNotice) {
 	if !c.live || !c.fleetOn {
 		return
 	}
-	c.fleet.Notice(n)
+	c.st.Fleet.Notice(n)
 	select {
 	case c.noticeCh <- struct{}{}:
 	default:
@@ -32,7 +32,7 @@ func (c *core) noticeLocked(n jobstate.FleetNotice) {
 func (c *core) takeNotices() []jobstate.FleetNotice {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.fleet.TakeNotices()
+	return c.st.Fleet.TakeNotices()
 }
 
 // noticeDiagnosisLocked queues the node actions a failed round's
@@ -47,7 +47,7 @@ func (c *core) noticeDiagnosisLocked(d diagnosis.Decision, fs []jobstate.Failure
 func (c *core) fleetSaved() json.RawMessage {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.fleet.Saved()
+	return c.st.Fleet.Saved()
 }
 
 // setFleetView records what GetJob shows of the managed nodes.

@@ -22,7 +22,7 @@ func TestStateLimits(t *testing.T) {
 	c := configuredCore(t, store.NewMemory(), now)
 	c.mu.Lock()
 	for i := range maxKeys {
-		c.kv.Set(fmt.Sprint("k", i), nil)
+		c.st.Keys.Set(fmt.Sprint("k", i), nil)
 	}
 	c.mu.Unlock()
 	err := c.apply(ctx, &event{Type: eventSetKey, Time: now, Key: "one-more", Value: []byte("v")})
@@ -33,7 +33,7 @@ func TestStateLimits(t *testing.T) {
 		t.Errorf("updating an existing key at the limit: %v", err)
 	}
 	c.mu.Lock()
-	c.kv = jobstate.RestoreKeys(map[string][]byte{"filler": make([]byte, maxKeyBytes-10)}) // the values take all but 10 bytes
+	c.st.Keys = jobstate.RestoreKeys(map[string][]byte{"filler": make([]byte, maxKeyBytes-10)}) // the values take all but 10 bytes
 	c.mu.Unlock()
 	if err := c.apply(ctx, &event{Type: eventSetKey, Time: now, Key: "b1", Value: make([]byte, 11)}); !errors.Is(err, errLimit) {
 		t.Errorf("a value past the byte limit: %v, want errLimit", err)

@@ -38,9 +38,9 @@ func validateSnapshots(r *roverv1.JoinRequest) ([]jobstate.MemorySnapshot, error
 
 // agreeMemoryLocked fixes the memory step of a round that just closed.
 func (c *core) agreeMemoryLocked() {
-	s := c.members.Status()
-	if !c.members.Configured() || s.Open || s.WorldRound == 0 || c.memory.Agreement().Round == s.WorldRound {
+	s := c.st.Members.Status()
+	if !c.st.Members.Configured() || s.Open || s.WorldRound == 0 || c.st.Memory.Agreement().Round == s.WorldRound {
 		return // the world's snapshot costs O(nodes): take it once a round
 	}
-	c.memory.Agree(c.members.Rendezvous().Snapshot().World, s.WorldRound, s.WorldSize)
+	c.st.Memory.Agree(c.st.Members.Rendezvous().Snapshot().World, s.WorldRound, s.WorldSize)
 }

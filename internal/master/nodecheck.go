@@ -34,18 +34,18 @@ type checkReport struct {
 
 // newCheckLocked makes the node check of a job configured with one.
 func (c *core) newCheckLocked() {
-	if cfg := c.members.Config(); cfg != nil && cfg.NodeCheck != nil && c.check == nil {
-		c.check = jobstate.NewNodeCheck(cfg.NodeCheck, cfg.Rendezvous.MinNodes)
+	if cfg := c.st.Members.Config(); cfg != nil && cfg.NodeCheck != nil && c.st.Check == nil {
+		c.st.Check = jobstate.NewNodeCheck(cfg.NodeCheck, cfg.Rendezvous.MinNodes)
 	}
 }
 
 // checkWorldLocked starts the check of a world that just formed, or
 // cancels the check of a world that ended.
 func (c *core) checkWorldLocked(now time.Time) {
-	if c.check == nil {
+	if c.st.Check == nil {
 		return
 	}
-	c.check.World(c.members.Status(), func() []rendezvous.Member { return c.members.Rendezvous().Snapshot().World }, now)
+	c.st.Check.World(c.st.Members.Status(), func() []rendezvous.Member { return c.st.Members.Rendezvous().Snapshot().World }, now)
 }
 
 // checkEventLocked validates a check event before it is journaled.
@@ -53,30 +53,30 @@ func (c *core) checkEventLocked(e *event) error {
 	if e.Type == eventCheckTick {
 		return nil
 	}
-	if c.check == nil {
+	if c.st.Check == nil {
 		return invalid("this job runs no node check: start its agents with --network-check")
 	}
 	if e.Check == nil {
 		return invalid("a node check report without its result")
 	}
-	return c.check.CheckReport(e.Node, e.Round, e.Check.Stage, e.Check.Group)
+	return c.st.Check.CheckReport(e.Node, e.Round, e.Check.Stage, e.Check.Group)
 }
 
 // transitionCheckLocked applies a check event; when the check ends, the
 // excluded nodes leave the world.
 func (c *core) transitionCheckLocked(e *event) error {
-	if c.check == nil {
+	if c.st.Check == nil {
 		return nil
 	}
 	var ch jobstate.CheckChange
 	switch e.Type {
 	case eventCheckReport:
 		var err error
-		if ch, err = c.check.Report(e.Round, e.Check.Stage, e.Check.Group, e.Node, e.Check.Result, e.Time); err != nil {
+		if ch, err = c.st.Check.Report(e.Round, e.Check.Stage, e.Check.Group, e.Node, e.Check.Result, e.Time); err != nil {
 			return err
 		}
 	case eventCheckTick:
-		ch = c.check.Tick(e.Time)
+		ch = c.st.Check.Tick(e.Time)
 	}
 	if ch.Changed {
 		c.changedLocked()
@@ -94,9 +94,9 @@ func (c *core) excludeLocked(ch *nodecheck.Check, now time.Time) {
 			continue
 		}
 		reason := fmt.Sprintf("the node check found it %s: %s", v.Kind, v.Reason)
-		c.members.Exclude(v.Node, reason, now)
-		c.memory.Lost(v.Node)
-		c.datasets.NodeLost(v.Node, now)
+		c.st.Members.Exclude(v.Node, reason, now)
+		c.st.Memory.Lost(v.Node)
+		c.st.Datasets.NodeLost(v.Node, now)
 		if host := c.hostLocked(v.Node); host != "" {
 			c.noticeLocked(jobstate.FleetNotice{Node: v.Node, Reason: reason, Action: nodemanager.Action{Kind: nodemanager.MarkHostBad, Host: host, Reason: reason}})
 		}
@@ -114,23 +114,23 @@ func (c *core) hostLocked(node string) string {
 			}
 		}
 	}
-	addr, _ := c.members.Addr(node)
+	addr, _ := c.st.Members.Addr(node)
 	return addr
 }
 
 // checkViewLocked adds the node check to id's view: its groups while the
 // check of its world runs (the assignment is held back), its verdict after.
 func (c *core) checkViewLocked(id string, v *roverv1.NodeView) {
-	if c.check == nil {
+	if c.st.Check == nil {
 		return
 	}
-	m := c.check.Machine()
+	m := c.st.Check.Machine()
 	world, stage, done, member, ok := m.Stage(id)
 	verdict, judged := m.Verdict(id)
 	if !ok || !member && !judged {
 		return
 	}
-	nc := c.members.Config().NodeCheck
+	nc := c.st.Members.Config().NodeCheck
 	cv := &roverv1.NodeCheckView{Round: int64(world), Stage: int32(stage), Running: !done,
 		GroupTimeoutMillis: nc.Config.Timeout().Milliseconds(), CommPerf: nc.CommPerf}
 	if !done && member {
@@ -147,10 +147,10 @@ func (c *core) checkViewLocked(id string, v *roverv1.NodeView) {
 
 // checkProtoLocked fills GetJob's node check.
 func (c *core) checkProtoLocked(r *roverv1.GetJobResponse) {
-	if c.check == nil {
+	if c.st.Check == nil {
 		return
 	}
-	m := c.check.Machine()
+	m := c.st.Check.Machine()
 	ch := m.Last()
 	if ch == nil {
 		return
@@ -204,10 +204,10 @@ func resultFromProto(p *roverv1.NodeCheckResult) (nodecheck.Result, error) {
 // checkDeadlineLocked returns the check's tick event when its stage's
 // deadline has passed.
 func (c *core) checkDeadlineLocked(now time.Time) *event {
-	if c.check == nil {
+	if c.st.Check == nil {
 		return nil
 	}
-	if d, ok := c.check.Machine().NextDeadline(); ok && !now.Before(d) {
+	if d, ok := c.st.Check.Machine().NextDeadline(); ok && !now.Before(d) {
 		return &event{Type: eventCheckTick, Time: now}
 	}
 	return nil
@@ -217,10 +217,10 @@ func (c *core) checkDeadlineLocked(now time.Time) *event {
 func (c *core) nodeCheck() *nodecheck.Check {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.check == nil {
+	if c.st.Check == nil {
 		return nil
 	}
-	return c.check.Machine().Last()
+	return c.st.Check.Machine().Last()
 }
 
 func describeNodeCheck(c *jobconfig.NodeCheck) string {

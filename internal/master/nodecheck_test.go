@@ -92,7 +92,7 @@ func TestNodeCheckExcludesTheFaultyNodeAndReplays(t *testing.T) {
 	for _, id := range []string{"c", "d"} {
 		_, g := groupOf(t, c, id)
 		var partner string
-		for _, grp := range c.check.Machine().Last().Groups[1] {
+		for _, grp := range c.st.Check.Machine().Last().Groups[1] {
 			if grp.ID == g {
 				partner = grp.Nodes[0]
 			}
@@ -154,7 +154,7 @@ func TestNodeCheckDeadlineAndStaleReports(t *testing.T) {
 	// checks each alone; nobody reports again: all four are faulty, and
 	// the job keeps none of them.
 	for i := 0; i < 2; i++ {
-		d, ok := c.check.Machine().NextDeadline()
+		d, ok := c.st.Check.Machine().NextDeadline()
 		if !ok {
 			t.Fatal("no deadline while the check runs")
 		}
@@ -170,7 +170,7 @@ func TestNodeCheckDeadlineAndStaleReports(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if ch := c.check.Machine().Last(); !ch.Done || len(ch.Verdicts) != 4 {
+	if ch := c.st.Check.Machine().Last(); !ch.Done || len(ch.Verdicts) != 4 {
 		t.Fatalf("check after two deadlines: %+v", ch)
 	}
 }

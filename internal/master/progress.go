@@ -76,15 +76,15 @@ func (t *tracker) syncLocked(round int64) {
 func (c *core) progressReport(node string, np *roverv1.NodeProgress, now time.Time) (*event, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.members.Configured() || np == nil {
+	if !c.st.Members.Configured() || np == nil {
 		return nil, false
 	}
-	s := c.members.Status()
-	mb, worldRound, _, member := c.members.Rendezvous().WorldMember(node)
+	s := c.st.Members.Status()
+	mb, worldRound, _, member := c.st.Members.Rendezvous().WorldMember(node)
 	t := &c.prog
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.initLocked(c.members.Config().Hang)
+	t.initLocked(c.st.Members.Config().Hang)
 	t.syncLocked(int64(s.Round))
 	if np.GetRound() == t.round && !s.Open && member {
 		t.recordLocked(node, np, now)
@@ -143,14 +143,14 @@ func (t *tracker) recordLocked(node string, np *roverv1.NodeProgress, now time.T
 // job's policy.
 func (c *core) checkProgress(ctx context.Context, now time.Time, log *slog.Logger) error {
 	c.mu.Lock()
-	if !c.members.Configured() {
+	if !c.st.Members.Configured() {
 		c.mu.Unlock()
 		return nil
 	}
-	s := c.members.Status()
+	s := c.st.Members.Status()
 	t := &c.prog
 	t.mu.Lock()
-	t.initLocked(c.members.Config().Hang)
+	t.initLocked(c.st.Members.Config().Hang)
 	t.syncLocked(int64(s.Round))
 	slow, why := t.window.Stragglers()
 	if !slices.Equal(slow, t.slow) {
@@ -202,11 +202,11 @@ func (t *tracker) utilLocked() string {
 // which restarts it: it is recorded against the member whose workers
 // progressed least (the lowest newest step, then the oldest progress).
 func (c *core) hangFailureLocked(t *tracker, now time.Time) *event {
-	world := c.members.Rendezvous().Snapshot()
+	world := c.st.Members.Rendezvous().Snapshot()
 	var pick *rendezvous.Member
 	var pickNode *nodeProgress
 	for _, id := range slices.Sorted(func(yield func(string) bool) {
-		for id := range c.members.Addrs() {
+		for id := range c.st.Members.Addrs() {
 			if !yield(id) {
 				return
 			}

@@ -26,7 +26,7 @@ const (
 // false for other events. The outcome of a single call is left in shardOut,
 // a batch's in batchOut, for the caller to read under the same lock.
 func (c *core) transitionShardsLocked(e *event) (ok bool, err error) {
-	s, d := e.Shard, c.datasets
+	s, d := e.Shard, c.st.Datasets
 	switch e.Type {
 	case eventRegisterDataset:
 		return true, d.Register(*s.Spec, e.Time)
@@ -60,7 +60,7 @@ func (c *core) transitionShardsLocked(e *event) (ok bool, err error) {
 func (c *core) shardWorker(s *jobstate.ShardEvent) shard.Worker {
 	inc := s.Incarnation
 	if inc == 0 {
-		inc = int64(c.members.Status().Round)
+		inc = int64(c.st.Members.Status().Round)
 	}
 	return shard.Worker{Name: s.Worker, Incarnation: inc}
 }
@@ -68,7 +68,7 @@ func (c *core) shardWorker(s *jobstate.ShardEvent) shard.Worker {
 // fenceShardsLocked fences the datasets at a new round (see
 // jobstate.Datasets.Fence).
 func (c *core) fenceShardsLocked(now time.Time) {
-	c.datasets.Fence(int64(c.members.Status().Round), now)
+	c.st.Datasets.Fence(int64(c.st.Members.Status().Round), now)
 }
 
 // shardCall journals and applies one shard event and returns its outcome.
@@ -183,17 +183,17 @@ func validatePosition(p *roverv1.DataPosition) (*shard.Position, error) {
 func (c *core) datasetStatus(name string) (shard.Status, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.datasets.Machine().Status(name)
+	return c.st.Datasets.Machine().Status(name)
 }
 
 func (c *core) position(name string) (shard.Position, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.datasets.Machine().Position(name)
+	return c.st.Datasets.Machine().Position(name)
 }
 
 func (c *core) datasetState(name string) ([]byte, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.datasets.Machine().DatasetState(name)
+	return c.st.Datasets.Machine().DatasetState(name)
 }

@@ -117,8 +117,8 @@ func TestShardsRequeuedWhenNodeLost(t *testing.T) {
 	if _, err := c2.restore(ctx, now); err != nil {
 		t.Fatal(err)
 	}
-	a, _ := c.datasets.Machine().MarshalState()
-	b, _ := c2.datasets.Machine().MarshalState()
+	a, _ := c.st.Datasets.Machine().MarshalState()
+	b, _ := c2.st.Datasets.Machine().MarshalState()
 	if string(a) != string(b) {
 		t.Errorf("replayed shard state differs:\n%s\n%s", a, b)
 	}

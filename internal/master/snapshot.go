@@ -43,36 +43,36 @@ type memoryJSON struct {
 
 // marshalStateLocked snapshots the core.
 func (c *core) marshalStateLocked() ([]byte, error) {
-	agreed := c.memory.Agreement()
+	agreed := c.st.Memory.Agreement()
 	s := coreState{
-		Schema: stateSchema, RunID: c.runID, Config: c.members.Config(),
-		Addrs: c.members.Addrs(), KV: c.kv.Map(), Held: c.memory.Held(),
+		Schema: stateSchema, RunID: c.runID, Config: c.st.Members.Config(),
+		Addrs: c.st.Members.Addrs(), KV: c.st.Keys.Map(), Held: c.st.Memory.Held(),
 		Memory: &memoryJSON{Round: agreed.Round, Step: agreed.Step, OK: agreed.OK},
-		Fleet:  c.fleet.Saved(),
+		Fleet:  c.st.Fleet.Saved(),
 	}
 	var err error
-	if s.Rendezvous, err = c.members.MarshalRendezvous(); err != nil {
+	if s.Rendezvous, err = c.st.Members.MarshalRendezvous(); err != nil {
 		return nil, fmt.Errorf("snapshot the rendezvous: %w", err)
 	}
-	if c.check != nil {
-		if s.NodeCheck, err = c.check.Machine().MarshalState(); err != nil {
+	if c.st.Check != nil {
+		if s.NodeCheck, err = c.st.Check.Machine().MarshalState(); err != nil {
 			return nil, fmt.Errorf("snapshot the node check: %w", err)
 		}
 	}
-	if s.Shards, err = c.datasets.Machine().MarshalState(); err != nil {
+	if s.Shards, err = c.st.Datasets.Machine().MarshalState(); err != nil {
 		return nil, fmt.Errorf("snapshot the shards: %w", err)
 	}
-	for _, f := range c.failures.Records() {
+	for _, f := range c.st.Failures.Records() {
 		b, err := protojson.Marshal(failureProto(f))
 		if err != nil {
 			return nil, fmt.Errorf("snapshot a failure record: %w", err)
 		}
 		s.Failures = append(s.Failures, b)
 	}
-	if h := c.failures.History(); h.Len() > 0 {
+	if h := c.st.Failures.History(); h.Len() > 0 {
 		s.Diagnosis = &h
 	}
-	s.LeaseHolders = c.datasets.Holders()
+	s.LeaseHolders = c.st.Datasets.Holders()
 	b, err := json.Marshal(s)
 	if err != nil {
 		return nil, fmt.Errorf("encode the master's snapshot: %w", err)
@@ -92,14 +92,14 @@ func (c *core) restoreStateLocked(b []byte) error {
 	if s.RunID != c.runID {
 		return fmt.Errorf("the state belongs to job %q, not %q: pass --job %s, or another state dir", s.RunID, c.runID, s.RunID)
 	}
-	if err := c.members.Restore(s.Config, s.Rendezvous, s.Addrs); err != nil {
+	if err := c.st.Members.Restore(s.Config, s.Rendezvous, s.Addrs); err != nil {
 		return err
 	}
 	if s.Config != nil {
 		var err error
-		c.check = nil
+		c.st.Check = nil
 		if s.NodeCheck != nil {
-			if c.check, err = jobstate.RestoreNodeCheck(s.NodeCheck); err != nil {
+			if c.st.Check, err = jobstate.RestoreNodeCheck(s.NodeCheck); err != nil {
 				return err
 			}
 		}
@@ -109,8 +109,8 @@ func (c *core) restoreStateLocked(b []byte) error {
 	if err != nil {
 		return fmt.Errorf("shards: %w", err)
 	}
-	c.datasets = datasets
-	c.kv = jobstate.RestoreKeys(s.KV)
+	c.st.Datasets = datasets
+	c.st.Keys = jobstate.RestoreKeys(s.KV)
 	var failures []jobstate.Failure
 	for _, raw := range s.Failures {
 		f := &roverv1.WorkerFailure{}
@@ -123,12 +123,12 @@ func (c *core) restoreStateLocked(b []byte) error {
 	if s.Diagnosis != nil {
 		history = *s.Diagnosis
 	}
-	c.failures = jobstate.RestoreFailures(failures, history)
-	c.fleet = jobstate.RestoreFleet(s.Fleet)
+	c.st.Failures = jobstate.RestoreFailures(failures, history)
+	c.st.Fleet = jobstate.RestoreFleet(s.Fleet)
 	var agreed jobstate.MemoryAgreement
 	if s.Memory != nil {
 		agreed = jobstate.MemoryAgreement{Round: s.Memory.Round, Step: s.Memory.Step, OK: s.Memory.OK}
 	}
-	c.memory = jobstate.RestoreMemory(s.Held, agreed)
+	c.st.Memory = jobstate.RestoreMemory(s.Held, agreed)
 	return nil
 }

@@ -27,7 +27,8 @@
 //     runs, and the notices queued for it (a lost agent, a diagnosis's
 //     relaunch).
 //
-// The master's core composes the sub-states and carries the effects of one
+// State composes the sub-states (state.go). The master's core holds one
+// and carries the effects of one
 // on the others (a node check that excludes a node loses it from the
 // rendezvous, its memory and its leases; a new round fences the leases of
 // the last).
