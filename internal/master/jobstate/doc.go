@@ -28,10 +28,9 @@
 //     relaunch).
 //
 // State composes the sub-states (state.go). The master's core holds one
-// and carries the effects of one
-// on the others (a node check that excludes a node loses it from the
-// rendezvous, its memory and its leases; a new round fences the leases of
-// the last).
+// and carries the effects of one on the others (a node check that excludes
+// a node loses it from the rendezvous, its memory and its leases; a new
+// round fences the leases of the last).
 //
 // A new piece of job state goes here as a sub-state: a type with a method
 // per event (Check before journaling, then the transition), views that
