@@ -154,7 +154,7 @@ func FuzzBatchShards(f *testing.F) {
 		st := store.NewMemory()
 		c := newCore("job", st)
 		ds, _ := datasetFromProto(leasedSpec("d"))
-		if _, err := c.shardCall(ctx, &event{Type: eventRegisterDataset, Time: now, Shard: &jobstate.ShardEvent{Dataset: "d", Spec: &ds}}); err != nil {
+		if _, err := c.shardCall(ctx, &jobstate.Event{Type: jobstate.EventRegisterDataset, Time: now, Shard: &jobstate.ShardEvent{Dataset: "d", Spec: &ds}}); err != nil {
 			t.Fatal(err)
 		}
 		var ops []jobstate.BatchOp

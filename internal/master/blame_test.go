@@ -79,9 +79,9 @@ func TestLostNodeTakesTheBlame(t *testing.T) {
 				switch what {
 				case "fail":
 					raw, _ := protojson.Marshal(&roverv1.WorkerFailure{NodeId: id, Round: 1, ExitCode: 1, Message: "gloo: connection reset by peer"})
-					err = c.apply(ctx, &event{Type: eventWorkerFailed, Time: now, Node: id, Round: 1, Failures: []json.RawMessage{raw}})
+					err = c.apply(ctx, &jobstate.Event{Type: jobstate.EventWorkerFailed, Time: now, Node: id, Round: 1, Failures: []json.RawMessage{raw}})
 				case "lost":
-					err = c.apply(ctx, &event{Type: eventNodeLost, Time: now, Node: id, Reason: fmt.Sprintf("disconnected for %v", grace)})
+					err = c.apply(ctx, &jobstate.Event{Type: jobstate.EventNodeLost, Time: now, Node: id, Reason: fmt.Sprintf("disconnected for %v", grace)})
 				case "join":
 					join(id)
 				case "tick":

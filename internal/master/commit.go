@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/roverml/rover/internal/master/jobstate"
 	"github.com/roverml/rover/internal/store"
 )
 
@@ -22,7 +23,7 @@ import (
 
 // proposal is one event waiting to be committed.
 type proposal struct {
-	e   *event
+	e   *jobstate.Event
 	rec []byte
 	// out, when set, runs under the core's lock right after e is applied,
 	// with e's error: it reads the outcome for the caller.
@@ -56,14 +57,14 @@ const minSnapshotEvery = 4 << 20
 // when not nil, runs under the core's lock right after e is applied. A
 // cancelled ctx does not withdraw the proposal: it is committed or not as if
 // the caller's answer was lost.
-func (c *core) propose(ctx context.Context, e *event, out func(error)) error {
+func (c *core) propose(ctx context.Context, e *jobstate.Event, out func(error)) error {
 	c.mu.Lock()
 	err := c.checkLocked(e) // a request that fails now is not journaled
 	c.mu.Unlock()
 	if err != nil {
 		return err
 	}
-	rec, err := e.marshal()
+	rec, err := e.Marshal()
 	if err != nil {
 		return err
 	}

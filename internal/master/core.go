@@ -103,7 +103,7 @@ func (c *core) restore(ctx context.Context, now time.Time) (int, error) {
 	}
 	old := false // replaying records of schema 1, from before shuffled orders changed
 	for i, b := range contents.Records {
-		e, err := unmarshalEvent(b)
+		e, err := jobstate.UnmarshalEvent(b)
 		if err != nil {
 			return i, fmt.Errorf("journal record %d: %w", i, err)
 		}
@@ -151,13 +151,13 @@ func (c *core) checkOldOrdersLocked(n int) error {
 }
 
 // apply journals an event and applies it once durable.
-func (c *core) apply(ctx context.Context, e *event) error {
+func (c *core) apply(ctx context.Context, e *jobstate.Event) error {
 	return c.propose(ctx, e, nil)
 }
 
 // applyLocked applies a committed event: the same checks and transition
 // whether the event is new or replayed, so a replay rebuilds the same state.
-func (c *core) applyLocked(e *event) error {
+func (c *core) applyLocked(e *jobstate.Event) error {
 	if err := c.checkLocked(e); err != nil {
 		return err
 	}
@@ -165,28 +165,28 @@ func (c *core) applyLocked(e *event) error {
 }
 
 // checkLocked rejects events that would fail, before they are journaled.
-func (c *core) checkLocked(e *event) error {
-	if e.Shard != nil || e.Type == eventShardBatch {
+func (c *core) checkLocked(e *jobstate.Event) error {
+	if e.Shard != nil || e.Type == jobstate.EventShardBatch {
 		return nil // the shard machine checks its own events
 	}
 	switch e.Type {
-	case eventConfigure, eventFleet:
+	case jobstate.EventConfigure, jobstate.EventFleet:
 		return nil
-	case eventDeclareStorage:
+	case jobstate.EventDeclareStorage:
 		if e.Declare == nil {
 			return invalid("a storage declaration without its content")
 		}
 		_, _, err := c.st.Members.CheckDeclare(*e.Declare)
 		return err
-	case eventCheckReport, eventCheckTick:
+	case jobstate.EventCheckReport, jobstate.EventCheckTick:
 		if !c.st.Members.Configured() {
 			return errNotConfigured
 		}
 		return c.checkEventLocked(e)
-	case eventSetKey:
+	case jobstate.EventSetKey:
 		return c.st.Keys.Check(e.Key, len(e.Value))
 	}
-	if e.Type == eventWorkerFailed || e.Type == eventNodeSucceeded {
+	if e.Type == jobstate.EventWorkerFailed || e.Type == jobstate.EventNodeSucceeded {
 		return c.st.Members.CheckNode(e.Node)
 	}
 	if !c.st.Members.Configured() {
@@ -195,29 +195,29 @@ func (c *core) checkLocked(e *event) error {
 	return nil
 }
 
-func (c *core) transitionLocked(e *event) error {
+func (c *core) transitionLocked(e *jobstate.Event) error {
 	if ok, err := c.transitionShardsLocked(e); ok {
 		return err
 	}
 	var err error
 	before := c.st.Members.Status()
 	switch e.Type {
-	case eventConfigure:
+	case jobstate.EventConfigure:
 		var first bool
 		if first, err = c.st.Members.Configure(e.Config, c.st.Fleet.Expect(), e.Time); first {
 			c.newCheckLocked()
 		}
-	case eventJoin:
+	case jobstate.EventJoin:
 		var loss *jobstate.WorldLoss
 		if loss, err = c.st.Members.Join(*e.Join, e.Time); loss != nil {
 			// A member's agent restarted, ending the world: the others'
 			// failures in it were its consequences.
-			c.blameLossLocked(&event{Node: e.Join.NodeID, Time: e.Time, Reason: "its agent restarted"}, loss)
+			c.blameLossLocked(&jobstate.Event{Node: e.Join.NodeID, Time: e.Time, Reason: "its agent restarted"}, loss)
 		}
 		if err == nil {
 			c.st.Memory.Joined(e.Join.NodeID, e.Snapshots)
 		}
-	case eventNodeLost:
+	case jobstate.EventNodeLost:
 		if loss := c.st.Members.Lose(e.Node, e.Reason, e.Since, e.Planned, e.Time); loss != nil {
 			c.blameLossLocked(e, loss)
 		}
@@ -226,7 +226,7 @@ func (c *core) transitionLocked(e *event) error {
 		if !e.Planned { // the node manager removed it itself
 			c.noticeLocked(jobstate.FleetNotice{Lost: true, Node: e.Node, Reason: e.Reason})
 		}
-	case eventWorkerFailed:
+	case jobstate.EventWorkerFailed:
 		cur := c.st.Members.Status()
 		if e.Round == cur.Round && !cur.Open {
 			if d := c.recordFailuresLocked(e.Round, e.Failures); d.FailFast {
@@ -235,25 +235,25 @@ func (c *core) transitionLocked(e *event) error {
 			}
 		}
 		err = c.st.Members.WorkerFailed(e.Node, e.Round, e.Time)
-	case eventNodeSucceeded:
+	case jobstate.EventNodeSucceeded:
 		err = c.st.Members.NodeSucceeded(e.Node, e.Round, e.Time)
-	case eventSetKey:
+	case jobstate.EventSetKey:
 		c.st.Keys.Set(e.Key, e.Value)
 		close(c.keys)
 		c.keys = make(chan struct{})
-	case eventTick:
+	case jobstate.EventTick:
 		c.st.Members.Tick(e.Time)
-	case eventFleet:
+	case jobstate.EventFleet:
 		if c.st.Fleet.Save(e.Fleet, e.Nodes) {
 			c.st.Members.Expect(e.Nodes, e.Time)
 		}
-	case eventFailNodes:
+	case jobstate.EventFailNodes:
 		c.st.Members.FailNodes(e.Reason)
-	case eventCancel:
+	case jobstate.EventCancel:
 		c.st.Members.Cancel(e.Reason)
-	case eventCheckReport, eventCheckTick:
+	case jobstate.EventCheckReport, jobstate.EventCheckTick:
 		err = c.transitionCheckLocked(e)
-	case eventDeclareStorage:
+	case jobstate.EventDeclareStorage:
 		err = c.st.Members.Declare(*e.Declare)
 	default:
 		return fmt.Errorf("journal event type %q %w", e.Type, errUnknownEvent)
@@ -289,7 +289,7 @@ func (c *core) configure(ctx context.Context, cfg jobconfig.Config, now time.Tim
 		return fmt.Errorf("%w: %w", errInvalid, err)
 	}
 	var agreed error
-	err := c.propose(ctx, &event{Type: eventConfigure, Time: now, Config: &cfg}, func(error) {
+	err := c.propose(ctx, &jobstate.Event{Type: jobstate.EventConfigure, Time: now, Config: &cfg}, func(error) {
 		agreed = settingsAgree(c.st.Members.Config(), &cfg) // another agent's configuration may have come first
 	})
 	return errors.Join(err, agreed)
@@ -310,7 +310,7 @@ func (c *core) join(ctx context.Context, req rendezvous.JoinRequest, snaps []job
 		}
 	}
 	c.mu.Unlock()
-	err = c.propose(ctx, &event{Type: eventJoin, Time: now, Join: &req, Snapshots: snaps}, func(err error) {
+	err = c.propose(ctx, &jobstate.Event{Type: jobstate.EventJoin, Time: now, Join: &req, Snapshots: snaps}, func(err error) {
 		if err == nil {
 			nodeRank, joinedRound, _ = c.st.Members.Rendezvous().Joined(req.NodeID)
 		}
@@ -321,17 +321,17 @@ func (c *core) join(ctx context.Context, req rendezvous.JoinRequest, snaps []job
 // tick advances the timeouts of both state machines: it proposes the
 // events whose time has come and returns once they are applied.
 func (c *core) tick(ctx context.Context, now time.Time) error {
-	var events []*event
+	var events []*jobstate.Event
 	c.mu.Lock()
 	if d, ok := c.st.Datasets.Machine().NextDeadline(); ok && !now.Before(d) {
-		events = append(events, &event{Type: eventShardTick, Time: now, Shard: &jobstate.ShardEvent{}})
+		events = append(events, &jobstate.Event{Type: jobstate.EventShardTick, Time: now, Shard: &jobstate.ShardEvent{}})
 	}
 	if c.st.Members.Configured() {
 		for _, lost := range c.st.Members.Expired(now) {
-			events = append(events, &event{Type: eventNodeLost, Time: now, Node: lost.ID, Reason: lost.Reason, Since: lost.Since})
+			events = append(events, &jobstate.Event{Type: jobstate.EventNodeLost, Time: now, Node: lost.ID, Reason: lost.Reason, Since: lost.Since})
 		}
 		if d, ok := c.st.Members.Rendezvous().NextDeadline(); ok && !now.Before(d) {
-			events = append(events, &event{Type: eventTick, Time: now})
+			events = append(events, &jobstate.Event{Type: jobstate.EventTick, Time: now})
 		}
 		if e := c.checkDeadlineLocked(now); e != nil {
 			events = append(events, e)

@@ -25,7 +25,7 @@ func (c *core) declareStorage(ctx context.Context, d jobstate.StorageDeclaration
 	if err != nil || !changed {
 		return job, err
 	}
-	err = c.propose(ctx, &event{Type: eventDeclareStorage, Declare: &d}, func(error) {
+	err = c.propose(ctx, &jobstate.Event{Type: jobstate.EventDeclareStorage, Declare: &d}, func(error) {
 		job = c.st.Members.Config().Checkpoint // another declaration may have come first
 	})
 	return job, err

@@ -16,7 +16,7 @@ import (
 
 // blameLossLocked records that a lost node ended its world's round (see
 // jobstate.Failures.Blame).
-func (c *core) blameLossLocked(e *event, loss *jobstate.WorldLoss) {
+func (c *core) blameLossLocked(e *jobstate.Event, loss *jobstate.WorldLoss) {
 	c.st.Failures.Blame(jobstate.Loss{Node: e.Node, Member: loss.Member, Round: loss.Round, Reason: e.Reason, Time: e.Time, Relaunched: c.fleetOn})
 }
 

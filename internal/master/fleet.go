@@ -270,7 +270,7 @@ func (f *fleet) observe(ctx context.Context, ev platform.Event) []nodemanager.Co
 		}
 	}
 	if ev.Failed() || ev.Kind == platform.Deleted {
-		e := &event{Type: eventNodeLost, Time: now, Node: ev.NodeID, Reason: "its agent " + ev.Describe(), Since: ev.Time}
+		e := &jobstate.Event{Type: jobstate.EventNodeLost, Time: now, Node: ev.NodeID, Reason: "its agent " + ev.Describe(), Since: ev.Time}
 		if err := f.core.apply(ctx, e); err != nil && !errors.Is(err, errNotConfigured) {
 			f.log.Warn("record a node's loss", "node", ev.NodeID, "err", err)
 		}
@@ -314,7 +314,7 @@ func (f *fleet) carry(ctx context.Context, cmds []nodemanager.Command) {
 		return
 	}
 	if !bytes.Equal(state, f.saved) {
-		if err := f.core.apply(ctx, &event{Type: eventFleet, Time: f.clock.Now(), Fleet: state, Nodes: f.mgr.Live()}); err != nil {
+		if err := f.core.apply(ctx, &jobstate.Event{Type: jobstate.EventFleet, Time: f.clock.Now(), Fleet: state, Nodes: f.mgr.Live()}); err != nil {
 			// Nothing is done that the journal does not hold: the master
 			// stops when its store fails, and a restarted one redoes it.
 			f.log.Error("journal the node manager's state", "err", err)
@@ -344,14 +344,14 @@ func (f *fleet) carry(ctx context.Context, cmds []nodemanager.Command) {
 			if c.Removed {
 				// Scaled away: the rendezvous lets it go before its agent
 				// is stopped, so its end is no failure.
-				e := &event{Type: eventNodeLost, Time: f.clock.Now(), Node: c.NodeID, Reason: c.Reason, Planned: true}
+				e := &jobstate.Event{Type: jobstate.EventNodeLost, Time: f.clock.Now(), Node: c.NodeID, Reason: c.Reason, Planned: true}
 				if err := f.core.apply(ctx, e); err != nil && !errors.Is(err, errNotConfigured) {
 					f.log.Warn("record a node's removal", "node", c.NodeID, "err", err)
 				}
 			}
 			f.delete(c.NodeID)
 		case nodemanager.FailJob:
-			if err := f.core.apply(ctx, &event{Type: eventFailNodes, Time: f.clock.Now(), Reason: c.Reason}); err != nil {
+			if err := f.core.apply(ctx, &jobstate.Event{Type: jobstate.EventFailNodes, Time: f.clock.Now(), Reason: c.Reason}); err != nil {
 				f.log.Error("fail the job", "reason", c.Reason, "err", err)
 			}
 		}

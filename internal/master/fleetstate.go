@@ -10,8 +10,8 @@ import (
 )
 
 // The core's side of the node manager (fleet.go): it journals the
-// manager's state (eventFleet, kept by jobstate.Fleet), fails the job when
-// the manager says so (eventFailNodes), and queues for the fleet what only
+// manager's state (jobstate.EventFleet, kept by jobstate.Fleet), fails the job when
+// the manager says so (jobstate.EventFailNodes), and queues for the fleet what only
 // the core learns: a node's agent lost, and the diagnosis of a failed round
 // that calls for a node's relaunch.
 

@@ -17,20 +17,13 @@ import (
 // docs/design/node-check.md). When a round closes on a world with a node
 // that has not passed a check, the check starts: the members' views carry
 // their groups instead of their assignment, so no worker starts. The
-// agents' reports (eventCheckReport) and the stage deadline
-// (eventCheckTick) are journaled; the start, the stages and the verdicts
+// agents' reports (jobstate.EventCheckReport) and the stage deadline
+// (jobstate.EventCheckTick) are journaled; the start, the stages and the verdicts
 // follow from them and from the rendezvous's own events, so a replay
 // rebuilds the same check. Once it is over, the excluded nodes are lost to
 // the rendezvous (a membership change that spends no restart; the others
 // form a new world without them), and when the master owns the nodes the
 // node manager relaunches each one, its host marked bad.
-
-// checkReport is set on eventCheckReport.
-type checkReport struct {
-	Stage  int              `json:"stage"`
-	Group  int              `json:"group"`
-	Result nodecheck.Result `json:"result"`
-}
 
 // newCheckLocked makes the node check of a job configured with one.
 func (c *core) newCheckLocked() {
@@ -49,8 +42,8 @@ func (c *core) checkWorldLocked(now time.Time) {
 }
 
 // checkEventLocked validates a check event before it is journaled.
-func (c *core) checkEventLocked(e *event) error {
-	if e.Type == eventCheckTick {
+func (c *core) checkEventLocked(e *jobstate.Event) error {
+	if e.Type == jobstate.EventCheckTick {
 		return nil
 	}
 	if c.st.Check == nil {
@@ -64,18 +57,18 @@ func (c *core) checkEventLocked(e *event) error {
 
 // transitionCheckLocked applies a check event; when the check ends, the
 // excluded nodes leave the world.
-func (c *core) transitionCheckLocked(e *event) error {
+func (c *core) transitionCheckLocked(e *jobstate.Event) error {
 	if c.st.Check == nil {
 		return nil
 	}
 	var ch jobstate.CheckChange
 	switch e.Type {
-	case eventCheckReport:
+	case jobstate.EventCheckReport:
 		var err error
 		if ch, err = c.st.Check.Report(e.Round, e.Check.Stage, e.Check.Group, e.Node, e.Check.Result, e.Time); err != nil {
 			return err
 		}
-	case eventCheckTick:
+	case jobstate.EventCheckTick:
 		ch = c.st.Check.Tick(e.Time)
 	}
 	if ch.Changed {
@@ -203,12 +196,12 @@ func resultFromProto(p *roverv1.NodeCheckResult) (nodecheck.Result, error) {
 
 // checkDeadlineLocked returns the check's tick event when its stage's
 // deadline has passed.
-func (c *core) checkDeadlineLocked(now time.Time) *event {
+func (c *core) checkDeadlineLocked(now time.Time) *jobstate.Event {
 	if c.st.Check == nil {
 		return nil
 	}
 	if d, ok := c.st.Check.Machine().NextDeadline(); ok && !now.Before(d) {
-		return &event{Type: eventCheckTick, Time: now}
+		return &jobstate.Event{Type: jobstate.EventCheckTick, Time: now}
 	}
 	return nil
 }

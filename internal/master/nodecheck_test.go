@@ -7,6 +7,7 @@ import (
 	"time"
 
 	roverv1 "github.com/roverml/rover/api/rover/v1"
+	"github.com/roverml/rover/internal/master/jobstate"
 	"github.com/roverml/rover/internal/nodemanager"
 	"github.com/roverml/rover/internal/store"
 	"google.golang.org/protobuf/proto"
@@ -46,7 +47,7 @@ func checkedCore(t *testing.T, st Store, now time.Time) *core {
 
 func reportCheck(t *testing.T, c *core, id string, round, stage, group int, ok, local bool, elapsed time.Duration, now time.Time) {
 	t.Helper()
-	e := &event{Type: eventCheckReport, Time: now, Node: id, Round: round, Check: &checkReport{Stage: stage, Group: group}}
+	e := &jobstate.Event{Type: jobstate.EventCheckReport, Time: now, Node: id, Round: round, Check: &jobstate.CheckReport{Stage: stage, Group: group}}
 	e.Check.Result.OK, e.Check.Result.Local, e.Check.Result.Elapsed = ok, local, elapsed
 	if err := c.apply(context.Background(), e); err != nil {
 		t.Fatalf("report %s stage %d group %d: %v", id, stage, group, err)
@@ -144,10 +145,10 @@ func TestNodeCheckDeadlineAndStaleReports(t *testing.T) {
 	now := time.Unix(1000, 0)
 	c := checkedCore(t, store.NewMemory(), now)
 	ctx := context.Background()
-	if err := c.apply(ctx, &event{Type: eventCheckReport, Time: now, Node: "a", Round: 1, Check: &checkReport{Stage: 2}}); err == nil {
+	if err := c.apply(ctx, &jobstate.Event{Type: jobstate.EventCheckReport, Time: now, Node: "a", Round: 1, Check: &jobstate.CheckReport{Stage: 2}}); err == nil {
 		t.Error("a report for a stage that is not running was accepted")
 	}
-	if err := c.apply(ctx, &event{Type: eventCheckReport, Time: now, Node: "a", Round: 1}); err == nil {
+	if err := c.apply(ctx, &jobstate.Event{Type: jobstate.EventCheckReport, Time: now, Node: "a", Round: 1}); err == nil {
 		t.Error("a report without a result was accepted")
 	}
 	// Nobody reports: at the deadline every group failed stage 1; stage 2

@@ -14,6 +14,7 @@ import (
 	roverv1 "github.com/roverml/rover/api/rover/v1"
 	"github.com/roverml/rover/internal/diagnosis"
 	"github.com/roverml/rover/internal/jobconfig"
+	"github.com/roverml/rover/internal/master/jobstate"
 	"github.com/roverml/rover/internal/progress"
 	"github.com/roverml/rover/internal/rendezvous"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -73,7 +74,7 @@ func (t *tracker) syncLocked(round int64) {
 // progressReport records a node's heartbeat progress at now. It returns a
 // failure to report for the node when its devices reported a hardware
 // error (an Xid or an uncorrectable ECC error), for the diagnosis to act on.
-func (c *core) progressReport(node string, np *roverv1.NodeProgress, now time.Time) (*event, bool) {
+func (c *core) progressReport(node string, np *roverv1.NodeProgress, now time.Time) (*jobstate.Event, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.st.Members.Configured() || np == nil {
@@ -99,7 +100,7 @@ func (c *core) progressReport(node string, np *roverv1.NodeProgress, now time.Ti
 	if err != nil {
 		return nil, false
 	}
-	return &event{Type: eventWorkerFailed, Time: now, Node: node, Round: worldRound, Failures: []json.RawMessage{b}}, true
+	return &jobstate.Event{Type: jobstate.EventWorkerFailed, Time: now, Node: node, Round: worldRound, Failures: []json.RawMessage{b}}, true
 }
 
 func (t *tracker) recordLocked(node string, np *roverv1.NodeProgress, now time.Time) {
@@ -161,7 +162,7 @@ func (c *core) checkProgress(ctx context.Context, now time.Time, log *slog.Logge
 			log.Info("no straggler any more")
 		}
 	}
-	var e *event
+	var e *jobstate.Event
 	if s.Job == rendezvous.Running && !s.Open && t.hang.Check(now) {
 		t.hung, t.hangs = true, t.hangs+1
 		idle := now.Sub(t.hang.Since()).Round(time.Millisecond)
@@ -201,7 +202,7 @@ func (t *tracker) utilLocked() string {
 // hangFailureLocked is the failure the master reports for a hung world,
 // which restarts it: it is recorded against the member whose workers
 // progressed least (the lowest newest step, then the oldest progress).
-func (c *core) hangFailureLocked(t *tracker, now time.Time) *event {
+func (c *core) hangFailureLocked(t *tracker, now time.Time) *jobstate.Event {
 	world := c.st.Members.Rendezvous().Snapshot()
 	var pick *rendezvous.Member
 	var pickNode *nodeProgress
@@ -232,7 +233,7 @@ func (c *core) hangFailureLocked(t *tracker, now time.Time) *event {
 	if err != nil {
 		return nil
 	}
-	return &event{Type: eventWorkerFailed, Time: now, Node: pick.NodeID, Round: world.WorldRound, Failures: []json.RawMessage{b}}
+	return &jobstate.Event{Type: jobstate.EventWorkerFailed, Time: now, Node: pick.NodeID, Round: world.WorldRound, Failures: []json.RawMessage{b}}
 }
 
 // behind reports whether a progressed less than b (nil: nothing at all).

@@ -11,42 +11,31 @@ import (
 	"github.com/roverml/rover/internal/shard"
 )
 
-// Shard event types.
-const (
-	eventRegisterDataset eventType = "register_dataset"
-	eventLease           eventType = "lease"
-	eventCompleteShards  eventType = "complete_shards"
-	eventAdvance         eventType = "advance"
-	eventAppend          eventType = "append"
-	eventRestoreDataset  eventType = "restore_dataset"
-	eventShardTick       eventType = "shard_tick"
-)
-
 // transitionShardsLocked applies a dataset event (jobstate.Datasets); ok is
 // false for other events. The outcome of a single call is left in shardOut,
 // a batch's in batchOut, for the caller to read under the same lock.
-func (c *core) transitionShardsLocked(e *event) (ok bool, err error) {
+func (c *core) transitionShardsLocked(e *jobstate.Event) (ok bool, err error) {
 	s, d := e.Shard, c.st.Datasets
 	switch e.Type {
-	case eventRegisterDataset:
+	case jobstate.EventRegisterDataset:
 		return true, d.Register(*s.Spec, e.Time)
-	case eventLease:
+	case jobstate.EventLease:
 		c.shardOut, err = d.Lease(s, c.shardWorker(s), e.Time)
 		return true, err
-	case eventCompleteShards:
+	case jobstate.EventCompleteShards:
 		c.shardOut, err = d.Complete(s, c.shardWorker(s), e.Time)
 		return true, err
-	case eventAdvance:
+	case jobstate.EventAdvance:
 		return true, d.Advance(s, e.Time)
-	case eventAppend:
+	case jobstate.EventAppend:
 		c.shardOut, err = d.Append(s, e.Time)
 		return true, err
-	case eventRestoreDataset:
+	case jobstate.EventRestoreDataset:
 		return true, d.RestoreDataset(s, e.Time)
-	case eventShardTick:
+	case jobstate.EventShardTick:
 		d.Tick(e.Time)
 		return true, nil
-	case eventShardBatch:
+	case jobstate.EventShardBatch:
 		outs, errs := d.Batch(e.Batch, c.shardWorker, e.Time)
 		c.batchOut = batchOutcome{outs: outs, errs: errs}
 		return true, faults(errs)
@@ -72,7 +61,7 @@ func (c *core) fenceShardsLocked(now time.Time) {
 }
 
 // shardCall journals and applies one shard event and returns its outcome.
-func (c *core) shardCall(ctx context.Context, e *event) (out jobstate.ShardOutcome, err error) {
+func (c *core) shardCall(ctx context.Context, e *jobstate.Event) (out jobstate.ShardOutcome, err error) {
 	err = c.propose(ctx, e, func(error) { out = c.shardOut })
 	return out, err
 }
