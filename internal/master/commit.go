@@ -59,7 +59,7 @@ const minSnapshotEvery = 4 << 20
 // the caller's answer was lost.
 func (c *core) propose(ctx context.Context, e *jobstate.Event, out func(error)) error {
 	c.mu.Lock()
-	err := c.checkLocked(e) // a request that fails now is not journaled
+	err := c.st.CheckEvent(e) // a request that fails now is not journaled
 	c.mu.Unlock()
 	if err != nil {
 		return err
@@ -227,5 +227,24 @@ func (c *core) storeFailed() (<-chan struct{}, func() error) {
 		c.commits.mu.Lock()
 		defer c.commits.mu.Unlock()
 		return c.commits.broken
+	}
+}
+
+// wakeLocked acts on an applied event's effects: it wakes the push streams
+// when the views changed (once per change, each a new version), the key
+// watchers when a key did, and the fleet when notices were queued for it.
+func (c *core) wakeLocked(fx jobstate.Effects) {
+	for range fx.Views {
+		c.changedLocked()
+	}
+	if fx.Keys {
+		close(c.keys)
+		c.keys = make(chan struct{})
+	}
+	if fx.Notices {
+		select {
+		case c.noticeCh <- struct{}{}:
+		default:
+		}
 	}
 }

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/roverml/rover/internal/ckpt"
-	"github.com/roverml/rover/internal/diagnosis"
 	"github.com/roverml/rover/internal/jobconfig"
 	"github.com/roverml/rover/internal/master/jobstate"
 	"github.com/roverml/rover/internal/nodemanager"
@@ -48,15 +47,11 @@ type core struct {
 	batchOut batchOutcome
 
 	// The node manager's side (fleetstate.go; its journaled state is
-	// st.Fleet). fleetOn says the master owns the job's nodes; caps is
-	// what its platform lets a diagnosis do. live is false while the
-	// journal replays.
-	fleetOn   bool
-	caps      diagnosis.Caps
+	// st.Fleet, and st.Owned says the master owns the job's nodes):
+	// what GetJob shows of them, and the signal of queued notices.
 	fleetView *nodemanager.Status
 	platform  string
 	noticeCh  chan struct{}
-	live      bool
 
 	// prog is the job's runtime progress (progress.go): not journaled.
 	prog tracker
@@ -66,7 +61,7 @@ func newCore(runID string, store Store) *core {
 	return &core{
 		store:    store,
 		runID:    runID,
-		st:       jobstate.NewState(ckpt.SameLocation),
+		st:       jobstate.NewState(ckpt.SameLocation, decodeFailure),
 		views:    make(chan struct{}),
 		keys:     make(chan struct{}),
 		commits:  committer{failed: make(chan struct{}), every: minSnapshotEvery},
@@ -93,7 +88,7 @@ func (c *core) restore(ctx context.Context, now time.Time) (int, error) {
 			return 0, fmt.Errorf("initialise the master's state: %w", err)
 		}
 		c.commits.lastSnapshot = len(state)
-		c.live = true
+		c.st.Live = true
 		return 0, nil
 	}
 	if contents.Snapshot != nil {
@@ -131,7 +126,7 @@ func (c *core) restore(ctx context.Context, now time.Time) (int, error) {
 	}
 	// Liveness is not journaled: every known node gets a fresh timeout.
 	c.st.Members.Refresh(now)
-	c.live = true
+	c.st.Live = true
 	c.changedLocked()
 	n := len(contents.Records)
 	if contents.Snapshot != nil {
@@ -157,114 +152,15 @@ func (c *core) apply(ctx context.Context, e *jobstate.Event) error {
 
 // applyLocked applies a committed event: the same checks and transition
 // whether the event is new or replayed, so a replay rebuilds the same state.
+// It acts on the effects (wakeLocked) and keeps a dataset event's outcome
+// for its caller.
 func (c *core) applyLocked(e *jobstate.Event) error {
-	if err := c.checkLocked(e); err != nil {
-		return err
-	}
-	return c.transitionLocked(e)
-}
-
-// checkLocked rejects events that would fail, before they are journaled.
-func (c *core) checkLocked(e *jobstate.Event) error {
-	if e.Shard != nil || e.Type == jobstate.EventShardBatch {
-		return nil // the shard machine checks its own events
-	}
-	switch e.Type {
-	case jobstate.EventConfigure, jobstate.EventFleet:
-		return nil
-	case jobstate.EventDeclareStorage:
-		if e.Declare == nil {
-			return invalid("a storage declaration without its content")
-		}
-		_, _, err := c.st.Members.CheckDeclare(*e.Declare)
-		return err
-	case jobstate.EventCheckReport, jobstate.EventCheckTick:
-		if !c.st.Members.Configured() {
-			return errNotConfigured
-		}
-		return c.checkEventLocked(e)
-	case jobstate.EventSetKey:
-		return c.st.Keys.Check(e.Key, len(e.Value))
-	}
-	if e.Type == jobstate.EventWorkerFailed || e.Type == jobstate.EventNodeSucceeded {
-		return c.st.Members.CheckNode(e.Node)
-	}
-	if !c.st.Members.Configured() {
-		return errNotConfigured
-	}
-	return nil
-}
-
-func (c *core) transitionLocked(e *jobstate.Event) error {
-	if ok, err := c.transitionShardsLocked(e); ok {
-		return err
-	}
-	var err error
-	before := c.st.Members.Status()
-	switch e.Type {
-	case jobstate.EventConfigure:
-		var first bool
-		if first, err = c.st.Members.Configure(e.Config, c.st.Fleet.Expect(), e.Time); first {
-			c.newCheckLocked()
-		}
-	case jobstate.EventJoin:
-		var loss *jobstate.WorldLoss
-		if loss, err = c.st.Members.Join(*e.Join, e.Time); loss != nil {
-			// A member's agent restarted, ending the world: the others'
-			// failures in it were its consequences.
-			c.blameLossLocked(&jobstate.Event{Node: e.Join.NodeID, Time: e.Time, Reason: "its agent restarted"}, loss)
-		}
-		if err == nil {
-			c.st.Memory.Joined(e.Join.NodeID, e.Snapshots)
-		}
-	case jobstate.EventNodeLost:
-		if loss := c.st.Members.Lose(e.Node, e.Reason, e.Since, e.Planned, e.Time); loss != nil {
-			c.blameLossLocked(e, loss)
-		}
-		c.st.Memory.Lost(e.Node)
-		c.st.Datasets.NodeLost(e.Node, e.Time)
-		if !e.Planned { // the node manager removed it itself
-			c.noticeLocked(jobstate.FleetNotice{Lost: true, Node: e.Node, Reason: e.Reason})
-		}
-	case jobstate.EventWorkerFailed:
-		cur := c.st.Members.Status()
-		if e.Round == cur.Round && !cur.Open {
-			if d := c.recordFailuresLocked(e.Round, e.Failures); d.FailFast {
-				c.st.Members.FailFast(d.Reason)
-				break
-			}
-		}
-		err = c.st.Members.WorkerFailed(e.Node, e.Round, e.Time)
-	case jobstate.EventNodeSucceeded:
-		err = c.st.Members.NodeSucceeded(e.Node, e.Round, e.Time)
-	case jobstate.EventSetKey:
-		c.st.Keys.Set(e.Key, e.Value)
-		close(c.keys)
-		c.keys = make(chan struct{})
-	case jobstate.EventTick:
-		c.st.Members.Tick(e.Time)
-	case jobstate.EventFleet:
-		if c.st.Fleet.Save(e.Fleet, e.Nodes) {
-			c.st.Members.Expect(e.Nodes, e.Time)
-		}
-	case jobstate.EventFailNodes:
-		c.st.Members.FailNodes(e.Reason)
-	case jobstate.EventCancel:
-		c.st.Members.Cancel(e.Reason)
-	case jobstate.EventCheckReport, jobstate.EventCheckTick:
-		err = c.transitionCheckLocked(e)
-	case jobstate.EventDeclareStorage:
-		err = c.st.Members.Declare(*e.Declare)
-	default:
-		return fmt.Errorf("journal event type %q %w", e.Type, errUnknownEvent)
-	}
-	if c.st.Members.Status() != before {
-		c.checkWorldLocked(e.Time)
-		c.agreeMemoryLocked()
-		if c.st.Members.Status().Round != before.Round {
-			c.fenceShardsLocked(e.Time) // every worker restarts in a new round
-		}
-		c.changedLocked()
+	fx, err := c.st.Apply(e)
+	c.wakeLocked(fx)
+	c.shardOut = fx.Shard
+	if e.Type == jobstate.EventShardBatch && err == nil {
+		c.batchOut = batchOutcome{outs: fx.Batch, errs: fx.BatchErrs}
+		err = faults(fx.BatchErrs)
 	}
 	return err
 }

@@ -110,4 +110,4 @@ func isRequestError(err error) bool {
 
 // errUnknownEvent is a journal record of a type this master does not know:
 // a newer master wrote it.
-var errUnknownEvent = errors.New("is unknown to this master (written by a newer version?)")
+var errUnknownEvent = jobstate.ErrUnknownEvent

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 
 	roverv1 "github.com/roverml/rover/api/rover/v1"
-	"github.com/roverml/rover/internal/diagnosis"
 	"github.com/roverml/rover/internal/master/jobstate"
 	"google.golang.org/protobuf/encoding/protojson"
 )
@@ -14,35 +13,14 @@ import (
 // protocol's WorkerFailure, as the journal, the snapshot and the views
 // carry them.
 
-// blameLossLocked records that a lost node ended its world's round (see
-// jobstate.Failures.Blame).
-func (c *core) blameLossLocked(e *jobstate.Event, loss *jobstate.WorldLoss) {
-	c.st.Failures.Blame(jobstate.Loss{Node: e.Node, Member: loss.Member, Round: loss.Round, Reason: e.Reason, Time: e.Time, Relaunched: c.fleetOn})
-}
-
-// recordFailuresLocked keeps a report's failures, each annotated with the
-// diagnosis of the round, and returns the diagnosis (see
-// jobstate.Failures.Record); a diagnosis that calls for a node's relaunch
-// is noticed to the fleet.
-func (c *core) recordFailuresLocked(round int, raw []json.RawMessage) (d diagnosis.Decision) {
-	var fs []jobstate.Failure
-	for _, b := range raw {
-		w := &roverv1.WorkerFailure{}
-		if protojson.Unmarshal(b, w) == nil {
-			fs = append(fs, failureFromProto(w))
-		}
+// decodeFailure reads one of a worker-failed event's failures, protobuf
+// JSON (jobstate.FailureDecoder).
+func decodeFailure(b json.RawMessage) (jobstate.Failure, bool) {
+	w := &roverv1.WorkerFailure{}
+	if protojson.Unmarshal(b, w) != nil {
+		return jobstate.Failure{}, false
 	}
-	if len(fs) == 0 {
-		return diagnosis.Decision{}
-	}
-	caps := c.caps
-	if c.st.Members.Configured() {
-		st := c.st.Members.Status()
-		caps.NoRestartsLeft, caps.MaxRestarts = st.Restarts >= st.MaxRestarts, st.MaxRestarts
-	}
-	d = c.st.Failures.Record(round, fs, caps)
-	c.noticeDiagnosisLocked(d, fs)
-	return d
+	return failureFromProto(w), true
 }
 
 // failuresProto is the wire form of the job's failures.

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 
 	roverv1 "github.com/roverml/rover/api/rover/v1"
-	"github.com/roverml/rover/internal/diagnosis"
 	"github.com/roverml/rover/internal/master/jobstate"
 	"github.com/roverml/rover/internal/nodemanager"
 )
@@ -15,32 +14,11 @@ import (
 // the core learns: a node's agent lost, and the diagnosis of a failed round
 // that calls for a node's relaunch.
 
-// noticeLocked queues n for the fleet, unless the core is replaying its
-// journal (the fleet's restored state has seen them) or owns no nodes.
-func (c *core) noticeLocked(n jobstate.FleetNotice) {
-	if !c.live || !c.fleetOn {
-		return
-	}
-	c.st.Fleet.Notice(n)
-	select {
-	case c.noticeCh <- struct{}{}:
-	default:
-	}
-}
-
 // takeNotices returns the queued notices and empties the queue.
 func (c *core) takeNotices() []jobstate.FleetNotice {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.st.Fleet.TakeNotices()
-}
-
-// noticeDiagnosisLocked queues the node actions a failed round's
-// diagnosis calls for (jobstate.DiagnosisNotices).
-func (c *core) noticeDiagnosisLocked(d diagnosis.Decision, fs []jobstate.Failure) {
-	for _, n := range jobstate.DiagnosisNotices(d, fs) {
-		c.noticeLocked(n)
-	}
 }
 
 // fleetSaved returns the node manager's journaled state (nil: none yet).
@@ -55,6 +33,13 @@ func (c *core) setFleetView(st nodemanager.Status, platform string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.fleetView, c.platform = &st, platform
+	hosts := map[string]string{}
+	for _, n := range st.Nodes {
+		if _, ok := hosts[n.NodeID]; !ok && n.Host != "" {
+			hosts[n.NodeID] = n.Host
+		}
+	}
+	c.st.Hosts = hosts
 }
 
 // fleetProtoLocked fills r's managed nodes and each node row's relaunch

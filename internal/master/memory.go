@@ -35,12 +35,3 @@ func validateSnapshots(r *roverv1.JoinRequest) ([]jobstate.MemorySnapshot, error
 	}
 	return out, nil
 }
-
-// agreeMemoryLocked fixes the memory step of a round that just closed.
-func (c *core) agreeMemoryLocked() {
-	s := c.st.Members.Status()
-	if !c.st.Members.Configured() || s.Open || s.WorldRound == 0 || c.st.Memory.Agreement().Round == s.WorldRound {
-		return // the world's snapshot costs O(nodes): take it once a round
-	}
-	c.st.Memory.Agree(c.st.Members.Rendezvous().Snapshot().World, s.WorldRound, s.WorldSize)
-}

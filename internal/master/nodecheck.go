@@ -9,8 +9,6 @@ import (
 	"github.com/roverml/rover/internal/jobconfig"
 	"github.com/roverml/rover/internal/master/jobstate"
 	"github.com/roverml/rover/internal/nodecheck"
-	"github.com/roverml/rover/internal/nodemanager"
-	"github.com/roverml/rover/internal/rendezvous"
 )
 
 // The core's side of the pre-flight node check (internal/nodecheck,
@@ -24,92 +22,6 @@ import (
 // the rendezvous (a membership change that spends no restart; the others
 // form a new world without them), and when the master owns the nodes the
 // node manager relaunches each one, its host marked bad.
-
-// newCheckLocked makes the node check of a job configured with one.
-func (c *core) newCheckLocked() {
-	if cfg := c.st.Members.Config(); cfg != nil && cfg.NodeCheck != nil && c.st.Check == nil {
-		c.st.Check = jobstate.NewNodeCheck(cfg.NodeCheck, cfg.Rendezvous.MinNodes)
-	}
-}
-
-// checkWorldLocked starts the check of a world that just formed, or
-// cancels the check of a world that ended.
-func (c *core) checkWorldLocked(now time.Time) {
-	if c.st.Check == nil {
-		return
-	}
-	c.st.Check.World(c.st.Members.Status(), func() []rendezvous.Member { return c.st.Members.Rendezvous().Snapshot().World }, now)
-}
-
-// checkEventLocked validates a check event before it is journaled.
-func (c *core) checkEventLocked(e *jobstate.Event) error {
-	if e.Type == jobstate.EventCheckTick {
-		return nil
-	}
-	if c.st.Check == nil {
-		return invalid("this job runs no node check: start its agents with --network-check")
-	}
-	if e.Check == nil {
-		return invalid("a node check report without its result")
-	}
-	return c.st.Check.CheckReport(e.Node, e.Round, e.Check.Stage, e.Check.Group)
-}
-
-// transitionCheckLocked applies a check event; when the check ends, the
-// excluded nodes leave the world.
-func (c *core) transitionCheckLocked(e *jobstate.Event) error {
-	if c.st.Check == nil {
-		return nil
-	}
-	var ch jobstate.CheckChange
-	switch e.Type {
-	case jobstate.EventCheckReport:
-		var err error
-		if ch, err = c.st.Check.Report(e.Round, e.Check.Stage, e.Check.Group, e.Node, e.Check.Result, e.Time); err != nil {
-			return err
-		}
-	case jobstate.EventCheckTick:
-		ch = c.st.Check.Tick(e.Time)
-	}
-	if ch.Changed {
-		c.changedLocked()
-	}
-	if ch.Ended != nil {
-		c.excludeLocked(ch.Ended, e.Time)
-	}
-	return nil
-}
-
-// excludeLocked takes the check's excluded nodes out of the job.
-func (c *core) excludeLocked(ch *nodecheck.Check, now time.Time) {
-	for _, v := range ch.Verdicts {
-		if !v.Excluded {
-			continue
-		}
-		reason := fmt.Sprintf("the node check found it %s: %s", v.Kind, v.Reason)
-		c.st.Members.Exclude(v.Node, reason, now)
-		c.st.Memory.Lost(v.Node)
-		c.st.Datasets.NodeLost(v.Node, now)
-		if host := c.hostLocked(v.Node); host != "" {
-			c.noticeLocked(jobstate.FleetNotice{Node: v.Node, Reason: reason, Action: nodemanager.Action{Kind: nodemanager.MarkHostBad, Host: host, Reason: reason}})
-		}
-		c.noticeLocked(jobstate.FleetNotice{Node: v.Node, Reason: reason, Action: nodemanager.Action{Kind: nodemanager.RelaunchNode, NodeID: v.Node, Reason: reason}})
-	}
-}
-
-// hostLocked is where node runs: as its platform reports it when the
-// master runs the nodes, else the address it joined with.
-func (c *core) hostLocked(node string) string {
-	if c.fleetView != nil {
-		for _, n := range c.fleetView.Nodes {
-			if n.NodeID == node && n.Host != "" {
-				return n.Host
-			}
-		}
-	}
-	addr, _ := c.st.Members.Addr(node)
-	return addr
-}
 
 // checkViewLocked adds the node check to id's view: its groups while the
 // check of its world runs (the assignment is held back), its verdict after.

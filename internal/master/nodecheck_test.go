@@ -25,7 +25,7 @@ func checkedCore(t *testing.T, st Store, now time.Time) *core {
 	t.Helper()
 	ctx := context.Background()
 	c := newCore("job", st)
-	c.fleetOn, c.live = true, true
+	c.st.Owned, c.st.Live = true, true
 	cfg, err := validateRendezvous(checkRdzv())
 	if err != nil {
 		t.Fatal(err)

@@ -3,62 +3,12 @@ package master
 import (
 	"context"
 	"errors"
-	"time"
 
 	roverv1 "github.com/roverml/rover/api/rover/v1"
 	"github.com/roverml/rover/internal/client"
 	"github.com/roverml/rover/internal/master/jobstate"
 	"github.com/roverml/rover/internal/shard"
 )
-
-// transitionShardsLocked applies a dataset event (jobstate.Datasets); ok is
-// false for other events. The outcome of a single call is left in shardOut,
-// a batch's in batchOut, for the caller to read under the same lock.
-func (c *core) transitionShardsLocked(e *jobstate.Event) (ok bool, err error) {
-	s, d := e.Shard, c.st.Datasets
-	switch e.Type {
-	case jobstate.EventRegisterDataset:
-		return true, d.Register(*s.Spec, e.Time)
-	case jobstate.EventLease:
-		c.shardOut, err = d.Lease(s, c.shardWorker(s), e.Time)
-		return true, err
-	case jobstate.EventCompleteShards:
-		c.shardOut, err = d.Complete(s, c.shardWorker(s), e.Time)
-		return true, err
-	case jobstate.EventAdvance:
-		return true, d.Advance(s, e.Time)
-	case jobstate.EventAppend:
-		c.shardOut, err = d.Append(s, e.Time)
-		return true, err
-	case jobstate.EventRestoreDataset:
-		return true, d.RestoreDataset(s, e.Time)
-	case jobstate.EventShardTick:
-		d.Tick(e.Time)
-		return true, nil
-	case jobstate.EventShardBatch:
-		outs, errs := d.Batch(e.Batch, c.shardWorker, e.Time)
-		c.batchOut = batchOutcome{outs: outs, errs: errs}
-		return true, faults(errs)
-	}
-	return false, nil
-}
-
-// shardWorker is the worker of a lease or complete event. Incarnation 0
-// (a caller that does not know rounds: an older agent) stands for the
-// current round, which is never fenced.
-func (c *core) shardWorker(s *jobstate.ShardEvent) shard.Worker {
-	inc := s.Incarnation
-	if inc == 0 {
-		inc = int64(c.st.Members.Status().Round)
-	}
-	return shard.Worker{Name: s.Worker, Incarnation: inc}
-}
-
-// fenceShardsLocked fences the datasets at a new round (see
-// jobstate.Datasets.Fence).
-func (c *core) fenceShardsLocked(now time.Time) {
-	c.st.Datasets.Fence(int64(c.st.Members.Status().Round), now)
-}
 
 // shardCall journals and applies one shard event and returns its outcome.
 func (c *core) shardCall(ctx context.Context, e *jobstate.Event) (out jobstate.ShardOutcome, err error) {

@@ -103,7 +103,7 @@ func (c *core) restoreStateLocked(b []byte) error {
 				return err
 			}
 		}
-		c.newCheckLocked() // a snapshot of a job whose check had not started
+		c.st.InitCheck() // a snapshot of a job whose check had not started
 	}
 	datasets, err := jobstate.RestoreDatasets(s.Shards, s.LeaseHolders)
 	if err != nil {

@@ -27,14 +27,18 @@
 //     runs, and the notices queued for it (a lost agent, a diagnosis's
 //     relaunch).
 //
-// State composes the sub-states (state.go). The master's core holds one
-// and carries the effects of one on the others (a node check that excludes
-// a node loses it from the rendezvous, its memory and its leases; a new
-// round fences the leases of the last).
+// State composes the sub-states (state.go). Its Apply (apply.go) takes an
+// Event (event.go, the journal's record), checks it as CheckEvent did
+// before it was journaled, dispatches it to the sub-states, carries the
+// effects of one on the others (a node check that excludes a node loses it
+// from the rendezvous, its memory and its leases; a new round fences the
+// leases of the last) and returns the Effects: the views changed, a key
+// changed, notices queued for the fleet, a dataset event's outcome. The
+// master's core holds the State under its lock and acts on the Effects.
 //
 // A new piece of job state goes here as a sub-state: a type with a method
 // per event (Check before journaling, then the transition), views that
-// copy, and a field of the snapshot.
+// copy, a field of State, a case of Apply, and a field of the snapshot.
 //
 //	keys := jobstate.NewKeys()
 //	if err := keys.Check("k", len(v)); err != nil { ... } // errors.Is(err, jobstate.ErrLimit)

@@ -1,9 +1,12 @@
 package jobstate
 
-// State is a job's whole state: its sub-states, composed. The master's
-// core holds one under its lock and drives it in journal order; a sub-state
-// that changes another's (a loss that returns leases, a check that
-// excludes a node) is carried over by the core.
+import "github.com/roverml/rover/internal/diagnosis"
+
+// State is a job's whole state: its sub-states, composed. Apply (apply.go)
+// applies an event to it, carrying one sub-state's effects on another (a
+// loss that returns leases, a check that excludes a node), and says what
+// changed; the master's core holds one under its lock and drives it in
+// journal order.
 type State struct {
 	Members  *Membership
 	Keys     *Keys
@@ -12,11 +15,23 @@ type State struct {
 	Memory   *Memory
 	Check    *NodeCheck // nil when the job runs none
 	Fleet    *Fleet
+
+	// What the driver sets, not journaled: Owned says the master runs the
+	// job's nodes, Caps what their platform lets a diagnosis do; Live is
+	// false while the journal replays (no fleet notices are queued);
+	// Hosts is where each managed node runs, as its platform reports it.
+	Owned bool
+	Caps  diagnosis.Caps
+	Live  bool
+	Hosts map[string]string
+
+	decode FailureDecoder
 }
 
 // NewState returns the state of a new job; same compares checkpoint
-// storage locations (see Membership).
-func NewState(same SameLocation) *State {
+// storage locations (see Membership), decode reads worker-failed events'
+// failures.
+func NewState(same SameLocation, decode FailureDecoder) *State {
 	return &State{
 		Members:  NewMembership(same),
 		Keys:     NewKeys(),
@@ -24,5 +39,6 @@ func NewState(same SameLocation) *State {
 		Datasets: NewDatasets(),
 		Memory:   NewMemory(),
 		Fleet:    NewFleet(),
+		decode:   decode,
 	}
 }
