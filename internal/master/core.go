@@ -61,7 +61,7 @@ func newCore(runID string, store Store) *core {
 	return &core{
 		store:    store,
 		runID:    runID,
-		st:       jobstate.NewState(ckpt.SameLocation, decodeFailure),
+		st:       jobstate.NewState(ckpt.SameLocation, failureCodec{}),
 		views:    make(chan struct{}),
 		keys:     make(chan struct{}),
 		commits:  committer{failed: make(chan struct{}), every: minSnapshotEvery},

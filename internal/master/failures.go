@@ -13,14 +13,20 @@ import (
 // protocol's WorkerFailure, as the journal, the snapshot and the views
 // carry them.
 
-// decodeFailure reads one of a worker-failed event's failures, protobuf
-// JSON (jobstate.FailureDecoder).
-func decodeFailure(b json.RawMessage) (jobstate.Failure, bool) {
+// failureCodec is the protobuf JSON of a WorkerFailure, as the journal and
+// the snapshot carry failures (jobstate.FailureCodec).
+type failureCodec struct{}
+
+func (failureCodec) Encode(f jobstate.Failure) (json.RawMessage, error) {
+	return protojson.Marshal(failureProto(f))
+}
+
+func (failureCodec) Decode(b json.RawMessage) (jobstate.Failure, error) {
 	w := &roverv1.WorkerFailure{}
-	if protojson.Unmarshal(b, w) != nil {
-		return jobstate.Failure{}, false
+	if err := protojson.Unmarshal(b, w); err != nil {
+		return jobstate.Failure{}, err
 	}
-	return failureFromProto(w), true
+	return failureFromProto(w), nil
 }
 
 // failuresProto is the wire form of the job's failures.

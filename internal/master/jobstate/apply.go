@@ -32,9 +32,14 @@ type Effects struct {
 	BatchErrs []error
 }
 
-// FailureDecoder decodes one of a worker-failed event's failures (the
-// protocol's JSON, which the master converts); false drops it.
-type FailureDecoder func(raw json.RawMessage) (Failure, bool)
+// FailureCodec encodes and decodes the failures of worker-failed events
+// and of snapshots: the protocol's JSON, which the master converts. An
+// event's failure that does not decode is dropped; a snapshot's fails the
+// restore.
+type FailureCodec interface {
+	Encode(Failure) (json.RawMessage, error)
+	Decode(json.RawMessage) (Failure, error)
+}
 
 func invalidf(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
@@ -207,7 +212,7 @@ func (s *State) blame(node, reason string, now time.Time, loss *WorldLoss) {
 func (s *State) recordFailures(round int, raw []json.RawMessage, fx *Effects) diagnosis.Decision {
 	var fs []Failure
 	for _, b := range raw {
-		if f, ok := s.decode(b); ok {
+		if f, err := s.codec.Decode(b); err == nil {
 			fs = append(fs, f)
 		}
 	}

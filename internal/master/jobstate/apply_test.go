@@ -10,7 +10,15 @@ import (
 	"github.com/roverml/rover/internal/rendezvous"
 )
 
-func decodeNone(json.RawMessage) (Failure, bool) { return Failure{}, false }
+// jsonFailures encodes failures as their own JSON: the master's codec is
+// the protocol's, which jobstate does not import.
+type jsonFailures struct{}
+
+func (jsonFailures) Encode(f Failure) (json.RawMessage, error) { return json.Marshal(f) }
+func (jsonFailures) Decode(b json.RawMessage) (f Failure, err error) {
+	err = json.Unmarshal(b, &f)
+	return f, err
+}
 
 func joinEvent(id string, now time.Time) *Event {
 	return &Event{Type: EventJoin, Time: now, Join: &rendezvous.JoinRequest{NodeID: id, RequestedRank: -1, LocalWorldSize: 2, Addr: id + ".host"}}
@@ -20,7 +28,7 @@ func joinEvent(id string, now time.Time) *Event {
 // move, a key, the fleet's notices (only live, and only for a master that
 // owns its nodes); an event of an unknown type stops a replay.
 func TestApplyEffects(t *testing.T) {
-	s := NewState(sameString, decodeNone)
+	s := NewState(sameString, jsonFailures{})
 	s.Owned, s.Live = true, true
 	if _, err := s.Apply(joinEvent("a", t0)); !errors.Is(err, ErrNotConfigured) {
 		t.Fatalf("a join before the configuration: %v, want ErrNotConfigured", err)
@@ -55,16 +63,17 @@ func TestApplyEffects(t *testing.T) {
 }
 
 // TestApplyReplay: the journal's records, decoded and applied again to a
-// new State, rebuild the same rendezvous.
+// new State, rebuild the same state; its snapshot restores to the same.
 func TestApplyReplay(t *testing.T) {
 	events := []*Event{
 		{Type: EventConfigure, Time: t0, Config: twoNodeConfig()},
 		joinEvent("a", t0), joinEvent("b", t0),
-		{Type: EventWorkerFailed, Time: t0.Add(time.Second), Node: "a", Round: 1},
+		{Type: EventWorkerFailed, Time: t0.Add(time.Second), Node: "a", Round: 1,
+			Failures: []json.RawMessage{json.RawMessage(`{"NodeID":"a","Rank":1,"ExitCode":1,"Round":1}`)}},
 		joinEvent("a", t0.Add(2*time.Second)),
 		{Type: EventNodeLost, Time: t0.Add(3 * time.Second), Node: "b", Reason: "gone"},
 	}
-	live, replay := NewState(sameString, decodeNone), NewState(sameString, decodeNone)
+	live, replay := NewState(sameString, jsonFailures{}), NewState(sameString, jsonFailures{})
 	for i, e := range events {
 		_, want := live.Apply(e)
 		rec, err := e.Marshal()
@@ -79,9 +88,25 @@ func TestApplyReplay(t *testing.T) {
 			t.Errorf("event %d: replayed error %v, live %v", i, got, want)
 		}
 	}
-	a, _ := live.Members.MarshalRendezvous()
-	b, _ := replay.Members.MarshalRendezvous()
+	a, err := live.MarshalSnapshot("run")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := replay.MarshalSnapshot("run")
 	if !bytes.Equal(a, b) || live.Members.Status() != replay.Members.Status() {
-		t.Errorf("the replay's rendezvous differs:\n%s\n%s", a, b)
+		t.Errorf("the replay's state differs:\n%s\n%s", a, b)
+	}
+	restored := NewState(sameString, jsonFailures{})
+	if err := restored.RestoreSnapshot(a, "run"); err != nil {
+		t.Fatal(err)
+	}
+	if fs, want := restored.Failures.Records(), live.Failures.Records(); len(fs) != 1 || fs[0] != want[0] {
+		t.Errorf("restored failures %+v, want %+v", fs, want)
+	}
+	if again, _ := restored.MarshalSnapshot("run"); !bytes.Equal(a, again) {
+		t.Errorf("a restored snapshot encodes differently:\n%s\n%s", a, again)
+	}
+	if err := NewState(sameString, jsonFailures{}).RestoreSnapshot(a, "other"); err == nil {
+		t.Errorf("restored another job's snapshot")
 	}
 }

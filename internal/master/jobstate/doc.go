@@ -35,6 +35,8 @@
 // leases of the last) and returns the Effects: the views changed, a key
 // changed, notices queued for the fleet, a dataset event's outcome. The
 // master's core holds the State under its lock and acts on the Effects.
+// MarshalSnapshot and RestoreSnapshot (snapshot.go) encode the whole State,
+// in the format of the master's state dirs.
 //
 // A new piece of job state goes here as a sub-state: a type with a method
 // per event (Check before journaling, then the transition), views that

@@ -25,13 +25,12 @@ type State struct {
 	Live  bool
 	Hosts map[string]string
 
-	decode FailureDecoder
+	codec FailureCodec
 }
 
 // NewState returns the state of a new job; same compares checkpoint
-// storage locations (see Membership), decode reads worker-failed events'
-// failures.
-func NewState(same SameLocation, decode FailureDecoder) *State {
+// storage locations (see Membership), codec encodes the failures.
+func NewState(same SameLocation, codec FailureCodec) *State {
 	return &State{
 		Members:  NewMembership(same),
 		Keys:     NewKeys(),
@@ -39,6 +38,6 @@ func NewState(same SameLocation, decode FailureDecoder) *State {
 		Datasets: NewDatasets(),
 		Memory:   NewMemory(),
 		Fleet:    NewFleet(),
-		decode:   decode,
+		codec:    codec,
 	}
 }
