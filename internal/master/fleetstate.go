@@ -8,11 +8,12 @@ import (
 	"github.com/roverml/rover/internal/nodemanager"
 )
 
-// The core's side of the node manager (fleet.go): it journals the
-// manager's state (jobstate.EventFleet, kept by jobstate.Fleet), fails the job when
-// the manager says so (jobstate.EventFailNodes), and queues for the fleet what only
-// the core learns: a node's agent lost, and the diagnosis of a failed round
-// that calls for a node's relaunch.
+// The core's side of the node manager (fleet.go): the manager's state is
+// journaled (jobstate.EventFleet, kept by jobstate.Fleet), the job fails
+// when the manager says so (jobstate.EventFailNodes), and State.Apply
+// queues for the fleet what only the job's state learns: a node's agent
+// lost, and the diagnosis of a failed round that calls for a node's
+// relaunch. Here: taking the notices, and what GetJob shows of the nodes.
 
 // takeNotices returns the queued notices and empties the queue.
 func (c *core) takeNotices() []jobstate.FleetNotice {

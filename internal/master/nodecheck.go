@@ -16,9 +16,9 @@ import (
 // that has not passed a check, the check starts: the members' views carry
 // their groups instead of their assignment, so no worker starts. The
 // agents' reports (jobstate.EventCheckReport) and the stage deadline
-// (jobstate.EventCheckTick) are journaled; the start, the stages and the verdicts
-// follow from them and from the rendezvous's own events, so a replay
-// rebuilds the same check. Once it is over, the excluded nodes are lost to
+// (jobstate.EventCheckTick) are journaled; the start, the stages and the
+// verdicts follow from them and from the rendezvous's own events
+// (jobstate.State.Apply), so a replay rebuilds the same check. Once it is over, the excluded nodes are lost to
 // the rendezvous (a membership change that spends no restart; the others
 // form a new world without them), and when the master owns the nodes the
 // node manager relaunches each one, its host marked bad.
