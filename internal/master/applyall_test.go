@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/roverml/rover/internal/master/jobstate"
 	"github.com/roverml/rover/internal/store"
 )
 
@@ -20,7 +21,9 @@ func TestApplyAllCommitsAGroupInOrder(t *testing.T) {
 	now := time.Unix(1000, 0)
 	st := &gatedStore{Memory: store.NewMemory()}
 	c := configuredCore(t, st, now)
-	setKey := func(k string) *event { return &event{Type: eventSetKey, Time: now, Key: k, Value: []byte("v")} }
+	setKey := func(k string) *jobstate.Event {
+		return &jobstate.Event{Type: jobstate.EventSetKey, Time: now, Key: k, Value: []byte("v")}
+	}
 
 	entered, release := st.hold()
 	var wg sync.WaitGroup
@@ -31,7 +34,7 @@ func TestApplyAllCommitsAGroupInOrder(t *testing.T) {
 	})
 	<-entered
 	const n = 8
-	group := make([]*event, n)
+	group := make([]*jobstate.Event, n)
 	for i := range group {
 		group[i] = setKey(fmt.Sprint("group-", i))
 	}
@@ -65,12 +68,12 @@ func TestApplyAllCommitsAGroupInOrder(t *testing.T) {
 	}
 	var keys []string // of the group, and "|" where another record comes between
 	for _, rec := range got.Records {
-		e, err := unmarshalEvent(rec)
+		e, err := jobstate.UnmarshalEvent(rec)
 		if err != nil {
 			t.Fatal(err)
 		}
 		switch {
-		case e.Type == eventSetKey && strings.HasPrefix(e.Key, "group-"):
+		case e.Type == jobstate.EventSetKey && strings.HasPrefix(e.Key, "group-"):
 			keys = append(keys, e.Key)
 		case len(keys) > 0:
 			keys = append(keys, "|")

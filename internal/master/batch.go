@@ -15,10 +15,6 @@ import (
 // clients batch to (package client).
 const MaxBatchOps = client.MaxBatchOps
 
-// eventShardBatch applies the lease and complete events of one BatchShards
-// call, in order, as one journal record.
-const eventShardBatch eventType = "shard_batch"
-
 // batchOutcome is each op's outcome and error of the last batch applied.
 type batchOutcome struct {
 	outs []jobstate.ShardOutcome
@@ -29,7 +25,7 @@ type batchOutcome struct {
 // lock. It returns each op's outcome and error; err is set, and nothing is
 // applied, when the batch cannot be journaled.
 func (c *core) shardBatch(ctx context.Context, now time.Time, ops []jobstate.BatchOp) (outs []jobstate.ShardOutcome, errs []error, err error) {
-	e := &event{Type: eventShardBatch, Time: now, Batch: ops}
+	e := &jobstate.Event{Type: jobstate.EventShardBatch, Time: now, Batch: ops}
 	err = c.propose(ctx, e, func(error) {
 		outs, errs = c.batchOut.outs, c.batchOut.errs
 		c.batchOut = batchOutcome{}

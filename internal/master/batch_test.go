@@ -154,7 +154,7 @@ func FuzzBatchShards(f *testing.F) {
 		st := store.NewMemory()
 		c := newCore("job", st)
 		ds, _ := datasetFromProto(leasedSpec("d"))
-		if _, err := c.shardCall(ctx, &event{Type: eventRegisterDataset, Time: now, Shard: &jobstate.ShardEvent{Dataset: "d", Spec: &ds}}); err != nil {
+		if _, err := c.shardCall(ctx, &jobstate.Event{Type: jobstate.EventRegisterDataset, Time: now, Shard: &jobstate.ShardEvent{Dataset: "d", Spec: &ds}}); err != nil {
 			t.Fatal(err)
 		}
 		var ops []jobstate.BatchOp
@@ -177,8 +177,8 @@ func FuzzBatchShards(f *testing.F) {
 		if _, err := again.restore(ctx, now); err != nil {
 			t.Fatalf("replay: %v", err)
 		}
-		x, _ := c.datasets.Machine().MarshalState()
-		y, _ := again.datasets.Machine().MarshalState()
+		x, _ := c.st.Datasets.Machine().MarshalState()
+		y, _ := again.st.Datasets.Machine().MarshalState()
 		if string(x) != string(y) {
 			t.Errorf("replayed shard state differs:\n%s\n%s", x, y)
 		}
@@ -193,8 +193,8 @@ func checkShardsReplay(t *testing.T, m *Master, st Store) {
 	if _, err := c2.restore(context.Background(), m.cfg.Clock.Now()); err != nil {
 		t.Fatal(err)
 	}
-	want, _ := m.core.datasets.Machine().MarshalState()
-	got, _ := c2.datasets.Machine().MarshalState()
+	want, _ := m.core.st.Datasets.Machine().MarshalState()
+	got, _ := c2.st.Datasets.Machine().MarshalState()
 	if string(want) != string(got) {
 		t.Errorf("replayed shard state differs:\n%s\n%s", want, got)
 	}

@@ -10,6 +10,7 @@ import (
 
 	roverv1 "github.com/roverml/rover/api/rover/v1"
 	"github.com/roverml/rover/internal/jobconfig"
+	"github.com/roverml/rover/internal/master/jobstate"
 	"github.com/roverml/rover/internal/node"
 	"github.com/roverml/rover/internal/rendezvous"
 	"github.com/roverml/rover/internal/store"
@@ -22,7 +23,7 @@ import (
 // came alone, and the job's failure records name the lost node.
 func TestLostNodeTakesTheBlame(t *testing.T) {
 	const grace = 5 * time.Second
-	window := blameWindow(node.Config{DisconnectGrace: grace}) // 15 s
+	window := jobstate.BlameWindow(node.Config{DisconnectGrace: grace}) // 15 s
 	type op struct {
 		after time.Duration
 		what  string // fail <node>, lost <node>, join <node>, tick
@@ -78,9 +79,9 @@ func TestLostNodeTakesTheBlame(t *testing.T) {
 				switch what {
 				case "fail":
 					raw, _ := protojson.Marshal(&roverv1.WorkerFailure{NodeId: id, Round: 1, ExitCode: 1, Message: "gloo: connection reset by peer"})
-					err = c.apply(ctx, &event{Type: eventWorkerFailed, Time: now, Node: id, Round: 1, Failures: []json.RawMessage{raw}})
+					err = c.apply(ctx, &jobstate.Event{Type: jobstate.EventWorkerFailed, Time: now, Node: id, Round: 1, Failures: []json.RawMessage{raw}})
 				case "lost":
-					err = c.apply(ctx, &event{Type: eventNodeLost, Time: now, Node: id, Reason: fmt.Sprintf("disconnected for %v", grace)})
+					err = c.apply(ctx, &jobstate.Event{Type: jobstate.EventNodeLost, Time: now, Node: id, Reason: fmt.Sprintf("disconnected for %v", grace)})
 				case "join":
 					join(id)
 				case "tick":

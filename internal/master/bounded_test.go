@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/roverml/rover/internal/master/jobstate"
 	"github.com/roverml/rover/internal/store"
 )
 
@@ -73,12 +74,12 @@ func TestFullJournalSnapshots(t *testing.T) {
 	var wg sync.WaitGroup
 	errs := make([]error, 21)
 	wg.Go(func() {
-		errs[20] = c.apply(ctx, &event{Type: eventSetKey, Time: now, Key: "first", Value: []byte("v")})
+		errs[20] = c.apply(ctx, &jobstate.Event{Type: jobstate.EventSetKey, Time: now, Key: "first", Value: []byte("v")})
 	})
 	<-entered
 	for i := range 20 {
 		wg.Go(func() {
-			errs[i] = c.apply(ctx, &event{Type: eventSetKey, Time: now, Key: fmt.Sprint("big", i), Value: make([]byte, 400)})
+			errs[i] = c.apply(ctx, &jobstate.Event{Type: jobstate.EventSetKey, Time: now, Key: fmt.Sprint("big", i), Value: make([]byte, 400)})
 		})
 	}
 	waitFor(t, "20 proposals queued", func() bool {
@@ -104,7 +105,7 @@ func TestFullJournalSnapshots(t *testing.T) {
 		t.Errorf("restored state differs (-live +restored):\n%s", diff)
 	}
 	// A single transition larger than the journal stops the master.
-	err := c.apply(ctx, &event{Type: eventSetKey, Time: now, Key: "huge", Value: make([]byte, 4000)})
+	err := c.apply(ctx, &jobstate.Event{Type: jobstate.EventSetKey, Time: now, Key: "huge", Value: make([]byte, 4000)})
 	if err == nil || !errors.Is(err, store.ErrFull) {
 		t.Errorf("a transition larger than the journal: %v, want ErrFull", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/roverml/rover/internal/master/jobstate"
 	"github.com/roverml/rover/internal/store"
 )
 
@@ -22,7 +23,7 @@ import (
 
 // proposal is one event waiting to be committed.
 type proposal struct {
-	e   *event
+	e   *jobstate.Event
 	rec []byte
 	// out, when set, runs under the core's lock right after e is applied,
 	// with e's error: it reads the outcome for the caller.
@@ -56,14 +57,14 @@ const minSnapshotEvery = 4 << 20
 // when not nil, runs under the core's lock right after e is applied. A
 // cancelled ctx does not withdraw the proposal: it is committed or not as if
 // the caller's answer was lost.
-func (c *core) propose(ctx context.Context, e *event, out func(error)) error {
+func (c *core) propose(ctx context.Context, e *jobstate.Event, out func(error)) error {
 	c.mu.Lock()
-	err := c.checkLocked(e) // a request that fails now is not journaled
+	err := c.st.CheckEvent(e) // a request that fails now is not journaled
 	c.mu.Unlock()
 	if err != nil {
 		return err
 	}
-	rec, err := e.marshal()
+	rec, err := e.Marshal()
 	if err != nil {
 		return err
 	}
@@ -76,17 +77,17 @@ func (c *core) propose(ctx context.Context, e *event, out func(error)) error {
 // journal, usually one store write), applies them once durable, and
 // returns each event's error: what a caller with many events at once
 // (a hundred pods failing together) proposes instead of one at a time.
-func (c *core) applyAll(ctx context.Context, events []*event) []error {
+func (c *core) applyAll(ctx context.Context, events []*jobstate.Event) []error {
 	errs := make([]error, len(events))
 	var ps []*proposal
 	var at []int // the event of each proposal
 	for i, e := range events {
 		c.mu.Lock()
-		errs[i] = c.checkLocked(e)
+		errs[i] = c.st.CheckEvent(e)
 		c.mu.Unlock()
 		var rec []byte
 		if errs[i] == nil {
-			rec, errs[i] = e.marshal()
+			rec, errs[i] = e.Marshal()
 		}
 		if errs[i] == nil {
 			ps = append(ps, &proposal{e: e, rec: rec, done: make(chan struct{}), lead: make(chan struct{})})
@@ -268,5 +269,24 @@ func (c *core) storeFailed() (<-chan struct{}, func() error) {
 		c.commits.mu.Lock()
 		defer c.commits.mu.Unlock()
 		return c.commits.broken
+	}
+}
+
+// wakeLocked acts on an applied event's effects: it wakes the push streams
+// when the views changed (once per change, each a new version), the key
+// watchers when a key did, and the fleet when notices were queued for it.
+func (c *core) wakeLocked(fx jobstate.Effects) {
+	for range fx.Views {
+		c.changedLocked()
+	}
+	if fx.Keys {
+		close(c.keys)
+		c.keys = make(chan struct{})
+	}
+	if fx.Notices {
+		select {
+		case c.noticeCh <- struct{}{}:
+		default:
+		}
 	}
 }

@@ -80,7 +80,7 @@ func TestGroupCommit(t *testing.T) {
 	errs := make([]error, n)
 	set := func(i int) {
 		defer wg.Done()
-		errs[i] = c.apply(ctx, &event{Type: eventSetKey, Time: now, Key: fmt.Sprint("k", i), Value: []byte("v")})
+		errs[i] = c.apply(ctx, &jobstate.Event{Type: jobstate.EventSetKey, Time: now, Key: fmt.Sprint("k", i), Value: []byte("v")})
 	}
 	wg.Add(1)
 	go set(0)
@@ -131,7 +131,7 @@ func TestStoreFailureStopsCommits(t *testing.T) {
 	st := &gatedStore{Memory: store.NewMemory(), fail: disk}
 	c := newCore("job", st)
 	failed, cause := c.storeFailed()
-	if err := c.apply(ctx, &event{Type: eventSetKey, Time: now, Key: "k", Value: []byte("v")}); !errors.Is(err, disk) {
+	if err := c.apply(ctx, &jobstate.Event{Type: jobstate.EventSetKey, Time: now, Key: "k", Value: []byte("v")}); !errors.Is(err, disk) {
 		t.Fatalf("apply = %v, want the store's error", err)
 	}
 	select {
@@ -145,7 +145,7 @@ func TestStoreFailureStopsCommits(t *testing.T) {
 	st.mu.Lock()
 	st.fail = nil
 	st.mu.Unlock()
-	if err := c.apply(ctx, &event{Type: eventSetKey, Time: now, Key: "k2", Value: []byte("v")}); !errors.Is(err, disk) {
+	if err := c.apply(ctx, &jobstate.Event{Type: jobstate.EventSetKey, Time: now, Key: "k2", Value: []byte("v")}); !errors.Is(err, disk) {
 		t.Errorf("apply after a store failure = %v, want the first error again", err)
 	}
 	if _, ok, _ := c.key("k"); ok {
@@ -171,7 +171,7 @@ func drive(t *testing.T, c *core, seed uint64, steps int) (leased int) {
 		_, _, _ = c.join(ctx, req, held, 0, now)
 	}
 	ds := shard.Dataset{Name: "d", Size: 1000, BatchSize: 10, ShardSize: 50, Epochs: 3, Shuffle: true, Seed: 3, Mode: shard.Leased, LeaseTimeout: time.Minute}
-	_, _ = c.shardCall(ctx, &event{Type: eventRegisterDataset, Time: now, Shard: &jobstate.ShardEvent{Dataset: "d", Spec: &ds}})
+	_, _ = c.shardCall(ctx, &jobstate.Event{Type: jobstate.EventRegisterDataset, Time: now, Shard: &jobstate.ShardEvent{Dataset: "d", Spec: &ds}})
 	var held []uint64
 	for i := 0; i < steps; i++ {
 		now = now.Add(time.Duration(rng.IntN(3000)) * time.Millisecond)
@@ -182,11 +182,11 @@ func drive(t *testing.T, c *core, seed uint64, steps int) (leased int) {
 			join(id)
 		case 2:
 			round := int(c.job().GetRound())
-			_ = c.apply(ctx, &event{Type: eventWorkerFailed, Time: now, Node: id, Round: round})
+			_ = c.apply(ctx, &jobstate.Event{Type: jobstate.EventWorkerFailed, Time: now, Node: id, Round: round})
 		case 3:
-			_ = c.apply(ctx, &event{Type: eventSetKey, Time: now, Key: fmt.Sprint("k", rng.IntN(4)), Value: []byte{byte(i)}})
+			_ = c.apply(ctx, &jobstate.Event{Type: jobstate.EventSetKey, Time: now, Key: fmt.Sprint("k", rng.IntN(4)), Value: []byte{byte(i)}})
 		case 4:
-			out, err := c.shardCall(ctx, &event{Type: eventLease, Time: now, Shard: &jobstate.ShardEvent{Dataset: "d", Worker: worker, Max: 1 + rng.IntN(3)}})
+			out, err := c.shardCall(ctx, &jobstate.Event{Type: jobstate.EventLease, Time: now, Shard: &jobstate.ShardEvent{Dataset: "d", Worker: worker, Max: 1 + rng.IntN(3)}})
 			if err == nil {
 				for _, l := range out.Lease.Shards {
 					held = append(held, l.ID)
@@ -196,14 +196,14 @@ func drive(t *testing.T, c *core, seed uint64, steps int) (leased int) {
 		case 5:
 			if len(held) > 0 {
 				k := rng.IntN(len(held))
-				_, _ = c.shardCall(ctx, &event{Type: eventCompleteShards, Time: now, Shard: &jobstate.ShardEvent{Dataset: "d", Worker: worker, Results: []jobstate.ShardResult{{ID: held[k], OK: rng.IntN(4) > 0}}}})
+				_, _ = c.shardCall(ctx, &jobstate.Event{Type: jobstate.EventCompleteShards, Time: now, Shard: &jobstate.ShardEvent{Dataset: "d", Worker: worker, Results: []jobstate.ShardResult{{ID: held[k], OK: rng.IntN(4) > 0}}}})
 				held = append(held[:k], held[k+1:]...)
 			}
 		case 6:
 			_ = c.tick(ctx, now)
 		case 7:
 			if rng.IntN(4) == 0 {
-				_ = c.apply(ctx, &event{Type: eventNodeLost, Time: now, Node: id, Reason: "test"})
+				_ = c.apply(ctx, &jobstate.Event{Type: jobstate.EventNodeLost, Time: now, Node: id, Reason: "test"})
 			}
 		}
 	}

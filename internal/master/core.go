@@ -8,10 +8,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/roverml/rover/internal/diagnosis"
+	"github.com/roverml/rover/internal/ckpt"
 	"github.com/roverml/rover/internal/jobconfig"
 	"github.com/roverml/rover/internal/master/jobstate"
-	"github.com/roverml/rover/internal/node"
 	"github.com/roverml/rover/internal/nodemanager"
 	"github.com/roverml/rover/internal/rendezvous"
 	"github.com/roverml/rover/internal/store"
@@ -27,51 +26,32 @@ type Store interface {
 }
 
 // core is the master's state behind one mutex: the sub-states of package
-// jobstate (keys, memory snapshots, failures, datasets, the node check, the
-// fleet) and the state the core still holds itself (the configuration, the
-// rendezvous, the node table and addresses, the fleet's view for GetJob). Every method takes the time from its caller. Changes that matter to node views close the views channel, waking
-// the push streams; key changes close the keys channel.
+// jobstate (membership and rounds, keys, memory snapshots, failures,
+// datasets, the node check, the fleet) and the fleet's view for GetJob.
+// Every method takes the time from its caller. Changes that matter to node
+// views close the views channel, waking the push streams; key changes close
+// the keys channel.
 type core struct {
-	mu       sync.Mutex
-	store    Store
-	runID    string
-	cfg      *jobconfig.Config // nil until configured
-	rdzv     *rendezvous.Machine
-	nodes    *node.Table
-	addrs    map[string]string
-	kv       *jobstate.Keys
-	failures *jobstate.Failures // and the diagnoses of the rounds that failed
-	status   rendezvous.Status
-	views    chan struct{}
-	version  uint64 // of the node views
-	keys     chan struct{}
-	commits  committer
+	mu      sync.Mutex
+	store   Store
+	runID   string
+	st      *jobstate.State // the job's sub-states
+	views   chan struct{}
+	version uint64 // of the node views
+	keys    chan struct{}
+	commits committer
 
-	// check is the pre-flight node check (nodecheck.go); nil when the
-	// job runs none.
-	check *jobstate.NodeCheck
-
-	// datasets is the shard machine and the lease holders; shardOut and
-	// batchOut are the outcome of the last dataset event, for its caller.
-	datasets *jobstate.Datasets
+	// shardOut and batchOut are the outcome of the last dataset event,
+	// for its caller.
 	shardOut jobstate.ShardOutcome
 	batchOut batchOutcome
 
-	// memory is the nodes' flash-checkpoint snapshots and the step
-	// agreed for the last closed round.
-	memory *jobstate.Memory
-
-	// The node manager's side (fleetstate.go). fleet is its journaled
-	// state; fleetOn says the master owns the job's nodes; caps is what
-	// its platform lets a diagnosis do. live is false while the journal
-	// replays.
-	fleetOn   bool
-	caps      diagnosis.Caps
-	fleet     *jobstate.Fleet // the manager's journaled state, the nodes it runs, the notices for it
+	// The node manager's side (fleetstate.go; its journaled state is
+	// st.Fleet, and st.Owned says the master owns the job's nodes):
+	// what GetJob shows of them, and the signal of queued notices.
 	fleetView *nodemanager.Status
 	platform  string
 	noticeCh  chan struct{}
-	live      bool
 
 	// prog is the job's runtime progress (progress.go): not journaled.
 	prog tracker
@@ -79,18 +59,12 @@ type core struct {
 
 func newCore(runID string, store Store) *core {
 	return &core{
-		store:   store,
-		runID:   runID,
-		addrs:   map[string]string{},
-		kv:      jobstate.NewKeys(),
-		views:   make(chan struct{}),
-		keys:    make(chan struct{}),
-		commits: committer{failed: make(chan struct{}), every: minSnapshotEvery},
-
-		datasets: jobstate.NewDatasets(),
-		memory:   jobstate.NewMemory(),
-		failures: jobstate.NewFailures(),
-		fleet:    jobstate.NewFleet(),
+		store:    store,
+		runID:    runID,
+		st:       jobstate.NewState(ckpt.SameLocation, failureCodec{}),
+		views:    make(chan struct{}),
+		keys:     make(chan struct{}),
+		commits:  committer{failed: make(chan struct{}), every: minSnapshotEvery},
 		noticeCh: make(chan struct{}, 1),
 	}
 }
@@ -114,7 +88,7 @@ func (c *core) restore(ctx context.Context, now time.Time) (int, error) {
 			return 0, fmt.Errorf("initialise the master's state: %w", err)
 		}
 		c.commits.lastSnapshot = len(state)
-		c.live = true
+		c.st.Live = true
 		return 0, nil
 	}
 	if contents.Snapshot != nil {
@@ -124,7 +98,7 @@ func (c *core) restore(ctx context.Context, now time.Time) (int, error) {
 	}
 	old := false // replaying records of schema 1, from before shuffled orders changed
 	for i, b := range contents.Records {
-		e, err := unmarshalEvent(b)
+		e, err := jobstate.UnmarshalEvent(b)
 		if err != nil {
 			return i, fmt.Errorf("journal record %d: %w", i, err)
 		}
@@ -151,12 +125,8 @@ func (c *core) restore(ctx context.Context, now time.Time) (int, error) {
 		c.commits.since += len(r)
 	}
 	// Liveness is not journaled: every known node gets a fresh timeout.
-	if c.nodes != nil {
-		for id := range c.addrs {
-			c.nodes.Seen(id, now)
-		}
-	}
-	c.live = true
+	c.st.Members.Refresh(now)
+	c.st.Live = true
 	c.changedLocked()
 	n := len(contents.Records)
 	if contents.Snapshot != nil {
@@ -169,174 +139,30 @@ func (c *core) restore(ctx context.Context, now time.Time) (int, error) {
 // earlier Rover (the first n records), whose shuffled orders differ from
 // this one's: no shuffled dataset may be part-way through an epoch in it.
 func (c *core) checkOldOrdersLocked(n int) error {
-	if err := c.datasets.Machine().CheckOldOrders(); err != nil {
+	if err := c.st.Datasets.Machine().CheckOldOrders(); err != nil {
 		return fmt.Errorf("replay the %d journal records of an earlier Rover: %w", n, err)
 	}
 	return nil
 }
 
 // apply journals an event and applies it once durable.
-func (c *core) apply(ctx context.Context, e *event) error {
+func (c *core) apply(ctx context.Context, e *jobstate.Event) error {
 	return c.propose(ctx, e, nil)
 }
 
 // applyLocked applies a committed event: the same checks and transition
 // whether the event is new or replayed, so a replay rebuilds the same state.
-func (c *core) applyLocked(e *event) error {
-	if err := c.checkLocked(e); err != nil {
-		return err
-	}
-	return c.transitionLocked(e)
-}
-
-// checkLocked rejects events that would fail, before they are journaled.
-func (c *core) checkLocked(e *event) error {
-	if e.Shard != nil || e.Type == eventShardBatch {
-		return nil // the shard machine checks its own events
-	}
-	switch e.Type {
-	case eventConfigure, eventFleet:
-		return nil
-	case eventDeclareStorage:
-		if e.Declare == nil {
-			return invalid("a storage declaration without its content")
-		}
-		return c.declareLocked(e.Declare, false)
-	case eventCheckReport, eventCheckTick:
-		if c.rdzv == nil {
-			return errNotConfigured
-		}
-		return c.checkEventLocked(e)
-	case eventSetKey:
-		return c.kv.Check(e.Key, len(e.Value))
-	}
-	if c.rdzv == nil {
-		return errNotConfigured
-	}
-	switch e.Type {
-	case eventWorkerFailed, eventNodeSucceeded:
-		if _, ok := c.addrs[e.Node]; !ok {
-			return fmt.Errorf("node %q: %w", e.Node, rendezvous.ErrUnknownNode)
-		}
-	}
-	return nil
-}
-
-func (c *core) transitionLocked(e *event) error {
-	if ok, err := c.transitionShardsLocked(e); ok {
-		return err
-	}
-	var err error
-	before := c.status
-	switch e.Type {
-	case eventConfigure:
-		err = c.configureLocked(e.Config, e.Time)
-		if n := c.fleet.Expect(); err == nil && n > 0 {
-			c.rdzv.Expect(n, e.Time)
-		}
-	case eventJoin:
-		mb, worldRound, _, member := c.rdzv.WorldMember(e.Join.NodeID)
-		_, err = c.rdzv.Join(*e.Join, e.Time)
-		if err == nil && member && !before.Open && before.Job == rendezvous.Running && before.Round == worldRound && c.rdzv.Status().Round > worldRound {
-			// A member's agent restarted, ending the world: the others'
-			// failures in it were its consequences.
-			c.blameLossLocked(&event{Node: e.Join.NodeID, Time: e.Time, Reason: "its agent restarted"}, mb, worldRound)
-		}
-		if err == nil {
-			c.addrs[e.Join.NodeID] = e.Join.Addr
-			c.nodes.Seen(e.Join.NodeID, e.Time)
-			c.memory.Joined(e.Join.NodeID, e.Snapshots)
-		}
-	case eventNodeLost:
-		mb, worldRound, _, member := c.rdzv.WorldMember(e.Node)
-		if c.rdzv.NodeLostSince(e.Node, e.Since, e.Time) && member && !e.Planned {
-			c.blameLossLocked(e, mb, worldRound)
-		}
-		c.nodes.Lose(e.Node, e.Reason)
-		c.memory.Lost(e.Node)
-		c.datasets.NodeLost(e.Node, e.Time)
-		if !e.Planned { // the node manager removed it itself
-			c.noticeLocked(jobstate.FleetNotice{Lost: true, Node: e.Node, Reason: e.Reason})
-		}
-	case eventWorkerFailed:
-		cur := c.rdzv.Status()
-		if e.Round == cur.Round && !cur.Open {
-			if d := c.recordFailuresLocked(e.Round, e.Failures); d.FailFast {
-				c.rdzv.FailFast(d.Reason)
-				break
-			}
-		}
-		err = c.rdzv.WorkerFailed(e.Node, e.Round, e.Time)
-	case eventNodeSucceeded:
-		err = c.rdzv.NodeSucceeded(e.Node, e.Round, e.Time)
-	case eventSetKey:
-		c.kv.Set(e.Key, e.Value)
-		close(c.keys)
-		c.keys = make(chan struct{})
-	case eventTick:
-		c.rdzv.Tick(e.Time)
-	case eventFleet:
-		if c.fleet.Save(e.Fleet, e.Nodes) && c.rdzv != nil {
-			c.rdzv.Expect(e.Nodes, e.Time)
-		}
-	case eventFailNodes:
-		c.rdzv.FailNodes(e.Reason)
-	case eventCancel:
-		c.rdzv.Cancel(e.Reason)
-	case eventCheckReport, eventCheckTick:
-		err = c.transitionCheckLocked(e)
-	case eventDeclareStorage:
-		err = c.declareLocked(e.Declare, true)
-	default:
-		return fmt.Errorf("journal event type %q %w", e.Type, errUnknownEvent)
-	}
-	if c.rdzv != nil {
-		c.status = c.rdzv.Status()
-	}
-	if c.status != before {
-		c.checkWorldLocked(e.Time)
-		c.agreeMemoryLocked()
-		if c.status.Round != before.Round {
-			c.fenceShardsLocked(e.Time) // every worker restarts in a new round
-		}
-		c.changedLocked()
+// It acts on the effects (wakeLocked) and keeps a dataset event's outcome
+// for its caller.
+func (c *core) applyLocked(e *jobstate.Event) error {
+	fx, err := c.st.Apply(e)
+	c.wakeLocked(fx)
+	c.shardOut = fx.Shard
+	if e.Type == jobstate.EventShardBatch && err == nil {
+		c.batchOut = batchOutcome{outs: fx.Batch, errs: fx.BatchErrs}
+		err = faults(fx.BatchErrs)
 	}
 	return err
-}
-
-// blameMargin is how long, beyond the disconnect grace, a worker failure
-// waits for a node loss to take the blame: the survivors of a killed node
-// report their broken collectives within seconds, and their agents first
-// persist what their workers held in memory.
-const blameMargin = 10 * time.Second
-
-// blameWindow is the rendezvous BlameWindow of a job with liveness cfg: a
-// node whose agent died is lost within DisconnectGrace of its session's
-// end, so a failure reported up to that long (plus a margin) before it is
-// taken as its consequence. A frozen node's peers do not fail at once (they
-// block in their collectives), so the heartbeat timeout does not count.
-// The price: a job out of restarts fails this much later after a genuine
-// failure; with restarts left, the restart starts at once and is given back
-// if a loss follows.
-func blameWindow(cfg node.Config) time.Duration {
-	return cfg.DisconnectGrace + blameMargin
-}
-
-func (c *core) configureLocked(cfg *jobconfig.Config, now time.Time) error {
-	if c.rdzv != nil {
-		return nil
-	}
-	rc := cfg.Rendezvous
-	rc.BlameWindow = blameWindow(cfg.Nodes)
-	m, err := rendezvous.New(rc, now)
-	if err != nil {
-		return err
-	}
-	c.cfg = cfg
-	c.rdzv = m
-	c.nodes = node.NewTable(cfg.Nodes)
-	c.newCheckLocked()
-	return nil
 }
 
 // changedLocked wakes every push stream.
@@ -350,7 +176,7 @@ func (c *core) changedLocked() {
 // case cfg must agree with it.
 func (c *core) configure(ctx context.Context, cfg jobconfig.Config, now time.Time) error {
 	c.mu.Lock()
-	set := c.cfg
+	set := c.st.Members.Config()
 	c.mu.Unlock()
 	if set != nil {
 		return settingsAgree(set, &cfg)
@@ -359,8 +185,8 @@ func (c *core) configure(ctx context.Context, cfg jobconfig.Config, now time.Tim
 		return fmt.Errorf("%w: %w", errInvalid, err)
 	}
 	var agreed error
-	err := c.propose(ctx, &event{Type: eventConfigure, Time: now, Config: &cfg}, func(error) {
-		agreed = settingsAgree(c.cfg, &cfg) // another agent's configuration may have come first
+	err := c.propose(ctx, &jobstate.Event{Type: jobstate.EventConfigure, Time: now, Config: &cfg}, func(error) {
+		agreed = settingsAgree(c.st.Members.Config(), &cfg) // another agent's configuration may have come first
 	})
 	return errors.Join(err, agreed)
 }
@@ -369,20 +195,20 @@ func (c *core) configure(ctx context.Context, cfg jobconfig.Config, now time.Tim
 // already belongs to is answered without a transition.
 func (c *core) join(ctx context.Context, req rendezvous.JoinRequest, snaps []jobstate.MemorySnapshot, round int, now time.Time) (nodeRank, joinedRound int, err error) {
 	c.mu.Lock()
-	if c.rdzv == nil {
+	if !c.st.Members.Configured() {
 		c.mu.Unlock()
 		return 0, 0, errNotConfigured
 	}
 	if round > 0 {
-		if rank, r, ok := c.rdzv.Joined(req.NodeID); ok && r >= round {
+		if rank, r, ok := c.st.Members.Rendezvous().Joined(req.NodeID); ok && r >= round {
 			c.mu.Unlock()
 			return rank, r, nil
 		}
 	}
 	c.mu.Unlock()
-	err = c.propose(ctx, &event{Type: eventJoin, Time: now, Join: &req, Snapshots: snaps}, func(err error) {
+	err = c.propose(ctx, &jobstate.Event{Type: jobstate.EventJoin, Time: now, Join: &req, Snapshots: snaps}, func(err error) {
 		if err == nil {
-			nodeRank, joinedRound, _ = c.rdzv.Joined(req.NodeID)
+			nodeRank, joinedRound, _ = c.st.Members.Rendezvous().Joined(req.NodeID)
 		}
 	})
 	return nodeRank, joinedRound, err
@@ -391,17 +217,17 @@ func (c *core) join(ctx context.Context, req rendezvous.JoinRequest, snaps []job
 // tick advances the timeouts of both state machines: it proposes the
 // events whose time has come and returns once they are applied.
 func (c *core) tick(ctx context.Context, now time.Time) error {
-	var events []*event
+	var events []*jobstate.Event
 	c.mu.Lock()
-	if d, ok := c.datasets.Machine().NextDeadline(); ok && !now.Before(d) {
-		events = append(events, &event{Type: eventShardTick, Time: now, Shard: &jobstate.ShardEvent{}})
+	if d, ok := c.st.Datasets.Machine().NextDeadline(); ok && !now.Before(d) {
+		events = append(events, &jobstate.Event{Type: jobstate.EventShardTick, Time: now, Shard: &jobstate.ShardEvent{}})
 	}
-	if c.rdzv != nil {
-		for _, lost := range c.nodes.Tick(now) {
-			events = append(events, &event{Type: eventNodeLost, Time: now, Node: lost.ID, Reason: lost.Reason, Since: lost.Since})
+	if c.st.Members.Configured() {
+		for _, lost := range c.st.Members.Expired(now) {
+			events = append(events, &jobstate.Event{Type: jobstate.EventNodeLost, Time: now, Node: lost.ID, Reason: lost.Reason, Since: lost.Since})
 		}
-		if d, ok := c.rdzv.NextDeadline(); ok && !now.Before(d) {
-			events = append(events, &event{Type: eventTick, Time: now})
+		if d, ok := c.st.Members.Rendezvous().NextDeadline(); ok && !now.Before(d) {
+			events = append(events, &jobstate.Event{Type: jobstate.EventTick, Time: now})
 		}
 		if e := c.checkDeadlineLocked(now); e != nil {
 			events = append(events, e)
@@ -419,60 +245,33 @@ func (c *core) tick(ctx context.Context, now time.Time) error {
 func (c *core) seen(id string, now time.Time) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if _, ok := c.addrs[id]; !ok || c.nodes == nil {
-		return fmt.Errorf("node %q: %w", id, rendezvous.ErrUnknownNode)
-	}
-	c.nodes.Seen(id, now)
-	return nil
+	return c.st.Members.Seen(id, now)
 }
 
-// connected records a push stream opening (delta +1) or closing (-1).
+// connected records a push stream opening or closing.
 func (c *core) connected(id string, open bool, now time.Time) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if _, ok := c.addrs[id]; !ok || c.nodes == nil {
-		return fmt.Errorf("node %q: %w", id, rendezvous.ErrUnknownNode)
-	}
-	if open {
-		c.nodes.Connected(id, now)
-	} else {
-		c.nodes.Disconnected(id, now)
-	}
-	return nil
+	return c.st.Members.Connected(id, open, now)
 }
 
-// checkpointWorld checks a checkpoint report's claim that rank is one of
-// nodeID's ranks in the world of round, and returns the job's checkpoint
-// storage and that world's size. The round must be the last closed one
-// (reports of a world that a failure stopped still count while the next
-// round gathers: the agents drain them before they join it).
+// checkpointWorld checks a checkpoint report's rank against the last closed
+// world (jobstate.Membership.CheckpointWorld).
 func (c *core) checkpointWorld(nodeID string, round, rank int) (jobconfig.CheckpointStorage, int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.rdzv == nil {
-		return jobconfig.CheckpointStorage{}, 0, errNotConfigured
-	}
-	mb, worldRound, worldSize, ok := c.rdzv.WorldMember(nodeID)
-	switch {
-	case !ok:
-		return jobconfig.CheckpointStorage{}, 0, fmt.Errorf("%w: node %q is not in the world of round %d", errStaleRound, nodeID, worldRound)
-	case round != worldRound:
-		return jobconfig.CheckpointStorage{}, 0, fmt.Errorf("%w: the report is for round %d, but the last world is round %d's", errStaleRound, round, worldRound)
-	case rank < mb.RankOffset || rank >= mb.RankOffset+mb.LocalWorldSize:
-		return jobconfig.CheckpointStorage{}, 0, invalid("rank %d is not one of node %q's ranks in round %d (%d to %d)",
-			rank, nodeID, round, mb.RankOffset, mb.RankOffset+mb.LocalWorldSize-1)
-	}
-	return c.cfg.Checkpoint, worldSize, nil
+	return c.st.Members.CheckpointWorld(nodeID, round, rank)
 }
 
 // config returns the job's configuration, or nil before it is configured.
 func (c *core) config() *jobconfig.Config {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.cfg == nil {
+	set := c.st.Members.Config()
+	if set == nil {
 		return nil
 	}
-	cfg := *c.cfg
+	cfg := *set
 	return &cfg
 }
 
@@ -481,5 +280,5 @@ func (c *core) config() *jobconfig.Config {
 func (c *core) fresh() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.rdzv == nil || c.rdzv.Status().WorldRound == 0
+	return !c.st.Members.Configured() || c.st.Members.Status().WorldRound == 0
 }

@@ -17,11 +17,11 @@ func (c *core) view(id string) (*roverv1.NodeView, <-chan struct{}) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	v := &roverv1.NodeView{RunId: c.runID}
-	if c.rdzv == nil {
+	if !c.st.Members.Configured() {
 		v.JobState = roverv1.JobState_JOB_STATE_RUNNING
 		return v, c.views
 	}
-	s := c.status
+	s := c.st.Members.Status()
 	v.Version = c.version
 	v.JobState = jobState(s.Job)
 	v.Reason = s.Reason
@@ -29,7 +29,7 @@ func (c *core) view(id string) (*roverv1.NodeView, <-chan struct{}) {
 	v.RoundOpen = s.Open
 	v.RestartCount = int32(s.Restarts)
 	v.MaxRestarts = int32(s.MaxRestarts)
-	if m, round, ok := c.rdzv.Assignment(id); ok {
+	if m, round, ok := c.st.Members.Rendezvous().Assignment(id); ok {
 		v.Assignment = &roverv1.Assignment{
 			Round:          int64(round),
 			NodeRank:       int32(m.NodeRank),
@@ -39,13 +39,13 @@ func (c *core) view(id string) (*roverv1.NodeView, <-chan struct{}) {
 			RankOffset:     int32(m.RankOffset),
 			WorldSize:      int32(s.WorldSize),
 		}
-		if step, ok := c.memory.Step(round); ok {
+		if step, ok := c.st.Memory.Step(round); ok {
 			v.Assignment.MemoryStep = &step // a copy: views are marshalled after the lock is released
 		}
 	}
 	c.checkViewLocked(id, v)
 	if s.Job != rendezvous.Running {
-		v.Failures = failuresProto(c.failures.Records())
+		v.Failures = failuresProto(c.st.Failures.Records())
 	}
 	v.Hang = c.prog.noticeView()
 	return v, c.views
@@ -55,7 +55,7 @@ func (c *core) view(id string) (*roverv1.NodeView, <-chan struct{}) {
 func (c *core) key(k string) ([]byte, bool, <-chan struct{}) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	v, ok := c.kv.Get(k)
+	v, ok := c.st.Keys.Get(k)
 	return v, ok, c.keys
 }
 
@@ -64,11 +64,11 @@ func (c *core) job() *roverv1.GetJobResponse {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	r := &roverv1.GetJobResponse{RunId: c.runID, JobState: roverv1.JobState_JOB_STATE_RUNNING, CheckpointStep: -1}
-	if c.rdzv == nil {
+	if !c.st.Members.Configured() {
 		c.fleetProtoLocked(r)
 		return r
 	}
-	s := c.rdzv.Snapshot()
+	s := c.st.Members.Rendezvous().Snapshot()
 	r.JobState = jobState(s.Job)
 	r.Reason = s.Reason
 	r.Round = int64(s.Round)
@@ -76,23 +76,24 @@ func (c *core) job() *roverv1.GetJobResponse {
 	r.WorldSize = int32(s.WorldSize)
 	r.RestartCount = int32(s.Restarts)
 	r.MaxRestarts = int32(s.MaxRestarts)
-	r.Failures = failuresProto(c.failures.Records())
-	r.Rendezvous = configwire.ToProto(*c.cfg)
-	ids := make([]string, 0, len(c.addrs))
-	for id := range c.addrs {
+	r.Failures = failuresProto(c.st.Failures.Records())
+	r.Rendezvous = configwire.ToProto(*c.st.Members.Config())
+	addrs := c.st.Members.Addrs()
+	ids := make([]string, 0, len(addrs))
+	for id := range addrs {
 		ids = append(ids, id)
 	}
 	sort.Strings(ids)
 	for _, id := range ids {
-		ns := &roverv1.NodeStatus{NodeId: id, Addr: c.addrs[id], GroupRank: -1}
-		if rank, _, ok := c.rdzv.Joined(id); ok {
+		ns := &roverv1.NodeStatus{NodeId: id, Addr: addrs[id], GroupRank: -1}
+		if rank, _, ok := c.st.Members.Rendezvous().Joined(id); ok {
 			ns.NodeRank = int32(rank)
 		}
 		if m, ok := s.Member(id); ok {
 			ns.GroupRank = int32(m.GroupRank)
 			ns.NodeRank = int32(m.NodeRank)
 		}
-		if info, ok := c.nodes.Get(id); ok {
+		if info, ok := c.st.Members.Liveness(id); ok {
 			ns.Lost = info.Lost
 			ns.LostReason = info.LostReason
 		}
@@ -100,7 +101,7 @@ func (c *core) job() *roverv1.GetJobResponse {
 	}
 	c.checkProtoLocked(r)
 	c.fleetProtoLocked(r)
-	r.Progress = c.prog.proto(int64(c.status.Round), r.Nodes)
+	r.Progress = c.prog.proto(int64(c.st.Members.Status().Round), r.Nodes)
 	return r
 }
 
@@ -108,10 +109,11 @@ func (c *core) job() *roverv1.GetJobResponse {
 func (c *core) finished() (bool, rendezvous.JobState, <-chan struct{}) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.rdzv == nil {
+	if !c.st.Members.Configured() {
 		return false, rendezvous.Running, c.views
 	}
-	return c.status.Job != rendezvous.Running, c.status.Job, c.views
+	s := c.st.Members.Status()
+	return s.Job != rendezvous.Running, s.Job, c.views
 }
 
 func jobState(s rendezvous.JobState) roverv1.JobState {

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/roverml/rover/internal/master/jobstate"
 	"github.com/roverml/rover/internal/store"
 )
 
@@ -36,11 +37,11 @@ func describeLoss(de *store.DamageError) string {
 	if de.LastTxLost {
 		return "the last write to the file"
 	}
-	kinds := map[eventType]int{}
+	kinds := map[jobstate.EventType]int{}
 	nodes, rounds := map[string]bool{}, map[int]bool{}
 	unreadable := de.DroppedRecords - len(de.Dropped)
 	for _, p := range de.Dropped {
-		e, err := unmarshalEvent(p)
+		e, err := jobstate.UnmarshalEvent(p)
 		if err != nil {
 			unreadable++
 			continue

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/roverml/rover/internal/master/jobstate"
 	"github.com/roverml/rover/internal/store"
 )
 
@@ -35,7 +36,7 @@ func damagedStateDir(t *testing.T) (dir, path string) {
 			t.Fatal(err)
 		}
 	}
-	if err := c.apply(context.Background(), &event{Type: eventSetKey, Time: now, Key: "k", Value: []byte("v")}); err != nil {
+	if err := c.apply(context.Background(), &jobstate.Event{Type: jobstate.EventSetKey, Time: now, Key: "k", Value: []byte("v")}); err != nil {
 		t.Fatal(err)
 	}
 	if err := st.Close(); err != nil {

@@ -25,7 +25,7 @@ var (
 	// errInvalid marks a request with a bad field.
 	errInvalid = jobstate.ErrInvalid
 	// errNotConfigured is returned before the first agent configured the job.
-	errNotConfigured = errors.New("the job has no rendezvous configuration yet: join first")
+	errNotConfigured = jobstate.ErrNotConfigured
 	// errConfigMismatch is returned to an agent whose settings differ from the job's.
 	errConfigMismatch = errors.New("rendezvous settings differ from the job's")
 	// errLimit is returned when a request would take the job past one of
@@ -60,7 +60,7 @@ var codes = []struct {
 	{errNoStorage, connect.CodeFailedPrecondition},
 	{errStaleRound, connect.CodeFailedPrecondition},
 	{errUnverified, connect.CodeFailedPrecondition},
-	{errStorageConflict, connect.CodeFailedPrecondition},
+	{jobstate.ErrStorageConflict, connect.CodeFailedPrecondition},
 	{ckpt.ErrInvalidInput, connect.CodeInvalidArgument},
 	{ckpt.ErrCorrupt, connect.CodeFailedPrecondition},
 	{ckpt.ErrStorage, connect.CodeUnavailable},
@@ -110,4 +110,4 @@ func isRequestError(err error) bool {
 
 // errUnknownEvent is a journal record of a type this master does not know:
 // a newer master wrote it.
-var errUnknownEvent = errors.New("is unknown to this master (written by a newer version?)")
+var errUnknownEvent = jobstate.ErrUnknownEvent

@@ -4,9 +4,7 @@ import (
 	"encoding/json"
 
 	roverv1 "github.com/roverml/rover/api/rover/v1"
-	"github.com/roverml/rover/internal/diagnosis"
 	"github.com/roverml/rover/internal/master/jobstate"
-	"github.com/roverml/rover/internal/rendezvous"
 	"google.golang.org/protobuf/encoding/protojson"
 )
 
@@ -15,35 +13,20 @@ import (
 // protocol's WorkerFailure, as the journal, the snapshot and the views
 // carry them.
 
-// blameLossLocked records that a lost node ended its world's round (see
-// jobstate.Failures.Blame).
-func (c *core) blameLossLocked(e *event, mb rendezvous.Member, round int) {
-	c.failures.Blame(jobstate.Loss{Node: e.Node, Member: mb, Round: round, Reason: e.Reason, Time: e.Time, Relaunched: c.fleetOn})
+// failureCodec is the protobuf JSON of a WorkerFailure, as the journal and
+// the snapshot carry failures (jobstate.FailureCodec).
+type failureCodec struct{}
+
+func (failureCodec) Encode(f jobstate.Failure) (json.RawMessage, error) {
+	return protojson.Marshal(failureProto(f))
 }
 
-// recordFailuresLocked keeps a report's failures, each annotated with the
-// diagnosis of the round, and returns the diagnosis (see
-// jobstate.Failures.Record); a diagnosis that calls for a node's relaunch
-// is noticed to the fleet.
-func (c *core) recordFailuresLocked(round int, raw []json.RawMessage) (d diagnosis.Decision) {
-	var fs []jobstate.Failure
-	for _, b := range raw {
-		w := &roverv1.WorkerFailure{}
-		if protojson.Unmarshal(b, w) == nil {
-			fs = append(fs, failureFromProto(w))
-		}
+func (failureCodec) Decode(b json.RawMessage) (jobstate.Failure, error) {
+	w := &roverv1.WorkerFailure{}
+	if err := protojson.Unmarshal(b, w); err != nil {
+		return jobstate.Failure{}, err
 	}
-	if len(fs) == 0 {
-		return diagnosis.Decision{}
-	}
-	caps := c.caps
-	if c.rdzv != nil {
-		st := c.rdzv.Status()
-		caps.NoRestartsLeft, caps.MaxRestarts = st.Restarts >= st.MaxRestarts, st.MaxRestarts
-	}
-	d = c.failures.Record(round, fs, caps)
-	c.noticeDiagnosisLocked(d, fs)
-	return d
+	return failureFromProto(w), nil
 }
 
 // failuresProto is the wire form of the job's failures.

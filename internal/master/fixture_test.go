@@ -111,11 +111,11 @@ func TestFixtureJournal(t *testing.T) {
 	// The records and the snapshot re-encode byte for byte: the journal
 	// format is unchanged.
 	for i, rec := range contents.Records {
-		e, err := unmarshalEvent(rec)
+		e, err := jobstate.UnmarshalEvent(rec)
 		if err != nil {
 			t.Fatalf("record %d: %v", i, err)
 		}
-		b, err := e.marshal()
+		b, err := e.Marshal()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -178,9 +178,9 @@ func checkFixtureDetails(t *testing.T, c *core) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if step, ok := c.memory.Step(4); len(c.memory.Held()["a"]) != 2 || step != 8 || !ok || len(c.datasets.Holders()) != 1 || c.fleet.Saved() == nil || c.failures.History().Len() != 1 {
+	if step, ok := c.st.Memory.Step(4); len(c.st.Memory.Held()["a"]) != 2 || step != 8 || !ok || len(c.st.Datasets.Holders()) != 1 || c.st.Fleet.Saved() == nil || c.st.Failures.History().Len() != 1 {
 		t.Errorf("held %v, memory %v, lease holders %v, fleet %d bytes, %d diagnoses: want all set",
-			c.memory.Held(), c.memory.Agreement(), c.datasets.Holders(), len(c.fleet.Saved()), c.failures.History().Len())
+			c.st.Memory.Held(), c.st.Memory.Agreement(), c.st.Datasets.Holders(), len(c.st.Fleet.Saved()), c.st.Failures.History().Len())
 	}
 }
 
@@ -198,10 +198,10 @@ func viewsOf(t *testing.T, c *core) fixtureViews {
 		}
 	}
 	c.mu.Lock()
-	for k, v := range c.kv.Map() {
+	for k, v := range c.st.Keys.Map() {
 		out.Keys[k] = string(v)
 	}
-	datasets := c.datasets.Machine().Datasets()
+	datasets := c.st.Datasets.Machine().Datasets()
 	c.mu.Unlock()
 	for _, d := range datasets {
 		if out.Datasets[d], err = c.datasetStatus(d); err != nil {
@@ -284,7 +284,7 @@ func writeFixture(t *testing.T) {
 	mgr.Start(now)
 	fleet, err := mgr.MarshalState()
 	must("node manager state", err)
-	must("fleet", c.apply(ctx, &event{Type: eventFleet, Time: step(time.Second), Fleet: fleet, Nodes: 3}))
+	must("fleet", c.apply(ctx, &jobstate.Event{Type: jobstate.EventFleet, Time: step(time.Second), Fleet: fleet, Nodes: 3}))
 
 	join := func(id string, round int, snapStep int64) {
 		t.Helper()
@@ -310,15 +310,15 @@ func writeFixture(t *testing.T) {
 		}
 		for _, id := range fixtureNodes {
 			c.mu.Lock()
-			world, stage, groups := c.check.Machine().Tasks(id)
+			world, stage, groups := c.st.Check.Machine().Tasks(id)
 			c.mu.Unlock()
 			for _, g := range groups {
 				result := nodecheck.Result{OK: true, Elapsed: time.Second, Compute: time.Second / 2, Collective: time.Second / 2}
 				if id == "c" {
 					result = nodecheck.Result{Local: true, Error: "the check program could not start"}
 				}
-				err := c.apply(ctx, &event{Type: eventCheckReport, Time: step(time.Second), Node: id, Round: world,
-					Check: &checkReport{Stage: stage, Group: g.ID, Result: result}})
+				err := c.apply(ctx, &jobstate.Event{Type: jobstate.EventCheckReport, Time: step(time.Second), Node: id, Round: world,
+					Check: &jobstate.CheckReport{Stage: stage, Group: g.ID, Result: result}})
 				must("node check report", err)
 			}
 		}
@@ -331,18 +331,18 @@ func writeFixture(t *testing.T) {
 	}
 	must("tick", c.tick(ctx, step(2*time.Second)))
 
-	must("set key", c.apply(ctx, &event{Type: eventSetKey, Time: step(time.Second), Key: "rdzv/2", Value: []byte("world 2")}))
-	must("set key", c.apply(ctx, &event{Type: eventSetKey, Time: step(time.Second), Key: "store/x", Value: []byte{0, 1, 2}}))
+	must("set key", c.apply(ctx, &jobstate.Event{Type: jobstate.EventSetKey, Time: step(time.Second), Key: "rdzv/2", Value: []byte("world 2")}))
+	must("set key", c.apply(ctx, &jobstate.Event{Type: jobstate.EventSetKey, Time: step(time.Second), Key: "store/x", Value: []byte{0, 1, 2}}))
 	keep := 3
-	_, err = c.declareStorage(ctx, storageDeclaration{Node: "a", URL: "/fixture/ckpt", Keep: &keep})
+	_, err = c.declareStorage(ctx, jobstate.StorageDeclaration{Node: "a", URL: "/fixture/ckpt", Keep: &keep})
 	must("declare storage", err)
 
 	train := shard.Dataset{Name: "train", Size: 1000, BatchSize: 10, ShardSize: 100, Epochs: 2, Shuffle: true, Seed: 7, Mode: shard.Leased, LeaseTimeout: time.Minute}
-	_, err = c.shardCall(ctx, &event{Type: eventRegisterDataset, Time: step(time.Second), Shard: &jobstate.ShardEvent{Dataset: "train", Spec: &train}})
+	_, err = c.shardCall(ctx, &jobstate.Event{Type: jobstate.EventRegisterDataset, Time: step(time.Second), Shard: &jobstate.ShardEvent{Dataset: "train", Spec: &train}})
 	must("register", err)
 	lease := func(worker string, max int) []shard.Lease {
 		t.Helper()
-		out, err := c.shardCall(ctx, &event{Type: eventLease, Time: step(time.Second), Shard: &jobstate.ShardEvent{Dataset: "train", Worker: worker, Max: max}})
+		out, err := c.shardCall(ctx, &jobstate.Event{Type: jobstate.EventLease, Time: step(time.Second), Shard: &jobstate.ShardEvent{Dataset: "train", Worker: worker, Max: max}})
 		must("lease", err)
 		return out.Lease.Shards
 	}
@@ -352,7 +352,7 @@ func writeFixture(t *testing.T) {
 		for _, l := range ls {
 			rs = append(rs, jobstate.ShardResult{ID: l.ID, OK: ok})
 		}
-		_, err := c.shardCall(ctx, &event{Type: eventCompleteShards, Time: step(time.Second), Shard: &jobstate.ShardEvent{Dataset: "train", Worker: worker, Results: rs}})
+		_, err := c.shardCall(ctx, &jobstate.Event{Type: jobstate.EventCompleteShards, Time: step(time.Second), Shard: &jobstate.ShardEvent{Dataset: "train", Worker: worker, Results: rs}})
 		must("complete", err)
 	}
 	complete("a/0", lease("a/0", 2), true)
@@ -368,7 +368,7 @@ func writeFixture(t *testing.T) {
 	failure, err := protojson.Marshal(&roverv1.WorkerFailure{NodeId: "a", Rank: 1, NodeRank: 0, Host: "10.0.0.a", ExitCode: 1, Round: 2,
 		Message: "ValueError: the batch has 3 columns, want 4", Traceback: valueErrorTrace})
 	must("failure record", err)
-	must("worker failed", c.apply(ctx, &event{Type: eventWorkerFailed, Time: step(time.Second), Node: "a", Round: 2, Failures: []json.RawMessage{failure}}))
+	must("worker failed", c.apply(ctx, &jobstate.Event{Type: jobstate.EventWorkerFailed, Time: step(time.Second), Node: "a", Round: 2, Failures: []json.RawMessage{failure}}))
 	for _, id := range []string{"a", "b"} {
 		join(id, 3, 7)
 	}
@@ -377,10 +377,10 @@ func writeFixture(t *testing.T) {
 
 	// After the snapshot: more keys and leases, and b is killed for memory,
 	// which ends round 3's world; c comes back.
-	must("set key", c.apply(ctx, &event{Type: eventSetKey, Time: step(time.Second), Key: "rdzv/3", Value: []byte("world 3")}))
+	must("set key", c.apply(ctx, &jobstate.Event{Type: jobstate.EventSetKey, Time: step(time.Second), Key: "rdzv/3", Value: []byte("world 3")}))
 	complete("a/0", lease("a/0", 1), true)
 	lease("b/0", 2)
-	must("node lost", c.apply(ctx, &event{Type: eventNodeLost, Time: step(time.Second), Node: "b", Reason: "OOMKilled"}))
+	must("node lost", c.apply(ctx, &jobstate.Event{Type: jobstate.EventNodeLost, Time: step(time.Second), Node: "b", Reason: "OOMKilled"}))
 	join("a", 4, 8)
 	join("c", 4, 8)
 	must("tick", c.tick(ctx, step(2*time.Second)))

@@ -315,10 +315,10 @@ func (f *fleet) sync(evs []platform.Event, now time.Time) []platform.Event {
 
 // recordLosses tells the core of the nodes evs lose, as one group.
 func (f *fleet) recordLosses(ctx context.Context, evs []platform.Event, now time.Time) {
-	var losses []*event
+	var losses []*jobstate.Event
 	for _, ev := range evs {
 		if ev.Failed() || ev.Kind == platform.Deleted {
-			losses = append(losses, &event{Type: eventNodeLost, Time: now, Node: ev.NodeID, Reason: "its agent " + ev.Describe(), Since: ev.Time})
+			losses = append(losses, &jobstate.Event{Type: jobstate.EventNodeLost, Time: now, Node: ev.NodeID, Reason: "its agent " + ev.Describe(), Since: ev.Time})
 		}
 	}
 	if len(losses) == 0 {
@@ -353,7 +353,7 @@ func (f *fleet) carry(ctx context.Context, cmds []nodemanager.Command) {
 		return
 	}
 	if !bytes.Equal(state, f.saved) {
-		if err := f.core.apply(ctx, &event{Type: eventFleet, Time: f.clock.Now(), Fleet: state, Nodes: f.mgr.Live()}); err != nil {
+		if err := f.core.apply(ctx, &jobstate.Event{Type: jobstate.EventFleet, Time: f.clock.Now(), Fleet: state, Nodes: f.mgr.Live()}); err != nil {
 			// Nothing is done that the journal does not hold: the master
 			// stops when its store fails, and a restarted one redoes it.
 			f.log.Error("journal the node manager's state", "err", err)
@@ -380,7 +380,7 @@ func (f *fleet) carry(ctx context.Context, cmds []nodemanager.Command) {
 		case nodemanager.FailJob:
 			f.log.Info("node manager: "+c.Kind.String(), "reason", c.Reason)
 			skipped += creating.wait() // the nodes decided before the failure are made first
-			if err := f.core.apply(ctx, &event{Type: eventFailNodes, Time: f.clock.Now(), Reason: c.Reason}); err != nil {
+			if err := f.core.apply(ctx, &jobstate.Event{Type: jobstate.EventFailNodes, Time: f.clock.Now(), Reason: c.Reason}); err != nil {
 				f.log.Error("fail the job", "reason", c.Reason, "err", err)
 			}
 		}
@@ -395,7 +395,7 @@ func (f *fleet) remove(ctx context.Context, c nodemanager.Command) {
 	if c.Removed {
 		// Scaled away: the rendezvous lets it go before its agent is
 		// stopped, so its end is no failure.
-		e := &event{Type: eventNodeLost, Time: f.clock.Now(), Node: c.NodeID, Reason: c.Reason, Planned: true}
+		e := &jobstate.Event{Type: jobstate.EventNodeLost, Time: f.clock.Now(), Node: c.NodeID, Reason: c.Reason, Planned: true}
 		if err := f.core.apply(ctx, e); err != nil && !errors.Is(err, errNotConfigured) {
 			f.log.Warn("record a node's removal", "node", c.NodeID, "err", err)
 		}

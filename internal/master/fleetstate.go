@@ -4,50 +4,29 @@ import (
 	"encoding/json"
 
 	roverv1 "github.com/roverml/rover/api/rover/v1"
-	"github.com/roverml/rover/internal/diagnosis"
 	"github.com/roverml/rover/internal/master/jobstate"
 	"github.com/roverml/rover/internal/nodemanager"
 )
 
-// The core's side of the node manager (fleet.go): it journals the
-// manager's state (eventFleet, kept by jobstate.Fleet), fails the job when
-// the manager says so (eventFailNodes), and queues for the fleet what only
-// the core learns: a node's agent lost, and the diagnosis of a failed round
-// that calls for a node's relaunch.
-
-// noticeLocked queues n for the fleet, unless the core is replaying its
-// journal (the fleet's restored state has seen them) or owns no nodes.
-func (c *core) noticeLocked(n jobstate.FleetNotice) {
-	if !c.live || !c.fleetOn {
-		return
-	}
-	c.fleet.Notice(n)
-	select {
-	case c.noticeCh <- struct{}{}:
-	default:
-	}
-}
+// The core's side of the node manager (fleet.go): the manager's state is
+// journaled (jobstate.EventFleet, kept by jobstate.Fleet), the job fails
+// when the manager says so (jobstate.EventFailNodes), and State.Apply
+// queues for the fleet what only the job's state learns: a node's agent
+// lost, and the diagnosis of a failed round that calls for a node's
+// relaunch. Here: taking the notices, and what GetJob shows of the nodes.
 
 // takeNotices returns the queued notices and empties the queue.
 func (c *core) takeNotices() []jobstate.FleetNotice {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.fleet.TakeNotices()
-}
-
-// noticeDiagnosisLocked queues the node actions a failed round's
-// diagnosis calls for (jobstate.DiagnosisNotices).
-func (c *core) noticeDiagnosisLocked(d diagnosis.Decision, fs []jobstate.Failure) {
-	for _, n := range jobstate.DiagnosisNotices(d, fs) {
-		c.noticeLocked(n)
-	}
+	return c.st.Fleet.TakeNotices()
 }
 
 // fleetSaved returns the node manager's journaled state (nil: none yet).
 func (c *core) fleetSaved() json.RawMessage {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.fleet.Saved()
+	return c.st.Fleet.Saved()
 }
 
 // setFleetView records what GetJob shows of the managed nodes.
@@ -55,6 +34,13 @@ func (c *core) setFleetView(st nodemanager.Status, platform string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.fleetView, c.platform = &st, platform
+	hosts := map[string]string{}
+	for _, n := range st.Nodes {
+		if _, ok := hosts[n.NodeID]; !ok && n.Host != "" {
+			hosts[n.NodeID] = n.Host
+		}
+	}
+	c.st.Hosts = hosts
 }
 
 // fleetProtoLocked fills r's managed nodes and each node row's relaunch

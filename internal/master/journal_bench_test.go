@@ -45,7 +45,7 @@ func BenchmarkJournalHour(b *testing.B) {
 			}
 		}
 		ds := shard.Dataset{Name: "train", Size: 1 << 40, BatchSize: 32, ShardSize: 1024, Epochs: 1, Mode: shard.Leased}
-		if _, err := c.shardCall(ctx, &event{Type: eventRegisterDataset, Time: now, Shard: &jobstate.ShardEvent{Dataset: "train", Spec: &ds}}); err != nil {
+		if _, err := c.shardCall(ctx, &jobstate.Event{Type: jobstate.EventRegisterDataset, Time: now, Shard: &jobstate.ShardEvent{Dataset: "train", Spec: &ds}}); err != nil {
 			b.Fatal(err)
 		}
 		held := map[string]uint64{}
@@ -65,7 +65,7 @@ func BenchmarkJournalHour(b *testing.B) {
 					}
 					ops = append(ops, jobstate.BatchOp{Type: jobstate.BatchLease, Shard: &jobstate.ShardEvent{Dataset: "train", Worker: worker, Max: 1}})
 				}
-				rec, _ := (&event{Type: eventShardBatch, Time: now, Batch: ops}).marshal()
+				rec, _ := (&jobstate.Event{Type: jobstate.EventShardBatch, Time: now, Batch: ops}).Marshal()
 				journaled += int64(len(rec))
 				outs, errs, err := c.shardBatch(ctx, now, ops)
 				if err != nil {

@@ -22,29 +22,29 @@ func TestStateLimits(t *testing.T) {
 	c := configuredCore(t, store.NewMemory(), now)
 	c.mu.Lock()
 	for i := range maxKeys {
-		c.kv.Set(fmt.Sprint("k", i), nil)
+		c.st.Keys.Set(fmt.Sprint("k", i), nil)
 	}
 	c.mu.Unlock()
-	err := c.apply(ctx, &event{Type: eventSetKey, Time: now, Key: "one-more", Value: []byte("v")})
+	err := c.apply(ctx, &jobstate.Event{Type: jobstate.EventSetKey, Time: now, Key: "one-more", Value: []byte("v")})
 	if !errors.Is(err, errLimit) || connect.CodeOf(rpcError(err)) != connect.CodeResourceExhausted {
 		t.Errorf("a key past the limit: %v, want ResourceExhausted", err)
 	}
-	if err := c.apply(ctx, &event{Type: eventSetKey, Time: now, Key: "k7", Value: []byte("new")}); err != nil {
+	if err := c.apply(ctx, &jobstate.Event{Type: jobstate.EventSetKey, Time: now, Key: "k7", Value: []byte("new")}); err != nil {
 		t.Errorf("updating an existing key at the limit: %v", err)
 	}
 	c.mu.Lock()
-	c.kv = jobstate.RestoreKeys(map[string][]byte{"filler": make([]byte, maxKeyBytes-10)}) // the values take all but 10 bytes
+	c.st.Keys = jobstate.RestoreKeys(map[string][]byte{"filler": make([]byte, maxKeyBytes-10)}) // the values take all but 10 bytes
 	c.mu.Unlock()
-	if err := c.apply(ctx, &event{Type: eventSetKey, Time: now, Key: "b1", Value: make([]byte, 11)}); !errors.Is(err, errLimit) {
+	if err := c.apply(ctx, &jobstate.Event{Type: jobstate.EventSetKey, Time: now, Key: "b1", Value: make([]byte, 11)}); !errors.Is(err, errLimit) {
 		t.Errorf("a value past the byte limit: %v, want errLimit", err)
 	}
-	if err := c.apply(ctx, &event{Type: eventSetKey, Time: now, Key: "b1", Value: make([]byte, 10)}); err != nil {
+	if err := c.apply(ctx, &jobstate.Event{Type: jobstate.EventSetKey, Time: now, Key: "b1", Value: make([]byte, 10)}); err != nil {
 		t.Errorf("a value that just fits: %v", err)
 	}
 
 	register := func(name string) error {
 		ds := shard.Dataset{Name: name, Size: 10, BatchSize: 1, ShardSize: 1, Epochs: 1, Mode: shard.Leased}
-		_, err := c.shardCall(ctx, &event{Type: eventRegisterDataset, Time: now, Shard: &jobstate.ShardEvent{Dataset: name, Spec: &ds}})
+		_, err := c.shardCall(ctx, &jobstate.Event{Type: jobstate.EventRegisterDataset, Time: now, Shard: &jobstate.ShardEvent{Dataset: name, Spec: &ds}})
 		return err
 	}
 	for i := range maxDatasets {

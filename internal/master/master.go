@@ -14,6 +14,7 @@ import (
 
 	roverv1 "github.com/roverml/rover/api/rover/v1"
 	"github.com/roverml/rover/internal/jobconfig"
+	"github.com/roverml/rover/internal/master/jobstate"
 	"github.com/roverml/rover/internal/nodemanager"
 	"github.com/roverml/rover/internal/rendezvous"
 	"golang.org/x/sync/errgroup"
@@ -265,7 +266,7 @@ func (m *Master) RunJob(ctx context.Context, linger time.Duration) (Outcome, err
 // every agent learns it as it learns any failure and stops its workers, and
 // a master that owns its nodes then deletes them (see NodesGone).
 func (m *Master) Cancel(ctx context.Context, reason string) error {
-	return m.core.apply(ctx, &event{Type: eventCancel, Time: m.cfg.Clock.Now(), Reason: reason})
+	return m.core.apply(ctx, &jobstate.Event{Type: jobstate.EventCancel, Time: m.cfg.Clock.Now(), Reason: reason})
 }
 
 // ErrNoNodes is Scale's error on a master that does not own its nodes.

@@ -35,11 +35,3 @@ func validateSnapshots(r *roverv1.JoinRequest) ([]jobstate.MemorySnapshot, error
 	}
 	return out, nil
 }
-
-// agreeMemoryLocked fixes the memory step of a round that just closed.
-func (c *core) agreeMemoryLocked() {
-	if c.rdzv == nil || c.status.Open || c.status.WorldRound == 0 || c.memory.Agreement().Round == c.status.WorldRound {
-		return // the world's snapshot costs O(nodes): take it once a round
-	}
-	c.memory.Agree(c.rdzv.Snapshot().World, c.status.WorldRound, c.status.WorldSize)
-}

@@ -9,128 +9,33 @@ import (
 	"github.com/roverml/rover/internal/jobconfig"
 	"github.com/roverml/rover/internal/master/jobstate"
 	"github.com/roverml/rover/internal/nodecheck"
-	"github.com/roverml/rover/internal/nodemanager"
-	"github.com/roverml/rover/internal/rendezvous"
 )
 
 // The core's side of the pre-flight node check (internal/nodecheck,
 // docs/design/node-check.md). When a round closes on a world with a node
 // that has not passed a check, the check starts: the members' views carry
 // their groups instead of their assignment, so no worker starts. The
-// agents' reports (eventCheckReport) and the stage deadline
-// (eventCheckTick) are journaled; the start, the stages and the verdicts
-// follow from them and from the rendezvous's own events, so a replay
-// rebuilds the same check. Once it is over, the excluded nodes are lost to
+// agents' reports (jobstate.EventCheckReport) and the stage deadline
+// (jobstate.EventCheckTick) are journaled; the start, the stages and the
+// verdicts follow from them and from the rendezvous's own events
+// (jobstate.State.Apply), so a replay rebuilds the same check. Once it is over, the excluded nodes are lost to
 // the rendezvous (a membership change that spends no restart; the others
 // form a new world without them), and when the master owns the nodes the
 // node manager relaunches each one, its host marked bad.
 
-// checkReport is set on eventCheckReport.
-type checkReport struct {
-	Stage  int              `json:"stage"`
-	Group  int              `json:"group"`
-	Result nodecheck.Result `json:"result"`
-}
-
-// newCheckLocked makes the node check of a job configured with one.
-func (c *core) newCheckLocked() {
-	if c.cfg != nil && c.cfg.NodeCheck != nil && c.check == nil {
-		c.check = jobstate.NewNodeCheck(c.cfg.NodeCheck, c.cfg.Rendezvous.MinNodes)
-	}
-}
-
-// checkWorldLocked starts the check of a world that just formed, or
-// cancels the check of a world that ended.
-func (c *core) checkWorldLocked(now time.Time) {
-	if c.check == nil {
-		return
-	}
-	c.check.World(c.status, func() []rendezvous.Member { return c.rdzv.Snapshot().World }, now)
-}
-
-// checkEventLocked validates a check event before it is journaled.
-func (c *core) checkEventLocked(e *event) error {
-	if e.Type == eventCheckTick {
-		return nil
-	}
-	if c.check == nil {
-		return invalid("this job runs no node check: start its agents with --network-check")
-	}
-	if e.Check == nil {
-		return invalid("a node check report without its result")
-	}
-	return c.check.CheckReport(e.Node, e.Round, e.Check.Stage, e.Check.Group)
-}
-
-// transitionCheckLocked applies a check event; when the check ends, the
-// excluded nodes leave the world.
-func (c *core) transitionCheckLocked(e *event) error {
-	if c.check == nil {
-		return nil
-	}
-	var ch jobstate.CheckChange
-	switch e.Type {
-	case eventCheckReport:
-		var err error
-		if ch, err = c.check.Report(e.Round, e.Check.Stage, e.Check.Group, e.Node, e.Check.Result, e.Time); err != nil {
-			return err
-		}
-	case eventCheckTick:
-		ch = c.check.Tick(e.Time)
-	}
-	if ch.Changed {
-		c.changedLocked()
-	}
-	if ch.Ended != nil {
-		c.excludeLocked(ch.Ended, e.Time)
-	}
-	return nil
-}
-
-// excludeLocked takes the check's excluded nodes out of the job.
-func (c *core) excludeLocked(ch *nodecheck.Check, now time.Time) {
-	for _, v := range ch.Verdicts {
-		if !v.Excluded {
-			continue
-		}
-		reason := fmt.Sprintf("the node check found it %s: %s", v.Kind, v.Reason)
-		c.rdzv.NodeLostSince(v.Node, time.Time{}, now)
-		c.nodes.Lose(v.Node, reason)
-		c.memory.Lost(v.Node)
-		c.datasets.NodeLost(v.Node, now)
-		if host := c.hostLocked(v.Node); host != "" {
-			c.noticeLocked(jobstate.FleetNotice{Node: v.Node, Reason: reason, Action: nodemanager.Action{Kind: nodemanager.MarkHostBad, Host: host, Reason: reason}})
-		}
-		c.noticeLocked(jobstate.FleetNotice{Node: v.Node, Reason: reason, Action: nodemanager.Action{Kind: nodemanager.RelaunchNode, NodeID: v.Node, Reason: reason}})
-	}
-}
-
-// hostLocked is where node runs: as its platform reports it when the
-// master runs the nodes, else the address it joined with.
-func (c *core) hostLocked(node string) string {
-	if c.fleetView != nil {
-		for _, n := range c.fleetView.Nodes {
-			if n.NodeID == node && n.Host != "" {
-				return n.Host
-			}
-		}
-	}
-	return c.addrs[node]
-}
-
 // checkViewLocked adds the node check to id's view: its groups while the
 // check of its world runs (the assignment is held back), its verdict after.
 func (c *core) checkViewLocked(id string, v *roverv1.NodeView) {
-	if c.check == nil {
+	if c.st.Check == nil {
 		return
 	}
-	m := c.check.Machine()
+	m := c.st.Check.Machine()
 	world, stage, done, member, ok := m.Stage(id)
 	verdict, judged := m.Verdict(id)
 	if !ok || !member && !judged {
 		return
 	}
-	nc := c.cfg.NodeCheck
+	nc := c.st.Members.Config().NodeCheck
 	cv := &roverv1.NodeCheckView{Round: int64(world), Stage: int32(stage), Running: !done,
 		GroupTimeoutMillis: nc.Config.Timeout().Milliseconds(), CommPerf: nc.CommPerf}
 	if !done && member {
@@ -147,10 +52,10 @@ func (c *core) checkViewLocked(id string, v *roverv1.NodeView) {
 
 // checkProtoLocked fills GetJob's node check.
 func (c *core) checkProtoLocked(r *roverv1.GetJobResponse) {
-	if c.check == nil {
+	if c.st.Check == nil {
 		return
 	}
-	m := c.check.Machine()
+	m := c.st.Check.Machine()
 	ch := m.Last()
 	if ch == nil {
 		return
@@ -203,12 +108,12 @@ func resultFromProto(p *roverv1.NodeCheckResult) (nodecheck.Result, error) {
 
 // checkDeadlineLocked returns the check's tick event when its stage's
 // deadline has passed.
-func (c *core) checkDeadlineLocked(now time.Time) *event {
-	if c.check == nil {
+func (c *core) checkDeadlineLocked(now time.Time) *jobstate.Event {
+	if c.st.Check == nil {
 		return nil
 	}
-	if d, ok := c.check.Machine().NextDeadline(); ok && !now.Before(d) {
-		return &event{Type: eventCheckTick, Time: now}
+	if d, ok := c.st.Check.Machine().NextDeadline(); ok && !now.Before(d) {
+		return &jobstate.Event{Type: jobstate.EventCheckTick, Time: now}
 	}
 	return nil
 }
@@ -217,10 +122,10 @@ func (c *core) checkDeadlineLocked(now time.Time) *event {
 func (c *core) nodeCheck() *nodecheck.Check {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.check == nil {
+	if c.st.Check == nil {
 		return nil
 	}
-	return c.check.Machine().Last()
+	return c.st.Check.Machine().Last()
 }
 
 func describeNodeCheck(c *jobconfig.NodeCheck) string {

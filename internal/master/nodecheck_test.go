@@ -7,6 +7,7 @@ import (
 	"time"
 
 	roverv1 "github.com/roverml/rover/api/rover/v1"
+	"github.com/roverml/rover/internal/master/jobstate"
 	"github.com/roverml/rover/internal/nodemanager"
 	"github.com/roverml/rover/internal/store"
 	"google.golang.org/protobuf/proto"
@@ -24,7 +25,7 @@ func checkedCore(t *testing.T, st Store, now time.Time) *core {
 	t.Helper()
 	ctx := context.Background()
 	c := newCore("job", st)
-	c.fleetOn, c.live = true, true
+	c.st.Owned, c.st.Live = true, true
 	cfg, err := validateRendezvous(checkRdzv())
 	if err != nil {
 		t.Fatal(err)
@@ -46,7 +47,7 @@ func checkedCore(t *testing.T, st Store, now time.Time) *core {
 
 func reportCheck(t *testing.T, c *core, id string, round, stage, group int, ok, local bool, elapsed time.Duration, now time.Time) {
 	t.Helper()
-	e := &event{Type: eventCheckReport, Time: now, Node: id, Round: round, Check: &checkReport{Stage: stage, Group: group}}
+	e := &jobstate.Event{Type: jobstate.EventCheckReport, Time: now, Node: id, Round: round, Check: &jobstate.CheckReport{Stage: stage, Group: group}}
 	e.Check.Result.OK, e.Check.Result.Local, e.Check.Result.Elapsed = ok, local, elapsed
 	if err := c.apply(context.Background(), e); err != nil {
 		t.Fatalf("report %s stage %d group %d: %v", id, stage, group, err)
@@ -92,7 +93,7 @@ func TestNodeCheckExcludesTheFaultyNodeAndReplays(t *testing.T) {
 	for _, id := range []string{"c", "d"} {
 		_, g := groupOf(t, c, id)
 		var partner string
-		for _, grp := range c.check.Machine().Last().Groups[1] {
+		for _, grp := range c.st.Check.Machine().Last().Groups[1] {
 			if grp.ID == g {
 				partner = grp.Nodes[0]
 			}
@@ -144,17 +145,17 @@ func TestNodeCheckDeadlineAndStaleReports(t *testing.T) {
 	now := time.Unix(1000, 0)
 	c := checkedCore(t, store.NewMemory(), now)
 	ctx := context.Background()
-	if err := c.apply(ctx, &event{Type: eventCheckReport, Time: now, Node: "a", Round: 1, Check: &checkReport{Stage: 2}}); err == nil {
+	if err := c.apply(ctx, &jobstate.Event{Type: jobstate.EventCheckReport, Time: now, Node: "a", Round: 1, Check: &jobstate.CheckReport{Stage: 2}}); err == nil {
 		t.Error("a report for a stage that is not running was accepted")
 	}
-	if err := c.apply(ctx, &event{Type: eventCheckReport, Time: now, Node: "a", Round: 1}); err == nil {
+	if err := c.apply(ctx, &jobstate.Event{Type: jobstate.EventCheckReport, Time: now, Node: "a", Round: 1}); err == nil {
 		t.Error("a report without a result was accepted")
 	}
 	// Nobody reports: at the deadline every group failed stage 1; stage 2
 	// checks each alone; nobody reports again: all four are faulty, and
 	// the job keeps none of them.
 	for i := 0; i < 2; i++ {
-		d, ok := c.check.Machine().NextDeadline()
+		d, ok := c.st.Check.Machine().NextDeadline()
 		if !ok {
 			t.Fatal("no deadline while the check runs")
 		}
@@ -170,7 +171,7 @@ func TestNodeCheckDeadlineAndStaleReports(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if ch := c.check.Machine().Last(); !ch.Done || len(ch.Verdicts) != 4 {
+	if ch := c.st.Check.Machine().Last(); !ch.Done || len(ch.Verdicts) != 4 {
 		t.Fatalf("check after two deadlines: %+v", ch)
 	}
 }

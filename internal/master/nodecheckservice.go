@@ -7,6 +7,7 @@ import (
 
 	"connectrpc.com/connect"
 	roverv1 "github.com/roverml/rover/api/rover/v1"
+	"github.com/roverml/rover/internal/master/jobstate"
 	"github.com/roverml/rover/internal/nodecheck"
 )
 
@@ -25,8 +26,8 @@ func (s *service) ReportNodeCheck(ctx context.Context, req *connect.Request[rove
 	if err != nil {
 		return nil, rpcError(err)
 	}
-	e := &event{Type: eventCheckReport, Time: s.clock.Now(), Node: r.GetNodeId(), Round: int(r.GetRound()),
-		Check: &checkReport{Stage: int(r.GetStage()), Group: int(r.GetGroup()), Result: res}}
+	e := &jobstate.Event{Type: jobstate.EventCheckReport, Time: s.clock.Now(), Node: r.GetNodeId(), Round: int(r.GetRound()),
+		Check: &jobstate.CheckReport{Stage: int(r.GetStage()), Group: int(r.GetGroup()), Result: res}}
 	if err := s.core.apply(ctx, e); err != nil {
 		return nil, rpcError(err)
 	}

@@ -14,6 +14,7 @@ import (
 	roverv1 "github.com/roverml/rover/api/rover/v1"
 	"github.com/roverml/rover/internal/diagnosis"
 	"github.com/roverml/rover/internal/jobconfig"
+	"github.com/roverml/rover/internal/master/jobstate"
 	"github.com/roverml/rover/internal/progress"
 	"github.com/roverml/rover/internal/rendezvous"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -73,18 +74,18 @@ func (t *tracker) syncLocked(round int64) {
 // progressReport records a node's heartbeat progress at now. It returns a
 // failure to report for the node when its devices reported a hardware
 // error (an Xid or an uncorrectable ECC error), for the diagnosis to act on.
-func (c *core) progressReport(node string, np *roverv1.NodeProgress, now time.Time) (*event, bool) {
+func (c *core) progressReport(node string, np *roverv1.NodeProgress, now time.Time) (*jobstate.Event, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.cfg == nil || c.rdzv == nil || np == nil {
+	if !c.st.Members.Configured() || np == nil {
 		return nil, false
 	}
-	s := c.status
-	mb, worldRound, _, member := c.rdzv.WorldMember(node)
+	s := c.st.Members.Status()
+	mb, worldRound, _, member := c.st.Members.Rendezvous().WorldMember(node)
 	t := &c.prog
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.initLocked(c.cfg.Hang)
+	t.initLocked(c.st.Members.Config().Hang)
 	t.syncLocked(int64(s.Round))
 	if np.GetRound() == t.round && !s.Open && member {
 		t.recordLocked(node, np, now)
@@ -99,7 +100,7 @@ func (c *core) progressReport(node string, np *roverv1.NodeProgress, now time.Ti
 	if err != nil {
 		return nil, false
 	}
-	return &event{Type: eventWorkerFailed, Time: now, Node: node, Round: worldRound, Failures: []json.RawMessage{b}}, true
+	return &jobstate.Event{Type: jobstate.EventWorkerFailed, Time: now, Node: node, Round: worldRound, Failures: []json.RawMessage{b}}, true
 }
 
 func (t *tracker) recordLocked(node string, np *roverv1.NodeProgress, now time.Time) {
@@ -143,14 +144,14 @@ func (t *tracker) recordLocked(node string, np *roverv1.NodeProgress, now time.T
 // job's policy.
 func (c *core) checkProgress(ctx context.Context, now time.Time, log *slog.Logger) error {
 	c.mu.Lock()
-	if c.cfg == nil || c.rdzv == nil {
+	if !c.st.Members.Configured() {
 		c.mu.Unlock()
 		return nil
 	}
-	s := c.status
+	s := c.st.Members.Status()
 	t := &c.prog
 	t.mu.Lock()
-	t.initLocked(c.cfg.Hang)
+	t.initLocked(c.st.Members.Config().Hang)
 	t.syncLocked(int64(s.Round))
 	slow, why := t.window.Stragglers()
 	if !slices.Equal(slow, t.slow) {
@@ -161,7 +162,7 @@ func (c *core) checkProgress(ctx context.Context, now time.Time, log *slog.Logge
 			log.Info("no straggler any more")
 		}
 	}
-	var e *event
+	var e *jobstate.Event
 	if s.Job == rendezvous.Running && !s.Open && t.hang.Check(now) {
 		t.hung, t.hangs = true, t.hangs+1
 		idle := now.Sub(t.hang.Since()).Round(time.Millisecond)
@@ -201,12 +202,12 @@ func (t *tracker) utilLocked() string {
 // hangFailureLocked is the failure the master reports for a hung world,
 // which restarts it: it is recorded against the member whose workers
 // progressed least (the lowest newest step, then the oldest progress).
-func (c *core) hangFailureLocked(t *tracker, now time.Time) *event {
-	world := c.rdzv.Snapshot()
+func (c *core) hangFailureLocked(t *tracker, now time.Time) *jobstate.Event {
+	world := c.st.Members.Rendezvous().Snapshot()
 	var pick *rendezvous.Member
 	var pickNode *nodeProgress
 	for _, id := range slices.Sorted(func(yield func(string) bool) {
-		for id := range c.addrs {
+		for id := range c.st.Members.Addrs() {
 			if !yield(id) {
 				return
 			}
@@ -232,7 +233,7 @@ func (c *core) hangFailureLocked(t *tracker, now time.Time) *event {
 	if err != nil {
 		return nil
 	}
-	return &event{Type: eventWorkerFailed, Time: now, Node: pick.NodeID, Round: world.WorldRound, Failures: []json.RawMessage{b}}
+	return &jobstate.Event{Type: jobstate.EventWorkerFailed, Time: now, Node: pick.NodeID, Round: world.WorldRound, Failures: []json.RawMessage{b}}
 }
 
 // behind reports whether a progressed less than b (nil: nothing at all).

@@ -14,6 +14,7 @@ import (
 	"github.com/roverml/rover/internal/client"
 	"github.com/roverml/rover/internal/jobconfig"
 	"github.com/roverml/rover/internal/jobconfig/configwire"
+	"github.com/roverml/rover/internal/master/jobstate"
 	"google.golang.org/protobuf/encoding/protojson"
 )
 
@@ -176,7 +177,7 @@ func (s *service) ReportFailure(ctx context.Context, req *connect.Request[roverv
 		}
 		raw = append(raw, b)
 	}
-	e := &event{Type: eventWorkerFailed, Time: s.clock.Now(), Node: r.GetNodeId(), Round: int(r.GetRound()), Failures: raw}
+	e := &jobstate.Event{Type: jobstate.EventWorkerFailed, Time: s.clock.Now(), Node: r.GetNodeId(), Round: int(r.GetRound()), Failures: raw}
 	if err := s.core.apply(ctx, e); err != nil {
 		return nil, rpcError(err)
 	}
@@ -191,7 +192,7 @@ func (s *service) ReportSuccess(ctx context.Context, req *connect.Request[roverv
 	if err := checkRound(r.GetRound()); err != nil {
 		return nil, rpcError(err)
 	}
-	e := &event{Type: eventNodeSucceeded, Time: s.clock.Now(), Node: r.GetNodeId(), Round: int(r.GetRound())}
+	e := &jobstate.Event{Type: jobstate.EventNodeSucceeded, Time: s.clock.Now(), Node: r.GetNodeId(), Round: int(r.GetRound())}
 	if err := s.core.apply(ctx, e); err != nil {
 		return nil, rpcError(err)
 	}
@@ -206,7 +207,7 @@ func (s *service) Leave(ctx context.Context, req *connect.Request[roverv1.LeaveR
 	if len(r.GetReason()) > maxFailureText {
 		return nil, rpcError(invalid("reason is longer than %d bytes", maxFailureText))
 	}
-	e := &event{Type: eventNodeLost, Time: s.clock.Now(), Node: r.GetNodeId(), Reason: "left: " + r.GetReason()}
+	e := &jobstate.Event{Type: jobstate.EventNodeLost, Time: s.clock.Now(), Node: r.GetNodeId(), Reason: "left: " + r.GetReason()}
 	if err := s.core.apply(ctx, e); err != nil {
 		return nil, rpcError(err)
 	}
@@ -218,7 +219,7 @@ func (s *service) SetKey(ctx context.Context, req *connect.Request[roverv1.SetKe
 	if err := validateSetKey(r); err != nil {
 		return nil, rpcError(err)
 	}
-	e := &event{Type: eventSetKey, Time: s.clock.Now(), Key: r.GetKey(), Value: r.GetValue()}
+	e := &jobstate.Event{Type: jobstate.EventSetKey, Time: s.clock.Now(), Key: r.GetKey(), Value: r.GetValue()}
 	if err := s.core.apply(ctx, e); err != nil {
 		return nil, rpcError(err)
 	}

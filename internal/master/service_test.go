@@ -276,7 +276,7 @@ func TestRestoreFromJournal(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := c1.apply(ctx, &event{Type: eventSetKey, Time: now, Key: "k", Value: []byte("v")}); err != nil {
+	if err := c1.apply(ctx, &jobstate.Event{Type: jobstate.EventSetKey, Time: now, Key: "k", Value: []byte("v")}); err != nil {
 		t.Fatal(err)
 	}
 	want, _ := c1.view("b")
@@ -301,7 +301,7 @@ func TestJournalFailureRejectsTransition(t *testing.T) {
 	st := store.NewMemory()
 	c := newCore("job", st)
 	st.Close()
-	err := c.apply(context.Background(), &event{Type: eventSetKey, Key: "k", Value: []byte("v")})
+	err := c.apply(context.Background(), &jobstate.Event{Type: jobstate.EventSetKey, Key: "k", Value: []byte("v")})
 	if !errors.Is(err, store.ErrClosed) {
 		t.Fatalf("apply with a broken store: %v, want ErrClosed", err)
 	}
@@ -318,7 +318,7 @@ func TestRestoreRefusesUnknownEvents(t *testing.T) {
 	ctx := context.Background()
 	now := time.Unix(1000, 0)
 	configuredCore(t, st, now)
-	rec, err := (&event{Type: "from_the_future", Time: now}).marshal()
+	rec, err := (&jobstate.Event{Type: "from_the_future", Time: now}).Marshal()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,7 +3,6 @@ package master
 import (
 	"context"
 	"errors"
-	"time"
 
 	roverv1 "github.com/roverml/rover/api/rover/v1"
 	"github.com/roverml/rover/internal/client"
@@ -11,66 +10,8 @@ import (
 	"github.com/roverml/rover/internal/shard"
 )
 
-// Shard event types.
-const (
-	eventRegisterDataset eventType = "register_dataset"
-	eventLease           eventType = "lease"
-	eventCompleteShards  eventType = "complete_shards"
-	eventAdvance         eventType = "advance"
-	eventAppend          eventType = "append"
-	eventRestoreDataset  eventType = "restore_dataset"
-	eventShardTick       eventType = "shard_tick"
-)
-
-// transitionShardsLocked applies a dataset event (jobstate.Datasets); ok is
-// false for other events. The outcome of a single call is left in shardOut,
-// a batch's in batchOut, for the caller to read under the same lock.
-func (c *core) transitionShardsLocked(e *event) (ok bool, err error) {
-	s, d := e.Shard, c.datasets
-	switch e.Type {
-	case eventRegisterDataset:
-		return true, d.Register(*s.Spec, e.Time)
-	case eventLease:
-		c.shardOut, err = d.Lease(s, c.shardWorker(s), e.Time)
-		return true, err
-	case eventCompleteShards:
-		c.shardOut, err = d.Complete(s, c.shardWorker(s), e.Time)
-		return true, err
-	case eventAdvance:
-		return true, d.Advance(s, e.Time)
-	case eventAppend:
-		c.shardOut, err = d.Append(s, e.Time)
-		return true, err
-	case eventRestoreDataset:
-		return true, d.RestoreDataset(s, e.Time)
-	case eventShardTick:
-		d.Tick(e.Time)
-		return true, nil
-	case eventShardBatch:
-		outs, errs := d.Batch(e.Batch, c.shardWorker, e.Time)
-		c.batchOut = batchOutcome{outs: outs, errs: errs}
-		return true, faults(errs)
-	}
-	return false, nil
-}
-
-// shardWorker is the worker of a lease or complete event. Incarnation 0
-// (a caller that does not know rounds: an older agent) stands for the
-// current round, which is never fenced.
-func (c *core) shardWorker(s *jobstate.ShardEvent) shard.Worker {
-	inc := s.Incarnation
-	if inc == 0 {
-		inc = int64(c.status.Round)
-	}
-	return shard.Worker{Name: s.Worker, Incarnation: inc}
-}
-
-// fenceShardsLocked fences the datasets at a new round (see
-// jobstate.Datasets.Fence).
-func (c *core) fenceShardsLocked(now time.Time) { c.datasets.Fence(int64(c.status.Round), now) }
-
 // shardCall journals and applies one shard event and returns its outcome.
-func (c *core) shardCall(ctx context.Context, e *event) (out jobstate.ShardOutcome, err error) {
+func (c *core) shardCall(ctx context.Context, e *jobstate.Event) (out jobstate.ShardOutcome, err error) {
 	err = c.propose(ctx, e, func(error) { out = c.shardOut })
 	return out, err
 }
@@ -181,17 +122,17 @@ func validatePosition(p *roverv1.DataPosition) (*shard.Position, error) {
 func (c *core) datasetStatus(name string) (shard.Status, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.datasets.Machine().Status(name)
+	return c.st.Datasets.Machine().Status(name)
 }
 
 func (c *core) position(name string) (shard.Position, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.datasets.Machine().Position(name)
+	return c.st.Datasets.Machine().Position(name)
 }
 
 func (c *core) datasetState(name string) ([]byte, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.datasets.Machine().DatasetState(name)
+	return c.st.Datasets.Machine().DatasetState(name)
 }

@@ -8,8 +8,8 @@ import (
 	"github.com/roverml/rover/internal/master/jobstate"
 )
 
-func (s *service) shardEvent(t eventType, sh *jobstate.ShardEvent) *event {
-	return &event{Type: t, Time: s.clock.Now(), Shard: sh}
+func (s *service) shardEvent(t jobstate.EventType, sh *jobstate.ShardEvent) *jobstate.Event {
+	return &jobstate.Event{Type: t, Time: s.clock.Now(), Shard: sh}
 }
 
 func (s *service) RegisterDataset(ctx context.Context, req *connect.Request[roverv1.RegisterDatasetRequest]) (*connect.Response[roverv1.RegisterDatasetResponse], error) {
@@ -17,7 +17,7 @@ func (s *service) RegisterDataset(ctx context.Context, req *connect.Request[rove
 	if err != nil {
 		return nil, rpcError(err)
 	}
-	if _, err := s.core.shardCall(ctx, s.shardEvent(eventRegisterDataset, &jobstate.ShardEvent{Dataset: ds.Name, Spec: &ds})); err != nil {
+	if _, err := s.core.shardCall(ctx, s.shardEvent(jobstate.EventRegisterDataset, &jobstate.ShardEvent{Dataset: ds.Name, Spec: &ds})); err != nil {
 		return nil, rpcError(err)
 	}
 	st, err := s.core.datasetStatus(ds.Name)
@@ -32,7 +32,7 @@ func (s *service) LeaseShards(ctx context.Context, req *connect.Request[roverv1.
 	if err != nil {
 		return nil, rpcError(err)
 	}
-	out, err := s.core.shardCall(ctx, s.shardEvent(eventLease, sh))
+	out, err := s.core.shardCall(ctx, s.shardEvent(jobstate.EventLease, sh))
 	if err != nil {
 		return nil, rpcError(err)
 	}
@@ -44,7 +44,7 @@ func (s *service) CompleteShards(ctx context.Context, req *connect.Request[rover
 	if err != nil {
 		return nil, rpcError(err)
 	}
-	out, err := s.core.shardCall(ctx, s.shardEvent(eventCompleteShards, sh))
+	out, err := s.core.shardCall(ctx, s.shardEvent(jobstate.EventCompleteShards, sh))
 	if err != nil {
 		return nil, rpcError(err)
 	}
@@ -106,7 +106,7 @@ func (s *service) AdvancePosition(ctx context.Context, req *connect.Request[rove
 	if err != nil {
 		return nil, rpcError(err)
 	}
-	if _, err := s.core.shardCall(ctx, s.shardEvent(eventAdvance, &jobstate.ShardEvent{Dataset: r.GetDataset(), Position: p, Restore: r.GetRestore()})); err != nil {
+	if _, err := s.core.shardCall(ctx, s.shardEvent(jobstate.EventAdvance, &jobstate.ShardEvent{Dataset: r.GetDataset(), Position: p, Restore: r.GetRestore()})); err != nil {
 		return nil, rpcError(err)
 	}
 	return connect.NewResponse(&roverv1.AdvancePositionResponse{}), nil
@@ -120,7 +120,7 @@ func (s *service) AppendStream(ctx context.Context, req *connect.Request[roverv1
 	if r.GetSamples() < 0 {
 		return nil, rpcError(invalid("samples %d is negative", r.GetSamples()))
 	}
-	out, err := s.core.shardCall(ctx, s.shardEvent(eventAppend, &jobstate.ShardEvent{Dataset: r.GetDataset(), Samples: r.GetSamples(), Seal: r.GetSeal()}))
+	out, err := s.core.shardCall(ctx, s.shardEvent(jobstate.EventAppend, &jobstate.ShardEvent{Dataset: r.GetDataset(), Samples: r.GetSamples(), Seal: r.GetSeal()}))
 	if err != nil {
 		return nil, rpcError(err)
 	}
@@ -146,7 +146,7 @@ func (s *service) RestoreDataset(ctx context.Context, req *connect.Request[rover
 	if len(r.GetState()) == 0 || len(r.GetState()) > maxStateBytes {
 		return nil, rpcError(invalid("state must be 1 to %d bytes, got %d", maxStateBytes, len(r.GetState())))
 	}
-	if _, err := s.core.shardCall(ctx, s.shardEvent(eventRestoreDataset, &jobstate.ShardEvent{Dataset: r.GetDataset(), State: r.GetState()})); err != nil {
+	if _, err := s.core.shardCall(ctx, s.shardEvent(jobstate.EventRestoreDataset, &jobstate.ShardEvent{Dataset: r.GetDataset(), State: r.GetState()})); err != nil {
 		return nil, rpcError(err)
 	}
 	return connect.NewResponse(&roverv1.RestoreDatasetResponse{}), nil

@@ -84,17 +84,17 @@ func TestShardsRequeuedWhenNodeLost(t *testing.T) {
 		}
 	}
 	ds, _ := datasetFromProto(leasedSpec("d"))
-	if _, err := c.shardCall(ctx, &event{Type: eventRegisterDataset, Time: now, Shard: &jobstate.ShardEvent{Dataset: "d", Spec: &ds}}); err != nil {
+	if _, err := c.shardCall(ctx, &jobstate.Event{Type: jobstate.EventRegisterDataset, Time: now, Shard: &jobstate.ShardEvent{Dataset: "d", Spec: &ds}}); err != nil {
 		t.Fatal(err)
 	}
-	out, err := c.shardCall(ctx, &event{Type: eventLease, Time: now, Shard: &jobstate.ShardEvent{Dataset: "d", Worker: "a/0", Max: 2}})
+	out, err := c.shardCall(ctx, &jobstate.Event{Type: jobstate.EventLease, Time: now, Shard: &jobstate.ShardEvent{Dataset: "d", Worker: "a/0", Max: 2}})
 	if err != nil || len(out.Lease.Shards) != 2 {
 		t.Fatalf("lease: %v %v", out, err)
 	}
-	if _, err := c.shardCall(ctx, &event{Type: eventLease, Time: now, Shard: &jobstate.ShardEvent{Dataset: "d", Worker: "a/1", Max: 1}}); err != nil {
+	if _, err := c.shardCall(ctx, &jobstate.Event{Type: jobstate.EventLease, Time: now, Shard: &jobstate.ShardEvent{Dataset: "d", Worker: "a/1", Max: 1}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.apply(ctx, &event{Type: eventNodeLost, Time: now, Node: "a"}); err != nil {
+	if err := c.apply(ctx, &jobstate.Event{Type: jobstate.EventNodeLost, Time: now, Node: "a"}); err != nil {
 		t.Fatal(err)
 	}
 	st1, _ := c.datasetStatus("d")
@@ -104,7 +104,7 @@ func TestShardsRequeuedWhenNodeLost(t *testing.T) {
 	// The shards handed out next are the lost node's three, before any new
 	// one. (Its two workers are requeued in name order, so that a replay
 	// requeues them in the same order.)
-	out, err = c.shardCall(ctx, &event{Type: eventLease, Time: now, Shard: &jobstate.ShardEvent{Dataset: "d", Worker: "b/0", Max: 3}})
+	out, err = c.shardCall(ctx, &jobstate.Event{Type: jobstate.EventLease, Time: now, Shard: &jobstate.ShardEvent{Dataset: "d", Worker: "b/0", Max: 3}})
 	if err != nil || len(out.Lease.Shards) != 3 {
 		t.Fatalf("lease after requeue: %+v %v", out.Lease, err)
 	}
@@ -117,8 +117,8 @@ func TestShardsRequeuedWhenNodeLost(t *testing.T) {
 	if _, err := c2.restore(ctx, now); err != nil {
 		t.Fatal(err)
 	}
-	a, _ := c.datasets.Machine().MarshalState()
-	b, _ := c2.datasets.Machine().MarshalState()
+	a, _ := c.st.Datasets.Machine().MarshalState()
+	b, _ := c2.st.Datasets.Machine().MarshalState()
 	if string(a) != string(b) {
 		t.Errorf("replayed shard state differs:\n%s\n%s", a, b)
 	}

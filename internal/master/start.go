@@ -128,10 +128,10 @@ func restoreCore(ctx context.Context, cfg Config, log *slog.Logger) (*core, erro
 	c := newCore(cfg.Job, cfg.Store)
 	if cfg.Nodes != nil && cfg.Nodes.Platform != nil {
 		// Set before the replay: diagnoses replay as they were made.
-		c.fleetOn = true
-		c.caps = diagnosis.Caps{Relaunch: true, MoreMemory: cfg.Nodes.Platform.Capabilities().Resources}
+		c.st.Owned = true
+		c.st.Caps = diagnosis.Caps{Relaunch: true, MoreMemory: cfg.Nodes.Platform.Capabilities().Resources}
 		if gs := cfg.Nodes.Spec.Groups; len(gs) > 0 {
-			c.caps.Memory = gs[0].Memory() // what a worker killed for memory grows from
+			c.st.Caps.Memory = gs[0].Memory() // what a worker killed for memory grows from
 		}
 	}
 	n, err := c.restore(ctx, cfg.Clock.Now())

@@ -50,7 +50,7 @@ func TestRestoreOldShuffledState(t *testing.T) {
 	now := time.Unix(1000, 0)
 	ds := shard.Dataset{Name: "d", Size: 12, BatchSize: 1, ShardSize: 4, Epochs: 2, Shuffle: true, Seed: 3, Mode: shard.Leased}
 	lease := func(c *core) []shard.Lease {
-		out, err := c.shardCall(ctx, &event{Type: eventLease, Time: now, Shard: &jobstate.ShardEvent{Dataset: "d", Worker: "n/0", Max: 1}})
+		out, err := c.shardCall(ctx, &jobstate.Event{Type: jobstate.EventLease, Time: now, Shard: &jobstate.ShardEvent{Dataset: "d", Worker: "n/0", Max: 1}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -58,7 +58,7 @@ func TestRestoreOldShuffledState(t *testing.T) {
 	}
 	complete := func(c *core, ls []shard.Lease) {
 		for _, l := range ls {
-			if _, err := c.shardCall(ctx, &event{Type: eventCompleteShards, Time: now, Shard: &jobstate.ShardEvent{Dataset: "d", Worker: "n/0",
+			if _, err := c.shardCall(ctx, &jobstate.Event{Type: jobstate.EventCompleteShards, Time: now, Shard: &jobstate.ShardEvent{Dataset: "d", Worker: "n/0",
 				Results: []jobstate.ShardResult{{ID: l.ID, OK: true}}}}); err != nil {
 				t.Fatal(err)
 			}
@@ -70,7 +70,7 @@ func TestRestoreOldShuffledState(t *testing.T) {
 	}
 	st := store.NewMemory()
 	c := configuredCore(t, st, now)
-	if _, err := c.shardCall(ctx, &event{Type: eventRegisterDataset, Time: now, Shard: &jobstate.ShardEvent{Dataset: "d", Spec: &ds}}); err != nil {
+	if _, err := c.shardCall(ctx, &jobstate.Event{Type: jobstate.EventRegisterDataset, Time: now, Shard: &jobstate.ShardEvent{Dataset: "d", Spec: &ds}}); err != nil {
 		t.Fatal(err)
 	}
 	held := lease(c)

@@ -9,6 +9,10 @@
 // Each concern is a sub-state of its own, in its own file, with the events
 // it accepts, its read-only views and its part of the snapshot:
 //
+//   - Membership (membership.go): membership and rounds: the job's
+//     configuration (with the checkpoint storage a checkpointer declares,
+//     declare.go), the rendezvous machine, the liveness table and the
+//     nodes' addresses.
 //   - Keys (keys.go): the job's key-value store, within its limits.
 //   - Memory (memory.go): the flash-checkpoint snapshots each node holds in
 //     memory, and the step every rank of a closed round's world can restore.
@@ -23,16 +27,20 @@
 //     runs, and the notices queued for it (a lost agent, a diagnosis's
 //     relaunch).
 //
-// The rest of the job's state (membership and rounds: the rendezvous, the
-// node table and the nodes' addresses; the configuration and its
-// checkpoint storage) is still held by the master's core, which composes the sub-states and carries the effects of
-// one on the others (a node check that excludes a node loses it from the
-// rendezvous, its memory and its leases); it moves here the same way, one
-// sub-state at a time.
+// State composes the sub-states (state.go). Its Apply (apply.go) takes an
+// Event (event.go, the journal's record), checks it as CheckEvent did
+// before it was journaled, dispatches it to the sub-states, carries the
+// effects of one on the others (a node check that excludes a node loses it
+// from the rendezvous, its memory and its leases; a new round fences the
+// leases of the last) and returns the Effects: the views changed, a key
+// changed, notices queued for the fleet, a dataset event's outcome. The
+// master's core holds the State under its lock and acts on the Effects.
+// MarshalSnapshot and RestoreSnapshot (snapshot.go) encode the whole State,
+// in the format of the master's state dirs.
 //
 // A new piece of job state goes here as a sub-state: a type with a method
 // per event (Check before journaling, then the transition), views that
-// copy, and a field of the snapshot.
+// copy, a field of State, a case of Apply, and a field of the snapshot.
 //
 //	keys := jobstate.NewKeys()
 //	if err := keys.Check("k", len(v)); err != nil { ... } // errors.Is(err, jobstate.ErrLimit)

@@ -1,0 +1,43 @@
+package jobstate
+
+import "github.com/roverml/rover/internal/diagnosis"
+
+// State is a job's whole state: its sub-states, composed. Apply (apply.go)
+// applies an event to it, carrying one sub-state's effects on another (a
+// loss that returns leases, a check that excludes a node), and says what
+// changed; the master's core holds one under its lock and drives it in
+// journal order.
+type State struct {
+	Members  *Membership
+	Keys     *Keys
+	Failures *Failures // and the diagnoses of the rounds that failed
+	Datasets *Datasets
+	Memory   *Memory
+	Check    *NodeCheck // nil when the job runs none
+	Fleet    *Fleet
+
+	// What the driver sets, not journaled: Owned says the master runs the
+	// job's nodes, Caps what their platform lets a diagnosis do; Live is
+	// false while the journal replays (no fleet notices are queued);
+	// Hosts is where each managed node runs, as its platform reports it.
+	Owned bool
+	Caps  diagnosis.Caps
+	Live  bool
+	Hosts map[string]string
+
+	codec FailureCodec
+}
+
+// NewState returns the state of a new job; same compares checkpoint
+// storage locations (see Membership), codec encodes the failures.
+func NewState(same SameLocation, codec FailureCodec) *State {
+	return &State{
+		Members:  NewMembership(same),
+		Keys:     NewKeys(),
+		Failures: NewFailures(),
+		Datasets: NewDatasets(),
+		Memory:   NewMemory(),
+		Fleet:    NewFleet(),
+		codec:    codec,
+	}
+}
