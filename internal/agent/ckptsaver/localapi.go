@@ -150,7 +150,7 @@ func arenaError(err error) error {
 
 // CheckpointStorage declares the storage a worker's checkpointer names
 // (Checkpointer(dir, keep)) and answers the job's. The job's storage is the
-// master's to keep (internal/master/declare.go): a launcher's
+// master's to keep (internal/master/jobstate/declare.go): a launcher's
 // --checkpoint-dir, else the first declaration of the job's script. The
 // agent answers from what it knows when the request agrees with it, and
 // otherwise forwards it to the master, whose answer (or refusal, saying
