@@ -71,7 +71,7 @@ bench: build ## rendezvous (1,000 and 10,000 nodes), shard leasing (memory, dura
 	$(BIN)/rover bench shards --clients 256 --batch 1 --agents 32 --durable
 	$(BIN)/rover bench shards --clients 64 --batch 4 --size 4294967296 --shard-size 512 --shuffle
 	$(BIN)/rover bench recovery --nodes 1000 --shards 1000000
-	$(GO) test -run '^$$' -bench . -benchmem ./internal/rendezvous/ ./internal/node/ ./internal/store/ ./internal/nodecheck/
+	$(GO) test -run '^$$' -bench . -benchmem ./internal/rendezvous/ ./internal/liveness/ ./internal/store/ ./internal/nodecheck/
 	$(GO) test -run '^$$' -bench JournalHour -benchtime 1x ./internal/master/
 	$(GO) test -run '^$$' -bench 'OrderAt|EpochOrder|LeaseCompleteShuffled' -benchmem ./internal/shard/
 

@@ -16,8 +16,8 @@ import (
 	"github.com/roverml/rover/internal/agent"
 	"github.com/roverml/rover/internal/agent/standalone"
 	"github.com/roverml/rover/internal/jobconfig"
+	"github.com/roverml/rover/internal/liveness"
 	"github.com/roverml/rover/internal/master"
-	"github.com/roverml/rover/internal/node"
 	"github.com/roverml/rover/internal/rendezvous"
 	"github.com/roverml/rover/internal/store"
 )
@@ -212,7 +212,7 @@ func TestStandaloneMasterSpec(t *testing.T) {
 		Rendezvous: jobconfig.Config{
 			Rendezvous: rendezvous.Config{MinNodes: 1, MaxNodes: 1, NodeUnit: 1, MaxRestarts: 2,
 				LastCall: 30 * time.Second, JoinTimeout: 600 * time.Second},
-			Nodes: node.Config{HeartbeatTimeout: 30 * time.Second, DisconnectGrace: 5 * time.Second},
+			Nodes: liveness.Config{HeartbeatTimeout: 30 * time.Second, DisconnectGrace: 5 * time.Second},
 			Hang:  jobconfig.Hang{Timeout: 5 * time.Minute, Policy: 1},
 		},
 	}

@@ -20,8 +20,8 @@ var layers = []struct {
 		"/internal/deptest",
 	}},
 	{"pure state machines (see pure below)", []string{
-		"/internal/rendezvous", "/internal/shard", "/internal/node", "/internal/nodecheck",
-		"/internal/progress", "/internal/diagnosis", "/internal/platform", "/internal/nodemanager",
+		"/internal/rendezvous", "/internal/shard", "/internal/liveness", "/internal/nodecheck",
+		"/internal/stall", "/internal/diagnosis", "/internal/platform", "/internal/nodemanager",
 		"/internal/deadline", "/internal/goodput", "/internal/jobconfig", "/internal/master/jobstate",
 	}},
 	{"libraries and adapters: processes, checkpoints, stores, platforms, the client", []string{
@@ -54,8 +54,8 @@ var layers = []struct {
 // no I/O and know nothing of the wire: whatever they import from the module
 // is pure too.
 var pure = []string{
-	"/internal/rendezvous", "/internal/shard", "/internal/node", "/internal/nodecheck",
-	"/internal/progress", "/internal/diagnosis", "/internal/platform", "/internal/nodemanager",
+	"/internal/rendezvous", "/internal/shard", "/internal/liveness", "/internal/nodecheck",
+	"/internal/stall", "/internal/diagnosis", "/internal/platform", "/internal/nodemanager",
 	"/internal/deadline", "/internal/goodput", "/internal/jobconfig", "/internal/master/jobstate",
 }
 

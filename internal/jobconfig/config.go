@@ -14,7 +14,7 @@ package jobconfig
 import (
 	"time"
 
-	"github.com/roverml/rover/internal/node"
+	"github.com/roverml/rover/internal/liveness"
 	"github.com/roverml/rover/internal/nodecheck"
 	"github.com/roverml/rover/internal/rendezvous"
 )
@@ -22,7 +22,7 @@ import (
 // Config is a job's configuration.
 type Config struct {
 	Rendezvous rendezvous.Config `json:"rendezvous"`
-	Nodes      node.Config       `json:"nodes"`
+	Nodes      liveness.Config   `json:"nodes"`
 	// Checkpoint is where the job's checkpoints go (none when its URL is
 	// empty): requests name steps, and the master and agents use this.
 	Checkpoint CheckpointStorage `json:"checkpoint,omitzero"`

@@ -10,8 +10,8 @@ import (
 
 	roverv1 "github.com/roverml/rover/api/rover/v1"
 	"github.com/roverml/rover/internal/jobconfig"
+	"github.com/roverml/rover/internal/liveness"
 	"github.com/roverml/rover/internal/master/jobstate"
-	"github.com/roverml/rover/internal/node"
 	"github.com/roverml/rover/internal/rendezvous"
 	"github.com/roverml/rover/internal/store"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -23,7 +23,7 @@ import (
 // came alone, and the job's failure records name the lost node.
 func TestLostNodeTakesTheBlame(t *testing.T) {
 	const grace = 5 * time.Second
-	window := jobstate.BlameWindow(node.Config{DisconnectGrace: grace}) // 15 s
+	window := jobstate.BlameWindow(liveness.Config{DisconnectGrace: grace}) // 15 s
 	type op struct {
 		after time.Duration
 		what  string // fail <node>, lost <node>, join <node>, tick
@@ -53,7 +53,7 @@ func TestLostNodeTakesTheBlame(t *testing.T) {
 			c := newCore("job", store.NewMemory())
 			cfg := jobconfig.Config{
 				Rendezvous: rendezvous.Config{MinNodes: 2, MaxNodes: 2, MaxRestarts: 0, LastCall: time.Second, JoinTimeout: 10 * time.Hour},
-				Nodes:      node.Config{HeartbeatTimeout: time.Hour, DisconnectGrace: grace},
+				Nodes:      liveness.Config{HeartbeatTimeout: time.Hour, DisconnectGrace: grace},
 			}
 			if err := c.configure(ctx, cfg, now); err != nil {
 				t.Fatal(err)

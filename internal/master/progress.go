@@ -15,8 +15,8 @@ import (
 	"github.com/roverml/rover/internal/diagnosis"
 	"github.com/roverml/rover/internal/jobconfig"
 	"github.com/roverml/rover/internal/master/jobstate"
-	"github.com/roverml/rover/internal/progress"
 	"github.com/roverml/rover/internal/rendezvous"
+	"github.com/roverml/rover/internal/stall"
 	"google.golang.org/protobuf/encoding/protojson"
 )
 
@@ -28,8 +28,8 @@ import (
 // taken after core.mu, never before.
 type tracker struct {
 	mu     sync.Mutex
-	window *progress.Window
-	hang   *progress.Hang
+	window *stall.Window
+	hang   *stall.Hang
 	cfg    jobconfig.Hang
 	round  int64
 	step   int64 // newest step of the round; -1 none
@@ -53,8 +53,8 @@ type nodeProgress struct {
 func (t *tracker) initLocked(cfg jobconfig.Hang) {
 	if t.window == nil || t.cfg != cfg {
 		t.cfg = cfg
-		t.window = progress.NewWindow(progress.DefaultStraggler)
-		t.hang = progress.NewHang(cfg.Timeout)
+		t.window = stall.NewWindow(stall.DefaultStraggler)
+		t.hang = stall.NewHang(cfg.Timeout)
 		t.nodes = map[string]*nodeProgress{}
 		t.step = -1
 	}
@@ -169,8 +169,8 @@ func (c *core) checkProgress(ctx context.Context, now time.Time, log *slog.Logge
 		t.reason = fmt.Sprintf("no worker made progress for %s (newest step %d, round %d)%s", idle, t.step, t.round, t.utilLocked())
 		t.notice = &roverv1.HangNotice{Id: now.UnixNano(), Policy: int32(t.cfg.Policy), Reason: t.reason}
 		log.Warn("the job hangs; the agents collect their workers' stacks", "reason", t.reason,
-			"policy", progress.Policy(t.cfg.Policy).String())
-		if progress.Policy(t.cfg.Policy) == progress.Restart {
+			"policy", stall.Policy(t.cfg.Policy).String())
+		if stall.Policy(t.cfg.Policy) == stall.Restart {
 			e = c.hangFailureLocked(t, now)
 		}
 		c.changedLocked() // the views carry the notice

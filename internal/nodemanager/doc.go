@@ -3,7 +3,7 @@
 // is a pure state machine in the etcd-raft style: no goroutines, no I/O and
 // no clock; every input carries the caller's now, and each returns the
 // [Command]s the master must carry out through internal/platform, in order.
-// It does not talk to the platform, detect lost agents (internal/node does)
+// It does not talk to the platform, detect lost agents (internal/liveness does)
 // or diagnose failures (diagnosis sends [Action]s).
 //
 // Rules (DLRover's, see docs/design/node-manager.md):

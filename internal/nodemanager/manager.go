@@ -228,7 +228,7 @@ func (m *Manager) observe(ev platform.Event, now time.Time) []Command {
 }
 
 // Lost applies the master's finding that a node's agent is gone (heartbeat or
-// session expired; see internal/node), with cause in words. The node is
+// session expired; see internal/liveness), with cause in words. The node is
 // replaced like a failed one.
 func (m *Manager) Lost(nodeID, cause string, now time.Time) []Command {
 	cmds := m.expire(now)

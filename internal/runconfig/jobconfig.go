@@ -2,7 +2,7 @@ package runconfig
 
 import (
 	"github.com/roverml/rover/internal/jobconfig"
-	"github.com/roverml/rover/internal/node"
+	"github.com/roverml/rover/internal/liveness"
 	"github.com/roverml/rover/internal/nodecheck"
 	"github.com/roverml/rover/internal/rendezvous"
 )
@@ -19,7 +19,7 @@ func (p Policy) JobConfig() jobconfig.Config {
 			LastCall:    p.LastCallTimeout,
 			JoinTimeout: p.JoinTimeout,
 		},
-		Nodes: node.Config{
+		Nodes: liveness.Config{
 			HeartbeatTimeout: p.HeartbeatTimeout,
 			DisconnectGrace:  p.DisconnectGrace,
 		},

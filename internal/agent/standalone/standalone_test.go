@@ -16,7 +16,7 @@ import (
 	"github.com/roverml/rover/internal/client"
 	"github.com/roverml/rover/internal/jobconfig"
 	"github.com/roverml/rover/internal/jobconfig/configwire"
-	"github.com/roverml/rover/internal/node"
+	"github.com/roverml/rover/internal/liveness"
 	"github.com/roverml/rover/internal/rendezvous"
 )
 
@@ -27,7 +27,7 @@ func TestStart(t *testing.T) {
 	defer cancel()
 	rdzv := jobconfig.Config{
 		Rendezvous: rendezvous.Config{MinNodes: 1, MaxNodes: 1, NodeUnit: 1, MaxRestarts: 2, LastCall: time.Second, JoinTimeout: time.Minute},
-		Nodes:      node.Config{HeartbeatTimeout: time.Minute, DisconnectGrace: 5 * time.Second},
+		Nodes:      liveness.Config{HeartbeatTimeout: time.Minute, DisconnectGrace: 5 * time.Second},
 	}
 	m, err := standalone.Start(ctx, agent.EmbeddedMaster{Job: "solo", Rendezvous: rdzv,
 		StateDir: filepath.Join(t.TempDir(), "master"), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})

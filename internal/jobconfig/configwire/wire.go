@@ -10,7 +10,7 @@ import (
 
 	roverv1 "github.com/roverml/rover/api/rover/v1"
 	"github.com/roverml/rover/internal/jobconfig"
-	"github.com/roverml/rover/internal/node"
+	"github.com/roverml/rover/internal/liveness"
 	"github.com/roverml/rover/internal/nodecheck"
 	"github.com/roverml/rover/internal/rendezvous"
 )
@@ -44,7 +44,7 @@ func FromProto(p *roverv1.RendezvousConfig) jobconfig.Config {
 			LastCall:    millis(p.GetLastCallMillis()),
 			JoinTimeout: millis(p.GetJoinTimeoutMillis()),
 		},
-		Nodes: node.Config{
+		Nodes: liveness.Config{
 			HeartbeatTimeout: millis(p.GetHeartbeatTimeoutMillis()),
 			DisconnectGrace:  millis(p.GetDisconnectGraceMillis()),
 		},

@@ -8,7 +8,7 @@ import (
 	roverv1 "github.com/roverml/rover/api/rover/v1"
 	"github.com/roverml/rover/internal/jobconfig"
 	"github.com/roverml/rover/internal/jobconfig/configwire"
-	"github.com/roverml/rover/internal/node"
+	"github.com/roverml/rover/internal/liveness"
 	"github.com/roverml/rover/internal/rendezvous"
 	"github.com/roverml/rover/internal/runconfig"
 	"google.golang.org/protobuf/testing/protocmp"
@@ -20,7 +20,7 @@ func TestRendezvousConversions(t *testing.T) {
 	want := jobconfig.Config{
 		Rendezvous: rendezvous.Config{MinNodes: 2, MaxNodes: 8, NodeUnit: 2, MaxRestarts: 3,
 			LastCall: 1500 * time.Millisecond, JoinTimeout: 10 * time.Minute},
-		Nodes: node.Config{HeartbeatTimeout: time.Minute, DisconnectGrace: 5 * time.Second},
+		Nodes: liveness.Config{HeartbeatTimeout: time.Minute, DisconnectGrace: 5 * time.Second},
 	}
 	got := p.JobConfig()
 	if diff := cmp.Diff(want, got); diff != "" {

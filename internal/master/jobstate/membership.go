@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/roverml/rover/internal/jobconfig"
-	"github.com/roverml/rover/internal/node"
+	"github.com/roverml/rover/internal/liveness"
 	"github.com/roverml/rover/internal/rendezvous"
 )
 
@@ -15,7 +15,7 @@ import (
 var ErrNotConfigured = errors.New("the job has no rendezvous configuration yet: join first")
 
 // Membership is the job's membership and rounds: its configuration, the
-// rendezvous machine, the liveness table (internal/node) and the address
+// rendezvous machine, the liveness table (internal/liveness) and the address
 // each node joined with. The configuration comes with the first configure
 // event; until then the job has no rendezvous and refuses the other events
 // (ErrNotConfigured). Liveness is not journaled: heartbeats and push
@@ -25,7 +25,7 @@ type Membership struct {
 	same   SameLocation
 	cfg    *jobconfig.Config // nil until configured
 	rdzv   *rendezvous.Machine
-	nodes  *node.Table
+	nodes  *liveness.Table
 	addrs  map[string]string
 	status rendezvous.Status // the rendezvous's, as of the last event
 }
@@ -58,7 +58,7 @@ func (m *Membership) Restore(cfg *jobconfig.Config, rdzv json.RawMessage, addrs 
 		if err != nil {
 			return fmt.Errorf("rendezvous: %w", err)
 		}
-		m.cfg, m.rdzv, m.nodes = cfg, r, node.NewTable(cfg.Nodes)
+		m.cfg, m.rdzv, m.nodes = cfg, r, liveness.NewTable(cfg.Nodes)
 		m.status = r.Status()
 	}
 	m.addrs = addrs
@@ -99,9 +99,9 @@ func (m *Membership) Addr(id string) (string, bool) {
 }
 
 // Liveness is node id's entry in the liveness table.
-func (m *Membership) Liveness(id string) (node.Info, bool) {
+func (m *Membership) Liveness(id string) (liveness.Info, bool) {
 	if m.nodes == nil {
-		return node.Info{}, false
+		return liveness.Info{}, false
 	}
 	return m.nodes.Get(id)
 }
@@ -131,7 +131,7 @@ const blameMargin = 10 * time.Second
 // The price: a job out of restarts fails this much later after a genuine
 // failure; with restarts left, the restart starts at once and is given back
 // if a loss follows.
-func BlameWindow(cfg node.Config) time.Duration {
+func BlameWindow(cfg liveness.Config) time.Duration {
 	return cfg.DisconnectGrace + blameMargin
 }
 
@@ -147,7 +147,7 @@ func (m *Membership) Configure(cfg *jobconfig.Config, expect int, now time.Time)
 		if err != nil {
 			return false, err
 		}
-		m.cfg, m.rdzv, m.nodes, first = cfg, r, node.NewTable(cfg.Nodes), true
+		m.cfg, m.rdzv, m.nodes, first = cfg, r, liveness.NewTable(cfg.Nodes), true
 	}
 	if expect > 0 {
 		m.rdzv.Expect(expect, now)
@@ -315,7 +315,7 @@ func (m *Membership) Connected(id string, open bool, now time.Time) error {
 
 // Expired returns the nodes the liveness table finds lost at now, each to
 // be proposed as a node-lost event.
-func (m *Membership) Expired(now time.Time) []node.Lost {
+func (m *Membership) Expired(now time.Time) []liveness.Lost {
 	if m.nodes == nil {
 		return nil
 	}

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/roverml/rover/internal/jobconfig"
-	"github.com/roverml/rover/internal/node"
+	"github.com/roverml/rover/internal/liveness"
 	"github.com/roverml/rover/internal/rendezvous"
 )
 
@@ -19,7 +19,7 @@ func sameString(a, b string) bool { return a == b }
 func twoNodeConfig() *jobconfig.Config {
 	return &jobconfig.Config{
 		Rendezvous: rendezvous.Config{MinNodes: 2, MaxNodes: 2, MaxRestarts: 3},
-		Nodes:      node.Config{HeartbeatTimeout: time.Minute, DisconnectGrace: 5 * time.Second},
+		Nodes:      liveness.Config{HeartbeatTimeout: time.Minute, DisconnectGrace: 5 * time.Second},
 	}
 }
 

@@ -1,4 +1,4 @@
-// Package node is the job master's node table: which agents exist, when each
+// Package liveness is the job master's node table: which agents exist, when each
 // was last heard from, how many push streams it holds open, and which have
 // been lost. It is a pure state machine in the etcd-raft style: no goroutines,
 // no I/O and no clock of its own; every event carries the caller's now, and
@@ -13,7 +13,7 @@
 // cost O(log n) and a Tick that expires nothing costs O(1), even for tens of
 // thousands of nodes.
 //
-//	t := node.NewTable(node.Config{HeartbeatTimeout: 10 * time.Second, DisconnectGrace: 3 * time.Second})
+//	t := liveness.NewTable(liveness.Config{HeartbeatTimeout: 10 * time.Second, DisconnectGrace: 3 * time.Second})
 //	t.Seen("host-a", now)
 //	t.Connected("host-a", now)
 //	// ... on every heartbeat: t.Seen(id, now); when the driver's timer fires:
@@ -23,4 +23,4 @@
 //	if d, ok := t.NextDeadline(); ok {
 //		timer.Reset(d.Sub(now))
 //	}
-package node
+package liveness
