@@ -257,6 +257,11 @@ func (m *Master) RunJob(ctx context.Context, linger time.Duration) (Outcome, err
 		return Outcome{}, err
 	}
 	if werr != nil {
+		if ctx.Err() != nil {
+			// ctx ended first; WaitFinished may have seen Run return
+			// (ErrStopped) before it saw ctx end.
+			return Outcome{}, context.Cause(ctx)
+		}
 		return Outcome{}, werr
 	}
 	return out, nil
