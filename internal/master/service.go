@@ -82,24 +82,13 @@ func (s *service) join(ctx context.Context, r *roverv1.JoinRequest) (*roverv1.Jo
 // while a second goroutine receives heartbeats. The session ends when the
 // agent goes away, which the node table records as a disconnect.
 func (s *service) Session(ctx context.Context, stream *connect.BidiStream[roverv1.SessionRequest, roverv1.SessionResponse]) error {
-	first, err := stream.Receive()
-	if errors.Is(err, io.EOF) || ctx.Err() != nil {
-		return nil // the agent went away before saying anything
-	}
-	if err != nil {
-		return err // a message over the read limit, or one that does not decode
-	}
-	jr := first.GetJoin()
+	jr, err := receiveJoin(ctx, stream)
 	if jr == nil {
-		return rpcError(invalid("the first message of a session must be a join"))
+		return err
 	}
 	id := jr.GetNodeId()
 	inc := stream.RequestHeader().Get(client.IncarnationHeader)
-	hbTimeout := time.Duration(jr.GetRendezvous().GetHeartbeatTimeoutMillis()) * time.Millisecond
-	if hbTimeout <= 0 {
-		hbTimeout = defaultHolderTimeout
-	}
-	release, err := s.holders.claim(id, inc, hbTimeout, s.clock.Now())
+	release, err := s.holders.claim(id, inc, holderTimeout(jr), s.clock.Now())
 	if err != nil {
 		return err
 	}
@@ -121,26 +110,67 @@ func (s *service) Session(ctx context.Context, stream *connect.BidiStream[roverv
 		<-received // Receive returns once the agent is gone or the server closes
 	}()
 	go func() {
-		// Receive heartbeats until the agent closes its side or goes away;
-		// either ends the session.
 		defer close(received)
 		defer cancel()
-		for {
-			msg, err := stream.Receive()
-			if err != nil {
-				return
-			}
-			if msg.GetHeartbeat() == nil {
-				return
-			}
-			now := s.clock.Now()
-			s.holders.heard(id, inc, now)
-			_ = s.core.seen(id, now)
-			if e, ok := s.core.progressReport(id, msg.GetHeartbeat().GetProgress(), now); ok {
-				_ = s.core.apply(ctx, e) // a device's hardware fault: the diagnosis acts
-			}
-		}
+		s.receiveHeartbeats(ctx, stream, id, inc)
 	}()
+	return s.sendViews(ctx, stream, id, joined)
+}
+
+// sessionStream is the bidirectional stream of one agent's session.
+type sessionStream = connect.BidiStream[roverv1.SessionRequest, roverv1.SessionResponse]
+
+// receiveJoin reads a session's first message, which must be a join. It
+// returns a nil join with a nil error when the agent went away before saying
+// anything.
+func receiveJoin(ctx context.Context, stream *sessionStream) (*roverv1.JoinRequest, error) {
+	first, err := stream.Receive()
+	if errors.Is(err, io.EOF) || ctx.Err() != nil {
+		return nil, nil // the agent went away before saying anything
+	}
+	if err != nil {
+		return nil, err // a message over the read limit, or one that does not decode
+	}
+	jr := first.GetJoin()
+	if jr == nil {
+		return nil, rpcError(invalid("the first message of a session must be a join"))
+	}
+	return jr, nil
+}
+
+// holderTimeout is how long a node id stays held by an agent that is not
+// heard from: the job's heartbeat timeout, or defaultHolderTimeout.
+func holderTimeout(jr *roverv1.JoinRequest) time.Duration {
+	d := time.Duration(jr.GetRendezvous().GetHeartbeatTimeoutMillis()) * time.Millisecond
+	if d <= 0 {
+		return defaultHolderTimeout
+	}
+	return d
+}
+
+// receiveHeartbeats records the heartbeats of node id until the agent closes
+// its side or goes away; either ends the session.
+func (s *service) receiveHeartbeats(ctx context.Context, stream *sessionStream, id, inc string) {
+	for {
+		msg, err := stream.Receive()
+		if err != nil {
+			return
+		}
+		if msg.GetHeartbeat() == nil {
+			return
+		}
+		now := s.clock.Now()
+		s.holders.heard(id, inc, now)
+		_ = s.core.seen(id, now)
+		if e, ok := s.core.progressReport(id, msg.GetHeartbeat().GetProgress(), now); ok {
+			_ = s.core.apply(ctx, e) // a device's hardware fault: the diagnosis acts
+		}
+	}
+}
+
+// sendViews sends node id its view whenever the view changes, the first
+// message answering the join too, until ctx ends or a send fails.
+func (s *service) sendViews(ctx context.Context, stream *sessionStream, id string, joined *roverv1.JoinResponse) error {
 	sent := false
 	var last uint64
 	for {
