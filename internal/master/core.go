@@ -78,26 +78,51 @@ func (c *core) restore(ctx context.Context, now time.Time) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if contents.Snapshot == nil && len(contents.Records) == 0 {
-		// A new store: mark it as this job's at once, so that a master of
-		// another job started on it is refused.
-		state, err := c.marshalStateLocked()
-		if err == nil {
-			err = c.store.Snapshot(ctx, state)
-		}
-		if err != nil {
-			return 0, fmt.Errorf("initialise the master's state: %w", err)
-		}
-		c.commits.lastSnapshot = len(state)
-		c.st.Live = true
-		return 0, nil
+		return 0, c.initStoreLocked(ctx)
 	}
 	if contents.Snapshot != nil {
 		if err := c.restoreStateLocked(contents.Snapshot); err != nil {
 			return 0, fmt.Errorf("restore the master's snapshot: %w", err)
 		}
 	}
+	if i, err := c.replayLocked(contents.Records); err != nil {
+		return i, err
+	}
+	c.commits.lastSnapshot = len(contents.Snapshot)
+	for _, r := range contents.Records {
+		c.commits.since += len(r)
+	}
+	// Liveness is not journaled: every known node gets a fresh timeout.
+	c.st.Members.Refresh(now)
+	c.st.Live = true
+	c.changedLocked()
+	n := len(contents.Records)
+	if contents.Snapshot != nil {
+		n++
+	}
+	return n, nil
+}
+
+// initStoreLocked marks a new store as this job's at once, so that a master
+// of another job started on it is refused.
+func (c *core) initStoreLocked(ctx context.Context) error {
+	state, err := c.marshalStateLocked()
+	if err == nil {
+		err = c.store.Snapshot(ctx, state)
+	}
+	if err != nil {
+		return fmt.Errorf("initialise the master's state: %w", err)
+	}
+	c.commits.lastSnapshot = len(state)
+	c.st.Live = true
+	return nil
+}
+
+// replayLocked applies the journal records that follow the snapshot. On
+// failure it returns the index of the record it stopped at.
+func (c *core) replayLocked(records [][]byte) (int, error) {
 	old := false // replaying records of schema 1, from before shuffled orders changed
-	for i, b := range contents.Records {
+	for i, b := range records {
 		e, err := jobstate.UnmarshalEvent(b)
 		if err != nil {
 			return i, fmt.Errorf("journal record %d: %w", i, err)
@@ -116,23 +141,11 @@ func (c *core) restore(ctx context.Context, now time.Time) (int, error) {
 		}
 	}
 	if old {
-		if err := c.checkOldOrdersLocked(len(contents.Records)); err != nil {
-			return len(contents.Records), err
+		if err := c.checkOldOrdersLocked(len(records)); err != nil {
+			return len(records), err
 		}
 	}
-	c.commits.lastSnapshot = len(contents.Snapshot)
-	for _, r := range contents.Records {
-		c.commits.since += len(r)
-	}
-	// Liveness is not journaled: every known node gets a fresh timeout.
-	c.st.Members.Refresh(now)
-	c.st.Live = true
-	c.changedLocked()
-	n := len(contents.Records)
-	if contents.Snapshot != nil {
-		n++
-	}
-	return n, nil
+	return 0, nil
 }
 
 // checkOldOrdersLocked checks the state after the journal records of an
