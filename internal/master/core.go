@@ -52,9 +52,6 @@ type core struct {
 	fleetView *nodemanager.Status
 	platform  string
 	noticeCh  chan struct{}
-
-	// prog is the job's runtime progress (progress.go): not journaled.
-	prog tracker
 }
 
 func newCore(runID string, store Store) *core {

@@ -47,7 +47,7 @@ func (c *core) view(id string) (*roverv1.NodeView, <-chan struct{}) {
 	if s.Job != rendezvous.Running {
 		v.Failures = failuresProto(c.st.Failures.Records())
 	}
-	v.Hang = c.prog.noticeView()
+	v.Hang = hangNoticeProto(c.st.Progress)
 	return v, c.views
 }
 
@@ -101,7 +101,7 @@ func (c *core) job() *roverv1.GetJobResponse {
 	}
 	c.checkProtoLocked(r)
 	c.fleetProtoLocked(r)
-	r.Progress = c.prog.proto(int64(c.st.Members.Status().Round), r.Nodes)
+	r.Progress = progressProto(c.st.Progress, int64(c.st.Members.Status().Round), r.Nodes)
 	return r
 }
 

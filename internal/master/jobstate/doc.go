@@ -26,6 +26,10 @@
 //   - Fleet (fleet.go): the node manager's journaled state, the nodes it
 //     runs, and the notices queued for it (a lost agent, a diagnosis's
 //     relaunch).
+//   - Progress (progress.go): the job's runtime progress, its stragglers
+//     and its hang timer, fed by the agents' heartbeats. It is not
+//     journaled: no event of Apply touches it, the snapshot leaves it out,
+//     and a restarted master starts it afresh.
 //
 // State composes the sub-states (state.go). Its Apply (apply.go) takes an
 // Event (event.go, the journal's record), checks it as CheckEvent did

@@ -15,6 +15,10 @@ type State struct {
 	Memory   *Memory
 	Check    *NodeCheck // nil when the job runs none
 	Fleet    *Fleet
+	// Progress is the job's runtime progress: the one sub-state that is
+	// not journaled (outside the snapshot; a restarted master starts it
+	// afresh) and that no event of Apply touches.
+	Progress *Progress
 
 	// What the driver sets, not journaled: Owned says the master runs the
 	// job's nodes, Caps what their platform lets a diagnosis do; Live is
@@ -38,6 +42,7 @@ func NewState(same SameLocation, codec FailureCodec) *State {
 		Datasets: NewDatasets(),
 		Memory:   NewMemory(),
 		Fleet:    NewFleet(),
+		Progress: NewProgress(),
 		codec:    codec,
 	}
 }

@@ -1,0 +1,145 @@
+package jobstate
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/roverml/rover/internal/diagnosis"
+	"github.com/roverml/rover/internal/jobconfig"
+	"github.com/roverml/rover/internal/stall"
+)
+
+func workerAt(step, steps int64, wall, cpu float64) WorkerReport {
+	return WorkerReport{Step: step, Steps: steps, WallSeconds: wall, CPUSeconds: cpu}
+}
+
+// TestProgressHang drives the hang timer through reports and ticks: a
+// started step does not arm it, a completed one does; no progress for the
+// timeout declares one hang, with a notice that says why and outlives the
+// hang; a new round starts afresh.
+func TestProgressHang(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	cfg := jobconfig.Hang{Timeout: 10 * time.Second, Policy: int(stall.Restart)}
+	p := NewProgress()
+	if v := p.View(1); v.Step != -1 || v.Hangs != 0 {
+		t.Fatalf("view before any progress: %+v", v)
+	}
+	p.Follow(cfg, 1)
+	p.Report("a", NodeReport{Round: 1, Workers: []WorkerReport{workerAt(1, 0, 0, 0)}}, t0)
+	if tick := p.Tick(t0.Add(time.Hour), true); tick.Hang != nil {
+		t.Fatalf("a started first step is a hang: %+v", tick.Hang)
+	}
+	p.Report("a", NodeReport{Round: 1, Workers: []WorkerReport{workerAt(2, 1, 1, 1)},
+		Devices: []diagnosis.DeviceSample{{Index: 0, Utilization: 0}}}, t0.Add(time.Hour+time.Second))
+	if tick := p.Tick(t0.Add(time.Hour+10*time.Second), false); tick.Hang != nil {
+		t.Fatal("a job in an open round hangs")
+	}
+	tick := p.Tick(t0.Add(time.Hour+11*time.Second), true)
+	want := "no worker made progress for 10s (newest step 2, round 1); device utilisation: a [0]%"
+	if tick.Hang == nil || tick.Hang.Reason != want || tick.Hang.Policy != stall.Restart {
+		t.Fatalf("hang %+v, want reason %q", tick.Hang, want)
+	}
+	if again := p.Tick(t0.Add(2*time.Hour), true); again.Hang != nil {
+		t.Fatal("a hang declared twice")
+	}
+	if v := p.View(1); !v.Hung || v.HangReason != want || v.Hangs != 1 || v.Step != 2 {
+		t.Fatalf("view while hung: %+v", v)
+	}
+	p.Follow(cfg, 2)
+	v := p.View(2)
+	if v.Hung || v.Hangs != 1 || v.Step != -1 || len(v.Nodes) != 0 {
+		t.Fatalf("view of the new round: %+v", v)
+	}
+	if n, ok := p.Notice(); !ok || n.ID != tick.Hang.ID || n.Reason != want {
+		t.Fatalf("notice after the hang: %+v %v", n, ok)
+	}
+}
+
+// TestProgressViewOfALaterRound: a view of a round Progress has not
+// followed yet is what Follow would leave, and leaves the state alone.
+func TestProgressViewOfALaterRound(t *testing.T) {
+	p := NewProgress()
+	p.Follow(jobconfig.Hang{}, 1)
+	p.Report("a", NodeReport{Round: 1, Workers: []WorkerReport{workerAt(5, 5, 1, 1)}}, time.Unix(0, 0))
+	if v := p.View(2); v.Step != -1 || len(v.Nodes) != 0 {
+		t.Fatalf("view of round 2: %+v", v)
+	}
+	if v := p.View(1); v.Step != 5 || len(v.Nodes) != 1 {
+		t.Fatalf("view of round 1 after viewing round 2: %+v", v)
+	}
+}
+
+// TestProgressStragglers: a node at 3x the other's step time is reported
+// once when named, and once when it is no longer.
+func TestProgressStragglers(t *testing.T) {
+	p := NewProgress()
+	p.Follow(jobconfig.Hang{}, 1)
+	now := time.Unix(0, 0)
+	for i := int64(1); i <= 4; i++ {
+		p.Report("a", NodeReport{Round: 1, Workers: []WorkerReport{workerAt(10*i, 10, 1, 1)}}, now)
+		p.Report("b", NodeReport{Round: 1, Workers: []WorkerReport{workerAt(10*i, 10, 3, 3)}}, now)
+	}
+	tick := p.Tick(now, true)
+	if !tick.StragglersChanged || !cmp.Equal(tick.Stragglers, []string{"b"}) || !strings.Contains(tick.StragglerReason, "b takes 0.300s per step, 3.0x") {
+		t.Fatalf("tick %+v, want straggler b", tick)
+	}
+	if again := p.Tick(now, true); again.StragglersChanged {
+		t.Fatal("an unchanged straggler reported again")
+	}
+	v := p.View(1)
+	if !cmp.Equal(v.Stragglers, []string{"b"}) || len(v.Nodes) != 2 {
+		t.Fatalf("view %+v", v)
+	}
+	p.Follow(jobconfig.Hang{}, 2)
+	if tick := p.Tick(now, true); tick.StragglersChanged || tick.Stragglers != nil {
+		t.Fatalf("a new round's tick %+v: Follow forgot the stragglers already", tick)
+	}
+}
+
+// TestLeastProgressed: the node with the lowest newest step, then the
+// oldest progress, and one that reported nothing before all.
+func TestLeastProgressed(t *testing.T) {
+	p := NewProgress()
+	p.Follow(jobconfig.Hang{}, 1)
+	t0 := time.Unix(100, 0)
+	p.Report("a", NodeReport{Round: 1, Workers: []WorkerReport{workerAt(5, 1, 1, 1)}}, t0.Add(time.Second))
+	p.Report("b", NodeReport{Round: 1, Workers: []WorkerReport{workerAt(5, 1, 1, 1)}}, t0)
+	p.Report("c", NodeReport{Round: 1, Workers: []WorkerReport{workerAt(7, 1, 1, 1)}}, t0)
+	tests := []struct {
+		candidates []string
+		want       string
+		ok         bool
+	}{
+		{nil, "", false},
+		{[]string{"a", "c"}, "a", true},
+		{[]string{"a", "b", "c"}, "b", true},
+		{[]string{"a", "b", "d"}, "d", true},
+	}
+	for _, tt := range tests {
+		if got, ok := p.LeastProgressed(tt.candidates); got != tt.want || ok != tt.ok {
+			t.Errorf("LeastProgressed(%v) = %q, %v; want %q, %v", tt.candidates, got, ok, tt.want, tt.ok)
+		}
+	}
+}
+
+// TestProgressIsNotJournaled: a state's snapshot is the same whatever its
+// progress.
+func TestProgressIsNotJournaled(t *testing.T) {
+	st := NewState(nil, nil)
+	before, err := st.MarshalSnapshot("j")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Progress.Follow(jobconfig.Hang{Timeout: time.Second}, 1)
+	st.Progress.Report("a", NodeReport{Round: 1, Workers: []WorkerReport{workerAt(5, 1, 1, 1)}}, time.Unix(0, 0))
+	st.Progress.Tick(time.Unix(10, 0), true)
+	after, err := st.MarshalSnapshot("j")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(string(before), string(after)); diff != "" {
+		t.Fatalf("progress changed the snapshot (-before +after):\n%s", diff)
+	}
+}
