@@ -205,18 +205,7 @@ func TestMasterFlagErrors(t *testing.T) {
 			}},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			c, err := parseMasterFlags(tt.args, io.Discard)
-			if err == nil {
-				t.Fatalf("parseMasterFlags(%q) = %+v, want errors", tt.args, c)
-			}
-			if _, ok := err.(usageError); !ok {
-				t.Errorf("parseMasterFlags(%q) = %T, want a usageError (exit 2)", tt.args, err)
-			}
-			if diff := cmp.Diff(tt.want, strings.Split(err.Error(), "\n")); diff != "" {
-				t.Errorf("parseMasterFlags(%q) errors (-want +got):\n%s", tt.args, diff)
-			}
-		})
+		t.Run(tt.name, func(t *testing.T) { wantMasterFlagErrors(t, tt.args, tt.want) })
 	}
 }
 
@@ -353,5 +342,21 @@ func TestTokenFileWinsOverTheVariable(t *testing.T) {
 	if code := run([]string{"rover", "run", "--nnodes", "2", "--rdzv-endpoint", addr, "--token-file", missing,
 		"--no-python", "true"}, &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), "missing.token") {
 		t.Errorf("rover run with a missing token file: exit %d, want 2 naming the file; stderr:\n%s", code, stderr.String())
+	}
+}
+
+// wantMasterFlagErrors checks that rover master refuses args as a usage
+// error (exit 2) whose lines are want, all at once.
+func wantMasterFlagErrors(t *testing.T, args, want []string) {
+	t.Helper()
+	c, err := parseMasterFlags(args, io.Discard)
+	if err == nil {
+		t.Fatalf("parseMasterFlags(%q) = %+v, want errors", args, c)
+	}
+	if _, ok := err.(usageError); !ok {
+		t.Errorf("parseMasterFlags(%q) = %T, want a usageError (exit 2)", args, err)
+	}
+	if diff := cmp.Diff(want, strings.Split(err.Error(), "\n")); diff != "" {
+		t.Errorf("parseMasterFlags(%q) errors (-want +got):\n%s", args, diff)
 	}
 }

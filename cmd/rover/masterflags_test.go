@@ -1,11 +1,7 @@
 package main
 
 import (
-	"io"
-	"strings"
 	"testing"
-
-	"github.com/google/go-cmp/cmp"
 )
 
 // TestMasterFlagCombinations covers the flags of `rover master` that take
@@ -57,17 +53,6 @@ func TestMasterFlagCombinations(t *testing.T) {
 				"--nnodes=3:1: minimum 3 is greater than maximum 1; write --nnodes=MIN:MAX with MIN <= MAX"}},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			c, err := parseMasterFlags(tt.args, io.Discard)
-			if err == nil {
-				t.Fatalf("parseMasterFlags(%q) = %+v, want errors", tt.args, c)
-			}
-			if _, ok := err.(usageError); !ok {
-				t.Errorf("parseMasterFlags(%q) = %T, want a usageError (exit 2)", tt.args, err)
-			}
-			if diff := cmp.Diff(tt.want, strings.Split(err.Error(), "\n")); diff != "" {
-				t.Errorf("parseMasterFlags(%q) errors (-want +got):\n%s", tt.args, diff)
-			}
-		})
+		t.Run(tt.name, func(t *testing.T) { wantMasterFlagErrors(t, tt.args, tt.want) })
 	}
 }
