@@ -896,8 +896,16 @@ func (*SessionRequest_Heartbeat) isSessionRequest_Msg() {}
 // Heartbeat tells the master the agent is alive, and carries its workers'
 // progress since its previous heartbeat that carried some.
 type Heartbeat struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Progress      *NodeProgress          `protobuf:"bytes,1,opt,name=progress,proto3" json:"progress,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Progress *NodeProgress          `protobuf:"bytes,1,opt,name=progress,proto3" json:"progress,omitempty"`
+	// The node's workers' lifecycle moments since its previous heartbeat
+	// (goodput.proto), oldest first; an agent sends a heartbeat at once when
+	// it has one. At most 64 per heartbeat.
+	Events []*NodeEvent `protobuf:"bytes,2,rep,name=events,proto3" json:"events,omitempty"`
+	// When the agent sent it, in its clock (Unix nanoseconds): the master
+	// moves the agent's times (events, WorkerProgress.step_unix_nanos) into
+	// its own clock by the difference to its receipt.
+	SentUnixNanos int64 `protobuf:"varint,3,opt,name=sent_unix_nanos,json=sentUnixNanos,proto3" json:"sent_unix_nanos,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -937,6 +945,20 @@ func (x *Heartbeat) GetProgress() *NodeProgress {
 		return x.Progress
 	}
 	return nil
+}
+
+func (x *Heartbeat) GetEvents() []*NodeEvent {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
+
+func (x *Heartbeat) GetSentUnixNanos() int64 {
+	if x != nil {
+		return x.SentUnixNanos
+	}
+	return 0
 }
 
 // SessionResponse is a message from the master on a session.
@@ -2174,7 +2196,9 @@ type GetJobResponse struct {
 	// node_check is the running or last node check (unset: none ran).
 	NodeCheck *NodeCheckStatus `protobuf:"bytes,16,opt,name=node_check,json=nodeCheck,proto3" json:"node_check,omitempty"`
 	// progress is the job's step times, stragglers and hangs.
-	Progress      *JobProgress `protobuf:"bytes,17,opt,name=progress,proto3" json:"progress,omitempty"`
+	Progress *JobProgress `protobuf:"bytes,17,opt,name=progress,proto3" json:"progress,omitempty"`
+	// goodput is the job's goodput and badput by cause (goodput.proto).
+	Goodput       *JobGoodput `protobuf:"bytes,18,opt,name=goodput,proto3" json:"goodput,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2328,11 +2352,18 @@ func (x *GetJobResponse) GetProgress() *JobProgress {
 	return nil
 }
 
+func (x *GetJobResponse) GetGoodput() *JobGoodput {
+	if x != nil {
+		return x.Goodput
+	}
+	return nil
+}
+
 var File_api_rover_v1_master_proto protoreflect.FileDescriptor
 
 const file_api_rover_v1_master_proto_rawDesc = "" +
 	"\n" +
-	"\x19api/rover/v1/master.proto\x12\brover.v1\x1a\x18api/rover/v1/shard.proto\x1a\x1capi/rover/v1/nodecheck.proto\x1a\x1bapi/rover/v1/progress.proto\"\xe6\x01\n" +
+	"\x19api/rover/v1/master.proto\x12\brover.v1\x1a\x18api/rover/v1/shard.proto\x1a\x1capi/rover/v1/nodecheck.proto\x1a\x1bapi/rover/v1/progress.proto\x1a\x1aapi/rover/v1/goodput.proto\"\xe6\x01\n" +
 	"\x18CheckpointDurableRequest\x12\x12\n" +
 	"\x04step\x18\x02 \x01(\x03R\x04step\x12\x12\n" +
 	"\x04rank\x18\x03 \x01(\x05R\x04rank\x12\x12\n" +
@@ -2406,9 +2437,11 @@ const file_api_rover_v1_master_proto_rawDesc = "" +
 	"\x0eSessionRequest\x12+\n" +
 	"\x04join\x18\x01 \x01(\v2\x15.rover.v1.JoinRequestH\x00R\x04join\x123\n" +
 	"\theartbeat\x18\x02 \x01(\v2\x13.rover.v1.HeartbeatH\x00R\theartbeatB\x05\n" +
-	"\x03msg\"?\n" +
+	"\x03msg\"\x94\x01\n" +
 	"\tHeartbeat\x122\n" +
-	"\bprogress\x18\x01 \x01(\v2\x16.rover.v1.NodeProgressR\bprogress\"i\n" +
+	"\bprogress\x18\x01 \x01(\v2\x16.rover.v1.NodeProgressR\bprogress\x12+\n" +
+	"\x06events\x18\x02 \x03(\v2\x13.rover.v1.NodeEventR\x06events\x12&\n" +
+	"\x0fsent_unix_nanos\x18\x03 \x01(\x03R\rsentUnixNanos\"i\n" +
 	"\x0fSessionResponse\x12.\n" +
 	"\x06joined\x18\x01 \x01(\v2\x16.rover.v1.JoinResponseR\x06joined\x12&\n" +
 	"\x04view\x18\x02 \x01(\v2\x12.rover.v1.NodeViewR\x04view\"\xce\x03\n" +
@@ -2517,7 +2550,7 @@ const file_api_rover_v1_master_proto_rawDesc = "" +
 	"\tlast_exit\x18\t \x01(\tR\blastExit\x12\x16\n" +
 	"\x06reason\x18\n" +
 	" \x01(\tR\x06reason\x12(\n" +
-	"\x10since_unix_nanos\x18\v \x01(\x03R\x0esinceUnixNanos\"\xb7\x05\n" +
+	"\x10since_unix_nanos\x18\v \x01(\x03R\x0esinceUnixNanos\"\xe7\x05\n" +
 	"\x0eGetJobResponse\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12/\n" +
 	"\tjob_state\x18\x02 \x01(\x0e2\x12.rover.v1.JobStateR\bjobState\x12\x16\n" +
@@ -2543,7 +2576,8 @@ const file_api_rover_v1_master_proto_rawDesc = "" +
 	"\x0fcheckpoint_step\x18\x0f \x01(\x03R\x0echeckpointStep\x128\n" +
 	"\n" +
 	"node_check\x18\x10 \x01(\v2\x19.rover.v1.NodeCheckStatusR\tnodeCheck\x121\n" +
-	"\bprogress\x18\x11 \x01(\v2\x15.rover.v1.JobProgressR\bprogress*k\n" +
+	"\bprogress\x18\x11 \x01(\v2\x15.rover.v1.JobProgressR\bprogress\x12.\n" +
+	"\agoodput\x18\x12 \x01(\v2\x14.rover.v1.JobGoodputR\agoodput*k\n" +
 	"\bJobState\x12\x19\n" +
 	"\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11JOB_STATE_RUNNING\x10\x01\x12\x17\n" +
@@ -2618,30 +2652,32 @@ var file_api_rover_v1_master_proto_goTypes = []any{
 	(*GetJobResponse)(nil),            // 29: rover.v1.GetJobResponse
 	(*NodeCheckConfig)(nil),           // 30: rover.v1.NodeCheckConfig
 	(*NodeProgress)(nil),              // 31: rover.v1.NodeProgress
-	(*NodeCheckView)(nil),             // 32: rover.v1.NodeCheckView
-	(*HangNotice)(nil),                // 33: rover.v1.HangNotice
-	(*NodeCheckStatus)(nil),           // 34: rover.v1.NodeCheckStatus
-	(*JobProgress)(nil),               // 35: rover.v1.JobProgress
-	(*RegisterDatasetRequest)(nil),    // 36: rover.v1.RegisterDatasetRequest
-	(*LeaseShardsRequest)(nil),        // 37: rover.v1.LeaseShardsRequest
-	(*CompleteShardsRequest)(nil),     // 38: rover.v1.CompleteShardsRequest
-	(*GetPositionRequest)(nil),        // 39: rover.v1.GetPositionRequest
-	(*AdvancePositionRequest)(nil),    // 40: rover.v1.AdvancePositionRequest
-	(*AppendStreamRequest)(nil),       // 41: rover.v1.AppendStreamRequest
-	(*DatasetStateRequest)(nil),       // 42: rover.v1.DatasetStateRequest
-	(*RestoreDatasetRequest)(nil),     // 43: rover.v1.RestoreDatasetRequest
-	(*BatchShardsRequest)(nil),        // 44: rover.v1.BatchShardsRequest
-	(*ReportNodeCheckRequest)(nil),    // 45: rover.v1.ReportNodeCheckRequest
-	(*RegisterDatasetResponse)(nil),   // 46: rover.v1.RegisterDatasetResponse
-	(*LeaseShardsResponse)(nil),       // 47: rover.v1.LeaseShardsResponse
-	(*CompleteShardsResponse)(nil),    // 48: rover.v1.CompleteShardsResponse
-	(*GetPositionResponse)(nil),       // 49: rover.v1.GetPositionResponse
-	(*AdvancePositionResponse)(nil),   // 50: rover.v1.AdvancePositionResponse
-	(*AppendStreamResponse)(nil),      // 51: rover.v1.AppendStreamResponse
-	(*DatasetStateResponse)(nil),      // 52: rover.v1.DatasetStateResponse
-	(*RestoreDatasetResponse)(nil),    // 53: rover.v1.RestoreDatasetResponse
-	(*BatchShardsResponse)(nil),       // 54: rover.v1.BatchShardsResponse
-	(*ReportNodeCheckResponse)(nil),   // 55: rover.v1.ReportNodeCheckResponse
+	(*NodeEvent)(nil),                 // 32: rover.v1.NodeEvent
+	(*NodeCheckView)(nil),             // 33: rover.v1.NodeCheckView
+	(*HangNotice)(nil),                // 34: rover.v1.HangNotice
+	(*NodeCheckStatus)(nil),           // 35: rover.v1.NodeCheckStatus
+	(*JobProgress)(nil),               // 36: rover.v1.JobProgress
+	(*JobGoodput)(nil),                // 37: rover.v1.JobGoodput
+	(*RegisterDatasetRequest)(nil),    // 38: rover.v1.RegisterDatasetRequest
+	(*LeaseShardsRequest)(nil),        // 39: rover.v1.LeaseShardsRequest
+	(*CompleteShardsRequest)(nil),     // 40: rover.v1.CompleteShardsRequest
+	(*GetPositionRequest)(nil),        // 41: rover.v1.GetPositionRequest
+	(*AdvancePositionRequest)(nil),    // 42: rover.v1.AdvancePositionRequest
+	(*AppendStreamRequest)(nil),       // 43: rover.v1.AppendStreamRequest
+	(*DatasetStateRequest)(nil),       // 44: rover.v1.DatasetStateRequest
+	(*RestoreDatasetRequest)(nil),     // 45: rover.v1.RestoreDatasetRequest
+	(*BatchShardsRequest)(nil),        // 46: rover.v1.BatchShardsRequest
+	(*ReportNodeCheckRequest)(nil),    // 47: rover.v1.ReportNodeCheckRequest
+	(*RegisterDatasetResponse)(nil),   // 48: rover.v1.RegisterDatasetResponse
+	(*LeaseShardsResponse)(nil),       // 49: rover.v1.LeaseShardsResponse
+	(*CompleteShardsResponse)(nil),    // 50: rover.v1.CompleteShardsResponse
+	(*GetPositionResponse)(nil),       // 51: rover.v1.GetPositionResponse
+	(*AdvancePositionResponse)(nil),   // 52: rover.v1.AdvancePositionResponse
+	(*AppendStreamResponse)(nil),      // 53: rover.v1.AppendStreamResponse
+	(*DatasetStateResponse)(nil),      // 54: rover.v1.DatasetStateResponse
+	(*RestoreDatasetResponse)(nil),    // 55: rover.v1.RestoreDatasetResponse
+	(*BatchShardsResponse)(nil),       // 56: rover.v1.BatchShardsResponse
+	(*ReportNodeCheckResponse)(nil),   // 57: rover.v1.ReportNodeCheckResponse
 }
 var file_api_rover_v1_master_proto_depIdxs = []int32{
 	3,  // 0: rover.v1.DeclareCheckpointResponse.checkpoint:type_name -> rover.v1.CheckpointStorage
@@ -2653,66 +2689,68 @@ var file_api_rover_v1_master_proto_depIdxs = []int32{
 	7,  // 6: rover.v1.SessionRequest.join:type_name -> rover.v1.JoinRequest
 	11, // 7: rover.v1.SessionRequest.heartbeat:type_name -> rover.v1.Heartbeat
 	31, // 8: rover.v1.Heartbeat.progress:type_name -> rover.v1.NodeProgress
-	9,  // 9: rover.v1.SessionResponse.joined:type_name -> rover.v1.JoinResponse
-	13, // 10: rover.v1.SessionResponse.view:type_name -> rover.v1.NodeView
-	0,  // 11: rover.v1.NodeView.job_state:type_name -> rover.v1.JobState
-	14, // 12: rover.v1.NodeView.assignment:type_name -> rover.v1.Assignment
-	15, // 13: rover.v1.NodeView.failures:type_name -> rover.v1.WorkerFailure
-	32, // 14: rover.v1.NodeView.node_check:type_name -> rover.v1.NodeCheckView
-	33, // 15: rover.v1.NodeView.hang:type_name -> rover.v1.HangNotice
-	15, // 16: rover.v1.ReportFailureRequest.failures:type_name -> rover.v1.WorkerFailure
-	0,  // 17: rover.v1.GetJobResponse.job_state:type_name -> rover.v1.JobState
-	27, // 18: rover.v1.GetJobResponse.nodes:type_name -> rover.v1.NodeStatus
-	15, // 19: rover.v1.GetJobResponse.failures:type_name -> rover.v1.WorkerFailure
-	6,  // 20: rover.v1.GetJobResponse.rendezvous:type_name -> rover.v1.RendezvousConfig
-	28, // 21: rover.v1.GetJobResponse.managed_nodes:type_name -> rover.v1.ManagedNode
-	34, // 22: rover.v1.GetJobResponse.node_check:type_name -> rover.v1.NodeCheckStatus
-	35, // 23: rover.v1.GetJobResponse.progress:type_name -> rover.v1.JobProgress
-	10, // 24: rover.v1.MasterService.Session:input_type -> rover.v1.SessionRequest
-	7,  // 25: rover.v1.MasterService.Join:input_type -> rover.v1.JoinRequest
-	16, // 26: rover.v1.MasterService.ReportFailure:input_type -> rover.v1.ReportFailureRequest
-	18, // 27: rover.v1.MasterService.ReportSuccess:input_type -> rover.v1.ReportSuccessRequest
-	20, // 28: rover.v1.MasterService.Leave:input_type -> rover.v1.LeaveRequest
-	22, // 29: rover.v1.MasterService.SetKey:input_type -> rover.v1.SetKeyRequest
-	24, // 30: rover.v1.MasterService.GetKey:input_type -> rover.v1.GetKeyRequest
-	26, // 31: rover.v1.MasterService.GetJob:input_type -> rover.v1.GetJobRequest
-	36, // 32: rover.v1.MasterService.RegisterDataset:input_type -> rover.v1.RegisterDatasetRequest
-	37, // 33: rover.v1.MasterService.LeaseShards:input_type -> rover.v1.LeaseShardsRequest
-	38, // 34: rover.v1.MasterService.CompleteShards:input_type -> rover.v1.CompleteShardsRequest
-	39, // 35: rover.v1.MasterService.GetPosition:input_type -> rover.v1.GetPositionRequest
-	40, // 36: rover.v1.MasterService.AdvancePosition:input_type -> rover.v1.AdvancePositionRequest
-	41, // 37: rover.v1.MasterService.AppendStream:input_type -> rover.v1.AppendStreamRequest
-	42, // 38: rover.v1.MasterService.GetDatasetState:input_type -> rover.v1.DatasetStateRequest
-	43, // 39: rover.v1.MasterService.RestoreDataset:input_type -> rover.v1.RestoreDatasetRequest
-	44, // 40: rover.v1.MasterService.BatchShards:input_type -> rover.v1.BatchShardsRequest
-	1,  // 41: rover.v1.MasterService.CheckpointDurable:input_type -> rover.v1.CheckpointDurableRequest
-	45, // 42: rover.v1.MasterService.ReportNodeCheck:input_type -> rover.v1.ReportNodeCheckRequest
-	4,  // 43: rover.v1.MasterService.DeclareCheckpoint:input_type -> rover.v1.DeclareCheckpointRequest
-	12, // 44: rover.v1.MasterService.Session:output_type -> rover.v1.SessionResponse
-	9,  // 45: rover.v1.MasterService.Join:output_type -> rover.v1.JoinResponse
-	17, // 46: rover.v1.MasterService.ReportFailure:output_type -> rover.v1.ReportFailureResponse
-	19, // 47: rover.v1.MasterService.ReportSuccess:output_type -> rover.v1.ReportSuccessResponse
-	21, // 48: rover.v1.MasterService.Leave:output_type -> rover.v1.LeaveResponse
-	23, // 49: rover.v1.MasterService.SetKey:output_type -> rover.v1.SetKeyResponse
-	25, // 50: rover.v1.MasterService.GetKey:output_type -> rover.v1.GetKeyResponse
-	29, // 51: rover.v1.MasterService.GetJob:output_type -> rover.v1.GetJobResponse
-	46, // 52: rover.v1.MasterService.RegisterDataset:output_type -> rover.v1.RegisterDatasetResponse
-	47, // 53: rover.v1.MasterService.LeaseShards:output_type -> rover.v1.LeaseShardsResponse
-	48, // 54: rover.v1.MasterService.CompleteShards:output_type -> rover.v1.CompleteShardsResponse
-	49, // 55: rover.v1.MasterService.GetPosition:output_type -> rover.v1.GetPositionResponse
-	50, // 56: rover.v1.MasterService.AdvancePosition:output_type -> rover.v1.AdvancePositionResponse
-	51, // 57: rover.v1.MasterService.AppendStream:output_type -> rover.v1.AppendStreamResponse
-	52, // 58: rover.v1.MasterService.GetDatasetState:output_type -> rover.v1.DatasetStateResponse
-	53, // 59: rover.v1.MasterService.RestoreDataset:output_type -> rover.v1.RestoreDatasetResponse
-	54, // 60: rover.v1.MasterService.BatchShards:output_type -> rover.v1.BatchShardsResponse
-	2,  // 61: rover.v1.MasterService.CheckpointDurable:output_type -> rover.v1.CheckpointDurableResponse
-	55, // 62: rover.v1.MasterService.ReportNodeCheck:output_type -> rover.v1.ReportNodeCheckResponse
-	5,  // 63: rover.v1.MasterService.DeclareCheckpoint:output_type -> rover.v1.DeclareCheckpointResponse
-	44, // [44:64] is the sub-list for method output_type
-	24, // [24:44] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	32, // 9: rover.v1.Heartbeat.events:type_name -> rover.v1.NodeEvent
+	9,  // 10: rover.v1.SessionResponse.joined:type_name -> rover.v1.JoinResponse
+	13, // 11: rover.v1.SessionResponse.view:type_name -> rover.v1.NodeView
+	0,  // 12: rover.v1.NodeView.job_state:type_name -> rover.v1.JobState
+	14, // 13: rover.v1.NodeView.assignment:type_name -> rover.v1.Assignment
+	15, // 14: rover.v1.NodeView.failures:type_name -> rover.v1.WorkerFailure
+	33, // 15: rover.v1.NodeView.node_check:type_name -> rover.v1.NodeCheckView
+	34, // 16: rover.v1.NodeView.hang:type_name -> rover.v1.HangNotice
+	15, // 17: rover.v1.ReportFailureRequest.failures:type_name -> rover.v1.WorkerFailure
+	0,  // 18: rover.v1.GetJobResponse.job_state:type_name -> rover.v1.JobState
+	27, // 19: rover.v1.GetJobResponse.nodes:type_name -> rover.v1.NodeStatus
+	15, // 20: rover.v1.GetJobResponse.failures:type_name -> rover.v1.WorkerFailure
+	6,  // 21: rover.v1.GetJobResponse.rendezvous:type_name -> rover.v1.RendezvousConfig
+	28, // 22: rover.v1.GetJobResponse.managed_nodes:type_name -> rover.v1.ManagedNode
+	35, // 23: rover.v1.GetJobResponse.node_check:type_name -> rover.v1.NodeCheckStatus
+	36, // 24: rover.v1.GetJobResponse.progress:type_name -> rover.v1.JobProgress
+	37, // 25: rover.v1.GetJobResponse.goodput:type_name -> rover.v1.JobGoodput
+	10, // 26: rover.v1.MasterService.Session:input_type -> rover.v1.SessionRequest
+	7,  // 27: rover.v1.MasterService.Join:input_type -> rover.v1.JoinRequest
+	16, // 28: rover.v1.MasterService.ReportFailure:input_type -> rover.v1.ReportFailureRequest
+	18, // 29: rover.v1.MasterService.ReportSuccess:input_type -> rover.v1.ReportSuccessRequest
+	20, // 30: rover.v1.MasterService.Leave:input_type -> rover.v1.LeaveRequest
+	22, // 31: rover.v1.MasterService.SetKey:input_type -> rover.v1.SetKeyRequest
+	24, // 32: rover.v1.MasterService.GetKey:input_type -> rover.v1.GetKeyRequest
+	26, // 33: rover.v1.MasterService.GetJob:input_type -> rover.v1.GetJobRequest
+	38, // 34: rover.v1.MasterService.RegisterDataset:input_type -> rover.v1.RegisterDatasetRequest
+	39, // 35: rover.v1.MasterService.LeaseShards:input_type -> rover.v1.LeaseShardsRequest
+	40, // 36: rover.v1.MasterService.CompleteShards:input_type -> rover.v1.CompleteShardsRequest
+	41, // 37: rover.v1.MasterService.GetPosition:input_type -> rover.v1.GetPositionRequest
+	42, // 38: rover.v1.MasterService.AdvancePosition:input_type -> rover.v1.AdvancePositionRequest
+	43, // 39: rover.v1.MasterService.AppendStream:input_type -> rover.v1.AppendStreamRequest
+	44, // 40: rover.v1.MasterService.GetDatasetState:input_type -> rover.v1.DatasetStateRequest
+	45, // 41: rover.v1.MasterService.RestoreDataset:input_type -> rover.v1.RestoreDatasetRequest
+	46, // 42: rover.v1.MasterService.BatchShards:input_type -> rover.v1.BatchShardsRequest
+	1,  // 43: rover.v1.MasterService.CheckpointDurable:input_type -> rover.v1.CheckpointDurableRequest
+	47, // 44: rover.v1.MasterService.ReportNodeCheck:input_type -> rover.v1.ReportNodeCheckRequest
+	4,  // 45: rover.v1.MasterService.DeclareCheckpoint:input_type -> rover.v1.DeclareCheckpointRequest
+	12, // 46: rover.v1.MasterService.Session:output_type -> rover.v1.SessionResponse
+	9,  // 47: rover.v1.MasterService.Join:output_type -> rover.v1.JoinResponse
+	17, // 48: rover.v1.MasterService.ReportFailure:output_type -> rover.v1.ReportFailureResponse
+	19, // 49: rover.v1.MasterService.ReportSuccess:output_type -> rover.v1.ReportSuccessResponse
+	21, // 50: rover.v1.MasterService.Leave:output_type -> rover.v1.LeaveResponse
+	23, // 51: rover.v1.MasterService.SetKey:output_type -> rover.v1.SetKeyResponse
+	25, // 52: rover.v1.MasterService.GetKey:output_type -> rover.v1.GetKeyResponse
+	29, // 53: rover.v1.MasterService.GetJob:output_type -> rover.v1.GetJobResponse
+	48, // 54: rover.v1.MasterService.RegisterDataset:output_type -> rover.v1.RegisterDatasetResponse
+	49, // 55: rover.v1.MasterService.LeaseShards:output_type -> rover.v1.LeaseShardsResponse
+	50, // 56: rover.v1.MasterService.CompleteShards:output_type -> rover.v1.CompleteShardsResponse
+	51, // 57: rover.v1.MasterService.GetPosition:output_type -> rover.v1.GetPositionResponse
+	52, // 58: rover.v1.MasterService.AdvancePosition:output_type -> rover.v1.AdvancePositionResponse
+	53, // 59: rover.v1.MasterService.AppendStream:output_type -> rover.v1.AppendStreamResponse
+	54, // 60: rover.v1.MasterService.GetDatasetState:output_type -> rover.v1.DatasetStateResponse
+	55, // 61: rover.v1.MasterService.RestoreDataset:output_type -> rover.v1.RestoreDatasetResponse
+	56, // 62: rover.v1.MasterService.BatchShards:output_type -> rover.v1.BatchShardsResponse
+	2,  // 63: rover.v1.MasterService.CheckpointDurable:output_type -> rover.v1.CheckpointDurableResponse
+	57, // 64: rover.v1.MasterService.ReportNodeCheck:output_type -> rover.v1.ReportNodeCheckResponse
+	5,  // 65: rover.v1.MasterService.DeclareCheckpoint:output_type -> rover.v1.DeclareCheckpointResponse
+	46, // [46:66] is the sub-list for method output_type
+	26, // [26:46] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_api_rover_v1_master_proto_init() }
@@ -2723,6 +2761,7 @@ func file_api_rover_v1_master_proto_init() {
 	file_api_rover_v1_shard_proto_init()
 	file_api_rover_v1_nodecheck_proto_init()
 	file_api_rover_v1_progress_proto_init()
+	file_api_rover_v1_goodput_proto_init()
 	file_api_rover_v1_master_proto_msgTypes[3].OneofWrappers = []any{}
 	file_api_rover_v1_master_proto_msgTypes[9].OneofWrappers = []any{
 		(*SessionRequest_Join)(nil),

@@ -40,9 +40,12 @@ type WorkerProgress struct {
 	// Steps completed in the interval, and the wall-clock and CPU seconds
 	// they took (the process's CPU time: a worker waiting for its peers in a
 	// collective uses little).
-	Steps         int64   `protobuf:"varint,4,opt,name=steps,proto3" json:"steps,omitempty"`
-	WallSeconds   float64 `protobuf:"fixed64,5,opt,name=wall_seconds,json=wallSeconds,proto3" json:"wall_seconds,omitempty"`
-	CpuSeconds    float64 `protobuf:"fixed64,6,opt,name=cpu_seconds,json=cpuSeconds,proto3" json:"cpu_seconds,omitempty"`
+	Steps       int64   `protobuf:"varint,4,opt,name=steps,proto3" json:"steps,omitempty"`
+	WallSeconds float64 `protobuf:"fixed64,5,opt,name=wall_seconds,json=wallSeconds,proto3" json:"wall_seconds,omitempty"`
+	CpuSeconds  float64 `protobuf:"fixed64,6,opt,name=cpu_seconds,json=cpuSeconds,proto3" json:"cpu_seconds,omitempty"`
+	// When the worker completed `step`, in the agent's clock (Unix
+	// nanoseconds; 0 unknown): see Heartbeat.sent_unix_nanos.
+	StepUnixNanos int64 `protobuf:"varint,7,opt,name=step_unix_nanos,json=stepUnixNanos,proto3" json:"step_unix_nanos,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -115,6 +118,13 @@ func (x *WorkerProgress) GetWallSeconds() float64 {
 func (x *WorkerProgress) GetCpuSeconds() float64 {
 	if x != nil {
 		return x.CpuSeconds
+	}
+	return 0
+}
+
+func (x *WorkerProgress) GetStepUnixNanos() int64 {
+	if x != nil {
+		return x.StepUnixNanos
 	}
 	return 0
 }
@@ -594,7 +604,7 @@ var File_api_rover_v1_progress_proto protoreflect.FileDescriptor
 
 const file_api_rover_v1_progress_proto_rawDesc = "" +
 	"\n" +
-	"\x1bapi/rover/v1/progress.proto\x12\brover.v1\"\xb1\x01\n" +
+	"\x1bapi/rover/v1/progress.proto\x12\brover.v1\"\xd9\x01\n" +
 	"\x0eWorkerProgress\x12\x1d\n" +
 	"\n" +
 	"local_rank\x18\x01 \x01(\x05R\tlocalRank\x12\x12\n" +
@@ -603,7 +613,8 @@ const file_api_rover_v1_progress_proto_rawDesc = "" +
 	"\x05steps\x18\x04 \x01(\x03R\x05steps\x12!\n" +
 	"\fwall_seconds\x18\x05 \x01(\x01R\vwallSeconds\x12\x1f\n" +
 	"\vcpu_seconds\x18\x06 \x01(\x01R\n" +
-	"cpuSeconds\"M\n" +
+	"cpuSeconds\x12&\n" +
+	"\x0fstep_unix_nanos\x18\a \x01(\x03R\rstepUnixNanos\"M\n" +
 	"\x15ReportProgressRequest\x124\n" +
 	"\bprogress\x18\x01 \x01(\v2\x18.rover.v1.WorkerProgressR\bprogress\"\x18\n" +
 	"\x16ReportProgressResponse\"\x92\x01\n" +
