@@ -9,7 +9,7 @@ KUBE_API := ./api/elastic/...
 TESTBIN ?= $(HOME)/.cache/rover/testbin-v1.37.2
 TESTBIN_EXTRA ?= kubectl kube-scheduler kube-controller-manager kwok
 
-.PHONY: help build test test-unit testbin deps-test lint generate check-generated manifests check-manifests demo bench bench-ckpt bench-relaunch bench-k8s clean
+.PHONY: help build test test-unit testbin deps-test lint generate check-generated manifests check-manifests demo bench bench-ckpt bench-relaunch bench-restart bench-k8s clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -81,6 +81,9 @@ bench-ckpt: build ## flash checkpoint benchmark: 1 GiB state, save/restore vs co
 
 bench-relaunch: ## node death to training again on rover submit, by phase (detect, launch, rendezvous, worker, init, restore)
 	PYTHON_EXEC="$$(scripts/find-python --install)" $(GO) test ./test/e2e -run '^$$' -bench NodeRelaunch -benchtime $${RUNS:-5}x
+
+bench-restart: ## worker SIGKILL to training again on rover run, 2 workers, by phase (detect, stop, persist, rendezvous, spawn, import, pg, restore, first step)
+	PYTHON_EXEC="$$(scripts/find-python --install)" $(GO) test ./test/e2e -run '^$$' -bench WorkerRestart -benchtime $${RUNS:-10}x -timeout 30m
 
 bench-k8s: testbin ## 100 worker pods failing at once on a real API server: time to 100 replacements Running
 	KUBEBUILDER_ASSETS="$(TESTBIN)" $(GO) test ./internal/kubemaster -run '^$$' -bench Relaunch100Pods -benchtime $${RUNS:-3}x

@@ -53,6 +53,8 @@ import torch.nn as nn
 from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+IMPORTED = time.time()  # after torch is imported: for --log-times
+
 IN_DIM = 32
 HIDDEN = 64
 
@@ -96,6 +98,8 @@ def parse_args(argv=None):
                    help="use Rover's flash checkpoint instead of --ckpt: save to memory every step, persist to "
                         "the job's checkpoint storage (rover run --checkpoint-dir) every --ckpt-every steps, "
                         "resume from memory after a restart")
+    p.add_argument("--flash-every", type=int, default=1,
+                   help="with --flash, save to memory every K steps instead of every step (default 1)")
     p.add_argument("--ckpt-every", type=int, default=10,
                    help="rank 0 saves the checkpoint every K steps and at the last step (default 10)")
     p.add_argument("--out", default=None,
@@ -123,7 +127,7 @@ def parse_args(argv=None):
                    help="file; with --flash, each rank appends 'restart=R rank=r pid=P step=s' after every save")
     p.add_argument("--log-times", default=None,
                    help="file; each rank appends 'event=E restart=R rank=r step=s t=UNIX_TIME' for E in "
-                        "start (the process began), joined (the process group formed), resumed (the "
+                        "start (the process began), imported (torch is imported), joined (the process group formed), resumed (the "
                         "checkpoint is loaded) and trained (the first step after it is done)")
     p.add_argument("--allreduce", choices=("ordered", "ddp"), default="ordered",
                    help="gradient averaging: 'ordered' (all-gather + sum in rank order, bitwise "
@@ -324,6 +328,7 @@ def main(argv=None):
                                         f"t={time.time() if t is None else t:.6f}")
 
     log_time("start", t=PROCESS_START)
+    log_time("imported", t=IMPORTED)
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.pg_timeout))
     assert dist.get_rank() == rank and dist.get_world_size() == world_size
     log_time("joined")
@@ -405,7 +410,7 @@ def main(argv=None):
                 print(f"step {step}/{args.steps} loss {mean_loss.item():.4f} "
                       f"world {world_size} restart {restart}", flush=True)
 
-        if flash is not None:
+        if flash is not None and (step % max(args.flash_every, 1) == 0 or step == args.steps):
             flash.save(step, {"model": model.state_dict(), "optim": optim.state_dict()},
                        persist=args.ckpt_every > 0 and step % args.ckpt_every == 0)
             if args.log_saves:

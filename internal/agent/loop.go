@@ -152,13 +152,18 @@ func (a *agent) groupEnded(ctx context.Context, res groupResult) {
 			return err
 		})
 	default:
-		// Persist what the workers held in memory before anything restarts.
-		a.ckpt.PersistOnFailure(ctx)
+		// The group ends once its other workers are stopped: this line's
+		// time is the end of the stop, exited the failure's detection
+		// (the process reaped), for the restart's phases (make
+		// bench-restart).
 		failures := make([]*roverv1.WorkerFailure, 0, len(res.Failures)+1)
 		for _, f := range res.Failures {
 			failures = append(failures, failureProto(f))
-			a.log.Warn("worker failed", "round", res.Round, "rank", f.Rank, "local_rank", f.LocalRank, "exit", f.Exit.String())
+			a.log.Warn("worker failed", "round", res.Round, "rank", f.Rank, "local_rank", f.LocalRank, "exit", f.Exit.String(),
+				"exited", f.Exit.Time.UTC().Format(time.RFC3339Nano))
 		}
+		// Persist what the workers held in memory before anything restarts.
+		a.ckpt.PersistOnFailure(ctx)
 		if res.Err != nil {
 			nodeRank, _ := a.joined.get()
 			a.log.Error("could not start workers", "round", res.Round, "err", res.Err)
@@ -172,6 +177,7 @@ func (a *agent) groupEnded(ctx context.Context, res groupResult) {
 			}
 			failures = append(failures, f)
 		}
+		a.log.Info("reporting the failure", "round", res.Round)
 		a.call(ctx, "report the failure", func(ctx context.Context) error {
 			_, err := a.client.ReportFailure(ctx, connect.NewRequest(&roverv1.ReportFailureRequest{NodeId: a.nodeID, Round: round, Failures: failures}))
 			return err
