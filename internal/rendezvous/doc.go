@@ -12,7 +12,9 @@
 // joins and Closed once its world is fixed. An open round closes when
 // MaxNodes have joined, when at least MinNodes have joined and no join came
 // for LastCall, or (restart rounds only) when at least MinNodes have joined
-// and every live node the machine knows of has joined. A closed round is
+// and every member of the previous world that is not lost has joined again,
+// or every live node the machine knows of has: a restart without a
+// membership change waits for no last call. A closed round is
 // replaced by the next when a member's workers fail (a failure restart,
 // counted against MaxRestarts), or when membership changes: a member is lost,
 // a member's agent joins again, or waiting nodes would grow the world.

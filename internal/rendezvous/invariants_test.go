@@ -94,6 +94,16 @@ func checkInvariants(t testing.TB, m *Machine) {
 	if m.open == false && m.job == Running && m.nSucceeded >= len(m.world) {
 		t.Fatalf("%d of %d succeeded but the job runs", m.nSucceeded, len(m.world))
 	}
+	// awaiting: the members of the last world an open round waits for.
+	awaiting := 0
+	for _, mb := range m.world {
+		if n := m.nodes[mb.NodeID]; m.open && !n.lost && !n.joined {
+			awaiting++
+		}
+	}
+	if m.open && m.awaiting != awaiting {
+		t.Fatalf("awaiting %d, counted %d members of %v neither lost nor joined", m.awaiting, awaiting, s.World)
+	}
 	if x := m.suspect; x != nil && (s.Job != Running || x.round > s.WorldRound || !x.charged && (x.round != s.WorldRound || s.Open) || c.BlameWindow <= 0) {
 		t.Fatalf("suspect failure %+v in state %+v", *x, s)
 	}

@@ -46,6 +46,12 @@ type Machine struct {
 	worldSize  int            // sum of LocalWorldSize over world
 	index      map[string]int // NodeID -> position in world
 	nSucceeded int            // members of world that succeeded in worldRound
+	// awaiting counts, while a round is open, the members of the last
+	// world that are neither lost nor joined: the nodes a restart round
+	// waits for (rule (c) of maybeClose). Every change of a member's lost
+	// or joined flag goes through setLost, addJoined and dropJoined, which
+	// keep it; openNext, close and Restore recount it.
+	awaiting int
 }
 
 // suspect is a worker failure reported at at for round, whose blame passes
@@ -139,7 +145,7 @@ func (m *Machine) Join(req JoinRequest, now time.Time) (int, error) {
 		m.nodes[n.id] = n
 		m.live++
 	} else if n.lost {
-		n.lost = false
+		m.setLost(n, false)
 		m.live++
 	}
 	if rank < 0 {
@@ -178,15 +184,56 @@ func (m *Machine) Join(req JoinRequest, now time.Time) (int, error) {
 
 func (m *Machine) addJoined(n *nodeRec) {
 	if !n.joined {
+		was := m.awaited(n)
 		n.joined = true
 		m.joined[n.id] = n
+		m.recount(n, was)
 	}
 }
 
 func (m *Machine) dropJoined(n *nodeRec) {
 	if n.joined {
+		was := m.awaited(n)
 		n.joined = false
 		delete(m.joined, n.id)
+		m.recount(n, was)
+	}
+}
+
+func (m *Machine) setLost(n *nodeRec, lost bool) {
+	was := m.awaited(n)
+	n.lost = lost
+	m.recount(n, was)
+}
+
+// awaited reports whether the open round waits for n: a member of the last
+// world, neither lost nor joined.
+func (m *Machine) awaited(n *nodeRec) bool {
+	if !m.open || n.lost || n.joined {
+		return false
+	}
+	_, member := m.index[n.id]
+	return member
+}
+
+// recount updates awaiting after a change of n that awaited reported as
+// was before.
+func (m *Machine) recount(n *nodeRec, was bool) {
+	switch now := m.awaited(n); {
+	case was && !now:
+		m.awaiting--
+	case !was && now:
+		m.awaiting++
+	}
+}
+
+// countAwaiting recounts awaiting from scratch: O(world).
+func (m *Machine) countAwaiting() {
+	m.awaiting = 0
+	for _, mb := range m.world {
+		if m.awaited(m.nodes[mb.NodeID]) {
+			m.awaiting++
+		}
 	}
 }
 
@@ -223,7 +270,7 @@ func (m *Machine) NodeLostSince(nodeID string, since, now time.Time) (blamed boo
 	if m.finished() || n == nil || n.lost {
 		return false
 	}
-	n.lost = true
+	m.setLost(n, true)
 	m.live--
 	m.ranks.lost(n)
 	m.dropJoined(n)
@@ -443,6 +490,7 @@ func (m *Machine) openNext(now time.Time, failure bool) {
 	m.round++
 	m.open = true
 	m.openedAt, m.lastJoin = now, now
+	m.countAwaiting()
 	m.changed()
 }
 
@@ -465,9 +513,13 @@ func (m *Machine) maybeClose(now time.Time) {
 	// (Expect); waiting out the last call would wait for nobody.
 	full := j >= m.cfg.MaxNodes || m.expected > 0 && j >= m.expected
 	quiet := !now.Before(m.lastJoin.Add(m.cfg.LastCall))
-	// Rule (c): in a restart round, close as soon as every live node the
-	// machine knows of has joined; nobody else is coming.
-	allBack := m.round > 1 && j == m.live
+	// Rule (c): in a restart round, close as soon as every member of the
+	// last world that is not lost has joined again (a restart without a
+	// membership change waits for no last call), or every live node the
+	// machine knows of has: nobody else is coming. Newcomers and nodes
+	// left out of that world join the round if they are there in time;
+	// otherwise they come later as a growth, with its last call.
+	allBack := m.round > 1 && (m.worldRound > 0 && m.awaiting == 0 || j == m.live)
 	if full || quiet || allBack {
 		m.close(k)
 	}
@@ -502,5 +554,6 @@ func (m *Machine) close(k int) {
 	m.worldRound = m.round
 	m.nSucceeded = 0
 	m.open = false
+	m.awaiting = 0
 	m.changed()
 }

@@ -150,6 +150,7 @@ func Restore(data []byte) (*Machine, error) {
 	if err := m.restoreWorld(s.World, s.WorldRound); err != nil {
 		return nil, err
 	}
+	m.countAwaiting()
 	if x := s.Suspect; x != nil {
 		switch {
 		case m.cfg.BlameWindow <= 0 || m.job != Running:

@@ -303,6 +303,41 @@ func TestScenarios(t *testing.T) {
 			tick(1).then(closed(2, "a", "b").restarts(1)),
 			join("c").then(open(3, "c").prev("a", "b").restarts(1)), // room: c grows the world
 		}},
+		{"a restart round waits for the last world, not for a live node left out of it", cfg(), []step{
+			join("a"), join("b"), join("c"), tick(10 * sec).then(closed(1, "a", "b", "c")),
+			fail("c", 1).at(sec).then(open(2).prev("a", "b", "c").restarts(1)),
+			join("a"), join("b"), tick(10 * sec).then(closed(2, "a", "b").restarts(1)), // c is live, but did not rejoin
+			fail("a", 2).at(sec).then(open(3).prev("a", "b").restarts(2)),
+			join("b").then(open(3, "b").prev("a", "b").restarts(2)),
+			join("a").then(closed(3, "a", "b").restarts(2)).next(-1), // rule (c): the world is back; no last call for c
+			join("c").then(open(4, "c").prev("a", "b").restarts(2)),  // c comes back later: a growth, with its last call
+			join("a"), join("b").then(closed(4, "a", "b", "c").restarts(2)),
+		}},
+		{"a restart round does not wait for a member lost meanwhile", cfg(), []step{
+			join("a"), join("b"), join("c"), tick(10 * sec).then(closed(1, "a", "b", "c")),
+			fail("a", 1).then(open(2).prev("a", "b", "c").restarts(1)),
+			join("a"), lost("c").then(open(2, "a").prev("a", "b", "c").restarts(1)),
+			join("b").then(closed(2, "a", "b").restarts(1)),
+		}},
+		{"a member that rejoined and was lost is not waited for", cfg(), []step{
+			join("a"), join("b"), join("c"), tick(10 * sec).then(closed(1, "a", "b", "c")),
+			fail("a", 1).then(open(2).prev("a", "b", "c").restarts(1)),
+			join("c"), lost("c"), join("a"),
+			join("b").then(closed(2, "a", "b").restarts(1)),
+		}},
+		{"a member lost and back is a joiner again", cfg(), []step{
+			join("a"), join("b"), join("c"), tick(10 * sec).then(closed(1, "a", "b", "c")),
+			fail("a", 1).then(open(2).prev("a", "b", "c").restarts(1)),
+			join("c"), join("a"), lost("c").then(open(2, "a").prev("a", "b", "c").restarts(1)),
+			join("c").then(open(2, "a", "c").prev("a", "b", "c").restarts(1)), // back, and joined: b still awaited
+			join("b").then(closed(2, "a", "b", "c").restarts(1)),
+		}},
+		{"a growth round waits for the members of the world it grows", cfg(), []step{
+			join("a"), join("b"), tick(10 * sec).then(closed(1, "a", "b")),
+			join("c").then(open(2, "c").prev("a", "b")),
+			join("a").then(open(2, "a", "c").prev("a", "b")).next(20 * sec),
+			join("b").then(closed(2, "a", "b", "c")),
+		}},
 		{"round 1 never closes early", cfg(), []step{
 			join("a"), join("b").then(open(1, "a", "b")),
 		}},
