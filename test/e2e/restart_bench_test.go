@@ -68,14 +68,15 @@ func BenchmarkWorkerRestart(b *testing.B) {
 		for j := range ph {
 			all[j] = append(all[j], ph[j])
 		}
-		b.Logf("restart %d: %s", restart+1, formatPhases(restartPhases, ph))
+		// Printed, not logged: a benchmark's log is cut to 10 lines.
+		fmt.Printf("restart %d of %d: %s\n", restart+1, b.N, formatPhases(restartPhases, ph))
 	}
 	med := make([]time.Duration, len(restartPhases))
 	for j, n := range restartPhases {
 		med[j] = median(all[j])
 		b.ReportMetric(float64(med[j].Microseconds())/1000, n+"-ms")
 	}
-	b.Logf("median of %d: %s", b.N, formatPhases(restartPhases, med))
+	fmt.Printf("median of %d: %s\n", b.N, formatPhases(restartPhases, med))
 }
 
 // restartOnce waits until the workers of restart count restart have saved a
