@@ -169,10 +169,16 @@ func (c *core) commitBatch(ctx context.Context, batch []*proposal) {
 // that an empty journal cannot hold either is committed in halves (a crash
 // between them is as if the second half's answers were lost).
 func (c *core) commitAfter(ctx context.Context, batch []*proposal, snapshotted bool) {
-	recs := make([][]byte, len(batch))
+	recs := make([][]byte, 0, len(batch)+1)
 	size := 0
-	for i, p := range batch {
-		recs[i] = p.rec
+	c.mu.Lock()
+	if rec := c.goodputRecordLocked(batch); rec != nil {
+		recs = append(recs, rec)
+		size += len(rec)
+	}
+	c.mu.Unlock()
+	for _, p := range batch {
+		recs = append(recs, p.rec)
 		size += len(p.rec)
 	}
 	err := c.store.Append(ctx, recs)
