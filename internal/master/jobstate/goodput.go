@@ -26,7 +26,7 @@ type Goodput struct {
 	m        *goodput.Machine
 	launched bool
 	round    int64    // the round formed last: the one the machine follows
-	world []string // its nodes, sorted
+	world    []string // its nodes, sorted
 
 	// stopping is the nodes of the last stopped round whose workers are not
 	// known to be stopped yet; waiting says WaitingForNodes is in force.
