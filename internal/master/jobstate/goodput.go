@@ -218,7 +218,7 @@ func (g *Goodput) follow(c goodputChange) {
 	if c.checkBefore && !c.checkAfter {
 		g.m.NodeCheckEnded(at)
 	}
-	stopped := !before.Open && before.Job == rendezvous.Running && after.Round > before.Round
+	stopped := before.Round > 0 && !before.Open && before.Job == rendezvous.Running && after.Round > before.Round
 	if c.fail != nil && (stopped || after.Job == rendezvous.Failed && before.Job == rendezvous.Running) {
 		g.m.WorkerFailed(goodput.Failure{Round: int64(before.Round), Node: c.fail.Node, Cause: c.fail.Cause, DiedAt: c.fail.DiedAt, At: at})
 		g.pending = true
