@@ -174,6 +174,14 @@ func (c *core) goodputRecordLocked(batch []*proposal) []byte {
 	return nil
 }
 
+// goodputNotJournaled says that the goodput record made for a batch was not
+// written: the next batch that feeds the accounting carries the state.
+func (c *core) goodputNotJournaled() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.st.Goodput.MarkDirty()
+}
+
 func (c *core) marshalGoodputLocked() []byte {
 	state, err := c.st.Goodput.Marshal()
 	if err != nil || state == nil {

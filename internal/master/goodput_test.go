@@ -8,6 +8,9 @@ import (
 
 	"connectrpc.com/connect"
 	roverv1 "github.com/roverml/rover/api/rover/v1"
+	"github.com/roverml/rover/internal/master/jobstate"
+	"github.com/roverml/rover/internal/store"
+	"google.golang.org/protobuf/proto"
 )
 
 // TestGoodputOverRPC drives a one-node job through a worker failure with
@@ -136,5 +139,96 @@ func TestAgentTime(t *testing.T) {
 		if got := c.off.agentTime(c.in, now); !got.Equal(c.want) {
 			t.Errorf("agentTime(%d) with %+v = %v, want %v", c.in, c.off, got, c.want)
 		}
+	}
+}
+
+// TestGoodputJournaled: what heartbeats feed the accounting is journaled
+// with the next event that feeds it and by the tick, never once per
+// heartbeat, and a master restored from the store shows the same goodput.
+func TestGoodputJournaled(t *testing.T) {
+	ctx := context.Background()
+	st := store.NewMemory()
+	now := time.Unix(1000, 0)
+	c := newCore("job", st)
+	if _, err := c.restore(ctx, now); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := validateRendezvous(rdzvConfig(2, 2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.configure(ctx, *cfg, now); err != nil {
+		t.Fatal(err)
+	}
+	join := func(id string, at time.Time) {
+		t.Helper()
+		req, _, err := validateJoin(joinReq(id, rdzvConfig(2, 2)).Msg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := c.join(ctx, req, nil, 0, at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	records := func() int {
+		t.Helper()
+		got, err := st.Load(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(got.Records)
+	}
+	join("a", now)
+	join("b", now)
+	beat := func(node string, round, step int64, at time.Time) {
+		hb := &roverv1.Heartbeat{SentUnixNanos: at.UnixNano(), Progress: &roverv1.NodeProgress{Round: round,
+			Workers: []*roverv1.WorkerProgress{{Step: step, StepUnixNanos: at.UnixNano()}}}}
+		c.goodputHeartbeat(node, hb, at)
+	}
+	n := records()
+	for i := range 20 {
+		now = now.Add(time.Second)
+		beat("a", 1, int64(10*(i+1)), now)
+		beat("b", 1, int64(10*(i+1)), now)
+	}
+	if got := records(); got != n {
+		t.Fatalf("heartbeats wrote %d journal records", got-n)
+	}
+	if err := c.tick(ctx, now); err != nil {
+		t.Fatal(err)
+	}
+	if got := records(); got != n+2 {
+		t.Fatalf("the tick wrote %d records, want the goodput state and its event", got-n)
+	}
+	if err := c.tick(ctx, now.Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if got := records(); got != n+2 {
+		t.Errorf("a tick within 30s of the last goodput record wrote %d more", got-n-2)
+	}
+	// More progress, then a failure: the state goes before the failure.
+	for range 5 {
+		now = now.Add(time.Second)
+		beat("a", 1, 200+int64(now.Unix()), now)
+	}
+	fail := &jobstate.Event{Type: jobstate.EventWorkerFailed, Time: now.Add(time.Second), Node: "a", Round: 1, DiedAt: now.Add(500 * time.Millisecond)}
+	if err := c.apply(ctx, fail); err != nil {
+		t.Fatal(err)
+	}
+	join("a", now.Add(2*time.Second))
+	join("b", now.Add(2*time.Second))
+	end := now.Add(time.Minute)
+	want := c.jobAt(end).GetGoodput()
+
+	restored := newCore("job", st)
+	if _, err := restored.restore(ctx, end); err != nil {
+		t.Fatal(err)
+	}
+	got := restored.jobAt(end).GetGoodput()
+	if !proto.Equal(want, got) {
+		t.Errorf("restored goodput\n%v\nwant\n%v", got, want)
+	}
+	if want.GetRestarts() != 1 || want.GetPhase() != "spawn" || want.GetGoodputSeconds() <= 0 {
+		t.Errorf("goodput %v, want a restart in its spawn after some goodput", want)
 	}
 }

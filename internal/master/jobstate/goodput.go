@@ -109,6 +109,9 @@ func (g *Goodput) Marshal() ([]byte, error) {
 // Marshal.
 func (g *Goodput) Dirty() bool { return g.dirty }
 
+// MarkDirty says the state last marshalled was not journaled after all.
+func (g *Goodput) MarkDirty() { g.dirty = g.launched }
+
 // Launched reports whether the job's launch started the accounting.
 func (g *Goodput) Launched() bool { return g.launched }
 
