@@ -129,8 +129,11 @@ func TestGoodputOfAFaultyJob(t *testing.T) {
 	if g.GetLostSteps() != int64(recomputed) {
 		t.Errorf("the master counts %d steps lost; the workers' logs show %d computed again", g.GetLostSteps(), recomputed)
 	}
-	if g.GetPhase() != "ended" || g.GetStep() != 80 {
-		t.Errorf("goodput phase %q at step %d, want ended at 80", g.GetPhase(), g.GetStep())
+	// Workers report at most once a second, and the last reports may not
+	// reach the master before the job ends: the newest step it knows is one
+	// of the last life's.
+	if g.GetPhase() != "ended" || g.GetStep() <= 55 || g.GetStep() > 80 {
+		t.Errorf("goodput phase %q at step %d, want ended past step 55", g.GetPhase(), g.GetStep())
 	}
 	for _, rp := range g.GetLatestRestarts() {
 		sum := rp.GetDetectSeconds() + rp.GetStopSeconds() + rp.GetRendezvousSeconds() + rp.GetSpawnSeconds() +
