@@ -83,7 +83,6 @@ func (c *core) restore(ctx context.Context, now time.Time) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if contents.Snapshot == nil && len(contents.Records) == 0 {
-		c.st.Goodput.Launch(now) // the job's first start
 		return 0, c.initStoreLocked(ctx)
 	}
 	if contents.Snapshot != nil {

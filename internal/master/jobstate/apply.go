@@ -98,6 +98,7 @@ func (s *State) Apply(e *Event) (Effects, error) {
 		var first bool
 		if first, err = s.Members.Configure(e.Config, s.Fleet.Expect(), e.Time); first {
 			s.InitCheck()
+			s.Goodput.Launch(e.Time) // the job's launch: its configuration, journaled once
 		}
 	case EventJoin:
 		var loss *WorldLoss

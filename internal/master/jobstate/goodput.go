@@ -15,7 +15,8 @@ import (
 // steps that were kept, and where the rest went. Apply feeds it the events
 // the journal holds (the job's launch, rounds formed and stopped, worker
 // failures, nodes stopped, the node check, the job's end, waiting for
-// nodes), so a replay rebuilds that part exactly. What the agents' heartbeats
+// nodes), so a replay rebuilds that part exactly; the launch is the job's
+// first configuration. What the agents' heartbeats
 // say (progress, workers started, restores, checkpoint saves) and the hang
 // timer's verdicts come between events and are not journaled one by one:
 // they mark the state Dirty, and the driver journals the whole state
@@ -121,8 +122,8 @@ func (g *Goodput) View(now time.Time) goodput.View { return g.m.View(now) }
 // Round is the round the accounting follows: the one formed last.
 func (g *Goodput) Round() int64 { return g.round }
 
-// Launch starts the job's wall time at its launch (the master's first
-// start); later calls do nothing.
+// Launch starts the job's wall time at its launch (Apply: the job's first
+// configuration); later calls do nothing.
 func (g *Goodput) Launch(at time.Time) {
 	g.m.Launched(at)
 	g.launched = true
