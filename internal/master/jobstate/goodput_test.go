@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/roverml/rover/internal/goodput"
+	"github.com/roverml/rover/internal/jobconfig"
 )
 
 // gpStep is one step of a scripted job: a journaled event, or an input
@@ -286,5 +287,41 @@ func TestGoodputHostileProgress(t *testing.T) {
 	v := s.Goodput.View(at(10 * time.Second))
 	if v.Ratio < 0 || v.Ratio > 1 || v.Wall != 10*time.Second {
 		t.Errorf("ratio %v wall %v, want within 0..1 over 10s", v.Ratio, v.Wall)
+	}
+}
+
+// TestGoodputOverlays: a restart round open below its minimum once the old
+// world's nodes stopped is waiting for nodes; a node check is node check
+// time, whatever the phase under it.
+func TestGoodputOverlays(t *testing.T) {
+	s := newLiveState()
+	var journal [][]byte
+	drive(t, s, &journal, []gpStep{
+		{e: &Event{Type: EventConfigure, Time: at(0), Config: twoNodeConfig()}},
+		{e: joinAt("a", 0)}, {e: joinAt("b", 0)},
+		progressStep("a", 1, 1, time.Second),
+		progressStep("a", 1, 2, 2*time.Second),
+		{e: &Event{Type: EventNodeLost, Time: at(3 * time.Second), Node: "b", Reason: "silent"}}, // round 2 opens
+		{e: joinAt("a", 4*time.Second)}, // every old node stopped; one of two joined
+		{e: joinAt("b", 14*time.Second)},
+	})
+	v := s.Goodput.View(at(14 * time.Second))
+	if w, st := v.Badput[goodput.WaitingForNodes], v.Latest[0].Stop; w != 10*time.Second || st != time.Second || v.Badput[goodput.Rendezvous] != 0 {
+		t.Errorf("waiting %v, stop %v, rendezvous %v; want 10s, 1s and none", w, st, v.Badput[goodput.Rendezvous])
+	}
+
+	cfg := twoNodeConfig()
+	cfg.NodeCheck = &jobconfig.NodeCheck{}
+	s = newLiveState()
+	drive(t, s, &journal, []gpStep{
+		{e: &Event{Type: EventConfigure, Time: at(0), Config: cfg}},
+		{e: joinAt("a", time.Second)}, {e: joinAt("b", time.Second)}, // the check starts
+		{e: &Event{Type: EventNodeLost, Time: at(6 * time.Second), Node: "b", Reason: "silent"}}, // and is cancelled
+	})
+	v = s.Goodput.View(at(10 * time.Second))
+	// Startup until the world formed, the check until the loss, then the
+	// stop of the restart the loss began.
+	if c := v.Badput[goodput.NodeCheck]; c != 5*time.Second || v.Badput[goodput.Startup] != time.Second || v.Badput[goodput.Stopping] != 4*time.Second {
+		t.Errorf("node check %v, startup %v, stopping %v; want 5s, 1s, 4s", c, v.Badput[goodput.Startup], v.Badput[goodput.Stopping])
 	}
 }
