@@ -204,11 +204,10 @@ func (g *Goodput) TakeRestart(now time.Time) (goodput.Restart, bool) {
 	return goodput.Restart{}, false
 }
 
-// follow feeds the accounting what an applied event changed: before and
-// after are the rendezvous's status around it, fail the failure it
-// reported (nil for other events), stopped the nodes whose workers it
-// showed stopped (a join of the next round, a loss), world the members of
-// the world after it, check whether a node check runs before and after.
+// follow feeds the accounting what an applied event changed (see
+// goodputChange). The order is the machine's: the failure, the round's
+// stop, the nodes stopped, the job's end or the new round, then the
+// overlays.
 func (g *Goodput) follow(c goodputChange) {
 	before, after, at := c.before, c.after, c.at
 	if !g.Launched() {
@@ -271,7 +270,11 @@ func (g *Goodput) follow(c goodputChange) {
 	}
 }
 
-// goodputChange is what follow needs of an applied event.
+// goodputChange is what follow needs of an applied event: before and after
+// are the rendezvous's status around it, fail the failure it reported (nil
+// for other events), stopped the nodes whose workers it showed stopped (a
+// join of the next round, a loss, an exclusion), checkBefore and checkAfter
+// whether a node check ran; world and short read the rendezvous after it.
 type goodputChange struct {
 	at                      time.Time
 	before, after           rendezvous.Status
