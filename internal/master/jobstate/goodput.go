@@ -154,7 +154,7 @@ type NodeEvent struct {
 	Kind     NodeEventKind
 	Round    int64
 	At       time.Time
-	Step     int64          // Resumed: the step restored (-1 none); CheckpointSaved: the step saved
+	Step     int64          // Resumed: the step restored (-1: none loaded, unknown); CheckpointSaved: the step saved
 	From     goodput.Source // Resumed
 	Blocking time.Duration  // CheckpointSaved
 	Durable  bool           // CheckpointSaved
@@ -169,11 +169,12 @@ func (g *Goodput) Event(node string, e NodeEvent) {
 	case RestoreStarted:
 		g.m.RestoreStarted(e.Round, node, e.At)
 	case Resumed:
-		step, from := e.Step, e.From
-		if step < 0 {
-			step, from = 0, goodput.FromNothing
+		// Step -1: the workers loaded no Rover checkpoint. The script may
+		// restore one of its own (torch.save), so the step stays unknown:
+		// the round's first report implies it.
+		if e.Step >= 0 {
+			g.m.Resumed(e.Round, node, e.Step, e.From, e.At)
 		}
-		g.m.Resumed(e.Round, node, step, from, e.At)
 	case CheckpointSaved:
 		g.m.CheckpointSaved(goodput.Save{Round: e.Round, Node: node, Step: e.Step, Blocking: max(e.Blocking, 0), Durable: e.Durable, At: e.At})
 	}
