@@ -325,3 +325,25 @@ func TestGoodputOverlays(t *testing.T) {
 		t.Errorf("node check %v, startup %v, stopping %v; want 5s, 1s, 4s", c, v.Badput[goodput.Startup], v.Badput[goodput.Stopping])
 	}
 }
+
+// TestGoodputResumeOfItsOwn: workers that loaded no Rover checkpoint (step
+// -1) may have loaded one of their own: the round's first report says the
+// step, not a resume from step 0.
+func TestGoodputResumeOfItsOwn(t *testing.T) {
+	s := newLiveState()
+	var journal [][]byte
+	drive(t, s, &journal, []gpStep{
+		{e: &Event{Type: EventConfigure, Time: at(0), Config: twoNodeConfig()}},
+		{e: joinAt("a", 0)}, {e: joinAt("b", 0)},
+		progressStep("a", 1, 1, time.Second),
+		progressStep("a", 1, 25, 3*time.Second),
+		{e: failure("a", 1, 4*time.Second, 4*time.Second)},
+		{e: joinAt("a", 5*time.Second)}, {e: joinAt("b", 5*time.Second)},
+		nodeStep("a", NodeEvent{Kind: Resumed, Round: 2, Step: -1, At: at(6 * time.Second)}),
+		nodeStep("b", NodeEvent{Kind: Resumed, Round: 2, Step: -1, At: at(6 * time.Second)}),
+		progressStep("a", 2, 21, 7*time.Second), // it restored step 20 by itself
+	})
+	if v := s.Goodput.View(at(8 * time.Second)); v.Lost != 5 || v.Latest[0].ResumedStep != 20 {
+		t.Errorf("lost %d steps, resumed from %d; want 5 lost from step 20", v.Lost, v.Latest[0].ResumedStep)
+	}
+}
