@@ -17,8 +17,8 @@ import (
 
 // Status writes what `rover status` prints: the job line, the round line,
 // the node table, the managed-node table when the master runs the nodes
-// (platform != ""), the node check when the job runs one, and the failure
-// history.
+// (platform != ""), the node check when the job runs one, the progress, the
+// goodput with the latest restarts' phases, and the failure history.
 func Status(w io.Writer, j *roverv1.GetJobResponse) error {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "job %s: %s", j.GetRunId(), state(j))
@@ -47,6 +47,7 @@ func Status(w io.Writer, j *roverv1.GetJobResponse) error {
 	}
 	writeNodeCheck(&b, j.GetNodeCheck())
 	writeProgress(&b, j.GetProgress())
+	writeGoodput(&b, j.GetGoodput())
 	writeFailures(&b, j.GetFailures())
 	return flush(w, &b, "status")
 }
@@ -90,8 +91,9 @@ func Progress(j *roverv1.GetJobResponse) string {
 // Summary writes the final report of `rover submit` when the job has ended:
 // the outcome (succeeded or failed, and the reason) and how long it took,
 // the rounds, restarts used of the budget, node relaunches, the last
-// committed checkpoint step, the managed node table, and the failure history
-// with each round's cause, action and why. For a failed job it ends with the
+// committed checkpoint step, the managed node table, the goodput with the
+// latest restarts' phases, and the failure history with each round's cause,
+// action and why. For a failed job it ends with the
 // root failure's traceback (that of the last failure that has one),
 // indented.
 func Summary(w io.Writer, j *roverv1.GetJobResponse, took time.Duration) error {
@@ -118,6 +120,7 @@ func Summary(w io.Writer, j *roverv1.GetJobResponse, took time.Duration) error {
 		writeManaged(&b, j.GetManagedNodes())
 	}
 	writeNodeCheck(&b, j.GetNodeCheck())
+	writeGoodput(&b, j.GetGoodput())
 	writeFailures(&b, j.GetFailures())
 	if j.GetJobState() == roverv1.JobState_JOB_STATE_FAILED {
 		if f := rootFailure(j.GetFailures()); f != nil {

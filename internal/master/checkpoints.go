@@ -259,5 +259,8 @@ func (s *service) CheckpointDurable(ctx context.Context, req *connect.Request[ro
 	if err != nil {
 		return nil, rpcError(err)
 	}
+	if committed {
+		s.core.goodputDurable(r.GetNodeId(), int(r.GetRound()), r.GetStep(), s.clock.Now())
+	}
 	return connect.NewResponse(&roverv1.CheckpointDurableResponse{Committed: committed, LatestCommitted: latest}), nil
 }

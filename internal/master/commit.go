@@ -169,10 +169,18 @@ func (c *core) commitBatch(ctx context.Context, batch []*proposal) {
 // that an empty journal cannot hold either is committed in halves (a crash
 // between them is as if the second half's answers were lost).
 func (c *core) commitAfter(ctx context.Context, batch []*proposal, snapshotted bool) {
-	recs := make([][]byte, len(batch))
+	recs := make([][]byte, 0, len(batch)+1)
 	size := 0
-	for i, p := range batch {
-		recs[i] = p.rec
+	// The goodput state the heartbeats changed goes first (goodput.go).
+	c.mu.Lock()
+	goodputRec := c.goodputRecordLocked(batch)
+	c.mu.Unlock()
+	if goodputRec != nil {
+		recs = append(recs, goodputRec)
+		size += len(goodputRec)
+	}
+	for _, p := range batch {
+		recs = append(recs, p.rec)
 		size += len(p.rec)
 	}
 	err := c.store.Append(ctx, recs)
@@ -182,9 +190,17 @@ func (c *core) commitAfter(ctx context.Context, batch []*proposal, snapshotted b
 			return
 		}
 		snapshotted = true
+		if goodputRec != nil {
+			recs = recs[1:] // the snapshot holds that goodput state, and newer
+			size -= len(goodputRec)
+			goodputRec = nil
+		}
 		err = c.store.Append(ctx, recs)
 	}
 	if errors.Is(err, store.ErrFull) && len(batch) > 1 {
+		if goodputRec != nil {
+			c.goodputNotJournaled() // the halves carry it
+		}
 		half := len(batch) / 2
 		c.commitAfter(ctx, batch[:half], snapshotted)
 		if _, broken := c.storeFailed(); broken() == nil {

@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-
+	"log/slog"
 	"sync"
 	"time"
 
@@ -52,6 +52,13 @@ type core struct {
 	fleetView *nodemanager.Status
 	platform  string
 	noticeCh  chan struct{}
+
+	// The goodput accounting's side (goodput.go): each node's clock
+	// offset, as its newest heartbeat showed it, and when the tick last
+	// journaled the state.
+	offsets          map[string]clockOffset
+	goodputJournaled time.Time
+	log              *slog.Logger
 }
 
 func newCore(runID string, store Store) *core {
@@ -63,6 +70,7 @@ func newCore(runID string, store Store) *core {
 		keys:     make(chan struct{}),
 		commits:  committer{failed: make(chan struct{}), every: minSnapshotEvery},
 		noticeCh: make(chan struct{}, 1),
+		log:      slog.New(slog.DiscardHandler),
 	}
 }
 
@@ -248,6 +256,7 @@ func (c *core) tick(ctx context.Context, now time.Time) error {
 	for _, e := range events {
 		errs = append(errs, c.apply(ctx, e))
 	}
+	errs = append(errs, c.journalGoodput(ctx, now))
 	return errors.Join(errs...)
 }
 

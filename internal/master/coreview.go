@@ -59,11 +59,16 @@ func (c *core) key(k string) ([]byte, bool, <-chan struct{}) {
 	return v, ok, c.keys
 }
 
-// job returns the job's status for GetJob.
-func (c *core) job() *roverv1.GetJobResponse {
+// job returns the job's status for GetJob, its goodput as of its newest
+// event.
+func (c *core) job() *roverv1.GetJobResponse { return c.jobAt(time.Time{}) }
+
+// jobAt returns the job's status for GetJob, its goodput as of now.
+func (c *core) jobAt(now time.Time) *roverv1.GetJobResponse {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	r := &roverv1.GetJobResponse{RunId: c.runID, JobState: roverv1.JobState_JOB_STATE_RUNNING, CheckpointStep: -1}
+	r.Goodput = goodputProto(c.st.Goodput, now)
 	if !c.st.Members.Configured() {
 		c.fleetProtoLocked(r)
 		return r

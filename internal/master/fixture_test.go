@@ -88,7 +88,15 @@ func TestFixtureJournal(t *testing.T) {
 	checkFixtureDetails(t, c)
 	got := viewsOf(t, c)
 	want := readFixtureViews(t)
-	if diff := cmp.Diff(decodeJob(t, want.Job), decodeJob(t, got.Job), protocmp.Transform()); diff != "" {
+	gotJob := decodeJob(t, got.Job)
+	// The fixture predates the goodput accounting: a job without it is
+	// accounted from the first round that forms after, in the replayed
+	// records, and its goodput is in no views file.
+	if g := gotJob.GetGoodput(); g.GetPhase() != "startup" {
+		t.Errorf("restored goodput is %v, want an accounting started at the round the records form", g)
+	}
+	gotJob.Goodput = nil
+	if diff := cmp.Diff(decodeJob(t, want.Job), gotJob, protocmp.Transform()); diff != "" {
 		t.Errorf("restored job status differs (-want +got):\n%s", diff)
 	}
 	for _, id := range fixtureNodes {

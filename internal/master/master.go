@@ -306,7 +306,7 @@ func (m *Master) Scale(ctx context.Context, group string, nodes int, why string)
 
 // Status is the job's status, as GetJob answers it.
 func (m *Master) Status() *roverv1.GetJobResponse {
-	r := m.core.job()
+	r := m.core.jobAt(m.cfg.Clock.Now())
 	r.CheckpointStep = m.checkpoints.latestStep()
 	return r
 }

@@ -38,7 +38,11 @@ func (c *core) progressReport(node string, np *roverv1.NodeProgress, now time.Ti
 	p.Follow(c.st.Members.Config().Hang, int64(s.Round))
 	r := nodeReport(np)
 	if r.Round == p.Round() && !s.Open && member {
+		hung := p.Hung()
 		p.Report(node, r, now)
+		if hung && !p.Hung() {
+			c.st.Goodput.Hang(false, now)
+		}
 	}
 	msg, bad := diagnosis.DeviceError(r.Devices)
 	if !bad || !member || s.Open || s.Job != rendezvous.Running {
@@ -69,6 +73,7 @@ func (c *core) checkProgress(ctx context.Context, now time.Time, log *slog.Logge
 	}
 	var e *jobstate.Event
 	if h := tick.Hang; h != nil {
+		c.st.Goodput.Hang(true, now)
 		log.Warn("the job hangs; the agents collect their workers' stacks", "reason", h.Reason, "policy", h.Policy.String())
 		if h.Policy == stall.Restart {
 			e = c.hangFailureLocked(now)

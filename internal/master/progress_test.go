@@ -93,6 +93,16 @@ func TestHangRestartsWorkers(t *testing.T) {
 	if p := j.GetProgress(); p.GetHangs() != 1 || p.GetHung() || p.GetStep() != -1 {
 		t.Errorf("progress after the restart: %v; want 1 hang, not hung, no step of round 2 yet", p)
 	}
+	// The goodput counts the 10s without progress as the hang's.
+	hang := 0.0
+	for _, b := range j.GetGoodput().GetBadput() {
+		if b.GetCause() == "hang" {
+			hang = b.GetSeconds()
+		}
+	}
+	if hang != 10 || j.GetGoodput().GetRestarts() != 1 {
+		t.Errorf("goodput %v: want 10s of hang and the restart", j.GetGoodput())
+	}
 }
 
 // TestDeviceXidRestartsAsHardware sends a heartbeat whose (fake NVML)

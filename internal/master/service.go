@@ -162,6 +162,14 @@ func (s *service) receiveHeartbeats(ctx context.Context, stream *sessionStream, 
 		now := s.clock.Now()
 		s.holders.heard(id, inc, now)
 		_ = s.core.seen(id, now)
+		dropped, done := s.core.goodputHeartbeat(id, msg.GetHeartbeat(), now)
+		if dropped > 0 {
+			s.core.log.Warn("a heartbeat carried more node events than the master takes; dropped the rest",
+				"node", id, "events", len(msg.GetHeartbeat().GetEvents()), "limit", MaxNodeEvents, "dropped", dropped)
+		}
+		if done != nil {
+			logRestart(s.core.log, *done)
+		}
 		if e, ok := s.core.progressReport(id, msg.GetHeartbeat().GetProgress(), now); ok {
 			_ = s.core.apply(ctx, e) // a device's hardware fault: the diagnosis acts
 		}
@@ -207,7 +215,9 @@ func (s *service) ReportFailure(ctx context.Context, req *connect.Request[roverv
 		}
 		raw = append(raw, b)
 	}
-	e := &jobstate.Event{Type: jobstate.EventWorkerFailed, Time: s.clock.Now(), Node: r.GetNodeId(), Round: int(r.GetRound()), Failures: raw}
+	now := s.clock.Now()
+	e := &jobstate.Event{Type: jobstate.EventWorkerFailed, Time: now, Node: r.GetNodeId(), Round: int(r.GetRound()), Failures: raw,
+		DiedAt: s.core.diedAt(r.GetNodeId(), r.GetFailures(), now)}
 	if err := s.core.apply(ctx, e); err != nil {
 		return nil, rpcError(err)
 	}
@@ -279,7 +289,7 @@ func (s *service) GetKey(ctx context.Context, req *connect.Request[roverv1.GetKe
 }
 
 func (s *service) GetJob(ctx context.Context, req *connect.Request[roverv1.GetJobRequest]) (*connect.Response[roverv1.GetJobResponse], error) {
-	r := s.core.job()
+	r := s.core.jobAt(s.clock.Now())
 	if s.checkpoints != nil {
 		r.CheckpointStep = s.checkpoints.latestStep()
 	}

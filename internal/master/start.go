@@ -126,6 +126,7 @@ func newMaster(ctx context.Context, cfg Config, log *slog.Logger) (*Master, erro
 func restoreCore(ctx context.Context, cfg Config, log *slog.Logger) (*core, error) {
 	start := time.Now()
 	c := newCore(cfg.Job, cfg.Store)
+	c.log = log
 	if cfg.Nodes != nil && cfg.Nodes.Platform != nil {
 		// Set before the replay: diagnoses replay as they were made.
 		c.st.Owned = true

@@ -52,7 +52,7 @@ func (s *State) CheckEvent(e *Event) error {
 		return nil // the shard machine checks its own events
 	}
 	switch e.Type {
-	case EventConfigure, EventFleet:
+	case EventConfigure, EventFleet, EventGoodput:
 		return nil
 	case EventDeclareStorage:
 		if e.Declare == nil {
@@ -91,11 +91,14 @@ func (s *State) Apply(e *Event) (Effects, error) {
 	}
 	var err error
 	before := s.Members.Status()
+	checkBefore := s.checkRunning()
+	var fail *goodputFailure
 	switch e.Type {
 	case EventConfigure:
 		var first bool
 		if first, err = s.Members.Configure(e.Config, s.Fleet.Expect(), e.Time); first {
 			s.InitCheck()
+			s.Goodput.Launch(e.Time) // the job's launch: its configuration, journaled once
 		}
 	case EventJoin:
 		var loss *WorldLoss
@@ -117,9 +120,12 @@ func (s *State) Apply(e *Event) (Effects, error) {
 			s.notice(FleetNotice{Lost: true, Node: e.Node, Reason: e.Reason}, &fx)
 		}
 	case EventWorkerFailed:
+		fail = &goodputFailure{Node: e.Node, DiedAt: e.DiedAt}
 		cur := s.Members.Status()
 		if e.Round == cur.Round && !cur.Open {
-			if d := s.recordFailures(e.Round, e.Failures, &fx); d.FailFast {
+			d := s.recordFailures(e.Round, e.Failures, &fx)
+			fail.Cause = d.Cause.String()
+			if d.FailFast {
 				s.Members.FailFast(d.Reason)
 				break
 			}
@@ -144,6 +150,8 @@ func (s *State) Apply(e *Event) (Effects, error) {
 		err = s.applyCheck(e, &fx)
 	case EventDeclareStorage:
 		err = s.Members.Declare(*e.Declare)
+	case EventGoodput:
+		err = s.restoreGoodput(e.Goodput)
 	default:
 		return fx, fmt.Errorf("journal event type %q %w", e.Type, ErrUnknownEvent)
 	}
@@ -155,6 +163,7 @@ func (s *State) Apply(e *Event) (Effects, error) {
 		}
 		fx.Views++
 	}
+	s.followGoodput(e, before, checkBefore, fail)
 	return fx, err
 }
 
@@ -316,6 +325,7 @@ func (s *State) exclude(ch *nodecheck.Check, now time.Time, fx *Effects) {
 		}
 		reason := fmt.Sprintf("the node check found it %s: %s", v.Kind, v.Reason)
 		s.Members.Exclude(v.Node, reason, now)
+		s.stopped = append(s.stopped, v.Node)
 		s.Memory.Lost(v.Node)
 		s.Datasets.NodeLost(v.Node, now)
 		if host := s.host(v.Node); host != "" {

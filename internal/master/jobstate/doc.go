@@ -26,6 +26,10 @@
 //   - Fleet (fleet.go): the node manager's journaled state, the nodes it
 //     runs, and the notices queued for it (a lost agent, a diagnosis's
 //     relaunch).
+//   - Goodput (goodput.go): the job's goodput accounting (internal/goodput),
+//     fed by Apply from the rounds and failures and, between events, by the
+//     heartbeats, whose inputs are journaled as its whole state
+//     (EventGoodput).
 //   - Progress (progress.go): the job's runtime progress, its stragglers
 //     and its hang timer, fed by the agents' heartbeats. It is not
 //     journaled: no event of Apply touches it, the snapshot leaves it out,

@@ -56,6 +56,12 @@ type Event struct {
 	Check *CheckReport `json:"check,omitempty"`
 	// Declare is set on EventDeclareStorage.
 	Declare *StorageDeclaration `json:"declare,omitempty"`
+	// DiedAt is set on EventWorkerFailed when the master knows when the
+	// worker died, in its own clock.
+	DiedAt time.Time `json:"died_at,omitzero"`
+	// Goodput is set on EventGoodput: the goodput accounting's whole state
+	// (Goodput.Marshal).
+	Goodput json.RawMessage `json:"goodput,omitempty"`
 }
 
 // CheckReport is a node's result of one node check group, set on
@@ -95,6 +101,9 @@ const (
 	// EventDeclareStorage records a checkpointer's declaration of the
 	// job's checkpoint storage (Declare) that changed it.
 	EventDeclareStorage EventType = "declare_storage"
+	// EventGoodput records the goodput accounting's whole state (Goodput),
+	// with what the heartbeats fed it since the last one.
+	EventGoodput EventType = "goodput"
 )
 
 // The dataset events (Datasets), each with its Shard.

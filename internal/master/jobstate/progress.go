@@ -185,6 +185,9 @@ func (p *Progress) utilisation() string {
 	return "; device utilisation: " + strings.Join(parts, ", ")
 }
 
+// Hung reports whether the job is hung: declared so, and no progress since.
+func (p *Progress) Hung() bool { return p.hung }
+
 // Reason is why the job was last declared hung.
 func (p *Progress) Reason() string { return p.reason }
 

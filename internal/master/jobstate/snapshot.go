@@ -31,6 +31,7 @@ type snapshot struct {
 	Memory       *memoryJSON                 `json:"memory,omitempty"`
 	Fleet        json.RawMessage             `json:"fleet,omitempty"`
 	NodeCheck    json.RawMessage             `json:"node_check,omitempty"`
+	Goodput      json.RawMessage             `json:"goodput,omitempty"` // absent before the job's launch, and in older snapshots
 }
 
 type memoryJSON struct {
@@ -71,6 +72,9 @@ func (st *State) MarshalSnapshot(runID string) ([]byte, error) {
 		s.Diagnosis = &h
 	}
 	s.LeaseHolders = st.Datasets.Holders()
+	if s.Goodput, err = st.Goodput.Marshal(); err != nil {
+		return nil, fmt.Errorf("snapshot the goodput: %w", err)
+	}
 	b, err := json.Marshal(s)
 	if err != nil {
 		return nil, fmt.Errorf("encode the master's snapshot: %w", err)
@@ -130,5 +134,11 @@ func (st *State) RestoreSnapshot(b []byte, runID string) error {
 		agreed = MemoryAgreement{Round: s.Memory.Round, Step: s.Memory.Step, OK: s.Memory.OK}
 	}
 	st.Memory = RestoreMemory(s.Held, agreed)
+	st.Goodput = NewGoodput()
+	if s.Goodput != nil {
+		if st.Goodput, err = RestoreGoodput(s.Goodput); err != nil {
+			return err
+		}
+	}
 	return nil
 }

@@ -19,6 +19,10 @@ type State struct {
 	// not journaled (outside the snapshot; a restarted master starts it
 	// afresh) and that no event of Apply touches.
 	Progress *Progress
+	// Goodput is the job's goodput accounting: journaled, though what the
+	// heartbeats feed it is journaled as its whole state (EventGoodput)
+	// rather than one report at a time.
+	Goodput *Goodput
 
 	// What the driver sets, not journaled: Owned says the master runs the
 	// job's nodes, Caps what their platform lets a diagnosis do; Live is
@@ -29,7 +33,8 @@ type State struct {
 	Live  bool
 	Hosts map[string]string
 
-	codec FailureCodec
+	codec   FailureCodec
+	stopped []string // nodes an event's transitions stopped, for Goodput
 }
 
 // NewState returns the state of a new job; same compares checkpoint
@@ -43,6 +48,7 @@ func NewState(same SameLocation, codec FailureCodec) *State {
 		Memory:   NewMemory(),
 		Fleet:    NewFleet(),
 		Progress: NewProgress(),
+		Goodput:  NewGoodput(),
 		codec:    codec,
 	}
 }
