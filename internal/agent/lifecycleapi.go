@@ -67,7 +67,11 @@ func (s *agentService) CheckpointCommit(ctx context.Context, req *connect.Reques
 	}
 	if cur := s.l.current.Load(); cur != nil {
 		located := r.GetWorldSize() > 0 && s.a.ckpt.Storage().URL != ""
-		s.a.life.saved(int64(cur.Round), cur.LocalWorldSize, r.GetLocalRank(), r.GetStep(), r.GetBlockingNanos(), int(r.GetNodeSavers()), located)
+		savers := int(r.GetNodeSavers())
+		if savers == 0 && r.GetMode() == "replicated" {
+			savers = 1 // local rank 0 keeps the node's copy
+		}
+		s.a.life.saved(int64(cur.Round), cur.LocalWorldSize, r.GetLocalRank(), r.GetStep(), r.GetBlockingNanos(), savers, located)
 	}
 	return resp, nil
 }

@@ -47,6 +47,8 @@ __all__ = ["Checkpointer", "ExtrasError", "encode_header", "decode"]
 
 _EXTRA = "__rover_extra__"
 
+_STARTING = object()  # _report_restore's "loading began"
+
 _DTYPES = {}  # torch dtype -> (safetensors name, element size); filled lazily
 
 
@@ -186,6 +188,7 @@ class Checkpointer:
         # nothing became durable.
         self._persist_asked, self._save_error = False, None
         self._persist_step = None  # the step of the last save that asked for persistence
+        self._restore_reported = False  # this process's first load was reported to the agent
         # Without the agent: a Store (memory and a local directory).
         self._direct = None if _agent.under_rover() else _direct.Store(dir_or_url)
 
@@ -288,15 +291,16 @@ class Checkpointer:
         if persist:
             self._persist_asked = True
             self._persist_step = step
+        began = time.monotonic_ns()  # the save blocks training from here
         try:
-            self._save(step, state, persist)
+            self._save(step, state, persist, began)
         except BaseException as e:
             if persist:
                 self._save_error = e
             raise
         progress._record(step, progress.CHECKPOINT)
 
-    def _save(self, step, state, persist):
+    def _save(self, step, state, persist, began):
         if self._direct is not None:
             rank, world, dist = _direct.rank_world()
             flat, extra, head, offsets, size = self._layout(step, state, rank, world)
@@ -311,11 +315,17 @@ class Checkpointer:
         flat, extra, head, offsets, size = self._layout(step, state)
         slot = _agent.call("CheckpointBegin", {"localRank": self.local_rank, "step": str(step), "size": str(size)})
         self._place(self._map(slot["path"]), int(slot.get("offset", 0)), flat, extra, head, offsets)
-        commit = {"localRank": self.local_rank, "step": str(step), "length": str(size), "persist": bool(persist)}
+        # The node's savers (one in replicated mode) and how long this save
+        # blocked training: the agent reports each step's longest to the
+        # master, whose goodput counts it as checkpoint badput.
+        savers = 1 if self.mode == "replicated" else int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+        commit = {"localRank": self.local_rank, "step": str(step), "length": str(size), "persist": bool(persist),
+                  "nodeSavers": savers}
         if self.url:
             # Whose file it is, for the agent to persist, also when the
             # workers fail; where it goes is the job's storage.
             commit.update(rank=self.rank, worldSize=int(os.environ.get("WORLD_SIZE", "1")), mode=self.mode)
+        commit["blockingNanos"] = str(time.monotonic_ns() - began)
         _agent.call("CheckpointCommit", commit)
 
     def _place(self, buf, base, flat, extra, head, offsets):
@@ -415,6 +425,12 @@ class Checkpointer:
         validates (in sharded mode this rank's file, in replicated mode rank
         0's or, if it is damaged, another rank's)."""
         self._into, self.restored_from = into, None
+        if self._direct is None and not self._restore_reported:
+            self._report_restore(_STARTING)
+            restored = self._load_agent()
+            self._report_restore(restored)
+            self._restore_reported = True
+            return restored
         if self._direct is not None:
             rank, world, dist = _direct.rank_world()
             found = self._direct.source(rank, world, dist, verify=True)
@@ -424,6 +440,26 @@ class Checkpointer:
             self.restored_from = "memory" if buf is self._direct.buf else "storage"
             # A file's buffer is this load's own: its tensors may alias it.
             return self._decode(buf, 0, length, step, None, alias=buf is not self._direct.buf)
+        return self._load_agent()
+
+    def _report_restore(self, restored):
+        """Tells the agent this process began loading (restored _STARTING)
+        or what it loaded (the load's result; None: nothing), for the
+        node's restore events in the master's goodput accounting. Best
+        effort: a failed report never fails the load."""
+        req = {"localRank": self.local_rank}
+        if restored is not _STARTING:
+            source = {"memory": "CHECKPOINT_SOURCE_MEMORY", "storage": "CHECKPOINT_SOURCE_STORAGE"}.get(
+                self.restored_from if restored is not None else None, "CHECKPOINT_SOURCE_NONE")
+            step = restored[0] if restored is not None and source != "CHECKPOINT_SOURCE_NONE" else -1
+            req.update(finished=True, step=str(step), source=source)
+        try:
+            _agent.call("ReportRestore", req, timeout=5.0)
+        except _agent.AgentError:
+            pass
+
+    def _load_agent(self):
+        """load() under ``rover run``."""
         snaps, agreed = self._snapshots()
         if self._last_saved is not None:
             agreed, snaps = self._last_saved, self._wait_for(self._last_saved, snaps)
