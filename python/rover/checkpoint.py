@@ -188,7 +188,9 @@ class Checkpointer:
         # nothing became durable.
         self._persist_asked, self._save_error = False, None
         self._persist_step = None  # the step of the last save that asked for persistence
-        self._restore_reported = False  # this process's first load was reported to the agent
+        # This process's first load was reported to the agent as begun, and
+        # its end not yet (the DLRover checkpointers report it themselves).
+        self._restore_reported, self._restore_open = False, False
         # Without the agent: a Store (memory and a local directory).
         self._direct = None if _agent.under_rover() else _direct.Store(dir_or_url)
 
@@ -424,12 +426,20 @@ class Checkpointer:
         process memory and the newest committed step in storage that
         validates (in sharded mode this rank's file, in replicated mode rank
         0's or, if it is damaged, another rank's)."""
+        return self._load(into, finish=True)
+
+    def _load(self, into=None, finish=True):
+        """load(); with finish False, a first load's end is left for the
+        caller to report (_finish_restore): what the DLRover checkpointers
+        do, which may go on to load a file of their own."""
         self._into, self.restored_from = into, None
         if self._direct is None and not self._restore_reported:
-            self._report_restore(_STARTING)
-            restored = self._load_agent()
-            self._report_restore(restored)
+            self._report_restore()
             self._restore_reported = True
+            restored = self._load_agent()
+            self._restore_open = True
+            if finish:
+                self._finish_restore(restored[0] if restored else None, self.restored_from)
             return restored
         if self._direct is not None:
             rank, world, dist = _direct.rank_world()
@@ -442,17 +452,24 @@ class Checkpointer:
             return self._decode(buf, 0, length, step, None, alias=buf is not self._direct.buf)
         return self._load_agent()
 
-    def _report_restore(self, restored):
-        """Tells the agent this process began loading (restored _STARTING)
-        or what it loaded (the load's result; None: nothing), for the
-        node's restore events in the master's goodput accounting. Best
-        effort: a failed report never fails the load."""
+    def _finish_restore(self, step, source):
+        """Reports the end of this process's first load, once: step loaded
+        from source ("memory" or "storage"), or None, None (nothing)."""
+        if not self._restore_open:
+            return
+        self._restore_open = False
+        self._report_restore(step, source)
+
+    def _report_restore(self, step=None, source=_STARTING):
+        """Tells the agent this process began loading (no arguments) or what
+        it loaded (step from source "memory" or "storage"; None: nothing),
+        for the node's restore events in the master's goodput accounting.
+        Best effort: a failed report never fails the load."""
         req = {"localRank": self.local_rank}
-        if restored is not _STARTING:
+        if source is not _STARTING:
             source = {"memory": "CHECKPOINT_SOURCE_MEMORY", "storage": "CHECKPOINT_SOURCE_STORAGE"}.get(
-                self.restored_from if restored is not None else None, "CHECKPOINT_SOURCE_NONE")
-            step = restored[0] if restored is not None and source != "CHECKPOINT_SOURCE_NONE" else -1
-            req.update(finished=True, step=str(step), source=source)
+                source if step is not None else None, "CHECKPOINT_SOURCE_NONE")
+            req.update(finished=True, step=str(step if source != "CHECKPOINT_SOURCE_NONE" else -1), source=source)
         try:
             _agent.call("ReportRestore", req, timeout=5.0)
         except _agent.AgentError:
