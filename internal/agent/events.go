@@ -27,8 +27,8 @@ type eventQueue struct {
 	events  []*roverv1.NodeEvent
 	limit   int
 	dropped int64 // events dropped since the queue was made
-	// ready is signalled (size one) while events wait: the session sends a
-	// heartbeat at once rather than at its next tick.
+	// ready is signalled (size one) when an urgent event waits: the
+	// session sends a heartbeat at once rather than at its next tick.
 	ready chan struct{}
 }
 
@@ -36,13 +36,26 @@ func newEventQueue(limit int) *eventQueue {
 	return &eventQueue{limit: limit, ready: make(chan struct{}, 1)}
 }
 
-// add queues e, dropping the oldest event when the queue is full.
+// add queues e, dropping the oldest event when the queue is full. A
+// moment of the workers' start or restore is urgent: it signals ready, for
+// a heartbeat at once. Checkpoint saves (one a save, at the save rate) are
+// not: they carry their own time and go on the next beat that carries
+// progress (at most one a second), or a regular one.
 func (q *eventQueue) add(e *roverv1.NodeEvent) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.events = append(q.events, e)
 	q.trimLocked()
-	q.signalLocked()
+	if e.GetKind() != roverv1.NodeEventKind_NODE_EVENT_KIND_CHECKPOINT_SAVED {
+		q.signalLocked()
+	}
+}
+
+// pending reports whether events wait.
+func (q *eventQueue) pending() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.events) > 0
 }
 
 // take removes and returns up to n of the oldest events; nil when none

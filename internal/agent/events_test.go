@@ -62,6 +62,36 @@ func TestEventQueue(t *testing.T) {
 	}
 }
 
+// TestEventQueueUrgency: a checkpoint save waits for a beat (no ready
+// signal); the workers' start and restore moments signal at once.
+func TestEventQueueUrgency(t *testing.T) {
+	q := newEventQueue(eventQueueLimit)
+	q.add(&roverv1.NodeEvent{Kind: roverv1.NodeEventKind_NODE_EVENT_KIND_CHECKPOINT_SAVED})
+	select {
+	case <-q.ready:
+		t.Fatal("a checkpoint save asked for a heartbeat at once")
+	default:
+	}
+	if !q.pending() {
+		t.Fatal("the save is not pending")
+	}
+	for _, k := range []roverv1.NodeEventKind{roverv1.NodeEventKind_NODE_EVENT_KIND_WORKERS_STARTED,
+		roverv1.NodeEventKind_NODE_EVENT_KIND_RESTORE_STARTED, roverv1.NodeEventKind_NODE_EVENT_KIND_RESUMED} {
+		q.add(&roverv1.NodeEvent{Kind: k})
+		select {
+		case <-q.ready:
+		default:
+			t.Fatalf("%s did not ask for a heartbeat at once", k)
+		}
+	}
+	if got := kinds(q.take(64)); len(got) != 4 || got[0] != roverv1.NodeEventKind_NODE_EVENT_KIND_CHECKPOINT_SAVED {
+		t.Fatalf("events %v, want the save first, then the three others", got)
+	}
+	if q.pending() {
+		t.Fatal("events pending after all were taken")
+	}
+}
+
 // TestEventQueueTakeLimit checks that a long queue goes out in beats of at
 // most maxEventsPerBeat.
 func TestEventQueueTakeLimit(t *testing.T) {

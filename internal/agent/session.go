@@ -240,8 +240,10 @@ func (a *agent) heartbeats(ctx context.Context, stream *connect.BidiStreamForCli
 	// per progressInterval while workers report.
 	p := time.NewTicker(progressInterval)
 	defer p.Stop()
-	// Node events go out at once: a queued event makes its own heartbeat
-	// (up to maxEventsPerBeat each, more beats at once for a longer queue).
+	// Node events go out at once when urgent (eventQueue.add): a queued
+	// event makes its own heartbeat (up to maxEventsPerBeat each, more beats
+	// at once for a longer queue); the others go with progress, at most
+	// once per progressInterval.
 	// Events a broken stream did not take go back to the queue, for the
 	// next session.
 	dropped := a.events.droppedCount()
@@ -273,7 +275,7 @@ func (a *agent) heartbeats(ctx context.Context, stream *connect.BidiStreamForCli
 				return
 			}
 		case <-p.C:
-			if np := a.progress.take(); np != nil {
+			if np := a.progress.take(); np != nil || a.events.pending() {
 				if err := send(np, a.events.take(maxEventsPerBeat)); err != nil {
 					return
 				}
