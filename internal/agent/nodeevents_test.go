@@ -23,6 +23,7 @@ import (
 	roverv1 "github.com/roverml/rover/api/rover/v1"
 	"github.com/roverml/rover/internal/agent"
 	"github.com/roverml/rover/internal/runconfig"
+	"github.com/roverml/rover/internal/store"
 	"github.com/roverml/rover/internal/testsrc"
 	"google.golang.org/protobuf/proto"
 )
@@ -197,28 +198,10 @@ wait_file("done")
 func TestHeartbeatsCarryNodeEvents(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	py := torchPython(t)
 	proxy, rec := startRecordingProxy(t, startMaster(t))
 	dir := t.TempDir()
-	script := filepath.Join(dir, "train.py")
-	if err := os.WriteFile(script, []byte(nodeEventsScript), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	args := []string{"--nnodes", "1", "--nproc-per-node", "2", "--rdzv-endpoint", proxy, "--node-id", "n0", "--max-restarts", "1",
-		"--rdzv-conf", "last_call_timeout=100ms,join_timeout=60s,heartbeat_timeout=3h,disconnect_grace=1s",
-		"--heartbeat-interval", "1h", "--stop-grace-period", "2s", script, dir}
-	env := map[string]string{"ROVER_TOKEN": token}
-	cfg, err := runconfig.Parse(args, func(k string) string { return env[k] })
-	if err != nil {
-		t.Fatal(err)
-	}
-	testsrc.Track()
-	stderr := &syncBuffer{}
-	done := make(chan error, 1)
-	go func() {
-		done <- agent.Run(ctx, cfg, agent.Options{Stdout: &syncBuffer{}, Stderr: stderr, PythonExec: py,
-			Getenv: func(k string) string { return env[k] }, Logger: slog.New(slog.NewTextHandler(stderr, nil))})
-	}()
+	done, stderr := runPythonNode(ctx, t, nodeEventsScript, dir, "--nproc-per-node", "2", "--rdzv-endpoint", proxy, "--max-restarts", "1",
+		"--rdzv-conf", "last_call_timeout=100ms,join_timeout=60s,heartbeat_timeout=3h,disconnect_grace=1s", "--heartbeat-interval", "1h")
 
 	resumedAt := func(step int64, src roverv1.CheckpointSource) func([]*roverv1.NodeEvent) bool {
 		return func(es []*roverv1.NodeEvent) bool {
@@ -303,6 +286,80 @@ func TestHeartbeatsCarryNodeEvents(t *testing.T) {
 	}
 	if stepTimes == 0 {
 		t.Error("no heartbeat carried progress")
+	}
+}
+
+// runPythonNode runs a one-node agent (node id n0) of script, a Python
+// program (the torch Python) given dir as its argument, with args besides.
+func runPythonNode(ctx context.Context, t *testing.T, program, dir string, args ...string) (<-chan error, *syncBuffer) {
+	t.Helper()
+	py := torchPython(t)
+	script := filepath.Join(dir, "train.py")
+	if err := os.WriteFile(script, []byte(program), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	args = append([]string{"--nnodes", "1", "--node-id", "n0", "--stop-grace-period", "2s"}, args...)
+	args = append(args, script, dir)
+	env := map[string]string{"ROVER_TOKEN": token}
+	cfg, err := runconfig.Parse(args, func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	testsrc.Track()
+	stderr := &syncBuffer{}
+	done := make(chan error, 1)
+	go func() {
+		done <- agent.Run(ctx, cfg, agent.Options{Stdout: &syncBuffer{}, Stderr: stderr, PythonExec: py,
+			Getenv: func(k string) string { return env[k] }, Logger: slog.New(slog.NewTextHandler(stderr, nil))})
+	}()
+	return done, stderr
+}
+
+// TestNodeEventsOutliveAMasterRestart: an event of a save made while the
+// master is away waits in the agent's queue and reaches the restarted
+// master (same address and journal) once the agent is back.
+func TestNodeEventsOutliveAMasterRestart(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	st := store.NewMemory()
+	first := startMasterOn(t, "127.0.0.1:0", st)
+	addr := first.Addr()
+	proxy, rec := startRecordingProxy(t, addr)
+	dir := t.TempDir()
+	done, stderr := runPythonNode(ctx, t, `
+import os, sys, time, torch
+import rover.checkpoint
+d = sys.argv[1]
+def wait_file(name):
+    while not os.path.exists(os.path.join(d, name)):
+        time.sleep(0.01)
+ck = rover.checkpoint.Checkpointer()
+assert ck.load() is None
+wait_file("save")
+ck.save(1, {"w": torch.zeros(4)})
+wait_file("done")
+`, dir, "--nproc-per-node", "1", "--rdzv-endpoint", proxy, "--rdzv-conf", "join_timeout=60s,heartbeat_timeout=60s", "--heartbeat-interval", "500ms")
+	rec.waitFor(ctx, t, "RESUMED", func(es []*roverv1.NodeEvent) bool {
+		return len(es) > 0 && es[len(es)-1].GetKind() == roverv1.NodeEventKind_NODE_EVENT_KIND_RESUMED
+	})
+	first.stop()
+	waitFor(t, "the agent to notice the master is gone", func() bool { return strings.Contains(stderr.String(), "lost the master") })
+	touch(t, filepath.Join(dir, "save"))
+	startMasterOn(t, addr, st)
+	rec.waitFor(ctx, t, "the save made while the master was away", func(es []*roverv1.NodeEvent) bool {
+		for _, e := range es {
+			if e.GetKind() == roverv1.NodeEventKind_NODE_EVENT_KIND_CHECKPOINT_SAVED && e.GetStep() == 1 && e.GetBlockingNanos() > 0 {
+				return true
+			}
+		}
+		return false
+	})
+	if !strings.Contains(stderr.String(), "reconnected to the master") {
+		t.Errorf("the save's event arrived, but not over a new session:\n%s", stderr)
+	}
+	touch(t, filepath.Join(dir, "done"))
+	if err := <-done; err != nil {
+		t.Fatalf("agent: %v\n%s", err, stderr)
 	}
 }
 
