@@ -226,3 +226,78 @@ func TestLifecycleSavesBounded(t *testing.T) {
 		t.Fatalf("%d pending saves and %d commit records, want at most %d and %d", len(l.saves), len(l.committed), maxPendingSaves, maxCommitRecords)
 	}
 }
+
+// FuzzLifecycle plays random worker reports (rounds going back, repeated and
+// out-of-order reports, durable files of any step) and checks what goes out:
+// per round at most one WORKERS_STARTED, RESTORE_STARTED and RESUMED, the
+// WORKERS_STARTED first (unless it never came: the round's events go out
+// when a newer round begins); no round goes back; a step's save once, and its
+// durable save once and after it; the pending state stays bounded.
+func FuzzLifecycle(f *testing.F) {
+	f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9})
+	f.Add([]byte{10, 3, 3, 3, 20, 4, 4, 36, 36, 52, 5, 0, 1, 2})
+	f.Add([]byte{255, 254, 253, 3, 19, 35, 51, 67, 83, 99, 115, 131})
+	f.Fuzz(func(t *testing.T, ops []byte) {
+		q, clk := newEventQueue(1 << 20), &fakeNanos{}
+		l := newLifecycle(q, clk.now)
+		round := int64(1)
+		for i, op := range ops {
+			local, step := int32(op>>4)%3, int64(op>>4)
+			switch op % 8 {
+			case 0:
+				round++
+			case 1:
+				round = max(1, round-1) // an older round's report
+			case 2:
+				l.workersStarted(round, 3)
+			case 3:
+				l.restoreStarted(round, 3)
+			case 4:
+				l.restoreFinished(round, 3, local, step-1, roverv1.CheckpointSource(1+op%3))
+			case 5:
+				l.saved(round, 3, local, step, int64(i), int(op%4), op&8 != 0)
+			case 6:
+				l.durable(int(local), step, int(round))
+			case 7:
+				l.groupEnded(round)
+			}
+			if len(l.saves) > maxPendingSaves || len(l.committed) > maxCommitRecords {
+				t.Fatalf("unbounded: %d pending saves, %d commit records", len(l.saves), len(l.committed))
+			}
+		}
+		type key struct {
+			round int64
+			kind  roverv1.NodeEventKind
+			step  int64
+		}
+		seen, early := map[key]bool{}, map[int64]bool{}
+		lastRound := int64(-1)
+		for _, e := range q.take(1 << 20) {
+			k := key{e.GetRound(), e.GetKind(), 0}
+			if e.GetKind() == roverv1.NodeEventKind_NODE_EVENT_KIND_CHECKPOINT_SAVED {
+				k.step = e.GetStep()
+				if e.GetDurable() {
+					if !seen[k] {
+						t.Fatalf("step %d of round %d durable before its save", k.step, k.round)
+					}
+					k.kind = -1
+				}
+			}
+			if k.kind == roverv1.NodeEventKind_NODE_EVENT_KIND_WORKERS_STARTED && early[k.round] {
+				t.Fatalf("round %d's events went out before its WORKERS_STARTED", k.round)
+			} else if k.kind != roverv1.NodeEventKind_NODE_EVENT_KIND_WORKERS_STARTED && !seen[key{k.round, roverv1.NodeEventKind_NODE_EVENT_KIND_WORKERS_STARTED, 0}] {
+				early[k.round] = true // only a round that never started every worker
+			}
+			if seen[k] {
+				t.Fatalf("%v went out twice", e)
+			}
+			seen[k] = true
+			if !e.GetDurable() {
+				if e.GetRound() < lastRound {
+					t.Fatalf("round %d's event after round %d's", e.GetRound(), lastRound)
+				}
+				lastRound = e.GetRound()
+			}
+		}
+	})
+}

@@ -70,7 +70,8 @@ type savedStep struct{ round, step int64 }
 
 type commitRecord struct {
 	ranks, durable map[int32]bool
-	reported       bool
+	// saved: the step's save went out; reported: its durable save did.
+	saved, reported bool
 }
 
 func newLifecycle(q *eventQueue, now func() int64) *lifecycle {
@@ -78,13 +79,18 @@ func newLifecycle(q *eventQueue, now func() int64) *lifecycle {
 }
 
 // enterLocked moves to round (reports of an older one are refused: false).
-// A newer round first reports what the old one left pending.
+// A newer round first reports what the old one left pending, also what
+// waited for a WORKERS_STARTED that never came (a group that failed to
+// start every worker).
 func (l *lifecycle) enterLocked(round int64, localWorldSize int) bool {
 	if round < l.round {
 		return false
 	}
 	if round > l.round {
 		l.flushSavesLocked()
+		for _, e := range l.held {
+			l.q.add(e)
+		}
 		l.round, l.localWorldSize = round, localWorldSize
 		l.started, l.held, l.restoring, l.resumed = false, nil, false, false
 		l.loaded = map[int32]loadReport{}
@@ -221,7 +227,10 @@ func (l *lifecycle) reportSaveLocked(step int64) {
 	l.lastSaved = max(l.lastSaved, step)
 	l.emitLocked(&roverv1.NodeEvent{Kind: roverv1.NodeEventKind_NODE_EVENT_KIND_CHECKPOINT_SAVED, TimeUnixNanos: p.at,
 		Step: step, BlockingNanos: p.blocking})
-	l.reportDurableLocked(savedStep{l.round, step})
+	if r := l.committed[savedStep{l.round, step}]; r != nil {
+		r.saved = true
+		l.reportDurableLocked(savedStep{l.round, step})
+	}
 }
 
 // flushSavesLocked reports every pending save of the round, oldest first
@@ -274,11 +283,12 @@ func (l *lifecycle) durable(local int, step int64, round int) {
 	l.reportDurableLocked(k)
 }
 
-// reportDurableLocked sends k's durable save once its save was reported and
-// every rank that committed it made it durable.
+// reportDurableLocked sends k's durable save once its save went out and
+// every rank that committed it made it durable (a save never reported, a
+// late commit of a step below the newest reported, is never durable either).
 func (l *lifecycle) reportDurableLocked(k savedStep) {
 	r := l.committed[k]
-	if r == nil || r.reported || (k.round == l.round && l.saves[k.step] != nil) {
+	if r == nil || r.reported || !r.saved {
 		return
 	}
 	for rank := range r.ranks {
