@@ -238,7 +238,7 @@ func FuzzLifecycle(f *testing.F) {
 	f.Add([]byte{10, 3, 3, 3, 20, 4, 4, 36, 36, 52, 5, 0, 1, 2})
 	f.Add([]byte{255, 254, 253, 3, 19, 35, 51, 67, 83, 99, 115, 131})
 	f.Fuzz(func(t *testing.T, ops []byte) {
-		q, clk := newEventQueue(1 << 20), &fakeNanos{}
+		q, clk := newEventQueue(1<<20), &fakeNanos{}
 		l := newLifecycle(q, clk.now)
 		round := int64(1)
 		for i, op := range ops {
