@@ -12,7 +12,9 @@ azblob:// URL: docs/flash-checkpoint.md); the master commits a step (its
 manifest, then the ``latest`` marker) once every rank of it is durable;
 ``wait()`` blocks until this rank's pending persistence is done; ``load()``
 falls back to the newest committed step in storage when the ranks hold no
-common step in memory.
+common step in memory. For the job's goodput, each save tells the agent how
+long it blocked training (save() to its commit), and a process's first
+load() when it began and what it found (docs/design/goodput.md).
 
 Without ``rover run`` (plain ``python train.py``, torchrun, a notebook) there
 is no agent, and the Checkpointer does the work itself (_direct.py), for a
