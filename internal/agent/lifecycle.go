@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"slices"
 	"sync"
 
 	roverv1 "github.com/roverml/rover/api/rover/v1"
@@ -193,10 +194,15 @@ func (l *lifecycle) saved(round int64, localWorldSize int, local int32, step, bl
 	p.blocking = max(p.blocking, blocking)
 	p.at = l.now()
 	// A saver that moved on to step will not commit an older one.
+	var left []int64
 	for s, o := range l.saves {
 		if s < step && o.ranks[local] {
-			l.reportSaveLocked(s)
+			left = append(left, s)
 		}
+	}
+	slices.Sort(left)
+	for _, s := range left {
+		l.reportSaveLocked(s)
 	}
 	if len(p.ranks) >= p.expected {
 		l.reportSaveLocked(step)
