@@ -13,7 +13,8 @@ import (
 
 // TestProgressReports runs rover.progress with a fake clock and a fake
 // agent call: a no-op outside rover run; inside, steps are timed (wall and
-// CPU), summed and sent at most once a second; a better source (explicit
+// CPU), summed and sent at most once a second, with the wall-clock time of
+// the newest step; a better source (explicit
 // step > checkpoint save > sampler batch) silences the others.
 func TestProgressReports(t *testing.T) {
 	dir := t.TempDir()
@@ -31,6 +32,7 @@ p._agent.call = lambda method, req, timeout=None: sent.append((method, req["prog
 now = [100.0]
 p.time.monotonic = lambda: now[0]
 p.time.process_time = lambda: now[0] / 10
+p.time.time_ns = lambda: round(now[0] * 1000) * 1000000
 for s in range(8):          # a step every 0.3 s
     p._next(p.SAMPLER)
     now[0] += 0.3
@@ -49,10 +51,11 @@ print(json.dumps([(m, {k: round(v, 6) if isinstance(v, float) else v for k, v in
 	got := strings.TrimSpace(string(out))
 	// Sent: step 0 at once; step 4 after 4 steps of 0.3 s (1.2 s >= 1 s);
 	// then step 50 (a new source, nothing timed yet); step 51 after 2 s.
-	want := `[["ReportProgress", {"localRank": 1, "rank": 3, "step": "0", "steps": "0", "wallSeconds": 0.0, "cpuSeconds": 0.0}], ` +
-		`["ReportProgress", {"localRank": 1, "rank": 3, "step": "4", "steps": "4", "wallSeconds": 1.2, "cpuSeconds": 0.12}], ` +
-		`["ReportProgress", {"localRank": 1, "rank": 3, "step": "50", "steps": "0", "wallSeconds": 0.0, "cpuSeconds": 0.0}], ` +
-		`["ReportProgress", {"localRank": 1, "rank": 3, "step": "51", "steps": "1", "wallSeconds": 2.0, "cpuSeconds": 0.2}]]`
+	// Each carries the wall-clock time its step was reached.
+	want := `[["ReportProgress", {"localRank": 1, "rank": 3, "step": "0", "steps": "0", "wallSeconds": 0.0, "cpuSeconds": 0.0, "stepUnixNanos": "100000000000"}], ` +
+		`["ReportProgress", {"localRank": 1, "rank": 3, "step": "4", "steps": "4", "wallSeconds": 1.2, "cpuSeconds": 0.12, "stepUnixNanos": "101200000000"}], ` +
+		`["ReportProgress", {"localRank": 1, "rank": 3, "step": "50", "steps": "0", "wallSeconds": 0.0, "cpuSeconds": 0.0, "stepUnixNanos": "102400000000"}], ` +
+		`["ReportProgress", {"localRank": 1, "rank": 3, "step": "51", "steps": "1", "wallSeconds": 2.0, "cpuSeconds": 0.2, "stepUnixNanos": "104400000000"}]]`
 	if got != want {
 		t.Errorf("reports:\n got %s\nwant %s", got, want)
 	}

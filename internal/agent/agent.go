@@ -119,6 +119,10 @@ type agent struct {
 	// hangs collects the running group's stacks when the job hangs.
 	progress *progressBook
 	hangs    *stacks.Collector
+	// events queues the node's lifecycle events for the heartbeats, and
+	// life makes them from what the agent sees of its workers.
+	events *eventQueue
+	life   *lifecycle
 	// wroteErrorFile is set once the agent's own error file
 	// ($TORCHELASTIC_ERROR_FILE) holds the job's root cause.
 	wroteErrorFile bool

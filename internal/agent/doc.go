@@ -15,7 +15,9 @@
 // master.
 //
 // The worker lifecycle is this package's (agent, run, session, loop,
-// react, group); the other concerns are parts in packages of their own,
+// react, group), and so is what the master's goodput accounting hears of
+// it: the node's lifecycle events (lifecycle, events), sent on the
+// session's heartbeats; the other concerns are parts in packages of their own,
 // which know nothing of the agent's struct and reach the master through
 // small interfaces of their own (each a subset of the master's client, with
 // the agent's retries): ckptsaver (the agent's side of flash checkpoint:

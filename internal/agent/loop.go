@@ -12,6 +12,7 @@ import (
 	"connectrpc.com/connect"
 	roverv1 "github.com/roverml/rover/api/rover/v1"
 	"github.com/roverml/rover/internal/agent/nodecheckrun"
+	"github.com/roverml/rover/internal/agent/stacks"
 	"github.com/roverml/rover/internal/proc"
 )
 
@@ -143,6 +144,7 @@ func (a *agent) react(ctx context.Context, w *workers) (end bool, err error) {
 // groupEnded reports a finished worker group to the master.
 func (a *agent) groupEnded(ctx context.Context, res groupResult) {
 	round := int64(res.Round)
+	a.life.groupEnded(round)
 	switch {
 	case res.Stopped:
 	case res.Succeeded:
@@ -245,7 +247,10 @@ func (a *agent) groupSpec(v *roverv1.NodeView) groupSpec {
 		},
 		Env:     a.local.env,
 		Started: func(p placement) { a.local.current.Store(&p) },
-		Spawned: a.hangs.SetRunning,
+		Spawned: func(ws []stacks.Worker) {
+			a.hangs.SetRunning(ws)
+			a.life.workersStarted(int64(round), p.LocalWorldSize)
+		},
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"time"
 
 	"connectrpc.com/connect"
 	roverv1 "github.com/roverml/rover/api/rover/v1"
@@ -23,10 +24,14 @@ type progressBook struct {
 	ready chan struct{}
 	// devices samples accelerator health for each take; nil without NVML.
 	devices DeviceMonitor
+	// now stamps a report that does not say when its step completed
+	// (Unix nanoseconds, the agent's clock).
+	now func() int64
 }
 
 func newProgressBook() *progressBook {
-	return &progressBook{workers: map[int32]*roverv1.WorkerProgress{}, ready: make(chan struct{}, 1)}
+	return &progressBook{workers: map[int32]*roverv1.WorkerProgress{}, ready: make(chan struct{}, 1),
+		now: func() int64 { return time.Now().UnixNano() }}
 }
 
 // add records one report of a worker of round.
@@ -43,6 +48,11 @@ func (b *progressBook) add(round int64, p *roverv1.WorkerProgress) {
 		b.workers[p.GetLocalRank()] = w
 	}
 	w.Step = p.GetStep()
+	// When the newest step completed: as the worker says, else its receipt.
+	w.StepUnixNanos = p.GetStepUnixNanos()
+	if w.StepUnixNanos == 0 {
+		w.StepUnixNanos = b.now()
+	}
 	w.Steps += p.GetSteps()
 	w.WallSeconds += p.GetWallSeconds()
 	w.CpuSeconds += p.GetCpuSeconds()
@@ -96,6 +106,9 @@ func checkProgress(p *roverv1.WorkerProgress, localWorldSize int) error {
 	}
 	if p.GetStep() < 0 || p.GetSteps() < 0 {
 		errs = append(errs, fmt.Errorf("step %d and steps %d must not be negative", p.GetStep(), p.GetSteps()))
+	}
+	if p.GetStepUnixNanos() < 0 {
+		errs = append(errs, fmt.Errorf("step_unix_nanos %d must not be negative (0: unknown, the agent stamps the receipt)", p.GetStepUnixNanos()))
 	}
 	for _, v := range []float64{p.GetWallSeconds(), p.GetCpuSeconds()} {
 		if v < 0 || math.IsNaN(v) || math.IsInf(v, 0) {

@@ -26,11 +26,20 @@ func TestProgressBook(t *testing.T) {
 	if w := b.take().GetWorkers(); len(w) != 1 || w[0].GetStep() != 7 || w[0].GetSteps() != 5 || w[0].GetWallSeconds() != 3 {
 		t.Fatalf("sums: %v", w)
 	}
+	// The newest step's time: the worker's, else the report's receipt.
+	b.now = func() int64 { return 42 }
+	b.add(4, &roverv1.WorkerProgress{LocalRank: 0, Step: 8, StepUnixNanos: 7})
+	b.add(4, &roverv1.WorkerProgress{LocalRank: 1, Step: 8})
+	for _, w := range b.take().GetWorkers() {
+		if want := map[int32]int64{0: 7, 1: 42}[w.GetLocalRank()]; w.GetStepUnixNanos() != want {
+			t.Errorf("local rank %d: step_unix_nanos %d, want %d", w.GetLocalRank(), w.GetStepUnixNanos(), want)
+		}
+	}
 	b.devices = fakeDevices{{Index: 0, Utilization: 0, Xids: []int{79}}}
 	if d := b.take().GetDevices(); len(d) != 1 || d[0].GetXids()[0] != 79 {
 		t.Fatalf("devices: %v", d)
 	}
-	for _, bad := range []*roverv1.WorkerProgress{nil, {LocalRank: 2}, {Step: -1}, {WallSeconds: -1}} {
+	for _, bad := range []*roverv1.WorkerProgress{nil, {LocalRank: 2}, {Step: -1}, {WallSeconds: -1}, {StepUnixNanos: -1}} {
 		if checkProgress(bad, 2) == nil {
 			t.Errorf("%v passed the checks", bad)
 		}

@@ -4,9 +4,9 @@ import (
 	"context"
 	"log/slog"
 	"net"
-	"os"
-
 	"net/http"
+	"os"
+	"time"
 
 	"github.com/roverml/rover/api/rover/v1/roverv1connect"
 	"github.com/roverml/rover/internal/agent/ckptsaver"
@@ -110,6 +110,8 @@ func newAgent(cfg *runconfig.Config, opts Options) *agent {
 	a.incarnation = hostmaster.NewToken()[:16]
 	a.progress = newProgressBook()
 	a.progress.devices = opts.Devices
+	a.events = newEventQueue(eventQueueLimit)
+	a.life = newLifecycle(a.events, func() int64 { return time.Now().UnixNano() })
 	a.log = opts.Logger
 	return a
 }
@@ -291,6 +293,7 @@ func (a *agent) openSaver(token string) (*ckptsaver.Saver, error) {
 		NodeID: a.nodeID, MasterAddr: a.addr, Master: a.client, Retry: a.callMaster, Log: a.log,
 		Round:      func() int { _, round := a.joined.get(); return round },
 		AgreedStep: a.agreedMemoryStep,
+		Durable:    a.life.durable,
 	})
 }
 

@@ -240,8 +240,25 @@ func (a *agent) heartbeats(ctx context.Context, stream *connect.BidiStreamForCli
 	// per progressInterval while workers report.
 	p := time.NewTicker(progressInterval)
 	defer p.Stop()
-	beat := func(np *roverv1.NodeProgress) *roverv1.SessionRequest {
-		return &roverv1.SessionRequest{Msg: &roverv1.SessionRequest_Heartbeat{Heartbeat: &roverv1.Heartbeat{Progress: np}}}
+	// Node events go out at once when urgent (eventQueue.add): a queued
+	// event makes its own heartbeat (up to maxEventsPerBeat each, more beats
+	// at once for a longer queue); the others go with progress, at most
+	// once per progressInterval.
+	// Events a broken stream did not take go back to the queue, for the
+	// next session.
+	dropped := a.events.droppedCount()
+	send := func(np *roverv1.NodeProgress, events []*roverv1.NodeEvent) error {
+		hb := &roverv1.Heartbeat{Progress: np, Events: events, SentUnixNanos: time.Now().UnixNano()}
+		if err := stream.Send(&roverv1.SessionRequest{Msg: &roverv1.SessionRequest_Heartbeat{Heartbeat: hb}}); err != nil {
+			a.events.putBack(events)
+			return err
+		}
+		if d := a.events.droppedCount(); d > dropped {
+			a.log.Warn("dropped the oldest node events for the master's goodput accounting: more queued while the master was away than the agent keeps",
+				"dropped", d-dropped, "kept", eventQueueLimit)
+			dropped = d
+		}
+		return nil
 	}
 	// Closing the agent's side on every way out is what ends serve's
 	// Receive: the master then ends the stream. (Cancelling the context does
@@ -254,12 +271,18 @@ func (a *agent) heartbeats(ctx context.Context, stream *connect.BidiStreamForCli
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if err := stream.Send(beat(a.progress.take())); err != nil {
+			if err := send(a.progress.take(), a.events.take(maxEventsPerBeat)); err != nil {
 				return
 			}
 		case <-p.C:
-			if np := a.progress.take(); np != nil {
-				if err := stream.Send(beat(np)); err != nil {
+			if np := a.progress.take(); np != nil || a.events.pending() {
+				if err := send(np, a.events.take(maxEventsPerBeat)); err != nil {
+					return
+				}
+			}
+		case <-a.events.ready:
+			if events := a.events.take(maxEventsPerBeat); len(events) > 0 {
+				if err := send(nil, events); err != nil {
 					return
 				}
 			}

@@ -12,7 +12,9 @@ azblob:// URL: docs/flash-checkpoint.md); the master commits a step (its
 manifest, then the ``latest`` marker) once every rank of it is durable;
 ``wait()`` blocks until this rank's pending persistence is done; ``load()``
 falls back to the newest committed step in storage when the ranks hold no
-common step in memory.
+common step in memory. For the job's goodput, each save tells the agent how
+long it blocked training (save() to its commit), and a process's first
+load() when it began and what it found (docs/design/goodput.md).
 
 Without ``rover run`` (plain ``python train.py``, torchrun, a notebook) there
 is no agent, and the Checkpointer does the work itself (_direct.py), for a
@@ -46,6 +48,8 @@ from ._extras import ExtrasError
 __all__ = ["Checkpointer", "ExtrasError", "encode_header", "decode"]
 
 _EXTRA = "__rover_extra__"
+
+_STARTING = object()  # _report_restore's "loading began"
 
 _DTYPES = {}  # torch dtype -> (safetensors name, element size); filled lazily
 
@@ -186,6 +190,9 @@ class Checkpointer:
         # nothing became durable.
         self._persist_asked, self._save_error = False, None
         self._persist_step = None  # the step of the last save that asked for persistence
+        # This process's first load was reported to the agent as begun, and
+        # its end not yet (the DLRover checkpointers report it themselves).
+        self._restore_reported, self._restore_open = False, False
         # Without the agent: a Store (memory and a local directory).
         self._direct = None if _agent.under_rover() else _direct.Store(dir_or_url)
 
@@ -288,15 +295,16 @@ class Checkpointer:
         if persist:
             self._persist_asked = True
             self._persist_step = step
+        began = time.monotonic_ns()  # the save blocks training from here
         try:
-            self._save(step, state, persist)
+            self._save(step, state, persist, began)
         except BaseException as e:
             if persist:
                 self._save_error = e
             raise
         progress._record(step, progress.CHECKPOINT)
 
-    def _save(self, step, state, persist):
+    def _save(self, step, state, persist, began):
         if self._direct is not None:
             rank, world, dist = _direct.rank_world()
             flat, extra, head, offsets, size = self._layout(step, state, rank, world)
@@ -311,11 +319,17 @@ class Checkpointer:
         flat, extra, head, offsets, size = self._layout(step, state)
         slot = _agent.call("CheckpointBegin", {"localRank": self.local_rank, "step": str(step), "size": str(size)})
         self._place(self._map(slot["path"]), int(slot.get("offset", 0)), flat, extra, head, offsets)
-        commit = {"localRank": self.local_rank, "step": str(step), "length": str(size), "persist": bool(persist)}
+        # The node's savers (one in replicated mode) and how long this save
+        # blocked training: the agent reports each step's longest to the
+        # master, whose goodput counts it as checkpoint badput.
+        savers = 1 if self.mode == "replicated" else int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+        commit = {"localRank": self.local_rank, "step": str(step), "length": str(size), "persist": bool(persist),
+                  "nodeSavers": savers}
         if self.url:
             # Whose file it is, for the agent to persist, also when the
             # workers fail; where it goes is the job's storage.
             commit.update(rank=self.rank, worldSize=int(os.environ.get("WORLD_SIZE", "1")), mode=self.mode)
+        commit["blockingNanos"] = str(time.monotonic_ns() - began)
         _agent.call("CheckpointCommit", commit)
 
     def _place(self, buf, base, flat, extra, head, offsets):
@@ -414,7 +428,21 @@ class Checkpointer:
         process memory and the newest committed step in storage that
         validates (in sharded mode this rank's file, in replicated mode rank
         0's or, if it is damaged, another rank's)."""
+        return self._load(into, finish=True)
+
+    def _load(self, into=None, finish=True):
+        """load(); with finish False, a first load's end is left for the
+        caller to report (_finish_restore): what the DLRover checkpointers
+        do, which may go on to load a file of their own."""
         self._into, self.restored_from = into, None
+        if self._direct is None and not self._restore_reported:
+            self._report_restore()
+            self._restore_reported = True
+            restored = self._load_agent()
+            self._restore_open = True
+            if finish:
+                self._finish_restore(restored[0] if restored else None, self.restored_from)
+            return restored
         if self._direct is not None:
             rank, world, dist = _direct.rank_world()
             found = self._direct.source(rank, world, dist, verify=True)
@@ -424,6 +452,33 @@ class Checkpointer:
             self.restored_from = "memory" if buf is self._direct.buf else "storage"
             # A file's buffer is this load's own: its tensors may alias it.
             return self._decode(buf, 0, length, step, None, alias=buf is not self._direct.buf)
+        return self._load_agent()
+
+    def _finish_restore(self, step, source):
+        """Reports the end of this process's first load, once: step loaded
+        from source ("memory" or "storage"), or None, None (nothing)."""
+        if not self._restore_open:
+            return
+        self._restore_open = False
+        self._report_restore(step, source)
+
+    def _report_restore(self, step=None, source=_STARTING):
+        """Tells the agent this process began loading (no arguments) or what
+        it loaded (step from source "memory" or "storage"; None: nothing),
+        for the node's restore events in the master's goodput accounting.
+        Best effort: a failed report never fails the load."""
+        req = {"localRank": self.local_rank}
+        if source is not _STARTING:
+            source = {"memory": "CHECKPOINT_SOURCE_MEMORY", "storage": "CHECKPOINT_SOURCE_STORAGE"}.get(
+                source if step is not None else None, "CHECKPOINT_SOURCE_NONE")
+            req.update(finished=True, step=str(step if source != "CHECKPOINT_SOURCE_NONE" else -1), source=source)
+        try:
+            _agent.call("ReportRestore", req, timeout=5.0)
+        except _agent.AgentError:
+            pass
+
+    def _load_agent(self):
+        """load() under ``rover run``."""
         snaps, agreed = self._snapshots()
         if self._last_saved is not None:
             agreed, snaps = self._last_saved, self._wait_for(self._last_saved, snaps)

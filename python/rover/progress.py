@@ -13,7 +13,9 @@ adds one line to its training loop::
 
 Outside ``rover run`` every call is a no-op. Reports are cheap: the step and
 its wall-clock and CPU time are recorded in process, and sent to the agent
-at most about once a second, never once per step. The sources rank
+at most about once a second, never once per step, with the wall-clock time
+the newest step completed (the master's goodput accounting times steps by
+it). The sources rank
 ``step()`` > checkpoint saves > sampler batches: once a process used a
 higher one, the lower ones are ignored, so a step is never counted twice.
 Standard library only. docs/design/hang-and-stragglers.md has the design.
@@ -44,6 +46,7 @@ class _Reporter:
         self.source = 0
         self.step = None
         self.at = None  # monotonic and CPU time of the newest step
+        self.at_ns = 0  # its wall-clock time (Unix nanoseconds)
         self.steps, self.wall, self.cpu = 0, 0.0, 0.0
         self.sent_at = None
         self.failures = 0
@@ -62,6 +65,7 @@ class _Reporter:
             self.wall += now - self.at[0]
             self.cpu += cpu - self.at[1]
         self.step, self.at = step, (now, cpu)
+        self.at_ns = time.time_ns()  # when it completed, in the agent's clock
         if self.sent_at is None or now - self.sent_at >= _INTERVAL:
             self.send(now)
 
@@ -69,7 +73,8 @@ class _Reporter:
         if self.failures >= 3:
             return  # the agent does not take reports (an older agent): stop asking
         req = {"progress": {"localRank": self.local_rank, "rank": self.rank, "step": str(self.step),
-                            "steps": str(self.steps), "wallSeconds": self.wall, "cpuSeconds": self.cpu}}
+                            "steps": str(self.steps), "wallSeconds": self.wall, "cpuSeconds": self.cpu,
+                            "stepUnixNanos": str(self.at_ns)}}
         try:
             _agent.call("ReportProgress", req, timeout=5.0)
             self.failures = 0

@@ -257,9 +257,19 @@ type CheckpointCommitRequest struct {
 	Persist bool `protobuf:"varint,4,opt,name=persist,proto3" json:"persist,omitempty"`
 	// The checkpoint's ranks: the global rank saving, the world size, and the
 	// mode ("sharded": every rank's file is needed; "replicated": any one is).
-	Rank          int32  `protobuf:"varint,6,opt,name=rank,proto3" json:"rank,omitempty"`
-	WorldSize     int32  `protobuf:"varint,7,opt,name=world_size,json=worldSize,proto3" json:"world_size,omitempty"`
-	Mode          string `protobuf:"bytes,8,opt,name=mode,proto3" json:"mode,omitempty"`
+	Rank      int32  `protobuf:"varint,6,opt,name=rank,proto3" json:"rank,omitempty"`
+	WorldSize int32  `protobuf:"varint,7,opt,name=world_size,json=worldSize,proto3" json:"world_size,omitempty"`
+	Mode      string `protobuf:"bytes,8,opt,name=mode,proto3" json:"mode,omitempty"`
+	// How long the save blocked the worker's training, from the
+	// checkpointer's save() call to this commit (0: not measured); the agent
+	// reports the longest of its workers' for each step (NodeEvent
+	// CHECKPOINT_SAVED).
+	BlockingNanos int64 `protobuf:"varint,10,opt,name=blocking_nanos,json=blockingNanos,proto3" json:"blocking_nanos,omitempty"`
+	// Local ranks that commit each step on this node: the node's workers
+	// ("sharded"), or 1 when one local rank keeps the node's copy
+	// ("replicated"); 0: the node's workers. The agent reports a step's save
+	// once that many committed it.
+	NodeSavers    int32 `protobuf:"varint,11,opt,name=node_savers,json=nodeSavers,proto3" json:"node_savers,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -343,6 +353,20 @@ func (x *CheckpointCommitRequest) GetMode() string {
 	return ""
 }
 
+func (x *CheckpointCommitRequest) GetBlockingNanos() int64 {
+	if x != nil {
+		return x.BlockingNanos
+	}
+	return 0
+}
+
+func (x *CheckpointCommitRequest) GetNodeSavers() int32 {
+	if x != nil {
+		return x.NodeSavers
+	}
+	return 0
+}
+
 type CheckpointCommitResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -379,6 +403,112 @@ func (*CheckpointCommitResponse) Descriptor() ([]byte, []int) {
 	return file_api_rover_v1_agent_proto_rawDescGZIP(), []int{5}
 }
 
+type ReportRestoreRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	LocalRank int32                  `protobuf:"varint,1,opt,name=local_rank,json=localRank,proto3" json:"local_rank,omitempty"`
+	// False: loading began; true: it ended, with step and source.
+	Finished bool `protobuf:"varint,2,opt,name=finished,proto3" json:"finished,omitempty"`
+	// The step loaded, -1 when there was nothing to load (source NONE).
+	Step          int64            `protobuf:"varint,3,opt,name=step,proto3" json:"step,omitempty"`
+	Source        CheckpointSource `protobuf:"varint,4,opt,name=source,proto3,enum=rover.v1.CheckpointSource" json:"source,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportRestoreRequest) Reset() {
+	*x = ReportRestoreRequest{}
+	mi := &file_api_rover_v1_agent_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportRestoreRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportRestoreRequest) ProtoMessage() {}
+
+func (x *ReportRestoreRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_rover_v1_agent_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportRestoreRequest.ProtoReflect.Descriptor instead.
+func (*ReportRestoreRequest) Descriptor() ([]byte, []int) {
+	return file_api_rover_v1_agent_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *ReportRestoreRequest) GetLocalRank() int32 {
+	if x != nil {
+		return x.LocalRank
+	}
+	return 0
+}
+
+func (x *ReportRestoreRequest) GetFinished() bool {
+	if x != nil {
+		return x.Finished
+	}
+	return false
+}
+
+func (x *ReportRestoreRequest) GetStep() int64 {
+	if x != nil {
+		return x.Step
+	}
+	return 0
+}
+
+func (x *ReportRestoreRequest) GetSource() CheckpointSource {
+	if x != nil {
+		return x.Source
+	}
+	return CheckpointSource_CHECKPOINT_SOURCE_UNSPECIFIED
+}
+
+type ReportRestoreResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportRestoreResponse) Reset() {
+	*x = ReportRestoreResponse{}
+	mi := &file_api_rover_v1_agent_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportRestoreResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportRestoreResponse) ProtoMessage() {}
+
+func (x *ReportRestoreResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_rover_v1_agent_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportRestoreResponse.ProtoReflect.Descriptor instead.
+func (*ReportRestoreResponse) Descriptor() ([]byte, []int) {
+	return file_api_rover_v1_agent_proto_rawDescGZIP(), []int{7}
+}
+
 type CheckpointWaitRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	LocalRank     int32                  `protobuf:"varint,1,opt,name=local_rank,json=localRank,proto3" json:"local_rank,omitempty"`
@@ -388,7 +518,7 @@ type CheckpointWaitRequest struct {
 
 func (x *CheckpointWaitRequest) Reset() {
 	*x = CheckpointWaitRequest{}
-	mi := &file_api_rover_v1_agent_proto_msgTypes[6]
+	mi := &file_api_rover_v1_agent_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -400,7 +530,7 @@ func (x *CheckpointWaitRequest) String() string {
 func (*CheckpointWaitRequest) ProtoMessage() {}
 
 func (x *CheckpointWaitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_agent_proto_msgTypes[6]
+	mi := &file_api_rover_v1_agent_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -413,7 +543,7 @@ func (x *CheckpointWaitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointWaitRequest.ProtoReflect.Descriptor instead.
 func (*CheckpointWaitRequest) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_agent_proto_rawDescGZIP(), []int{6}
+	return file_api_rover_v1_agent_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *CheckpointWaitRequest) GetLocalRank() int32 {
@@ -442,7 +572,7 @@ type CheckpointWaitResponse struct {
 
 func (x *CheckpointWaitResponse) Reset() {
 	*x = CheckpointWaitResponse{}
-	mi := &file_api_rover_v1_agent_proto_msgTypes[7]
+	mi := &file_api_rover_v1_agent_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -454,7 +584,7 @@ func (x *CheckpointWaitResponse) String() string {
 func (*CheckpointWaitResponse) ProtoMessage() {}
 
 func (x *CheckpointWaitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_agent_proto_msgTypes[7]
+	mi := &file_api_rover_v1_agent_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -467,7 +597,7 @@ func (x *CheckpointWaitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointWaitResponse.ProtoReflect.Descriptor instead.
 func (*CheckpointWaitResponse) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_agent_proto_rawDescGZIP(), []int{7}
+	return file_api_rover_v1_agent_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CheckpointWaitResponse) GetDurableStep() int64 {
@@ -516,7 +646,7 @@ type CheckpointRestoreRequest struct {
 
 func (x *CheckpointRestoreRequest) Reset() {
 	*x = CheckpointRestoreRequest{}
-	mi := &file_api_rover_v1_agent_proto_msgTypes[8]
+	mi := &file_api_rover_v1_agent_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -528,7 +658,7 @@ func (x *CheckpointRestoreRequest) String() string {
 func (*CheckpointRestoreRequest) ProtoMessage() {}
 
 func (x *CheckpointRestoreRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_agent_proto_msgTypes[8]
+	mi := &file_api_rover_v1_agent_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -541,7 +671,7 @@ func (x *CheckpointRestoreRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointRestoreRequest.ProtoReflect.Descriptor instead.
 func (*CheckpointRestoreRequest) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_agent_proto_rawDescGZIP(), []int{8}
+	return file_api_rover_v1_agent_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CheckpointRestoreRequest) GetLocalRank() int32 {
@@ -568,7 +698,7 @@ type CheckpointRestoreResponse struct {
 
 func (x *CheckpointRestoreResponse) Reset() {
 	*x = CheckpointRestoreResponse{}
-	mi := &file_api_rover_v1_agent_proto_msgTypes[9]
+	mi := &file_api_rover_v1_agent_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -580,7 +710,7 @@ func (x *CheckpointRestoreResponse) String() string {
 func (*CheckpointRestoreResponse) ProtoMessage() {}
 
 func (x *CheckpointRestoreResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_agent_proto_msgTypes[9]
+	mi := &file_api_rover_v1_agent_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -593,7 +723,7 @@ func (x *CheckpointRestoreResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointRestoreResponse.ProtoReflect.Descriptor instead.
 func (*CheckpointRestoreResponse) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_agent_proto_rawDescGZIP(), []int{9}
+	return file_api_rover_v1_agent_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *CheckpointRestoreResponse) GetFound() bool {
@@ -619,7 +749,7 @@ type CheckpointSnapshotsRequest struct {
 
 func (x *CheckpointSnapshotsRequest) Reset() {
 	*x = CheckpointSnapshotsRequest{}
-	mi := &file_api_rover_v1_agent_proto_msgTypes[10]
+	mi := &file_api_rover_v1_agent_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -631,7 +761,7 @@ func (x *CheckpointSnapshotsRequest) String() string {
 func (*CheckpointSnapshotsRequest) ProtoMessage() {}
 
 func (x *CheckpointSnapshotsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_agent_proto_msgTypes[10]
+	mi := &file_api_rover_v1_agent_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -644,7 +774,7 @@ func (x *CheckpointSnapshotsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointSnapshotsRequest.ProtoReflect.Descriptor instead.
 func (*CheckpointSnapshotsRequest) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_agent_proto_rawDescGZIP(), []int{10}
+	return file_api_rover_v1_agent_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *CheckpointSnapshotsRequest) GetLocalRank() int32 {
@@ -666,7 +796,7 @@ type CheckpointSnapshot struct {
 
 func (x *CheckpointSnapshot) Reset() {
 	*x = CheckpointSnapshot{}
-	mi := &file_api_rover_v1_agent_proto_msgTypes[11]
+	mi := &file_api_rover_v1_agent_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -678,7 +808,7 @@ func (x *CheckpointSnapshot) String() string {
 func (*CheckpointSnapshot) ProtoMessage() {}
 
 func (x *CheckpointSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_agent_proto_msgTypes[11]
+	mi := &file_api_rover_v1_agent_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -691,7 +821,7 @@ func (x *CheckpointSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointSnapshot.ProtoReflect.Descriptor instead.
 func (*CheckpointSnapshot) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_agent_proto_rawDescGZIP(), []int{11}
+	return file_api_rover_v1_agent_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CheckpointSnapshot) GetStep() int64 {
@@ -736,7 +866,7 @@ type CheckpointSnapshotsResponse struct {
 
 func (x *CheckpointSnapshotsResponse) Reset() {
 	*x = CheckpointSnapshotsResponse{}
-	mi := &file_api_rover_v1_agent_proto_msgTypes[12]
+	mi := &file_api_rover_v1_agent_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -748,7 +878,7 @@ func (x *CheckpointSnapshotsResponse) String() string {
 func (*CheckpointSnapshotsResponse) ProtoMessage() {}
 
 func (x *CheckpointSnapshotsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_agent_proto_msgTypes[12]
+	mi := &file_api_rover_v1_agent_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -761,7 +891,7 @@ func (x *CheckpointSnapshotsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointSnapshotsResponse.ProtoReflect.Descriptor instead.
 func (*CheckpointSnapshotsResponse) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_agent_proto_rawDescGZIP(), []int{12}
+	return file_api_rover_v1_agent_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CheckpointSnapshotsResponse) GetSnapshots() []*CheckpointSnapshot {
@@ -788,7 +918,7 @@ type InfoRequest struct {
 
 func (x *InfoRequest) Reset() {
 	*x = InfoRequest{}
-	mi := &file_api_rover_v1_agent_proto_msgTypes[13]
+	mi := &file_api_rover_v1_agent_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -800,7 +930,7 @@ func (x *InfoRequest) String() string {
 func (*InfoRequest) ProtoMessage() {}
 
 func (x *InfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_agent_proto_msgTypes[13]
+	mi := &file_api_rover_v1_agent_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -813,7 +943,7 @@ func (x *InfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoRequest.ProtoReflect.Descriptor instead.
 func (*InfoRequest) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_agent_proto_rawDescGZIP(), []int{13}
+	return file_api_rover_v1_agent_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *InfoRequest) GetRank() int32 {
@@ -841,7 +971,7 @@ type InfoResponse struct {
 
 func (x *InfoResponse) Reset() {
 	*x = InfoResponse{}
-	mi := &file_api_rover_v1_agent_proto_msgTypes[14]
+	mi := &file_api_rover_v1_agent_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -853,7 +983,7 @@ func (x *InfoResponse) String() string {
 func (*InfoResponse) ProtoMessage() {}
 
 func (x *InfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_agent_proto_msgTypes[14]
+	mi := &file_api_rover_v1_agent_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -866,7 +996,7 @@ func (x *InfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoResponse.ProtoReflect.Descriptor instead.
 func (*InfoResponse) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_agent_proto_rawDescGZIP(), []int{14}
+	return file_api_rover_v1_agent_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *InfoResponse) GetRunId() string {
@@ -952,7 +1082,7 @@ type CheckpointStorageRequest struct {
 
 func (x *CheckpointStorageRequest) Reset() {
 	*x = CheckpointStorageRequest{}
-	mi := &file_api_rover_v1_agent_proto_msgTypes[15]
+	mi := &file_api_rover_v1_agent_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -964,7 +1094,7 @@ func (x *CheckpointStorageRequest) String() string {
 func (*CheckpointStorageRequest) ProtoMessage() {}
 
 func (x *CheckpointStorageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_agent_proto_msgTypes[15]
+	mi := &file_api_rover_v1_agent_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -977,7 +1107,7 @@ func (x *CheckpointStorageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointStorageRequest.ProtoReflect.Descriptor instead.
 func (*CheckpointStorageRequest) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_agent_proto_rawDescGZIP(), []int{15}
+	return file_api_rover_v1_agent_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CheckpointStorageRequest) GetUrl() string {
@@ -1006,7 +1136,7 @@ type CheckpointStorageResponse struct {
 
 func (x *CheckpointStorageResponse) Reset() {
 	*x = CheckpointStorageResponse{}
-	mi := &file_api_rover_v1_agent_proto_msgTypes[16]
+	mi := &file_api_rover_v1_agent_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1018,7 +1148,7 @@ func (x *CheckpointStorageResponse) String() string {
 func (*CheckpointStorageResponse) ProtoMessage() {}
 
 func (x *CheckpointStorageResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_agent_proto_msgTypes[16]
+	mi := &file_api_rover_v1_agent_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1031,7 +1161,7 @@ func (x *CheckpointStorageResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointStorageResponse.ProtoReflect.Descriptor instead.
 func (*CheckpointStorageResponse) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_agent_proto_rawDescGZIP(), []int{16}
+	return file_api_rover_v1_agent_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *CheckpointStorageResponse) GetUrl() string {
@@ -1052,7 +1182,7 @@ var File_api_rover_v1_agent_proto protoreflect.FileDescriptor
 
 const file_api_rover_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x18api/rover/v1/agent.proto\x12\brover.v1\x1a\x18api/rover/v1/shard.proto\x1a\x1bapi/rover/v1/progress.proto\"_\n" +
+	"\x18api/rover/v1/agent.proto\x12\brover.v1\x1a\x18api/rover/v1/shard.proto\x1a\x1bapi/rover/v1/progress.proto\x1a\x1aapi/rover/v1/goodput.proto\"_\n" +
 	"\x16CheckpointBeginRequest\x12\x1d\n" +
 	"\n" +
 	"local_rank\x18\x01 \x01(\x05R\tlocalRank\x12\x12\n" +
@@ -1067,7 +1197,7 @@ const file_api_rover_v1_agent_proto_rawDesc = "" +
 	"local_rank\x18\x01 \x01(\x05R\tlocalRank\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\x03R\x04size\"/\n" +
 	"\x19CheckpointReserveResponse\x12\x12\n" +
-	"\x04path\x18\x01 \x01(\tR\x04path\"\xdc\x01\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\"\xa4\x02\n" +
 	"\x17CheckpointCommitRequest\x12\x1d\n" +
 	"\n" +
 	"local_rank\x18\x01 \x01(\x05R\tlocalRank\x12\x12\n" +
@@ -1077,9 +1207,20 @@ const file_api_rover_v1_agent_proto_rawDesc = "" +
 	"\x04rank\x18\x06 \x01(\x05R\x04rank\x12\x1d\n" +
 	"\n" +
 	"world_size\x18\a \x01(\x05R\tworldSize\x12\x12\n" +
-	"\x04mode\x18\b \x01(\tR\x04modeJ\x04\b\x05\x10\x06J\x04\b\t\x10\n" +
+	"\x04mode\x18\b \x01(\tR\x04mode\x12%\n" +
+	"\x0eblocking_nanos\x18\n" +
+	" \x01(\x03R\rblockingNanos\x12\x1f\n" +
+	"\vnode_savers\x18\v \x01(\x05R\n" +
+	"nodeSaversJ\x04\b\x05\x10\x06J\x04\b\t\x10\n" +
 	"R\x03urlR\x04keep\"\x1a\n" +
-	"\x18CheckpointCommitResponse\"6\n" +
+	"\x18CheckpointCommitResponse\"\x99\x01\n" +
+	"\x14ReportRestoreRequest\x12\x1d\n" +
+	"\n" +
+	"local_rank\x18\x01 \x01(\x05R\tlocalRank\x12\x1a\n" +
+	"\bfinished\x18\x02 \x01(\bR\bfinished\x12\x12\n" +
+	"\x04step\x18\x03 \x01(\x03R\x04step\x122\n" +
+	"\x06source\x18\x04 \x01(\x0e2\x1a.rover.v1.CheckpointSourceR\x06source\"\x17\n" +
+	"\x15ReportRestoreResponse\"6\n" +
 	"\x15CheckpointWaitRequest\x12\x1d\n" +
 	"\n" +
 	"local_rank\x18\x01 \x01(\x05R\tlocalRank\"\xb9\x01\n" +
@@ -1131,7 +1272,7 @@ const file_api_rover_v1_agent_proto_rawDesc = "" +
 	"\x05_keep\"A\n" +
 	"\x19CheckpointStorageResponse\x12\x10\n" +
 	"\x03url\x18\x01 \x01(\tR\x03url\x12\x12\n" +
-	"\x04keep\x18\x02 \x01(\x05R\x04keep2\xd5\v\n" +
+	"\x04keep\x18\x02 \x01(\x05R\x04keep2\xa9\f\n" +
 	"\fAgentService\x127\n" +
 	"\x04Info\x12\x15.rover.v1.InfoRequest\x1a\x16.rover.v1.InfoResponse\"\x00\x12X\n" +
 	"\x0fRegisterDataset\x12 .rover.v1.RegisterDatasetRequest\x1a!.rover.v1.RegisterDatasetResponse\"\x00\x12L\n" +
@@ -1147,7 +1288,8 @@ const file_api_rover_v1_agent_proto_rawDesc = "" +
 	"\x10CheckpointCommit\x12!.rover.v1.CheckpointCommitRequest\x1a\".rover.v1.CheckpointCommitResponse\"\x00\x12U\n" +
 	"\x0eCheckpointWait\x12\x1f.rover.v1.CheckpointWaitRequest\x1a .rover.v1.CheckpointWaitResponse\"\x00\x12^\n" +
 	"\x11CheckpointRestore\x12\".rover.v1.CheckpointRestoreRequest\x1a#.rover.v1.CheckpointRestoreResponse\"\x00\x12d\n" +
-	"\x13CheckpointSnapshots\x12$.rover.v1.CheckpointSnapshotsRequest\x1a%.rover.v1.CheckpointSnapshotsResponse\"\x00\x12U\n" +
+	"\x13CheckpointSnapshots\x12$.rover.v1.CheckpointSnapshotsRequest\x1a%.rover.v1.CheckpointSnapshotsResponse\"\x00\x12R\n" +
+	"\rReportRestore\x12\x1e.rover.v1.ReportRestoreRequest\x1a\x1f.rover.v1.ReportRestoreResponse\"\x00\x12U\n" +
 	"\x0eReportProgress\x12\x1f.rover.v1.ReportProgressRequest\x1a .rover.v1.ReportProgressResponse\"\x00\x12^\n" +
 	"\x11CheckpointStorage\x12\".rover.v1.CheckpointStorageRequest\x1a#.rover.v1.CheckpointStorageResponse\"\x00B/Z-github.com/roverml/rover/api/rover/v1;roverv1b\x06proto3"
 
@@ -1163,7 +1305,7 @@ func file_api_rover_v1_agent_proto_rawDescGZIP() []byte {
 	return file_api_rover_v1_agent_proto_rawDescData
 }
 
-var file_api_rover_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_api_rover_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_api_rover_v1_agent_proto_goTypes = []any{
 	(*CheckpointBeginRequest)(nil),      // 0: rover.v1.CheckpointBeginRequest
 	(*CheckpointBeginResponse)(nil),     // 1: rover.v1.CheckpointBeginResponse
@@ -1171,78 +1313,84 @@ var file_api_rover_v1_agent_proto_goTypes = []any{
 	(*CheckpointReserveResponse)(nil),   // 3: rover.v1.CheckpointReserveResponse
 	(*CheckpointCommitRequest)(nil),     // 4: rover.v1.CheckpointCommitRequest
 	(*CheckpointCommitResponse)(nil),    // 5: rover.v1.CheckpointCommitResponse
-	(*CheckpointWaitRequest)(nil),       // 6: rover.v1.CheckpointWaitRequest
-	(*CheckpointWaitResponse)(nil),      // 7: rover.v1.CheckpointWaitResponse
-	(*CheckpointRestoreRequest)(nil),    // 8: rover.v1.CheckpointRestoreRequest
-	(*CheckpointRestoreResponse)(nil),   // 9: rover.v1.CheckpointRestoreResponse
-	(*CheckpointSnapshotsRequest)(nil),  // 10: rover.v1.CheckpointSnapshotsRequest
-	(*CheckpointSnapshot)(nil),          // 11: rover.v1.CheckpointSnapshot
-	(*CheckpointSnapshotsResponse)(nil), // 12: rover.v1.CheckpointSnapshotsResponse
-	(*InfoRequest)(nil),                 // 13: rover.v1.InfoRequest
-	(*InfoResponse)(nil),                // 14: rover.v1.InfoResponse
-	(*CheckpointStorageRequest)(nil),    // 15: rover.v1.CheckpointStorageRequest
-	(*CheckpointStorageResponse)(nil),   // 16: rover.v1.CheckpointStorageResponse
-	(*RegisterDatasetRequest)(nil),      // 17: rover.v1.RegisterDatasetRequest
-	(*LeaseShardsRequest)(nil),          // 18: rover.v1.LeaseShardsRequest
-	(*CompleteShardsRequest)(nil),       // 19: rover.v1.CompleteShardsRequest
-	(*GetPositionRequest)(nil),          // 20: rover.v1.GetPositionRequest
-	(*AdvancePositionRequest)(nil),      // 21: rover.v1.AdvancePositionRequest
-	(*AppendStreamRequest)(nil),         // 22: rover.v1.AppendStreamRequest
-	(*DatasetStateRequest)(nil),         // 23: rover.v1.DatasetStateRequest
-	(*RestoreDatasetRequest)(nil),       // 24: rover.v1.RestoreDatasetRequest
-	(*ReportProgressRequest)(nil),       // 25: rover.v1.ReportProgressRequest
-	(*RegisterDatasetResponse)(nil),     // 26: rover.v1.RegisterDatasetResponse
-	(*LeaseShardsResponse)(nil),         // 27: rover.v1.LeaseShardsResponse
-	(*CompleteShardsResponse)(nil),      // 28: rover.v1.CompleteShardsResponse
-	(*GetPositionResponse)(nil),         // 29: rover.v1.GetPositionResponse
-	(*AdvancePositionResponse)(nil),     // 30: rover.v1.AdvancePositionResponse
-	(*AppendStreamResponse)(nil),        // 31: rover.v1.AppendStreamResponse
-	(*DatasetStateResponse)(nil),        // 32: rover.v1.DatasetStateResponse
-	(*RestoreDatasetResponse)(nil),      // 33: rover.v1.RestoreDatasetResponse
-	(*ReportProgressResponse)(nil),      // 34: rover.v1.ReportProgressResponse
+	(*ReportRestoreRequest)(nil),        // 6: rover.v1.ReportRestoreRequest
+	(*ReportRestoreResponse)(nil),       // 7: rover.v1.ReportRestoreResponse
+	(*CheckpointWaitRequest)(nil),       // 8: rover.v1.CheckpointWaitRequest
+	(*CheckpointWaitResponse)(nil),      // 9: rover.v1.CheckpointWaitResponse
+	(*CheckpointRestoreRequest)(nil),    // 10: rover.v1.CheckpointRestoreRequest
+	(*CheckpointRestoreResponse)(nil),   // 11: rover.v1.CheckpointRestoreResponse
+	(*CheckpointSnapshotsRequest)(nil),  // 12: rover.v1.CheckpointSnapshotsRequest
+	(*CheckpointSnapshot)(nil),          // 13: rover.v1.CheckpointSnapshot
+	(*CheckpointSnapshotsResponse)(nil), // 14: rover.v1.CheckpointSnapshotsResponse
+	(*InfoRequest)(nil),                 // 15: rover.v1.InfoRequest
+	(*InfoResponse)(nil),                // 16: rover.v1.InfoResponse
+	(*CheckpointStorageRequest)(nil),    // 17: rover.v1.CheckpointStorageRequest
+	(*CheckpointStorageResponse)(nil),   // 18: rover.v1.CheckpointStorageResponse
+	(CheckpointSource)(0),               // 19: rover.v1.CheckpointSource
+	(*RegisterDatasetRequest)(nil),      // 20: rover.v1.RegisterDatasetRequest
+	(*LeaseShardsRequest)(nil),          // 21: rover.v1.LeaseShardsRequest
+	(*CompleteShardsRequest)(nil),       // 22: rover.v1.CompleteShardsRequest
+	(*GetPositionRequest)(nil),          // 23: rover.v1.GetPositionRequest
+	(*AdvancePositionRequest)(nil),      // 24: rover.v1.AdvancePositionRequest
+	(*AppendStreamRequest)(nil),         // 25: rover.v1.AppendStreamRequest
+	(*DatasetStateRequest)(nil),         // 26: rover.v1.DatasetStateRequest
+	(*RestoreDatasetRequest)(nil),       // 27: rover.v1.RestoreDatasetRequest
+	(*ReportProgressRequest)(nil),       // 28: rover.v1.ReportProgressRequest
+	(*RegisterDatasetResponse)(nil),     // 29: rover.v1.RegisterDatasetResponse
+	(*LeaseShardsResponse)(nil),         // 30: rover.v1.LeaseShardsResponse
+	(*CompleteShardsResponse)(nil),      // 31: rover.v1.CompleteShardsResponse
+	(*GetPositionResponse)(nil),         // 32: rover.v1.GetPositionResponse
+	(*AdvancePositionResponse)(nil),     // 33: rover.v1.AdvancePositionResponse
+	(*AppendStreamResponse)(nil),        // 34: rover.v1.AppendStreamResponse
+	(*DatasetStateResponse)(nil),        // 35: rover.v1.DatasetStateResponse
+	(*RestoreDatasetResponse)(nil),      // 36: rover.v1.RestoreDatasetResponse
+	(*ReportProgressResponse)(nil),      // 37: rover.v1.ReportProgressResponse
 }
 var file_api_rover_v1_agent_proto_depIdxs = []int32{
-	11, // 0: rover.v1.CheckpointRestoreResponse.snapshot:type_name -> rover.v1.CheckpointSnapshot
-	11, // 1: rover.v1.CheckpointSnapshotsResponse.snapshots:type_name -> rover.v1.CheckpointSnapshot
-	13, // 2: rover.v1.AgentService.Info:input_type -> rover.v1.InfoRequest
-	17, // 3: rover.v1.AgentService.RegisterDataset:input_type -> rover.v1.RegisterDatasetRequest
-	18, // 4: rover.v1.AgentService.LeaseShards:input_type -> rover.v1.LeaseShardsRequest
-	19, // 5: rover.v1.AgentService.CompleteShards:input_type -> rover.v1.CompleteShardsRequest
-	20, // 6: rover.v1.AgentService.GetPosition:input_type -> rover.v1.GetPositionRequest
-	21, // 7: rover.v1.AgentService.AdvancePosition:input_type -> rover.v1.AdvancePositionRequest
-	22, // 8: rover.v1.AgentService.AppendStream:input_type -> rover.v1.AppendStreamRequest
-	23, // 9: rover.v1.AgentService.GetDatasetState:input_type -> rover.v1.DatasetStateRequest
-	24, // 10: rover.v1.AgentService.RestoreDataset:input_type -> rover.v1.RestoreDatasetRequest
-	0,  // 11: rover.v1.AgentService.CheckpointBegin:input_type -> rover.v1.CheckpointBeginRequest
-	2,  // 12: rover.v1.AgentService.CheckpointReserve:input_type -> rover.v1.CheckpointReserveRequest
-	4,  // 13: rover.v1.AgentService.CheckpointCommit:input_type -> rover.v1.CheckpointCommitRequest
-	6,  // 14: rover.v1.AgentService.CheckpointWait:input_type -> rover.v1.CheckpointWaitRequest
-	8,  // 15: rover.v1.AgentService.CheckpointRestore:input_type -> rover.v1.CheckpointRestoreRequest
-	10, // 16: rover.v1.AgentService.CheckpointSnapshots:input_type -> rover.v1.CheckpointSnapshotsRequest
-	25, // 17: rover.v1.AgentService.ReportProgress:input_type -> rover.v1.ReportProgressRequest
-	15, // 18: rover.v1.AgentService.CheckpointStorage:input_type -> rover.v1.CheckpointStorageRequest
-	14, // 19: rover.v1.AgentService.Info:output_type -> rover.v1.InfoResponse
-	26, // 20: rover.v1.AgentService.RegisterDataset:output_type -> rover.v1.RegisterDatasetResponse
-	27, // 21: rover.v1.AgentService.LeaseShards:output_type -> rover.v1.LeaseShardsResponse
-	28, // 22: rover.v1.AgentService.CompleteShards:output_type -> rover.v1.CompleteShardsResponse
-	29, // 23: rover.v1.AgentService.GetPosition:output_type -> rover.v1.GetPositionResponse
-	30, // 24: rover.v1.AgentService.AdvancePosition:output_type -> rover.v1.AdvancePositionResponse
-	31, // 25: rover.v1.AgentService.AppendStream:output_type -> rover.v1.AppendStreamResponse
-	32, // 26: rover.v1.AgentService.GetDatasetState:output_type -> rover.v1.DatasetStateResponse
-	33, // 27: rover.v1.AgentService.RestoreDataset:output_type -> rover.v1.RestoreDatasetResponse
-	1,  // 28: rover.v1.AgentService.CheckpointBegin:output_type -> rover.v1.CheckpointBeginResponse
-	3,  // 29: rover.v1.AgentService.CheckpointReserve:output_type -> rover.v1.CheckpointReserveResponse
-	5,  // 30: rover.v1.AgentService.CheckpointCommit:output_type -> rover.v1.CheckpointCommitResponse
-	7,  // 31: rover.v1.AgentService.CheckpointWait:output_type -> rover.v1.CheckpointWaitResponse
-	9,  // 32: rover.v1.AgentService.CheckpointRestore:output_type -> rover.v1.CheckpointRestoreResponse
-	12, // 33: rover.v1.AgentService.CheckpointSnapshots:output_type -> rover.v1.CheckpointSnapshotsResponse
-	34, // 34: rover.v1.AgentService.ReportProgress:output_type -> rover.v1.ReportProgressResponse
-	16, // 35: rover.v1.AgentService.CheckpointStorage:output_type -> rover.v1.CheckpointStorageResponse
-	19, // [19:36] is the sub-list for method output_type
-	2,  // [2:19] is the sub-list for method input_type
-	2,  // [2:2] is the sub-list for extension type_name
-	2,  // [2:2] is the sub-list for extension extendee
-	0,  // [0:2] is the sub-list for field type_name
+	19, // 0: rover.v1.ReportRestoreRequest.source:type_name -> rover.v1.CheckpointSource
+	13, // 1: rover.v1.CheckpointRestoreResponse.snapshot:type_name -> rover.v1.CheckpointSnapshot
+	13, // 2: rover.v1.CheckpointSnapshotsResponse.snapshots:type_name -> rover.v1.CheckpointSnapshot
+	15, // 3: rover.v1.AgentService.Info:input_type -> rover.v1.InfoRequest
+	20, // 4: rover.v1.AgentService.RegisterDataset:input_type -> rover.v1.RegisterDatasetRequest
+	21, // 5: rover.v1.AgentService.LeaseShards:input_type -> rover.v1.LeaseShardsRequest
+	22, // 6: rover.v1.AgentService.CompleteShards:input_type -> rover.v1.CompleteShardsRequest
+	23, // 7: rover.v1.AgentService.GetPosition:input_type -> rover.v1.GetPositionRequest
+	24, // 8: rover.v1.AgentService.AdvancePosition:input_type -> rover.v1.AdvancePositionRequest
+	25, // 9: rover.v1.AgentService.AppendStream:input_type -> rover.v1.AppendStreamRequest
+	26, // 10: rover.v1.AgentService.GetDatasetState:input_type -> rover.v1.DatasetStateRequest
+	27, // 11: rover.v1.AgentService.RestoreDataset:input_type -> rover.v1.RestoreDatasetRequest
+	0,  // 12: rover.v1.AgentService.CheckpointBegin:input_type -> rover.v1.CheckpointBeginRequest
+	2,  // 13: rover.v1.AgentService.CheckpointReserve:input_type -> rover.v1.CheckpointReserveRequest
+	4,  // 14: rover.v1.AgentService.CheckpointCommit:input_type -> rover.v1.CheckpointCommitRequest
+	8,  // 15: rover.v1.AgentService.CheckpointWait:input_type -> rover.v1.CheckpointWaitRequest
+	10, // 16: rover.v1.AgentService.CheckpointRestore:input_type -> rover.v1.CheckpointRestoreRequest
+	12, // 17: rover.v1.AgentService.CheckpointSnapshots:input_type -> rover.v1.CheckpointSnapshotsRequest
+	6,  // 18: rover.v1.AgentService.ReportRestore:input_type -> rover.v1.ReportRestoreRequest
+	28, // 19: rover.v1.AgentService.ReportProgress:input_type -> rover.v1.ReportProgressRequest
+	17, // 20: rover.v1.AgentService.CheckpointStorage:input_type -> rover.v1.CheckpointStorageRequest
+	16, // 21: rover.v1.AgentService.Info:output_type -> rover.v1.InfoResponse
+	29, // 22: rover.v1.AgentService.RegisterDataset:output_type -> rover.v1.RegisterDatasetResponse
+	30, // 23: rover.v1.AgentService.LeaseShards:output_type -> rover.v1.LeaseShardsResponse
+	31, // 24: rover.v1.AgentService.CompleteShards:output_type -> rover.v1.CompleteShardsResponse
+	32, // 25: rover.v1.AgentService.GetPosition:output_type -> rover.v1.GetPositionResponse
+	33, // 26: rover.v1.AgentService.AdvancePosition:output_type -> rover.v1.AdvancePositionResponse
+	34, // 27: rover.v1.AgentService.AppendStream:output_type -> rover.v1.AppendStreamResponse
+	35, // 28: rover.v1.AgentService.GetDatasetState:output_type -> rover.v1.DatasetStateResponse
+	36, // 29: rover.v1.AgentService.RestoreDataset:output_type -> rover.v1.RestoreDatasetResponse
+	1,  // 30: rover.v1.AgentService.CheckpointBegin:output_type -> rover.v1.CheckpointBeginResponse
+	3,  // 31: rover.v1.AgentService.CheckpointReserve:output_type -> rover.v1.CheckpointReserveResponse
+	5,  // 32: rover.v1.AgentService.CheckpointCommit:output_type -> rover.v1.CheckpointCommitResponse
+	9,  // 33: rover.v1.AgentService.CheckpointWait:output_type -> rover.v1.CheckpointWaitResponse
+	11, // 34: rover.v1.AgentService.CheckpointRestore:output_type -> rover.v1.CheckpointRestoreResponse
+	14, // 35: rover.v1.AgentService.CheckpointSnapshots:output_type -> rover.v1.CheckpointSnapshotsResponse
+	7,  // 36: rover.v1.AgentService.ReportRestore:output_type -> rover.v1.ReportRestoreResponse
+	37, // 37: rover.v1.AgentService.ReportProgress:output_type -> rover.v1.ReportProgressResponse
+	18, // 38: rover.v1.AgentService.CheckpointStorage:output_type -> rover.v1.CheckpointStorageResponse
+	21, // [21:39] is the sub-list for method output_type
+	3,  // [3:21] is the sub-list for method input_type
+	3,  // [3:3] is the sub-list for extension type_name
+	3,  // [3:3] is the sub-list for extension extendee
+	0,  // [0:3] is the sub-list for field type_name
 }
 
 func init() { file_api_rover_v1_agent_proto_init() }
@@ -1252,15 +1400,16 @@ func file_api_rover_v1_agent_proto_init() {
 	}
 	file_api_rover_v1_shard_proto_init()
 	file_api_rover_v1_progress_proto_init()
-	file_api_rover_v1_agent_proto_msgTypes[12].OneofWrappers = []any{}
-	file_api_rover_v1_agent_proto_msgTypes[15].OneofWrappers = []any{}
+	file_api_rover_v1_goodput_proto_init()
+	file_api_rover_v1_agent_proto_msgTypes[14].OneofWrappers = []any{}
+	file_api_rover_v1_agent_proto_msgTypes[17].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_rover_v1_agent_proto_rawDesc), len(file_api_rover_v1_agent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   17,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -221,6 +221,9 @@ func (p *persister) persist(ctx context.Context, j persistJob) (persisted bool, 
 	if err := p.report(ctx, req); err != nil {
 		return false, err
 	}
+	if p.cfg.Durable != nil {
+		p.cfg.Durable(j.local, j.step, j.round)
+	}
 	return true, nil
 }
 

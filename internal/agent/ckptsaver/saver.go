@@ -60,6 +60,10 @@ type Config struct {
 	Master     Master
 	Retry      Retry
 	Log        *slog.Logger
+	// Durable, when set, is told of each snapshot made durable and reported
+	// to the master: the local rank, the step and the round that saved it.
+	// It is called from the persisting goroutine and must not block.
+	Durable func(local int, step int64, round int)
 }
 
 // Saver is the node's flash-checkpoint saver.

@@ -82,6 +82,9 @@ const (
 	// AgentServiceCheckpointSnapshotsProcedure is the fully-qualified name of the AgentService's
 	// CheckpointSnapshots RPC.
 	AgentServiceCheckpointSnapshotsProcedure = "/rover.v1.AgentService/CheckpointSnapshots"
+	// AgentServiceReportRestoreProcedure is the fully-qualified name of the AgentService's
+	// ReportRestore RPC.
+	AgentServiceReportRestoreProcedure = "/rover.v1.AgentService/ReportRestore"
 	// AgentServiceReportProgressProcedure is the fully-qualified name of the AgentService's
 	// ReportProgress RPC.
 	AgentServiceReportProgressProcedure = "/rover.v1.AgentService/ReportProgress"
@@ -130,6 +133,13 @@ type AgentServiceClient interface {
 	CheckpointRestore(context.Context, *connect.Request[v1.CheckpointRestoreRequest]) (*connect.Response[v1.CheckpointRestoreResponse], error)
 	// CheckpointSnapshots lists the committed snapshots the worker's arena holds.
 	CheckpointSnapshots(context.Context, *connect.Request[v1.CheckpointSnapshotsRequest]) (*connect.Response[v1.CheckpointSnapshotsResponse], error)
+	// ReportRestore tells the agent that the worker's checkpointer began
+	// loading a checkpoint (finished false), and that it finished (the step
+	// loaded and where from; source NONE, step -1: nothing to load). The agent
+	// reports the node's restore to the master (NodeEvent RESTORE_STARTED and
+	// RESUMED, docs/design/goodput.md); only a worker's first report of each
+	// kind in its round counts.
+	ReportRestore(context.Context, *connect.Request[v1.ReportRestoreRequest]) (*connect.Response[v1.ReportRestoreResponse], error)
 	// ReportProgress records a worker's steps (rover.progress.step, each
 	// ElasticSampler batch, each checkpoint save); workers send it at most
 	// about once a second (api/rover/v1/progress.proto).
@@ -242,6 +252,12 @@ func NewAgentServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(agentServiceMethods.ByName("CheckpointSnapshots")),
 			connect.WithClientOptions(opts...),
 		),
+		reportRestore: connect.NewClient[v1.ReportRestoreRequest, v1.ReportRestoreResponse](
+			httpClient,
+			baseURL+AgentServiceReportRestoreProcedure,
+			connect.WithSchema(agentServiceMethods.ByName("ReportRestore")),
+			connect.WithClientOptions(opts...),
+		),
 		reportProgress: connect.NewClient[v1.ReportProgressRequest, v1.ReportProgressResponse](
 			httpClient,
 			baseURL+AgentServiceReportProgressProcedure,
@@ -274,6 +290,7 @@ type agentServiceClient struct {
 	checkpointWait      *connect.Client[v1.CheckpointWaitRequest, v1.CheckpointWaitResponse]
 	checkpointRestore   *connect.Client[v1.CheckpointRestoreRequest, v1.CheckpointRestoreResponse]
 	checkpointSnapshots *connect.Client[v1.CheckpointSnapshotsRequest, v1.CheckpointSnapshotsResponse]
+	reportRestore       *connect.Client[v1.ReportRestoreRequest, v1.ReportRestoreResponse]
 	reportProgress      *connect.Client[v1.ReportProgressRequest, v1.ReportProgressResponse]
 	checkpointStorage   *connect.Client[v1.CheckpointStorageRequest, v1.CheckpointStorageResponse]
 }
@@ -353,6 +370,11 @@ func (c *agentServiceClient) CheckpointSnapshots(ctx context.Context, req *conne
 	return c.checkpointSnapshots.CallUnary(ctx, req)
 }
 
+// ReportRestore calls rover.v1.AgentService.ReportRestore.
+func (c *agentServiceClient) ReportRestore(ctx context.Context, req *connect.Request[v1.ReportRestoreRequest]) (*connect.Response[v1.ReportRestoreResponse], error) {
+	return c.reportRestore.CallUnary(ctx, req)
+}
+
 // ReportProgress calls rover.v1.AgentService.ReportProgress.
 func (c *agentServiceClient) ReportProgress(ctx context.Context, req *connect.Request[v1.ReportProgressRequest]) (*connect.Response[v1.ReportProgressResponse], error) {
 	return c.reportProgress.CallUnary(ctx, req)
@@ -403,6 +425,13 @@ type AgentServiceHandler interface {
 	CheckpointRestore(context.Context, *connect.Request[v1.CheckpointRestoreRequest]) (*connect.Response[v1.CheckpointRestoreResponse], error)
 	// CheckpointSnapshots lists the committed snapshots the worker's arena holds.
 	CheckpointSnapshots(context.Context, *connect.Request[v1.CheckpointSnapshotsRequest]) (*connect.Response[v1.CheckpointSnapshotsResponse], error)
+	// ReportRestore tells the agent that the worker's checkpointer began
+	// loading a checkpoint (finished false), and that it finished (the step
+	// loaded and where from; source NONE, step -1: nothing to load). The agent
+	// reports the node's restore to the master (NodeEvent RESTORE_STARTED and
+	// RESUMED, docs/design/goodput.md); only a worker's first report of each
+	// kind in its round counts.
+	ReportRestore(context.Context, *connect.Request[v1.ReportRestoreRequest]) (*connect.Response[v1.ReportRestoreResponse], error)
 	// ReportProgress records a worker's steps (rover.progress.step, each
 	// ElasticSampler batch, each checkpoint save); workers send it at most
 	// about once a second (api/rover/v1/progress.proto).
@@ -511,6 +540,12 @@ func NewAgentServiceHandler(svc AgentServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(agentServiceMethods.ByName("CheckpointSnapshots")),
 		connect.WithHandlerOptions(opts...),
 	)
+	agentServiceReportRestoreHandler := connect.NewUnaryHandler(
+		AgentServiceReportRestoreProcedure,
+		svc.ReportRestore,
+		connect.WithSchema(agentServiceMethods.ByName("ReportRestore")),
+		connect.WithHandlerOptions(opts...),
+	)
 	agentServiceReportProgressHandler := connect.NewUnaryHandler(
 		AgentServiceReportProgressProcedure,
 		svc.ReportProgress,
@@ -555,6 +590,8 @@ func NewAgentServiceHandler(svc AgentServiceHandler, opts ...connect.HandlerOpti
 			agentServiceCheckpointRestoreHandler.ServeHTTP(w, r)
 		case AgentServiceCheckpointSnapshotsProcedure:
 			agentServiceCheckpointSnapshotsHandler.ServeHTTP(w, r)
+		case AgentServiceReportRestoreProcedure:
+			agentServiceReportRestoreHandler.ServeHTTP(w, r)
 		case AgentServiceReportProgressProcedure:
 			agentServiceReportProgressHandler.ServeHTTP(w, r)
 		case AgentServiceCheckpointStorageProcedure:
@@ -626,6 +663,10 @@ func (UnimplementedAgentServiceHandler) CheckpointRestore(context.Context, *conn
 
 func (UnimplementedAgentServiceHandler) CheckpointSnapshots(context.Context, *connect.Request[v1.CheckpointSnapshotsRequest]) (*connect.Response[v1.CheckpointSnapshotsResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("rover.v1.AgentService.CheckpointSnapshots is not implemented"))
+}
+
+func (UnimplementedAgentServiceHandler) ReportRestore(context.Context, *connect.Request[v1.ReportRestoreRequest]) (*connect.Response[v1.ReportRestoreResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("rover.v1.AgentService.ReportRestore is not implemented"))
 }
 
 func (UnimplementedAgentServiceHandler) ReportProgress(context.Context, *connect.Request[v1.ReportProgressRequest]) (*connect.Response[v1.ReportProgressResponse], error) {

@@ -78,13 +78,16 @@ class DdpCheckpointer(Checkpointer):
                                         f"(no {_flash.TRACKER}, no rank_<r>.pt)")
             self.loaded_step, state = found
             return _flash.with_step(state, self.loaded_step)
-        restored = self._ckpt.load()
+        restored = self._ckpt._load(finish=False)  # the restore's end is reported below
         if restored:
             self.loaded_step, state = restored
+            self._ckpt._finish_restore(self.loaded_step, self._ckpt.restored_from)
             return _flash.with_step(state, self.loaded_step)
         if isinstance(self.checkpoint_dir, str) and _flash.dlrover_step(self.checkpoint_dir) is not None:
             self.loaded_step, state = _flash.load_dlrover(self.checkpoint_dir, self._rank)
+            self._ckpt._finish_restore(self.loaded_step, "storage")
             return _flash.with_step(state, self.loaded_step)
+        self._ckpt._finish_restore(None, None)
         return {}
 
     def wait_latest_checkpoint(self, timeout=1800):
