@@ -302,7 +302,7 @@ func TestGoodputOverlays(t *testing.T) {
 		progressStep("a", 1, 1, time.Second),
 		progressStep("a", 1, 2, 2*time.Second),
 		{e: &Event{Type: EventNodeLost, Time: at(3 * time.Second), Node: "b", Reason: "silent"}}, // round 2 opens
-		{e: joinAt("a", 4*time.Second)}, // every old node stopped; one of two joined
+		{e: joinAt("a", 4*time.Second)},                                                          // every old node stopped; one of two joined
 		{e: joinAt("b", 14*time.Second)},
 	})
 	v := s.Goodput.View(at(14 * time.Second))
