@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"fmt"
 	"os"
 	"os/exec"
@@ -111,17 +110,19 @@ func relaunchOnce(b *testing.B, run int) []time.Duration {
 // lastEvents returns, per --log-times event, the latest time any of the 4
 // ranks logged it after since, once every rank has logged it (else zero).
 func lastEvents(path string, since time.Time) map[string]time.Time {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil
-	}
-	defer f.Close()
-	ranks := map[string]map[string]bool{}
+	return loggedByAll(path, 4, func(_ map[string]string, t time.Time) bool { return !t.Before(since) })
+}
+
+// loggedByAll returns, per --log-times event of the step log at path, the
+// latest time it was logged on the lines keep accepts, once ranks distinct
+// ranks have logged it (else zero).
+func loggedByAll(path string, ranks int, keep func(kv map[string]string, t time.Time) bool) map[string]time.Time {
+	s, _ := os.ReadFile(path)
+	seen := map[string]map[string]bool{}
 	last := map[string]time.Time{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
+	for _, line := range strings.Split(string(s), "\n") {
 		kv := map[string]string{}
-		for _, w := range strings.Fields(sc.Text()) {
+		for _, w := range strings.Fields(line) {
 			if k, v, ok := strings.Cut(w, "="); ok {
 				kv[k] = v
 			}
@@ -131,21 +132,21 @@ func lastEvents(path string, since time.Time) map[string]time.Time {
 			continue
 		}
 		t := time.Unix(0, int64(sec*1e9))
-		if t.Before(since) {
+		if !keep(kv, t) {
 			continue
 		}
 		e := kv["event"]
-		if ranks[e] == nil {
-			ranks[e] = map[string]bool{}
+		if seen[e] == nil {
+			seen[e] = map[string]bool{}
 		}
-		ranks[e][kv["rank"]] = true
+		seen[e][kv["rank"]] = true
 		if t.After(last[e]) {
 			last[e] = t
 		}
 	}
 	out := map[string]time.Time{}
-	for e, rs := range ranks {
-		if len(rs) == 4 {
+	for e, rs := range seen {
+		if len(rs) == ranks {
 			out[e] = last[e]
 		}
 	}
@@ -156,20 +157,11 @@ var slogTime = regexp.MustCompile(`time=(\S+)`)
 
 // logTime returns the time of the first slog line of text matching pattern.
 func logTime(b *testing.B, text, pattern string) time.Time {
-	re := regexp.MustCompile(pattern)
-	for _, line := range strings.Split(text, "\n") {
-		if !re.MatchString(line) {
-			continue
-		}
-		if m := slogTime.FindStringSubmatch(line); m != nil {
-			t, err := time.Parse(time.RFC3339Nano, m[1])
-			if err == nil {
-				return t
-			}
-		}
+	t := lineTime(text, pattern)
+	if t.IsZero() {
+		b.Fatalf("no log line matches %q in:\n%s", pattern, text)
 	}
-	b.Fatalf("no log line matches %q in:\n%s", pattern, text)
-	return time.Time{}
+	return t
 }
 
 func readFile(b *testing.B, path string) string {

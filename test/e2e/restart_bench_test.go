@@ -140,37 +140,7 @@ func savesOf(path string, restart, rank int) (pid int, steps []int) {
 // restartEvents returns, per --log-times event of restart, the latest time
 // either rank logged it, once both have (else zero).
 func restartEvents(path string, restart int) map[string]time.Time {
-	s, _ := os.ReadFile(path)
-	ranks := map[string]map[string]bool{}
-	last := map[string]time.Time{}
-	for _, line := range strings.Split(string(s), "\n") {
-		kv := map[string]string{}
-		for _, w := range strings.Fields(line) {
-			if k, v, ok := strings.Cut(w, "="); ok {
-				kv[k] = v
-			}
-		}
-		sec, err := strconv.ParseFloat(kv["t"], 64)
-		if err != nil || kv["restart"] != strconv.Itoa(restart) {
-			continue
-		}
-		t := time.Unix(0, int64(sec*1e9))
-		e := kv["event"]
-		if ranks[e] == nil {
-			ranks[e] = map[string]bool{}
-		}
-		ranks[e][kv["rank"]] = true
-		if t.After(last[e]) {
-			last[e] = t
-		}
-	}
-	out := map[string]time.Time{}
-	for e, rs := range ranks {
-		if len(rs) == 2 {
-			out[e] = last[e]
-		}
-	}
-	return out
+	return loggedByAll(path, 2, func(kv map[string]string, _ time.Time) bool { return kv["restart"] == strconv.Itoa(restart) })
 }
 
 // lineTime is the time of the first slog line of text matching pattern
