@@ -58,8 +58,16 @@ func submit(args ...string) []string {
 // killAgent kills the probe's node agent with SIGKILL and waits for the
 // worker's own child (sleep 600) to be gone while rover submit still runs.
 func killAgent(t *testing.T, tag string) {
-	agents := probeProcs(tag, "rover", "run")
-	sleeps := probeProcs(tag, "sleep", "600")
+	// "worker-up" comes before bash forks its sleep: wait for the child
+	// to be there, not for the line.
+	var agents, sleeps []int
+	waitNone(func() []string {
+		agents, sleeps = probeProcs(tag, "rover", "run"), probeProcs(tag, "sleep", "600")
+		if len(agents) == 1 && len(sleeps) == 1 {
+			return nil
+		}
+		return []string{"not yet"}
+	})
 	if len(agents) != 1 || len(sleeps) != 1 {
 		t.Fatalf("found agents %v and worker children %v, want one of each", agents, sleeps)
 	}
