@@ -32,6 +32,8 @@ Usage:
   rover operator [options]               run the Kubernetes operator of ElasticJobs
   rover status --master HOST:PORT        print a job's status
   rover bench rendezvous --nodes N       benchmark the rendezvous at scale
+  rover soak [--duration D] [--fault-rate F] [--faults worker,node,master,hang,slow] [--json]
+                                         goodput of a real DDP job under faults, against torchrun's
   rover version                          print the version
 
 "rover COMMAND --help" tells more. Invoked as dlrover-run, rover behaves as "rover run".
@@ -89,6 +91,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = runStatus(ctx, rest, stdout, stderr)
 	case "bench":
 		err = runBench(ctx, rest, stdout, stderr)
+	case "soak":
+		err = runSoak(ctx, rest, stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "rover", version)
 		return 0

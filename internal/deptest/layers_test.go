@@ -41,7 +41,7 @@ var layers = []struct {
 		"/internal/agent/standalone", "/internal/jobplan", "/internal/nvml", "/internal/bench",
 	}},
 	{"running whole jobs on a platform, and the operator that checks them with jobplan", []string{
-		"/internal/kubemaster", "/internal/submit", "/internal/operator",
+		"/internal/kubemaster", "/internal/submit", "/internal/operator", "/internal/soak",
 	}},
 	{"programs and end-to-end tests", []string{
 		"/cmd/...", "/test/...",
