@@ -69,13 +69,13 @@ func injectFaults(ctx context.Context, cfg Config, j target, tail *stepTail, lau
 		f.Injected, f.Note = j.mapFault(kind)
 		newest := lives[f.Rank][len(lives[f.Rank])-1]
 		f.AfterStep, f.AtSeconds = newest.High(), f.at.Sub(launch).Seconds()
-		if f.Injected == Master {
-			f.Rank = -1
-		}
 		if err := j.inject(ctx, &f, lives); err != nil {
 			return faults, fmt.Errorf("inject fault %d (%s): %w", len(faults)+1, f.Injected, err)
 		}
 		f.end = time.Now()
+		if f.Injected == Master {
+			f.Rank = -1
+		}
 		faults = append(faults, f)
 		progressf(cfg, "fault %d: %s (as %s) rank %d after step %d at %.1fs", len(faults), f.Kind, f.Injected, f.Rank, f.AfterStep, f.AtSeconds)
 		next = next.Add(every)

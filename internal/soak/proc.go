@@ -29,7 +29,8 @@ func startProc(name, dir, outPath string, env []string, prog string, args ...str
 	fmt.Fprintf(out, "==== %s %s: %s %q\n", time.Now().UTC().Format(time.RFC3339Nano), name, prog, args)
 	p := &proc{name: name, cmd: exec.Command(prog, args...), done: make(chan struct{})}
 	p.cmd.Dir, p.cmd.Env, p.cmd.Stdout, p.cmd.Stderr = dir, env, out, out
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Pdeathsig: a soak that dies takes its jobs with it.
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := p.cmd.Start(); err != nil {
 		out.Close()
 		return nil, fmt.Errorf("start %s: %w", name, err)

@@ -185,6 +185,14 @@ func parentOf(pid int) (int, error) {
 }
 
 func (j *roverJob) inject(ctx context.Context, f *Fault, lives map[int][]Life) error {
+	if f.Injected == Master {
+		j.master.kill()
+		if err := j.startMaster(ctx); err != nil {
+			return err
+		}
+		f.Observed = true // it serves again; observe also wants a step after it
+		return nil
+	}
 	pid := newestPid(lives, f.Rank)
 	switch f.Injected {
 	case Worker:
@@ -197,13 +205,6 @@ func (j *roverJob) inject(ctx context.Context, f *Fault, lives map[int][]Life) e
 		f.Note = fmt.Sprintf("node%d's agent killed and started again", n)
 		j.agents[n].kill()
 		return j.startAgent(n)
-	case Master:
-		j.master.kill()
-		if err := j.startMaster(ctx); err != nil {
-			return err
-		}
-		f.Observed = true // it serves again; observe also wants a step after it
-		return nil
 	case Hang:
 		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 			return fmt.Errorf("stop pid %d: %w", pid, err)
