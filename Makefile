@@ -9,7 +9,7 @@ KUBE_API := ./api/elastic/...
 TESTBIN ?= $(HOME)/.cache/rover/testbin-v1.37.2
 TESTBIN_EXTRA ?= kubectl kube-scheduler kube-controller-manager kwok
 
-.PHONY: help build test test-unit testbin deps-test lint generate check-generated manifests check-manifests demo bench bench-ckpt bench-relaunch bench-restart bench-k8s soak clean
+.PHONY: help build test test-unit testbin deps-test lint generate check-generated manifests check-manifests demo bench bench-ckpt bench-ckpt-steady bench-relaunch bench-restart bench-k8s soak clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -78,6 +78,11 @@ bench: build ## rendezvous (1,000 and 10,000 nodes), shard leasing (memory, dura
 bench-ckpt: build ## flash checkpoint benchmark: 1 GiB state, save/restore vs copy, torch.save, torch.load
 	@out=$$(mktemp); PYTHON_EXEC="$$(scripts/find-python --install)" $(BIN)/rover run --standalone --nproc-per-node 1 \
 		examples/flash_ckpt/bench.py --gib $${GIB:-1} --json $$out && cat $$out && echo && rm -f $$out
+
+bench-ckpt-steady: build ## flash checkpoint steady state: save of a 4 MiB state vs a copy; busy steps with persistence on vs off (2 workers)
+	@out=$$(mktemp); dir=$$(mktemp -d); PYTHON_EXEC="$$(scripts/find-python --install)" $(BIN)/rover run --standalone \
+		--nproc-per-node 2 --checkpoint-dir $$dir examples/flash_ckpt/steady.py --mib $${MIB:-4} --json $$out && \
+		cat $$out && echo; rm -rf $$out $$dir
 
 bench-relaunch: ## node death to training again on rover submit, by phase (detect, launch, rendezvous, worker, init, restore)
 	PYTHON_EXEC="$$(scripts/find-python --install)" $(GO) test ./test/e2e -run '^$$' -bench NodeRelaunch -benchtime $${RUNS:-5}x

@@ -281,7 +281,10 @@ func (p *persister) write(ctx context.Context, j persistJob) (info ckpt.FileInfo
 	if err != nil {
 		return info, false, err
 	}
-	if info, err = ckpt.PersistRank(ctx, b, j.step, j.rank, snap.Data); err != nil {
+	// The CRC32C, the write with its fsync and the read-back: the work of
+	// persistence, on a thread that yields to training.
+	yieldingRun(func() { info, err = ckpt.PersistRank(ctx, b, j.step, j.rank, snap.Data) })
+	if err != nil {
 		// What the failed write left (a partial file, its directory) goes,
 		// so that storage that filled up has room for the next try.
 		if rerr := ckpt.RemoveRankFile(context.WithoutCancel(ctx), b, j.step, j.rank); rerr != nil {
