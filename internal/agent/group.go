@@ -177,11 +177,11 @@ func startWorker(spec groupSpec, p placement, local int) (*worker, error) {
 		defer spec.Standby.refill(local, launch)
 		pr, why := spec.Standby.take(local, launch, stdout, stderr)
 		if pr != nil {
-			spec.Log.Info("worker started in its standby interpreter", "local_rank", local, "rank", w.rank, "pid", pr.Pid())
+			spec.Log.Info("worker started in its standby interpreter", "round", p.Round, "local_rank", local, "rank", w.rank, "pid", pr.Pid())
 			w.proc = pr
 			return w, nil
 		}
-		spec.Log.Info("worker started cold", "local_rank", local, "rank", w.rank, "why", why)
+		spec.Log.Info("worker started cold", "round", p.Round, "local_rank", local, "rank", w.rank, "why", why)
 	}
 	pr, err := proc.Start(proc.Spec{Argv: launch.Argv, Env: launch.Env, Stdout: stdout, Stderr: stderr})
 	if err != nil {

@@ -61,6 +61,7 @@ type standby struct {
 	proc   *proc.Process
 	ctl    *os.File // the agent's end of the control socket pair
 	key    string
+	env    []string      // its stable environment (stableEnv)
 	ready  chan struct{} // closed when the interpreter said it is ready
 	errLog *lineRing     // its standard error before the handover
 }
@@ -101,7 +102,9 @@ func standbyKey(prefix, env []string) string {
 		b.WriteByte(0)
 	}
 	b.WriteByte(0)
-	for _, kv := range stableEnv(env) {
+	// Sorted: the order of the variables is the worker's to see (it
+	// receives its whole environment, in order), not the interpreter's.
+	for _, kv := range slices.Sorted(slices.Values(stableEnv(env))) {
 		b.WriteString(kv)
 		b.WriteByte(0)
 	}
@@ -157,7 +160,7 @@ func (sp *standbyPool) refill(local int, l workerLaunch) {
 		delete(sp.slots, local)
 		go s.discard()
 	}
-	s, err := sp.start(prefix, stableEnv(l.Env), key)
+	s, err := sp.start(local, prefix, stableEnv(l.Env), key)
 	if err != nil {
 		sp.log.Warn("cannot start a standby worker interpreter; restarts start cold", "local_rank", local, "err", err)
 		return
@@ -165,7 +168,7 @@ func (sp *standbyPool) refill(local int, l workerLaunch) {
 	sp.slots[local] = s
 }
 
-func (sp *standbyPool) start(prefix, env []string, key string) (*standby, error) {
+func (sp *standbyPool) start(local int, prefix, env []string, key string) (*standby, error) {
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("socket pair: %w", err)
@@ -177,17 +180,20 @@ func (sp *standbyPool) start(prefix, env []string, key string) (*standby, error)
 	}
 	ours, theirs := os.NewFile(uintptr(fds[0]), "standby-control"), os.NewFile(uintptr(fds[1]), "standby-control")
 	defer theirs.Close()
-	s := &standby{ctl: ours, key: key, ready: make(chan struct{}), errLog: newLineRing(20)}
+	s := &standby{ctl: ours, key: key, env: env, ready: make(chan struct{}), errLog: newLineRing(20)}
 	argv := append(slices.Clone(prefix), "-c", standbyLoader, sp.script, "3")
 	s.proc, err = proc.Start(proc.Spec{Argv: argv, Env: env, Stderr: s.errLog, ExtraFiles: []*os.File{theirs}})
 	if err != nil {
 		ours.Close()
 		return nil, err
 	}
+	started := time.Now()
 	go func() {
 		var b [1]byte
 		if n, _ := ours.Read(b[:]); n == 1 && b[0] == 'R' {
 			close(s.ready)
+			sp.log.Info("standby worker interpreter ready", "local_rank", local, "pid", s.proc.Pid(),
+				"ready_after", time.Since(started).Round(time.Millisecond))
 		}
 	}()
 	return s, nil
@@ -217,7 +223,7 @@ func (s *standby) handOver(l workerLaunch, stdout, stderr io.Writer) (*proc.Proc
 	case !ok:
 		return nil, "entrypoint not runnable in a standby"
 	case standbyKey(prefix, l.Env) != s.key:
-		return nil, "interpreter or environment changed"
+		return nil, "interpreter or environment changed: " + changedVars(s.env, stableEnv(l.Env))
 	case s.exited():
 		return nil, "standby exited: " + strings.TrimSpace(s.errLog.String())
 	case proc.IsTerminal(stdout) || proc.IsTerminal(stderr):
@@ -301,6 +307,36 @@ func sendHandover(ctl *os.File, msg []byte, files []*os.File) error {
 	}
 	_, err = ctl.Write(msg)
 	return err
+}
+
+// changedVars names the variables whose values differ between two
+// environments (or "the interpreter or its flags" if none does).
+func changedVars(a, b []string) string {
+	values := func(env []string) map[string]string {
+		m := map[string]string{}
+		for _, kv := range env {
+			k, v, _ := strings.Cut(kv, "=")
+			m[k] = v
+		}
+		return m
+	}
+	ma, mb := values(a), values(b)
+	var keys []string
+	for k, v := range ma {
+		if w, ok := mb[k]; !ok || w != v {
+			keys = append(keys, k)
+		}
+	}
+	for k := range mb {
+		if _, ok := ma[k]; !ok {
+			keys = append(keys, k)
+		}
+	}
+	if len(keys) == 0 {
+		return "the interpreter or its flags"
+	}
+	slices.Sort(keys)
+	return strings.Join(keys, ",")
 }
 
 func (s *standby) exited() bool {
