@@ -103,6 +103,8 @@ type worker struct {
 	errFile string
 	errTail *lineRing
 	logDir  string
+	// fromStandby: the worker runs in its standby interpreter.
+	fromStandby bool
 }
 
 func runGroup(ctx context.Context, spec groupSpec) groupResult {
@@ -132,6 +134,9 @@ func runGroup(ctx context.Context, spec groupSpec) groupResult {
 			return res
 		}
 		workers = append(workers, w)
+		if w.rank == 0 && w.fromStandby && p.LocalWorldSize > 1 {
+			spec.Standby.awaitStore(ctx, p.MasterPort, w.proc.Done(), spec.Log)
+		}
 	}
 	if spec.Spawned != nil {
 		refs := make([]stacks.Worker, len(workers))
@@ -178,7 +183,7 @@ func startWorker(spec groupSpec, p placement, local int) (*worker, error) {
 		pr, why := spec.Standby.take(local, launch, stdout, stderr)
 		if pr != nil {
 			spec.Log.Info("worker started in its standby interpreter", "round", p.Round, "local_rank", local, "rank", w.rank, "pid", pr.Pid())
-			w.proc = pr
+			w.proc, w.fromStandby = pr, true
 			return w, nil
 		}
 		spec.Log.Info("worker started cold", "round", p.Round, "local_rank", local, "rank", w.rank, "why", why)

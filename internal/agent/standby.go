@@ -54,6 +54,8 @@ type standbyPool struct {
 	mu     sync.Mutex
 	slots  map[int]*standby
 	closed bool
+	// noStoreWait: rank 0 once did not listen in time (awaitStore).
+	noStoreWait bool
 }
 
 // standby is one waiting interpreter.
