@@ -1,6 +1,11 @@
-"""dump.py FILE END: writes what a worker sees of its start to FILE (JSON),
-then ends as END says: "ok", "exit:N", "raise", "interrupt", "record" (an
-exception under torch's @record) or "kill" (SIGKILL to itself)."""
+"""dump.py FILE END: writes what a worker sees of its start to FILE (JSON;
+{rank} and {restart} in it are replaced by $RANK and
+$TORCHELASTIC_RESTART_COUNT), then ends as END says: "ok", "exit:N",
+"raise", "interrupt", "record" (an exception under torch's @record), "kill"
+(SIGKILL to itself), or, under rover run, "first:END2" (END2 on rank 0 of
+restart 0 once a file "go" exists beside FILE, the others waiting to be stopped;
+"ok" on later restarts), or "every:END2" (the same on every restart). Used by internal/agent's and test/e2e's standby
+tests."""
 
 import json
 import os
@@ -51,8 +56,11 @@ state = {
     "pgid": os.getpgid(0) == os.getpid(),
     "fds": fds(),
 }
-with open(sys.argv[1], "w") as f:
+out = sys.argv[1].format(rank=os.environ.get("RANK"), restart=os.environ.get("TORCHELASTIC_RESTART_COUNT"))
+state["environ_order"] = list(os.environ)
+with open(out + ".tmp", "w") as f:
     json.dump(state, f, indent=1, sort_keys=True)
+os.rename(out + ".tmp", out)
 print("dumped", flush=True)
 
 
@@ -62,6 +70,16 @@ def fail():
 
 
 end = sys.argv[2]
+if end.startswith(("first:", "every:")):
+    if end.startswith("first:") and os.environ["TORCHELASTIC_RESTART_COUNT"] != "0":
+        sys.exit(0)
+    if os.environ["RANK"] != "0":
+        signal.pause()  # until the agent stops this worker
+    import time
+
+    while not os.path.exists(os.path.join(os.path.dirname(sys.argv[1]), "go")):
+        time.sleep(0.01)
+    end = end[len("first:") :]  # as long as "every:"
 if end.startswith("exit:"):
     sys.exit(int(end[5:]))
 if end == "raise":
