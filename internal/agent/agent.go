@@ -109,6 +109,9 @@ type agent struct {
 
 	views *latestView
 	local *localAPI
+	// standby keeps the next worker interpreters ready (standby.go); nil
+	// with --warm-standby=false or --no-python.
+	standby *standbyPool
 	// ckpt is the flash-checkpoint saver: the workers' arenas, the
 	// persistence of their snapshots and the job's checkpoint storage.
 	ckpt *ckptsaver.Saver

@@ -1,7 +1,9 @@
 package agent
 
 import (
+	"maps"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -81,13 +83,15 @@ func workerEnv(base []string, p placement) []string {
 		seen[k] = true
 		out = append(out, kv)
 	}
-	for k, v := range inherit {
+	// In a fixed order, so that two starts of a worker see the same
+	// environment, byte for byte, as a standby's must (standby.go).
+	for _, k := range slices.Sorted(maps.Keys(inherit)) {
 		if !seen[k] {
-			out = append(out, k+"="+v)
+			out = append(out, k+"="+inherit[k])
 		}
 	}
-	for k, v := range set {
-		out = append(out, k+"="+v)
+	for _, k := range slices.Sorted(maps.Keys(set)) {
+		out = append(out, k+"="+set[k])
 	}
 	return out
 }

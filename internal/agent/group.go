@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -43,6 +44,10 @@ type groupSpec struct {
 	Started func(p placement)
 	// Spawned is called with the workers once all of them started.
 	Spawned func([]stacks.Worker)
+	// Standby, when set, runs workers in standby interpreters where it
+	// can and keeps one ready for each local rank's next start.
+	Standby *standbyPool
+	Log     *slog.Logger
 }
 
 // groupResult is how a worker group ended.
@@ -98,6 +103,8 @@ type worker struct {
 	errFile string
 	errTail *lineRing
 	logDir  string
+	// fromStandby: the worker runs in its standby interpreter.
+	fromStandby bool
 }
 
 func runGroup(ctx context.Context, spec groupSpec) groupResult {
@@ -127,6 +134,9 @@ func runGroup(ctx context.Context, spec groupSpec) groupResult {
 			return res
 		}
 		workers = append(workers, w)
+		if w.rank == 0 && w.fromStandby && p.LocalWorldSize > 1 {
+			spec.Standby.awaitStore(ctx, p.MasterPort, w.proc.Done(), spec.Log)
+		}
 	}
 	if spec.Spawned != nil {
 		refs := make([]stacks.Worker, len(workers))
@@ -163,12 +173,22 @@ func startWorker(spec groupSpec, p placement, local int) (*worker, error) {
 	w.out = out
 	wp := p
 	wp.LocalRank, wp.Rank, wp.ErrorFile = local, w.rank, w.errFile
-	pr, err := proc.Start(proc.Spec{
-		Argv:   spec.Argv,
-		Env:    append(workerEnvWith(os.Environ(), wp, spec.Env), stacks.FileEnv+"="+w.stacksFile()),
-		Stdout: out.Stdout(),
-		Stderr: orDiscardTee(out.Stderr(), w.errTail),
-	})
+	launch := workerLaunch{
+		Argv: spec.Argv,
+		Env:  append(workerEnvWith(os.Environ(), wp, spec.Env), stacks.FileEnv+"="+w.stacksFile()),
+	}
+	stdout, stderr := out.Stdout(), orDiscardTee(out.Stderr(), w.errTail)
+	if spec.Standby != nil {
+		defer spec.Standby.refill(local, launch)
+		pr, why := spec.Standby.take(local, launch, stdout, stderr)
+		if pr != nil {
+			spec.Log.Info("worker started in its standby interpreter", "round", p.Round, "local_rank", local, "rank", w.rank, "pid", pr.Pid())
+			w.proc, w.fromStandby = pr, true
+			return w, nil
+		}
+		spec.Log.Info("worker started cold", "round", p.Round, "local_rank", local, "rank", w.rank, "why", why)
+	}
+	pr, err := proc.Start(proc.Spec{Argv: launch.Argv, Env: launch.Env, Stdout: stdout, Stderr: stderr})
 	if err != nil {
 		out.Close()
 		return nil, fmt.Errorf("start worker of local rank %d (%s): %w", local, spec.Argv[0], err)

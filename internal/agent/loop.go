@@ -246,6 +246,8 @@ func (a *agent) groupSpec(v *roverv1.NodeView) groupSpec {
 			return a.workersMaster(ctx, round, p.GroupRank)
 		},
 		Env:     a.local.env,
+		Standby: a.standby,
+		Log:     a.log,
 		Started: func(p placement) { a.local.current.Store(&p) },
 		Spawned: func(ws []stacks.Worker) {
 			a.hangs.SetRunning(ws)

@@ -237,6 +237,10 @@ func (a *agent) openNode(token string, done *cleanups) error {
 	}
 	done.add(local.close)
 	a.local = local
+	if a.cfg.StandbyWorkers && !a.cfg.NoPython {
+		a.standby = newStandbyPool(standbyScript(local.pypath), a.log)
+		done.add(a.standby.close) // before the local API's directory goes
+	}
 	if needsOMPWarning(a.cfg.NprocPerNode) {
 		a.log.Warn("setting OMP_NUM_THREADS=1 for each worker to avoid overloading the node; tune it for best performance")
 	}

@@ -47,6 +47,9 @@ type Spec struct {
 	// that must clean up after its parent's death (an agent stopping its
 	// workers and removing its shared memory) asks for SIGTERM.
 	ParentDeathSignal syscall.Signal
+	// ExtraFiles are open in the child as file descriptors 3, 4, ...
+	// (a standby interpreter's control socket, see [Process.TakeStreams]).
+	ExtraFiles []*os.File
 }
 
 // Process is a started child process. It runs in its own process group,
@@ -70,6 +73,10 @@ type Process struct {
 	exited bool // the leader has exited; its pid may soon be reused
 
 	stopOnce sync.Once
+
+	// streams are the output streams given to the process after it
+	// started (TakeStreams); reaping waits for their copying too.
+	streams []*Streams
 }
 
 // Start starts the process described by spec. It returns once the child has
@@ -87,13 +94,14 @@ func Start(spec Spec) (*Process, error) {
 		deathSig = syscall.SIGKILL
 	}
 	cmd := &exec.Cmd{
-		Path:      path,
-		Args:      slices.Clone(spec.Argv),
-		Env:       spec.Env,
-		Dir:       spec.Dir,
-		Stdout:    spec.Stdout,
-		Stderr:    spec.Stderr,
-		WaitDelay: outputDrainTimeout,
+		Path:       path,
+		Args:       slices.Clone(spec.Argv),
+		Env:        spec.Env,
+		Dir:        spec.Dir,
+		Stdout:     spec.Stdout,
+		Stderr:     spec.Stderr,
+		WaitDelay:  outputDrainTimeout,
+		ExtraFiles: spec.ExtraFiles,
 		SysProcAttr: &syscall.SysProcAttr{
 			Setpgid:   true,
 			Pdeathsig: deathSig,
@@ -198,6 +206,10 @@ func (p *Process) reap() {
 	// Wait's error is an *exec.ExitError (the status is in ProcessState),
 	// an output copying error or exec.ErrWaitDelay; none changes the Exit.
 	_ = p.cmd.Wait()
+	p.mu.Lock()
+	streams := p.streams
+	p.mu.Unlock()
+	drainStreams(streams, outputDrainTimeout)
 	now := time.Now()
 	if ps := p.cmd.ProcessState; ps != nil {
 		p.exit = exitFromWaitStatus(ps.Sys().(syscall.WaitStatus), now)

@@ -126,6 +126,10 @@ type Config struct {
 	// warns, 2 restarts the workers.
 	HangTimeout   time.Duration
 	HangDetection int
+	// StandbyWorkers is --warm-standby: restarts of a Python
+	// entrypoint run the script in a standby interpreter that has already
+	// imported torch (docs/design/restart.md); never with --no-python.
+	StandbyWorkers bool
 
 	Entrypoint string   // script path, module name (-m) or program (--no-python)
 	Args       []string // the script's own arguments, verbatim

@@ -59,6 +59,7 @@ func base() *Config {
 		HeartbeatInterval: 5 * time.Second,
 		HangTimeout:       5 * time.Minute,
 		HangDetection:     1,
+		StandbyWorkers:    true,
 		Entrypoint:        "train.py",
 	}
 }

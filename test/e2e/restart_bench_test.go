@@ -69,7 +69,7 @@ func BenchmarkWorkerRestart(b *testing.B) {
 			all[j] = append(all[j], ph[j])
 		}
 		// Printed, not logged: a benchmark's log is cut to 10 lines.
-		fmt.Printf("restart %d of %d: %s\n", restart+1, b.N, formatPhases(restartPhases, ph))
+		fmt.Printf("restart %d of %d: %s; %s\n", restart+1, b.N, formatPhases(restartPhases, ph), workerStarts(stderr.String(), restart+2))
 	}
 	med := make([]time.Duration, len(restartPhases))
 	for j, n := range restartPhases {
@@ -92,6 +92,14 @@ func restartOnce(b *testing.B, restart, victim int, times, saves string, stderr 
 		}
 		return len(steps) >= 2 && slices.Max(steps) > first
 	})
+	if standbyOn() {
+		// One fault in a while, not one per second: the kill waits for the
+		// standby interpreters that the restart is to use to be ready.
+		want := 2 * (restart + 1)
+		waitFor(b, 3*time.Minute, fmt.Sprintf("%d standby interpreters ready", want), func() bool {
+			return strings.Count(stderr.String(), `msg="standby worker interpreter ready"`) >= want
+		})
+	}
 	kill := time.Now()
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		b.Fatal(err)
@@ -119,6 +127,31 @@ func restartOnce(b *testing.B, restart, victim int, times, saves string, stderr 
 		out = append(out, ph[i].Sub(ph[i-1]))
 	}
 	return append(out, ev["trained"].Sub(kill))
+}
+
+// standbyOn reports whether rover run keeps standby interpreters
+// (--warm-standby, on unless $ROVER_WARM_STANDBY says false).
+func standbyOn() bool {
+	on, err := strconv.ParseBool(os.Getenv("ROVER_WARM_STANDBY"))
+	return err != nil || on
+}
+
+// workerStarts says how the agent started round's workers: in their
+// standby interpreters (--warm-standby) or cold, and why.
+func workerStarts(log string, round int) string {
+	re := regexp.MustCompile(fmt.Sprintf(`msg="worker started (in its standby interpreter|cold)".* round=%d .*local_rank=(\d+)(?:.* why=("[^"]*"|\S+))?`, round))
+	var parts []string
+	for _, m := range re.FindAllStringSubmatch(log, -1) {
+		how := "standby"
+		if m[1] == "cold" {
+			how = "cold (" + strings.Trim(m[3], `"`) + ")"
+		}
+		parts = append(parts, "local rank "+m[2]+" "+how)
+	}
+	if len(parts) == 0 {
+		return "no worker start logged"
+	}
+	return strings.Join(parts, ", ")
 }
 
 var restartSaveLine = regexp.MustCompile(`restart=(\d+) rank=(\d+) pid=(\d+) step=(\d+)`)
