@@ -29,6 +29,8 @@ assert p._reporter is None
 os.environ["ROVER_AGENT_SOCKET"] = "/nonexistent"
 sent = []
 p._agent.call = lambda method, req, timeout=None: sent.append((method, req["progress"]))
+flushes = []
+p._schedule = lambda delay, fn: flushes.append(round(delay, 6))
 now = [100.0]
 p.time.monotonic = lambda: now[0]
 p.time.process_time = lambda: now[0] / 10
@@ -41,6 +43,7 @@ p._next(p.SAMPLER)
 now[0] += 2
 p.step(51)
 print(json.dumps([(m, {k: round(v, 6) if isinstance(v, float) else v for k, v in r.items()}) for m, r in sent]))
+print(json.dumps(flushes))
 `
 	cmd := exec.Command("python3", "-c", script)
 	cmd.Env = append(os.Environ(), "PYTHONPATH="+dir, "LOCAL_RANK=1", "RANK=3")
@@ -56,8 +59,49 @@ print(json.dumps([(m, {k: round(v, 6) if isinstance(v, float) else v for k, v in
 		`["ReportProgress", {"localRank": 1, "rank": 3, "step": "4", "steps": "4", "wallSeconds": 1.2, "cpuSeconds": 0.12, "stepUnixNanos": "101200000000"}], ` +
 		`["ReportProgress", {"localRank": 1, "rank": 3, "step": "50", "steps": "0", "wallSeconds": 0.0, "cpuSeconds": 0.0, "stepUnixNanos": "102400000000"}], ` +
 		`["ReportProgress", {"localRank": 1, "rank": 3, "step": "51", "steps": "1", "wallSeconds": 2.0, "cpuSeconds": 0.2, "stepUnixNanos": "104400000000"}]]`
-	if got != want {
-		t.Errorf("reports:\n got %s\nwant %s", got, want)
+	// A flush is scheduled when a step is not sent at once (step 1, 0.7 s
+	// before the next report is due), one at a time: the stub never runs
+	// it, so none is scheduled after.
+	wantFlushes := `[0.7]`
+	if lines := strings.Split(got, "\n"); len(lines) != 2 || lines[0] != want || lines[1] != wantFlushes {
+		t.Errorf("reports and flushes:\n got %s\nwant %s\n%s", got, want, wantFlushes)
+	}
+}
+
+// TestProgressFlush runs rover.progress with the real clock and timer: a
+// worker that completes 15 steps within its first second and then makes no
+// further call still gets step 15 to its agent, by the reporter's timer,
+// so a job that blocks early is seen to have progressed (and can hang).
+func TestProgressFlush(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := Extract(dir); err != nil {
+		t.Fatal(err)
+	}
+	script := `
+import json, os, threading
+os.environ["ROVER_AGENT_SOCKET"] = "/nonexistent"
+import rover.progress as p
+got = threading.Event()
+sent = []
+def call(method, req, timeout=None):
+    sent.append(req["progress"])
+    if req["progress"]["step"] == "15":
+        got.set()
+p._agent.call = call
+for s in range(1, 16):
+    p.step(s)
+assert got.wait(60), sent
+print(json.dumps([(r["step"], r["steps"]) for r in sent]))
+`
+	cmd := exec.Command("python3", "-c", script)
+	cmd.Env = append(os.Environ(), "PYTHONPATH="+dir, "LOCAL_RANK=0", "RANK=0")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("python3: %v\n%s", err, out)
+	}
+	// Step 1 at once; the 14 steps after it by the flush.
+	if got, want := strings.TrimSpace(string(out)), `[["1", "0"], ["15", "14"]]`; got != want {
+		t.Errorf("reports (step, steps): got %s, want %s", got, want)
 	}
 }
 

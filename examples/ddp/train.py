@@ -112,6 +112,10 @@ def parse_args(argv=None):
     p.add_argument("--crash-at-step", type=int, default=-1,
                    help="crash just before step S runs, i.e. after S-1 completed steps (default -1: never)")
     p.add_argument("--crash-rank", type=int, default=0, help="global rank that crashes (default 0)")
+    p.add_argument("--spin-at-step", type=int, default=-1,
+                   help="test only: at this step, before its forward pass, --spin-rank loops forever in Python "
+                        "(a hang in user code: its peers wait in their next collective; -1 never)")
+    p.add_argument("--spin-rank", type=int, default=0, help="global rank that spins (default 0)")
     p.add_argument("--crash-marker", default=None,
                    help="crash only if this file does not exist; it is created just before the crash, "
                         "so the crash happens once per marker (default: crash every time)")
@@ -270,6 +274,12 @@ def slow_down():
         pass
 
 
+def spin():
+    """Test only: loops forever, as a bug in user code would."""
+    while True:
+        pass
+
+
 def maybe_crash(args, step, rank):
     if args.crash_at_step < 0 or step != args.crash_at_step or rank != args.crash_rank:
         return
@@ -393,6 +403,9 @@ def main(argv=None):
         time.sleep(args.first_step_sleep)
     for step in range(start_step + 1, args.steps + 1):
         maybe_crash(args, step, rank)
+        if step == args.spin_at_step and rank == args.spin_rank and restart == 0:
+            log_time("spin", step)
+            spin()
         slow_down()
         x, y = make_batch(args.seed, step, rank, args.batch_size, target)
         optim.zero_grad(set_to_none=True)

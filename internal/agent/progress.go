@@ -56,6 +56,11 @@ func (b *progressBook) add(round int64, p *roverv1.WorkerProgress) {
 	w.Steps += p.GetSteps()
 	w.WallSeconds += p.GetWallSeconds()
 	w.CpuSeconds += p.GetCpuSeconds()
+	w.CommSeconds += p.GetCommSeconds()
+	w.Collectives += p.GetCollectives()
+	if c := p.GetCollective(); c != nil { // the newest; else the one before stands
+		w.Collective = c
+	}
 	select {
 	case b.ready <- struct{}{}:
 	default:
@@ -110,11 +115,19 @@ func checkProgress(p *roverv1.WorkerProgress, localWorldSize int) error {
 	if p.GetStepUnixNanos() < 0 {
 		errs = append(errs, fmt.Errorf("step_unix_nanos %d must not be negative (0: unknown, the agent stamps the receipt)", p.GetStepUnixNanos()))
 	}
-	for _, v := range []float64{p.GetWallSeconds(), p.GetCpuSeconds()} {
+	for _, v := range []float64{p.GetWallSeconds(), p.GetCpuSeconds(), p.GetCommSeconds()} {
 		if v < 0 || math.IsNaN(v) || math.IsInf(v, 0) {
-			errs = append(errs, fmt.Errorf("wall_seconds %v and cpu_seconds %v must be finite and not negative", p.GetWallSeconds(), p.GetCpuSeconds()))
+			errs = append(errs, fmt.Errorf("wall_seconds %v, cpu_seconds %v and comm_seconds %v must be finite and not negative",
+				p.GetWallSeconds(), p.GetCpuSeconds(), p.GetCommSeconds()))
 			break
 		}
+	}
+	if p.GetCollectives() < 0 {
+		errs = append(errs, fmt.Errorf("collectives %d must not be negative", p.GetCollectives()))
+	}
+	if c := p.GetCollective(); c != nil && (c.GetSeq() < 1 || c.GetBytes() < 0 || c.GetOp() == "" || len(c.GetOp()) > 64 || len(c.GetGroup()) > 256) {
+		errs = append(errs, fmt.Errorf("collective %q #%d (%d bytes, group %.32q): want an op of at most 64 bytes, seq >= 1, bytes >= 0, a group of at most 256 bytes",
+			c.GetOp(), c.GetSeq(), c.GetBytes(), c.GetGroup()))
 	}
 	return errors.Join(errs...)
 }

@@ -35,11 +35,20 @@ func TestProgressBook(t *testing.T) {
 			t.Errorf("local rank %d: step_unix_nanos %d, want %d", w.GetLocalRank(), w.GetStepUnixNanos(), want)
 		}
 	}
+	// Collective timing: sums, and the newest collective (a report without
+	// one leaves the one before).
+	c1 := &roverv1.Collective{Op: "all_reduce", Bytes: 64, Group: "world", Seq: 3}
+	b.add(5, &roverv1.WorkerProgress{LocalRank: 0, Step: 9, Steps: 1, WallSeconds: 1, CommSeconds: 0.25, Collectives: 2, Collective: c1})
+	b.add(5, &roverv1.WorkerProgress{LocalRank: 0, Step: 10, Steps: 1, WallSeconds: 1, CommSeconds: 0.5, Collectives: 3})
+	if w := b.take().GetWorkers(); len(w) != 1 || w[0].GetCommSeconds() != 0.75 || w[0].GetCollectives() != 5 || w[0].GetCollective().GetSeq() != 3 {
+		t.Fatalf("collective sums: %v", w)
+	}
 	b.devices = fakeDevices{{Index: 0, Utilization: 0, Xids: []int{79}}}
 	if d := b.take().GetDevices(); len(d) != 1 || d[0].GetXids()[0] != 79 {
 		t.Fatalf("devices: %v", d)
 	}
-	for _, bad := range []*roverv1.WorkerProgress{nil, {LocalRank: 2}, {Step: -1}, {WallSeconds: -1}, {StepUnixNanos: -1}} {
+	for _, bad := range []*roverv1.WorkerProgress{nil, {LocalRank: 2}, {Step: -1}, {WallSeconds: -1}, {StepUnixNanos: -1},
+		{CommSeconds: -1}, {Collectives: -1}, {Collective: &roverv1.Collective{Op: "all_reduce"}}, {Collective: &roverv1.Collective{Seq: 1}}} {
 		if checkProgress(bad, 2) == nil {
 			t.Errorf("%v passed the checks", bad)
 		}

@@ -334,3 +334,27 @@ func TestProgressShown(t *testing.T) {
 		t.Errorf("summary does not name the straggler:\n%s", b.String())
 	}
 }
+
+// TestCollectivesShown checks that the status shows the nodes' compute and
+// wait per step where workers time their collectives, and where each rank
+// stood in them while the job hangs.
+func TestCollectivesShown(t *testing.T) {
+	coll := func(seq int64, done bool) *roverv1.Collective {
+		return &roverv1.Collective{Op: "all_reduce", Bytes: 8640, Group: "world", Seq: seq, Done: done}
+	}
+	j := &roverv1.GetJobResponse{RunId: "train", JobState: roverv1.JobState_JOB_STATE_RUNNING, Round: 1, CheckpointStep: -1,
+		Progress: &roverv1.JobProgress{Step: 14, Hung: true, HangReason: "no worker made progress for 10s; collectives: rank 0 waits in all_reduce #15", Hangs: 1,
+			HangCollectives: []*roverv1.RankCollective{{Rank: 0, NodeId: "node0", Collective: coll(15, false)}, {Rank: 1, NodeId: "node1", Collective: coll(14, true)}},
+			Nodes: []*roverv1.NodeStepTime{{NodeId: "node0", Step: 14, StepSeconds: 0.85, BusySeconds: 0.08, ComputeSeconds: 0.08, WaitSeconds: 0.77, Samples: 10},
+				{NodeId: "node1", NodeRank: 1, Step: 14, StepSeconds: 0.85, BusySeconds: 0.08, ComputeSeconds: 0.8, WaitSeconds: 0.05, Samples: 10, Straggler: true}}}}
+	var b bytes.Buffer
+	if err := Status(&b, j); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"COMPUTE S/STEP  WAIT S/STEP", "0.850   0.080        0.800           0.050        10       straggler",
+		"0     node0  all_reduce  15   world  8640   in it", "1     node1  all_reduce  14   world  8640   completed it"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("status lacks %q:\n%s", want, b.String())
+		}
+	}
+}

@@ -10,8 +10,10 @@ import (
 )
 
 // writeProgress writes the job's runtime progress for `rover status`: the
-// newest step, the stragglers and why, a hang, and each node's median step
-// times (wall-clock and busy). It writes nothing before any step.
+// newest step, the stragglers and why, a hang and where each rank stood in
+// its collectives, and each node's median step times (wall-clock and busy,
+// and compute and wait where workers time their collectives). It writes
+// nothing before any step.
 func writeProgress(b *bytes.Buffer, p *roverv1.JobProgress) {
 	if p == nil || (p.GetStep() < 0 && p.GetHangs() == 0) {
 		return
@@ -29,19 +31,50 @@ func writeProgress(b *bytes.Buffer, p *roverv1.JobProgress) {
 	}
 	if p.GetHung() {
 		fmt.Fprintf(b, "HUNG: %s\n", oneLine(p.GetHangReason()))
+		writeHangCollectives(b, p.GetHangCollectives())
 	}
 	if len(p.GetNodes()) == 0 {
 		return
 	}
+	timed := false
+	for _, n := range p.GetNodes() {
+		timed = timed || n.GetComputeSeconds() > 0 || n.GetWaitSeconds() > 0
+	}
 	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tRANK\tSTEP\tS/STEP\tBUSY S/STEP\tSAMPLES\t")
+	if timed {
+		fmt.Fprintln(tw, "NODE\tRANK\tSTEP\tS/STEP\tBUSY S/STEP\tCOMPUTE S/STEP\tWAIT S/STEP\tSAMPLES\t")
+	} else {
+		fmt.Fprintln(tw, "NODE\tRANK\tSTEP\tS/STEP\tBUSY S/STEP\tSAMPLES\t")
+	}
 	for _, n := range p.GetNodes() {
 		mark := ""
 		if n.GetStraggler() {
 			mark = "straggler"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%.3f\t%.3f\t%d\t%s\n", n.GetNodeId(), n.GetNodeRank(), n.GetStep(),
-			n.GetStepSeconds(), n.GetBusySeconds(), n.GetSamples(), mark)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%.3f\t%.3f\t", n.GetNodeId(), n.GetNodeRank(), n.GetStep(), n.GetStepSeconds(), n.GetBusySeconds())
+		if timed {
+			fmt.Fprintf(tw, "%.3f\t%.3f\t", n.GetComputeSeconds(), n.GetWaitSeconds())
+		}
+		fmt.Fprintf(tw, "%d\t%s\n", n.GetSamples(), mark)
+	}
+	_ = tw.Flush()
+}
+
+// writeHangCollectives writes where each rank stood in its collectives
+// when the hang was declared.
+func writeHangCollectives(b *bytes.Buffer, rcs []*roverv1.RankCollective) {
+	if len(rcs) == 0 {
+		return
+	}
+	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "RANK\tNODE\tCOLLECTIVE\tSEQ\tGROUP\tBYTES\tSTATE")
+	for _, rc := range rcs {
+		c := rc.GetCollective()
+		state := "in it"
+		if c.GetDone() {
+			state = "completed it"
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%d\t%s\n", rc.GetRank(), rc.GetNodeId(), c.GetOp(), c.GetSeq(), c.GetGroup(), c.GetBytes(), state)
 	}
 	_ = tw.Flush()
 }

@@ -135,7 +135,7 @@ func progressProto(p *jobstate.Progress, round int64, nodes []*roverv1.NodeStatu
 		Stragglers: v.Stragglers, StragglerReason: v.StragglerReason}
 	for _, n := range v.Nodes {
 		ns := &roverv1.NodeStepTime{NodeId: n.Node, Step: n.Step, StepSeconds: n.Wall, BusySeconds: n.Busy,
-			Samples: int32(n.Samples), Straggler: n.Straggler}
+			Samples: int32(n.Samples), Straggler: n.Straggler, ComputeSeconds: n.Compute, WaitSeconds: n.Wait}
 		for _, s := range nodes {
 			if s.GetNodeId() == n.Node {
 				ns.NodeRank = s.GetNodeRank()
@@ -144,6 +144,11 @@ func progressProto(p *jobstate.Progress, round int64, nodes []*roverv1.NodeStatu
 		out.Nodes = append(out.Nodes, ns)
 	}
 	slices.SortFunc(out.Nodes, func(a, b *roverv1.NodeStepTime) int { return cmp.Compare(a.NodeRank, b.NodeRank) })
+	for _, rc := range v.HangCollectives {
+		c := rc.Collective
+		out.HangCollectives = append(out.HangCollectives, &roverv1.RankCollective{Rank: rc.Rank, NodeId: rc.Node,
+			Collective: &roverv1.Collective{Op: c.Op, Bytes: c.Bytes, Group: c.Group, Seq: c.Seq, Done: c.Done}})
+	}
 	return out
 }
 
@@ -161,8 +166,13 @@ func hangNoticeProto(p *jobstate.Progress) *roverv1.HangNotice {
 func nodeReport(np *roverv1.NodeProgress) jobstate.NodeReport {
 	r := jobstate.NodeReport{Round: np.GetRound(), Devices: deviceSamples(np.GetDevices())}
 	for _, w := range np.GetWorkers() {
-		r.Workers = append(r.Workers, jobstate.WorkerReport{LocalRank: w.GetLocalRank(), Step: w.GetStep(), Steps: w.GetSteps(),
-			WallSeconds: w.GetWallSeconds(), CPUSeconds: w.GetCpuSeconds()})
+		wr := jobstate.WorkerReport{LocalRank: w.GetLocalRank(), Step: w.GetStep(), Steps: w.GetSteps(),
+			WallSeconds: w.GetWallSeconds(), CPUSeconds: w.GetCpuSeconds(),
+			Rank: w.GetRank(), CommSeconds: w.GetCommSeconds(), Collectives: w.GetCollectives()}
+		if c := w.GetCollective(); c != nil {
+			wr.Collective = &stall.Collective{Op: c.GetOp(), Bytes: c.GetBytes(), Group: c.GetGroup(), Seq: c.GetSeq(), Done: c.GetDone()}
+		}
+		r.Workers = append(r.Workers, wr)
 	}
 	return r
 }

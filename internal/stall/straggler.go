@@ -11,8 +11,11 @@ import (
 // StragglerConfig says when a node is a straggler: its median seconds per
 // step over its last Window samples exceeds Factor times the median of the
 // other nodes' medians, by at least MinExcess, in wall-clock or in busy
-// (CPU) time. A node needs MinSamples samples to be judged or to count in
-// the others' median, and at least two nodes must have them.
+// (CPU) time, or, where workers time their collectives, in compute time
+// (wall-clock time outside collectives: the node the others wait for
+// computes longest and waits least). A node needs MinSamples samples to be
+// judged or to count in the others' median, and at least two nodes must
+// have them.
 type StragglerConfig struct {
 	Factor     float64
 	Window     int
@@ -34,6 +37,9 @@ type Window struct {
 type series struct {
 	wall, busy []float64 // newest last, at most cfg.Window
 	step       int64
+	// Collective timing's samples, newest last, at most cfg.Window: seconds
+	// per step outside collectives and in them.
+	compute, wait []float64
 }
 
 // NodeTime is one node's recent step time.
@@ -44,6 +50,9 @@ type NodeTime struct {
 	Wall, Busy float64
 	Samples    int
 	Straggler  bool
+	// Compute and Wait are the medians of collective timing's samples
+	// (AddWait), in seconds per step; 0 without any.
+	Compute, Wait float64
 }
 
 // NewWindow returns an empty window; a zero field of cfg takes
@@ -79,6 +88,19 @@ func (w *Window) Add(node string, wall, busy float64, step int64) {
 	s.step = max(s.step, step)
 }
 
+// AddWait records one sample of node's collective timing, of the same
+// worker as the Add of its step: seconds per step outside collectives
+// (compute) and in them (wait).
+func (w *Window) AddWait(node string, compute, wait float64) {
+	s := w.nodes[node]
+	if s == nil {
+		s = &series{}
+		w.nodes[node] = s
+	}
+	s.compute = push(s.compute, compute, w.cfg.Window)
+	s.wait = push(s.wait, wait, w.cfg.Window)
+}
+
 func push(xs []float64, x float64, n int) []float64 {
 	xs = append(xs, x)
 	if len(xs) > n {
@@ -99,7 +121,7 @@ func (w *Window) Nodes() []NodeTime {
 	out := make([]NodeTime, 0, len(w.nodes))
 	for id, s := range w.nodes {
 		out = append(out, NodeTime{Node: id, Step: s.step, Wall: median(s.wall), Busy: median(s.busy),
-			Samples: len(s.wall), Straggler: slices.Contains(slow, id)})
+			Samples: len(s.wall), Straggler: slices.Contains(slow, id), Compute: median(s.compute), Wait: median(s.wait)})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Node < out[j].Node })
 	return out
@@ -109,13 +131,16 @@ func (w *Window) Nodes() []NodeTime {
 // why ("" when none).
 func (w *Window) Stragglers() ([]string, string) {
 	type judged struct {
-		id         string
-		wall, busy float64
+		id                  string
+		wall, busy          float64
+		timed               bool // has collective timing's samples
+		compute, waitMedian float64
 	}
 	var js []judged
 	for id, s := range w.nodes {
 		if len(s.wall) >= w.cfg.MinSamples {
-			js = append(js, judged{id, median(s.wall), median(s.busy)})
+			js = append(js, judged{id, median(s.wall), median(s.busy),
+				len(s.compute) >= w.cfg.MinSamples, median(s.compute), median(s.wait)})
 		}
 	}
 	if len(js) < 2 {
@@ -125,13 +150,16 @@ func (w *Window) Stragglers() ([]string, string) {
 	excess := w.cfg.MinExcess.Seconds()
 	var slow, why []string
 	for i, j := range js {
-		var walls, busies []float64
+		var walls, busies, computes, waits []float64
 		for k, o := range js {
 			if k != i {
 				walls, busies = append(walls, o.wall), append(busies, o.busy)
+				if o.timed {
+					computes, waits = append(computes, o.compute), append(waits, o.waitMedian)
+				}
 			}
 		}
-		ow, ob := median(walls), median(busies)
+		ow, ob, oc := median(walls), median(busies), median(computes)
 		switch {
 		case j.wall > w.cfg.Factor*ow && j.wall-ow >= excess:
 			slow = append(slow, j.id)
@@ -139,6 +167,10 @@ func (w *Window) Stragglers() ([]string, string) {
 		case j.busy > w.cfg.Factor*ob && j.busy-ob >= excess:
 			slow = append(slow, j.id)
 			why = append(why, fmt.Sprintf("%s is busy %.3fs per step, %.1fx the others' median %.3fs (its peers wait for it)", j.id, j.busy, j.busy/ob, ob))
+		case j.timed && len(computes) > 0 && j.compute > w.cfg.Factor*oc && j.compute-oc >= excess:
+			slow = append(slow, j.id)
+			why = append(why, fmt.Sprintf("%s computes %.3fs per step between collectives, %.1fx the others' median %.3fs: "+
+				"the others wait for it, %.3fs per step in their collectives against its %.3fs", j.id, j.compute, j.compute/oc, oc, median(waits), j.waitMedian))
 		}
 	}
 	if len(slow) == 0 {

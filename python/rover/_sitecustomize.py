@@ -16,7 +16,8 @@ A process that had a SIGUSR1 handler already is left alone (no marker), and
 one whose program installs its own SIGUSR1 handler later (``signal.signal``)
 gets it, and the hook writes the "released" marker: the agent then sends it
 no SIGUSR1. Without $ROVER_STACKS_FILE (not started by ``rover run``) the
-hook does nothing. A user's own sitecustomize.py later on the path still
+hook does nothing. In a worker of ``rover run`` it also installs the
+collective timing of ``rover/_colltime.py``. A user's own sitecustomize.py later on the path still
 runs. Standard library only; every error is swallowed: a startup hook must
 never break a worker.
 """
@@ -53,6 +54,17 @@ def _rover_stacks_hook():
     globals()["_rover_stacks_file"] = f  # faulthandler needs it open
 
 
+def _rover_collective_hook():
+    """Times torch's collectives (rover/_colltime.py) in workers of rover run."""
+    import os
+
+    if not os.environ.get("ROVER_AGENT_SOCKET"):
+        return
+    from rover import _colltime
+
+    _colltime.install()
+
+
 def _rover_chain():
     """Runs the next sitecustomize on sys.path, which this file shadows."""
     import importlib.machinery
@@ -71,6 +83,10 @@ def _rover_chain():
 
 try:
     _rover_stacks_hook()
+except Exception:
+    pass
+try:
+    _rover_collective_hook()
 except Exception:
     pass
 try:

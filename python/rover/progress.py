@@ -15,7 +15,9 @@ Outside ``rover run`` every call is a no-op. Reports are cheap: the step and
 its wall-clock and CPU time are recorded in process, and sent to the agent
 at most about once a second, never once per step, with the wall-clock time
 the newest step completed (the master's goodput accounting times steps by
-it). The sources rank
+it). A step not sent at once is flushed by a timer within a second, even
+when no further call comes: a worker that made progress and then blocks
+is seen to have made it, so its hang is detected. The sources rank
 ``step()`` > checkpoint saves > sampler batches: once a process used a
 higher one, the lower ones are ignored, so a step is never counted twice.
 Standard library only. docs/design/hang-and-stragglers.md has the design.
@@ -25,7 +27,7 @@ import os
 import threading
 import time
 
-from . import _agent
+from . import _agent, _colltime
 
 __all__ = ["step"]
 
@@ -45,11 +47,14 @@ class _Reporter:
         self.rank = int(os.environ.get("RANK", "-1"))
         self.source = 0
         self.step = None
-        self.at = None  # monotonic and CPU time of the newest step
+        self.at = None  # monotonic, CPU and collective times, and collectives, at the newest step
         self.at_ns = 0  # its wall-clock time (Unix nanoseconds)
         self.steps, self.wall, self.cpu = 0, 0.0, 0.0
+        self.comm, self.collectives = 0.0, 0  # in the steps completed since the last report
         self.sent_at = None
         self.failures = 0
+        self.pending = False  # a recorded step is not sent yet
+        self.flushing = False  # a flush is scheduled
 
     def record(self, step, source):
         if source < self.source:
@@ -57,17 +62,26 @@ class _Reporter:
         if source > self.source:  # a better source: start its timing afresh
             self.source, self.step, self.at = source, None, None
             self.steps, self.wall, self.cpu = 0, 0.0, 0.0
+            self.comm, self.collectives = 0.0, 0
         if step == self.step:
             return
         now, cpu = time.monotonic(), time.process_time()
+        comm, count = _colltime.clock.seconds(), _colltime.clock.count
         if self.at is not None:  # the previous step is complete
             self.steps += 1
             self.wall += now - self.at[0]
             self.cpu += cpu - self.at[1]
-        self.step, self.at = step, (now, cpu)
+            self.comm += comm - self.at[2]
+            self.collectives += count - self.at[3]
+        self.step, self.at = step, (now, cpu, comm, count)
         self.at_ns = time.time_ns()  # when it completed, in the agent's clock
         if self.sent_at is None or now - self.sent_at >= _INTERVAL:
             self.send(now)
+        else:
+            self.pending = True
+            if not self.flushing:
+                self.flushing = True
+                _schedule(self.sent_at + _INTERVAL - now, _flush)
 
     def send(self, now):
         if self.failures >= 3:
@@ -75,13 +89,52 @@ class _Reporter:
         req = {"progress": {"localRank": self.local_rank, "rank": self.rank, "step": str(self.step),
                             "steps": str(self.steps), "wallSeconds": self.wall, "cpuSeconds": self.cpu,
                             "stepUnixNanos": str(self.at_ns)}}
+        if self.collectives:  # collective timing (_colltime.py)
+            req["progress"]["commSeconds"] = self.comm
+            req["progress"]["collectives"] = str(self.collectives)
+        newest = _colltime.clock.take_newest()
+        if newest is not None:
+            req["progress"]["collective"] = newest
         try:
             _agent.call("ReportProgress", req, timeout=5.0)
             self.failures = 0
         except _agent.AgentError:
             self.failures += 1
         self.sent_at = now
+        self.pending = False
         self.steps, self.wall, self.cpu = 0, 0.0, 0.0
+        self.comm, self.collectives = 0.0, 0
+
+
+def _schedule(delay, fn):
+    """Calls fn in delay seconds on a daemon thread (tests replace it)."""
+    t = threading.Timer(max(delay, 0.0), fn)
+    t.daemon = True
+    t.start()
+
+
+def _flush():
+    """The reporter's timer, once a second from the first unsent step on:
+    sends the newest step if it is not sent yet, or the newest collective
+    if it changed (where a hang sits: the step does not move then)."""
+    with _lock:
+        r = _reporter
+        if r is None:
+            return
+        if r.pending or _colltime.clock.changed:
+            r.send(time.monotonic())
+        _schedule(_INTERVAL, _flush)
+
+
+def _after_fork():
+    """A forked child (a data loader worker) starts without the parent's
+    reporter: its timer thread did not survive the fork."""
+    global _lock, _reporter
+    _lock, _reporter = threading.Lock(), None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
 
 
 def _record(step_, source):

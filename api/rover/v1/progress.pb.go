@@ -46,6 +46,15 @@ type WorkerProgress struct {
 	// When the worker completed `step`, in the agent's clock (Unix
 	// nanoseconds; 0 unknown): see Heartbeat.sent_unix_nanos.
 	StepUnixNanos int64 `protobuf:"varint,7,opt,name=step_unix_nanos,json=stepUnixNanos,proto3" json:"step_unix_nanos,omitempty"`
+	// Collective timing (docs/design/collective-timing.md), when the worker
+	// runs torch.distributed: of the `steps` completed in the interval, the
+	// seconds with a collective of the worker in flight (mostly waiting for
+	// the last peer to arrive), and the collectives issued.
+	CommSeconds float64 `protobuf:"fixed64,8,opt,name=comm_seconds,json=commSeconds,proto3" json:"comm_seconds,omitempty"`
+	Collectives int64   `protobuf:"varint,9,opt,name=collectives,proto3" json:"collectives,omitempty"`
+	// The newest collective the worker issued, when it changed since the
+	// worker's previous report; unset otherwise.
+	Collective    *Collective `protobuf:"bytes,10,opt,name=collective,proto3" json:"collective,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -129,6 +138,173 @@ func (x *WorkerProgress) GetStepUnixNanos() int64 {
 	return 0
 }
 
+func (x *WorkerProgress) GetCommSeconds() float64 {
+	if x != nil {
+		return x.CommSeconds
+	}
+	return 0
+}
+
+func (x *WorkerProgress) GetCollectives() int64 {
+	if x != nil {
+		return x.Collectives
+	}
+	return 0
+}
+
+func (x *WorkerProgress) GetCollective() *Collective {
+	if x != nil {
+		return x.Collective
+	}
+	return nil
+}
+
+// Collective is one collective operation of a worker.
+type Collective struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The torch.distributed function: "all_reduce", "all_gather", "broadcast",
+	// "barrier", ..., or "all_reduce (DDP bucket)" for a DDP gradient bucket.
+	Op string `protobuf:"bytes,1,opt,name=op,proto3" json:"op,omitempty"`
+	// Bytes of the tensors passed in its first argument.
+	Bytes int64 `protobuf:"varint,2,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	// The process group: "world", or "ranks 0,2,...".
+	Group string `protobuf:"bytes,3,opt,name=group,proto3" json:"group,omitempty"`
+	// Its sequence number in the group, from 1: the same collective has the
+	// same number on every rank.
+	Seq int64 `protobuf:"varint,4,opt,name=seq,proto3" json:"seq,omitempty"`
+	// Whether it completed.
+	Done          bool `protobuf:"varint,5,opt,name=done,proto3" json:"done,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Collective) Reset() {
+	*x = Collective{}
+	mi := &file_api_rover_v1_progress_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Collective) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Collective) ProtoMessage() {}
+
+func (x *Collective) ProtoReflect() protoreflect.Message {
+	mi := &file_api_rover_v1_progress_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Collective.ProtoReflect.Descriptor instead.
+func (*Collective) Descriptor() ([]byte, []int) {
+	return file_api_rover_v1_progress_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Collective) GetOp() string {
+	if x != nil {
+		return x.Op
+	}
+	return ""
+}
+
+func (x *Collective) GetBytes() int64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
+func (x *Collective) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *Collective) GetSeq() int64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *Collective) GetDone() bool {
+	if x != nil {
+		return x.Done
+	}
+	return false
+}
+
+// RankCollective is where one rank stands in its collectives.
+type RankCollective struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Rank   int32                  `protobuf:"varint,1,opt,name=rank,proto3" json:"rank,omitempty"`
+	NodeId string                 `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// The newest collective it issued (done: the one it last completed).
+	Collective    *Collective `protobuf:"bytes,3,opt,name=collective,proto3" json:"collective,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RankCollective) Reset() {
+	*x = RankCollective{}
+	mi := &file_api_rover_v1_progress_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RankCollective) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RankCollective) ProtoMessage() {}
+
+func (x *RankCollective) ProtoReflect() protoreflect.Message {
+	mi := &file_api_rover_v1_progress_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RankCollective.ProtoReflect.Descriptor instead.
+func (*RankCollective) Descriptor() ([]byte, []int) {
+	return file_api_rover_v1_progress_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *RankCollective) GetRank() int32 {
+	if x != nil {
+		return x.Rank
+	}
+	return 0
+}
+
+func (x *RankCollective) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *RankCollective) GetCollective() *Collective {
+	if x != nil {
+		return x.Collective
+	}
+	return nil
+}
+
 type ReportProgressRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Progress      *WorkerProgress        `protobuf:"bytes,1,opt,name=progress,proto3" json:"progress,omitempty"`
@@ -138,7 +314,7 @@ type ReportProgressRequest struct {
 
 func (x *ReportProgressRequest) Reset() {
 	*x = ReportProgressRequest{}
-	mi := &file_api_rover_v1_progress_proto_msgTypes[1]
+	mi := &file_api_rover_v1_progress_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -150,7 +326,7 @@ func (x *ReportProgressRequest) String() string {
 func (*ReportProgressRequest) ProtoMessage() {}
 
 func (x *ReportProgressRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_progress_proto_msgTypes[1]
+	mi := &file_api_rover_v1_progress_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -163,7 +339,7 @@ func (x *ReportProgressRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportProgressRequest.ProtoReflect.Descriptor instead.
 func (*ReportProgressRequest) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_progress_proto_rawDescGZIP(), []int{1}
+	return file_api_rover_v1_progress_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ReportProgressRequest) GetProgress() *WorkerProgress {
@@ -181,7 +357,7 @@ type ReportProgressResponse struct {
 
 func (x *ReportProgressResponse) Reset() {
 	*x = ReportProgressResponse{}
-	mi := &file_api_rover_v1_progress_proto_msgTypes[2]
+	mi := &file_api_rover_v1_progress_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -193,7 +369,7 @@ func (x *ReportProgressResponse) String() string {
 func (*ReportProgressResponse) ProtoMessage() {}
 
 func (x *ReportProgressResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_progress_proto_msgTypes[2]
+	mi := &file_api_rover_v1_progress_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -206,7 +382,7 @@ func (x *ReportProgressResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportProgressResponse.ProtoReflect.Descriptor instead.
 func (*ReportProgressResponse) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_progress_proto_rawDescGZIP(), []int{2}
+	return file_api_rover_v1_progress_proto_rawDescGZIP(), []int{4}
 }
 
 // DeviceHealth is one accelerator's state, as NVML reports it.
@@ -225,7 +401,7 @@ type DeviceHealth struct {
 
 func (x *DeviceHealth) Reset() {
 	*x = DeviceHealth{}
-	mi := &file_api_rover_v1_progress_proto_msgTypes[3]
+	mi := &file_api_rover_v1_progress_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -237,7 +413,7 @@ func (x *DeviceHealth) String() string {
 func (*DeviceHealth) ProtoMessage() {}
 
 func (x *DeviceHealth) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_progress_proto_msgTypes[3]
+	mi := &file_api_rover_v1_progress_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -250,7 +426,7 @@ func (x *DeviceHealth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeviceHealth.ProtoReflect.Descriptor instead.
 func (*DeviceHealth) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_progress_proto_rawDescGZIP(), []int{3}
+	return file_api_rover_v1_progress_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *DeviceHealth) GetIndex() int32 {
@@ -295,7 +471,7 @@ type NodeProgress struct {
 
 func (x *NodeProgress) Reset() {
 	*x = NodeProgress{}
-	mi := &file_api_rover_v1_progress_proto_msgTypes[4]
+	mi := &file_api_rover_v1_progress_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -307,7 +483,7 @@ func (x *NodeProgress) String() string {
 func (*NodeProgress) ProtoMessage() {}
 
 func (x *NodeProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_progress_proto_msgTypes[4]
+	mi := &file_api_rover_v1_progress_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -320,7 +496,7 @@ func (x *NodeProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeProgress.ProtoReflect.Descriptor instead.
 func (*NodeProgress) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_progress_proto_rawDescGZIP(), []int{4}
+	return file_api_rover_v1_progress_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *NodeProgress) GetRound() int64 {
@@ -360,7 +536,7 @@ type HangNotice struct {
 
 func (x *HangNotice) Reset() {
 	*x = HangNotice{}
-	mi := &file_api_rover_v1_progress_proto_msgTypes[5]
+	mi := &file_api_rover_v1_progress_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -372,7 +548,7 @@ func (x *HangNotice) String() string {
 func (*HangNotice) ProtoMessage() {}
 
 func (x *HangNotice) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_progress_proto_msgTypes[5]
+	mi := &file_api_rover_v1_progress_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -385,7 +561,7 @@ func (x *HangNotice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HangNotice.ProtoReflect.Descriptor instead.
 func (*HangNotice) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_progress_proto_rawDescGZIP(), []int{5}
+	return file_api_rover_v1_progress_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *HangNotice) GetId() int64 {
@@ -417,17 +593,22 @@ type NodeStepTime struct {
 	Step     int64                  `protobuf:"varint,3,opt,name=step,proto3" json:"step,omitempty"`
 	// Median over the window of the slowest local worker's seconds per step:
 	// wall-clock, and busy (CPU) time.
-	StepSeconds   float64 `protobuf:"fixed64,4,opt,name=step_seconds,json=stepSeconds,proto3" json:"step_seconds,omitempty"`
-	BusySeconds   float64 `protobuf:"fixed64,5,opt,name=busy_seconds,json=busySeconds,proto3" json:"busy_seconds,omitempty"`
-	Samples       int32   `protobuf:"varint,6,opt,name=samples,proto3" json:"samples,omitempty"`
-	Straggler     bool    `protobuf:"varint,7,opt,name=straggler,proto3" json:"straggler,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	StepSeconds float64 `protobuf:"fixed64,4,opt,name=step_seconds,json=stepSeconds,proto3" json:"step_seconds,omitempty"`
+	BusySeconds float64 `protobuf:"fixed64,5,opt,name=busy_seconds,json=busySeconds,proto3" json:"busy_seconds,omitempty"`
+	Samples     int32   `protobuf:"varint,6,opt,name=samples,proto3" json:"samples,omitempty"`
+	Straggler   bool    `protobuf:"varint,7,opt,name=straggler,proto3" json:"straggler,omitempty"`
+	// Collective timing, where workers report it (0 otherwise): medians per
+	// step of the slowest local worker's compute (wall-clock time outside
+	// collectives) and its time in collectives (waiting, mostly).
+	ComputeSeconds float64 `protobuf:"fixed64,8,opt,name=compute_seconds,json=computeSeconds,proto3" json:"compute_seconds,omitempty"`
+	WaitSeconds    float64 `protobuf:"fixed64,9,opt,name=wait_seconds,json=waitSeconds,proto3" json:"wait_seconds,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *NodeStepTime) Reset() {
 	*x = NodeStepTime{}
-	mi := &file_api_rover_v1_progress_proto_msgTypes[6]
+	mi := &file_api_rover_v1_progress_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -439,7 +620,7 @@ func (x *NodeStepTime) String() string {
 func (*NodeStepTime) ProtoMessage() {}
 
 func (x *NodeStepTime) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_progress_proto_msgTypes[6]
+	mi := &file_api_rover_v1_progress_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -452,7 +633,7 @@ func (x *NodeStepTime) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStepTime.ProtoReflect.Descriptor instead.
 func (*NodeStepTime) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_progress_proto_rawDescGZIP(), []int{6}
+	return file_api_rover_v1_progress_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *NodeStepTime) GetNodeId() string {
@@ -504,6 +685,20 @@ func (x *NodeStepTime) GetStraggler() bool {
 	return false
 }
 
+func (x *NodeStepTime) GetComputeSeconds() float64 {
+	if x != nil {
+		return x.ComputeSeconds
+	}
+	return 0
+}
+
+func (x *NodeStepTime) GetWaitSeconds() float64 {
+	if x != nil {
+		return x.WaitSeconds
+	}
+	return 0
+}
+
 // JobProgress is the job's progress for GetJob.
 type JobProgress struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -514,16 +709,19 @@ type JobProgress struct {
 	Stragglers      []string `protobuf:"bytes,3,rep,name=stragglers,proto3" json:"stragglers,omitempty"`
 	StragglerReason string   `protobuf:"bytes,4,opt,name=straggler_reason,json=stragglerReason,proto3" json:"straggler_reason,omitempty"`
 	// True while the job hangs; hangs counts the hangs declared so far.
-	Hung          bool   `protobuf:"varint,5,opt,name=hung,proto3" json:"hung,omitempty"`
-	HangReason    string `protobuf:"bytes,6,opt,name=hang_reason,json=hangReason,proto3" json:"hang_reason,omitempty"`
-	Hangs         int64  `protobuf:"varint,7,opt,name=hangs,proto3" json:"hangs,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Hung       bool   `protobuf:"varint,5,opt,name=hung,proto3" json:"hung,omitempty"`
+	HangReason string `protobuf:"bytes,6,opt,name=hang_reason,json=hangReason,proto3" json:"hang_reason,omitempty"`
+	Hangs      int64  `protobuf:"varint,7,opt,name=hangs,proto3" json:"hangs,omitempty"`
+	// While hung, where each rank stands in its collectives (the ranks that
+	// report them), by rank.
+	HangCollectives []*RankCollective `protobuf:"bytes,8,rep,name=hang_collectives,json=hangCollectives,proto3" json:"hang_collectives,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *JobProgress) Reset() {
 	*x = JobProgress{}
-	mi := &file_api_rover_v1_progress_proto_msgTypes[7]
+	mi := &file_api_rover_v1_progress_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -535,7 +733,7 @@ func (x *JobProgress) String() string {
 func (*JobProgress) ProtoMessage() {}
 
 func (x *JobProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_progress_proto_msgTypes[7]
+	mi := &file_api_rover_v1_progress_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -548,7 +746,7 @@ func (x *JobProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobProgress.ProtoReflect.Descriptor instead.
 func (*JobProgress) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_progress_proto_rawDescGZIP(), []int{7}
+	return file_api_rover_v1_progress_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *JobProgress) GetStep() int64 {
@@ -600,11 +798,18 @@ func (x *JobProgress) GetHangs() int64 {
 	return 0
 }
 
+func (x *JobProgress) GetHangCollectives() []*RankCollective {
+	if x != nil {
+		return x.HangCollectives
+	}
+	return nil
+}
+
 var File_api_rover_v1_progress_proto protoreflect.FileDescriptor
 
 const file_api_rover_v1_progress_proto_rawDesc = "" +
 	"\n" +
-	"\x1bapi/rover/v1/progress.proto\x12\brover.v1\"\xd9\x01\n" +
+	"\x1bapi/rover/v1/progress.proto\x12\brover.v1\"\xd4\x02\n" +
 	"\x0eWorkerProgress\x12\x1d\n" +
 	"\n" +
 	"local_rank\x18\x01 \x01(\x05R\tlocalRank\x12\x12\n" +
@@ -614,7 +819,26 @@ const file_api_rover_v1_progress_proto_rawDesc = "" +
 	"\fwall_seconds\x18\x05 \x01(\x01R\vwallSeconds\x12\x1f\n" +
 	"\vcpu_seconds\x18\x06 \x01(\x01R\n" +
 	"cpuSeconds\x12&\n" +
-	"\x0fstep_unix_nanos\x18\a \x01(\x03R\rstepUnixNanos\"M\n" +
+	"\x0fstep_unix_nanos\x18\a \x01(\x03R\rstepUnixNanos\x12!\n" +
+	"\fcomm_seconds\x18\b \x01(\x01R\vcommSeconds\x12 \n" +
+	"\vcollectives\x18\t \x01(\x03R\vcollectives\x124\n" +
+	"\n" +
+	"collective\x18\n" +
+	" \x01(\v2\x14.rover.v1.CollectiveR\n" +
+	"collective\"n\n" +
+	"\n" +
+	"Collective\x12\x0e\n" +
+	"\x02op\x18\x01 \x01(\tR\x02op\x12\x14\n" +
+	"\x05bytes\x18\x02 \x01(\x03R\x05bytes\x12\x14\n" +
+	"\x05group\x18\x03 \x01(\tR\x05group\x12\x10\n" +
+	"\x03seq\x18\x04 \x01(\x03R\x03seq\x12\x12\n" +
+	"\x04done\x18\x05 \x01(\bR\x04done\"s\n" +
+	"\x0eRankCollective\x12\x12\n" +
+	"\x04rank\x18\x01 \x01(\x05R\x04rank\x12\x17\n" +
+	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x124\n" +
+	"\n" +
+	"collective\x18\x03 \x01(\v2\x14.rover.v1.CollectiveR\n" +
+	"collective\"M\n" +
 	"\x15ReportProgressRequest\x124\n" +
 	"\bprogress\x18\x01 \x01(\v2\x18.rover.v1.WorkerProgressR\bprogress\"\x18\n" +
 	"\x16ReportProgressResponse\"\x92\x01\n" +
@@ -631,7 +855,7 @@ const file_api_rover_v1_progress_proto_rawDesc = "" +
 	"HangNotice\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12\x16\n" +
 	"\x06policy\x18\x02 \x01(\x05R\x06policy\x12\x16\n" +
-	"\x06reason\x18\x03 \x01(\tR\x06reason\"\xd6\x01\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"\xa2\x02\n" +
 	"\fNodeStepTime\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1b\n" +
 	"\tnode_rank\x18\x02 \x01(\x05R\bnodeRank\x12\x12\n" +
@@ -639,7 +863,9 @@ const file_api_rover_v1_progress_proto_rawDesc = "" +
 	"\fstep_seconds\x18\x04 \x01(\x01R\vstepSeconds\x12!\n" +
 	"\fbusy_seconds\x18\x05 \x01(\x01R\vbusySeconds\x12\x18\n" +
 	"\asamples\x18\x06 \x01(\x05R\asamples\x12\x1c\n" +
-	"\tstraggler\x18\a \x01(\bR\tstraggler\"\xe5\x01\n" +
+	"\tstraggler\x18\a \x01(\bR\tstraggler\x12'\n" +
+	"\x0fcompute_seconds\x18\b \x01(\x01R\x0ecomputeSeconds\x12!\n" +
+	"\fwait_seconds\x18\t \x01(\x01R\vwaitSeconds\"\xaa\x02\n" +
 	"\vJobProgress\x12\x12\n" +
 	"\x04step\x18\x01 \x01(\x03R\x04step\x12,\n" +
 	"\x05nodes\x18\x02 \x03(\v2\x16.rover.v1.NodeStepTimeR\x05nodes\x12\x1e\n" +
@@ -650,7 +876,8 @@ const file_api_rover_v1_progress_proto_rawDesc = "" +
 	"\x04hung\x18\x05 \x01(\bR\x04hung\x12\x1f\n" +
 	"\vhang_reason\x18\x06 \x01(\tR\n" +
 	"hangReason\x12\x14\n" +
-	"\x05hangs\x18\a \x01(\x03R\x05hangsB/Z-github.com/roverml/rover/api/rover/v1;roverv1b\x06proto3"
+	"\x05hangs\x18\a \x01(\x03R\x05hangs\x12C\n" +
+	"\x10hang_collectives\x18\b \x03(\v2\x18.rover.v1.RankCollectiveR\x0fhangCollectivesB/Z-github.com/roverml/rover/api/rover/v1;roverv1b\x06proto3"
 
 var (
 	file_api_rover_v1_progress_proto_rawDescOnce sync.Once
@@ -664,27 +891,32 @@ func file_api_rover_v1_progress_proto_rawDescGZIP() []byte {
 	return file_api_rover_v1_progress_proto_rawDescData
 }
 
-var file_api_rover_v1_progress_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_api_rover_v1_progress_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_api_rover_v1_progress_proto_goTypes = []any{
 	(*WorkerProgress)(nil),         // 0: rover.v1.WorkerProgress
-	(*ReportProgressRequest)(nil),  // 1: rover.v1.ReportProgressRequest
-	(*ReportProgressResponse)(nil), // 2: rover.v1.ReportProgressResponse
-	(*DeviceHealth)(nil),           // 3: rover.v1.DeviceHealth
-	(*NodeProgress)(nil),           // 4: rover.v1.NodeProgress
-	(*HangNotice)(nil),             // 5: rover.v1.HangNotice
-	(*NodeStepTime)(nil),           // 6: rover.v1.NodeStepTime
-	(*JobProgress)(nil),            // 7: rover.v1.JobProgress
+	(*Collective)(nil),             // 1: rover.v1.Collective
+	(*RankCollective)(nil),         // 2: rover.v1.RankCollective
+	(*ReportProgressRequest)(nil),  // 3: rover.v1.ReportProgressRequest
+	(*ReportProgressResponse)(nil), // 4: rover.v1.ReportProgressResponse
+	(*DeviceHealth)(nil),           // 5: rover.v1.DeviceHealth
+	(*NodeProgress)(nil),           // 6: rover.v1.NodeProgress
+	(*HangNotice)(nil),             // 7: rover.v1.HangNotice
+	(*NodeStepTime)(nil),           // 8: rover.v1.NodeStepTime
+	(*JobProgress)(nil),            // 9: rover.v1.JobProgress
 }
 var file_api_rover_v1_progress_proto_depIdxs = []int32{
-	0, // 0: rover.v1.ReportProgressRequest.progress:type_name -> rover.v1.WorkerProgress
-	0, // 1: rover.v1.NodeProgress.workers:type_name -> rover.v1.WorkerProgress
-	3, // 2: rover.v1.NodeProgress.devices:type_name -> rover.v1.DeviceHealth
-	6, // 3: rover.v1.JobProgress.nodes:type_name -> rover.v1.NodeStepTime
-	4, // [4:4] is the sub-list for method output_type
-	4, // [4:4] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	1, // 0: rover.v1.WorkerProgress.collective:type_name -> rover.v1.Collective
+	1, // 1: rover.v1.RankCollective.collective:type_name -> rover.v1.Collective
+	0, // 2: rover.v1.ReportProgressRequest.progress:type_name -> rover.v1.WorkerProgress
+	0, // 3: rover.v1.NodeProgress.workers:type_name -> rover.v1.WorkerProgress
+	5, // 4: rover.v1.NodeProgress.devices:type_name -> rover.v1.DeviceHealth
+	8, // 5: rover.v1.JobProgress.nodes:type_name -> rover.v1.NodeStepTime
+	2, // 6: rover.v1.JobProgress.hang_collectives:type_name -> rover.v1.RankCollective
+	7, // [7:7] is the sub-list for method output_type
+	7, // [7:7] is the sub-list for method input_type
+	7, // [7:7] is the sub-list for extension type_name
+	7, // [7:7] is the sub-list for extension extendee
+	0, // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_api_rover_v1_progress_proto_init() }
@@ -698,7 +930,7 @@ func file_api_rover_v1_progress_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_rover_v1_progress_proto_rawDesc), len(file_api_rover_v1_progress_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   8,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -31,6 +31,8 @@ type Progress struct {
 	hangs  int64
 	slow   []string // the stragglers last reported
 	why    string
+	// at is where the ranks stood in their collectives at the newest hang.
+	at []stall.RankCollective
 }
 
 // nodeProgress is what Progress knows of one node in the round.
@@ -39,6 +41,8 @@ type nodeProgress struct {
 	last  time.Time       // of its newest progress
 	step  int64
 	util  []int // its devices' utilisation in the newest sample
+	// colls is the newest collective of each local rank that reported one.
+	colls map[int32]stall.RankCollective
 }
 
 // NodeReport is one node's progress, as its heartbeat carries it.
@@ -56,6 +60,13 @@ type WorkerReport struct {
 	Steps       int64
 	WallSeconds float64
 	CPUSeconds  float64
+	// Collective timing, where the worker reports it: its global rank, the
+	// seconds of the Steps in collectives and the collectives issued, and
+	// its newest collective (nil: unchanged since its previous report).
+	Rank        int32
+	CommSeconds float64
+	Collectives int64
+	Collective  *stall.Collective
 }
 
 // HangNotice tells the agents that the job hangs: they collect their
@@ -75,6 +86,9 @@ type ProgressView struct {
 	Stragglers      []string
 	StragglerReason string
 	Nodes           []stall.NodeTime // in the window's order
+	// HangCollectives is where each rank stood in its collectives when the
+	// hang was declared, by rank; while hung.
+	HangCollectives []stall.RankCollective
 }
 
 // ProgressTick is what a tick found: the stragglers when they changed, and
@@ -116,16 +130,19 @@ func (p *Progress) Round() int64 { return p.round }
 func (p *Progress) Report(node string, r NodeReport, now time.Time) {
 	n := p.nodes[node]
 	if n == nil {
-		n = &nodeProgress{steps: map[int32]int64{}}
+		n = &nodeProgress{steps: map[int32]int64{}, colls: map[int32]stall.RankCollective{}}
 		p.nodes[node] = n
 	}
 	n.util = n.util[:0]
 	for _, d := range r.Devices {
 		n.util = append(n.util, d.Utilization)
 	}
-	moved, completed := false, false
-	var wall, busy float64
+	moved, completed, timed := false, false, false
+	var wall, busy, compute, wait float64
 	for _, w := range r.Workers {
+		if c := w.Collective; c != nil {
+			n.colls[w.LocalRank] = stall.RankCollective{Rank: w.Rank, Node: node, Collective: *c}
+		}
 		if old, ok := n.steps[w.LocalRank]; !ok || old != w.Step {
 			moved = true
 		}
@@ -137,10 +154,22 @@ func (p *Progress) Report(node string, r NodeReport, now time.Time) {
 			// The node's time is its slowest worker's.
 			wall = max(wall, w.WallSeconds/float64(k))
 			busy = max(busy, w.CPUSeconds/float64(k))
+			if w.Collectives > 0 {
+				// The node's compute is its slowest worker's, with that
+				// worker's wait.
+				c := max(w.WallSeconds-w.CommSeconds, 0) / float64(k)
+				if !timed || c > compute {
+					compute, wait = c, w.CommSeconds/float64(k)
+				}
+				timed = true
+			}
 		}
 	}
 	if completed {
 		p.window.Add(node, wall, busy, n.step)
+		if timed {
+			p.window.AddWait(node, compute, wait)
+		}
 	}
 	if moved || completed {
 		n.last = now
@@ -162,12 +191,37 @@ func (p *Progress) Tick(now time.Time, running bool) ProgressTick {
 	if running && p.hang.Check(now) {
 		p.hung, p.hangs = true, p.hangs+1
 		idle := now.Sub(p.hang.Since()).Round(time.Millisecond)
-		p.reason = fmt.Sprintf("no worker made progress for %s (newest step %d, round %d)%s", idle, p.step, p.round, p.utilisation())
+		p.reason = fmt.Sprintf("no worker made progress for %s (newest step %d, round %d)%s%s", idle, p.step, p.round, p.utilisation(), p.locate())
 		p.notice = &HangNotice{ID: now.UnixNano(), Policy: stall.Policy(p.cfg.Policy), Reason: p.reason}
 		n := *p.notice
 		out.Hang = &n
 	}
 	return out
+}
+
+// locate records where the ranks stand in their collectives, and says it
+// ("" when no rank reported a collective).
+func (p *Progress) locate() string {
+	p.at = p.at[:0]
+	for _, n := range p.nodes {
+		for _, c := range n.colls {
+			p.at = append(p.at, c)
+		}
+	}
+	if len(p.at) == 0 {
+		return ""
+	}
+	slices.SortFunc(p.at, func(a, b stall.RankCollective) int { return int(a.Rank) - int(b.Rank) })
+	if l, ok := stall.Locate(p.at); ok {
+		return "; collectives: " + l.String()
+	}
+	newest := p.at[0].Collective
+	for _, c := range p.at {
+		if c.Collective.Group == newest.Group && c.Collective.Seq > newest.Seq {
+			newest = c.Collective
+		}
+	}
+	return fmt.Sprintf("; collectives: no rank waits for another (newest %s, done %v): the ranks are outside collectives", newest, newest.Done)
 }
 
 // utilisation describes the devices' utilisation, where nodes report it.
@@ -228,6 +282,7 @@ func (p *Progress) View(round int64) ProgressView {
 	v := ProgressView{Step: p.step, Hung: p.hung, Hangs: p.hangs, Stragglers: slices.Clone(p.slow), StragglerReason: p.why}
 	if p.hung {
 		v.HangReason = p.reason
+		v.HangCollectives = slices.Clone(p.at)
 	}
 	v.Nodes = p.window.Nodes()
 	return v

@@ -143,3 +143,56 @@ func TestProgressIsNotJournaled(t *testing.T) {
 		t.Fatalf("progress changed the snapshot (-before +after):\n%s", diff)
 	}
 }
+
+// TestProgressCollectives drives collective timing through reports: a node
+// whose wall and busy time per step equal the others' but that computes
+// longest between collectives is the straggler, with the wait figures in
+// the view; a hang names the collective the others wait in and the rank
+// that never arrived, in the reason and the view, until the next round.
+func TestProgressCollectives(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	p := NewProgress()
+	p.Follow(jobconfig.Hang{Timeout: 10 * time.Second}, 1)
+	coll := func(seq int64, done bool) *stall.Collective {
+		return &stall.Collective{Op: "all_reduce (DDP bucket)", Bytes: 17412, Group: "world", Seq: seq, Done: done}
+	}
+	worker := func(rank int32, step int64, comm float64, c *stall.Collective) WorkerReport {
+		return WorkerReport{LocalRank: 0, Rank: rank, Step: step, Steps: 10, WallSeconds: 8.5, CPUSeconds: 0.8,
+			CommSeconds: comm, Collectives: 10, Collective: c}
+	}
+	now := t0
+	for i := int64(1); i <= 5; i++ {
+		now = t0.Add(time.Duration(i) * time.Second)
+		p.Report("a", NodeReport{Round: 1, Workers: []WorkerReport{worker(0, 10*i, 7.7, coll(10*i, true))}}, now)
+		p.Report("b", NodeReport{Round: 1, Workers: []WorkerReport{worker(1, 10*i, 7.6, coll(10*i, true))}}, now)
+		p.Report("c", NodeReport{Round: 1, Workers: []WorkerReport{worker(2, 10*i, 0.5, coll(10*i, true))}}, now)
+	}
+	tick := p.Tick(now, true)
+	if !cmp.Equal(tick.Stragglers, []string{"c"}) || !strings.Contains(tick.StragglerReason, "c computes 0.800s per step between collectives") {
+		t.Fatalf("stragglers %v: %s", tick.Stragglers, tick.StragglerReason)
+	}
+	for _, n := range p.View(1).Nodes {
+		if want := map[string]float64{"a": 0.77, "b": 0.76, "c": 0.05}[n.Node]; !approx(n.Wait, want) {
+			t.Errorf("node %s: wait %v per step, want %v", n.Node, n.Wait, want)
+		}
+	}
+	// Ranks 0 and 1 issue collective 51; rank 2 never does (it loops in
+	// user code), having completed 50; an untimed report leaves it.
+	p.Report("a", NodeReport{Round: 1, Workers: []WorkerReport{{Rank: 0, Step: 51, Collective: coll(51, false)}}}, now.Add(time.Second))
+	p.Report("b", NodeReport{Round: 1, Workers: []WorkerReport{{Rank: 1, Step: 51, Collective: coll(51, false)}}}, now.Add(time.Second))
+	p.Report("c", NodeReport{Round: 1, Workers: []WorkerReport{{Rank: 2, Step: 51}}}, now.Add(time.Second))
+	tick = p.Tick(now.Add(12*time.Second), true)
+	want := "ranks 0-1 wait in all_reduce (DDP bucket) #51 (group world, 17.0 KiB); rank 2 (c) never arrived: it last completed all_reduce (DDP bucket) #50 (group world, 17.0 KiB)"
+	if tick.Hang == nil || !strings.HasSuffix(tick.Hang.Reason, "; collectives: "+want) {
+		t.Fatalf("hang %+v, want the location %q", tick.Hang, want)
+	}
+	if v := p.View(1); len(v.HangCollectives) != 3 || v.HangCollectives[2].Rank != 2 || !v.HangCollectives[2].Collective.Done {
+		t.Fatalf("view's collectives: %+v", v.HangCollectives)
+	}
+	p.Follow(jobconfig.Hang{Timeout: 10 * time.Second}, 2)
+	if v := p.View(2); len(v.HangCollectives) != 0 {
+		t.Fatalf("a new round's view has the old hang's collectives: %+v", v.HangCollectives)
+	}
+}
+
+func approx(a, b float64) bool { return a-b < 1e-9 && b-a < 1e-9 }

@@ -1,0 +1,335 @@
+"""Per-rank collective timing, installed into every worker by Rover's
+startup hook (``_sitecustomize.py``), with no change to the script.
+
+When ``torch.distributed`` is imported, its collectives (all_reduce,
+all_gather, all_gather_into_tensor, reduce_scatter, reduce_scatter_tensor,
+broadcast, barrier, reduce, gather, scatter, all_to_all, all_to_all_single)
+are wrapped, and so is DDP's bucketed all-reduce: a communication hook the
+script registers is timed, and a DDP with none gets Rover's, which does
+what DDP's built-in one does (each gradient scaled by 1/world size, then
+summed) so that results do not change. Object collectives count as the
+collectives they run.
+
+What is kept is cheap and aggregate, never one record per call:
+
+* the seconds during which at least one collective of this process was in
+  flight (issued and not completed), a monotone total: the progress
+  reporter takes its difference over each step, so a rank's step splits
+  into time in collectives (mostly waiting for the last peer to arrive)
+  and compute between them;
+* the number of collectives issued;
+* the newest collective issued: its op, bytes, process group, sequence
+  number in that group, and whether it completed. After a hang, the ranks
+  that wait are in one collective and a rank that never arrived is not.
+
+Everything reaches the agent with the progress reports (``progress.py``).
+Set ``ROVER_COLLECTIVE_TIMING=0`` to leave torch untouched. Every error of
+the installation is swallowed: timing must never break a worker.
+docs/design/collective-timing.md has the design.
+"""
+
+import os
+import sys
+import threading
+import time
+
+__all__ = ["clock", "install"]
+
+# Collectives wrapped in torch.distributed, by name.
+OPS = ("all_reduce", "all_gather", "all_gather_into_tensor", "_all_gather_base", "reduce_scatter",
+       "reduce_scatter_tensor", "_reduce_scatter_base", "broadcast", "barrier", "reduce", "gather",
+       "scatter", "all_to_all", "all_to_all_single")
+
+_C10D = "torch.distributed.distributed_c10d"
+_DDP = "torch.nn.parallel.distributed"
+
+
+class Collective:
+    """One collective of this process, while it runs and after."""
+
+    __slots__ = ("op", "nbytes", "group", "seq", "done", "cuda")
+
+    def __init__(self, op, nbytes, group, seq):
+        self.op, self.nbytes, self.group, self.seq, self.done = op, nbytes, group, seq, False
+        self.cuda = None  # (start, end) CUDA events where the tensors are on a GPU
+
+    def report(self):
+        """The collective as ReportProgress's JSON carries it."""
+        return {"op": self.op, "bytes": str(self.nbytes), "group": self.group, "seq": str(self.seq),
+                "done": self.done}
+
+
+class Clock:
+    """Times the collectives of one process: see the module's comment."""
+
+    def __init__(self, now=time.monotonic):
+        self._now = now
+        self._lock = threading.Lock()
+        self._inflight = 0
+        self._since = 0.0  # when the in-flight count last rose from zero
+        self._total = 0.0  # closed seconds with a collective in flight
+        self.count = 0  # collectives issued
+        self._seq = {}  # newest sequence number by group
+        self.newest = None  # the newest Collective issued
+        self.changed = False  # the newest collective changed since the last take
+        self.cuda = None  # a CudaTimer where collectives run on GPUs
+
+    def begin(self, op, nbytes, group):
+        """Records that a collective was issued; returns it for end()."""
+        with self._lock:
+            seq = self._seq.get(group, 0) + 1
+            self._seq[group] = seq
+            c = Collective(op, nbytes, group, seq)
+            if self._inflight == 0:
+                self._since = self._now()
+            self._inflight += 1
+            self.count += 1
+            self.newest, self.changed = c, True
+        return c
+
+    def end(self, c):
+        """Records that collective c (from begin) completed; once only."""
+        with self._lock:
+            if c.done:
+                return
+            c.done = True
+            self._inflight -= 1
+            if self._inflight == 0:
+                self._total += self._now() - self._since
+            if c is self.newest:
+                self.changed = True
+
+    def seconds(self):
+        """Seconds so far with at least one collective in flight."""
+        with self._lock:
+            if self._inflight:
+                return self._total + self._now() - self._since
+            return self._total
+
+    def take_newest(self):
+        """The newest collective's report when it changed since the last
+        take, else None."""
+        with self._lock:
+            if not self.changed or self.newest is None:
+                return None
+            self.changed = False
+            return self.newest.report()
+
+
+clock = Clock()
+
+_local = threading.local()  # depth: inside a timed DDP hook, collectives are its parts
+
+
+def _nbytes(x):
+    """Bytes of the tensors in x (a tensor or a list of them); 0 unknown."""
+    try:
+        if isinstance(x, (list, tuple)):
+            return sum(_nbytes(t) for t in x)
+        return x.numel() * x.element_size()
+    except Exception:
+        return 0
+
+
+def _on_gpu(x):
+    try:
+        if isinstance(x, (list, tuple)):
+            return bool(x) and _on_gpu(x[0])
+        return x.is_cuda
+    except Exception:
+        return False
+
+
+_groups = {}  # id(process group) -> its name
+
+
+def _group_name(c10d, group):
+    """A name every rank gives the same group: "world", or its ranks."""
+    if group is None or group is getattr(c10d, "GroupMember").WORLD:
+        return "world"
+    key = id(group)
+    name = _groups.get(key)
+    if name is None:
+        try:
+            ranks = c10d._pg_group_ranks[group]
+            name = "ranks " + ",".join(str(r) for r in sorted(ranks))
+        except Exception:
+            name = "group %d" % len(_groups)
+        _groups[key] = name
+    return name
+
+
+def _group_arg(fn_name, args, kwargs):
+    if "group" in kwargs:
+        return kwargs["group"]
+    # Positional group: all_reduce(t, op, group), broadcast(t, src, group), ...
+    pos = {"all_reduce": 2, "broadcast": 2, "reduce": 3, "all_gather": 2, "all_gather_into_tensor": 2,
+           "_all_gather_base": 2, "reduce_scatter": 3, "reduce_scatter_tensor": 3, "_reduce_scatter_base": 3,
+           "barrier": 0, "gather": 3, "scatter": 3, "all_to_all": 2, "all_to_all_single": 4}.get(fn_name)
+    if pos is not None and len(args) > pos:
+        return args[pos]
+    return None
+
+
+def _wrap_collective(c10d, name, fn):
+    def timed(*args, **kwargs):
+        if getattr(_local, "depth", 0):
+            return fn(*args, **kwargs)
+        tensors = args[0] if args and name != "barrier" else None
+        c = clock.begin(name, _nbytes(tensors) if tensors is not None else 0,
+                        _group_name(c10d, _group_arg(name, args, kwargs)))
+        cuda = clock.cuda.start(c) if clock.cuda is not None and _on_gpu(tensors) else None
+        try:
+            work = fn(*args, **kwargs)
+        except BaseException:
+            clock.end(c)
+            raise
+        if work is None or not kwargs.get("async_op", False):
+            if cuda is not None:
+                clock.cuda.stop(c, cuda)
+            clock.end(c)
+            return work
+        try:
+            work.get_future().then(lambda _f: clock.end(c))
+        except Exception:  # a backend without futures: count the issue only
+            clock.end(c)
+        return work
+
+    timed.__name__, timed.__qualname__, timed.__doc__ = fn.__name__, fn.__qualname__, fn.__doc__
+    timed.__wrapped__ = fn
+    return timed
+
+
+def _patch_c10d(c10d):
+    dist = sys.modules.get("torch.distributed")
+    for name in OPS:
+        fn = getattr(c10d, name, None)
+        if fn is None or getattr(fn, "__wrapped__", None) is not None:
+            continue
+        timed = _wrap_collective(c10d, name, fn)
+        setattr(c10d, name, timed)
+        if dist is not None and getattr(dist, name, None) is fn:
+            setattr(dist, name, timed)
+
+
+def _timed_hook(c10d, hook):
+    """Wraps a DDP communication hook: the bucket's reduction, from the
+    hook's call to its future's completion, is one collective."""
+
+    def rover_timed_hook(state, bucket):
+        group = state if state is not None and hasattr(state, "size") else None
+        c = clock.begin("all_reduce (DDP bucket)", _nbytes(bucket.buffer()), _group_name(c10d, group))
+        _local.depth = getattr(_local, "depth", 0) + 1
+        try:
+            fut = hook(state, bucket)
+        except BaseException:
+            clock.end(c)
+            raise
+        finally:
+            _local.depth -= 1
+
+        def done(f):
+            clock.end(c)
+            return f.value()
+
+        return fut.then(done)
+
+    rover_timed_hook.__wrapped__ = hook
+    return rover_timed_hook
+
+
+def _default_hook(c10d):
+    """DDP's built-in reduction as a hook: each gradient scaled by 1/world
+    size (as DDP scales it into its bucket), then summed."""
+
+    def rover_allreduce_hook(group, bucket):
+        world = c10d.get_world_size(group)
+        buf = bucket.buffer().mul_(1.0 / world)
+        fut = c10d.all_reduce(buf, group=group, async_op=True).get_future()
+        return fut.then(lambda f: f.value()[0])
+
+    return rover_allreduce_hook
+
+
+def _patch_ddp(ddp_mod):
+    import torch.distributed.distributed_c10d as c10d
+
+    DDP = ddp_mod.DistributedDataParallel
+    if getattr(DDP, "_rover_timed", False):
+        return
+    register, builtin, ddp_forward = DDP.register_comm_hook, DDP._register_builtin_comm_hook, DDP.forward
+
+    def register_comm_hook(self, state, hook):
+        self._rover_hooked = True
+        return register(self, state, _timed_hook(c10d, hook))
+
+    def _register_builtin_comm_hook(self, comm_hook_type):
+        self._rover_hooked = True  # a C++ hook: not timed
+        return builtin(self, comm_hook_type)
+
+    def forward(self, *args, **kwargs):
+        if not getattr(self, "_rover_hooked", False):
+            self._rover_hooked = True
+            try:
+                if c10d.get_backend(self.process_group) in ("gloo", "nccl"):
+                    register(self, self.process_group, _timed_hook(c10d, _default_hook(c10d)))
+            except Exception:
+                pass  # DDP without its hook: untimed, as before
+        return ddp_forward(self, *args, **kwargs)
+
+    for f, orig in ((register_comm_hook, register), (_register_builtin_comm_hook, builtin), (forward, ddp_forward)):
+        f.__doc__, f.__wrapped__ = orig.__doc__, orig
+    DDP.register_comm_hook, DDP._register_builtin_comm_hook, DDP.forward = (
+        register_comm_hook, _register_builtin_comm_hook, forward)
+    DDP._rover_timed = True
+
+
+class _Finder:
+    """A meta-path finder that patches torch's modules as they load."""
+
+    _patches = {_C10D: _patch_c10d, _DDP: _patch_ddp}
+
+    def find_spec(self, name, path=None, target=None):
+        patch = self._patches.get(name)
+        if patch is None:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        loader = spec.loader
+        if loader is None or not hasattr(loader, "exec_module"):
+            return spec
+        exec_module = loader.exec_module
+
+        class Loader:
+            def create_module(self, spec):
+                return loader.create_module(spec)
+
+            def exec_module(self, module):
+                exec_module(module)
+                try:
+                    patch(module)
+                except Exception:
+                    pass
+
+        spec.loader = Loader()
+        return spec
+
+
+def install():
+    """Times torch's collectives once torch.distributed loads (at once if
+    it has); a no-op with ROVER_COLLECTIVE_TIMING=0."""
+    if os.environ.get("ROVER_COLLECTIVE_TIMING", "1") == "0":
+        return
+    if _C10D in sys.modules:
+        _patch_c10d(sys.modules[_C10D])
+        if _DDP in sys.modules:
+            _patch_ddp(sys.modules[_DDP])
+        return
+    if not any(isinstance(f, _Finder) for f in sys.meta_path):
+        sys.meta_path.insert(0, _Finder())
