@@ -377,3 +377,21 @@ func (m *Machine) beginRestart(reason string) {
 	}
 	m.open = true
 }
+
+// Milestone is where the machine stands: its phase, round, restarts, the
+// nodes that ended the phase and the overlays in force. Steps within a
+// phase leave it unchanged. A driver that keeps the state outside its
+// journal writes the state when the milestone moves: what moved it (a
+// node's lifecycle event) is not sent again after a restart of the driver.
+type Milestone struct {
+	Phase, Reported               int
+	Round, Restarts               int64
+	Launched, Done                bool
+	NodeCheck, Hung, WaitForNodes bool
+}
+
+// Milestone returns the machine's milestone.
+func (m *Machine) Milestone() Milestone {
+	return Milestone{Phase: int(m.phase), Reported: len(m.reported), Round: m.round, Restarts: m.nRestarts,
+		Launched: m.launched, Done: m.done, NodeCheck: m.nodeCheck, Hung: m.hung, WaitForNodes: m.waiting}
+}

@@ -57,6 +57,7 @@ type core struct {
 	// offset, as its newest heartbeat showed it, and when the tick last
 	// journaled the state.
 	offsets          map[string]clockOffset
+	offsetsPruneAt   int // len(offsets) at which pruneOffsetsLocked runs next
 	goodputJournaled time.Time
 	log              *slog.Logger
 }

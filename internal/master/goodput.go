@@ -71,6 +71,9 @@ func (c *core) goodputHeartbeat(node string, hb *roverv1.Heartbeat, now time.Tim
 		c.offsets = map[string]clockOffset{}
 	}
 	if off.known {
+		if _, had := c.offsets[node]; !had && len(c.offsets) >= max(c.offsetsPruneAt, minOffsetsPrune) {
+			c.pruneOffsetsLocked()
+		}
 		c.offsets[node] = off
 	}
 	g := c.st.Goodput
@@ -99,6 +102,22 @@ func (c *core) goodputHeartbeat(node string, hb *roverv1.Heartbeat, now time.Tim
 		done = &r
 	}
 	return dropped, done
+}
+
+// minOffsetsPrune is the fewest clock offsets kept before those of nodes
+// the liveness table forgot are pruned.
+const minOffsetsPrune = 64
+
+// pruneOffsetsLocked drops the clock offsets of nodes the job no longer
+// knows or has lost (one that comes back learns its offset again), so a job that replaces nodes for ever holds offsets only for
+// about as many nodes as it has; the next prune waits for twice as many.
+func (c *core) pruneOffsetsLocked() {
+	for id := range c.offsets {
+		if info, ok := c.st.Members.Liveness(id); !ok || info.Lost {
+			delete(c.offsets, id)
+		}
+	}
+	c.offsetsPruneAt = 2 * len(c.offsets)
 }
 
 // nodeEvent converts a heartbeat's event into the master's clock; ok is
@@ -208,10 +227,13 @@ func feedsGoodput(t jobstate.EventType) bool {
 }
 
 // journalGoodput journals the goodput state on the tick when heartbeats
-// changed it and it was last journaled goodputJournalEvery ago.
+// changed it and it was last journaled goodputJournalEvery ago, or moved
+// its milestone (a phase of a restart ended, a hang began or ended): the
+// agents do not send those events again to a restarted master, so a state
+// journaled later would hold the restart open across the outage.
 func (c *core) journalGoodput(ctx context.Context, now time.Time) error {
 	c.mu.Lock()
-	due := c.st.Goodput.Dirty() && !now.Before(c.goodputJournaled.Add(goodputJournalEvery))
+	due := c.st.Goodput.Dirty() && (c.st.Goodput.Urgent() || !now.Before(c.goodputJournaled.Add(goodputJournalEvery)))
 	if due {
 		c.goodputJournaled = now
 	}

@@ -35,6 +35,7 @@ type Goodput struct {
 	waiting  bool
 
 	dirty   bool  // changed by an input outside the journal since Marshal
+	moved   bool  // and its milestone moved: journal it now (Urgent)
 	logged  int64 // restarts counted when the last completed one was taken
 	pending bool  // a restart may be waiting for its first step
 }
@@ -74,6 +75,11 @@ func (g *Goodput) restore(b []byte) error {
 	}
 	v := m.View(time.Time{})
 	*g = Goodput{m: m, launched: v.Phase != "idle", round: v.Round, world: s.World, waiting: s.Waiting, logged: v.Restarts}
+	if n := len(v.Latest); n > 0 && !v.Latest[n-1].Done && v.Restarts > 0 {
+		// The latest restart was still open: it is logged when it
+		// completes, under this master.
+		g.logged, g.pending = v.Restarts-1, true
+	}
 	if len(s.Stopping) > 0 {
 		g.stopping = map[string]bool{}
 		for _, n := range s.Stopping {
@@ -102,7 +108,7 @@ func (g *Goodput) Marshal() ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("goodput: encode: %w", err)
 	}
-	g.dirty = false
+	g.dirty, g.moved = false, false
 	return b, nil
 }
 
@@ -110,8 +116,25 @@ func (g *Goodput) Marshal() ([]byte, error) {
 // Marshal.
 func (g *Goodput) Dirty() bool { return g.dirty }
 
+// Urgent reports whether an input outside the journal moved the machine's
+// milestone (a phase ended, a restart completed, a hang began or ended)
+// since Marshal: the driver journals the state without waiting, since
+// the agents do not send that input again to a restarted master.
+func (g *Goodput) Urgent() bool { return g.moved }
+
+// outside applies an input that is not journaled, noting whether it moved
+// the milestone.
+func (g *Goodput) outside(apply func()) {
+	g.dirty = true
+	before := g.m.Milestone()
+	apply()
+	if g.m.Milestone() != before {
+		g.moved = true
+	}
+}
+
 // MarkDirty says the state last marshalled was not journaled after all.
-func (g *Goodput) MarkDirty() { g.dirty = g.launched }
+func (g *Goodput) MarkDirty() { g.dirty, g.moved = g.launched, g.launched }
 
 // Launched reports whether the job's launch started the accounting.
 func (g *Goodput) Launched() bool { return g.launched }
@@ -134,8 +157,7 @@ func (g *Goodput) Launch(at time.Time) {
 
 // Progress: node's worker rank reported step at at.
 func (g *Goodput) Progress(node string, round int64, rank int, step int64, at time.Time) {
-	g.dirty = true
-	g.m.Progress(goodput.Progress{Round: round, Node: node, Rank: rank, Step: step, At: at})
+	g.outside(func() { g.m.Progress(goodput.Progress{Round: round, Node: node, Rank: rank, Step: step, At: at}) })
 }
 
 // NodeEventKind is a moment of a node's workers that its agent reports.
@@ -162,7 +184,10 @@ type NodeEvent struct {
 
 // Event applies a node's event.
 func (g *Goodput) Event(node string, e NodeEvent) {
-	g.dirty = true
+	g.outside(func() { g.event(node, e) })
+}
+
+func (g *Goodput) event(node string, e NodeEvent) {
 	switch e.Kind {
 	case WorkersStarted:
 		g.m.WorkersStarted(e.Round, node, e.At)
@@ -183,12 +208,13 @@ func (g *Goodput) Event(node string, e NodeEvent) {
 // Hang: the hang timer declared the job hung (on), or its progress
 // resumed (off).
 func (g *Goodput) Hang(on bool, at time.Time) {
-	g.dirty = true
-	if on {
-		g.m.HangDetected(at)
-	} else {
-		g.m.HangEnded(at)
-	}
+	g.outside(func() {
+		if on {
+			g.m.HangDetected(at)
+		} else {
+			g.m.HangEnded(at)
+		}
+	})
 }
 
 // TakeRestart returns the restart that completed (its new round's first
