@@ -59,17 +59,6 @@ func (p *proc) exitCode() int {
 	return p.cmd.ProcessState.ExitCode()
 }
 
-// signal sends sig to the process itself.
-func (p *proc) signal(sig syscall.Signal) error {
-	if p.exited() {
-		return fmt.Errorf("signal %s: %s already exited", sig, p.name)
-	}
-	if err := p.cmd.Process.Signal(sig); err != nil {
-		return fmt.Errorf("signal %s to %s: %w", sig, p.name, err)
-	}
-	return nil
-}
-
 // kill SIGKILLs the process and waits for it.
 func (p *proc) kill() {
 	_ = p.cmd.Process.Signal(syscall.SIGKILL)
