@@ -119,6 +119,10 @@ def parse_args(argv=None):
     p.add_argument("--crash-marker", default=None,
                    help="crash only if this file does not exist; it is created just before the crash, "
                         "so the crash happens once per marker (default: crash every time)")
+    p.add_argument("--hold-at-step", type=int, default=-1,
+                   help="test only: before step S, every rank waits until --hold-file exists "
+                        "(a job that cannot end before a test has acted; -1 never)")
+    p.add_argument("--hold-file", default=None, help="the file --hold-at-step waits for")
     p.add_argument("--crash-exit-code", type=int, default=1,
                    help="1: raise RuntimeError (recorded in TORCHELASTIC_ERROR_FILE by @record); "
                         "other values: os._exit(code) with no traceback (default 1)")
@@ -300,6 +304,14 @@ def maybe_crash(args, step, rank):
     os._exit(args.crash_exit_code)
 
 
+def maybe_hold(args, step):
+    """Waits before step --hold-at-step until --hold-file exists (test only)."""
+    if step != args.hold_at_step or not args.hold_file:
+        return
+    while not os.path.exists(args.hold_file):
+        time.sleep(0.05)
+
+
 def setup_standalone_env():
     """Allow `python3 train.py` without a launcher: a one-process group on localhost."""
     if "RANK" in os.environ:
@@ -403,6 +415,7 @@ def main(argv=None):
         time.sleep(args.first_step_sleep)
     for step in range(start_step + 1, args.steps + 1):
         maybe_crash(args, step, rank)
+        maybe_hold(args, step)
         if step == args.spin_at_step and rank == args.spin_rank and restart == 0:
             log_time("spin", step)
             spin()

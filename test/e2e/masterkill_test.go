@@ -183,8 +183,12 @@ func TestCrashMasterRestartCrash(t *testing.T) {
 	dir := t.TempDir()
 	c := newCluster(t, "crash-restart-crash", "--state-dir", filepath.Join(dir, "state"))
 	marker := filepath.Join(dir, "crashed")
+	// The job holds at step 20 until the test has killed a worker after
+	// the master's restart: with fast restarts it could end before.
+	hold := filepath.Join(dir, "go-on")
 	args := append([]string{"--nnodes", "2"}, trainArgs(dir, "--step-sleep", "0.1",
-		"--crash-at-step", "15", "--crash-rank", "3", "--crash-marker", marker)...)
+		"--crash-at-step", "15", "--crash-rank", "3", "--crash-marker", marker,
+		"--hold-at-step", "20", "--hold-file", hold)...)
 	a0, a1 := c.agent("node0", args...), c.agent("node1", args...)
 	waitOutput(t, "round=2", a0, a1) // the first crash restarted the workers in round 2
 	c.master.kill(t)
@@ -202,6 +206,9 @@ func TestCrashMasterRestartCrash(t *testing.T) {
 		return len(pids) > 0
 	})
 	if err := syscall.Kill(pids[0], syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(hold, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	for _, a := range []*process{a0, a1} {
