@@ -149,26 +149,10 @@ func TestGoodputJournaled(t *testing.T) {
 	ctx := context.Background()
 	st := store.NewMemory()
 	now := time.Unix(1000, 0)
-	c := newCore("job", st)
-	if _, err := c.restore(ctx, now); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := validateRendezvous(rdzvConfig(2, 2))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.configure(ctx, *cfg, now); err != nil {
-		t.Fatal(err)
-	}
+	c := restoredCore(t, st, 2, now)
 	join := func(id string, at time.Time) {
 		t.Helper()
-		req, _, err := validateJoin(joinReq(id, rdzvConfig(2, 2)).Msg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, _, err := c.join(ctx, req, nil, 0, at); err != nil {
-			t.Fatal(err)
-		}
+		joinNode(t, c, id, 2, 0, at)
 	}
 	records := func() int {
 		t.Helper()

@@ -30,26 +30,10 @@ func goodputAcrossMasterRestart(t *testing.T, killAt float64) {
 	ctx := context.Background()
 	st := store.NewMemory()
 	t0 := time.Unix(1000, 0)
-	c := newCore("job", st)
-	if _, err := c.restore(ctx, t0); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := validateRendezvous(rdzvConfig(2, 2))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.configure(ctx, *cfg, t0); err != nil {
-		t.Fatal(err)
-	}
+	c := restoredCore(t, st, 2, t0)
 	join := func(c *core, id string, round int, at time.Time) {
 		t.Helper()
-		req, _, err := validateJoin(joinReq(id, rdzvConfig(2, 2)).Msg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, _, err := c.join(ctx, req, nil, round, at); err != nil {
-			t.Fatal(err)
-		}
+		joinNode(t, c, id, 2, round, at)
 		if err := c.connected(id, true, at); err != nil {
 			t.Fatal(err)
 		}
@@ -102,13 +86,7 @@ func goodputAcrossMasterRestart(t *testing.T, killAt float64) {
 	// whichever master serves; what the dead one was sent is gone.
 	cur := c
 	restartMaster := func(at float64) {
-		cur = newCore("job", st)
-		if _, err := cur.restore(ctx, sec(at+5)); err != nil {
-			t.Fatal(err)
-		}
-		if err := cur.configure(ctx, *cfg, sec(at+5)); err != nil {
-			t.Fatal(err)
-		}
+		cur = restoredCore(t, st, 2, sec(at+5))
 		for s := at + 5; s < at+8; s++ { // the agents' backoff
 			if err := cur.tick(ctx, sec(s)); err != nil {
 				t.Fatal(err)

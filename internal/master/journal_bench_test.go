@@ -32,25 +32,9 @@ func BenchmarkJournalHour(b *testing.B) {
 		}
 		now := time.Unix(1000, 0)
 		counted := &countingStore{Store: st}
-		c := newCore("job", counted)
-		if _, err := c.restore(ctx, now); err != nil {
-			b.Fatal(err)
-		}
-		cfg, err := validateRendezvous(rdzvConfig(4, 4))
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := c.configure(ctx, *cfg, now); err != nil {
-			b.Fatal(err)
-		}
+		c := restoredCore(b, counted, 4, now)
 		for n := range 4 {
-			req, _, err := validateJoin(joinReq(fmt.Sprint("node", n), rdzvConfig(4, 4)).Msg)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if _, _, err := c.join(ctx, req, nil, 0, now); err != nil {
-				b.Fatal(err)
-			}
+			joinNode(b, c, fmt.Sprint("node", n), 4, 0, now)
 		}
 		ds := shard.Dataset{Name: "train", Size: 1 << 40, BatchSize: 32, ShardSize: 1024, Epochs: 1, Mode: shard.Leased}
 		if _, err := c.shardCall(ctx, &jobstate.Event{Type: jobstate.EventRegisterDataset, Time: now, Shard: &jobstate.ShardEvent{Dataset: "train", Spec: &ds}}); err != nil {

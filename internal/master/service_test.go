@@ -258,6 +258,36 @@ func configuredCore(t *testing.T, st Store, now time.Time) *core {
 	return c
 }
 
+// restoredCore is a core restored from st (empty or not) and configured
+// for a job of exactly nodes nodes at now, as a master starts.
+func restoredCore(tb testing.TB, st Store, nodes int, now time.Time) *core {
+	tb.Helper()
+	c := newCore("job", st)
+	if _, err := c.restore(context.Background(), now); err != nil {
+		tb.Fatal(err)
+	}
+	cfg, err := validateRendezvous(rdzvConfig(nodes, nodes))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := c.configure(context.Background(), *cfg, now); err != nil {
+		tb.Fatal(err)
+	}
+	return c
+}
+
+// joinNode joins node id to c's round at, for a job of exactly nodes nodes.
+func joinNode(tb testing.TB, c *core, id string, nodes, round int, at time.Time) {
+	tb.Helper()
+	req, _, err := validateJoin(joinReq(id, rdzvConfig(nodes, nodes)).Msg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if _, _, err := c.join(context.Background(), req, nil, round, at); err != nil {
+		tb.Fatal(err)
+	}
+}
+
 func TestRestoreFromJournal(t *testing.T) {
 	st := store.NewMemory()
 	ctx := context.Background()
