@@ -1,7 +1,6 @@
 package agent_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -21,6 +20,7 @@ import (
 	"github.com/roverml/rover/internal/agent/standalone"
 	"github.com/roverml/rover/internal/master"
 	"github.com/roverml/rover/internal/runconfig"
+	"github.com/roverml/rover/internal/testbuf"
 	"github.com/roverml/rover/internal/testsrc"
 )
 
@@ -72,45 +72,27 @@ func (w testWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// syncBuffer is a goroutine-safe bytes.Buffer.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 type agentRun struct {
 	err    error
-	stdout *syncBuffer
-	stderr *syncBuffer
+	stdout *testbuf.Buffer
+	stderr *testbuf.Buffer
 }
 
 // runAgent parses a `rover run` command line and runs the agent.
 func runAgent(ctx context.Context, t *testing.T, args ...string) agentRun {
 	t.Helper()
-	return runAgentLogging(ctx, t, &syncBuffer{}, args...)
+	return runAgentLogging(ctx, t, &testbuf.Buffer{}, args...)
 }
 
 // runAgentLogging is runAgent with the agent's stderr (and log) going to
 // stderr while it runs.
-func runAgentLogging(ctx context.Context, t *testing.T, stderr *syncBuffer, args ...string) agentRun {
+func runAgentLogging(ctx context.Context, t *testing.T, stderr *testbuf.Buffer, args ...string) agentRun {
 	t.Helper()
 	return runAgentWith(ctx, t, stderr, standalone.Start, args...)
 }
 
 // runAgentWith is runAgentLogging with start as the embedded master's starter.
-func runAgentWith(ctx context.Context, t *testing.T, stderr *syncBuffer, start agent.StartMaster, args ...string) agentRun {
+func runAgentWith(ctx context.Context, t *testing.T, stderr *testbuf.Buffer, start agent.StartMaster, args ...string) agentRun {
 	t.Helper()
 	testsrc.Track() // the test workers it runs are built from other packages
 	env := map[string]string{"ROVER_TOKEN": token}
@@ -118,7 +100,7 @@ func runAgentWith(ctx context.Context, t *testing.T, stderr *syncBuffer, start a
 	if err != nil {
 		t.Fatalf("parse %q: %v", args, err)
 	}
-	r := agentRun{stdout: &syncBuffer{}, stderr: stderr}
+	r := agentRun{stdout: &testbuf.Buffer{}, stderr: stderr}
 	r.err = agent.Run(ctx, cfg, agent.Options{
 		Stdout: r.stdout, Stderr: r.stderr,
 		Getenv:      func(k string) string { return env[k] },

@@ -20,6 +20,7 @@ import (
 	"github.com/roverml/rover/internal/master"
 	"github.com/roverml/rover/internal/rendezvous"
 	"github.com/roverml/rover/internal/store"
+	"github.com/roverml/rover/internal/testbuf"
 )
 
 // runningMaster is a master of the tests, on loopback.
@@ -87,7 +88,7 @@ func TestMasterRestartKeepsTheWorkers(t *testing.T) {
 	first := startMasterOn(t, "127.0.0.1:0", st)
 	addr := first.Addr()
 	envDir, exitFile := t.TempDir(), filepath.Join(t.TempDir(), "exit")
-	stderr := &syncBuffer{}
+	stderr := &testbuf.Buffer{}
 	done := make(chan agentRun, 1)
 	go func() {
 		done <- runAgentLogging(ctx, t, stderr, "--nnodes", "1", "--rdzv-endpoint", addr, "--node-id", "n",
@@ -160,7 +161,7 @@ func TestMasterLostStopsTheAgent(t *testing.T) {
 	defer cancel()
 	m := startMasterOn(t, "127.0.0.1:0", store.NewMemory())
 	envDir := t.TempDir()
-	stderr := &syncBuffer{}
+	stderr := &testbuf.Buffer{}
 	done := make(chan agentRun, 1)
 	go func() {
 		done <- runAgentLogging(ctx, t, stderr, "--nnodes", "1", "--rdzv-endpoint", m.Addr(), "--node-id", "n",
@@ -202,7 +203,7 @@ func TestStandaloneMasterSpec(t *testing.T) {
 		got = spec
 		return standalone.Start(ctx, spec)
 	}
-	r := runAgentWith(ctx, t, &syncBuffer{}, start, "--standalone", "--nproc-per-node", "1", "--log-dir", logDir,
+	r := runAgentWith(ctx, t, &testbuf.Buffer{}, start, "--standalone", "--nproc-per-node", "1", "--log-dir", logDir,
 		"--rdzv-id", "sd", "--node-id", "n", "--max-restarts", "2", "--no-python", fakeWorker)
 	if r.err != nil {
 		t.Fatalf("agent: %v\n%s", r.err, r.stderr)
@@ -230,7 +231,7 @@ func TestStandaloneMasterSpec(t *testing.T) {
 func TestStandaloneWithoutAMasterStarter(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	r := runAgentWith(ctx, t, &syncBuffer{}, nil, "--standalone", "--no-python", fakeWorker)
+	r := runAgentWith(ctx, t, &testbuf.Buffer{}, nil, "--standalone", "--no-python", fakeWorker)
 	if code := agent.ExitCode(r.err); code != agent.ExitRendezvous || !strings.Contains(r.err.Error(), "cannot run one") {
 		t.Errorf("agent = %v (exit %d), want exit %d saying it cannot run an embedded master", r.err, code, agent.ExitRendezvous)
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/roverml/rover/internal/agent"
 	"github.com/roverml/rover/internal/runconfig"
 	"github.com/roverml/rover/internal/store"
+	"github.com/roverml/rover/internal/testbuf"
 	"github.com/roverml/rover/internal/testsrc"
 	"google.golang.org/protobuf/proto"
 )
@@ -291,7 +292,7 @@ func TestHeartbeatsCarryNodeEvents(t *testing.T) {
 
 // runPythonNode runs a one-node agent (node id n0) of script, a Python
 // program (the torch Python) given dir as its argument, with args besides.
-func runPythonNode(ctx context.Context, t *testing.T, program, dir string, args ...string) (<-chan error, *syncBuffer) {
+func runPythonNode(ctx context.Context, t *testing.T, program, dir string, args ...string) (<-chan error, *testbuf.Buffer) {
 	t.Helper()
 	py := torchPython(t)
 	script := filepath.Join(dir, "train.py")
@@ -306,10 +307,10 @@ func runPythonNode(ctx context.Context, t *testing.T, program, dir string, args 
 		t.Fatal(err)
 	}
 	testsrc.Track()
-	stderr := &syncBuffer{}
+	stderr := &testbuf.Buffer{}
 	done := make(chan error, 1)
 	go func() {
-		done <- agent.Run(ctx, cfg, agent.Options{Stdout: &syncBuffer{}, Stderr: stderr, PythonExec: py,
+		done <- agent.Run(ctx, cfg, agent.Options{Stdout: &testbuf.Buffer{}, Stderr: stderr, PythonExec: py,
 			Getenv: func(k string) string { return env[k] }, Logger: slog.New(slog.NewTextHandler(stderr, nil))})
 	}()
 	return done, stderr

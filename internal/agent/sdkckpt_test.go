@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/roverml/rover/internal/ckpt"
+	"github.com/roverml/rover/internal/testbuf"
 )
 
 var ckptWorkerBuild struct {
@@ -246,7 +247,7 @@ func TestPersistenceRetriesWhileStorageFails(t *testing.T) {
 		t.Fatal(err)
 	}
 	store := filepath.Join(blocked, "ckpts")
-	stderr := &syncBuffer{}
+	stderr := &testbuf.Buffer{}
 	unblocked := make(chan bool, 1)
 	go func() {
 		for ctx.Err() == nil {

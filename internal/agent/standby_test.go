@@ -7,13 +7,13 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/roverml/rover/internal/proc"
+	"github.com/roverml/rover/internal/testbuf"
 	"github.com/roverml/rover/python"
 )
 
@@ -72,7 +72,7 @@ type workerRun struct {
 	errorFile map[string]any
 }
 
-func (r *standbyRig) finish(pr *proc.Process, stdout, stderr *syncWriter) workerRun {
+func (r *standbyRig) finish(pr *proc.Process, stdout, stderr *testbuf.Buffer) workerRun {
 	r.t.Helper()
 	select {
 	case <-pr.Done():
@@ -107,7 +107,7 @@ func readJSON(t *testing.T, path string) map[string]any {
 func (r *standbyRig) cold(end string) workerRun {
 	r.t.Helper()
 	l := r.launch(end)
-	stdout, stderr := &syncWriter{}, &syncWriter{}
+	stdout, stderr := &testbuf.Buffer{}, &testbuf.Buffer{}
 	pr, err := proc.Start(proc.Spec{Argv: l.Argv, Env: l.Env, Stdout: stdout, Stderr: stderr})
 	if err != nil {
 		r.t.Fatal(err)
@@ -121,7 +121,7 @@ func (r *standbyRig) standby(end string) workerRun {
 	l := r.launch(end)
 	r.pool.refill(0, l)
 	r.waitReady(0)
-	stdout, stderr := &syncWriter{}, &syncWriter{}
+	stdout, stderr := &testbuf.Buffer{}, &testbuf.Buffer{}
 	pr, why := r.pool.take(0, l, stdout, stderr)
 	if pr == nil {
 		r.t.Fatalf("the standby was not used: %s", why)
@@ -195,22 +195,4 @@ func TestStandbyWorkerEndsLikeAColdOne(t *testing.T) {
 			}
 		})
 	}
-}
-
-// syncWriter is a goroutine-safe strings.Builder.
-type syncWriter struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (w *syncWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
-}
-
-func (w *syncWriter) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.String()
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/roverml/rover/internal/agent"
 	"github.com/roverml/rover/internal/ckpt"
 	"github.com/roverml/rover/internal/master"
+	"github.com/roverml/rover/internal/testbuf"
 )
 
 // TestStoppedAgentPersistsMemory stops a job whose workers only ever saved
@@ -43,7 +44,7 @@ func TestStoppedAgentPersistsMemory(t *testing.T) {
 				masters <- m
 				return agent.RunningMaster{Addr: m.Addr(), Token: tok, Stop: func() { stop(); <-done }}, nil
 			}
-			stderr := &syncBuffer{}
+			stderr := &testbuf.Buffer{}
 			done := make(chan agentRun, 1)
 			go func() {
 				done <- runAgentWith(agentCtx, t, stderr, start, "--standalone", "--checkpoint-dir", store, "--nproc-per-node", "2",
@@ -71,7 +72,7 @@ func TestStoppedAgentPersistsMemory(t *testing.T) {
 }
 
 // waitForFile waits until path exists, or fails the test when ctx ends.
-func waitForFile(ctx context.Context, t *testing.T, path string, log *syncBuffer) {
+func waitForFile(ctx context.Context, t *testing.T, path string, log *testbuf.Buffer) {
 	t.Helper()
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
