@@ -162,7 +162,7 @@ func (sp *standbyPool) refill(local int, l workerLaunch) {
 		delete(sp.slots, local)
 		go s.discard()
 	}
-	s, err := sp.start(local, prefix, stableEnv(l.Env), key)
+	s, err := sp.start(local, prefix, stableEnv(l.Env), key, l.Argv)
 	if err != nil {
 		sp.log.Warn("cannot start a standby worker interpreter; restarts start cold", "local_rank", local, "err", err)
 		return
@@ -170,7 +170,7 @@ func (sp *standbyPool) refill(local int, l workerLaunch) {
 	sp.slots[local] = s
 }
 
-func (sp *standbyPool) start(local int, prefix, env []string, key string) (*standby, error) {
+func (sp *standbyPool) start(local int, prefix, env []string, key string, cold []string) (*standby, error) {
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("socket pair: %w", err)
@@ -184,6 +184,7 @@ func (sp *standbyPool) start(local int, prefix, env []string, key string) (*stan
 	defer theirs.Close()
 	s := &standby{ctl: ours, key: key, env: env, ready: make(chan struct{}), errLog: newLineRing(20)}
 	argv := append(slices.Clone(prefix), "-c", standbyLoader, sp.script, "3")
+	argv = append(argv, cmdlinePadding(argv, cold)...)
 	s.proc, err = proc.Start(proc.Spec{Argv: argv, Env: env, Stderr: s.errLog, ExtraFiles: []*os.File{theirs}})
 	if err != nil {
 		ours.Close()
@@ -250,6 +251,26 @@ func (s *standby) handOver(l workerLaunch, stdout, stderr io.Writer) (*proc.Proc
 	}
 	s.ctl.Close()
 	return s.proc, ""
+}
+
+// cmdlinePadding is the empty arguments that make a standby's command line
+// (argv) as long as the cold one it will become, so that it can rewrite
+// /proc/PID/cmdline (what ps and pgrep read) to exactly that: the kernel
+// shows the argument area the process started with, and its size cannot
+// change. Each empty argument is one byte, its terminating NUL; the
+// standby ignores them.
+func cmdlinePadding(argv, cold []string) []string {
+	size := func(args []string) int {
+		n := 0
+		for _, a := range args {
+			n += len(a) + 1
+		}
+		return n
+	}
+	if pad := size(cold) - size(argv); pad > 0 {
+		return make([]string, pad)
+	}
+	return nil
 }
 
 // handoverMessage is what the standby reads: NUL-terminated fields, the

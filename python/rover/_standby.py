@@ -12,10 +12,13 @@ directory and standard output and error (as file descriptors), and this
 process becomes the worker: it runs the script as ``python SCRIPT`` or
 ``python -m MODULE`` would, in the ``__main__`` module, with the same
 ``sys.argv``, ``sys.path``, ``os.environ``, signal dispositions and exit
-status. The accepted differences from a cold start: torch (and what it
-imports) is already in ``sys.modules``, /proc/PID/cmdline still shows the
-standby's command line, and a traceback printed by an exception hook the
-script installs itself may start with this file's frames.
+status, and /proc/PID/cmdline rewritten to the cold command line (the
+agent pads the standby's with empty arguments to make room). The accepted
+differences from a cold start: torch (and what it imports) is already in
+``sys.modules``, /proc/PID/cmdline ends in NUL bytes where the cold command
+line is shorter than the standby's, and a traceback printed by an
+exception hook the script installs itself may start with this file's
+frames.
 
 Standard library only. It is not imported as part of the ``rover`` package:
 the loader compiles it straight into ``__main__``, whose namespace is
@@ -96,6 +99,7 @@ def _rover_standby_main():
         k, _, v = kv.partition(b"=")
         environb[k] = v
 
+    _rover_standby_set_cmdline(orig_argv)
     sys.orig_argv = [os.fsdecode(a) for a in orig_argv]
     sys.argv = [os.fsdecode(a) for a in argv]
     for name in set(sys.modules) - keep:
@@ -141,6 +145,30 @@ def _rover_standby_main():
     code = compile(source, path, "exec", dont_inherit=True)
     del source, fields, payload, env, argv, orig_argv
     exec(code, g)
+
+
+def _rover_standby_set_cmdline(args):
+    """Writes args over this process's argument area, the memory the kernel
+    shows as /proc/PID/cmdline, NUL-separated and NUL-padded (cut, if they
+    do not fit, ending in a NUL, which keeps the kernel from reading on
+    into the environment). Best effort: a kernel that hides the area's
+    bounds leaves the standby's command line."""
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            stat = f.read()
+        # Fields after the command name, which may hold spaces and ")":
+        # the first is field 3 (state); arg_start and arg_end are 48 and 49.
+        fields = stat[stat.rindex(b")") + 2 :].split()
+        start, end = int(fields[45]), int(fields[46])
+        if not 0 < start < end:
+            return
+        data = b"\0".join(args)[: end - start - 1]
+        data += b"\0" * (end - start - len(data))
+        with open("/proc/self/mem", "r+b", buffering=0) as mem:
+            mem.seek(start)
+            mem.write(data)
+    except (OSError, ValueError, IndexError):
+        pass
 
 
 def _rover_standby_run(run, own_file):

@@ -186,9 +186,9 @@ func TestCrashMasterRestartCrash(t *testing.T) {
 	// The job holds at step 20 until the test has killed a worker after
 	// the master's restart: with fast restarts it could end before.
 	hold := filepath.Join(dir, "go-on")
-	// Cold starts: workerPIDs finds workers by their command line, which a
-	// worker run by a standby does not have (docs/design/restart.md).
-	args := append([]string{"--nnodes", "2", "--warm-standby=false"}, trainArgs(dir, "--step-sleep", "0.1",
+	// workerPIDs finds workers by their command line, which a worker run by
+	// a standby rewrites to the cold one (docs/design/restart.md).
+	args := append([]string{"--nnodes", "2"}, trainArgs(dir, "--step-sleep", "0.1",
 		"--crash-at-step", "15", "--crash-rank", "3", "--crash-marker", marker,
 		"--hold-at-step", "20", "--hold-file", hold)...)
 	a0, a1 := c.agent("node0", args...), c.agent("node1", args...)

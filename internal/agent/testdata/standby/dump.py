@@ -34,6 +34,8 @@ state = {
     "environ": dict(os.environ),
     "argv": sys.argv,
     "orig_argv": sys.orig_argv,
+    # What ps and pgrep read; a standby's may end in more NULs.
+    "cmdline": open("/proc/self/cmdline", "rb").read().rstrip(b"\0").decode(errors="replace").split("\0"),
     "path": sys.path,
     "name": __name__,
     "file": __file__,
