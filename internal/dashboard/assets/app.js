@@ -240,6 +240,7 @@
     const box = byId(id);
     clear(box);
     box.dataset.points = String(points.length);
+    box.dataset.last = points.length ? String(points[points.length - 1].v) : '0';
     const W = 600, H = 200, L = 48, R = 10, T = 10, B = 24;
     const root = svg('svg', { viewBox: '0 0 ' + W + ' ' + H, role: 'img' });
     root.appendChild(svg('line', { class: 'axis', x1: L, y1: H - B, x2: W - R, y2: H - B }));
