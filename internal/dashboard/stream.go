@@ -95,14 +95,8 @@ func (d *Dashboard) serveStream(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		first = false
-		if s.n == 0 {
-			quiet++
-			if quiet >= keepaliveTicks {
-				s.printf(": keepalive\n\n")
-			}
-		}
-		if s.n > 0 {
-			quiet = 0
+		if quiet++; s.n == 0 && quiet >= keepaliveTicks {
+			s.printf(": keepalive\n\n")
 		}
 		if s.err != nil {
 			return
@@ -111,7 +105,7 @@ func (d *Dashboard) serveStream(w http.ResponseWriter, r *http.Request) {
 			if err := rc.Flush(); err != nil {
 				return
 			}
-			s.n = 0
+			s.n, quiet = 0, 0
 		}
 		select {
 		case <-changed:
