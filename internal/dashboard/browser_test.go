@@ -192,6 +192,7 @@ func TestBrowserShowsALiveJobAndEscapesWorkerText(t *testing.T) {
 	})
 	src.addEvent(dashboard.Event{Time: time.Now(), Kind: "worker_failed", Severity: "error", Node: evilNode, Round: 2, Message: evilMessage})
 	waitFor(t, ctx, "the failure row", `document.querySelectorAll('#failures tbody tr.failure').length === 1`)
+	waitFor(t, ctx, "the failure's mark on the rounds' timeline", `document.querySelectorAll('#rounds line.failure').length === 1`)
 	waitFor(t, ctx, "the failure event", `document.querySelectorAll('#events tbody tr.bad').length === 1`)
 
 	row := eval[[]string](t, ctx, `[...document.querySelector('#failures tbody tr.failure').cells].map((c) => c.textContent)`)

@@ -272,14 +272,18 @@
     const box = byId('rounds');
     clear(box);
     const hs = state.history;
-    const W = 600, H = 56, L = 10, R = 10;
+    // One unit a pixel, so that the labels keep their size on wide screens.
+    const W = Math.max(300, Math.round(box.getBoundingClientRect().width) || 600), H = 56, L = 10, R = 10;
     const root = svg('svg', { viewBox: '0 0 ' + W + ' ' + H, role: 'img' });
     box.appendChild(root);
     if (hs.length === 0) {
       root.appendChild(svg('text', { x: W / 2, y: H / 2, 'text-anchor': 'middle' }, 'no samples yet'));
       return;
     }
-    const t0 = new Date(hs[0].time).getTime(), t1 = Math.max(new Date(hs[hs.length - 1].time).getTime(), t0 + 1000);
+    // The axis runs from the first sample to the newest sample or failure.
+    const failures = ((job && job.failures) || []).map((f) => [f, timeOfNanos(f.timeUnixNanos)]).filter(([, t]) => t);
+    const t0 = new Date(hs[0].time).getTime();
+    const t1 = Math.max(new Date(hs[hs.length - 1].time).getTime(), t0 + 1000, ...failures.map(([, t]) => t.getTime()));
     const x = (t) => L + (t - t0) / (t1 - t0) * (W - L - R);
     const bands = [];
     for (const s of hs) {
@@ -293,9 +297,8 @@
       root.appendChild(svg('rect', { class: 'round' + (i % 2 ? ' odd' : ''), x: x0, y: 6, width: x1 - x0, height: 26 }));
       if (x1 - x0 > 30) root.appendChild(svg('text', { x: x0 + 4, y: 24 }, 'round ' + b.round));
     });
-    for (const f of (job && job.failures) || []) {
-      const t = timeOfNanos(f.timeUnixNanos);
-      if (!t || t.getTime() < t0 || t.getTime() > t1) continue;
+    for (const [f, t] of failures) {
+      if (t.getTime() < t0) continue;
       const fx = x(t.getTime());
       const mark = svg('line', { class: 'failure', x1: fx, y1: 2, x2: fx, y2: 36 });
       mark.appendChild(svg('title', {}, (f.cause || 'failure') + ' on ' + (f.nodeId || '?')));
