@@ -93,9 +93,9 @@ const (
 //go:embed assets
 var assetFiles embed.FS
 
-// jobJSON marshals the job for the page: every field present, so that the
-// page need not know protobuf's defaults.
-var jobJSON = protojson.MarshalOptions{EmitUnpopulated: true}
+// jobMarshal marshals the job for the page: every field present, so that
+// the page need not know protobuf's defaults.
+var jobMarshal = protojson.MarshalOptions{EmitUnpopulated: true}
 
 // Dashboard is the handler of a job's dashboard.
 type Dashboard struct {
@@ -105,6 +105,18 @@ type Dashboard struct {
 	mux    *http.ServeMux
 	closed chan struct{} // closed when Run returns: streams end
 	close  sync.Once
+	latest latestJob
+}
+
+// latestJob is the newest look at the job, in JSON, shared by every viewer:
+// it serves those who ask within half a sample interval, unless the source
+// changed since. A job of 10,000 nodes takes a tenth of a second to look at
+// and marshal (BenchmarkJob10kNodes), so each viewer must not do it again.
+type latestJob struct {
+	mu      sync.Mutex // held while looking: the others wait and share it
+	at      time.Time
+	changed <-chan struct{} // the source's Changed when it was taken
+	json    []byte
 }
 
 var _ http.Handler = (*Dashboard)(nil)
@@ -172,6 +184,38 @@ func (d *Dashboard) snapshot(ctx context.Context) (*roverv1.GetJobResponse, erro
 	return j, nil
 }
 
+// jobJSON returns the job in JSON, from the latest look when it is fresh.
+func (d *Dashboard) jobJSON(ctx context.Context) ([]byte, error) {
+	l := &d.latest
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := d.opts.Now()
+	if l.json != nil && now.Sub(l.at) < d.opts.SampleEvery/2 && !isClosed(l.changed) {
+		return l.json, nil
+	}
+	changed := d.src.Changed()
+	j, err := d.snapshot(ctx)
+	if err != nil {
+		l.json = nil
+		return nil, err
+	}
+	b, err := jobMarshal.Marshal(j)
+	if err != nil {
+		return nil, fmt.Errorf("marshal the job's status: %w", err)
+	}
+	l.at, l.changed, l.json = now, changed, b
+	return b, nil
+}
+
+func isClosed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
 // ServeHTTP answers GET and HEAD requests with strict security headers;
 // other methods get 405: the dashboard changes nothing.
 func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -201,15 +245,10 @@ func (d *Dashboard) servePage(w http.ResponseWriter, r *http.Request) {
 }
 
 func (d *Dashboard) serveJob(w http.ResponseWriter, r *http.Request) {
-	j, err := d.snapshot(r.Context())
+	b, err := d.jobJSON(r.Context())
 	if err != nil {
 		d.opts.Logger.Warn("answer /api/job", "err", err)
 		http.Error(w, err.Error(), http.StatusServiceUnavailable)
-		return
-	}
-	b, err := jobJSON.Marshal(j)
-	if err != nil {
-		http.Error(w, fmt.Sprintf("marshal the job's status: %v", err), http.StatusInternalServerError)
 		return
 	}
 	writeJSON(w, b)

@@ -233,3 +233,27 @@ func TestHistoryIsBoundedAndSampledOncePerInterval(t *testing.T) {
 		t.Errorf("history (-want +got):\n%s", diff)
 	}
 }
+
+func TestViewersShareOneLookAtTheJob(t *testing.T) {
+	src := newScriptedSource(runningJob())
+	clock := &fakeClock{now: time.Date(2026, 12, 3, 11, 0, 0, 0, time.UTC)}
+	srv := serve(t, dashboard.New(src, dashboard.Options{SampleEvery: time.Second, Now: clock.Now}))
+
+	for range 3 {
+		get(t, srv.URL+"/api/job")
+	}
+	if n := src.lookCount(); n != 1 {
+		t.Errorf("three viewers at one moment looked at the job %d times, want once", n)
+	}
+	clock.advance(time.Second / 2)
+	get(t, srv.URL+"/api/job")
+	if n := src.lookCount(); n != 2 {
+		t.Errorf("after half a sample interval: %d looks, want 2", n)
+	}
+	// A change of the source is seen at once.
+	src.update(func(j *roverv1.GetJobResponse) { j.Round = 7 })
+	_, body := get(t, srv.URL+"/api/job")
+	if n := src.lookCount(); n != 3 || !strings.Contains(body, `"7"`) {
+		t.Errorf("after a change: %d looks, round in %s; want 3 looks and round 7", n, body)
+	}
+}

@@ -22,6 +22,7 @@ type scriptedSource struct {
 	events  []dashboard.Event
 	err     error
 	changed chan struct{}
+	looks   int // calls of Job
 }
 
 var _ dashboard.Source = (*scriptedSource)(nil)
@@ -33,6 +34,7 @@ func newScriptedSource(job *roverv1.GetJobResponse) *scriptedSource {
 func (s *scriptedSource) Job(ctx context.Context) (*roverv1.GetJobResponse, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.looks++
 	if s.err != nil {
 		return nil, s.err
 	}
@@ -89,7 +91,7 @@ func (s *scriptedSource) wakeLocked() {
 // serve starts a server for h that the test's cleanup closes, after the
 // streams it opened later (cleanups run last first): a server waits for
 // its open streams when it closes.
-func serve(t *testing.T, h http.Handler) *httptest.Server {
+func serve(t testing.TB, h http.Handler) *httptest.Server {
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	return srv
@@ -122,4 +124,10 @@ func runningJob() *roverv1.GetJobResponse {
 			{NodeId: "node-b", Verdict: "straggler", TimeMicros: 30000, Reason: "2.5x the median"},
 		}},
 	}
+}
+
+func (s *scriptedSource) lookCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.looks
 }

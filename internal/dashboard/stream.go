@@ -72,13 +72,13 @@ func (d *Dashboard) serveStream(w http.ResponseWriter, r *http.Request) {
 				break
 			}
 		}
-		if j, err := d.snapshot(ctx); err != nil {
+		if b, err := d.jobJSON(ctx); err != nil {
 			if ctx.Err() != nil {
 				return
 			}
 			s.message("fault", "", map[string]string{"message": err.Error()})
 			lastJob = nil
-		} else if b, err := jobJSON.Marshal(j); err == nil && !bytes.Equal(b, lastJob) {
+		} else if !bytes.Equal(b, lastJob) {
 			s.data("job", "", b)
 			lastJob = b
 		}
