@@ -108,15 +108,16 @@ type Dashboard struct {
 	latest latestJob
 }
 
-// latestJob is the newest look at the job, in JSON, shared by every viewer:
-// it serves those who ask within half a sample interval, unless the source
-// changed since. A job of 10,000 nodes takes a tenth of a second to look at
+// latestJob is the newest look at the job, shared by the sampler and every
+// viewer: it serves those who ask within half a sample interval, unless the
+// source changed since. A job of 10,000 nodes takes a tenth of a second to look at
 // and marshal (BenchmarkJob10kNodes), so each viewer must not do it again.
 type latestJob struct {
 	mu      sync.Mutex // held while looking: the others wait and share it
 	at      time.Time
 	changed <-chan struct{} // the source's Changed when it was taken
-	json    []byte
+	job     *roverv1.GetJobResponse
+	json    []byte // nil until a viewer needs it
 }
 
 var _ http.Handler = (*Dashboard)(nil)
@@ -162,7 +163,10 @@ func (d *Dashboard) Run(ctx context.Context) error {
 	tick := time.NewTicker(d.opts.SampleEvery)
 	defer tick.Stop()
 	for {
-		if _, err := d.snapshot(ctx); err != nil && ctx.Err() == nil {
+		d.latest.mu.Lock()
+		_, err := d.look(ctx)
+		d.latest.mu.Unlock()
+		if err != nil && ctx.Err() == nil {
 			d.opts.Logger.Debug("sample the job", "err", err)
 		}
 		select {
@@ -184,27 +188,40 @@ func (d *Dashboard) snapshot(ctx context.Context) (*roverv1.GetJobResponse, erro
 	return j, nil
 }
 
-// jobJSON returns the job in JSON, from the latest look when it is fresh.
-func (d *Dashboard) jobJSON(ctx context.Context) ([]byte, error) {
+// look returns the job from the latest look when it is fresh, else looks
+// again; its JSON is made on the first call of jobJSON after the look.
+func (d *Dashboard) look(ctx context.Context) (*latestJob, error) {
 	l := &d.latest
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	now := d.opts.Now()
-	if l.json != nil && now.Sub(l.at) < d.opts.SampleEvery/2 && !isClosed(l.changed) {
-		return l.json, nil
+	if l.job != nil && now.Sub(l.at) < d.opts.SampleEvery/2 && !isClosed(l.changed) {
+		return l, nil
 	}
 	changed := d.src.Changed()
 	j, err := d.snapshot(ctx)
 	if err != nil {
-		l.json = nil
+		l.job, l.json = nil, nil
 		return nil, err
 	}
-	b, err := jobMarshal.Marshal(j)
+	l.at, l.changed, l.job, l.json = now, changed, j, nil
+	return l, nil
+}
+
+// jobJSON returns the job in JSON, from the latest look when it is fresh.
+func (d *Dashboard) jobJSON(ctx context.Context) ([]byte, error) {
+	d.latest.mu.Lock()
+	defer d.latest.mu.Unlock()
+	l, err := d.look(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("marshal the job's status: %w", err)
+		return nil, err
 	}
-	l.at, l.changed, l.json = now, changed, b
-	return b, nil
+	if l.json == nil {
+		b, err := jobMarshal.Marshal(l.job)
+		if err != nil {
+			return nil, fmt.Errorf("marshal the job's status: %w", err)
+		}
+		l.json = b
+	}
+	return l.json, nil
 }
 
 func isClosed(c <-chan struct{}) bool {
