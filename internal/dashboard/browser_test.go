@@ -2,6 +2,7 @@ package dashboard_test
 
 import (
 	"context"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -129,8 +130,9 @@ func artifactDir(t *testing.T) string {
 // TestBrowserShowsALiveJobAndEscapesWorkerText opens the dashboard in a
 // real headless chromium, waits for the nodes table and both charts to
 // draw from the stream, crashes a worker in the source and sees the
-// failure row appear without a reload, and checks that markup in worker
-// and user strings shows as text and runs nothing.
+// failure row appear without a reload, cuts the stream and sees the
+// browser resume after the last event it saw, and checks that markup in
+// worker and user strings shows as text and runs nothing.
 func TestBrowserShowsALiveJobAndEscapesWorkerText(t *testing.T) {
 	job := runningJob()
 	job.RunId = evilJob
@@ -145,7 +147,8 @@ func TestBrowserShowsALiveJobAndEscapesWorkerText(t *testing.T) {
 		stopRun()
 		<-runDone
 	})
-	srv := serve(t, d)
+	var resumes resumeLog
+	srv := serve(t, resumes.wrap(d))
 	ctx, console := browser(t)
 
 	navCtx, cancel := context.WithTimeout(ctx, 90*time.Second)
@@ -209,6 +212,19 @@ func TestBrowserShowsALiveJobAndEscapesWorkerText(t *testing.T) {
 		t.Errorf("the page reloaded (mark %q): the failure must arrive on the stream", got)
 	}
 
+	// The connection drops: the browser reconnects by itself, resumes
+	// after the last event it saw, and shows each event once.
+	srv.CloseClientConnections()
+	waitFor(t, ctx, "the second connection", `document.body.dataset.connections === '2' && document.querySelector('#conn').textContent === 'live'`)
+	src.addEvent(dashboard.Event{Time: time.Now(), Kind: "restart", Severity: "warning", Round: 3, Message: "restart the workers"})
+	waitFor(t, ctx, "the event after the reconnection", `document.querySelectorAll('#events tbody tr').length === 2`)
+	if got := resumes.ids(); len(got) != 2 || got[0] != "" || got[1] != "1" {
+		t.Errorf("the stream's Last-Event-ID headers %q, want none and then 1", got)
+	}
+	if got := eval[string](t, ctx, `window.__loadMark || 'reloaded'`); got != "first load" {
+		t.Errorf("the page reloaded (mark %q) when the connection dropped", got)
+	}
+
 	// Open the traceback and let the page settle, so that markup would have
 	// had its chance to load and run, then look for what it would have done.
 	eval[bool](t, ctx, `document.querySelector('#failures details').open = true; true`)
@@ -231,8 +247,34 @@ func TestBrowserShowsALiveJobAndEscapesWorkerText(t *testing.T) {
 	t.Logf("screenshot of the dashboard: %s", path)
 
 	for _, line := range console.all() {
+		if strings.Contains(line, "ERR_INCOMPLETE_CHUNKED_ENCODING") {
+			continue // the stream the test cut
+		}
 		if strings.HasPrefix(line, "exception") || strings.Contains(line, "Content Security Policy") || strings.HasPrefix(line, "error") {
 			t.Errorf("the page's console: %s", line)
 		}
 	}
+}
+
+// resumeLog records the Last-Event-ID header of each stream request.
+type resumeLog struct {
+	mu     sync.Mutex
+	lastID []string
+}
+
+func (l *resumeLog) wrap(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/api/stream" {
+			l.mu.Lock()
+			l.lastID = append(l.lastID, r.Header.Get("Last-Event-ID"))
+			l.mu.Unlock()
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+func (l *resumeLog) ids() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string(nil), l.lastID...)
 }

@@ -342,7 +342,12 @@
 
   function connect() {
     const es = new EventSource('api/stream');
-    es.onopen = () => setConn('live', 'live');
+    let opens = 0;
+    es.onopen = () => {
+      opens++;
+      document.body.dataset.connections = String(opens);
+      setConn('live', 'live');
+    };
     es.onerror = () => setConn('reconnecting…', 'down');
     es.addEventListener('job', (m) => {
       state.job = JSON.parse(m.data);
