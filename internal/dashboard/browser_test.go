@@ -2,6 +2,7 @@ package dashboard_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -139,6 +140,12 @@ func TestBrowserShowsALiveJobAndEscapesWorkerText(t *testing.T) {
 	job.Nodes[1].NodeId = evilNode
 	job.ManagedNodes[1].NodeId = evilNode
 	src := newScriptedSource(job)
+	// A long log: the page gets it in one burst and keeps the newest 500.
+	const saved = 700
+	for i := range saved {
+		src.addEvent(dashboard.Event{Time: time.Now(), Kind: "checkpoint_committed", Severity: "info", Round: 2,
+			Message: fmt.Sprintf("checkpoint step %d committed", 10*(i+1))})
+	}
 	d := dashboard.New(src, dashboard.Options{SampleEvery: 100 * time.Millisecond})
 	runCtx, stopRun := context.WithCancel(context.Background())
 	runDone := make(chan error, 1)
@@ -165,6 +172,12 @@ func TestBrowserShowsALiveJobAndEscapesWorkerText(t *testing.T) {
 	}
 	if got := eval[string](t, ctx, `document.querySelector('#job-name').textContent`); got != evilJob {
 		t.Errorf("the job's name shows as %q, want the text %q", got, evilJob)
+	}
+
+	waitFor(t, ctx, "the event log's newest 500", `document.querySelectorAll('#events tbody tr').length === 500 &&
+		document.querySelector('#events tbody tr').cells[0].textContent === '700'`)
+	if got := eval[string](t, ctx, `document.querySelector('#checkpoint-events li').textContent`); !strings.HasSuffix(got, "checkpoint step 7000 committed") {
+		t.Errorf("newest checkpoint event shows as %q, want step 7000's", got)
 	}
 
 	// The charts draw once the history has a few samples; the job trains
@@ -217,9 +230,13 @@ func TestBrowserShowsALiveJobAndEscapesWorkerText(t *testing.T) {
 	srv.CloseClientConnections()
 	waitFor(t, ctx, "the second connection", `document.body.dataset.connections === '2' && document.querySelector('#conn').textContent === 'live'`)
 	src.addEvent(dashboard.Event{Time: time.Now(), Kind: "restart", Severity: "warning", Round: 3, Message: "restart the workers"})
-	waitFor(t, ctx, "the event after the reconnection", `document.querySelectorAll('#events tbody tr').length === 2`)
-	if got := resumes.ids(); len(got) != 2 || got[0] != "" || got[1] != "1" {
-		t.Errorf("the stream's Last-Event-ID headers %q, want none and then 1", got)
+	waitFor(t, ctx, "the event after the reconnection", `document.querySelector('#events tbody tr').cells[0].textContent === '702'`)
+	seqs := eval[[]string](t, ctx, `[...document.querySelectorAll('#events tbody tr')].map((r) => r.cells[0].textContent)`)
+	if len(seqs) != 500 || seqs[0] != "702" || seqs[1] != "701" || seqs[499] != "203" {
+		t.Errorf("events shown after the reconnection: %d, from %s to %s; want each once, 702 down to 203", len(seqs), seqs[0], seqs[len(seqs)-1])
+	}
+	if got := resumes.ids(); len(got) != 2 || got[0] != "" || got[1] != fmt.Sprint(saved+1) {
+		t.Errorf("the stream's Last-Event-ID headers %q, want none and then %d", got, saved+1)
 	}
 	if got := eval[string](t, ctx, `window.__loadMark || 'reloaded'`); got != "first load" {
 		t.Errorf("the page reloaded (mark %q) when the connection dropped", got)

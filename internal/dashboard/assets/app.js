@@ -325,7 +325,6 @@
     renderCheckpoints(job);
     renderNodeCheck(job);
     renderProgress(job);
-    timeline(job);
   }
 
   function banner(text) {
@@ -340,6 +339,24 @@
     c.className = 'conn ' + cls;
   }
 
+  // Messages come in bursts (every event of the log on connecting): they
+  // change the state at once, and the page is drawn again once a frame.
+  const dirty = new Set();
+  const renderers = {
+    job: renderJob,
+    charts: renderCharts,
+    events: () => { renderEvents(); renderCheckpointEvents(); },
+  };
+  function schedule(what) {
+    if (dirty.size === 0) requestAnimationFrame(flush);
+    dirty.add(what);
+  }
+  function flush() {
+    const what = [...dirty];
+    dirty.clear();
+    for (const w of what) renderers[w]();
+  }
+
   function connect() {
     const es = new EventSource('api/stream');
     let opens = 0;
@@ -352,17 +369,18 @@
     es.addEventListener('job', (m) => {
       state.job = JSON.parse(m.data);
       banner('');
-      renderJob();
+      schedule('job');
+      schedule('charts'); // the timeline marks the job's failures
     });
     es.addEventListener('fault', (m) => banner(JSON.parse(m.data).message));
     es.addEventListener('history', (m) => {
       state.history = JSON.parse(m.data) || [];
-      renderCharts();
+      schedule('charts');
     });
     es.addEventListener('sample', (m) => {
       state.history.push(JSON.parse(m.data));
       if (state.history.length > MAX_SAMPLES) state.history.splice(0, state.history.length - MAX_SAMPLES);
-      renderCharts();
+      schedule('charts');
     });
     es.addEventListener('event', (m) => {
       const e = JSON.parse(m.data);
@@ -370,8 +388,7 @@
       state.lastSeq = e.seq;
       state.events.push(e);
       if (state.events.length > MAX_EVENTS) state.events.splice(0, state.events.length - MAX_EVENTS);
-      renderEvents();
-      renderCheckpointEvents();
+      schedule('events');
     });
   }
 
