@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -228,15 +229,15 @@ func TestBrowserShowsALiveJobAndEscapesWorkerText(t *testing.T) {
 	// The connection drops: the browser reconnects by itself, resumes
 	// after the last event it saw, and shows each event once.
 	srv.CloseClientConnections()
-	waitFor(t, ctx, "the second connection", `document.body.dataset.connections === '2' && document.querySelector('#conn').textContent === 'live'`)
+	waitFor(t, ctx, "the second connection", `Number(document.body.dataset.connections) >= 2 && document.querySelector('#conn').textContent === 'live'`)
 	src.addEvent(dashboard.Event{Time: time.Now(), Kind: "restart", Severity: "warning", Round: 3, Message: "restart the workers"})
 	waitFor(t, ctx, "the event after the reconnection", `document.querySelector('#events tbody tr').cells[0].textContent === '702'`)
 	seqs := eval[[]string](t, ctx, `[...document.querySelectorAll('#events tbody tr')].map((r) => r.cells[0].textContent)`)
 	if len(seqs) != 500 || seqs[0] != "702" || seqs[1] != "701" || seqs[499] != "203" {
 		t.Errorf("events shown after the reconnection: %d, from %s to %s; want each once, 702 down to 203", len(seqs), seqs[0], seqs[len(seqs)-1])
 	}
-	if got := resumes.ids(); len(got) != 2 || got[0] != "" || got[1] != fmt.Sprint(saved+1) {
-		t.Errorf("the stream's Last-Event-ID headers %q, want none and then %d", got, saved+1)
+	if got := resumes.ids(); len(got) < 2 || got[0] != "" || slices.ContainsFunc(got[1:], func(id string) bool { return id != fmt.Sprint(saved+1) }) {
+		t.Errorf("the stream's Last-Event-ID headers %q, want none and then %d on every reconnection", got, saved+1)
 	}
 	if got := eval[string](t, ctx, `window.__loadMark || 'reloaded'`); got != "first load" {
 		t.Errorf("the page reloaded (mark %q) when the connection dropped", got)
