@@ -23,6 +23,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -148,7 +149,14 @@ func New(src Source, opts Options) *Dashboard {
 	}
 	d.mux = http.NewServeMux()
 	d.mux.HandleFunc("/{$}", d.servePage)
-	d.mux.Handle("/assets/", http.StripPrefix("/assets/", http.FileServerFS(assets)))
+	files := http.StripPrefix("/assets/", http.FileServerFS(assets))
+	d.mux.HandleFunc("/assets/", func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/") {
+			http.NotFound(w, r) // no directory listings
+			return
+		}
+		files.ServeHTTP(w, r)
+	})
 	d.mux.HandleFunc("/api/job", d.serveJob)
 	d.mux.HandleFunc("/api/events", d.serveEvents)
 	d.mux.HandleFunc("/api/history", d.serveHistory)

@@ -177,8 +177,10 @@ func TestPageAndAssetsAreEmbedded(t *testing.T) {
 			t.Errorf("app.js uses %s: insert job data with textContent or text nodes", sink)
 		}
 	}
-	if resp, _ := get(t, srv.URL+"/no-such-page"); resp.StatusCode != http.StatusNotFound {
-		t.Errorf("GET /no-such-page: %s, want 404", resp.Status)
+	for _, path := range []string{"/no-such-page", "/assets/", "/assets/nope.js", "/api/"} {
+		if resp, _ := get(t, srv.URL+path); resp.StatusCode != http.StatusNotFound {
+			t.Errorf("GET %s: %s, want 404", path, resp.Status)
+		}
 	}
 }
 
