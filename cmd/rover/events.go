@@ -1,0 +1,136 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"connectrpc.com/connect"
+	roverv1 "github.com/roverml/rover/api/rover/v1"
+	"github.com/roverml/rover/internal/eventlog"
+	"github.com/roverml/rover/internal/jobview"
+)
+
+// eventsConfig is the validated command line of `rover events`.
+type eventsConfig struct {
+	statusConfig
+	// JSON is --json: the events as events.jsonl holds them.
+	JSON bool
+	// Follow is --follow: stream new events until interrupted.
+	Follow bool
+	// Since is --since N: only the events after number N.
+	Since uint64
+}
+
+func runEvents(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c, err := parseEventsFlags(args, stderr, os.Getenv)
+	if err != nil {
+		return helpIsNoError(err)
+	}
+	return showEvents(ctx, c, stdout)
+}
+
+// parseEventsFlags parses and checks the command line of `rover events`.
+func parseEventsFlags(args []string, stderr io.Writer, getenv func(string) string) (*eventsConfig, error) {
+	c := &eventsConfig{}
+	fs := flag.NewFlagSet("rover events", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	c.addFlags(fs, getenv)
+	fs.BoolVar(&c.JSON, "json", false, "print each event as the JSON line the job's events.jsonl holds")
+	fs.BoolVar(&c.Follow, "follow", false, "after the events so far, print each new one as it happens, until interrupted")
+	fs.Uint64Var(&c.Since, "since", 0, "print only the events numbered above N (each event's first column)")
+	if err := parseFlags(fs, args); err != nil {
+		return nil, err
+	}
+	if err := c.check("rover events"); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// showEvents prints the job's events, and with Follow the new ones as
+// they come, until ctx ends.
+func showEvents(ctx context.Context, c *eventsConfig, stdout io.Writer) error {
+	mc, closeConns, err := c.client()
+	if err != nil {
+		return err
+	}
+	defer closeConns()
+	print := func(evs []*roverv1.Event) error {
+		for _, e := range evs {
+			line := jobview.EventLine(e)
+			if c.JSON {
+				b, err := json.Marshal(eventFromProto(e))
+				if err != nil {
+					return err
+				}
+				line = string(b)
+			}
+			if _, err := fmt.Fprintln(stdout, line); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if !c.Follow {
+		since := c.Since
+		for {
+			resp, err := mc.ListEvents(ctx, connect.NewRequest(&roverv1.ListEventsRequest{Since: since}))
+			if err != nil {
+				return fmt.Errorf("ask the master at %s for the job's events: %w", c.Master, err)
+			}
+			evs := resp.Msg.GetEvents()
+			if err := print(evs); err != nil {
+				return err
+			}
+			if len(evs) == 0 || evs[len(evs)-1].GetSeq() >= resp.Msg.GetLast() {
+				return nil
+			}
+			since = evs[len(evs)-1].GetSeq()
+		}
+	}
+	stream, err := mc.WatchEvents(ctx, connect.NewRequest(&roverv1.WatchEventsRequest{Since: c.Since}))
+	if err != nil {
+		return fmt.Errorf("follow the job's events at %s: %w", c.Master, err)
+	}
+	defer stream.Close()
+	for stream.Receive() {
+		if err := print(stream.Msg().GetEvents()); err != nil {
+			return err
+		}
+	}
+	if ctx.Err() != nil {
+		return nil
+	}
+	if err := stream.Err(); err != nil {
+		return fmt.Errorf("follow the job's events at %s: %w", c.Master, err)
+	}
+	return nil // the master stopped
+}
+
+// eventFromProto is an event of the job's log as events.jsonl holds it,
+// for `rover events --json`.
+func eventFromProto(p *roverv1.Event) eventlog.Event {
+	e := eventlog.Event{
+		Seq: p.GetSeq(), Kind: eventlog.Kind(p.GetKind()), Severity: eventlog.Severity(p.GetSeverity()), Node: p.GetNode(),
+		Round: int(p.GetRound()), Message: p.GetMessage(), Cause: p.GetCause(), Action: p.GetAction(), Excerpt: p.GetExcerpt(),
+		Reason: p.GetReason(), WorldSize: int(p.GetWorldSize()), Nodes: int(p.GetNodes()), Verdict: p.GetVerdict(),
+	}
+	if t := p.GetTimeUnixNanos(); t != 0 {
+		e.Time = time.Unix(0, t).UTC()
+	}
+	if p.Rank != nil {
+		e.Rank = eventlog.Int(int(p.GetRank()))
+	}
+	if p.ExitCode != nil {
+		e.ExitCode = eventlog.Int(int(p.GetExitCode()))
+	}
+	if p.Step != nil {
+		e.Step = eventlog.Int64(p.GetStep())
+	}
+	return e
+}

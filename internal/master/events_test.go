@@ -1,0 +1,160 @@
+package master
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/roverml/rover/internal/eventlog"
+	"github.com/roverml/rover/internal/master/jobstate"
+	"github.com/roverml/rover/internal/store"
+)
+
+// eventsCore is a master's core restored from st with its event log in
+// dir, as New makes it, configured for a job of exactly 2 nodes.
+func eventsCore(t *testing.T, st Store, dir string, now time.Time) *core {
+	t.Helper()
+	c, err := restoreCore(context.Background(), Config{Job: "job", Store: st, StateDir: dir, Clock: &fakeClock{now: now}}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.events.Close() })
+	cfg, err := validateRendezvous(rdzvConfig(2, 2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.configure(context.Background(), *cfg, now); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func failRank(t *testing.T, c *core, node string, round, rank, exit int, traceback string, at time.Time) {
+	t.Helper()
+	raw, err := failureCodec{}.Encode(jobstate.Failure{NodeID: node, Rank: rank, ExitCode: exit, Round: int64(round),
+		TimeUnixNanos: at.UnixNano(), Message: "boom", Traceback: traceback})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.apply(context.Background(), &jobstate.Event{Type: jobstate.EventWorkerFailed, Time: at, Node: node, Round: round,
+		Failures: []json.RawMessage{raw}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func succeed(t *testing.T, c *core, node string, round int, at time.Time) {
+	t.Helper()
+	if err := c.apply(context.Background(), &jobstate.Event{Type: jobstate.EventNodeSucceeded, Time: at, Node: node, Round: round}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// eventRow is what the test compares of an event.
+type eventRow struct {
+	Seq      uint64
+	Kind     eventlog.Kind
+	Severity eventlog.Severity
+	Node     string
+	Round    int
+	Cause    string
+	Action   string
+}
+
+func rows(evs []eventlog.Event) []eventRow {
+	out := make([]eventRow, len(evs))
+	for i, e := range evs {
+		out[i] = eventRow{e.Seq, e.Kind, e.Severity, e.Node, e.Round, e.Cause, e.Action}
+	}
+	return out
+}
+
+// TestEventsOfATimeline drives a job through a world, a worker's crash,
+// its restart, a master restart and the job's end, and checks the event
+// log the transitions make: each kind once, in order, numbered on across
+// the master's restart, and nothing derived from the journal's replay.
+func TestEventsOfATimeline(t *testing.T) {
+	st, dir := store.NewMemory(), t.TempDir()
+	t0 := time.Unix(1000, 0).UTC()
+	c := eventsCore(t, st, dir, t0)
+	joinNode(t, c, "a", 2, 0, t0)
+	joinNode(t, c, "b", 2, 0, t0.Add(time.Second))
+	failRank(t, c, "b", 1, 3, 1, "Traceback (most recent call last):\n  File \"train.py\"\nRuntimeError: boom", t0.Add(time.Minute))
+	joinNode(t, c, "a", 2, 2, t0.Add(61*time.Second))
+	joinNode(t, c, "b", 2, 2, t0.Add(62*time.Second))
+
+	got, _ := c.events.Since(0, 0)
+	want := []eventRow{
+		{1, eventlog.MasterStarted, eventlog.Normal, "", 0, "", ""},
+		{2, eventlog.RendezvousCompleted, eventlog.Normal, "", 1, "", ""},
+		{3, eventlog.WorkerFailed, eventlog.Warning, "b", 1, "user-error", "restart-in-place"},
+		{4, eventlog.Restart, eventlog.Warning, "", 2, "", ""},
+		{5, eventlog.RendezvousCompleted, eventlog.Normal, "", 2, "", ""},
+	}
+	if diff := cmp.Diff(want, rows(got)); diff != "" {
+		t.Fatalf("events (-want +got):\n%s", diff)
+	}
+	f := got[2]
+	if f.Rank == nil || *f.Rank != 3 || f.ExitCode == nil || *f.ExitCode != 1 || !strings.Contains(f.Excerpt, "RuntimeError: boom") {
+		t.Errorf("worker_failed: rank %v exit %v excerpt %q; want rank 3, exit 1 and the traceback", f.Rank, f.ExitCode, f.Excerpt)
+	}
+	if !f.Time.Equal(t0.Add(time.Minute)) {
+		t.Errorf("worker_failed at %v, want the transition's time %v", f.Time, t0.Add(time.Minute))
+	}
+	if got[4].WorldSize != 4 || got[4].Nodes != 2 {
+		t.Errorf("rendezvous_completed: %d workers on %d nodes, want 4 on 2", got[4].WorldSize, got[4].Nodes)
+	}
+
+	// The master restarts: the replay derives nothing, numbering goes on.
+	c.events.Close()
+	c2 := eventsCore(t, st, dir, t0.Add(2*time.Minute))
+	succeed(t, c2, "a", 2, t0.Add(3*time.Minute))
+	succeed(t, c2, "b", 2, t0.Add(3*time.Minute))
+	got, oldest := c2.events.Since(5, 0)
+	want = []eventRow{
+		{6, eventlog.MasterStarted, eventlog.Normal, "", 2, "", ""},
+		{7, eventlog.JobSucceeded, eventlog.Normal, "", 2, "", ""},
+	}
+	if diff := cmp.Diff(want, rows(got)); diff != "" {
+		t.Fatalf("events after the master's restart (-want +got):\n%s", diff)
+	}
+	if oldest != 1 {
+		t.Errorf("the restarted master's ring starts at %d, want 1 (read back from events.jsonl)", oldest)
+	}
+}
+
+// TestEventsOfALostNodeAndAFailedJob: a node lost by its heartbeats takes
+// the blame for its world; a job out of restarts fails.
+func TestEventsOfALostNodeAndAFailedJob(t *testing.T) {
+	t0 := time.Unix(1000, 0).UTC()
+	c := eventsCore(t, store.NewMemory(), "", t0)
+	joinNode(t, c, "a", 2, 0, t0)
+	joinNode(t, c, "b", 2, 0, t0)
+	if err := c.apply(context.Background(), &jobstate.Event{Type: jobstate.EventNodeLost, Time: t0.Add(time.Minute), Node: "b", Reason: "no heartbeat for 30s"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.apply(context.Background(), &jobstate.Event{Type: jobstate.EventFailNodes, Time: t0.Add(2 * time.Minute), Reason: "the node manager gave up"}); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := c.events.Since(2, 0) // after master_started and the world
+	kinds := make([]eventlog.Kind, len(got))
+	for i, e := range got {
+		kinds[i] = e.Kind
+	}
+	want := []eventlog.Kind{eventlog.WorkerFailed, eventlog.NodeLost, eventlog.Restart, eventlog.JobFailed}
+	if diff := cmp.Diff(want, kinds); diff != "" {
+		t.Fatalf("event kinds (-want +got):\n%s\n%+v", diff, got)
+	}
+	if got[0].Node != "b" || !strings.Contains(got[0].Message, "was lost") {
+		t.Errorf("the lost node's failure: %+v", got[0])
+	}
+	if got[1].Reason != "no heartbeat for 30s" || got[1].Severity != eventlog.Warning {
+		t.Errorf("node_lost: %+v", got[1])
+	}
+	if got[3].Reason != "the node manager gave up" {
+		t.Errorf("job_failed: reason %q", got[3].Reason)
+	}
+}
