@@ -37,7 +37,7 @@ func deriveEvents(e *jobstate.Event, before, after rendezvous.Status, fx jobstat
 	for _, f := range fx.Failures {
 		add(failureLogEvent(f))
 	}
-	if e.Type == jobstate.EventNodeLost {
+	if e.Type == jobstate.EventNodeLost && before.Job == rendezvous.Running { // after the end, agents leave
 		ev := eventlog.Event{Kind: eventlog.NodeLost, Severity: eventlog.Warning, Node: e.Node, Round: after.Round,
 			Reason: e.Reason, Message: fmt.Sprintf("node %s was lost: %s", e.Node, cmp.Or(e.Reason, "its agent is gone"))}
 		if e.Planned {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	roverv1 "github.com/roverml/rover/api/rover/v1"
+	"github.com/roverml/rover/internal/eventlog"
 	"github.com/roverml/rover/internal/jobconfig"
 	"github.com/roverml/rover/internal/master/jobstate"
 	"github.com/roverml/rover/internal/nodemanager"
@@ -310,6 +311,10 @@ func (m *Master) Status() *roverv1.GetJobResponse {
 	r.CheckpointStep = m.checkpoints.latestStep()
 	return r
 }
+
+// Events is the job's event log (package eventlog), for a caller that
+// carries the events elsewhere (Kubernetes Events); it only reads it.
+func (m *Master) Events() *eventlog.Log { return m.core.events }
 
 // NodesGone is closed once a master that owns its nodes (Config.Nodes) has
 // deleted them all: after the job ended, or Run's context ended. It is
