@@ -9,8 +9,14 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/roverml/rover/internal/eventlog"
 	"github.com/roverml/rover/internal/master/jobstate"
+	"github.com/roverml/rover/internal/nodecheck"
+	"github.com/roverml/rover/internal/nodemanager"
+	"github.com/roverml/rover/internal/platform"
+	"github.com/roverml/rover/internal/rendezvous"
+	"github.com/roverml/rover/internal/stall"
 	"github.com/roverml/rover/internal/store"
 )
 
@@ -156,5 +162,82 @@ func TestEventsOfALostNodeAndAFailedJob(t *testing.T) {
 	}
 	if got[3].Reason != "the node manager gave up" {
 		t.Errorf("job_failed: reason %q", got[3].Reason)
+	}
+}
+
+// TestDeriveEvents: the events of single transitions, from the status
+// before and after and the effects, with the transition's time.
+func TestDeriveEvents(t *testing.T) {
+	at := time.Unix(2000, 0).UTC()
+	running := rendezvous.Status{Job: rendezvous.Running, Round: 3, WorldRound: 3, WorldSize: 4, GroupWorldSize: 2, MaxRestarts: 3}
+	ended := running
+	ended.Job, ended.Reason = rendezvous.Failed, "out of restarts"
+	relaunch := running
+	relaunch.Round, relaunch.Open = 4, true
+	check := &nodecheck.Check{World: 3, Verdicts: []nodecheck.Verdict{
+		{Node: "a", Kind: nodecheck.Passed, Reason: "fine"},
+		{Node: "b", Kind: nodecheck.Faulty, Excluded: true, Reason: "its group timed out"},
+	}}
+	for _, tc := range []struct {
+		name          string
+		e             jobstate.Event
+		before, after rendezvous.Status
+		fx            jobstate.Effects
+		want          []eventRow
+	}{
+		{"a node lost while the job runs", jobstate.Event{Type: jobstate.EventNodeLost, Node: "b", Reason: "pod deleted"}, running, relaunch, jobstate.Effects{},
+			[]eventRow{{0, eventlog.NodeLost, eventlog.Warning, "b", 4, "", ""}, {0, eventlog.Restart, eventlog.Normal, "", 4, "", ""}}},
+		{"a node scaled away", jobstate.Event{Type: jobstate.EventNodeLost, Node: "c", Planned: true}, running, running, jobstate.Effects{},
+			[]eventRow{{0, eventlog.NodeLost, eventlog.Normal, "c", 3, "", ""}}},
+		{"agents leaving after the end", jobstate.Event{Type: jobstate.EventNodeLost, Node: "b", Reason: "disconnected"}, ended, ended, jobstate.Effects{}, nil},
+		{"the job fails", jobstate.Event{Type: jobstate.EventFailNodes, Reason: "out of restarts"}, running, ended, jobstate.Effects{},
+			[]eventRow{{0, eventlog.JobFailed, eventlog.Warning, "", 3, "", ""}}},
+		{"a node check's verdicts", jobstate.Event{Type: jobstate.EventCheckTick}, running, running, jobstate.Effects{CheckEnded: check},
+			[]eventRow{{0, eventlog.NodeCheck, eventlog.Normal, "a", 3, "", ""}, {0, eventlog.NodeCheck, eventlog.Warning, "b", 3, "", ""}}},
+		{"a key set", jobstate.Event{Type: jobstate.EventSetKey, Key: "k"}, running, running, jobstate.Effects{Keys: true}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.e.Time = at
+			got := deriveEvents(&tc.e, tc.before, tc.after, tc.fx)
+			if diff := cmp.Diff(tc.want, rows(got), cmpopts.EquateEmpty()); diff != "" {
+				t.Fatalf("events (-want +got):\n%s", diff)
+			}
+			for _, e := range got {
+				if !e.Time.Equal(at) || e.Message == "" {
+					t.Errorf("%s at %v with message %q: want the transition's time and a message", e.Kind, e.Time, e.Message)
+				}
+			}
+		})
+	}
+	if got := deriveEvents(&jobstate.Event{Type: jobstate.EventCheckTick, Time: at}, running, running, jobstate.Effects{CheckEnded: check}); !strings.Contains(got[1].Message, "leaves the job") || got[1].Verdict != "faulty" {
+		t.Errorf("an excluded node's verdict: %+v", got[1])
+	}
+}
+
+// TestDriverEvents: the events the master's loops derive from what the
+// progress tracker and the node manager return.
+func TestDriverEvents(t *testing.T) {
+	at := time.Unix(3000, 0).UTC()
+	tick := jobstate.ProgressTick{StragglersChanged: true, Stragglers: []string{"b"}, StragglerReason: "b takes 3x the median",
+		Hang: &jobstate.HangNotice{ID: 1, Policy: stall.Restart, Reason: "no worker made progress for 10s"}}
+	got := progressEvents(tick, 2, at)
+	want := []eventRow{{0, eventlog.Straggler, eventlog.Warning, "b", 2, "", ""}, {0, eventlog.Hang, eventlog.Warning, "", 2, "", stall.Restart.String()}}
+	if diff := cmp.Diff(want, rows(got)); diff != "" {
+		t.Errorf("progress events (-want +got):\n%s", diff)
+	}
+	if got := progressEvents(jobstate.ProgressTick{StragglersChanged: true}, 2, at); len(got) != 1 || got[0].Severity != eventlog.Normal {
+		t.Errorf("stragglers gone: %+v, want one Normal straggler event", got)
+	}
+	if got := progressEvents(jobstate.ProgressTick{}, 2, at); len(got) != 0 {
+		t.Errorf("a quiet tick made events: %+v", got)
+	}
+	cmds := []nodemanager.Command{
+		{Kind: nodemanager.CreateNode, NodeID: "w-0-0", Spec: platform.NodeSpec{Rank: 0}, Reason: "start worker rank 0 of 2"},
+		{Kind: nodemanager.DeleteNode, NodeID: "w-1-0", Reason: "its pod was deleted"},
+		{Kind: nodemanager.CreateNode, NodeID: "w-1-1", Spec: platform.NodeSpec{Rank: 1, Relaunch: 1}, Reason: "relaunch rank 1: its pod was deleted"},
+	}
+	got = commandEvents(cmds, at)
+	if diff := cmp.Diff([]eventRow{{0, eventlog.NodeRelaunched, eventlog.Warning, "w-1-1", 0, "", ""}}, rows(got)); diff != "" {
+		t.Errorf("node manager events (-want +got):\n%s", diff)
 	}
 }
