@@ -51,8 +51,11 @@ type Log struct {
 	f    *os.File // nil without a directory, or once closed
 	size int64
 
-	last uint64  // the newest event's Seq
-	ring []Event // the newest events, oldest first, at most opts.Ring
+	last uint64 // the newest event's Seq
+	// ring holds the newest events, at most opts.Ring: ring[head] is the
+	// oldest once it is full, ring[0] before.
+	ring []Event
+	head int
 	wake chan struct{}
 }
 
@@ -126,15 +129,20 @@ func (l *Log) load(path string, current bool) error {
 	return nil
 }
 
-// keep adds e to the ring. The caller holds mu (or owns l).
+// keep adds e to the ring, over its oldest event once it is full. The
+// caller holds mu (or owns l).
 func (l *Log) keep(e Event) {
 	l.last = e.Seq
-	if len(l.ring) >= l.opts.Ring {
-		n := copy(l.ring, l.ring[len(l.ring)-l.opts.Ring+1:])
-		l.ring = l.ring[:n]
+	if len(l.ring) < l.opts.Ring {
+		l.ring = append(l.ring, e)
+		return
 	}
-	l.ring = append(l.ring, e)
+	l.ring[l.head] = e
+	l.head = (l.head + 1) % len(l.ring)
 }
+
+// at is the ring's i-th event, oldest first.
+func (l *Log) at(i int) Event { return l.ring[(l.head+i)%len(l.ring)] }
 
 // Append numbers events in order after the newest, bounds their strings,
 // writes them as one write(2) of JSON lines and wakes the readers. The
@@ -219,19 +227,23 @@ func (l *Log) Since(seq uint64, max int) (events []Event, oldest uint64) {
 	if len(l.ring) == 0 {
 		return nil, 0
 	}
-	oldest = l.ring[0].Seq
+	oldest = l.at(0).Seq
 	i := 0
 	if seq >= oldest {
-		i = int(seq - oldest + 1)
+		i = int(min(seq-oldest+1, uint64(len(l.ring))))
 	}
-	if i >= len(l.ring) {
+	n := len(l.ring) - i
+	if max > 0 && n > max {
+		n = max
+	}
+	if n == 0 {
 		return nil, oldest
 	}
-	rest := l.ring[i:]
-	if max > 0 && len(rest) > max {
-		rest = rest[:max]
+	events = make([]Event, n)
+	for j := range events {
+		events[j] = l.at(i + j)
 	}
-	return append([]Event(nil), rest...), oldest
+	return events, oldest
 }
 
 // Last is the newest event's Seq, 0 before the first.

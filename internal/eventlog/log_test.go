@@ -279,3 +279,24 @@ func TestDamagedLineIsSkipped(t *testing.T) {
 		t.Fatalf("ring holds %d events, last %d; want 2 and 2", len(evs), l.Last())
 	}
 }
+
+// BenchmarkAppend appends one worker_failed event at a time to a log on
+// disk with a full ring: the cost the master's commit pays per event.
+//
+//	go test -run '^$' -bench Append ./internal/eventlog/
+func BenchmarkAppend(b *testing.B) {
+	l, err := Open(b.TempDir(), Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	e := Event{Time: t0, Kind: WorkerFailed, Severity: Warning, Node: "node-17", Round: 3, Rank: Int(5), ExitCode: Int(1),
+		Cause: "user-error", Action: "restart-in-place", Message: "rank 5 on node node-17 exited 1; cause user-error, action restart-in-place",
+		Excerpt: strings.Repeat("Traceback line\n", 40)}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := l.Append(e); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

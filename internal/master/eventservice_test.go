@@ -1,12 +1,20 @@
 package master
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
 	roverv1 "github.com/roverml/rover/api/rover/v1"
+	"github.com/roverml/rover/api/rover/v1/roverv1connect"
 	"github.com/roverml/rover/internal/client"
 	"github.com/roverml/rover/internal/eventlog"
 )
@@ -69,5 +77,54 @@ func TestListAndWatchEvents(t *testing.T) {
 	}
 	if connect.CodeOf(err) != connect.CodeUnauthenticated {
 		t.Errorf("WatchEvents with a wrong token: %v, want Unauthenticated", err)
+	}
+}
+
+// TestWatchEventsOverHTTP1: a browser's page (the dashboard) follows the
+// events with the Connect protocol over HTTP/1.1: a server stream of
+// enveloped JSON messages.
+func TestWatchEventsOverHTTP1(t *testing.T) {
+	m, _ := startMaster(t, Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	body := append([]byte{0, 0, 0, 0, 2}, "{}"...) // one envelope: flags, length, message
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+m.Addr()+roverv1connect.MasterServiceWatchEventsProcedure, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/connect+json")
+	req.Header.Set(client.AuthHeader, client.AuthScheme+testToken)
+	hc := &http.Client{Transport: &http.Transport{}} // HTTP/1.1
+	defer hc.CloseIdleConnections()
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.ProtoMajor != 1 {
+		t.Fatalf("%s %s", resp.Proto, resp.Status)
+	}
+	readMessage := func() map[string]any {
+		t.Helper()
+		head := make([]byte, 5)
+		if _, err := io.ReadFull(resp.Body, head); err != nil {
+			t.Fatal(err)
+		}
+		msg := make([]byte, binary.BigEndian.Uint32(head[1:]))
+		if _, err := io.ReadFull(resp.Body, msg); err != nil {
+			t.Fatal(err)
+		}
+		var v map[string]any
+		if err := json.Unmarshal(msg, &v); err != nil {
+			t.Fatalf("message %q: %v", msg, err)
+		}
+		return v
+	}
+	if first := readMessage(); !strings.Contains(fmt.Sprint(first), "master_started") {
+		t.Fatalf("first message %v, want the master_started event", first)
+	}
+	m.core.logEvents(eventlog.Event{Time: time.Now(), Kind: eventlog.WorkerFailed, Severity: eventlog.Warning, Message: "<img src=x onerror=alert(1)>"})
+	if next := readMessage(); !strings.Contains(fmt.Sprint(next), "<img src=x onerror=alert(1)>") {
+		t.Fatalf("next message %v, want the failure, its message as data", next)
 	}
 }
