@@ -300,3 +300,48 @@ func BenchmarkAppend(b *testing.B) {
 		}
 	}
 }
+
+// TestReadGoesToTheFiles: events older than the ring are read from the
+// files, rotated ones first, then the ring's follow.
+func TestReadGoesToTheFiles(t *testing.T) {
+	dir := t.TempDir()
+	l, err := Open(dir, Options{MaxFileBytes: 2000, KeepFiles: 5, Ring: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	appendN(t, l, 100)
+	evs, oldest, err := l.Read(0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs) == 0 || evs[len(evs)-1].Seq != 100 {
+		t.Fatalf("Read(0) returned %d events, want through 100", len(evs))
+	}
+	for i := 1; i < len(evs); i++ {
+		if evs[i].Seq != evs[i-1].Seq+1 {
+			t.Fatalf("Read(0): %d follows %d", evs[i].Seq, evs[i-1].Seq)
+		}
+	}
+	if evs[0].Seq != oldest || oldest > 91 {
+		t.Errorf("Read(0) starts at %d, oldest %d: want what the files keep, before the ring's 91", evs[0].Seq, oldest)
+	}
+	from := oldest + 5
+	evs, _, err = l.Read(from, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs) != 7 || evs[0].Seq != from+1 || evs[6].Seq != from+7 {
+		t.Errorf("Read(%d, 7): %d events from %d", from, len(evs), evs[0].Seq)
+	}
+	evs, _, err = l.Read(85, 10) // across the files and the ring
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs) != 10 || evs[0].Seq != 86 || evs[9].Seq != 95 {
+		t.Errorf("Read(85, 10): %d events, %d..%d; want 86..95", len(evs), evs[0].Seq, evs[len(evs)-1].Seq)
+	}
+	if evs, _, _ := l.Read(95, 0); len(evs) != 5 || evs[0].Seq != 96 {
+		t.Errorf("Read(95) within the ring: %d events", len(evs))
+	}
+}

@@ -13,7 +13,8 @@ import (
 // bounds), so 1,000 stay under the clients' read limit.
 const maxEventsPerMessage = 1000
 
-// ListEvents answers the job's events after since, from the master's ring.
+// ListEvents answers the job's events after since: from the master's ring,
+// and from the files of the event log for those older than it holds.
 func (s *service) ListEvents(_ context.Context, req *connect.Request[roverv1.ListEventsRequest]) (*connect.Response[roverv1.ListEventsResponse], error) {
 	limit := int(req.Msg.GetLimit())
 	if limit < 0 {
@@ -24,20 +25,27 @@ func (s *service) ListEvents(_ context.Context, req *connect.Request[roverv1.Lis
 	}
 	log := s.core.events
 	last := log.Last()
-	evs, oldest := log.Since(req.Msg.GetSince(), limit)
+	evs, oldest, err := log.Read(req.Msg.GetSince(), limit)
+	if err != nil && len(evs) == 0 {
+		return nil, connect.NewError(connect.CodeInternal, err)
+	}
 	return connect.NewResponse(&roverv1.ListEventsResponse{Events: eventsProto(evs), Oldest: oldest, Last: last}), nil
 }
 
 // WatchEvents streams the job's events after since, then each new one,
-// until the caller hangs up or the master stops. A watcher that falls
-// behind the ring goes on from its oldest event: the numbers show the gap.
+// until the caller hangs up or the master stops. A watcher behind the ring
+// catches up from the files; an event rotated away is skipped (the
+// numbers show the gap).
 func (s *service) WatchEvents(ctx context.Context, req *connect.Request[roverv1.WatchEventsRequest], stream *connect.ServerStream[roverv1.WatchEventsResponse]) error {
 	log := s.core.events
 	cursor := req.Msg.GetSince()
 	first := true
 	for {
 		wake := log.Wait() // before reading: an append after the read wakes us
-		evs, _ := log.Since(cursor, maxEventsPerMessage)
+		evs, _, err := log.Read(cursor, maxEventsPerMessage)
+		if err != nil && len(evs) == 0 {
+			return connect.NewError(connect.CodeInternal, err)
+		}
 		if len(evs) > 0 || first {
 			// The first message goes at once, even empty: the watcher
 			// knows it is following.

@@ -205,7 +205,7 @@ func (x *Event) GetVerdict() string {
 }
 
 // ListEventsRequest asks for the events after since (0: from the first the
-// master holds), at most limit (0: all it holds in memory).
+// master still has), at most limit (0 or above 1,000: 1,000).
 type ListEventsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Since         uint64                 `protobuf:"varint,1,opt,name=since,proto3" json:"since,omitempty"`
@@ -258,10 +258,12 @@ func (x *ListEventsRequest) GetLimit() int32 {
 	return 0
 }
 
-// ListEventsResponse holds the events after since, oldest first. oldest is
-// the first event the master holds in memory (0: none): when it is above
-// since+1 the events between are only in the job's events.jsonl files, or
-// rotated away. last is the newest event's seq.
+// ListEventsResponse holds the events after since, oldest first: from the
+// master's memory (the newest 4,096) and from its event log's files for
+// older ones. oldest is the first event the master still has (0: none);
+// when it is above since+1 the events between were rotated away. last is
+// the newest event's seq: a caller asks again from the last event it got
+// until it reaches last.
 type ListEventsResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Events        []*Event               `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
