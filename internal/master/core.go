@@ -66,6 +66,9 @@ type core struct {
 	// transitions applied, waiting for the commit's leader to append them.
 	events        *eventlog.Log
 	pendingEvents []eventlog.Event
+	// watchEnd is closed when the master stops serving: the WatchEvents
+	// streams send what is left and end.
+	watchEnd chan struct{}
 }
 
 func newCore(runID string, store Store) *core {
@@ -79,6 +82,7 @@ func newCore(runID string, store Store) *core {
 		noticeCh: make(chan struct{}, 1),
 		log:      slog.New(slog.DiscardHandler),
 		events:   newMemoryEvents(),
+		watchEnd: make(chan struct{}),
 	}
 }
 

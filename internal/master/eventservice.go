@@ -33,13 +33,14 @@ func (s *service) ListEvents(_ context.Context, req *connect.Request[roverv1.Lis
 }
 
 // WatchEvents streams the job's events after since, then each new one,
-// until the caller hangs up or the master stops. A watcher behind the ring
+// until the caller hangs up or the master stops (the stream then ends
+// without an error). A watcher behind the ring
 // catches up from the files; an event rotated away is skipped (the
 // numbers show the gap).
 func (s *service) WatchEvents(ctx context.Context, req *connect.Request[roverv1.WatchEventsRequest], stream *connect.ServerStream[roverv1.WatchEventsResponse]) error {
 	log := s.core.events
 	cursor := req.Msg.GetSince()
-	first := true
+	first, ending := true, false
 	for {
 		wake := log.Wait() // before reading: an append after the read wakes us
 		evs, _, err := log.Read(cursor, maxEventsPerMessage)
@@ -60,9 +61,14 @@ func (s *service) WatchEvents(ctx context.Context, req *connect.Request[roverv1.
 				continue // more are waiting
 			}
 		}
+		if ending {
+			return nil // the master stops: the stream ends in order
+		}
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-s.core.watchEnd:
+			ending = true // send what is left, then end
 		case <-wake:
 		}
 	}

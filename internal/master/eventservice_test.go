@@ -128,3 +128,38 @@ func TestWatchEventsOverHTTP1(t *testing.T) {
 		t.Fatalf("next message %v, want the failure, its message as data", next)
 	}
 }
+
+// TestWatchEventsEndsWithTheMaster: a master that stops ends its event
+// streams in order, so that `rover events --follow` exits 0 at the job's
+// end.
+func TestWatchEventsEndsWithTheMaster(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	m, err := New(ctx, Config{Listen: "127.0.0.1:0", Token: testToken})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	hc := client.NewHTTPClient()
+	defer hc.CloseIdleConnections()
+	cctx, ccancel := context.WithTimeout(context.Background(), time.Minute) // the client's own
+	defer ccancel()
+	stream, err := client.New(hc, m.Addr(), testToken).WatchEvents(cctx, connect.NewRequest(&roverv1.WatchEventsRequest{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stream.Close()
+	if !stream.Receive() {
+		t.Fatalf("WatchEvents: %v", stream.Err())
+	}
+	cancel() // the master stops
+	for stream.Receive() {
+	}
+	if err := stream.Err(); err != nil {
+		t.Errorf("the stream of a stopping master ended with %v, want no error", err)
+	}
+	if err := <-done; err != nil {
+		t.Errorf("master Run: %v", err)
+	}
+}

@@ -157,6 +157,7 @@ func (m *Master) shutdown(ctx context.Context) error {
 	if m.fleet != nil {
 		<-m.fleet.gone // agents being stopped still talk to the master
 	}
+	close(m.core.watchEnd) // the event streams end in order
 	sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	var err error

@@ -81,7 +81,8 @@ func checkNumbering(t *testing.T, evs []jobEvent) {
 // rendezvous, the failure, the restart and the new world; after the
 // master is SIGKILLed and started again on its state dir, the numbering
 // goes on from the last event; a follower started then with --since sees
-// the job's end; events.jsonl holds the same events.
+// the job's end and exits 0 when the master stops; events.jsonl holds the
+// same events.
 func TestEventsOfAKilledWorker(t *testing.T) {
 	dir := t.TempDir()
 	state := filepath.Join(dir, "state")
@@ -158,6 +159,9 @@ func TestEventsOfAKilledWorker(t *testing.T) {
 	}
 	if code := c.master.wait(t, 30*time.Second); code != 0 {
 		t.Errorf("the restarted master exited %d:\n%s", code, c.master.out)
+	}
+	if code := follow2.wait(t, 30*time.Second); code != 0 {
+		t.Errorf("rover events --follow exited %d when the master stopped at the job's end, want 0:\n%s", code, follow2.out)
 	}
 	if got := parseEvents(t, follow2.out.String()); len(got) == 0 || got[0].Seq != 2 {
 		t.Errorf("rover events --since 1 began at %+v, want event 2", got)
