@@ -241,3 +241,26 @@ func TestDriverEvents(t *testing.T) {
 		t.Errorf("node manager events (-want +got):\n%s", diff)
 	}
 }
+
+// TestCheckpointCommitEvent: a step committed once its last rank is
+// durable is one checkpoint_committed event, with its step; the reports
+// before it make none.
+func TestCheckpointCommitEvent(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	j := newCkptJob(t, ctx, 2)
+	before := j.m.core.events.Last()
+	if !j.commit(ctx, 10) {
+		t.Fatal("step 10 was not committed")
+	}
+	evs, _ := j.m.core.events.Since(before, 0)
+	var commits []eventlog.Event
+	for _, e := range evs {
+		if e.Kind == eventlog.CheckpointCommitted {
+			commits = append(commits, e)
+		}
+	}
+	if len(commits) != 1 || commits[0].Step == nil || *commits[0].Step != 10 || commits[0].Round != 1 {
+		t.Fatalf("checkpoint events %+v, want one for step 10 of round 1", commits)
+	}
+}
