@@ -11,8 +11,11 @@ import (
 
 	"connectrpc.com/connect"
 	roverv1 "github.com/roverml/rover/api/rover/v1"
+	"github.com/roverml/rover/api/rover/v1/roverv1connect"
+	"github.com/roverml/rover/internal/client"
 	"github.com/roverml/rover/internal/eventlog"
 	"github.com/roverml/rover/internal/jobview"
+	"github.com/roverml/rover/internal/retry"
 )
 
 // eventsConfig is the validated command line of `rover events`.
@@ -24,6 +27,9 @@ type eventsConfig struct {
 	Follow bool
 	// Since is --since N: only the events after number N.
 	Since uint64
+	// Reconnect is --reconnect: how long --follow tries to reach a master
+	// that went away (killed, restarting) before it gives up; 0 never.
+	Reconnect time.Duration
 }
 
 func runEvents(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -31,7 +37,7 @@ func runEvents(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return helpIsNoError(err)
 	}
-	return showEvents(ctx, c, stdout)
+	return showEvents(ctx, c, stdout, stderr)
 }
 
 // parseEventsFlags parses and checks the command line of `rover events`.
@@ -43,18 +49,22 @@ func parseEventsFlags(args []string, stderr io.Writer, getenv func(string) strin
 	fs.BoolVar(&c.JSON, "json", false, "print each event as the JSON line the job's events.jsonl holds")
 	fs.BoolVar(&c.Follow, "follow", false, "after the events so far, print each new one as it happens, until interrupted")
 	fs.Uint64Var(&c.Since, "since", 0, "print only the events numbered above N (each event's first column)")
+	fs.DurationVar(&c.Reconnect, "reconnect", 10*time.Minute, "with --follow: how long to try to reach a master whose connection broke (killed, restarting) before giving up; 0: do not")
 	if err := parseFlags(fs, args); err != nil {
 		return nil, err
 	}
 	if err := c.check("rover events"); err != nil {
 		return nil, err
 	}
+	if c.Reconnect < 0 {
+		return nil, usageError{fmt.Errorf("--reconnect=%s: want a duration of 0 or more", c.Reconnect)}
+	}
 	return c, nil
 }
 
 // showEvents prints the job's events, and with Follow the new ones as
 // they come, until ctx ends.
-func showEvents(ctx context.Context, c *eventsConfig, stdout io.Writer) error {
+func showEvents(ctx context.Context, c *eventsConfig, stdout, stderr io.Writer) error {
 	mc, closeConns, err := c.client()
 	if err != nil {
 		return err
@@ -93,23 +103,56 @@ func showEvents(ctx context.Context, c *eventsConfig, stdout io.Writer) error {
 			since = evs[len(evs)-1].GetSeq()
 		}
 	}
-	stream, err := mc.WatchEvents(ctx, connect.NewRequest(&roverv1.WatchEventsRequest{Since: c.Since}))
+	since := c.Since
+	var lostAt time.Time
+	backoff := retry.Backoff{Initial: 200 * time.Millisecond, Max: 5 * time.Second}
+	for attempt := 0; ; attempt++ {
+		connected, printErr, err := followEvents(ctx, mc, &since, print)
+		if printErr != nil {
+			return printErr // stdout is gone: nothing to follow for
+		}
+		if err == nil || ctx.Err() != nil {
+			return nil // the master stopped in order, or we were interrupted
+		}
+		if !client.Retryable(err) || c.Reconnect == 0 {
+			return fmt.Errorf("follow the job's events at %s: %w", c.Master, err)
+		}
+		if connected || lostAt.IsZero() {
+			lostAt, attempt = time.Now(), 0
+			fmt.Fprintf(stderr, "rover events: lost the master at %s (%v); reconnecting for up to %s\n", c.Master, err, c.Reconnect)
+		}
+		if time.Since(lostAt) > c.Reconnect {
+			return fmt.Errorf("follow the job's events: the master at %s stayed unreachable for %s: %w", c.Master, c.Reconnect, err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(backoff.Delay(attempt)):
+		}
+	}
+}
+
+// followEvents streams the events after *since, printing them and moving
+// *since on, until the stream ends: streamErr nil when the master ended it
+// in order; printErr when printing failed. connected says the master
+// answered this time.
+func followEvents(ctx context.Context, mc roverv1connect.MasterServiceClient, since *uint64, print func([]*roverv1.Event) error) (connected bool, printErr, streamErr error) {
+	stream, err := mc.WatchEvents(ctx, connect.NewRequest(&roverv1.WatchEventsRequest{Since: *since}))
 	if err != nil {
-		return fmt.Errorf("follow the job's events at %s: %w", c.Master, err)
+		return false, nil, err
 	}
 	defer stream.Close()
 	for stream.Receive() {
-		if err := print(stream.Msg().GetEvents()); err != nil {
-			return err
+		connected = true
+		evs := stream.Msg().GetEvents()
+		if err := print(evs); err != nil {
+			return connected, err, nil
+		}
+		if len(evs) > 0 {
+			*since = evs[len(evs)-1].GetSeq()
 		}
 	}
-	if ctx.Err() != nil {
-		return nil
-	}
-	if err := stream.Err(); err != nil {
-		return fmt.Errorf("follow the job's events at %s: %w", c.Master, err)
-	}
-	return nil // the master stopped
+	return connected, nil, stream.Err()
 }
 
 // eventFromProto is an event of the job's log as events.jsonl holds it,

@@ -5,6 +5,7 @@ import (
 	"io"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	roverv1 "github.com/roverml/rover/api/rover/v1"
@@ -21,9 +22,10 @@ func TestEventsFlags(t *testing.T) {
 		want    *eventsConfig
 		wantErr string
 	}{
-		{"from the variables", nil, getenv, &eventsConfig{statusConfig: statusConfig{Master: "m:1", TokenFile: "t"}}, ""},
-		{"follow as JSON since 7", []string{"--follow", "--json", "--since", "7"}, getenv,
+		{"from the variables", nil, getenv, &eventsConfig{statusConfig: statusConfig{Master: "m:1", TokenFile: "t"}, Reconnect: 10 * time.Minute}, ""},
+		{"follow as JSON since 7", []string{"--follow", "--json", "--since", "7", "--reconnect", "0"}, getenv,
 			&eventsConfig{statusConfig: statusConfig{Master: "m:1", TokenFile: "t"}, Follow: true, JSON: true, Since: 7}, ""},
+		{"a negative reconnect", []string{"--reconnect", "-1s"}, getenv, nil, "--reconnect=-1s: want a duration of 0 or more"},
 		{"no master", nil, func(string) string { return "" }, nil, "rover events needs --master HOST:PORT (or ROVER_MASTER_ADDR)"},
 		{"a URL", []string{"--master", "http://h:2"}, getenv, nil,
 			"--master=http://h:2: want HOST:PORT, not a URL; for a master that serves TLS, add --tls-ca FILE"},

@@ -81,7 +81,8 @@ func checkNumbering(t *testing.T, evs []jobEvent) {
 // rendezvous, the failure, the restart and the new world; after the
 // master is SIGKILLed and started again on its state dir, the numbering
 // goes on from the last event; a follower started then with --since sees
-// the job's end and exits 0 when the master stops; events.jsonl holds the
+// the job's end and exits 0 when the master stops, and so does the first
+// follower, which reconnected across the restart; events.jsonl holds the
 // same events.
 func TestEventsOfAKilledWorker(t *testing.T) {
 	dir := t.TempDir()
@@ -167,6 +168,17 @@ func TestEventsOfAKilledWorker(t *testing.T) {
 		t.Errorf("rover events --since 1 began at %+v, want event 2", got)
 	}
 
+	// The first follower lost the master, found it again and followed on
+	// to the end without a gap or a repeat.
+	if code := follow.wait(t, 30*time.Second); code != 0 {
+		t.Errorf("the first rover events --follow exited %d, want 0 at the job's end:\n%s", code, follow.out)
+	}
+	if !strings.Contains(follow.out.String(), "lost the master") {
+		t.Errorf("the first follower did not say it lost the master:\n%s", follow.out)
+	}
+	throughRestart := parseEvents(t, follow.out.String())
+	checkNumbering(t, throughRestart)
+
 	b, err := os.ReadFile(filepath.Join(state, "events.jsonl"))
 	if err != nil {
 		t.Fatal(err)
@@ -180,5 +192,8 @@ func TestEventsOfAKilledWorker(t *testing.T) {
 		if onDisk[i] != e {
 			t.Errorf("events.jsonl line %d is %+v, the master served %+v", i+1, onDisk[i], e)
 		}
+	}
+	if len(throughRestart) != len(onDisk) {
+		t.Errorf("the follower through the restart printed %d events, events.jsonl holds %d", len(throughRestart), len(onDisk))
 	}
 }
