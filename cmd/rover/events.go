@@ -107,6 +107,9 @@ func showEvents(ctx context.Context, c *eventsConfig, stdout, stderr io.Writer) 
 	var lostAt time.Time
 	backoff := retry.Backoff{Initial: 200 * time.Millisecond, Max: 5 * time.Second}
 	for attempt := 0; ; attempt++ {
+		if !lostAt.IsZero() {
+			since = renumbered(ctx, mc, since, stderr)
+		}
 		connected, printErr, err := followEvents(ctx, mc, &since, print)
 		if printErr != nil {
 			return printErr // stdout is gone: nothing to follow for
@@ -130,6 +133,19 @@ func showEvents(ctx context.Context, c *eventsConfig, stdout, stderr io.Writer) 
 		case <-time.After(backoff.Delay(attempt)):
 		}
 	}
+}
+
+// renumbered is where to follow a master found again from: since, unless
+// its newest event is older (a master without a state dir numbers its
+// events afresh when it restarts): then from its first.
+func renumbered(ctx context.Context, mc roverv1connect.MasterServiceClient, since uint64, stderr io.Writer) uint64 {
+	resp, err := mc.ListEvents(ctx, connect.NewRequest(&roverv1.ListEventsRequest{Since: since, Limit: 1}))
+	if err != nil || resp.Msg.GetLast() >= since {
+		return since // unreachable yet, or numbering on
+	}
+	fmt.Fprintf(stderr, "rover events: the master numbers its events afresh (its newest is %d, the last printed %d): it keeps them without a state dir; following from its first\n",
+		resp.Msg.GetLast(), since)
+	return 0
 }
 
 // followEvents streams the events after *since, printing them and moving

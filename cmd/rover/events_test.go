@@ -77,3 +77,24 @@ func TestEventLineAndJSON(t *testing.T) {
 		t.Errorf("--json line\n%s\nwant\n%s", b, want)
 	}
 }
+
+// TestRenumberedMaster: a follower that finds a master whose newest event
+// is older than the last it printed (a master without a state dir,
+// restarted) follows it from its first event, saying so; one that numbers
+// on is followed on.
+func TestRenumberedMaster(t *testing.T) {
+	addr, tokenFile := startTestMaster(t) // one event: master_started
+	c := &statusConfig{Master: addr, TokenFile: tokenFile}
+	mc, closeConns, err := c.client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeConns()
+	var stderr strings.Builder
+	if got := renumbered(t.Context(), mc, 1, &stderr); got != 1 || stderr.Len() != 0 {
+		t.Errorf("renumbered(1) = %d (%q), want 1 silently: the master numbers on", got, stderr.String())
+	}
+	if got := renumbered(t.Context(), mc, 40, &stderr); got != 0 || !strings.Contains(stderr.String(), "numbers its events afresh") {
+		t.Errorf("renumbered(40) = %d (%q), want 0, saying why", got, stderr.String())
+	}
+}
