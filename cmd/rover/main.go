@@ -31,6 +31,8 @@ Usage:
   rover master [options]                 run a job's master (control plane)
   rover operator [options]               run the Kubernetes operator of ElasticJobs
   rover status --master HOST:PORT        print a job's status
+  rover events --master HOST:PORT [--follow] [--json] [--since N]
+                                         print a job's events: worlds, failures, restarts, its end
   rover bench rendezvous --nodes N       benchmark the rendezvous at scale
   rover soak [--duration D] [--fault-rate F] [--faults worker,node,master,hang,slow] [--json]
                                          goodput of a real DDP job under faults, against torchrun's
@@ -89,6 +91,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = runSubmit(ctx, rest, stdout, stderr)
 	case "status":
 		err = runStatus(ctx, rest, stdout, stderr)
+	case "events":
+		err = runEvents(ctx, rest, stdout, stderr)
 	case "bench":
 		err = runBench(ctx, rest, stdout, stderr)
 	case "soak":

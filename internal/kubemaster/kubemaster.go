@@ -180,10 +180,14 @@ func Run(ctx context.Context, o Options) error {
 			o.Logger.Warn("follow the job's scaling", "err", err)
 		}
 	}()
+	sink := newEventSink(m.Events(), cs.EventsV1(), cl, &job, o.Logger)
+	sunk := make(chan uint64, 1)
+	go func() { sunk <- sink.run(mctx) }()
 	w := &statusWriter{client: cl, job: client.ObjectKeyFromObject(&job), log: o.Logger}
 	outcome, waitErr := waitEnded(ctx, m, w, o.StatusEvery)
 	stop()
 	serveErr := <-served
+	sink.drain(context.WithoutCancel(ctx), <-sunk)
 	w.write(context.WithoutCancel(ctx), m.Status())
 	switch {
 	case waitErr != nil && ctx.Err() == nil:

@@ -23,7 +23,8 @@ import (
 // exactly deploy/rbac/master-role.yaml's permissions follows the job's
 // worker count. The job runs --nnodes=1:3 and starts 2 pods (replicas 2);
 // `kubectl scale --replicas=3` (the /scale subresource) adds a third pod;
-// a count outside --nnodes is set back with a warning event; a ScalePlan
+// the master's event log records it as a ScaleDecision Event; a count
+// outside --nnodes is set back with a warning event; a ScalePlan
 // for 1 node removes the two highest ranks, sets the job's replicas and
 // ends Succeeded; a ScalePlan asking for what Rover does not do ends
 // Failed, naming the field.
@@ -81,6 +82,18 @@ func TestMasterFollowsScaling(t *testing.T) {
 	waitPods("ddp-worker-0-0", "ddp-worker-1-0")
 	scale(3)
 	waitPods("ddp-worker-0-0", "ddp-worker-1-0", "ddp-worker-2-0")
+	// The event log's scaling, as a Kubernetes Event the master role may
+	// create.
+	k8stest.WaitFor(t, "a ScaleDecision event", func() bool {
+		list, err := cs.EventsV1().Events(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return slices.ContainsFunc(list.Items, func(e eventsv1.Event) bool {
+			return e.Reason == "ScaleDecision" && e.ReportingController == reportingController && e.Regarding.Name == job.Name &&
+				strings.Contains(e.Note, "scaled to 3 nodes")
+		})
+	})
 
 	scale(5)
 	k8stest.WaitFor(t, "replicas set back to 3", func() bool { return replicas() == 3 })

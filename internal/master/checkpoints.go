@@ -10,6 +10,7 @@ import (
 	"connectrpc.com/connect"
 	roverv1 "github.com/roverml/rover/api/rover/v1"
 	"github.com/roverml/rover/internal/ckpt"
+	"github.com/roverml/rover/internal/eventlog"
 	"github.com/roverml/rover/internal/jobconfig"
 )
 
@@ -260,7 +261,11 @@ func (s *service) CheckpointDurable(ctx context.Context, req *connect.Request[ro
 		return nil, rpcError(err)
 	}
 	if committed {
-		s.core.goodputDurable(r.GetNodeId(), int(r.GetRound()), r.GetStep(), s.clock.Now())
+		now := s.clock.Now()
+		s.core.goodputDurable(r.GetNodeId(), int(r.GetRound()), r.GetStep(), now)
+		s.core.logEvents(eventlog.Event{Time: now, Kind: eventlog.CheckpointCommitted, Severity: eventlog.Normal,
+			Round: int(r.GetRound()), Step: eventlog.Int64(r.GetStep()),
+			Message: fmt.Sprintf("checkpoint step %d committed: every rank of it is durable", r.GetStep())})
 	}
 	return connect.NewResponse(&roverv1.CheckpointDurableResponse{Committed: committed, LatestCommitted: latest}), nil
 }

@@ -229,6 +229,7 @@ func (c *core) commitAfter(ctx context.Context, batch []*proposal, snapshotted b
 		state, snapErr = c.marshalStateLocked()
 	}
 	c.mu.Unlock()
+	c.flushEvents() // before the answers: an acknowledged transition's events are logged
 	for _, p := range batch {
 		close(p.done)
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/roverml/rover/internal/ckpt"
+	"github.com/roverml/rover/internal/eventlog"
 	"github.com/roverml/rover/internal/jobconfig"
 	"github.com/roverml/rover/internal/master/jobstate"
 	"github.com/roverml/rover/internal/nodemanager"
@@ -60,6 +61,14 @@ type core struct {
 	offsetsPruneAt   int // len(offsets) at which pruneOffsetsLocked runs next
 	goodputJournaled time.Time
 	log              *slog.Logger
+
+	// The job's event log (events.go): the events derived from the
+	// transitions applied, waiting for the commit's leader to append them.
+	events        *eventlog.Log
+	pendingEvents []eventlog.Event
+	// watchEnd is closed when the master stops serving: the WatchEvents
+	// streams send what is left and end.
+	watchEnd chan struct{}
 }
 
 func newCore(runID string, store Store) *core {
@@ -72,6 +81,8 @@ func newCore(runID string, store Store) *core {
 		commits:  committer{failed: make(chan struct{}), every: minSnapshotEvery},
 		noticeCh: make(chan struct{}, 1),
 		log:      slog.New(slog.DiscardHandler),
+		events:   newMemoryEvents(),
+		watchEnd: make(chan struct{}),
 	}
 }
 
@@ -174,7 +185,11 @@ func (c *core) apply(ctx context.Context, e *jobstate.Event) error {
 // It acts on the effects (wakeLocked) and keeps a dataset event's outcome
 // for its caller.
 func (c *core) applyLocked(e *jobstate.Event) error {
+	before := c.st.Members.Status()
 	fx, err := c.st.Apply(e)
+	if c.st.Live {
+		c.pendingEvents = append(c.pendingEvents, deriveEvents(e, before, c.st.Members.Status(), fx)...)
+	}
 	c.wakeLocked(fx)
 	c.shardOut = fx.Shard
 	if e.Type == jobstate.EventShardBatch && err == nil {

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/roverml/rover/internal/eventlog"
 	"github.com/roverml/rover/internal/master/jobstate"
 	"github.com/roverml/rover/internal/nodemanager"
 	"github.com/roverml/rover/internal/platform"
@@ -158,6 +159,8 @@ func (f *fleet) scale(ctx context.Context, req scaleRequest) error {
 		return err
 	}
 	f.log.Info("scaling the job's nodes", "group", req.group, "nodes", req.nodes, "why", req.why)
+	f.core.logEvents(eventlog.Event{Time: f.clock.Now(), Kind: eventlog.ScaleDecision, Severity: eventlog.Normal, Nodes: req.nodes,
+		Reason: req.why, Message: fmt.Sprintf("node group %s is scaled to %d nodes: %s", req.group, req.nodes, req.why)})
 	f.carry(ctx, cmds)
 	return nil
 }
@@ -362,6 +365,7 @@ func (f *fleet) carry(ctx context.Context, cmds []nodemanager.Command) {
 		f.saved = state
 	}
 	f.core.setFleetView(f.mgr.Status(), f.cfg.Name)
+	f.core.logEvents(commandEvents(cmds, f.clock.Now())...)
 	creating := newCreates(ctx, f)
 	skipped := 0
 	for i, c := range cmds {

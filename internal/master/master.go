@@ -13,6 +13,7 @@ import (
 	"time"
 
 	roverv1 "github.com/roverml/rover/api/rover/v1"
+	"github.com/roverml/rover/internal/eventlog"
 	"github.com/roverml/rover/internal/jobconfig"
 	"github.com/roverml/rover/internal/master/jobstate"
 	"github.com/roverml/rover/internal/nodemanager"
@@ -156,6 +157,7 @@ func (m *Master) shutdown(ctx context.Context) error {
 	if m.fleet != nil {
 		<-m.fleet.gone // agents being stopped still talk to the master
 	}
+	close(m.core.watchEnd) // the event streams end in order
 	sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	var err error
@@ -310,6 +312,10 @@ func (m *Master) Status() *roverv1.GetJobResponse {
 	r.CheckpointStep = m.checkpoints.latestStep()
 	return r
 }
+
+// Events is the job's event log (package eventlog), for a caller that
+// carries the events elsewhere (Kubernetes Events); it only reads it.
+func (m *Master) Events() *eventlog.Log { return m.core.events }
 
 // NodesGone is closed once a master that owns its nodes (Config.Nodes) has
 // deleted them all: after the job ended, or Run's context ended. It is

@@ -64,6 +64,7 @@ func (c *core) checkProgress(ctx context.Context, now time.Time, log *slog.Logge
 	p := c.st.Progress
 	p.Follow(c.st.Members.Config().Hang, int64(s.Round))
 	tick := p.Tick(now, s.Job == rendezvous.Running && !s.Open)
+	evs := progressEvents(tick, s.Round, now)
 	if tick.StragglersChanged {
 		if len(tick.Stragglers) > 0 {
 			log.Warn("straggler: a node's steps are much slower than the others'", "nodes", strings.Join(tick.Stragglers, ","), "why", tick.StragglerReason)
@@ -81,6 +82,7 @@ func (c *core) checkProgress(ctx context.Context, now time.Time, log *slog.Logge
 		c.changedLocked() // the views carry the notice
 	}
 	c.mu.Unlock()
+	c.logEvents(evs...)
 	if e == nil {
 		return nil
 	}

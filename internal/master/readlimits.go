@@ -56,6 +56,8 @@ var readLimits = map[string]int{
 	roverv1connect.MasterServiceReportNodeCheckProcedure:   80 << 10, // an error text of up to 64 KiB
 	// A storage URL of up to 1 KiB, a node id and a number.
 	roverv1connect.MasterServiceDeclareCheckpointProcedure: 16 << 10,
+	roverv1connect.MasterServiceListEventsProcedure:        smallRequest,
+	roverv1connect.MasterServiceWatchEventsProcedure:       smallRequest,
 }
 
 const (

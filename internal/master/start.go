@@ -13,6 +13,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/roverml/rover/internal/ckpt"
 	"github.com/roverml/rover/internal/diagnosis"
+	"github.com/roverml/rover/internal/eventlog"
 	"github.com/roverml/rover/internal/store"
 )
 
@@ -59,7 +60,7 @@ func New(ctx context.Context, cfg Config) (*Master, error) {
 		closeStore()
 		return nil, err
 	}
-	m.closeStore = closeStore
+	m.closeStore = func() error { return errors.Join(m.core.events.Close(), closeStore()) }
 	return m, nil
 }
 
@@ -125,6 +126,7 @@ func newMaster(ctx context.Context, cfg Config, log *slog.Logger) (*Master, erro
 // restoreCore makes the job's state and restores it from cfg.Store.
 func restoreCore(ctx context.Context, cfg Config, log *slog.Logger) (*core, error) {
 	start := time.Now()
+	var err error
 	c := newCore(cfg.Job, cfg.Store)
 	c.log = log
 	if cfg.Nodes != nil && cfg.Nodes.Platform != nil {
@@ -135,10 +137,17 @@ func restoreCore(ctx context.Context, cfg Config, log *slog.Logger) (*core, erro
 			c.st.Caps.Memory = gs[0].Memory() // what a worker killed for memory grows from
 		}
 	}
+	if cfg.StateDir != "" {
+		if c.events, err = eventlog.Open(cfg.StateDir, eventlog.Options{}); err != nil {
+			return nil, fmt.Errorf("open the job's event log: %w", err)
+		}
+	}
 	n, err := c.restore(ctx, cfg.Clock.Now())
 	if err != nil {
+		c.events.Close()
 		return nil, fmt.Errorf("restore the master's state: %w", err)
 	}
+	c.logEvents(startedEvent(n, c.st.Members.Status(), cfg.Clock.Now()))
 	if n > 0 {
 		j := c.job()
 		log.Info("restored master state", "records", n, "round", j.GetRound(), "restarts", j.GetRestartCount(),

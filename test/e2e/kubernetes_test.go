@@ -193,16 +193,17 @@ func (k *kube) podLogs(job string) string {
 
 // TestKubernetes runs the DDP example as ElasticJobs on one API server,
 // operator and kubelet (the operator's controller registers once per
-// process): the disruptions of kubernetesDDP, kubernetesScale, then
-// kubernetesDLRoverJob.
+// process): the disruptions of kubernetesDDP, the Events and conditions
+// of kubernetesEvents, kubernetesScale, then kubernetesDLRoverJob.
 func TestKubernetes(t *testing.T) {
 	cases := ddpCases()
 	var jobs []string
 	for _, tc := range cases {
 		jobs = append(jobs, tc.name)
 	}
-	k := startKube(t, append(jobs, scaleJob, dlroverKubeJob)...)
+	k := startKube(t, append(jobs, scaleJob, dlroverKubeJob, eventsJob)...)
 	t.Run("DDP", func(t *testing.T) { kubernetesDDP(t, k, cases) })
+	t.Run("Events", func(t *testing.T) { kubernetesEvents(t, k) })
 	t.Run("Scale", func(t *testing.T) { kubernetesScale(t, k) })
 	t.Run("DLRoverJob", func(t *testing.T) { kubernetesDLRoverJob(t, k) })
 }

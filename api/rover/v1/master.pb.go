@@ -2363,7 +2363,7 @@ var File_api_rover_v1_master_proto protoreflect.FileDescriptor
 
 const file_api_rover_v1_master_proto_rawDesc = "" +
 	"\n" +
-	"\x19api/rover/v1/master.proto\x12\brover.v1\x1a\x18api/rover/v1/shard.proto\x1a\x1capi/rover/v1/nodecheck.proto\x1a\x1bapi/rover/v1/progress.proto\x1a\x1aapi/rover/v1/goodput.proto\"\xe6\x01\n" +
+	"\x19api/rover/v1/master.proto\x12\brover.v1\x1a\x18api/rover/v1/shard.proto\x1a\x1capi/rover/v1/nodecheck.proto\x1a\x1bapi/rover/v1/progress.proto\x1a\x1aapi/rover/v1/goodput.proto\x1a\x19api/rover/v1/events.proto\"\xe6\x01\n" +
 	"\x18CheckpointDurableRequest\x12\x12\n" +
 	"\x04step\x18\x02 \x01(\x03R\x04step\x12\x12\n" +
 	"\x04rank\x18\x03 \x01(\x05R\x04rank\x12\x12\n" +
@@ -2582,7 +2582,7 @@ const file_api_rover_v1_master_proto_rawDesc = "" +
 	"\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11JOB_STATE_RUNNING\x10\x01\x12\x17\n" +
 	"\x13JOB_STATE_SUCCEEDED\x10\x02\x12\x14\n" +
-	"\x10JOB_STATE_FAILED\x10\x032\xba\f\n" +
+	"\x10JOB_STATE_FAILED\x10\x032\xd5\r\n" +
 	"\rMasterService\x12D\n" +
 	"\aSession\x12\x18.rover.v1.SessionRequest\x1a\x19.rover.v1.SessionResponse\"\x00(\x010\x01\x127\n" +
 	"\x04Join\x12\x15.rover.v1.JoinRequest\x1a\x16.rover.v1.JoinResponse\"\x00\x12R\n" +
@@ -2603,7 +2603,10 @@ const file_api_rover_v1_master_proto_rawDesc = "" +
 	"\vBatchShards\x12\x1c.rover.v1.BatchShardsRequest\x1a\x1d.rover.v1.BatchShardsResponse\"\x00\x12^\n" +
 	"\x11CheckpointDurable\x12\".rover.v1.CheckpointDurableRequest\x1a#.rover.v1.CheckpointDurableResponse\"\x00\x12X\n" +
 	"\x0fReportNodeCheck\x12 .rover.v1.ReportNodeCheckRequest\x1a!.rover.v1.ReportNodeCheckResponse\"\x00\x12^\n" +
-	"\x11DeclareCheckpoint\x12\".rover.v1.DeclareCheckpointRequest\x1a#.rover.v1.DeclareCheckpointResponse\"\x00B/Z-github.com/roverml/rover/api/rover/v1;roverv1b\x06proto3"
+	"\x11DeclareCheckpoint\x12\".rover.v1.DeclareCheckpointRequest\x1a#.rover.v1.DeclareCheckpointResponse\"\x00\x12I\n" +
+	"\n" +
+	"ListEvents\x12\x1b.rover.v1.ListEventsRequest\x1a\x1c.rover.v1.ListEventsResponse\"\x00\x12N\n" +
+	"\vWatchEvents\x12\x1c.rover.v1.WatchEventsRequest\x1a\x1d.rover.v1.WatchEventsResponse\"\x000\x01B/Z-github.com/roverml/rover/api/rover/v1;roverv1b\x06proto3"
 
 var (
 	file_api_rover_v1_master_proto_rawDescOnce sync.Once
@@ -2668,16 +2671,20 @@ var file_api_rover_v1_master_proto_goTypes = []any{
 	(*RestoreDatasetRequest)(nil),     // 45: rover.v1.RestoreDatasetRequest
 	(*BatchShardsRequest)(nil),        // 46: rover.v1.BatchShardsRequest
 	(*ReportNodeCheckRequest)(nil),    // 47: rover.v1.ReportNodeCheckRequest
-	(*RegisterDatasetResponse)(nil),   // 48: rover.v1.RegisterDatasetResponse
-	(*LeaseShardsResponse)(nil),       // 49: rover.v1.LeaseShardsResponse
-	(*CompleteShardsResponse)(nil),    // 50: rover.v1.CompleteShardsResponse
-	(*GetPositionResponse)(nil),       // 51: rover.v1.GetPositionResponse
-	(*AdvancePositionResponse)(nil),   // 52: rover.v1.AdvancePositionResponse
-	(*AppendStreamResponse)(nil),      // 53: rover.v1.AppendStreamResponse
-	(*DatasetStateResponse)(nil),      // 54: rover.v1.DatasetStateResponse
-	(*RestoreDatasetResponse)(nil),    // 55: rover.v1.RestoreDatasetResponse
-	(*BatchShardsResponse)(nil),       // 56: rover.v1.BatchShardsResponse
-	(*ReportNodeCheckResponse)(nil),   // 57: rover.v1.ReportNodeCheckResponse
+	(*ListEventsRequest)(nil),         // 48: rover.v1.ListEventsRequest
+	(*WatchEventsRequest)(nil),        // 49: rover.v1.WatchEventsRequest
+	(*RegisterDatasetResponse)(nil),   // 50: rover.v1.RegisterDatasetResponse
+	(*LeaseShardsResponse)(nil),       // 51: rover.v1.LeaseShardsResponse
+	(*CompleteShardsResponse)(nil),    // 52: rover.v1.CompleteShardsResponse
+	(*GetPositionResponse)(nil),       // 53: rover.v1.GetPositionResponse
+	(*AdvancePositionResponse)(nil),   // 54: rover.v1.AdvancePositionResponse
+	(*AppendStreamResponse)(nil),      // 55: rover.v1.AppendStreamResponse
+	(*DatasetStateResponse)(nil),      // 56: rover.v1.DatasetStateResponse
+	(*RestoreDatasetResponse)(nil),    // 57: rover.v1.RestoreDatasetResponse
+	(*BatchShardsResponse)(nil),       // 58: rover.v1.BatchShardsResponse
+	(*ReportNodeCheckResponse)(nil),   // 59: rover.v1.ReportNodeCheckResponse
+	(*ListEventsResponse)(nil),        // 60: rover.v1.ListEventsResponse
+	(*WatchEventsResponse)(nil),       // 61: rover.v1.WatchEventsResponse
 }
 var file_api_rover_v1_master_proto_depIdxs = []int32{
 	3,  // 0: rover.v1.DeclareCheckpointResponse.checkpoint:type_name -> rover.v1.CheckpointStorage
@@ -2726,28 +2733,32 @@ var file_api_rover_v1_master_proto_depIdxs = []int32{
 	1,  // 43: rover.v1.MasterService.CheckpointDurable:input_type -> rover.v1.CheckpointDurableRequest
 	47, // 44: rover.v1.MasterService.ReportNodeCheck:input_type -> rover.v1.ReportNodeCheckRequest
 	4,  // 45: rover.v1.MasterService.DeclareCheckpoint:input_type -> rover.v1.DeclareCheckpointRequest
-	12, // 46: rover.v1.MasterService.Session:output_type -> rover.v1.SessionResponse
-	9,  // 47: rover.v1.MasterService.Join:output_type -> rover.v1.JoinResponse
-	17, // 48: rover.v1.MasterService.ReportFailure:output_type -> rover.v1.ReportFailureResponse
-	19, // 49: rover.v1.MasterService.ReportSuccess:output_type -> rover.v1.ReportSuccessResponse
-	21, // 50: rover.v1.MasterService.Leave:output_type -> rover.v1.LeaveResponse
-	23, // 51: rover.v1.MasterService.SetKey:output_type -> rover.v1.SetKeyResponse
-	25, // 52: rover.v1.MasterService.GetKey:output_type -> rover.v1.GetKeyResponse
-	29, // 53: rover.v1.MasterService.GetJob:output_type -> rover.v1.GetJobResponse
-	48, // 54: rover.v1.MasterService.RegisterDataset:output_type -> rover.v1.RegisterDatasetResponse
-	49, // 55: rover.v1.MasterService.LeaseShards:output_type -> rover.v1.LeaseShardsResponse
-	50, // 56: rover.v1.MasterService.CompleteShards:output_type -> rover.v1.CompleteShardsResponse
-	51, // 57: rover.v1.MasterService.GetPosition:output_type -> rover.v1.GetPositionResponse
-	52, // 58: rover.v1.MasterService.AdvancePosition:output_type -> rover.v1.AdvancePositionResponse
-	53, // 59: rover.v1.MasterService.AppendStream:output_type -> rover.v1.AppendStreamResponse
-	54, // 60: rover.v1.MasterService.GetDatasetState:output_type -> rover.v1.DatasetStateResponse
-	55, // 61: rover.v1.MasterService.RestoreDataset:output_type -> rover.v1.RestoreDatasetResponse
-	56, // 62: rover.v1.MasterService.BatchShards:output_type -> rover.v1.BatchShardsResponse
-	2,  // 63: rover.v1.MasterService.CheckpointDurable:output_type -> rover.v1.CheckpointDurableResponse
-	57, // 64: rover.v1.MasterService.ReportNodeCheck:output_type -> rover.v1.ReportNodeCheckResponse
-	5,  // 65: rover.v1.MasterService.DeclareCheckpoint:output_type -> rover.v1.DeclareCheckpointResponse
-	46, // [46:66] is the sub-list for method output_type
-	26, // [26:46] is the sub-list for method input_type
+	48, // 46: rover.v1.MasterService.ListEvents:input_type -> rover.v1.ListEventsRequest
+	49, // 47: rover.v1.MasterService.WatchEvents:input_type -> rover.v1.WatchEventsRequest
+	12, // 48: rover.v1.MasterService.Session:output_type -> rover.v1.SessionResponse
+	9,  // 49: rover.v1.MasterService.Join:output_type -> rover.v1.JoinResponse
+	17, // 50: rover.v1.MasterService.ReportFailure:output_type -> rover.v1.ReportFailureResponse
+	19, // 51: rover.v1.MasterService.ReportSuccess:output_type -> rover.v1.ReportSuccessResponse
+	21, // 52: rover.v1.MasterService.Leave:output_type -> rover.v1.LeaveResponse
+	23, // 53: rover.v1.MasterService.SetKey:output_type -> rover.v1.SetKeyResponse
+	25, // 54: rover.v1.MasterService.GetKey:output_type -> rover.v1.GetKeyResponse
+	29, // 55: rover.v1.MasterService.GetJob:output_type -> rover.v1.GetJobResponse
+	50, // 56: rover.v1.MasterService.RegisterDataset:output_type -> rover.v1.RegisterDatasetResponse
+	51, // 57: rover.v1.MasterService.LeaseShards:output_type -> rover.v1.LeaseShardsResponse
+	52, // 58: rover.v1.MasterService.CompleteShards:output_type -> rover.v1.CompleteShardsResponse
+	53, // 59: rover.v1.MasterService.GetPosition:output_type -> rover.v1.GetPositionResponse
+	54, // 60: rover.v1.MasterService.AdvancePosition:output_type -> rover.v1.AdvancePositionResponse
+	55, // 61: rover.v1.MasterService.AppendStream:output_type -> rover.v1.AppendStreamResponse
+	56, // 62: rover.v1.MasterService.GetDatasetState:output_type -> rover.v1.DatasetStateResponse
+	57, // 63: rover.v1.MasterService.RestoreDataset:output_type -> rover.v1.RestoreDatasetResponse
+	58, // 64: rover.v1.MasterService.BatchShards:output_type -> rover.v1.BatchShardsResponse
+	2,  // 65: rover.v1.MasterService.CheckpointDurable:output_type -> rover.v1.CheckpointDurableResponse
+	59, // 66: rover.v1.MasterService.ReportNodeCheck:output_type -> rover.v1.ReportNodeCheckResponse
+	5,  // 67: rover.v1.MasterService.DeclareCheckpoint:output_type -> rover.v1.DeclareCheckpointResponse
+	60, // 68: rover.v1.MasterService.ListEvents:output_type -> rover.v1.ListEventsResponse
+	61, // 69: rover.v1.MasterService.WatchEvents:output_type -> rover.v1.WatchEventsResponse
+	48, // [48:70] is the sub-list for method output_type
+	26, // [26:48] is the sub-list for method input_type
 	26, // [26:26] is the sub-list for extension type_name
 	26, // [26:26] is the sub-list for extension extendee
 	0,  // [0:26] is the sub-list for field type_name
@@ -2762,6 +2773,7 @@ func file_api_rover_v1_master_proto_init() {
 	file_api_rover_v1_nodecheck_proto_init()
 	file_api_rover_v1_progress_proto_init()
 	file_api_rover_v1_goodput_proto_init()
+	file_api_rover_v1_events_proto_init()
 	file_api_rover_v1_master_proto_msgTypes[3].OneofWrappers = []any{}
 	file_api_rover_v1_master_proto_msgTypes[9].OneofWrappers = []any{
 		(*SessionRequest_Join)(nil),

@@ -30,6 +30,12 @@ type Effects struct {
 	Shard     ShardOutcome
 	Batch     []ShardOutcome
 	BatchErrs []error
+	// Failures are the failure records the event added, as kept (with
+	// their round's diagnosis, or the blame of a lost node); CheckEnded is
+	// the node check that ended with it, with its verdicts. The master
+	// derives the job's event log from them.
+	Failures   []Failure
+	CheckEnded *nodecheck.Check
 }
 
 // FailureCodec encodes and decodes the failures of worker-failed events
@@ -92,6 +98,7 @@ func (s *State) Apply(e *Event) (Effects, error) {
 	var err error
 	before := s.Members.Status()
 	checkBefore := s.checkRunning()
+	added := s.Failures.Added()
 	var fail *goodputFailure
 	switch e.Type {
 	case EventConfigure:
@@ -164,6 +171,7 @@ func (s *State) Apply(e *Event) (Effects, error) {
 		fx.Views++
 	}
 	s.followGoodput(e, before, checkBefore, fail)
+	fx.Failures = s.Failures.Newest(s.Failures.Added() - added)
 	return fx, err
 }
 
@@ -310,6 +318,7 @@ func (s *State) applyCheck(e *Event, fx *Effects) error {
 		fx.Views++
 	}
 	if ch.Ended != nil {
+		fx.CheckEnded = ch.Ended
 		s.exclude(ch.Ended, e.Time, fx)
 	}
 	return nil

@@ -56,6 +56,9 @@ func (f Failure) report() diagnosis.Report {
 type Failures struct {
 	records []Failure
 	history diagnosis.History
+	// added counts the records kept since this value was made (not
+	// journaled: a caller compares it before and after an event).
+	added int
 }
 
 // NewFailures returns the record of a job without failures.
@@ -121,6 +124,7 @@ func (fs *Failures) Blame(l Loss) {
 }
 
 func (fs *Failures) keep(f ...Failure) {
+	fs.added += len(f)
 	fs.records = append(fs.records, f...)
 	if n := len(fs.records); n > MaxFailuresKept {
 		fs.records = append([]Failure(nil), fs.records[n-MaxFailuresKept:]...)
@@ -129,6 +133,19 @@ func (fs *Failures) keep(f ...Failure) {
 
 // Records is the failures kept, oldest first; it is not to be changed.
 func (fs *Failures) Records() []Failure { return fs.records }
+
+// Added counts the records kept so far by this value (not restored from
+// a snapshot): the difference across an event is what it added.
+func (fs *Failures) Added() int { return fs.added }
+
+// Newest returns a copy of the newest n records kept (fewer if fewer are).
+func (fs *Failures) Newest(n int) []Failure {
+	n = min(n, len(fs.records))
+	if n <= 0 {
+		return nil
+	}
+	return append([]Failure(nil), fs.records[len(fs.records)-n:]...)
+}
 
 // History is the diagnoses of the rounds that failed.
 func (fs *Failures) History() diagnosis.History { return fs.history }

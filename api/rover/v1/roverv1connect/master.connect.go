@@ -91,6 +91,12 @@ const (
 	// MasterServiceDeclareCheckpointProcedure is the fully-qualified name of the MasterService's
 	// DeclareCheckpoint RPC.
 	MasterServiceDeclareCheckpointProcedure = "/rover.v1.MasterService/DeclareCheckpoint"
+	// MasterServiceListEventsProcedure is the fully-qualified name of the MasterService's ListEvents
+	// RPC.
+	MasterServiceListEventsProcedure = "/rover.v1.MasterService/ListEvents"
+	// MasterServiceWatchEventsProcedure is the fully-qualified name of the MasterService's WatchEvents
+	// RPC.
+	MasterServiceWatchEventsProcedure = "/rover.v1.MasterService/WatchEvents"
 )
 
 // MasterServiceClient is a client for the rover.v1.MasterService service.
@@ -152,6 +158,11 @@ type MasterServiceClient interface {
 	// the same keep unless the job's keep is still the launcher's default.
 	// The answer is the job's storage.
 	DeclareCheckpoint(context.Context, *connect.Request[v1.DeclareCheckpointRequest]) (*connect.Response[v1.DeclareCheckpointResponse], error)
+	// ListEvents returns the job's events after a sequence number
+	// (events.proto); WatchEvents streams them, then each new one as it
+	// happens, until the caller hangs up.
+	ListEvents(context.Context, *connect.Request[v1.ListEventsRequest]) (*connect.Response[v1.ListEventsResponse], error)
+	WatchEvents(context.Context, *connect.Request[v1.WatchEventsRequest]) (*connect.ServerStreamForClient[v1.WatchEventsResponse], error)
 }
 
 // NewMasterServiceClient constructs a client for the rover.v1.MasterService service. By default, it
@@ -285,6 +296,18 @@ func NewMasterServiceClient(httpClient connect.HTTPClient, baseURL string, opts 
 			connect.WithSchema(masterServiceMethods.ByName("DeclareCheckpoint")),
 			connect.WithClientOptions(opts...),
 		),
+		listEvents: connect.NewClient[v1.ListEventsRequest, v1.ListEventsResponse](
+			httpClient,
+			baseURL+MasterServiceListEventsProcedure,
+			connect.WithSchema(masterServiceMethods.ByName("ListEvents")),
+			connect.WithClientOptions(opts...),
+		),
+		watchEvents: connect.NewClient[v1.WatchEventsRequest, v1.WatchEventsResponse](
+			httpClient,
+			baseURL+MasterServiceWatchEventsProcedure,
+			connect.WithSchema(masterServiceMethods.ByName("WatchEvents")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -310,6 +333,8 @@ type masterServiceClient struct {
 	checkpointDurable *connect.Client[v1.CheckpointDurableRequest, v1.CheckpointDurableResponse]
 	reportNodeCheck   *connect.Client[v1.ReportNodeCheckRequest, v1.ReportNodeCheckResponse]
 	declareCheckpoint *connect.Client[v1.DeclareCheckpointRequest, v1.DeclareCheckpointResponse]
+	listEvents        *connect.Client[v1.ListEventsRequest, v1.ListEventsResponse]
+	watchEvents       *connect.Client[v1.WatchEventsRequest, v1.WatchEventsResponse]
 }
 
 // Session calls rover.v1.MasterService.Session.
@@ -412,6 +437,16 @@ func (c *masterServiceClient) DeclareCheckpoint(ctx context.Context, req *connec
 	return c.declareCheckpoint.CallUnary(ctx, req)
 }
 
+// ListEvents calls rover.v1.MasterService.ListEvents.
+func (c *masterServiceClient) ListEvents(ctx context.Context, req *connect.Request[v1.ListEventsRequest]) (*connect.Response[v1.ListEventsResponse], error) {
+	return c.listEvents.CallUnary(ctx, req)
+}
+
+// WatchEvents calls rover.v1.MasterService.WatchEvents.
+func (c *masterServiceClient) WatchEvents(ctx context.Context, req *connect.Request[v1.WatchEventsRequest]) (*connect.ServerStreamForClient[v1.WatchEventsResponse], error) {
+	return c.watchEvents.CallServerStream(ctx, req)
+}
+
 // MasterServiceHandler is an implementation of the rover.v1.MasterService service.
 type MasterServiceHandler interface {
 	// Session is a node agent's connection to the master for as long as it
@@ -471,6 +506,11 @@ type MasterServiceHandler interface {
 	// the same keep unless the job's keep is still the launcher's default.
 	// The answer is the job's storage.
 	DeclareCheckpoint(context.Context, *connect.Request[v1.DeclareCheckpointRequest]) (*connect.Response[v1.DeclareCheckpointResponse], error)
+	// ListEvents returns the job's events after a sequence number
+	// (events.proto); WatchEvents streams them, then each new one as it
+	// happens, until the caller hangs up.
+	ListEvents(context.Context, *connect.Request[v1.ListEventsRequest]) (*connect.Response[v1.ListEventsResponse], error)
+	WatchEvents(context.Context, *connect.Request[v1.WatchEventsRequest], *connect.ServerStream[v1.WatchEventsResponse]) error
 }
 
 // NewMasterServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -600,6 +640,18 @@ func NewMasterServiceHandler(svc MasterServiceHandler, opts ...connect.HandlerOp
 		connect.WithSchema(masterServiceMethods.ByName("DeclareCheckpoint")),
 		connect.WithHandlerOptions(opts...),
 	)
+	masterServiceListEventsHandler := connect.NewUnaryHandler(
+		MasterServiceListEventsProcedure,
+		svc.ListEvents,
+		connect.WithSchema(masterServiceMethods.ByName("ListEvents")),
+		connect.WithHandlerOptions(opts...),
+	)
+	masterServiceWatchEventsHandler := connect.NewServerStreamHandler(
+		MasterServiceWatchEventsProcedure,
+		svc.WatchEvents,
+		connect.WithSchema(masterServiceMethods.ByName("WatchEvents")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/rover.v1.MasterService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case MasterServiceSessionProcedure:
@@ -642,6 +694,10 @@ func NewMasterServiceHandler(svc MasterServiceHandler, opts ...connect.HandlerOp
 			masterServiceReportNodeCheckHandler.ServeHTTP(w, r)
 		case MasterServiceDeclareCheckpointProcedure:
 			masterServiceDeclareCheckpointHandler.ServeHTTP(w, r)
+		case MasterServiceListEventsProcedure:
+			masterServiceListEventsHandler.ServeHTTP(w, r)
+		case MasterServiceWatchEventsProcedure:
+			masterServiceWatchEventsHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -729,4 +785,12 @@ func (UnimplementedMasterServiceHandler) ReportNodeCheck(context.Context, *conne
 
 func (UnimplementedMasterServiceHandler) DeclareCheckpoint(context.Context, *connect.Request[v1.DeclareCheckpointRequest]) (*connect.Response[v1.DeclareCheckpointResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("rover.v1.MasterService.DeclareCheckpoint is not implemented"))
+}
+
+func (UnimplementedMasterServiceHandler) ListEvents(context.Context, *connect.Request[v1.ListEventsRequest]) (*connect.Response[v1.ListEventsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("rover.v1.MasterService.ListEvents is not implemented"))
+}
+
+func (UnimplementedMasterServiceHandler) WatchEvents(context.Context, *connect.Request[v1.WatchEventsRequest], *connect.ServerStream[v1.WatchEventsResponse]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("rover.v1.MasterService.WatchEvents is not implemented"))
 }
