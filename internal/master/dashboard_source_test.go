@@ -16,8 +16,8 @@ import (
 )
 
 // TestDashboardShowsTheMastersJob mounts the dashboard on a real master's
-// DashboardSource: /api/job is GetJob's answer, and a worker failure
-// wakes the dashboard's streams.
+// DashboardSource: /api/job is GetJob's answer, a worker failure wakes the
+// dashboard's streams, and the master's event log shows it.
 func TestDashboardShowsTheMastersJob(t *testing.T) {
 	m, c := startMaster(t, Config{Job: "dash-job"})
 	src := m.DashboardSource(nil)
@@ -62,8 +62,25 @@ func TestDashboardShowsTheMastersJob(t *testing.T) {
 	if got := m.Status(); got.GetRound() != j.GetRound() || got.GetRestartCount() != j.GetRestartCount() {
 		t.Errorf("/api/job round %d restarts %d, Status round %d restarts %d", j.GetRound(), j.GetRestartCount(), got.GetRound(), got.GetRestartCount())
 	}
-	if evs := src.Events(0, 10); len(evs) != 0 {
-		t.Errorf("events without an event log: %v", evs)
+	var failed *dashboard.Event
+	for {
+		evs := src.Events(0, 100)
+		for i, e := range evs {
+			if e.Kind == "worker_failed" {
+				failed = &evs[i]
+			}
+		}
+		if failed != nil {
+			break
+		}
+		select { // the failure's event is appended after its answer's journal write
+		case <-src.Changed():
+		case <-ctx.Done():
+			t.Fatalf("the master's event log shows no worker_failed event: %v", evs)
+		}
+	}
+	if failed.Node != "a" || failed.Fields["rank"] != "1" || failed.Fields["exit_code"] != "1" || failed.Severity != "Warning" {
+		t.Errorf("the failure's event = %+v, want node a, rank 1, exit code 1, a Warning", *failed)
 	}
 
 	ended, cancelEnded := context.WithCancel(context.Background())
