@@ -13,8 +13,9 @@ import (
 // matmuls; a matmul or nn.functional.linear on a GPU tensor is timed with
 // its floating-point operations, one on a CPU tensor is not; take() sums
 // only the pairs whose end event completed (without waiting) and keeps the
-// rest; past MAX_PENDING nothing more is timed; and the progress report
-// carries the sums.
+// rest; past MAX_PENDING nothing more is timed; an event that cannot be
+// recorded leaves the operation untimed, not failed; and the progress
+// report carries the sums.
 func TestCudaTimer(t *testing.T) {
 	dir := t.TempDir()
 	if _, err := Extract(dir); err != nil {
@@ -98,6 +99,14 @@ for _ in range(3):
 out["bounded"] = [len(timer._pending), timer.dropped]
 for e in events:
     e.complete = True
+timer.MAX_PENDING = 1024
+broken = [True]
+def record(self):
+    if broken[0]:
+        raise RuntimeError("operation not permitted when stream is capturing")
+Event.record = record
+out["broken_events"] = [torch.matmul(Tensor(2, 2), Tensor(2, 2)).shape, all_reduce(Tensor(4)), timer.dropped]
+broken[0] = False
 
 import rover.progress as p
 os.environ["ROVER_AGENT_SOCKET"] = "/nonexistent"
@@ -118,7 +127,7 @@ print(json.dumps(out, sort_keys=True))
 	// The collective took 5 ms of "GPU" time, the matmul 2 ms with
 	// 2*8*16*32*64 = 524288 flops, the linear 3 ms with 2*16*32*128 =
 	// 131072; the bounded matmuls of 4 ms together reach the report.
-	want := `{"bounded": [2, 1], "cpu_collective_starts_timer": false, "pending": 3, ` +
+	want := `{"bounded": [2, 1], "broken_events": [[2, 2], null, 3], "cpu_collective_starts_timer": false, "pending": 3, ` +
 		`"report": {"gpuCollectiveSeconds": 0.0, "matmulFlops": "32", "matmulSeconds": 0.004}, ` +
 		`"take_again": [0.0, 0.0, 0], "take_before_completion": [0.0, 0.0, 0], "take_partly": [0.005, 0.002, 524288], ` +
 		`"take_rest": [0.0, 0.003, 131072], "wrapped": [true, true]}`

@@ -149,8 +149,12 @@ class CudaTimer:
         if len(self._pending) >= self.MAX_PENDING:
             self.dropped += 1
             return None
-        ev = self._cuda.Event(enable_timing=True)
-        ev.record()
+        try:
+            ev = self._cuda.Event(enable_timing=True)
+            ev.record()
+        except Exception:  # e.g. during stream capture: not timed, never broken
+            self.dropped += 1
+            return None
         return ev
 
     def stop(self, kind, start, flops=0):
@@ -158,8 +162,12 @@ class CudaTimer:
         "collective" or "matmul"; flops counts a matmul's operations."""
         if start is None:
             return
-        end = self._cuda.Event(enable_timing=True)
-        end.record()
+        try:
+            end = self._cuda.Event(enable_timing=True)
+            end.record()
+        except Exception:
+            self.dropped += 1
+            return
         with self._lock:
             self._pending.append((kind, start, end, flops))
 
@@ -226,10 +234,14 @@ MATMULS = (("torch", ("matmul", "mm", "bmm", "addmm", "baddbmm")),
 
 def _cuda_timer(torch):
     """Starts GPU timing, once, when a collective first runs on a GPU:
-    the CUDA timer, and the matmuls wrapped."""
+    the CUDA timer, and the matmuls wrapped. None if that fails."""
     if clock.cuda is not None:
         return clock.cuda
-    clock.cuda = CudaTimer(torch.cuda)
+    try:
+        timer = CudaTimer(torch.cuda)
+    except Exception:
+        return None
+    clock.cuda = timer
     for mod_name, names in MATMULS:
         mod = sys.modules.get(mod_name)
         for name in names:
