@@ -58,6 +58,9 @@ func (b *progressBook) add(round int64, p *roverv1.WorkerProgress) {
 	w.CpuSeconds += p.GetCpuSeconds()
 	w.CommSeconds += p.GetCommSeconds()
 	w.Collectives += p.GetCollectives()
+	w.GpuCollectiveSeconds += p.GetGpuCollectiveSeconds()
+	w.MatmulSeconds += p.GetMatmulSeconds()
+	w.MatmulFlops += p.GetMatmulFlops()
 	if c := p.GetCollective(); c != nil { // the newest; else the one before stands
 		w.Collective = c
 	}
@@ -124,6 +127,16 @@ func checkProgress(p *roverv1.WorkerProgress, localWorldSize int) error {
 	}
 	if p.GetCollectives() < 0 {
 		errs = append(errs, fmt.Errorf("collectives %d must not be negative", p.GetCollectives()))
+	}
+	for _, v := range []float64{p.GetGpuCollectiveSeconds(), p.GetMatmulSeconds()} {
+		if v < 0 || math.IsNaN(v) || math.IsInf(v, 0) {
+			errs = append(errs, fmt.Errorf("gpu_collective_seconds %v and matmul_seconds %v must be finite and not negative",
+				p.GetGpuCollectiveSeconds(), p.GetMatmulSeconds()))
+			break
+		}
+	}
+	if p.GetMatmulFlops() < 0 {
+		errs = append(errs, fmt.Errorf("matmul_flops %d must not be negative", p.GetMatmulFlops()))
 	}
 	if c := p.GetCollective(); c != nil && (c.GetSeq() < 1 || c.GetBytes() < 0 || c.GetOp() == "" || len(c.GetOp()) > 64 || len(c.GetGroup()) > 256) {
 		errs = append(errs, fmt.Errorf("collective %q #%d (%d bytes, group %.32q): want an op of at most 64 bytes, seq >= 1, bytes >= 0, a group of at most 256 bytes",

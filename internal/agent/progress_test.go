@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"math"
 	"testing"
 
 	roverv1 "github.com/roverml/rover/api/rover/v1"
@@ -43,12 +44,18 @@ func TestProgressBook(t *testing.T) {
 	if w := b.take().GetWorkers(); len(w) != 1 || w[0].GetCommSeconds() != 0.75 || w[0].GetCollectives() != 5 || w[0].GetCollective().GetSeq() != 3 {
 		t.Fatalf("collective sums: %v", w)
 	}
+	// GPU timing (CUDA events): sums.
+	b.add(6, &roverv1.WorkerProgress{LocalRank: 1, Step: 11, GpuCollectiveSeconds: 0.5, MatmulSeconds: 0.25, MatmulFlops: 1000})
+	b.add(6, &roverv1.WorkerProgress{LocalRank: 1, Step: 12, GpuCollectiveSeconds: 0.25, MatmulSeconds: 0.5, MatmulFlops: 2000})
+	if w := b.take().GetWorkers(); len(w) != 1 || w[0].GetGpuCollectiveSeconds() != 0.75 || w[0].GetMatmulSeconds() != 0.75 || w[0].GetMatmulFlops() != 3000 {
+		t.Fatalf("GPU timing sums: %v", w)
+	}
 	b.devices = fakeDevices{{Index: 0, Utilization: 0, Xids: []int{79}}}
 	if d := b.take().GetDevices(); len(d) != 1 || d[0].GetXids()[0] != 79 {
 		t.Fatalf("devices: %v", d)
 	}
 	for _, bad := range []*roverv1.WorkerProgress{nil, {LocalRank: 2}, {Step: -1}, {WallSeconds: -1}, {StepUnixNanos: -1},
-		{CommSeconds: -1}, {Collectives: -1}, {Collective: &roverv1.Collective{Op: "all_reduce"}}, {Collective: &roverv1.Collective{Seq: 1}}} {
+		{CommSeconds: -1}, {Collectives: -1}, {GpuCollectiveSeconds: -1}, {MatmulSeconds: math.NaN()}, {MatmulFlops: -1}, {Collective: &roverv1.Collective{Op: "all_reduce"}}, {Collective: &roverv1.Collective{Seq: 1}}} {
 		if checkProgress(bad, 2) == nil {
 			t.Errorf("%v passed the checks", bad)
 		}

@@ -357,4 +357,17 @@ func TestCollectivesShown(t *testing.T) {
 			t.Errorf("status lacks %q:\n%s", want, b.String())
 		}
 	}
+	if strings.Contains(b.String(), "TFLOPS") {
+		t.Errorf("status shows matmul throughput without GPU timing:\n%s", b.String())
+	}
+	j.Progress.Nodes[0].MatmulTflops, j.Progress.Nodes[1].MatmulTflops = 61.5, 58.25
+	b.Reset()
+	if err := Status(&b, j); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"WAIT S/STEP  MATMUL TFLOPS  SAMPLES", "0.800           0.050        58.25          10       straggler"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("status lacks %q:\n%s", want, b.String())
+		}
+	}
 }

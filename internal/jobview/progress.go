@@ -36,16 +36,20 @@ func writeProgress(b *bytes.Buffer, p *roverv1.JobProgress) {
 	if len(p.GetNodes()) == 0 {
 		return
 	}
-	timed := false
+	timed, gpu := false, false
 	for _, n := range p.GetNodes() {
 		timed = timed || n.GetComputeSeconds() > 0 || n.GetWaitSeconds() > 0
+		gpu = gpu || n.GetMatmulTflops() > 0
 	}
 	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
+	header := "NODE\tRANK\tSTEP\tS/STEP\tBUSY S/STEP\t"
 	if timed {
-		fmt.Fprintln(tw, "NODE\tRANK\tSTEP\tS/STEP\tBUSY S/STEP\tCOMPUTE S/STEP\tWAIT S/STEP\tSAMPLES\t")
-	} else {
-		fmt.Fprintln(tw, "NODE\tRANK\tSTEP\tS/STEP\tBUSY S/STEP\tSAMPLES\t")
+		header += "COMPUTE S/STEP\tWAIT S/STEP\t"
 	}
+	if gpu {
+		header += "MATMUL TFLOPS\t"
+	}
+	fmt.Fprintln(tw, header+"SAMPLES\t")
 	for _, n := range p.GetNodes() {
 		mark := ""
 		if n.GetStraggler() {
@@ -54,6 +58,9 @@ func writeProgress(b *bytes.Buffer, p *roverv1.JobProgress) {
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%.3f\t%.3f\t", n.GetNodeId(), n.GetNodeRank(), n.GetStep(), n.GetStepSeconds(), n.GetBusySeconds())
 		if timed {
 			fmt.Fprintf(tw, "%.3f\t%.3f\t", n.GetComputeSeconds(), n.GetWaitSeconds())
+		}
+		if gpu {
+			fmt.Fprintf(tw, "%.2f\t", n.GetMatmulTflops())
 		}
 		fmt.Fprintf(tw, "%d\t%s\n", n.GetSamples(), mark)
 	}

@@ -137,7 +137,8 @@ func progressProto(p *jobstate.Progress, round int64, nodes []*roverv1.NodeStatu
 		Stragglers: v.Stragglers, StragglerReason: v.StragglerReason}
 	for _, n := range v.Nodes {
 		ns := &roverv1.NodeStepTime{NodeId: n.Node, Step: n.Step, StepSeconds: n.Wall, BusySeconds: n.Busy,
-			Samples: int32(n.Samples), Straggler: n.Straggler, ComputeSeconds: n.Compute, WaitSeconds: n.Wait}
+			Samples: int32(n.Samples), Straggler: n.Straggler, ComputeSeconds: n.Compute, WaitSeconds: n.Wait,
+			MatmulTflops: n.MatmulTFLOPS}
 		for _, s := range nodes {
 			if s.GetNodeId() == n.Node {
 				ns.NodeRank = s.GetNodeRank()
@@ -170,7 +171,8 @@ func nodeReport(np *roverv1.NodeProgress) jobstate.NodeReport {
 	for _, w := range np.GetWorkers() {
 		wr := jobstate.WorkerReport{LocalRank: w.GetLocalRank(), Step: w.GetStep(), Steps: w.GetSteps(),
 			WallSeconds: w.GetWallSeconds(), CPUSeconds: w.GetCpuSeconds(),
-			Rank: w.GetRank(), CommSeconds: w.GetCommSeconds(), Collectives: w.GetCollectives()}
+			Rank: w.GetRank(), CommSeconds: w.GetCommSeconds(), Collectives: w.GetCollectives(),
+			MatmulFlops: w.GetMatmulFlops(), MatmulSeconds: w.GetMatmulSeconds()}
 		if c := w.GetCollective(); c != nil {
 			wr.Collective = &stall.Collective{Op: c.GetOp(), Bytes: c.GetBytes(), Group: c.GetGroup(), Seq: c.GetSeq(), Done: c.GetDone()}
 		}

@@ -101,3 +101,23 @@ func TestLocate(t *testing.T) {
 		})
 	}
 }
+
+// TestMatmulThroughput: a node's GPU matmul throughput is its operations
+// over its kernel seconds across the window's samples, the oldest dropped;
+// a node without GPU timing has none.
+func TestMatmulThroughput(t *testing.T) {
+	w := NewWindow(StragglerConfig{Window: 3})
+	w.Add("cpu", 0.1, 0.1, 1)
+	w.Add("gpu", 0.1, 0.1, 1)
+	w.AddMatmul("gpu", 100e12, 100) // 1 TFLOPS: dropped from the window below
+	for range 3 {
+		w.AddMatmul("gpu", 30e12, 1) // 30 TFLOPS
+	}
+	got := map[string]float64{}
+	for _, n := range w.Nodes() {
+		got[n.Node] = n.MatmulTFLOPS
+	}
+	if want := map[string]float64{"cpu": 0, "gpu": 30}; !cmp.Equal(got, want) {
+		t.Errorf("matmul TFLOPS %v, want %v", got, want)
+	}
+}

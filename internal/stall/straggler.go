@@ -40,6 +40,9 @@ type series struct {
 	// Collective timing's samples, newest last, at most cfg.Window: seconds
 	// per step outside collectives and in them.
 	compute, wait []float64
+	// GPU matmul timing's samples, newest last, at most cfg.Window:
+	// floating-point operations and kernel seconds.
+	flops, matmul []float64
 }
 
 // NodeTime is one node's recent step time.
@@ -53,6 +56,9 @@ type NodeTime struct {
 	// Compute and Wait are the medians of collective timing's samples
 	// (AddWait), in seconds per step; 0 without any.
 	Compute, Wait float64
+	// MatmulTFLOPS is the GPU's matmul throughput over the window's
+	// samples (AddMatmul), in TFLOPS; 0 without any.
+	MatmulTFLOPS float64
 }
 
 // NewWindow returns an empty window; a zero field of cfg takes
@@ -101,6 +107,32 @@ func (w *Window) AddWait(node string, compute, wait float64) {
 	s.wait = push(s.wait, wait, w.cfg.Window)
 }
 
+// AddMatmul records one sample of node's GPU matmul timing: the
+// floating-point operations of its workers' matrix multiplies and the
+// seconds of their kernels.
+func (w *Window) AddMatmul(node string, flops, seconds float64) {
+	s := w.nodes[node]
+	if s == nil {
+		s = &series{}
+		w.nodes[node] = s
+	}
+	s.flops = push(s.flops, flops, w.cfg.Window)
+	s.matmul = push(s.matmul, seconds, w.cfg.Window)
+}
+
+// tflops is the series' matmul throughput: total operations over total
+// kernel seconds, in TFLOPS.
+func (s *series) tflops() float64 {
+	var f, sec float64
+	for i := range s.flops {
+		f, sec = f+s.flops[i], sec+s.matmul[i]
+	}
+	if sec <= 0 {
+		return 0
+	}
+	return f / sec / 1e12
+}
+
 func push(xs []float64, x float64, n int) []float64 {
 	xs = append(xs, x)
 	if len(xs) > n {
@@ -121,7 +153,8 @@ func (w *Window) Nodes() []NodeTime {
 	out := make([]NodeTime, 0, len(w.nodes))
 	for id, s := range w.nodes {
 		out = append(out, NodeTime{Node: id, Step: s.step, Wall: median(s.wall), Busy: median(s.busy),
-			Samples: len(s.wall), Straggler: slices.Contains(slow, id), Compute: median(s.compute), Wait: median(s.wait)})
+			Samples: len(s.wall), Straggler: slices.Contains(slow, id), Compute: median(s.compute), Wait: median(s.wait),
+			MatmulTFLOPS: s.tflops()})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Node < out[j].Node })
 	return out

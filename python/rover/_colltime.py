@@ -22,6 +22,11 @@ What is kept is cheap and aggregate, never one record per call:
   number in that group, and whether it completed. After a hang, the ranks
   that wait are in one collective and a rank that never arrived is not.
 
+Where collectives run on a GPU, a CudaTimer also times, with CUDA events,
+the kernels of the synchronous collectives and of the matrix multiplies
+(torch.matmul, mm, bmm, addmm, baddbmm and nn.functional.linear), with
+their floating-point operations: the GPU's matmul throughput.
+
 Everything reaches the agent with the progress reports (``progress.py``).
 Set ``ROVER_COLLECTIVE_TIMING=0`` to leave torch untouched. Every error of
 the installation is swallowed: timing must never break a worker.
@@ -33,7 +38,7 @@ import sys
 import threading
 import time
 
-__all__ = ["clock", "install"]
+__all__ = ["clock", "install", "CudaTimer"]
 
 # Collectives wrapped in torch.distributed, by name.
 OPS = ("all_reduce", "all_gather", "all_gather_into_tensor", "_all_gather_base", "reduce_scatter",
@@ -47,11 +52,10 @@ _DDP = "torch.nn.parallel.distributed"
 class Collective:
     """One collective of this process, while it runs and after."""
 
-    __slots__ = ("op", "nbytes", "group", "seq", "done", "cuda")
+    __slots__ = ("op", "nbytes", "group", "seq", "done")
 
     def __init__(self, op, nbytes, group, seq):
         self.op, self.nbytes, self.group, self.seq, self.done = op, nbytes, group, seq, False
-        self.cuda = None  # (start, end) CUDA events where the tensors are on a GPU
 
     def report(self):
         """The collective as ReportProgress's JSON carries it."""
@@ -72,7 +76,7 @@ class Clock:
         self._seq = {}  # newest sequence number by group
         self.newest = None  # the newest Collective issued
         self.changed = False  # the newest collective changed since the last take
-        self.cuda = None  # a CudaTimer where collectives run on GPUs
+        self.cuda = None  # a CudaTimer once a collective ran on a GPU (_cuda_timer)
 
     def begin(self, op, nbytes, group):
         """Records that a collective was issued; returns it for end()."""
@@ -114,6 +118,137 @@ class Clock:
                 return None
             self.changed = False
             return self.newest.report()
+
+
+class CudaTimer:
+    """Times GPU work with CUDA events, as xpu_timer does: the kernels of
+    the collectives whose tensors are on a GPU, and matrix multiplies (with
+    their floating-point operations, for the GPU's matmul throughput).
+
+    Each timed operation records a start and an end event on the current
+    stream around its launch; nothing waits for the GPU: take() sums the
+    pairs whose end event has completed (event.query()) and keeps the
+    others for later. At most MAX_PENDING pairs wait; operations beyond
+    are not timed (counted in dropped). cuda is torch.cuda, or a fake with
+    its Event class in tests.
+    """
+
+    MAX_PENDING = 1024
+
+    def __init__(self, cuda):
+        self._cuda = cuda
+        self._lock = threading.Lock()
+        self._pending = []  # (kind, start, end, flops), oldest first
+        self.collective_seconds = 0.0  # completed kernels, not taken yet
+        self.matmul_seconds = 0.0
+        self.matmul_flops = 0
+        self.dropped = 0
+
+    def start(self):
+        """Records a start event; None when too many pairs wait."""
+        if len(self._pending) >= self.MAX_PENDING:
+            self.dropped += 1
+            return None
+        try:
+            ev = self._cuda.Event(enable_timing=True)
+            ev.record()
+        except Exception:  # e.g. during stream capture: not timed, never broken
+            self.dropped += 1
+            return None
+        return ev
+
+    def stop(self, kind, start, flops=0):
+        """Records the end event of start's operation: kind is
+        "collective" or "matmul"; flops counts a matmul's operations."""
+        if start is None:
+            return
+        try:
+            end = self._cuda.Event(enable_timing=True)
+            end.record()
+        except Exception:
+            self.dropped += 1
+            return
+        with self._lock:
+            self._pending.append((kind, start, end, flops))
+
+    def take(self):
+        """Sums the completed pairs and returns, since the last take, the
+        seconds of collective kernels, of matmul kernels and the matmuls'
+        floating-point operations."""
+        with self._lock:
+            waiting = []
+            for kind, start, end, flops in self._pending:
+                try:
+                    if not end.query():
+                        waiting.append((kind, start, end, flops))
+                        continue
+                    seconds = start.elapsed_time(end) / 1000.0  # milliseconds
+                except Exception:
+                    continue  # an event of a failed stream: not timed
+                if kind == "matmul":
+                    self.matmul_seconds += seconds
+                    self.matmul_flops += flops
+                else:
+                    self.collective_seconds += seconds
+            self._pending = waiting
+            out = (self.collective_seconds, self.matmul_seconds, self.matmul_flops)
+            self.collective_seconds, self.matmul_seconds, self.matmul_flops = 0.0, 0.0, 0
+            return out
+
+
+def _matmul_flops(name, args):
+    """Floating-point operations of a matmul call (2 per multiply-add):
+    matmul/mm/bmm(a, b), addmm/baddbmm(c, a, b), linear(x, w)."""
+    try:
+        if name in ("addmm", "baddbmm"):
+            a, b = args[1], args[2]
+            return 2 * a.numel() * b.shape[-1]
+        a, b = args[0], args[1]
+        if name == "linear":
+            return 2 * a.numel() * b.shape[0]
+        return 2 * a.numel() * (b.shape[-1] if b.dim() > 1 else 1)
+    except Exception:
+        return 0
+
+
+def _wrap_matmul(name, fn):
+    def timed(*args, **kwargs):
+        timer = clock.cuda
+        if timer is None or not _on_gpu(args[1] if name in ("addmm", "baddbmm") and len(args) > 1 else
+                                        (args[0] if args else None)):
+            return fn(*args, **kwargs)
+        start = timer.start()
+        out = fn(*args, **kwargs)
+        timer.stop("matmul", start, _matmul_flops(name, args))
+        return out
+
+    timed.__name__, timed.__qualname__, timed.__doc__ = fn.__name__, fn.__qualname__, fn.__doc__
+    timed.__wrapped__ = fn
+    return timed
+
+
+# Matmuls timed on GPUs, by module: nn.Linear runs functional.linear.
+MATMULS = (("torch", ("matmul", "mm", "bmm", "addmm", "baddbmm")),
+           ("torch.nn.functional", ("linear",)))
+
+
+def _cuda_timer(torch):
+    """Starts GPU timing, once, when a collective first runs on a GPU:
+    the CUDA timer, and the matmuls wrapped. None if that fails."""
+    if clock.cuda is not None:
+        return clock.cuda
+    try:
+        timer = CudaTimer(torch.cuda)
+    except Exception:
+        return None
+    clock.cuda = timer
+    for mod_name, names in MATMULS:
+        mod = sys.modules.get(mod_name)
+        for name in names:
+            fn = getattr(mod, name, None) if mod is not None else None
+            if fn is not None and getattr(fn, "__wrapped__", None) is None:
+                setattr(mod, name, _wrap_matmul(name, fn))
+    return clock.cuda
 
 
 clock = Clock()
@@ -178,15 +313,18 @@ def _wrap_collective(c10d, name, fn):
         tensors = args[0] if args and name != "barrier" else None
         c = clock.begin(name, _nbytes(tensors) if tensors is not None else 0,
                         _group_name(c10d, _group_arg(name, args, kwargs)))
-        cuda = clock.cuda.start(c) if clock.cuda is not None and _on_gpu(tensors) else None
+        # A synchronous collective on a GPU: its kernel, between events on the
+        # current stream (which waits for the collective's stream).
+        timer = _cuda_timer(sys.modules["torch"]) if not kwargs.get("async_op", False) and _on_gpu(tensors) else None
+        start = timer.start() if timer is not None else None
         try:
             work = fn(*args, **kwargs)
         except BaseException:
             clock.end(c)
             raise
         if work is None or not kwargs.get("async_op", False):
-            if cuda is not None:
-                clock.cuda.stop(c, cuda)
+            if timer is not None:
+                timer.stop("collective", start)
             clock.end(c)
             return work
         try:
@@ -218,7 +356,10 @@ def _timed_hook(c10d, hook):
 
     def rover_timed_hook(state, bucket):
         group = state if state is not None and hasattr(state, "size") else None
-        c = clock.begin("all_reduce (DDP bucket)", _nbytes(bucket.buffer()), _group_name(c10d, group))
+        buf = bucket.buffer()
+        c = clock.begin("all_reduce (DDP bucket)", _nbytes(buf), _group_name(c10d, group))
+        if clock.cuda is None and _on_gpu(buf):
+            _cuda_timer(sys.modules["torch"])  # the model's matmuls are timed from now on
         _local.depth = getattr(_local, "depth", 0) + 1
         try:
             fut = hook(state, bucket)

@@ -92,6 +92,11 @@ class _Reporter:
         if self.collectives:  # collective timing (_colltime.py)
             req["progress"]["commSeconds"] = self.comm
             req["progress"]["collectives"] = str(self.collectives)
+        if _colltime.clock.cuda is not None:  # GPU kernels timed with CUDA events
+            coll, mm, flops = _colltime.clock.cuda.take()
+            req["progress"]["gpuCollectiveSeconds"] = coll
+            req["progress"]["matmulSeconds"] = mm
+            req["progress"]["matmulFlops"] = str(flops)
         newest = _colltime.clock.take_newest()
         if newest is not None:
             req["progress"]["collective"] = newest

@@ -13,7 +13,8 @@ import (
 // TestHangEarlyInUserCode runs the DDP example on two nodes with
 // --hang-timeout=10s --hang-detection=2; rank 3 loops forever in Python
 // (not SIGSTOP) at step 15, before that step's forward pass, so the other
-// ranks block in the step's first collective. The steps before it take
+// ranks block in the step's first collective: the reason says so, naming
+// rank 3 as the one that never arrived. The steps before it take
 // about a second, and the newest of them reaches the master only through
 // the progress reporter's flush (no further step() call comes): the hang is
 // declared, with the newest step 14 in its reason, the workers are
@@ -48,6 +49,14 @@ func TestHangEarlyInUserCode(t *testing.T) {
 	if !strings.Contains(reason, "newest step 14,") {
 		t.Errorf("hang reason %q: want the newest step 14 (the flushed one)", reason)
 	}
+	// Where the ranks stand: 0-2 in step 15's gradient all-reduce, and rank
+	// 3 (on node1) never arrived, having completed step 14's.
+	if m := hangLocation.FindStringSubmatch(reason); m == nil {
+		t.Errorf("hang reason %q does not say where the ranks stand: want %q", reason, hangLocation)
+	} else if m[1] != "ranks 0-2" || m[2] != "all_reduce (DDP bucket)" || m[3] != "rank 3 (node1)" || m[4] != "last completed all_reduce (DDP bucket)" {
+		t.Errorf("hang location %q: want ranks 0-2 waiting in all_reduce (DDP bucket), and rank 3 (node1) that never arrived "+
+			"and last completed one", m[0])
+	}
 	for name, a := range agents {
 		if code := a.wait(t, jobTimeout); code != 0 {
 			t.Fatalf("%s exited %d:\n%s", name, code, a.out)
@@ -59,6 +68,11 @@ func TestHangEarlyInUserCode(t *testing.T) {
 	t.Logf("hang-timeout %s: rank 3 spun %s after its first step; the hang was declared %s after: %s", hangTimeout,
 		spun.Sub(trained).Round(10*time.Millisecond), declared.Round(10*time.Millisecond), reason)
 }
+
+// hangLocation is the end of a hang's reason that says where the ranks
+// stand (stall.Location): who waits in which op, who never arrived and
+// what it did last.
+var hangLocation = regexp.MustCompile(`(ranks? [0-9,-]+) waits? in (.+?) #\d+ \(group world, [^)]*\); (rank \d+ \(\w+\)) never arrived: it (last completed .+?|waits in .+?) #\d+ `)
 
 var hangReason = regexp.MustCompile(`msg="the job hangs; the agents collect their workers' stacks" [^\n]*?reason="((?:[^"\\]|\\.)*)"`)
 

@@ -54,9 +54,16 @@ type WorkerProgress struct {
 	Collectives int64   `protobuf:"varint,9,opt,name=collectives,proto3" json:"collectives,omitempty"`
 	// The newest collective the worker issued, when it changed since the
 	// worker's previous report; unset otherwise.
-	Collective    *Collective `protobuf:"bytes,10,opt,name=collective,proto3" json:"collective,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Collective *Collective `protobuf:"bytes,10,opt,name=collective,proto3" json:"collective,omitempty"`
+	// Where collectives run on a GPU, timed with CUDA events: of the
+	// interval, the seconds of synchronous collectives' kernels, and of
+	// matrix multiplies' kernels with their floating-point operations (the
+	// GPU's matmul throughput).
+	GpuCollectiveSeconds float64 `protobuf:"fixed64,11,opt,name=gpu_collective_seconds,json=gpuCollectiveSeconds,proto3" json:"gpu_collective_seconds,omitempty"`
+	MatmulSeconds        float64 `protobuf:"fixed64,12,opt,name=matmul_seconds,json=matmulSeconds,proto3" json:"matmul_seconds,omitempty"`
+	MatmulFlops          int64   `protobuf:"varint,13,opt,name=matmul_flops,json=matmulFlops,proto3" json:"matmul_flops,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *WorkerProgress) Reset() {
@@ -157,6 +164,27 @@ func (x *WorkerProgress) GetCollective() *Collective {
 		return x.Collective
 	}
 	return nil
+}
+
+func (x *WorkerProgress) GetGpuCollectiveSeconds() float64 {
+	if x != nil {
+		return x.GpuCollectiveSeconds
+	}
+	return 0
+}
+
+func (x *WorkerProgress) GetMatmulSeconds() float64 {
+	if x != nil {
+		return x.MatmulSeconds
+	}
+	return 0
+}
+
+func (x *WorkerProgress) GetMatmulFlops() int64 {
+	if x != nil {
+		return x.MatmulFlops
+	}
+	return 0
 }
 
 // Collective is one collective operation of a worker.
@@ -602,8 +630,12 @@ type NodeStepTime struct {
 	// collectives) and its time in collectives (waiting, mostly).
 	ComputeSeconds float64 `protobuf:"fixed64,8,opt,name=compute_seconds,json=computeSeconds,proto3" json:"compute_seconds,omitempty"`
 	WaitSeconds    float64 `protobuf:"fixed64,9,opt,name=wait_seconds,json=waitSeconds,proto3" json:"wait_seconds,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The GPU's matmul throughput, where workers time matmuls with CUDA
+	// events: the node's workers' floating-point operations per second of
+	// matmul kernels over the window, in TFLOPS (0 otherwise).
+	MatmulTflops  float64 `protobuf:"fixed64,10,opt,name=matmul_tflops,json=matmulTflops,proto3" json:"matmul_tflops,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *NodeStepTime) Reset() {
@@ -695,6 +727,13 @@ func (x *NodeStepTime) GetComputeSeconds() float64 {
 func (x *NodeStepTime) GetWaitSeconds() float64 {
 	if x != nil {
 		return x.WaitSeconds
+	}
+	return 0
+}
+
+func (x *NodeStepTime) GetMatmulTflops() float64 {
+	if x != nil {
+		return x.MatmulTflops
 	}
 	return 0
 }
@@ -809,7 +848,7 @@ var File_api_rover_v1_progress_proto protoreflect.FileDescriptor
 
 const file_api_rover_v1_progress_proto_rawDesc = "" +
 	"\n" +
-	"\x1bapi/rover/v1/progress.proto\x12\brover.v1\"\xd4\x02\n" +
+	"\x1bapi/rover/v1/progress.proto\x12\brover.v1\"\xd4\x03\n" +
 	"\x0eWorkerProgress\x12\x1d\n" +
 	"\n" +
 	"local_rank\x18\x01 \x01(\x05R\tlocalRank\x12\x12\n" +
@@ -825,7 +864,10 @@ const file_api_rover_v1_progress_proto_rawDesc = "" +
 	"\n" +
 	"collective\x18\n" +
 	" \x01(\v2\x14.rover.v1.CollectiveR\n" +
-	"collective\"n\n" +
+	"collective\x124\n" +
+	"\x16gpu_collective_seconds\x18\v \x01(\x01R\x14gpuCollectiveSeconds\x12%\n" +
+	"\x0ematmul_seconds\x18\f \x01(\x01R\rmatmulSeconds\x12!\n" +
+	"\fmatmul_flops\x18\r \x01(\x03R\vmatmulFlops\"n\n" +
 	"\n" +
 	"Collective\x12\x0e\n" +
 	"\x02op\x18\x01 \x01(\tR\x02op\x12\x14\n" +
@@ -855,7 +897,7 @@ const file_api_rover_v1_progress_proto_rawDesc = "" +
 	"HangNotice\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12\x16\n" +
 	"\x06policy\x18\x02 \x01(\x05R\x06policy\x12\x16\n" +
-	"\x06reason\x18\x03 \x01(\tR\x06reason\"\xa2\x02\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"\xc7\x02\n" +
 	"\fNodeStepTime\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1b\n" +
 	"\tnode_rank\x18\x02 \x01(\x05R\bnodeRank\x12\x12\n" +
@@ -865,7 +907,9 @@ const file_api_rover_v1_progress_proto_rawDesc = "" +
 	"\asamples\x18\x06 \x01(\x05R\asamples\x12\x1c\n" +
 	"\tstraggler\x18\a \x01(\bR\tstraggler\x12'\n" +
 	"\x0fcompute_seconds\x18\b \x01(\x01R\x0ecomputeSeconds\x12!\n" +
-	"\fwait_seconds\x18\t \x01(\x01R\vwaitSeconds\"\xaa\x02\n" +
+	"\fwait_seconds\x18\t \x01(\x01R\vwaitSeconds\x12#\n" +
+	"\rmatmul_tflops\x18\n" +
+	" \x01(\x01R\fmatmulTflops\"\xaa\x02\n" +
 	"\vJobProgress\x12\x12\n" +
 	"\x04step\x18\x01 \x01(\x03R\x04step\x12,\n" +
 	"\x05nodes\x18\x02 \x03(\v2\x16.rover.v1.NodeStepTimeR\x05nodes\x12\x1e\n" +

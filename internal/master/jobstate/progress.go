@@ -67,6 +67,10 @@ type WorkerReport struct {
 	CommSeconds float64
 	Collectives int64
 	Collective  *stall.Collective
+	// GPU timing with CUDA events, where the worker reports it: the
+	// floating-point operations of its matmuls and their kernels' seconds.
+	MatmulFlops   int64
+	MatmulSeconds float64
 }
 
 // HangNotice tells the agents that the job hangs: they collect their
@@ -138,8 +142,9 @@ func (p *Progress) Report(node string, r NodeReport, now time.Time) {
 		n.util = append(n.util, d.Utilization)
 	}
 	moved, completed, timed := false, false, false
-	var wall, busy, compute, wait float64
+	var wall, busy, compute, wait, flops, matmul float64
 	for _, w := range r.Workers {
+		flops, matmul = flops+float64(w.MatmulFlops), matmul+w.MatmulSeconds
 		if c := w.Collective; c != nil {
 			n.colls[w.LocalRank] = stall.RankCollective{Rank: w.Rank, Node: node, Collective: *c}
 		}
@@ -170,6 +175,9 @@ func (p *Progress) Report(node string, r NodeReport, now time.Time) {
 		if timed {
 			p.window.AddWait(node, compute, wait)
 		}
+	}
+	if matmul > 0 {
+		p.window.AddMatmul(node, flops, matmul)
 	}
 	if moved || completed {
 		n.last = now

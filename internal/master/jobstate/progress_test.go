@@ -175,6 +175,9 @@ func TestProgressCollectives(t *testing.T) {
 		if want := map[string]float64{"a": 0.77, "b": 0.76, "c": 0.05}[n.Node]; !approx(n.Wait, want) {
 			t.Errorf("node %s: wait %v per step, want %v", n.Node, n.Wait, want)
 		}
+		if n.MatmulTFLOPS != 0 {
+			t.Errorf("node %s: matmul throughput %v without GPU timing", n.Node, n.MatmulTFLOPS)
+		}
 	}
 	// Ranks 0 and 1 issue collective 51; rank 2 never does (it loops in
 	// user code), having completed 50; an untimed report leaves it.
@@ -192,6 +195,25 @@ func TestProgressCollectives(t *testing.T) {
 	p.Follow(jobconfig.Hang{Timeout: 10 * time.Second}, 2)
 	if v := p.View(2); len(v.HangCollectives) != 0 {
 		t.Fatalf("a new round's view has the old hang's collectives: %+v", v.HangCollectives)
+	}
+}
+
+// TestProgressMatmulThroughput: a node's GPU matmul throughput is its
+// workers' operations over their kernel seconds, in the view.
+func TestProgressMatmulThroughput(t *testing.T) {
+	p := NewProgress()
+	p.Follow(jobconfig.Hang{}, 1)
+	gpu := func(lr int32, flops int64) WorkerReport {
+		return WorkerReport{LocalRank: lr, Rank: lr, Step: 60, Steps: 1, WallSeconds: 0.1, MatmulFlops: flops, MatmulSeconds: 0.05}
+	}
+	p.Report("g", NodeReport{Round: 1, Workers: []WorkerReport{gpu(0, 1e12), gpu(1, 2e12)}}, time.Unix(100, 0))
+	p.Report("cpu", NodeReport{Round: 1, Workers: []WorkerReport{{Step: 60, Steps: 1, WallSeconds: 0.1}}}, time.Unix(100, 0))
+	got := map[string]float64{}
+	for _, n := range p.View(1).Nodes {
+		got[n.Node] = n.MatmulTFLOPS
+	}
+	if want := map[string]float64{"g": 30, "cpu": 0}; !cmp.Equal(got, want, cmp.Comparer(approx)) {
+		t.Errorf("matmul TFLOPS %v, want %v", got, want)
 	}
 }
 

@@ -1,0 +1,156 @@
+package e2e
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// BenchmarkCollectiveTimingOverhead measures what collective timing (the
+// worker hook of docs/design/collective-timing.md) costs the DDP example:
+// b.N pairs of `rover run --standalone --nproc-per-node 2` jobs of
+// $COLLTIME_STEPS steps (default 400), one with the hook and one with
+// ROVER_COLLECTIVE_TIMING=0, in alternating order so that the machine's
+// load falls on both alike; the step time is the example's own ("done: N
+// steps in S"), from its first step to its last. $COLLTIME_ALLREDUCE picks
+// the example's gradient averaging: "ordered" (its own communication hook,
+// which the hook wraps) or "ddp" (stock DDP, where the hook registers its
+// Python equivalent of DDP's built-in all-reduce). It reports the medians
+// and the median of the pairs' relative differences (make bench-colltime;
+// docs/benchmarks.md).
+func BenchmarkCollectiveTimingOverhead(b *testing.B) {
+	steps := 400
+	if s := os.Getenv("COLLTIME_STEPS"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 10 {
+			b.Fatalf("COLLTIME_STEPS=%q: want a number of steps, at least 10", s)
+		}
+		steps = n
+	}
+	allreduce := os.Getenv("COLLTIME_ALLREDUCE")
+	if allreduce == "" {
+		allreduce = "ordered"
+	}
+	if allreduce != "ordered" && allreduce != "ddp" {
+		b.Fatalf("COLLTIME_ALLREDUCE=%q: want ordered or ddp", allreduce)
+	}
+	var on, off []time.Duration
+	var diffs []float64
+	for i := range b.N {
+		var with, without time.Duration
+		for k := range 2 {
+			timed := (i+k)%2 == 0
+			d := exampleStepTime(b, timed, steps, allreduce)
+			if timed {
+				with = d
+			} else {
+				without = d
+			}
+		}
+		on, off = append(on, with), append(off, without)
+		diffs = append(diffs, float64(with-without)/float64(without))
+		// Printed, not logged: a benchmark's log is cut to 10 lines.
+		fmt.Printf("pair %d of %d: %s per step with the hook, %s without (%+.2f%%)\n", i+1, b.N, with, without, 100*diffs[i])
+	}
+	mdiff := medianFloat(diffs)
+	mon, moff := median(on), median(off)
+	b.ReportMetric(float64(mon.Nanoseconds())/1e6, "on-ms/step")
+	b.ReportMetric(float64(moff.Nanoseconds())/1e6, "off-ms/step")
+	b.ReportMetric(100*mdiff, "overhead-%")
+	fmt.Printf("median of %d pairs (%d steps, --allreduce %s): %s per step with the hook, %s without; median difference %+.2f%%\n",
+		b.N, steps, allreduce, mon, moff, 100*mdiff)
+}
+
+// medianFloat is the median of xs (not empty).
+func medianFloat(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if n := len(s); n%2 == 0 {
+		return (s[n/2-1] + s[n/2]) / 2
+	}
+	return s[len(s)/2]
+}
+
+var doneLine = regexp.MustCompile(`done: (\d+) steps in ([0-9.]+)s`)
+
+// exampleStepTime runs the DDP example once and returns its seconds per step.
+func exampleStepTime(b *testing.B, timed bool, steps int, allreduce string) time.Duration {
+	b.Helper()
+	dir := b.TempDir()
+	cmd := exec.Command(roverBin, "run", "--standalone", "--nproc-per-node", "2",
+		filepath.Join(repoRoot, "examples", "ddp", "train.py"), "--steps", strconv.Itoa(steps), "--ckpt-every", "0",
+		"--ckpt", filepath.Join(dir, "ckpt.pt"), "--allreduce", allreduce)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "PYTHON_EXEC="+pythonExec, "PYTHONUNBUFFERED=1", "ROVER_COLLECTIVE_TIMING="+map[bool]string{true: "1", false: "0"}[timed])
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		b.Fatalf("rover run (collective timing %v): %v\n%s", timed, err, out)
+	}
+	m := doneLine.FindSubmatch(out)
+	if m == nil {
+		b.Fatalf("the example printed no %q line:\n%s", doneLine, out)
+	}
+	n, _ := strconv.Atoi(string(m[1]))
+	s, _ := strconv.ParseFloat(string(m[2]), 64)
+	return time.Duration(s / float64(n) * float64(time.Second))
+}
+
+var inProcessLine = regexp.MustCompile(`in-process: \d+ steps, --allreduce \w+: ([0-9.]+) us per step with the hook, ([0-9.]+) us without`)
+
+// BenchmarkCollectiveTimingInProcess measures the same cost with less
+// noise: two ranks (gloo, no rover run) each train two copies of the
+// example's model, with and without the hook, alternating steps in one
+// process (testdata/colltime_ab.py; forward and backward only); b.N such
+// jobs, the medians of their medians reported. $COLLTIME_STEPS (default
+// 2000) and $COLLTIME_ALLREDUCE as for BenchmarkCollectiveTimingOverhead.
+func BenchmarkCollectiveTimingInProcess(b *testing.B) {
+	steps := os.Getenv("COLLTIME_STEPS")
+	if steps == "" {
+		steps = "2000"
+	}
+	allreduce := os.Getenv("COLLTIME_ALLREDUCE")
+	if allreduce == "" {
+		allreduce = "ordered"
+	}
+	script := filepath.Join(repoRoot, "test", "e2e", "testdata", "colltime_ab.py")
+	var on, off []time.Duration
+	var diffs []float64
+	for i := range b.N {
+		port := strconv.Itoa(20000 + rand.IntN(20000))
+		env := append(os.Environ(), "ROVER_PYTHON="+filepath.Join(repoRoot, "python"), "PORT="+port, "STEPS="+steps, "ALLREDUCE="+allreduce)
+		peer := exec.Command(pythonExec, script)
+		peer.Env = append(env, "RANK=1")
+		if err := peer.Start(); err != nil {
+			b.Fatal(err)
+		}
+		main := exec.Command(pythonExec, script)
+		main.Env = append(env, "RANK=0")
+		out, err := main.CombinedOutput()
+		peerErr := peer.Wait()
+		if err != nil || peerErr != nil {
+			b.Fatalf("colltime_ab.py: rank 0: %v, rank 1: %v\n%s", err, peerErr, out)
+		}
+		m := inProcessLine.FindSubmatch(out)
+		if m == nil {
+			b.Fatalf("colltime_ab.py printed no %q line:\n%s", inProcessLine, out)
+		}
+		with, _ := strconv.ParseFloat(string(m[1]), 64)
+		without, _ := strconv.ParseFloat(string(m[2]), 64)
+		on, off = append(on, time.Duration(with*1e3)), append(off, time.Duration(without*1e3))
+		diffs = append(diffs, (with-without)/without)
+		fmt.Printf("job %d of %d: %s per step with the hook, %s without (%+.2f%%)\n", i+1, b.N, on[i], off[i], 100*(with-without)/without)
+	}
+	mon, moff, mdiff := median(on), median(off), medianFloat(diffs)
+	b.ReportMetric(float64(mon.Nanoseconds())/1e3, "on-us/step")
+	b.ReportMetric(float64(moff.Nanoseconds())/1e3, "off-us/step")
+	b.ReportMetric(100*mdiff, "overhead-%")
+	fmt.Printf("median of %d jobs (%s steps, --allreduce %s): %s per step with the hook, %s without; median difference %+.2f%%\n",
+		b.N, steps, allreduce, mon, moff, 100*mdiff)
+}

@@ -1,0 +1,117 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	roverv1 "github.com/roverml/rover/api/rover/v1"
+	"github.com/roverml/rover/internal/client"
+)
+
+// cpuQuota is the slow node's CPU quota: a tenth of one core for its agent
+// and worker together, about 8x slower than unthrottled on this workload.
+const cpuQuota = 0.1
+
+// TestStragglerCPUQuota runs the DDP example (unchanged; its flash
+// checkpoint saves every step report progress) on three nodes of one
+// worker each, every node's agent in a cgroup of its own; once every
+// node has reported steps, one cgroup gets a CPU quota of a tenth of a
+// core. The throttled node spends no more CPU per step than the others
+// (the busy rule cannot see it), but the others wait for it in their
+// collectives: the master must name it a straggler (GetJob and `rover
+// status`) from collective timing, and must never name a healthy node,
+// checked at every poll. Each node in turn is the slow one.
+func TestStragglerCPUQuota(t *testing.T) {
+	for slow := range 3 {
+		t.Run(nodeName(slow), func(t *testing.T) { stragglerCPUQuota(t, slow) })
+	}
+}
+
+func stragglerCPUQuota(t *testing.T, slow int) {
+	dir := t.TempDir()
+	c := newCluster(t, "cpuquota")
+	var groups []*cpuCgroup
+	for i := range 3 {
+		groups = append(groups, newCPUCgroup(t, nodeName(i))) // before the agents: removed after them
+	}
+	script := filepath.Join(repoRoot, "examples", "ddp", "train.py")
+	for i := range 3 {
+		c.agentInCgroup(groups[i], nodeName(i), "--nnodes", "3", "--node-rank", fmt.Sprint(i), "--nproc-per-node", "1",
+			"--rdzv-conf", rdzvConf, "--max-restarts", "0", "--checkpoint-dir", filepath.Join(dir, "store"), "--checkpoint-keep", "2",
+			script, "--flash", "--steps", "100000", "--ckpt-every", "0",
+			"--ckpt", filepath.Join(dir, "ckpt.pt"), "--out", filepath.Join(dir, "out.json"))
+	}
+	token, err := os.ReadFile(c.tokenFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc := client.NewHTTPClient()
+	defer hc.CloseIdleConnections()
+	mc := client.New(hc, c.addr, strings.TrimSpace(string(token)))
+	want := nodeName(slow)
+	var p *roverv1.JobProgress
+	// poll reads the job's progress and fails the test if a healthy node is
+	// named a straggler, at any time.
+	poll := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		r, err := mc.GetJob(ctx, connect.NewRequest(&roverv1.GetJobRequest{}))
+		if err != nil {
+			t.Fatalf("GetJob: %v", err)
+		}
+		p = r.Msg.GetProgress()
+		for _, s := range p.GetStragglers() {
+			if s != want {
+				logNodeTimes(t, p)
+				t.Fatalf("healthy node %s named a straggler (the slow one is %s): %s", s, want, p.GetStragglerReason())
+			}
+		}
+	}
+	start := time.Now()
+	waitFor(t, 3*time.Minute, "every node to report a few steps with collective timing", func() bool {
+		poll()
+		n := 0
+		for _, nd := range p.GetNodes() {
+			if nd.GetSamples() >= 3 && nd.GetComputeSeconds() > 0 {
+				n++
+			}
+		}
+		if n < 3 && time.Since(start) > time.Minute {
+			logNodeTimes(t, p)
+		}
+		return n == 3
+	})
+	logNodeTimes(t, p)
+	groups[slow].limit(cpuQuota)
+	limited := time.Now()
+	waitFor(t, 3*time.Minute, "the master to name "+want+" a straggler", func() bool {
+		poll()
+		return slices.Equal(p.GetStragglers(), []string{want})
+	})
+	named := time.Since(limited)
+	logNodeTimes(t, p)
+	if groups[slow].throttled() == 0 {
+		t.Errorf("cgroup of %s was never throttled: the quota did not apply", want)
+	}
+	out, err := exec.Command(roverBin, "status", "--master", c.addr, "--token-file", c.tokenFile).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "stragglers: "+want) {
+		t.Errorf("rover status (%v) does not name %s:\n%s", err, want, out)
+	}
+	t.Logf("%s throttled to %.0f%% of a core: named %s later: %s", want, 100*cpuQuota, named.Round(100*time.Millisecond), p.GetStragglerReason())
+}
+
+func logNodeTimes(t *testing.T, p *roverv1.JobProgress) {
+	t.Helper()
+	for _, n := range p.GetNodes() {
+		t.Logf("node %s: %.4f s/step wall, %.4f busy, %.4f compute, %.4f wait, %d samples, straggler %v",
+			n.GetNodeId(), n.GetStepSeconds(), n.GetBusySeconds(), n.GetComputeSeconds(), n.GetWaitSeconds(), n.GetSamples(), n.GetStraggler())
+	}
+}

@@ -1,0 +1,67 @@
+"""Collective timing's cost measured inside one job: each of the two ranks
+(gloo, CPU) trains two copies of the DDP example's model side by side, one
+with the collective timing hook and one without, alternating their steps
+so that the machine's load falls on both alike, and rank 0 prints the
+median step time of each. Run by BenchmarkCollectiveTimingInProcess
+(test/e2e/colltime_bench_test.go) as
+
+    ROVER_PYTHON=<rover's python dir> RANK=r PORT=p STEPS=n ALLREDUCE=ordered|ddp python3 colltime_ab.py
+
+"ordered": both copies use the example's all-gather communication hook,
+and the hook wraps one of them; "ddp": one copy keeps DDP's C++ reducer,
+the other gets the hook's Python equivalent of it.
+"""
+
+import importlib.util
+import os
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.environ["ROVER_PYTHON"])
+import rover._colltime as colltime  # noqa: E402
+
+colltime.install()
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+import torch.nn as nn  # noqa: E402
+from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
+
+here = os.path.dirname(os.path.abspath(__file__))
+spec = importlib.util.spec_from_file_location("train", os.path.join(here, "..", "..", "..", "examples", "ddp", "train.py"))
+train = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(train)
+
+rank, steps, mode = int(os.environ["RANK"]), int(os.environ.get("STEPS", "2000")), os.environ.get("ALLREDUCE", "ordered")
+dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%s" % os.environ["PORT"], rank=rank, world_size=2)
+
+
+def model():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(train.IN_DIM, train.HIDDEN), nn.Tanh(), nn.Linear(train.HIDDEN, train.HIDDEN),
+                         nn.Tanh(), nn.Linear(train.HIDDEN, 1))
+
+
+plain, timed = DDP(model()), DDP(model())
+untimed_register = DDP.register_comm_hook.__wrapped__
+if mode == "ordered":
+    untimed_register(plain, None, train.ordered_allreduce_hook)
+    timed.register_comm_hook(None, train.ordered_allreduce_hook)
+plain._rover_hooked = True  # the hook leaves it alone
+times = {"plain": [], "timed": []}
+x, y = torch.randn(16, train.IN_DIM), torch.randn(16, 1)
+for i in range(steps):
+    pair = (("plain", plain), ("timed", timed))
+    for name, m in pair if i % 2 else pair[::-1]:
+        t = time.perf_counter()
+        m.zero_grad(set_to_none=True)
+        ((m(x) - y) ** 2).mean().backward()
+        times[name].append(time.perf_counter() - t)
+if rank == 0:
+    skip = min(100, steps // 10)  # the first steps build DDP's buckets
+    off, on = statistics.median(times["plain"][skip:]), statistics.median(times["timed"][skip:])
+    print("in-process: %d steps, --allreduce %s: %.1f us per step with the hook, %.1f us without" % (steps, mode, on * 1e6, off * 1e6),
+          flush=True)
+dist.barrier()  # neither rank leaves while the other still runs
+dist.destroy_process_group()
