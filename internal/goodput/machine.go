@@ -118,6 +118,7 @@ func (m *Machine) Launched(at time.Time) {
 	if m.launched {
 		return
 	}
+	at = at.Round(0) // wall time only: see advance
 	m.launched, m.launchAt, m.at, m.phase = true, at, at, startup
 }
 
