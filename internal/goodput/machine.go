@@ -256,12 +256,20 @@ func (m *Machine) Progress(p Progress) {
 
 // CheckpointSaved: a node's workers saved a checkpoint of s.Step. Its
 // blocking time is moved from step time to checkpoint badput; a durable
-// save lets the samples below it go.
+// save lets the samples below it go. A save in training of a step above
+// the newest reported one is that step's report, at the save's time: the
+// step completed before its save (a progress report comes up to a second
+// later, and a worker's last steps before a failure or its exit may come
+// in no report). A durable save is not: it is timed at its persistence,
+// which may be long after the step.
 func (m *Machine) CheckpointSaved(s Save) {
 	if !m.live() || s.Round != m.round || !m.nodes[s.Node] || s.Step < 0 {
 		return
 	}
 	m.advance(s.At)
+	if m.phase == training && !s.Durable && s.Step > m.frontier {
+		m.credit(s.Step)
+	}
 	if s.Durable && (!m.hasDurable || s.Step > m.durable) {
 		m.durable, m.hasDurable = s.Step, true
 		m.prune()

@@ -384,3 +384,29 @@ func TestTeardownAfterSuccessIsStopping(t *testing.T) {
 		checkInvariants(t, m, at(20))
 	}
 }
+
+// TestSaveReportsItsStep: a save in training of a step above the newest
+// report is that step's report at the save's time (less its blocking);
+// a durable save, timed at its persistence, is not. The job's last
+// report (step 10 at 11 s) is then not the end of its kept steps: its
+// save of step 12 at 13 s is.
+func TestSaveReportsItsStep(t *testing.T) {
+	for _, durable := range []bool{false, true} {
+		m := newMachine(t)
+		play(m, []event{
+			launched(0), formed(1, 0, "a"), step(1, "a", 1, 1), step(1, "a", 10, 10),
+			saved(1, "a", 12, 0.5, durable, 12),
+			stoppedRound(1, StopSuccess, 13), endedAt(true, 13),
+		})
+		v := m.View(at(20))
+		want, stopping, ckpt := sec2(11-0.5), sec2(1), sec2(0.5)
+		if durable {
+			want, stopping = sec2(9), sec2(2.5) // the blocking comes out of the time since the last report
+		}
+		if v.Goodput != want || v.Badput[Stopping] != stopping || v.Badput[Checkpoint] != ckpt || v.Step != map[bool]int64{false: 12, true: 10}[durable] {
+			t.Errorf("durable %v: goodput %v, stopping %v, checkpoint %v, step %d; want %v, %v, %v",
+				durable, v.Goodput, v.Badput[Stopping], v.Badput[Checkpoint], v.Step, want, stopping, ckpt)
+		}
+		checkInvariants(t, m, at(20))
+	}
+}
