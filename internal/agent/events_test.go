@@ -341,3 +341,29 @@ func TestLifecycleResend(t *testing.T) {
 		t.Errorf("resend before round 3's WORKERS_STARTED: %v", kinds(got))
 	}
 }
+
+// TestLifecycleGroupEndSendsSavesAtOnce: a save waits for a beat, but
+// once the group ended what waits goes out at once (the master's last
+// word on the workers' steps, before their outcome).
+func TestLifecycleGroupEndSendsSavesAtOnce(t *testing.T) {
+	q, clk := newEventQueue(eventQueueLimit), &fakeNanos{}
+	l := newLifecycle(q, clk.now)
+	l.workersStarted(1, 1)
+	q.take(64)
+	<-q.ready // WORKERS_STARTED's signal
+	l.saved(1, 1, 0, 10, 1000, 1, false)
+	select {
+	case <-q.ready:
+		t.Fatal("a save signalled the queue")
+	default:
+	}
+	l.groupEnded(1)
+	select {
+	case <-q.ready:
+	default:
+		t.Fatal("the group's end did not send its waiting save at once")
+	}
+	if got := q.take(64); len(got) != 1 || got[0].GetStep() != 10 {
+		t.Errorf("events %v, want the save of step 10", got)
+	}
+}

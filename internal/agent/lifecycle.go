@@ -275,13 +275,14 @@ func (l *lifecycle) flushSavesLocked() {
 	}
 }
 
-// groupEnded reports what the round's workers left pending.
+// groupEnded reports what the round's workers left pending, at once.
 func (l *lifecycle) groupEnded(round int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if round == l.round {
 		l.flushSavesLocked()
 	}
+	l.q.urge()
 }
 
 func (l *lifecycle) rememberCommitLocked(k savedStep, local int32) {
