@@ -39,8 +39,11 @@ type Machine struct {
 	samples     []sample      // since the last durable checkpoint, step ascending
 	durable     int64         // step of the last durable checkpoint
 	hasDurable  bool
-	lastSave    saveKey
-	lastBlock   time.Duration // blocking counted for lastSave
+	// blocks are the latest saves' blocking counted, oldest first: the
+	// job's blocking for a save is the largest any node reports, and the
+	// nodes' reports of a save come apart (each heartbeat carries one
+	// node's saves of the last second).
+	blocks []saveBlock
 
 	restarts  []Restart // the latest, oldest first; the last may be open
 	open      bool      // restarts[len-1] is in progress
@@ -65,6 +68,16 @@ type sample struct {
 }
 
 type saveKey struct{ round, step int64 }
+
+// saveBlock is the blocking counted for a save.
+type saveBlock struct {
+	key   saveKey
+	block time.Duration
+}
+
+// maxSaveBlocks bounds the saves whose blocking is remembered; a node's
+// report of a save older than those counts as a new save.
+const maxSaveBlocks = 32
 
 // New returns a machine for a job not launched yet.
 func New(cfg Config) (*Machine, error) {
@@ -275,13 +288,18 @@ func (m *Machine) CheckpointSaved(s Save) {
 		m.prune()
 	}
 	key := saveKey{s.Round, s.Step}
-	if key != m.lastSave {
-		m.lastSave, m.lastBlock = key, 0
+	i := slices.IndexFunc(m.blocks, func(b saveBlock) bool { return b.key == key })
+	if i < 0 {
 		m.saves++
+		if len(m.blocks) >= maxSaveBlocks {
+			m.blocks = slices.Delete(m.blocks, 0, len(m.blocks)-maxSaveBlocks+1)
+		}
+		m.blocks = append(m.blocks, saveBlock{key: key})
+		i = len(m.blocks) - 1
 	}
-	if s.Blocking > m.lastBlock && m.phase == training {
-		m.block(s.Blocking - m.lastBlock)
-		m.lastBlock = s.Blocking
+	if b := &m.blocks[i]; s.Blocking > b.block && m.phase == training {
+		m.block(s.Blocking - b.block)
+		b.block = s.Blocking
 	}
 }
 

@@ -410,3 +410,21 @@ func TestSaveReportsItsStep(t *testing.T) {
 		checkInvariants(t, m, at(20))
 	}
 }
+
+// TestSaveBlockingLargestOverNodesApart: each heartbeat carries one node's
+// saves of the last second, so the nodes' reports of a save come apart;
+// the job's blocking for each save is still the largest, once.
+func TestSaveBlockingLargestOverNodesApart(t *testing.T) {
+	m := newMachine(t)
+	play(m, []event{
+		launched(0), formed(1, 0, "a", "b"), step(1, "a", 1, 1), step(1, "a", 10, 10),
+		saved(1, "a", 12, 0.001, false, 12), saved(1, "a", 14, 0.001, false, 14),
+		saved(1, "b", 12, 0.002, false, 12), saved(1, "b", 14, 0.0015, false, 14),
+		saved(1, "a", 12, 0.003, false, 14.5), // a late, larger report
+	})
+	v := m.View(at(15))
+	if want := sec2(0.003 + 0.0015); v.Badput[Checkpoint] != want || v.Saves != 2 {
+		t.Errorf("checkpoint %v over %d saves, want %v over 2", v.Badput[Checkpoint], v.Saves, want)
+	}
+	checkInvariants(t, m, at(15))
+}
