@@ -21,6 +21,8 @@ nanoseconds, which `rover soak` computes the goodput from:
 
     start rank=R pid=P step=S t=NS   ready to train, resuming after step S
     step rank=R pid=P step=S t=NS    step S completed
+    step rank=R pid=P step=S t=NS save=NS   ... and its checkpoint save blocked
+                                            training this long (nanoseconds)
 """
 
 import argparse
@@ -50,8 +52,9 @@ def main():
     rank = dist.get_rank()
     log = open(args.log, "a", buffering=1)  # one write per line: lines of ranks never interleave
 
-    def line(kind, step):
-        log.write(f"{kind} rank={rank} pid={os.getpid()} step={step} t={time.time_ns()}\n")
+    def line(kind, step, save_ns=None):
+        extra = "" if save_ns is None else f" save={save_ns}"
+        log.write(f"{kind} rank={rank} pid={os.getpid()} step={step} t={time.time_ns()}{extra}\n")
 
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 1))
@@ -86,7 +89,9 @@ def main():
         rest = args.step_time - (time.monotonic() - began)
         if rest > 0:
             time.sleep(rest)
+        save_ns = None
         if step % args.save_every == 0:
+            save_began = time.monotonic_ns()
             state = {"model": model.state_dict(), "optim": optim.state_dict()}
             if ckpt is not None:
                 ckpt.save(step, state, persist=step % args.persist_every == 0)
@@ -95,7 +100,8 @@ def main():
                     torch.save(dict(state, step=step), args.path + ".tmp")
                     os.replace(args.path + ".tmp", args.path)
                 dist.barrier()  # no rank runs ahead of a checkpoint it may resume from
-        line("step", step)
+            save_ns = time.monotonic_ns() - save_began  # checkpoint badput, not step time
+        line("step", step, save_ns)
         if progress is not None:
             progress.step(step)
     if ckpt is not None:

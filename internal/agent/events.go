@@ -51,6 +51,17 @@ func (q *eventQueue) add(e *roverv1.NodeEvent) {
 	}
 }
 
+// urge makes what waits go out at once (the workers' group ended: their
+// last saves are the master's best account of their last steps, and the
+// group's outcome follows).
+func (q *eventQueue) urge() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.events) > 0 {
+		q.signalLocked()
+	}
+}
+
 // pending reports whether events wait.
 func (q *eventQueue) pending() bool {
 	q.mu.Lock()

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	roverv1 "github.com/roverml/rover/api/rover/v1"
+	"google.golang.org/protobuf/proto"
 )
 
 func kinds(events []*roverv1.NodeEvent) []roverv1.NodeEventKind {
@@ -300,4 +301,69 @@ func FuzzLifecycle(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestLifecycleResend: on a new session the current round's milestones that
+// went out are queued again, in front, with their own times; saves are
+// not, nor what still waits for WORKERS_STARTED, nor an older round's.
+func TestLifecycleResend(t *testing.T) {
+	q, clk := newEventQueue(eventQueueLimit), &fakeNanos{}
+	l := newLifecycle(q, clk.now)
+	mem := roverv1.CheckpointSource_CHECKPOINT_SOURCE_MEMORY
+	l.workersStarted(1, 1)
+	l.restoreFinished(1, 1, 0, 5, mem)
+	q.take(64)
+	l.workersStarted(2, 1)
+	l.restoreStarted(2, 1)
+	l.restoreFinished(2, 1, 0, 40, mem)
+	l.saved(2, 1, 0, 42, 1000, 1, false)
+	sent := q.take(64)
+	if len(sent) != 4 {
+		t.Fatalf("round 2 sent %v, want its start, restore, resume and a save", kinds(sent))
+	}
+	q.add(&roverv1.NodeEvent{Kind: roverv1.NodeEventKind_NODE_EVENT_KIND_CHECKPOINT_SAVED, Step: 44})
+	l.resend()
+	got := q.take(64)
+	want := []roverv1.NodeEventKind{roverv1.NodeEventKind_NODE_EVENT_KIND_WORKERS_STARTED, roverv1.NodeEventKind_NODE_EVENT_KIND_RESTORE_STARTED,
+		roverv1.NodeEventKind_NODE_EVENT_KIND_RESUMED, roverv1.NodeEventKind_NODE_EVENT_KIND_CHECKPOINT_SAVED}
+	if k := kinds(got); len(k) != len(want) || k[0] != want[0] || k[1] != want[1] || k[2] != want[2] || k[3] != want[3] {
+		t.Fatalf("after resend: %v, want %v (the waiting save last)", k, want)
+	}
+	for i := range 3 {
+		if !proto.Equal(got[i], sent[i]) || got[i] == sent[i] {
+			t.Errorf("resent %v, want a copy of %v", got[i], sent[i])
+		}
+	}
+	// A round whose workers are not all started has sent nothing yet.
+	l.restoreStarted(3, 2)
+	l.resend()
+	if got := q.take(64); got != nil {
+		t.Errorf("resend before round 3's WORKERS_STARTED: %v", kinds(got))
+	}
+}
+
+// TestLifecycleGroupEndSendsSavesAtOnce: a save waits for a beat, but
+// once the group ended what waits goes out at once (the master's last
+// word on the workers' steps, before their outcome).
+func TestLifecycleGroupEndSendsSavesAtOnce(t *testing.T) {
+	q, clk := newEventQueue(eventQueueLimit), &fakeNanos{}
+	l := newLifecycle(q, clk.now)
+	l.workersStarted(1, 1)
+	q.take(64)
+	<-q.ready // WORKERS_STARTED's signal
+	l.saved(1, 1, 0, 10, 1000, 1, false)
+	select {
+	case <-q.ready:
+		t.Fatal("a save signalled the queue")
+	default:
+	}
+	l.groupEnded(1)
+	select {
+	case <-q.ready:
+	default:
+		t.Fatal("the group's end did not send its waiting save at once")
+	}
+	if got := q.take(64); len(got) != 1 || got[0].GetStep() != 10 {
+		t.Errorf("events %v, want the save of step 10", got)
+	}
 }

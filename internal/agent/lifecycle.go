@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	roverv1 "github.com/roverml/rover/api/rover/v1"
+	"google.golang.org/protobuf/proto"
 )
 
 // lifecycle turns what the agent sees of its workers (the group spawned,
@@ -24,6 +25,11 @@ import (
 // out (a fast worker may load before the last one is spawned), so the
 // master sees a round's moments in order. Reports of an older round than
 // the newest are dropped.
+//
+// The round's milestones that went out (WORKERS_STARTED, RESTORE_STARTED,
+// RESUMED) are sent again on a new session (resend): a master killed
+// before it journaled them (its next tick) comes back without them, and a
+// duplicate or late one changes nothing in the master's accounting.
 type lifecycle struct {
 	mu  sync.Mutex
 	q   *eventQueue
@@ -33,6 +39,7 @@ type lifecycle struct {
 	localWorldSize int
 	started        bool                 // WORKERS_STARTED of round went out
 	held           []*roverv1.NodeEvent // the round's events before it
+	sent           []*roverv1.NodeEvent // the round's milestones that went out
 	restoring      bool                 // RESTORE_STARTED of round went out
 	loaded         map[int32]loadReport // by local rank
 	resumed        bool
@@ -93,7 +100,7 @@ func (l *lifecycle) enterLocked(round int64, localWorldSize int) bool {
 			l.q.add(e)
 		}
 		l.round, l.localWorldSize = round, localWorldSize
-		l.started, l.held, l.restoring, l.resumed = false, nil, false, false
+		l.started, l.held, l.sent, l.restoring, l.resumed = false, nil, nil, false, false
 		l.loaded = map[int32]loadReport{}
 		l.saves, l.lastSaved = map[int64]*pendingSave{}, -1
 	}
@@ -107,7 +114,28 @@ func (l *lifecycle) emitLocked(e *roverv1.NodeEvent) {
 		l.held = append(l.held, e)
 		return
 	}
+	l.sendLocked(e)
+}
+
+// sendLocked queues e, remembering the round's milestones for resend.
+func (l *lifecycle) sendLocked(e *roverv1.NodeEvent) {
 	l.q.add(e)
+	if e.GetRound() == l.round && e.GetKind() != roverv1.NodeEventKind_NODE_EVENT_KIND_CHECKPOINT_SAVED {
+		l.sent = append(l.sent, e)
+	}
+}
+
+// resend queues again, in front of what waits, the current round's
+// milestones that went out: the agent is on a new session, perhaps with a
+// new master that never journaled them.
+func (l *lifecycle) resend() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	again := make([]*roverv1.NodeEvent, len(l.sent))
+	for i, e := range l.sent {
+		again[i] = proto.Clone(e).(*roverv1.NodeEvent)
+	}
+	l.q.putBack(again)
 }
 
 // workersStarted: every local worker of round is spawned.
@@ -120,7 +148,7 @@ func (l *lifecycle) workersStarted(round int64, localWorldSize int) {
 	l.emitLocked(&roverv1.NodeEvent{Kind: roverv1.NodeEventKind_NODE_EVENT_KIND_WORKERS_STARTED, TimeUnixNanos: l.now()})
 	l.started = true
 	for _, e := range l.held {
-		l.q.add(e)
+		l.sendLocked(e)
 	}
 	l.held = nil
 }
@@ -247,13 +275,14 @@ func (l *lifecycle) flushSavesLocked() {
 	}
 }
 
-// groupEnded reports what the round's workers left pending.
+// groupEnded reports what the round's workers left pending, at once.
 func (l *lifecycle) groupEnded(round int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if round == l.round {
 		l.flushSavesLocked()
 	}
+	l.q.urge()
 }
 
 func (l *lifecycle) rememberCommitLocked(k savedStep, local int32) {

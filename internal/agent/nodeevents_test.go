@@ -318,7 +318,8 @@ func runPythonNode(ctx context.Context, t *testing.T, program, dir string, args 
 
 // TestNodeEventsOutliveAMasterRestart: an event of a save made while the
 // master is away waits in the agent's queue and reaches the restarted
-// master (same address and journal) once the agent is back.
+// master (same address and journal) once the agent is back, and the
+// round's milestones (its RESUMED) go out again on the new session.
 func TestNodeEventsOutliveAMasterRestart(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -358,6 +359,17 @@ wait_file("done")
 	if !strings.Contains(stderr.String(), "reconnected to the master") {
 		t.Errorf("the save's event arrived, but not over a new session:\n%s", stderr)
 	}
+	// The round's milestones went out again on the new session, for a
+	// master that never journaled them.
+	rec.waitFor(ctx, t, "the round's milestones sent again", func(es []*roverv1.NodeEvent) bool {
+		n := 0
+		for _, e := range es {
+			if e.GetKind() == roverv1.NodeEventKind_NODE_EVENT_KIND_RESUMED {
+				n++
+			}
+		}
+		return n >= 2
+	})
 	touch(t, filepath.Join(dir, "done"))
 	if err := <-done; err != nil {
 		t.Fatalf("agent: %v\n%s", err, stderr)

@@ -106,6 +106,9 @@ func (a *agent) sessionLoop(ctx context.Context, firstJoin chan<- error) {
 		}
 		_, round := a.joined.get()
 		a.log.Info("reconnected to the master; the workers kept running", "round", round)
+		if a.life != nil {
+			a.life.resend() // the round's milestones a restarted master may not have journaled
+		}
 	}
 }
 

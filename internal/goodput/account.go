@@ -8,8 +8,13 @@ import (
 )
 
 // advance attributes the time from m.at to t to the cause in force and
-// moves m.at to t. A t before m.at attributes nothing.
+// moves m.at to t. A t before m.at attributes nothing. Times are taken
+// without their monotonic clock reading: the state keeps wall times (as
+// MarshalState writes them), so the time attributed is always the wall
+// time since the launch, however the driver's times mix readings of its
+// monotonic clock with times from elsewhere (an agent's).
 func (m *Machine) advance(t time.Time) {
+	t = t.Round(0)
 	if !t.After(m.at) {
 		return
 	}

@@ -23,7 +23,7 @@ func Example() {
 	m.RoundFormed(2, []string{"node-a"}, at(53)) // detection 1 s, stopping 2 s
 	m.Resumed(2, "node-a", 31, goodput.FromStorage, at(56))
 	m.Progress(goodput.Progress{Round: 2, Node: "node-a", Step: 32, At: at(57)})
-	m.Progress(goodput.Progress{Round: 2, Node: "node-a", Step: 72, At: at(97)})
+	m.Progress(goodput.Progress{Round: 2, Node: "node-a", Step: 75, At: at(100)})
 	m.Ended(true, at(100))
 
 	v := m.View(at(100))

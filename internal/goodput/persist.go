@@ -41,8 +41,9 @@ type stateJSON struct {
 	Samples      [][2]int64       `json:"samples"` // step, goodput ns
 	Durable      int64            `json:"durable"`
 	HasDurable   bool             `json:"has_durable,omitempty"`
-	LastSave     [2]int64         `json:"last_save"` // round, step
+	LastSave     [2]int64         `json:"last_save"` // round, step: the newest of SaveBlocks (states before them had only it)
 	LastBlockNS  int64            `json:"last_block_ns"`
+	SaveBlocks   [][3]int64       `json:"save_blocks,omitempty"` // round, step, blocking ns; oldest first
 	Restarts     []Restart        `json:"restarts"`
 	Open         bool             `json:"open,omitempty"`
 	Failures     map[string]int64 `json:"failures"`
@@ -67,9 +68,15 @@ func (m *Machine) MarshalState() ([]byte, error) {
 		GoodputNS: int64(m.goodput), PendingNS: int64(m.pending), BadputNS: map[string]int64{},
 		Frontier: m.frontier, HasFrontier: m.hasFrontier, StepTimeNS: int64(m.stepTime), RoundBaseNS: int64(m.roundBase),
 		Samples: [][2]int64{}, Durable: m.durable, HasDurable: m.hasDurable,
-		LastSave: [2]int64{m.lastSave.round, m.lastSave.step}, LastBlockNS: int64(m.lastBlock),
+		LastSave: [2]int64{}, LastBlockNS: 0,
 		Restarts: m.restarts, Open: m.open, Failures: m.failures,
 		NRestarts: m.nRestarts, LostSteps: m.lostSteps, Saves: m.saves,
+	}
+	for _, b := range m.blocks {
+		s.SaveBlocks = append(s.SaveBlocks, [3]int64{b.key.round, b.key.step, int64(b.block)})
+	}
+	if n := len(m.blocks); n > 0 {
+		s.LastSave, s.LastBlockNS = [2]int64{m.blocks[n-1].key.round, m.blocks[n-1].key.step}, int64(m.blocks[n-1].block)
 	}
 	for c, d := range m.badput {
 		s.BadputNS[Cause(c).String()] = int64(d)
@@ -109,7 +116,6 @@ func Restore(data []byte) (*Machine, error) {
 		goodput: time.Duration(s.GoodputNS), pending: time.Duration(s.PendingNS),
 		frontier: s.Frontier, hasFrontier: s.HasFrontier, stepTime: time.Duration(s.StepTimeNS),
 		roundBase: time.Duration(s.RoundBaseNS), durable: s.Durable, hasDurable: s.HasDurable,
-		lastSave: saveKey{s.LastSave[0], s.LastSave[1]}, lastBlock: time.Duration(s.LastBlockNS),
 		restarts: s.Restarts, open: s.Open, failures: s.Failures,
 		nRestarts: s.NRestarts, lostSteps: s.LostSteps, saves: s.Saves,
 	}
@@ -121,6 +127,12 @@ func Restore(data []byte) (*Machine, error) {
 	}
 	if len(m.restarts) == 0 {
 		m.restarts = nil
+	}
+	for _, b := range s.SaveBlocks {
+		m.blocks = append(m.blocks, saveBlock{saveKey{b[0], b[1]}, time.Duration(b[2])})
+	}
+	if len(s.SaveBlocks) == 0 && (s.LastSave != [2]int64{} || s.LastBlockNS != 0) { // a state from before SaveBlocks
+		m.blocks = []saveBlock{{saveKey{s.LastSave[0], s.LastSave[1]}, time.Duration(s.LastBlockNS)}}
 	}
 	if err := m.restoreChecked(s); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrBadState, err)
@@ -180,7 +192,7 @@ func (m *Machine) checkSums() error {
 		last = m.samples[n-1]
 	}
 	switch {
-	case m.goodput < 0 || m.pending < 0 || m.phaseAcc < 0 || m.stepTime < 0 || m.roundBase < 0 || m.lastBlock < 0:
+	case m.goodput < 0 || m.pending < 0 || m.phaseAcc < 0 || m.stepTime < 0 || m.roundBase < 0 || slices.ContainsFunc(m.blocks, func(b saveBlock) bool { return b.block < 0 }):
 		return fmt.Errorf("negative duration")
 	case m.roundBase > m.goodput || last.good > m.goodput || (len(m.samples) > 0 && m.samples[0].step < 0):
 		return fmt.Errorf("goodput %v below the round's base %v or a sample's %v", m.goodput, m.roundBase, last.good)
@@ -190,7 +202,7 @@ func (m *Machine) checkSums() error {
 		return fmt.Errorf("a restart or the tail out of range")
 	case m.at.Before(m.launchAt) || (wall < math.MaxInt64 && wall != m.at.Sub(m.launchAt)):
 		return fmt.Errorf("attributed %v, but %v passed since launch", wall, m.at.Sub(m.launchAt))
-	case len(m.samples) > m.cfg.MaxSamples || len(m.restarts) > m.cfg.KeepRestarts:
+	case len(m.samples) > m.cfg.MaxSamples || len(m.restarts) > m.cfg.KeepRestarts || len(m.blocks) > maxSaveBlocks:
 		return fmt.Errorf("%d samples, %d restarts over the bounds", len(m.samples), len(m.restarts))
 	case len(m.failures) > MaxFailureCauses+1:
 		return fmt.Errorf("%d failure causes", len(m.failures))

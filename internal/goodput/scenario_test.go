@@ -92,8 +92,8 @@ func restartTimeline() []event {
 		resumed(2, "b", 24, FromMemory, 45.5), // restore 1.5 s; 3 of the tail's 5.5 s kept
 		step(2, "a", 25, 47),                  // first step 1.5 s
 		step(2, "b", 35, 57),
-		stoppedRound(2, StopSuccess, 60),
-		endedAt(true, 61), // stopping 1 s
+		stoppedRound(2, StopSuccess, 60), // the workers' teardown since their last step: stopping 3 s
+		endedAt(true, 61),                // stopping 1 s
 	}
 }
 
@@ -102,16 +102,16 @@ func TestRestartPhases(t *testing.T) {
 	play(m, restartTimeline())
 	v := m.View(at(100))
 	want := [NumCauses]time.Duration{
-		Startup: sec2(10), FailureDetection: sec2(0.5), Stopping: sec2(3), Rendezvous: sec2(2),
+		Startup: sec2(10), FailureDetection: sec2(0.5), Stopping: sec2(6), Rendezvous: sec2(2),
 		WorkerStart: sec2(5.5), Restoring: sec2(1.5), LostProgress: sec2(2.5),
 	}
 	if diff := cmp.Diff(want, v.Badput); diff != "" {
 		t.Errorf("badput (-want +got):\n%s", diff)
 	}
-	if v.Goodput != sec2(36) || v.Wall != sec2(61) {
-		t.Errorf("goodput %v of wall %v, want 36s of 61s", v.Goodput, v.Wall)
+	if v.Goodput != sec2(33) || v.Wall != sec2(61) {
+		t.Errorf("goodput %v of wall %v, want 33s of 61s", v.Goodput, v.Wall)
 	}
-	if want := 36.0 / 61; v.Ratio != want {
+	if want := 33.0 / 61; v.Ratio != want {
 		t.Errorf("ratio %v, want %v", v.Ratio, want)
 	}
 	wantR := []Restart{{
@@ -322,8 +322,8 @@ func TestFirstReportCoversSeveralSteps(t *testing.T) {
 	if r := v.Latest[0]; r.FirstStep != sec2(0.5) {
 		t.Errorf("first step %v, want 0.5s", r.FirstStep)
 	}
-	if v.Goodput != sec2(37) || v.Badput[WorkerStart] != sec2(4.5) {
-		t.Errorf("goodput %v, worker start %v; want 37s, 4.5s", v.Goodput, v.Badput[WorkerStart])
+	if v.Goodput != sec2(34) || v.Badput[WorkerStart] != sec2(4.5) {
+		t.Errorf("goodput %v, worker start %v; want 34s, 4.5s", v.Goodput, v.Badput[WorkerStart])
 	}
 	checkInvariants(t, m, at(61))
 }
@@ -363,4 +363,68 @@ func TestMembershipStop(t *testing.T) {
 	if v.Badput[LostProgress] != sec2(1) || v.Phase != "restore" || v.Failures["membership"] != 0 {
 		t.Errorf("lost %v, phase %s, failures %v", v.Badput[LostProgress], v.Phase, v.Failures)
 	}
+}
+
+// TestTeardownAfterSuccessIsStopping: a job that succeeded stops from its
+// last reported step: the workers' teardown (a checkpoint's wait, the
+// process group's end, the exit) is not step time.
+func TestTeardownAfterSuccessIsStopping(t *testing.T) {
+	for _, withStop := range []bool{true, false} {
+		m := newMachine(t)
+		evs := []event{launched(0), formed(1, 0, "a"), step(1, "a", 1, 2), step(1, "a", 11, 12)}
+		if withStop {
+			evs = append(evs, stoppedRound(1, StopSuccess, 13))
+		}
+		play(m, append(evs, endedAt(true, 13.5)))
+		v := m.View(at(20))
+		if v.Goodput != sec2(10) || v.Badput[Stopping] != sec2(1.5) || v.Badput[Startup] != sec2(2) {
+			t.Errorf("stopped first %v: goodput %v, stopping %v, startup %v; want 10s, 1.5s, 2s",
+				withStop, v.Goodput, v.Badput[Stopping], v.Badput[Startup])
+		}
+		checkInvariants(t, m, at(20))
+	}
+}
+
+// TestSaveReportsItsStep: a save in training of a step above the newest
+// report is that step's report at the save's time (less its blocking);
+// a durable save, timed at its persistence, is not. The job's last
+// report (step 10 at 11 s) is then not the end of its kept steps: its
+// save of step 12 at 13 s is.
+func TestSaveReportsItsStep(t *testing.T) {
+	for _, durable := range []bool{false, true} {
+		m := newMachine(t)
+		play(m, []event{
+			launched(0), formed(1, 0, "a"), step(1, "a", 1, 1), step(1, "a", 10, 10),
+			saved(1, "a", 12, 0.5, durable, 12),
+			stoppedRound(1, StopSuccess, 13), endedAt(true, 13),
+		})
+		v := m.View(at(20))
+		want, stopping, ckpt := sec2(11-0.5), sec2(1), sec2(0.5)
+		if durable {
+			want, stopping = sec2(9), sec2(2.5) // the blocking comes out of the time since the last report
+		}
+		if v.Goodput != want || v.Badput[Stopping] != stopping || v.Badput[Checkpoint] != ckpt || v.Step != map[bool]int64{false: 12, true: 10}[durable] {
+			t.Errorf("durable %v: goodput %v, stopping %v, checkpoint %v, step %d; want %v, %v, %v",
+				durable, v.Goodput, v.Badput[Stopping], v.Badput[Checkpoint], v.Step, want, stopping, ckpt)
+		}
+		checkInvariants(t, m, at(20))
+	}
+}
+
+// TestSaveBlockingLargestOverNodesApart: each heartbeat carries one node's
+// saves of the last second, so the nodes' reports of a save come apart;
+// the job's blocking for each save is still the largest, once.
+func TestSaveBlockingLargestOverNodesApart(t *testing.T) {
+	m := newMachine(t)
+	play(m, []event{
+		launched(0), formed(1, 0, "a", "b"), step(1, "a", 1, 1), step(1, "a", 10, 10),
+		saved(1, "a", 12, 0.001, false, 12), saved(1, "a", 14, 0.001, false, 14),
+		saved(1, "b", 12, 0.002, false, 12), saved(1, "b", 14, 0.0015, false, 14),
+		saved(1, "a", 12, 0.003, false, 14.5), // a late, larger report
+	})
+	v := m.View(at(15))
+	if want := sec2(0.003 + 0.0015); v.Badput[Checkpoint] != want || v.Saves != 2 {
+		t.Errorf("checkpoint %v over %d saves, want %v over 2", v.Badput[Checkpoint], v.Saves, want)
+	}
+	checkInvariants(t, m, at(15))
 }

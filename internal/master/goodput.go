@@ -82,22 +82,39 @@ func (c *core) goodputHeartbeat(node string, hb *roverv1.Heartbeat, now time.Tim
 		dropped = len(events) - MaxNodeEvents
 		events = events[:MaxNodeEvents]
 	}
+	// The node's progress: its newest step is the highest any of its
+	// workers reported; its time, when the workers said it.
+	var best *roverv1.WorkerProgress
+	np := hb.GetProgress()
+	for _, w := range np.GetWorkers() {
+		if best == nil || w.GetStep() > best.GetStep() {
+			best = w
+		}
+	}
+	var stepAt time.Time
+	if best != nil {
+		stepAt = off.agentTime(best.GetStepUnixNanos(), now)
+	}
+	progress := func() {
+		if best != nil {
+			g.Progress(node, np.GetRound(), int(best.GetRank()), best.GetStep(), stepAt)
+			best = nil
+		}
+	}
+	// The report goes in among the events at its time: the progress is
+	// up to a second older than the heartbeat, and an event after it
+	// (a save of a later step) would else move the machine past it and
+	// time the step at the save (a restart's first step by its round's
+	// second save).
 	for _, e := range events {
 		if ev, ok := nodeEvent(e, off, now); ok {
+			if ev.At.After(stepAt) {
+				progress()
+			}
 			g.Event(node, ev)
 		}
 	}
-	if np := hb.GetProgress(); np != nil && len(np.GetWorkers()) > 0 {
-		// The node's newest step is the highest any of its workers
-		// reported; its time, when the workers said it.
-		var best *roverv1.WorkerProgress
-		for _, w := range np.GetWorkers() {
-			if best == nil || w.GetStep() > best.GetStep() {
-				best = w
-			}
-		}
-		g.Progress(node, np.GetRound(), int(best.GetRank()), best.GetStep(), off.agentTime(best.GetStepUnixNanos(), now))
-	}
+	progress()
 	if r, ok := g.TakeRestart(now); ok {
 		done = &r
 	}

@@ -115,7 +115,9 @@ func TestGoodputOverRPC(t *testing.T) {
 	}
 	fc.advance(ms(200))
 	send(s, ms(4200), progress(2, 12, ms(4200)), saves...)
-	g = goodputUntil("the saves", func(g *roverv1.JobGoodput) bool { return g.GetStep() == 12 })
+	// One heartbeat: once any of its saves counts, all it takes do (a save
+	// of a step above the newest report reports it: the step goes to 73).
+	g = goodputUntil("the saves", func(g *roverv1.JobGoodput) bool { return g.GetSaves() > 0 })
 	if g.GetSaves() != MaxNodeEvents {
 		t.Errorf("%d saves counted from 70 events, want the first %d", g.GetSaves(), MaxNodeEvents)
 	}

@@ -116,8 +116,8 @@ func (j Job) writeText(w io.Writer, name string) {
 	}
 	fmt.Fprintf(w, "  goodput (offline, step logs): %.4f of %.1fs; final step %d, %d generations, mean kept step %.1f ms\n",
 		o.Ratio, o.WallSeconds, o.FinalStep, o.Generations, o.MeanStepSecs*1000)
-	fmt.Fprintf(w, "  badput (offline): startup %.2fs, restarts %.2fs, lost_progress %.2fs (%d steps), tail %.2fs\n",
-		o.Startup, o.Restarts, o.LostSeconds, o.LostSteps, o.Tail)
+	fmt.Fprintf(w, "  badput (offline): startup %.2fs, restarts %.2fs, lost_progress %.2fs (%d steps), checkpoint %.2fs, tail %.2fs\n",
+		o.Startup, o.Restarts, o.LostSeconds, o.LostSteps, o.Checkpoint, o.Tail)
 	if r := j.Reported; r != nil {
 		fmt.Fprintf(w, "  goodput (reported by the master): %.4f of %.1fs, %d restarts, %d steps lost, phase %s at step %d\n",
 			r.Ratio, r.WallSeconds, r.Restarts, r.LostSteps, r.Phase, r.Step)

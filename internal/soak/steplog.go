@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -16,6 +17,9 @@ type Event struct {
 	Pid   int
 	Step  int64
 	At    time.Time
+	// Save is how long the step's checkpoint save blocked training (the
+	// step line's save=NS; 0: no save, or a log that does not say).
+	Save time.Duration
 }
 
 // ParseStepLog reads a step log. Lines that do not parse (a line a killed
@@ -32,6 +36,12 @@ func ParseStepLog(r io.Reader) (events []Event, skipped int, err error) {
 			continue
 		}
 		e.Start, e.At = kind == "start", time.Unix(0, ns)
+		if _, rest, ok := strings.Cut(sc.Text(), " save="); ok {
+			var save int64
+			if _, err := fmt.Sscanf(rest, "%d", &save); err == nil && save > 0 {
+				e.Save = time.Duration(save)
+			}
+		}
 		events = append(events, e)
 	}
 	if err := sc.Err(); err != nil {
@@ -47,17 +57,22 @@ type Life struct {
 	Resumed int64     // the step it resumed after (0: from scratch)
 	Ready   time.Time // its start line: ready to train
 	Steps   []time.Time
-	First   int64 // the step of Steps[0]
+	Saves   []time.Duration // each step's save blocking, beside Steps
+	First   int64           // the step of Steps[0]
 }
 
 // High is the highest step the life completed (Resumed when none).
 func (l Life) High() int64 { return l.Resumed + int64(len(l.Steps)) }
 
-// Goodput is the offline account of one job from its workers' step logs.
+// Goodput is the offline account of one job from its workers' step logs,
+// by the definitions the master's accounting uses (docs/design/goodput.md).
 // Each rank's wall time, from the launch to the end, splits exactly into
-// startup (launch to its first life ready), kept steps, lost steps
-// (computed and then computed again by a later life), restart gaps (a life's
-// last step to the next life ready) and the tail (its last step to the end);
+// startup (launch to its first life's first step), kept steps, lost steps
+// (computed and then computed again by a later life), checkpoint blocking
+// (the time a step's save blocked training: badput, not step time),
+// restart gaps (a life's last step to the next life's first step: a life's
+// first step is warm-up, lazy init and the first batch, as the master counts
+// it in the restart's first_step) and the tail (its last step to the end);
 // the job's figures are the mean over its ranks.
 type Goodput struct {
 	Ranks        int     `json:"ranks"`
@@ -66,6 +81,7 @@ type Goodput struct {
 	GoodSeconds  float64 `json:"goodput_seconds"`
 	Startup      float64 `json:"startup_seconds"`
 	LostSeconds  float64 `json:"lost_progress_seconds"`
+	Checkpoint   float64 `json:"checkpoint_seconds"`
 	Restarts     float64 `json:"restart_seconds"`
 	Tail         float64 `json:"tail_seconds"`
 	LostSteps    int64   `json:"lost_steps"` // the most any rank computed again
@@ -98,6 +114,7 @@ func Lives(events []Event) map[int][]Life {
 		}
 		if e.Step == l.High()+1 {
 			l.Steps = append(l.Steps, e.At)
+			l.Saves = append(l.Saves, e.Save)
 		}
 	}
 	out := map[int][]Life{}
@@ -130,22 +147,36 @@ func Compute(events []Event, launch, end time.Time) Goodput {
 			for _, later := range ls[i+1:] {
 				redo = min(redo, later.Resumed)
 			}
-			prev := l.Ready
+			// The gap before the life's first step (its first step
+			// included) is startup or the restart's.
+			gap := &g.Restarts
+			prev := lastAt(ls[max(i-1, 0)])
 			if i == 0 {
-				g.Startup += sec(l.Ready.Sub(launch))
-			} else {
-				g.Restarts += sec(l.Ready.Sub(lastAt(ls[i-1])))
+				gap, prev = &g.Startup, launch
 			}
 			for j, at := range l.Steps {
 				d := sec(at.Sub(prev))
-				if l.First+int64(j) > redo {
-					g.LostSeconds += d
+				redone := l.First+int64(j) > redo
+				if redone {
 					lost++
-				} else {
-					g.GoodSeconds += d
-					kept++
+				}
+				switch {
+				case j == 0:
+					*gap += d
+				default:
+					block := min(sec(l.Saves[j]), d)
+					g.Checkpoint += block
+					if redone {
+						g.LostSeconds += d - block
+					} else {
+						g.GoodSeconds += d - block
+						kept++
+					}
 				}
 				prev = at
+			}
+			if len(l.Steps) == 0 {
+				*gap += sec(l.Ready.Sub(prev))
 			}
 		}
 		g.Tail += sec(end.Sub(lastAt(ls[len(ls)-1])))
@@ -157,6 +188,7 @@ func Compute(events []Event, launch, end time.Time) Goodput {
 	}
 	n := float64(g.Ranks)
 	g.GoodSeconds, g.Startup, g.LostSeconds, g.Restarts, g.Tail = g.GoodSeconds/n, g.Startup/n, g.LostSeconds/n, g.Restarts/n, g.Tail/n
+	g.Checkpoint /= n
 	g.Ratio = min(max(g.GoodSeconds/g.WallSeconds, 0), 1)
 	if kept > 0 {
 		g.MeanStepSecs = g.GoodSeconds * n / float64(kept)
