@@ -1,9 +1,13 @@
 package agent
 
 import (
+	"sync/atomic"
+
 	"context"
 	"errors"
 	"fmt"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/roverml/rover/internal/metrics"
 	"io"
 	"log/slog"
 	"net"
@@ -62,6 +66,9 @@ type EmbeddedMaster struct {
 	Listener net.Listener
 	// Token is the job's token; "" makes a fresh one.
 	Token string
+	// Metrics asks the master for its Prometheus metrics, which the agent
+	// serves with its own (RunningMaster.Metrics).
+	Metrics bool
 	// Drain is how long Stop waits, once the job ended, for the other
 	// agents to hear the outcome and go; 0 does not wait.
 	Drain time.Duration
@@ -77,6 +84,9 @@ type RunningMaster struct {
 	// Stop (its state store refused a write): the agent then fails the job.
 	// nil never fires.
 	Failed <-chan error
+	// Metrics gathers the master's metrics when EmbeddedMaster.Metrics
+	// asked for them; nil otherwise.
+	Metrics prometheus.Gatherer
 }
 
 type agent struct {
@@ -129,6 +139,10 @@ type agent struct {
 	// wroteErrorFile is set once the agent's own error file
 	// ($TORCHELASTIC_ERROR_FILE) holds the job's root cause.
 	wroteErrorFile bool
+	// metrics are the agent's Prometheus metrics (metrics.go); nil without
+	// --metrics-addr. saver is ckpt, for their scrapes.
+	metrics *metrics.Agent
+	saver   atomic.Pointer[ckptsaver.Saver]
 }
 
 // watchMaster ends the agent's run (endRun) when the master it runs stops
@@ -160,10 +174,12 @@ func (a *agent) startMaster(ctx context.Context, spec EmbeddedMaster) (RunningMa
 	}
 	spec.Job, spec.Rendezvous, spec.Logger = a.cfg.RunID, a.rendezvous(), a.opts.Logger
 	spec.StateDir = filepath.Join(a.logDir, "master")
+	spec.Metrics = a.metrics != nil
 	m, err := a.opts.StartMaster(ctx, spec)
 	if err != nil {
 		return RunningMaster{}, exitErr(ExitRendezvous, "start the embedded master: %w", err)
 	}
+	a.metrics.Add(m.Metrics)
 	return m, nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/roverml/rover/internal/metrics"
 	"log/slog"
 	"sync"
 	"time"
@@ -69,6 +70,11 @@ type core struct {
 	// watchEnd is closed when the master stops serving: the WatchEvents
 	// streams send what is left and end.
 	watchEnd chan struct{}
+
+	// metrics records commits and rounds (metrics.go); nil without
+	// Config.MetricsAddr. rounds times the rounds.
+	metrics *metrics.Master
+	rounds  roundTimer
 }
 
 func newCore(runID string, store Store) *core {

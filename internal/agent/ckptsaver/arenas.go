@@ -206,6 +206,17 @@ func (s *arenas) reserve(local int, size int64) (*ckpt.Arena, error) {
 }
 
 // get returns a rank's arena, or nil.
+// bytes is the size of the arenas' slots, together.
+func (s *arenas) bytes() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var n int64
+	for _, a := range s.byRank {
+		n += 2 * a.SlotSize()
+	}
+	return n
+}
+
 func (s *arenas) get(local int) *ckpt.Arena {
 	s.mu.Lock()
 	defer s.mu.Unlock()
