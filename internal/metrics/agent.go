@@ -68,8 +68,13 @@ func NewAgent(shmBytes func() int64) *Agent {
 			Help: "Bytes of checkpoints written to storage."}),
 		shmBytes: shmBytes,
 	}
-	a.reg.MustRegister(a.starts, a.restarts, a.saveDur, a.saveBytes, a.persistDur, a.persistBytes, agentCollector{a})
+	a.reg.MustRegister(a.collectors()...)
 	return a
+}
+
+// collectors are the agent's Rover metrics (docs/metrics.md).
+func (a *Agent) collectors() []prometheus.Collector {
+	return []prometheus.Collector{a.starts, a.restarts, a.saveDur, a.saveBytes, a.persistDur, a.persistBytes, agentCollector{a}}
 }
 
 // Gatherer gathers the agent's metrics and those of the registries Add

@@ -52,7 +52,7 @@ var (
 	restartsDesc      = desc("rover_job_restarts_total", "Failure restarts of the job's workers (TORCHELASTIC_RESTART_COUNT).")
 	maxRestartsDesc   = desc("rover_job_max_restarts", "Failure restarts the job allows.")
 	relaunchesDesc    = desc("rover_job_node_relaunches_total", "Nodes the master relaunched on its platform.")
-	failuresDesc      = desc("rover_job_worker_failures_total", "Worker failures by diagnosed cause.", "cause")
+	failuresDesc      = desc("rover_job_worker_failures_total", "Worker failures that began a restart, by diagnosed cause (out-of-memory, killed, user-error, ...).", "cause")
 	goodputRatioDesc  = desc("rover_job_goodput_ratio", "Useful training time over wall time, from 0 to 1.")
 	wallDesc          = desc("rover_job_wall_seconds_total", "Wall time since the job launched.")
 	goodputDesc       = desc("rover_job_goodput_seconds_total", "Time spent on steps that were kept.")

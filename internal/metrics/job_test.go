@@ -21,7 +21,7 @@ func scriptedJob() JobSnapshot {
 			ManagedNodes: []*roverv1.ManagedNode{{Group: "worker", State: "running"}, {Group: "worker", State: "running"}, {Group: "worker", State: "pending"}},
 			Goodput: &roverv1.JobGoodput{Ratio: 0.75, WallSeconds: 100, GoodputSeconds: 75, Phase: "training", Step: 42, LostSteps: 3, Saves: 4,
 				Badput:   []*roverv1.GoodputCause{{Cause: "restore", Seconds: 5}, {Cause: "rendezvous", Seconds: 20}},
-				Failures: map[string]int64{"oom": 1, "segfault": 1}},
+				Failures: map[string]int64{"out-of-memory": 1, "killed": 1}},
 			Progress: &roverv1.JobProgress{Hangs: 1, Stragglers: []string{"b"},
 				Nodes: []*roverv1.NodeStepTime{{StepSeconds: 0.5, Samples: 3}, {StepSeconds: 0.7, Samples: 3}, {StepSeconds: 9, Samples: 0}}},
 			NodeCheck: &roverv1.NodeCheckStatus{Verdicts: []*roverv1.NodeCheckVerdict{{Verdict: "ok"}, {Verdict: "ok"}, {Verdict: "straggler"}}},
@@ -55,10 +55,10 @@ rover_job_phase{phase="training"} 1
 # HELP rover_job_restarts_total Failure restarts of the job's workers (TORCHELASTIC_RESTART_COUNT).
 # TYPE rover_job_restarts_total counter
 rover_job_restarts_total 2
-# HELP rover_job_worker_failures_total Worker failures by diagnosed cause.
+# HELP rover_job_worker_failures_total Worker failures that began a restart, by diagnosed cause (out-of-memory, killed, user-error, ...).
 # TYPE rover_job_worker_failures_total counter
-rover_job_worker_failures_total{cause="oom"} 1
-rover_job_worker_failures_total{cause="segfault"} 1
+rover_job_worker_failures_total{cause="killed"} 1
+rover_job_worker_failures_total{cause="out-of-memory"} 1
 # HELP rover_job_badput_seconds_total Time not spent on kept steps, by cause (restore, rendezvous, hang, ...).
 # TYPE rover_job_badput_seconds_total counter
 rover_job_badput_seconds_total{cause="rendezvous"} 20

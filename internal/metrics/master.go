@@ -48,8 +48,13 @@ func NewMaster(snapshot func() JobSnapshot, process bool) *Master {
 			Buckets: prometheus.ExponentialBuckets(0.01, 3, 11), // 10ms to 10min
 		}),
 	}
-	m.reg.MustRegister(m.rpc, m.commit, m.commitRecs, m.rendezvous, JobCollector{Snapshot: snapshot})
+	m.reg.MustRegister(m.collectors(snapshot)...)
 	return m
+}
+
+// collectors are the master's Rover metrics (docs/metrics.md).
+func (m *Master) collectors(snapshot func() JobSnapshot) []prometheus.Collector {
+	return []prometheus.Collector{m.rpc, m.commit, m.commitRecs, m.rendezvous, JobCollector{Snapshot: snapshot}}
 }
 
 // Registry is the master's registry, to serve (Listen).
