@@ -146,6 +146,9 @@ func Run(ctx context.Context, o Options) error {
 	popts.MasterAddr = kubenames.MasterAddr(job.Name, job.Namespace)
 	popts.TokenSecret, popts.TokenKey = kubenames.TokenSecret(job.Name), kubenames.TokenKey
 	popts.NodeNum = plan.Nodes.Groups[0].MaxNodes
+	if o.MetricsAddr != "" { // the agents serve theirs on the pods' metrics port
+		popts.MetricsAddr = kubenames.MetricsAddr()
+	}
 	popts.Logger = o.Logger
 	plat, err := kubeplatform.New(popts)
 	if err != nil {
