@@ -10,8 +10,15 @@ import (
 // JobSnapshot is what the master knows of its job at one instant: its
 // status as GetJob answers it, and its datasets.
 type JobSnapshot struct {
+	// Job is GetJob's answer; its nodes are not read (Nodes counts them).
 	Job      *roverv1.GetJobResponse
+	Nodes    NodeCounts
 	Datasets []DatasetSnapshot
+}
+
+// NodeCounts counts the nodes known to the rendezvous by state.
+type NodeCounts struct {
+	InWorld, Waiting, Lost int
 }
 
 // DatasetSnapshot is one dataset's shards by state.
@@ -113,7 +120,7 @@ func (c JobCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(maxRestartsDesc, float64(j.GetMaxRestarts()))
 	counter(relaunchesDesc, float64(j.GetRelaunches()))
 	gauge(committedDesc, float64(j.GetCheckpointStep()))
-	collectNodes(j, gauge)
+	collectNodes(s.Nodes, j, gauge)
 	collectGoodput(j.GetGoodput(), gauge, counter)
 	collectProgress(j.GetProgress(), gauge, counter)
 	collectNodeCheck(j.GetNodeCheck(), gauge)
@@ -134,21 +141,10 @@ type sendFunc func(d *prometheus.Desc, v float64, labels ...string)
 
 // collectNodes counts the nodes by state: aggregates, not a series per
 // node, so that a job of 10,000 nodes costs Prometheus a few series.
-func collectNodes(j *roverv1.GetJobResponse, gauge sendFunc) {
-	var inWorld, waiting, lost int
-	for _, n := range j.GetNodes() {
-		switch {
-		case n.GetLost():
-			lost++
-		case n.GetGroupRank() >= 0:
-			inWorld++
-		default:
-			waiting++
-		}
-	}
-	gauge(nodesDesc, float64(inWorld), "in_world")
-	gauge(nodesDesc, float64(waiting), "waiting")
-	gauge(nodesDesc, float64(lost), "lost")
+func collectNodes(n NodeCounts, j *roverv1.GetJobResponse, gauge sendFunc) {
+	gauge(nodesDesc, float64(n.InWorld), "in_world")
+	gauge(nodesDesc, float64(n.Waiting), "waiting")
+	gauge(nodesDesc, float64(n.Lost), "lost")
 	type groupState struct{ group, state string }
 	managed := map[groupState]int{}
 	for _, n := range j.GetManagedNodes() {

@@ -15,10 +15,7 @@ func scriptedJob() JobSnapshot {
 		Job: &roverv1.GetJobResponse{
 			JobState: roverv1.JobState_JOB_STATE_RUNNING, Round: 3, WorldSize: 8, RestartCount: 2, MaxRestarts: 5, Relaunches: 1,
 			CheckpointStep: 40,
-			Nodes: []*roverv1.NodeStatus{
-				{NodeId: "a", GroupRank: 0}, {NodeId: "b", GroupRank: 1}, {NodeId: "c", GroupRank: -1, Lost: true}, {NodeId: "d", GroupRank: -1},
-			},
-			ManagedNodes: []*roverv1.ManagedNode{{Group: "worker", State: "running"}, {Group: "worker", State: "running"}, {Group: "worker", State: "pending"}},
+			ManagedNodes:   []*roverv1.ManagedNode{{Group: "worker", State: "running"}, {Group: "worker", State: "running"}, {Group: "worker", State: "pending"}},
 			Goodput: &roverv1.JobGoodput{Ratio: 0.75, WallSeconds: 100, GoodputSeconds: 75, Phase: "training", Step: 42, LostSteps: 3, Saves: 4,
 				Badput:   []*roverv1.GoodputCause{{Cause: "restore", Seconds: 5}, {Cause: "rendezvous", Seconds: 20}},
 				Failures: map[string]int64{"out-of-memory": 1, "killed": 1}},
@@ -26,6 +23,7 @@ func scriptedJob() JobSnapshot {
 				Nodes: []*roverv1.NodeStepTime{{StepSeconds: 0.5, Samples: 3}, {StepSeconds: 0.7, Samples: 3}, {StepSeconds: 9, Samples: 0}}},
 			NodeCheck: &roverv1.NodeCheckStatus{Verdicts: []*roverv1.NodeCheckVerdict{{Verdict: "ok"}, {Verdict: "ok"}, {Verdict: "straggler"}}},
 		},
+		Nodes:    NodeCounts{InWorld: 2, Lost: 1, Waiting: 1},
 		Datasets: []DatasetSnapshot{{Name: "train", Epoch: 1, Todo: 10, Doing: 4, Done: 6, Dropped: 1, Workers: 4}},
 	}
 }
