@@ -1,21 +1,19 @@
 package agent
 
 import (
-	"sync/atomic"
-
 	"context"
 	"errors"
 	"fmt"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/roverml/rover/internal/metrics"
 	"io"
 	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	roverv1 "github.com/roverml/rover/api/rover/v1"
 	"github.com/roverml/rover/api/rover/v1/roverv1connect"
 	"github.com/roverml/rover/internal/agent/ckptsaver"
@@ -24,6 +22,7 @@ import (
 	"github.com/roverml/rover/internal/agent/stacks"
 	"github.com/roverml/rover/internal/client"
 	"github.com/roverml/rover/internal/jobconfig"
+	"github.com/roverml/rover/internal/metrics"
 	"github.com/roverml/rover/internal/retry"
 	"github.com/roverml/rover/internal/runconfig"
 	"github.com/roverml/rover/internal/shardbatch"

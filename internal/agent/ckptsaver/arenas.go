@@ -205,7 +205,6 @@ func (s *arenas) reserve(local int, size int64) (*ckpt.Arena, error) {
 	return a, nil
 }
 
-// get returns a rank's arena, or nil.
 // bytes is the size of the arenas' slots, together.
 func (s *arenas) bytes() int64 {
 	s.mu.Lock()
@@ -217,6 +216,7 @@ func (s *arenas) bytes() int64 {
 	return n
 }
 
+// get returns a rank's arena, or nil.
 func (s *arenas) get(local int) *ckpt.Arena {
 	s.mu.Lock()
 	defer s.mu.Unlock()
