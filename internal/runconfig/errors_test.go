@@ -87,6 +87,8 @@ func TestParseErrors(t *testing.T) {
 			want: []string{`--metrics-addr=:70000: port "70000" of ":70000" is not a number from 0 (pick one) to 65535`}},
 		{name: "metrics address without a port", args: []string{"--metrics-addr=0.0.0.0", "train.py"},
 			want: []string{`--metrics-addr=0.0.0.0: "0.0.0.0" is not HOST:PORT`}},
+		{name: "metrics address file alone", args: []string{"--metrics-addr-file=m.addr", "train.py"},
+			want: []string{"--metrics-addr-file=m.addr takes effect only with --metrics-addr: give the address to serve the metrics on, or "}},
 		{name: "endpoint url", args: []string{"--rdzv-endpoint=http://m:1", "train.py"}, want: []string{"not a URL"}},
 		{name: "endpoint unclosed bracket", args: []string{"--rdzv-endpoint=[::1", "train.py"}, want: []string{"missing ]"}},
 		{name: "endpoint empty port", args: []string{"--rdzv-endpoint=m:", "train.py"}, want: []string{"empty port"}},

@@ -298,7 +298,7 @@ var flags = []flagDef{
 	{name: "warm-standby", boolean: true, def: "true", env: roverEnv("warm-standby"), group: groupRover,
 		help:  "keep a standby Python per local rank, with torch imported, that a restart runs the script in (false: every start is a cold python)",
 		apply: boolField(func(c *Config) *bool { return &c.StandbyWorkers })},
-	{name: "metrics-addr", metavar: "HOST:PORT", defText: "none (no metrics)", env: roverEnv("metrics-addr"), group: groupRover,
+	{name: "metrics-addr", metavar: "HOST:PORT", defText: "none", env: roverEnv("metrics-addr"), group: groupRover,
 		help:  "serve the agent's Prometheus metrics at http://HOST:PORT/metrics (port 0 picks one; see docs/metrics.md); a master the agent hosts serves its own there too",
 		apply: addrField(func(c *Config) *string { return &c.MetricsAddr })},
 	{name: "metrics-addr-file", metavar: "FILE", env: roverEnv("metrics-addr-file"), group: groupRover,
