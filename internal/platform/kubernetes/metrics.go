@@ -18,10 +18,16 @@ const metricsAddrEnv = "ROVER_METRICS_ADDR"
 // Options.MetricsAddr and its pod say so: the container port "metrics"
 // and the prometheus.io annotations. What the template sets wins: its
 // ROVER_METRICS_ADDR, a port already named "metrics" or numbered as the
-// metrics', its own prometheus.io/scrape.
-func (p *Platform) exposeMetrics(meta *metav1.ObjectMeta, c *corev1.Container) {
+// metrics', its own prometheus.io/scrape. A pod on the host's network gets
+// none: two of them on one node (or one next to the master) would take
+// the same port, and an agent that cannot listen where it is told does not
+// start; such a template sets ROVER_METRICS_ADDR itself.
+func (p *Platform) exposeMetrics(meta *metav1.ObjectMeta, spec *corev1.PodSpec, c *corev1.Container) {
 	addr := p.opts.MetricsAddr
 	if addr == "" {
+		return
+	}
+	if spec.HostNetwork && !slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == metricsAddrEnv }) {
 		return
 	}
 	if i := slices.IndexFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == metricsAddrEnv }); i >= 0 {

@@ -10,7 +10,8 @@ import (
 
 // TestPodExposesMetrics: with MetricsAddr, a node's agent gets
 // ROVER_METRICS_ADDR and its pod the container port "metrics" and
-// Prometheus's scrape annotations; what the template says wins; without
+// Prometheus's scrape annotations; what the template says wins; a pod on
+// the host's network gets them only from its template; without
 // MetricsAddr the pod is the template's.
 func TestPodExposesMetrics(t *testing.T) {
 	type want struct {
@@ -36,6 +37,13 @@ func TestPodExposesMetrics(t *testing.T) {
 		{"the template turns them off", "0.0.0.0:9400", func(tp *corev1.PodTemplateSpec) {
 			tp.Spec.Containers[1].Env = append(tp.Spec.Containers[1].Env, corev1.EnvVar{Name: "ROVER_METRICS_ADDR", Value: ""})
 		}, want{annotations: map[string]string{"note": "kept"}}},
+		{"on the host's network", "0.0.0.0:9400", func(tp *corev1.PodTemplateSpec) { tp.Spec.HostNetwork = true },
+			want{annotations: map[string]string{"note": "kept"}}},
+		{"on the host's network, with the template's address", "0.0.0.0:9400", func(tp *corev1.PodTemplateSpec) {
+			tp.Spec.HostNetwork = true
+			tp.Spec.Containers[1].Env = append(tp.Spec.Containers[1].Env, corev1.EnvVar{Name: "ROVER_METRICS_ADDR", Value: ":9500"})
+		}, want{":9500", []corev1.ContainerPort{{Name: "metrics", ContainerPort: 9500, Protocol: corev1.ProtocolTCP}},
+			map[string]string{"note": "kept", "prometheus.io/scrape": "true", "prometheus.io/port": "9500", "prometheus.io/path": "/metrics"}}},
 		{"the template's port named metrics", "0.0.0.0:9400", func(tp *corev1.PodTemplateSpec) {
 			tp.Spec.Containers[1].Ports = []corev1.ContainerPort{{Name: "metrics", ContainerPort: 9400}}
 		}, want{"0.0.0.0:9400", []corev1.ContainerPort{{Name: "metrics", ContainerPort: 9400}}, scrape}},
