@@ -16,6 +16,8 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	roverv1 "github.com/roverml/rover/api/rover/v1"
+	"github.com/roverml/rover/internal/metrics"
+	"github.com/roverml/rover/internal/store"
 )
 
 // TestMetricsOfAJob: a master with MetricsAddr serves, on a port of its
@@ -150,5 +152,50 @@ func promtoolCheck(t *testing.T, body string) {
 	cmd.Stdin = strings.NewReader(body)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Errorf("promtool check metrics: %v\n%s", err, out)
+	}
+}
+
+// TestNodeCounts: the scrape's node counts agree with GetJob's nodes: a
+// node whose heartbeats stopped is lost (and no longer in the world), one
+// that joined the next round waits.
+func TestNodeCounts(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	c := restoredCore(t, store.NewMemory(), 3, now)
+	for _, id := range []string{"a", "b", "c"} {
+		joinNode(t, c, id, 3, 1, now)
+	}
+	c.mu.Lock()
+	got := c.nodeCountsLocked()
+	c.mu.Unlock()
+	if want := (metrics.NodeCounts{InWorld: 3}); got != want {
+		t.Fatalf("a world of 3: counts %+v, want %+v", got, want)
+	}
+	// a and b beat on; c falls silent past the heartbeat timeout (60s).
+	later := now.Add(61 * time.Second)
+	for _, id := range []string{"a", "b"} {
+		if err := c.seen(id, later.Add(-time.Second)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.tick(context.Background(), later); err != nil {
+		t.Fatal(err)
+	}
+	c.mu.Lock()
+	got = c.nodeCountsLocked()
+	c.mu.Unlock()
+	var fromJob metrics.NodeCounts
+	for _, n := range c.job().GetNodes() {
+		switch {
+		case n.GetLost():
+			fromJob.Lost++
+		case n.GetGroupRank() >= 0:
+			fromJob.InWorld++
+		default:
+			fromJob.Waiting++
+		}
+	}
+	t.Logf("after c was lost: %+v", got)
+	if got != fromJob || got.Lost != 1 {
+		t.Errorf("after c was lost: counts %+v, GetJob's nodes %+v; want them equal, with c lost", got, fromJob)
 	}
 }
