@@ -13,6 +13,7 @@ import (
 	"time"
 
 	roverv1 "github.com/roverml/rover/api/rover/v1"
+	"github.com/roverml/rover/internal/dashboard"
 	"github.com/roverml/rover/internal/eventlog"
 	"github.com/roverml/rover/internal/jobconfig"
 	"github.com/roverml/rover/internal/master/jobstate"
@@ -135,7 +136,12 @@ func (m *Master) Run(ctx context.Context) (err error) {
 		g.Go(func() error { return m.fleet.run(ctx) })
 	}
 	if m.metricsSrv != nil {
-		m.log.Info("serving metrics", "addr", m.metricsSrv.Addr(), "url", m.metricsSrv.URL())
+		// The web dashboard shares the metrics' listener (docs/observability.md).
+		d := dashboard.New(m.DashboardSource(nil), dashboard.Options{Logger: m.log})
+		m.metricsSrv.Mux.Handle("/", d)
+		m.log.Info("serving metrics and the dashboard", "addr", m.metricsSrv.Addr(), "url", m.metricsSrv.URL(),
+			"dashboard", "http://"+m.metricsSrv.Addr()+"/")
+		g.Go(func() error { return d.Run(ctx) })
 		g.Go(func() error { return m.metricsSrv.Serve(ctx) })
 	}
 	g.Go(func() error { return m.shutdown(ctx) })

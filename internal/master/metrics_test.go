@@ -199,3 +199,19 @@ func TestNodeCounts(t *testing.T) {
 		t.Errorf("after c was lost: counts %+v, GetJob's nodes %+v; want them equal, with c lost", got, fromJob)
 	}
 }
+
+// TestDashboardOnTheMetricsAddress: the master's metrics listener serves
+// the web dashboard too, its page and its API, next to /metrics.
+func TestDashboardOnTheMetricsAddress(t *testing.T) {
+	m, _ := startMaster(t, Config{Job: "job1", MetricsAddr: "127.0.0.1:0"})
+	base := "http://" + m.MetricsServer().Addr()
+	if page := scrape(t, base+"/"); !strings.Contains(page, "<html") {
+		t.Errorf("the dashboard's page is not at /:\n%.300s", page)
+	}
+	if job := scrape(t, base+"/api/job"); !strings.Contains(job, `"runId":"job1"`) {
+		t.Errorf("/api/job does not answer the job's status:\n%.300s", job)
+	}
+	if body := scrape(t, base+"/metrics"); !strings.Contains(body, "rover_job_round") {
+		t.Errorf("/metrics lost the metrics:\n%.300s", body)
+	}
+}
