@@ -58,3 +58,22 @@ func cpuTime(tb testing.TB) time.Duration {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// BenchmarkJobStatus is GetJob's answer (Master.Status, which the web
+// dashboard on the metrics address reads once a second) for a job of
+// 10,000 nodes in its world.
+//
+//	go test -run '^$' -bench JobStatus -benchtime 20x ./internal/master/
+func BenchmarkJobStatus(b *testing.B) {
+	const nodes = 10_000
+	now := time.Unix(1_700_000_000, 0)
+	c := restoredCore(b, store.NewMemory(), nodes, now)
+	for i := range nodes {
+		joinNode(b, c, fmt.Sprintf("node-%05d", i), nodes, 1, now)
+	}
+	for b.Loop() {
+		if j := c.jobAt(now); len(j.GetNodes()) != nodes {
+			b.Fatalf("%d nodes", len(j.GetNodes()))
+		}
+	}
+}
