@@ -27,10 +27,11 @@ test-unit: testbin ## run the unit and integration tests only (no torch needed)
 testbin: ## build kube-apiserver, etcd, kubectl, kube-scheduler, kube-controller-manager and kwok into TESTBIN (once; ~7 min cold)
 	TESTBIN_EXTRA="$(TESTBIN_EXTRA)" testbin/build.sh "$(TESTBIN)"
 
-deps-test: ## install python3-torch when no Python can import torch, and gcc (cgo, for internal/nvml) and chromium (the dashboard's browser test) when missing
+deps-test: ## install python3-torch when no Python can import torch, and gcc (cgo, for internal/nvml), chromium (the dashboard's browser test) and prometheus (promtool and a real Prometheus for the metrics tests) when missing
 	@scripts/find-python --install >/dev/null
 	@command -v gcc >/dev/null || scripts/apt-install gcc # cgo for internal/nvml
 	@command -v chromium >/dev/null || scripts/apt-install chromium # internal/dashboard's browser test
+	@command -v promtool >/dev/null && command -v prometheus >/dev/null || scripts/apt-install prometheus # the metrics tests
 
 lint: ## go vet and staticcheck
 	$(GO) vet ./...

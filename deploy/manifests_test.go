@@ -39,9 +39,20 @@ func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 // kustomization is the part of a kustomization.yaml the tests read; strict
 // decoding refuses any other field, so that one added is noticed here.
 type kustomization struct {
-	APIVersion string   `json:"apiVersion,omitempty"`
-	Kind       string   `json:"kind,omitempty"`
-	Resources  []string `json:"resources"`
+	APIVersion         string               `json:"apiVersion,omitempty"`
+	Kind               string               `json:"kind,omitempty"`
+	Resources          []string             `json:"resources"`
+	ConfigMapGenerator []configMapGenerator `json:"configMapGenerator,omitempty"`
+}
+
+// configMapGenerator is a kustomization's ConfigMap made of files.
+type configMapGenerator struct {
+	Name    string   `json:"name"`
+	Files   []string `json:"files"`
+	Options struct {
+		DisableNameSuffixHash bool              `json:"disableNameSuffixHash,omitempty"`
+		Labels                map[string]string `json:"labels,omitempty"`
+	} `json:"options"`
 }
 
 // documents splits a YAML file on its document separators, dropping those
@@ -96,6 +107,10 @@ func objects(t *testing.T, rel string) []runtime.Object {
 	dec := decoder(t)
 	var out []runtime.Object
 	for i, doc := range documents(b) {
+		if obj, ok := monitoringObject(t, rel, doc); ok {
+			out = append(out, obj)
+			continue
+		}
 		obj, _, err := dec.Decode(doc, nil, nil)
 		if err != nil {
 			t.Fatalf("deploy/%s: document %d: %v", rel, i+1, err)
@@ -156,6 +171,13 @@ func TestManifestsParse(t *testing.T) {
 			k := readKustomization(t, filepath.Dir(path))
 			if len(k.Resources) == 0 {
 				t.Errorf("deploy/%s: no resources", rel)
+			}
+			for _, g := range k.ConfigMapGenerator {
+				for _, f := range g.Files {
+					if _, err := os.Stat(filepath.Join(filepath.Dir(path), f)); err != nil {
+						t.Errorf("deploy/%s: ConfigMap %s: file %s: %v", rel, g.Name, f, err)
+					}
+				}
 			}
 			for _, r := range k.Resources {
 				fi, err := os.Stat(filepath.Join(filepath.Dir(path), r))

@@ -145,5 +145,6 @@ func (c *masterConfig) toMasterConfig(token string, tc *tls.Config, st master.St
 	return master.Config{
 		Listen: c.Listen, Job: c.Job, Token: token, Preset: preset, Checkpoint: c.Checkpoint,
 		AddrFile: c.AddrFile, StateDir: c.StateDir, DiscardState: c.DiscardState, Store: st, TLS: tc, Logger: log,
+		MetricsAddr: c.MetricsAddr, MetricsAddrFile: c.MetricsAddrFile,
 	}
 }

@@ -49,6 +49,10 @@ type masterConfig struct {
 	// DiscardState is --discard-state: start from what can be trusted of
 	// a damaged --state-dir, dropping the rest, instead of refusing it.
 	DiscardState bool
+	// MetricsAddr and MetricsAddrFile are --metrics-addr and
+	// --metrics-addr-file: where to serve the master's Prometheus metrics
+	// ("": nowhere) and the file that receives the address.
+	MetricsAddr, MetricsAddrFile string
 }
 
 // masterPolicyFlags are the flags of the preset rendezvous, with their
@@ -120,6 +124,8 @@ func defineMasterFlags(fs *flag.FlagSet, c *masterConfig) *masterFlags {
 	fs.StringVar(&f.kubeQPS, "kube-api-qps", strconv.Itoa(kubemaster.DefaultQPS), "with --platform kubernetes or --state-kube: requests per second the master may send the API server, sustained (client-go's limit, sized for relaunching 1,000 pods at once)")
 	fs.StringVar(&f.kubeBurst, "kube-api-burst", strconv.Itoa(kubemaster.DefaultBurst), "with --platform kubernetes or --state-kube: requests the master may send the API server at once, above --kube-api-qps")
 	fs.BoolVar(&c.DiscardState, "discard-state", false, "with --state-dir: start even if the journal is damaged, dropping what cannot be trusted (the records from the damage on, or the whole file when it cannot be read) and saying what was dropped. Default: refuse a damaged journal")
+	fs.StringVar(&c.MetricsAddr, "metrics-addr", os.Getenv("ROVER_METRICS_ADDR"), "serve the master's Prometheus metrics at http://HOST:PORT/metrics, on a listener of their own (port 0 picks one; see docs/metrics.md). Default: $ROVER_METRICS_ADDR, else none")
+	fs.StringVar(&c.MetricsAddrFile, "metrics-addr-file", "", "with --metrics-addr: write the address the metrics are served on to this file")
 	for _, p := range masterPolicyFlags {
 		f.policy[p.name] = fs.String(p.name, p.def, p.help)
 	}
@@ -139,6 +145,12 @@ func (f *masterFlags) check(c *masterConfig) error {
 	}
 	if (c.TLSCert == "") != (c.TLSKey == "") {
 		f.errs = append(f.errs, errors.New("--tls-cert and --tls-key go together: give both to serve TLS, or neither to serve cleartext HTTP/2"))
+	}
+	if err := runconfig.CheckListenAddr(c.MetricsAddr); err != nil {
+		f.errs = append(f.errs, fmt.Errorf("--metrics-addr: %w", err))
+	}
+	if c.MetricsAddrFile != "" && c.MetricsAddr == "" {
+		f.errs = append(f.errs, errors.New("--metrics-addr-file takes effect only with --metrics-addr: give the address to serve the metrics on"))
 	}
 	f.read("linger", f.linger, "5s", seconds(&c.Linger))
 	f.checkCheckpoint(c)

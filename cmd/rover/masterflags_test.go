@@ -11,6 +11,7 @@ import (
 func TestMasterFlagCombinations(t *testing.T) {
 	t.Setenv("POD_NAMESPACE", "") // --namespace's default
 	t.Setenv("KUBECONFIG", "")    // --kubeconfig's default
+	t.Setenv("ROVER_METRICS_ADDR", "")
 	tests := []struct {
 		name string
 		args []string
@@ -38,6 +39,10 @@ func TestMasterFlagCombinations(t *testing.T) {
 				"--nnodes: with --platform kubernetes the ElasticJob's command sets it",
 				"--checkpoint-dir: with --platform kubernetes the ElasticJob's command sets it",
 				"--max-restarts: with --platform kubernetes the ElasticJob's command sets it"}},
+		{"a metrics address without a port, and an address file alone", []string{"--metrics-addr", "localhost"},
+			[]string{`--metrics-addr: "localhost" is not HOST:PORT (e.g. 0.0.0.0:9400, or :0 to pick a port; IPv6 as [::1]:9400)`}},
+		{"a metrics address file without the address", []string{"--metrics-addr-file", "m.addr"},
+			[]string{"--metrics-addr-file takes effect only with --metrics-addr: give the address to serve the metrics on"}},
 		{"an unknown platform", []string{"--platform", "mesos"},
 			[]string{"--platform=mesos: want kubernetes, or leave it out for agents started by hand"}},
 		{"discard state and a lone TLS key", []string{"--discard-state", "--tls-key", "k"},

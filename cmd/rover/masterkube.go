@@ -25,7 +25,7 @@ func runKubeMaster(ctx context.Context, c *masterConfig, stderr io.Writer) error
 		return err
 	}
 	o := kubemaster.Options{
-		Config: cfg, Namespace: c.Namespace, Job: c.Job, Listen: c.Listen, Token: token,
+		Config: cfg, Namespace: c.Namespace, Job: c.Job, Listen: c.Listen, Token: token, MetricsAddr: c.MetricsAddr,
 		StateDir: c.StateDir, DiscardState: c.DiscardState, Logger: newLogger(stderr), QPS: c.KubeQPS, Burst: c.KubeBurst,
 	}
 	if c.StateKube.Name != "" { // else the job's own, owned by it

@@ -10,8 +10,10 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	roverv1 "github.com/roverml/rover/api/rover/v1"
 	"github.com/roverml/rover/api/rover/v1/roverv1connect"
 	"github.com/roverml/rover/internal/agent/ckptsaver"
@@ -20,6 +22,7 @@ import (
 	"github.com/roverml/rover/internal/agent/stacks"
 	"github.com/roverml/rover/internal/client"
 	"github.com/roverml/rover/internal/jobconfig"
+	"github.com/roverml/rover/internal/metrics"
 	"github.com/roverml/rover/internal/retry"
 	"github.com/roverml/rover/internal/runconfig"
 	"github.com/roverml/rover/internal/shardbatch"
@@ -62,6 +65,9 @@ type EmbeddedMaster struct {
 	Listener net.Listener
 	// Token is the job's token; "" makes a fresh one.
 	Token string
+	// Metrics asks the master for its Prometheus metrics, which the agent
+	// serves with its own (RunningMaster.Metrics).
+	Metrics bool
 	// Drain is how long Stop waits, once the job ended, for the other
 	// agents to hear the outcome and go; 0 does not wait.
 	Drain time.Duration
@@ -77,6 +83,9 @@ type RunningMaster struct {
 	// Stop (its state store refused a write): the agent then fails the job.
 	// nil never fires.
 	Failed <-chan error
+	// Metrics gathers the master's metrics when EmbeddedMaster.Metrics
+	// asked for them; nil otherwise.
+	Metrics prometheus.Gatherer
 }
 
 type agent struct {
@@ -129,6 +138,10 @@ type agent struct {
 	// wroteErrorFile is set once the agent's own error file
 	// ($TORCHELASTIC_ERROR_FILE) holds the job's root cause.
 	wroteErrorFile bool
+	// metrics are the agent's Prometheus metrics (metrics.go); nil without
+	// --metrics-addr. saver is ckpt, for their scrapes.
+	metrics *metrics.Agent
+	saver   atomic.Pointer[ckptsaver.Saver]
 }
 
 // watchMaster ends the agent's run (endRun) when the master it runs stops
@@ -160,10 +173,12 @@ func (a *agent) startMaster(ctx context.Context, spec EmbeddedMaster) (RunningMa
 	}
 	spec.Job, spec.Rendezvous, spec.Logger = a.cfg.RunID, a.rendezvous(), a.opts.Logger
 	spec.StateDir = filepath.Join(a.logDir, "master")
+	spec.Metrics = a.metrics != nil
 	m, err := a.opts.StartMaster(ctx, spec)
 	if err != nil {
 		return RunningMaster{}, exitErr(ExitRendezvous, "start the embedded master: %w", err)
 	}
+	a.metrics.Add(m.Metrics)
 	return m, nil
 }
 

@@ -145,6 +145,7 @@ func (a *agent) react(ctx context.Context, w *workers) (end bool, err error) {
 func (a *agent) groupEnded(ctx context.Context, res groupResult) {
 	round := int64(res.Round)
 	a.life.groupEnded(round)
+	a.metrics.WorkersEnded(groupEndState(res))
 	switch {
 	case res.Stopped:
 	case res.Succeeded:
@@ -251,6 +252,7 @@ func (a *agent) groupSpec(v *roverv1.NodeView) groupSpec {
 		Started: func(p placement) { a.local.current.Store(&p) },
 		Spawned: func(ws []stacks.Worker) {
 			a.hangs.SetRunning(ws)
+			a.metrics.WorkersStarted(metricsWorkers(ws))
 			a.life.workersStarted(int64(round), p.LocalWorldSize)
 		},
 	}

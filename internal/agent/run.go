@@ -53,6 +53,9 @@ func Run(ctx context.Context, cfg *runconfig.Config, opts Options) (err error) {
 	if err := a.openNode(conn.token, &done); err != nil {
 		return err
 	}
+	if err := a.serveMetrics(ctx, &done); err != nil {
+		return err
+	}
 	a.startPersister(ctx, &done)
 	err = a.runJob(ctx)
 	if err == nil && a.tempDir != "" {
@@ -113,6 +116,7 @@ func newAgent(cfg *runconfig.Config, opts Options) *agent {
 	a.events = newEventQueue(eventQueueLimit)
 	a.life = newLifecycle(a.events, func() int64 { return time.Now().UnixNano() })
 	a.log = opts.Logger
+	a.metrics = a.newMetrics()
 	return a
 }
 
@@ -228,6 +232,7 @@ func (a *agent) openNode(token string, done *cleanups) error {
 		return err
 	}
 	done.add(a.ckpt.Close)
+	a.saver.Store(a.ckpt)
 	if ranks := a.ckpt.Adopted(); len(ranks) > 0 {
 		a.log.Info("adopted the checkpoint arenas of a killed agent of this job", "local_ranks", ranks)
 	}
@@ -298,6 +303,8 @@ func (a *agent) openSaver(token string) (*ckptsaver.Saver, error) {
 		Round:      func() int { _, round := a.joined.get(); return round },
 		AgreedStep: a.agreedMemoryStep,
 		Durable:    a.life.durable,
+		Saved:      a.metrics.Saved,
+		Persisted:  a.metrics.Persisted,
 	})
 }
 

@@ -28,7 +28,7 @@ var layers = []struct {
 		"/internal/runconfig", "/internal/proc", "/internal/ckpt/...", "/internal/store/...", "/internal/shardbatch",
 		"/internal/jobview", "/internal/jobspec", "/internal/platform/local", "/internal/platform/kubernetes",
 		"/internal/platform/platformtest", "/internal/client", "/internal/kubenames", "/internal/jobconfig/configwire",
-		"/internal/runconfig/runconfigtest", "/internal/eventlog",
+		"/internal/runconfig/runconfigtest", "/internal/eventlog", "/internal/metrics",
 		"/internal/dashboard",
 	}},
 	{"the node agent's parts: the checkpoint saver, the node-check runner, stacks, the hosted master", []string{

@@ -50,6 +50,9 @@ type Options struct {
 	Namespace, Job string
 	// Listen is the master's address ("0.0.0.0:29400").
 	Listen string
+	// MetricsAddr, when set, is where the master serves its Prometheus
+	// metrics ("0.0.0.0:9400"), the pod's port named "metrics".
+	MetricsAddr string
 	// Token is the job's token (from the Secret the operator mounts).
 	Token string
 	// Store persists the master's state. Nil, with no StateDir: the
@@ -143,6 +146,9 @@ func Run(ctx context.Context, o Options) error {
 	popts.MasterAddr = kubenames.MasterAddr(job.Name, job.Namespace)
 	popts.TokenSecret, popts.TokenKey = kubenames.TokenSecret(job.Name), kubenames.TokenKey
 	popts.NodeNum = plan.Nodes.Groups[0].MaxNodes
+	if o.MetricsAddr != "" { // the agents serve theirs on the pods' metrics port
+		popts.MetricsAddr = kubenames.MetricsAddr()
+	}
 	popts.Logger = o.Logger
 	plat, err := kubeplatform.New(popts)
 	if err != nil {
@@ -159,7 +165,7 @@ func Run(ctx context.Context, o Options) error {
 	preset := plan.Preset
 	m, err := master.New(ctx, master.Config{
 		Listen: o.Listen, Job: plan.Name, Token: o.Token, Preset: &preset, Checkpoint: plan.Checkpoint,
-		Store: o.Store, StateDir: o.StateDir, DiscardState: o.DiscardState, Logger: o.Logger,
+		Store: o.Store, StateDir: o.StateDir, DiscardState: o.DiscardState, Logger: o.Logger, MetricsAddr: o.MetricsAddr,
 		Nodes: &master.NodesConfig{Platform: plat, Name: "kubernetes", Spec: plan.Nodes, KeepNodes: true},
 	})
 	if err != nil {

@@ -87,7 +87,7 @@ func TestMasterRunsElasticJob(t *testing.T) {
 		go func() {
 			done <- Run(rctx, Options{Config: env.Config, Namespace: ns, Job: job.Name, Listen: "127.0.0.1:0",
 				Token: "secret", Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-				StatusEvery: 50 * time.Millisecond})
+				StatusEvery: 50 * time.Millisecond, MetricsAddr: "127.0.0.1:0"})
 		}()
 		return func() error { cancel(); return <-done }
 	}
@@ -108,6 +108,13 @@ func TestMasterRunsElasticJob(t *testing.T) {
 	}
 	if envs["ROVER_MASTER_ADDR"] != "ddp-rover-master.train.svc:29400" || envs["PET_NODE_RANK"] != "1" || envs["ROVER_NODE_ID"] != "ddp-worker-1-0" {
 		t.Errorf("worker env %v", envs)
+	}
+	// A master with metrics has its agents serve theirs on the pods' port
+	// "metrics", which Prometheus's annotations name.
+	if envs["ROVER_METRICS_ADDR"] != "0.0.0.0:9400" || !slices.ContainsFunc(main.Ports, func(p corev1.ContainerPort) bool {
+		return p.Name == "metrics" && p.ContainerPort == 9400
+	}) || pod.Annotations["prometheus.io/scrape"] != "true" || pod.Annotations["prometheus.io/port"] != "9400" {
+		t.Errorf("worker pod's metrics: ROVER_METRICS_ADDR %q, ports %v, annotations %v", envs["ROVER_METRICS_ADDR"], main.Ports, pod.Annotations)
 	}
 
 	// The kubelet reports the pod OOM-killed: the master relaunches it.

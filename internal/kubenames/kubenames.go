@@ -19,6 +19,28 @@ const (
 	MasterPortName = "rover"
 )
 
+// MetricsPort is the port a job's master and agents serve their Prometheus
+// metrics on in their pods (--metrics-addr), and MetricsPortName the
+// container port's name there; MetricsPath is where.
+const (
+	MetricsPort     = 9400
+	MetricsPortName = "metrics"
+	MetricsPath     = "/metrics"
+)
+
+// PrometheusAnnotations are the annotations that tell a Prometheus with
+// the usual pod-annotation scrape config to scrape a pod's metrics.
+func PrometheusAnnotations() map[string]string {
+	return map[string]string{
+		"prometheus.io/scrape": "true",
+		"prometheus.io/port":   strconv.Itoa(MetricsPort),
+		"prometheus.io/path":   MetricsPath,
+	}
+}
+
+// MetricsAddr is the --metrics-addr of a job's pods.
+func MetricsAddr() string { return fmt.Sprintf("0.0.0.0:%d", MetricsPort) }
+
 // TokenKey is the key of the token in the job's token Secret.
 const TokenKey = "token"
 

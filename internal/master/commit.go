@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/roverml/rover/internal/master/jobstate"
 	"github.com/roverml/rover/internal/store"
@@ -156,7 +157,9 @@ func isDone(p *proposal) bool {
 // commitBatch appends a batch to the store and applies it. Only the leader
 // calls it.
 func (c *core) commitBatch(ctx context.Context, batch []*proposal) {
+	start := time.Now()
 	c.commitAfter(ctx, batch, false)
+	c.metrics.Committed(time.Since(start), len(batch))
 }
 
 // commitAfter is commitBatch; snapshotted says the store's journal was
@@ -219,6 +222,7 @@ func (c *core) commitAfter(ctx context.Context, batch []*proposal, snapshotted b
 	c.mu.Lock()
 	for _, p := range batch {
 		p.err = c.applyLocked(p.e)
+		c.observeRoundLocked(p.e.Time)
 		if p.out != nil {
 			p.out(p.err)
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/roverml/rover/internal/eventlog"
 	"github.com/roverml/rover/internal/jobconfig"
 	"github.com/roverml/rover/internal/master/jobstate"
+	"github.com/roverml/rover/internal/metrics"
 	"github.com/roverml/rover/internal/nodemanager"
 	"github.com/roverml/rover/internal/rendezvous"
 	"github.com/roverml/rover/internal/store"
@@ -69,6 +70,11 @@ type core struct {
 	// watchEnd is closed when the master stops serving: the WatchEvents
 	// streams send what is left and end.
 	watchEnd chan struct{}
+
+	// metrics records commits and rounds (metrics.go); nil without
+	// Config.MetricsAddr. rounds times the rounds.
+	metrics *metrics.Master
+	rounds  roundTimer
 }
 
 func newCore(runID string, store Store) *core {

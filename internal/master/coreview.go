@@ -89,12 +89,17 @@ func (c *core) jobAt(now time.Time) *roverv1.GetJobResponse {
 		ids = append(ids, id)
 	}
 	sort.Strings(ids)
+	// By id: s.Member is O(world), which made this O(nodes²).
+	world := make(map[string]rendezvous.Member, len(s.World))
+	for _, mb := range s.World {
+		world[mb.NodeID] = mb
+	}
 	for _, id := range ids {
 		ns := &roverv1.NodeStatus{NodeId: id, Addr: addrs[id], GroupRank: -1}
 		if rank, _, ok := c.st.Members.Rendezvous().Joined(id); ok {
 			ns.NodeRank = int32(rank)
 		}
-		if m, ok := s.Member(id); ok {
+		if m, ok := world[id]; ok {
 			ns.GroupRank = int32(m.GroupRank)
 			ns.NodeRank = int32(m.NodeRank)
 		}

@@ -13,9 +13,11 @@ import (
 	"time"
 
 	roverv1 "github.com/roverml/rover/api/rover/v1"
+	"github.com/roverml/rover/internal/dashboard"
 	"github.com/roverml/rover/internal/eventlog"
 	"github.com/roverml/rover/internal/jobconfig"
 	"github.com/roverml/rover/internal/master/jobstate"
+	"github.com/roverml/rover/internal/metrics"
 	"github.com/roverml/rover/internal/nodemanager"
 	"github.com/roverml/rover/internal/rendezvous"
 	"golang.org/x/sync/errgroup"
@@ -70,6 +72,14 @@ type Config struct {
 	// certificates (see LoadKeyPair) instead of cleartext HTTP/2 (h2c);
 	// cleartext clients are then told to use TLS.
 	TLS *tls.Config
+	// MetricsAddr, when set, is the HOST:PORT (port 0 picks one) of the
+	// master's Prometheus metrics (package metrics); MetricsAddrFile, when
+	// set, receives the address they are served on.
+	MetricsAddr, MetricsAddrFile string
+	// EmbeddedMetrics, without MetricsAddr, makes the master's metrics
+	// (without the process's go_* and process_*) for the agent that hosts
+	// it to serve with its own (MetricsGatherer).
+	EmbeddedMetrics bool
 	// Nodes, when set, makes the master create, relaunch and delete the
 	// job's nodes on a platform (rover submit); without it, agents are
 	// started by someone else.
@@ -93,6 +103,9 @@ type Master struct {
 	closeStore  func() error
 	fleet       *fleet // nil unless Config.Nodes is set
 	sessions    *sessionCount
+	// metrics and metricsSrv are nil without Config.MetricsAddr.
+	metrics    *metrics.Master
+	metricsSrv *metrics.Server
 
 	// ended is closed when Run returns, after runErr is set.
 	ended  chan struct{}
@@ -121,6 +134,15 @@ func (m *Master) Run(ctx context.Context) (err error) {
 	}
 	if m.fleet != nil {
 		g.Go(func() error { return m.fleet.run(ctx) })
+	}
+	if m.metricsSrv != nil {
+		// The web dashboard shares the metrics' listener (docs/observability.md).
+		d := dashboard.New(m.DashboardSource(nil), dashboard.Options{Logger: m.log})
+		m.metricsSrv.Mux.Handle("/", d)
+		m.log.Info("serving metrics and the dashboard", "addr", m.metricsSrv.Addr(), "url", m.metricsSrv.URL(),
+			"dashboard", "http://"+m.metricsSrv.Addr()+"/")
+		g.Go(func() error { return d.Run(ctx) })
+		g.Go(func() error { return m.metricsSrv.Serve(ctx) })
 	}
 	g.Go(func() error { return m.shutdown(ctx) })
 	g.Go(func() error { return m.tickLoop(ctx) })

@@ -135,15 +135,14 @@ func progressProto(p *jobstate.Progress, round int64, nodes []*roverv1.NodeStatu
 	v := p.View(round)
 	out := &roverv1.JobProgress{Step: v.Step, Hung: v.Hung, HangReason: v.HangReason, Hangs: v.Hangs,
 		Stragglers: v.Stragglers, StragglerReason: v.StragglerReason}
+	ranks := make(map[string]int32, len(nodes))
+	for _, s := range nodes {
+		ranks[s.GetNodeId()] = s.GetNodeRank()
+	}
 	for _, n := range v.Nodes {
 		ns := &roverv1.NodeStepTime{NodeId: n.Node, Step: n.Step, StepSeconds: n.Wall, BusySeconds: n.Busy,
 			Samples: int32(n.Samples), Straggler: n.Straggler, ComputeSeconds: n.Compute, WaitSeconds: n.Wait,
-			MatmulTflops: n.MatmulTFLOPS}
-		for _, s := range nodes {
-			if s.GetNodeId() == n.Node {
-				ns.NodeRank = s.GetNodeRank()
-			}
-		}
+			MatmulTflops: n.MatmulTFLOPS, NodeRank: ranks[n.Node]}
 		out.Nodes = append(out.Nodes, ns)
 	}
 	slices.SortFunc(out.Nodes, func(a, b *roverv1.NodeStepTime) int { return cmp.Compare(a.NodeRank, b.NodeRank) })

@@ -113,10 +113,17 @@ func newMaster(ctx context.Context, cfg Config, log *slog.Logger) (*Master, erro
 	if job := c.config(); job != nil {
 		m.checkpoints.prepare(ctx, job.Checkpoint, c.fresh())
 	}
+	if err := m.listenMetrics(); err != nil {
+		ln.Close()
+		return nil, err
+	}
 	m.makeServers()
 	if cfg.AddrFile != "" {
 		if err := writeFileAtomic(cfg.AddrFile, []byte(m.Addr()+"\n")); err != nil {
 			ln.Close()
+			if m.metricsSrv != nil {
+				m.metricsSrv.Close()
+			}
 			return nil, fmt.Errorf("write address file: %w", err)
 		}
 	}
@@ -182,7 +189,7 @@ func configureJob(ctx context.Context, c *core, cfg Config) error {
 func (m *Master) makeServers() {
 	cfg, c := m.cfg, m.core
 	methods := methodHandler(&service{core: c, clock: cfg.Clock, checkpoints: m.checkpoints, storage: cfg.Checkpoint, sessions: m.sessions, holders: newHolders()},
-		connect.WithCodec(strictJSON{}),
+		connect.WithCodec(strictJSON{}), connect.WithInterceptors(m.metrics.Interceptor()),
 		connect.WithCompressMinBytes(compressMinBytes))
 	m.srv = newAPIServer(requireToken(cfg.Token, methods), cfg.TLS)
 	if cfg.TLS != nil {

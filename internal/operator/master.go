@@ -105,6 +105,7 @@ func MasterCommand(ns, job string) []string {
 		"--job", job,
 		"--listen", fmt.Sprintf("0.0.0.0:%d", kubenames.MasterPort),
 		"--token-file", TokenFile,
+		"--metrics-addr", kubenames.MetricsAddr(),
 	}
 }
 
@@ -120,6 +121,7 @@ func masterPod(job *v1alpha1.ElasticJob, n int32, c MasterConfig) *corev1.Pod {
 			Name:            kubenames.MasterPod(job.Name, n),
 			Namespace:       job.Namespace,
 			Labels:          labels,
+			Annotations:     kubenames.PrometheusAnnotations(),
 			OwnerReferences: owner(job),
 		},
 		Spec: corev1.PodSpec{
@@ -130,9 +132,10 @@ func masterPod(job *v1alpha1.ElasticJob, n int32, c MasterConfig) *corev1.Pod {
 				Image:           c.Image,
 				ImagePullPolicy: c.PullPolicy,
 				Command:         MasterCommand(job.Namespace, job.Name),
-				Ports: []corev1.ContainerPort{{
-					Name: kubenames.MasterPortName, ContainerPort: kubenames.MasterPort, Protocol: corev1.ProtocolTCP,
-				}},
+				Ports: []corev1.ContainerPort{
+					{Name: kubenames.MasterPortName, ContainerPort: kubenames.MasterPort, Protocol: corev1.ProtocolTCP},
+					{Name: kubenames.MetricsPortName, ContainerPort: kubenames.MetricsPort, Protocol: corev1.ProtocolTCP},
+				},
 				Env: []corev1.EnvVar{
 					{Name: "POD_NAME", ValueFrom: field("metadata.name")},
 					{Name: "POD_NAMESPACE", ValueFrom: field("metadata.namespace")},

@@ -343,7 +343,7 @@ func checkMasterPod(t *testing.T, job *v1alpha1.ElasticJob, pod *corev1.Pod) {
 	}
 	ctr := pod.Spec.Containers[0]
 	wantCmd := []string{"rover", "master", "--platform", "kubernetes", "--namespace", job.Namespace, "--job", job.Name,
-		"--listen", "0.0.0.0:29400", "--token-file", "/var/run/rover/token"}
+		"--listen", "0.0.0.0:29400", "--token-file", "/var/run/rover/token", "--metrics-addr", "0.0.0.0:9400"}
 	if ctr.Name != "master" || ctr.Image != testImage || !cmp.Equal(ctr.Command, wantCmd) {
 		t.Errorf("container %s, image %s, command %q; want master, %s, %q", ctr.Name, ctr.Image, ctr.Command, testImage, wantCmd)
 	}

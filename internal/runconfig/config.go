@@ -130,6 +130,10 @@ type Config struct {
 	// entrypoint run the script in a standby interpreter that has already
 	// imported torch (docs/design/restart.md); never with --no-python.
 	StandbyWorkers bool
+	// MetricsAddr is --metrics-addr: the HOST:PORT of the agent's
+	// Prometheus metrics ("": none; port 0 picks one), and MetricsAddrFile
+	// --metrics-addr-file, which receives the address they are served on.
+	MetricsAddr, MetricsAddrFile string
 
 	Entrypoint string   // script path, module name (-m) or program (--no-python)
 	Args       []string // the script's own arguments, verbatim

@@ -1,6 +1,9 @@
 package runconfig
 
 import (
+	"fmt"
+	"net"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -66,6 +69,34 @@ func stringField(field func(*Config) *string) applyFunc {
 		*field(c) = raw
 		return nil
 	}
+}
+
+// addrField takes a HOST:PORT listen address (HOST may be empty: every
+// interface).
+func addrField(field func(*Config) *string) applyFunc {
+	return func(_ *Parser, c *Config, raw string) error {
+		if err := CheckListenAddr(raw); err != nil {
+			return err
+		}
+		*field(c) = raw
+		return nil
+	}
+}
+
+// CheckListenAddr checks a HOST:PORT address to listen on: "" (none), or
+// an optional host and a port from 0 (pick one) to 65535.
+func CheckListenAddr(addr string) error {
+	if addr == "" {
+		return nil
+	}
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%q is not HOST:PORT (e.g. 0.0.0.0:9400, or :0 to pick a port; IPv6 as [::1]:9400)", addr)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		return fmt.Errorf("port %q of %q is not a number from 0 (pick one) to 65535", port, addr)
+	}
+	return nil
 }
 
 func durationField(field func(*Config) *time.Duration) applyFunc {
@@ -267,6 +298,12 @@ var flags = []flagDef{
 	{name: "warm-standby", boolean: true, def: "true", env: roverEnv("warm-standby"), group: groupRover,
 		help:  "keep a standby Python per local rank, with torch imported, that a restart runs the script in (false: every start is a cold python)",
 		apply: boolField(func(c *Config) *bool { return &c.StandbyWorkers })},
+	{name: "metrics-addr", metavar: "HOST:PORT", defText: "none", env: roverEnv("metrics-addr"), group: groupRover,
+		help:  "serve the agent's Prometheus metrics at http://HOST:PORT/metrics (port 0 picks one; see docs/metrics.md); a master the agent hosts serves its own there too",
+		apply: addrField(func(c *Config) *string { return &c.MetricsAddr })},
+	{name: "metrics-addr-file", metavar: "FILE", env: roverEnv("metrics-addr-file"), group: groupRover,
+		help:  "with --metrics-addr: write the address the metrics are served on to this file",
+		apply: stringField(func(c *Config) *string { return &c.MetricsAddrFile })},
 	{name: "hang-timeout", metavar: "DURATION", def: "5m", env: roverEnv("hang-timeout"), group: groupRover,
 		help:  "no step progress of any worker for this long, after the job made progress, is a hang (0: off; also --rdzv-conf hang_timeout)",
 		apply: durationField(func(c *Config) *time.Duration { return &c.HangTimeout })},

@@ -131,6 +131,10 @@ func (c *Config) validate(stat func(string) (fs.FileInfo, error)) error {
 		add("%s needs a master to reach (--rdzv-endpoint): the embedded master of --standalone serves this node alone, on loopback, without TLS; %s",
 			c.ref("tls-ca", "--tls-ca="+c.TLSCA), c.removeHint("tls-ca"))
 	}
+	if c.MetricsAddrFile != "" && c.MetricsAddr == "" {
+		add("%s takes effect only with --metrics-addr: give the address to serve the metrics on, or %s",
+			c.ref("metrics-addr-file", "--metrics-addr-file="+c.MetricsAddrFile), c.removeHint("metrics-addr-file"))
+	}
 	c.checkPort(&errs, c.ref("master-port", "--master-port"), strconv.Itoa(c.MasterPort))
 	c.checkPort(&errs, c.ref("training-port", "--training-port"), strconv.Itoa(c.TrainingPort))
 

@@ -73,7 +73,10 @@ func startKube(t *testing.T, jobs ...string) *kube {
 	done := make(chan error, 1)
 	go func() { done <- operator.Run(octx, env.Config, cfg) }()
 
-	rewrite := map[string]string{}
+	// Every worker pod's agent serves its metrics on the pod's port 9400
+	// (ROVER_METRICS_ADDR); here the pods share one host, so each picks a
+	// port of its own.
+	rewrite := map[string]string{kubenames.MetricsAddr(): "127.0.0.1:0"}
 	for _, job := range jobs {
 		rewrite[kubenames.MasterAddr(job, kubeNamespace)] =
 			fmt.Sprintf("127.0.0.1:%d", kubenames.MasterPort)

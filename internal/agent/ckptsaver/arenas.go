@@ -205,6 +205,17 @@ func (s *arenas) reserve(local int, size int64) (*ckpt.Arena, error) {
 	return a, nil
 }
 
+// bytes is the size of the arenas' slots, together.
+func (s *arenas) bytes() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var n int64
+	for _, a := range s.byRank {
+		n += 2 * a.SlotSize()
+	}
+	return n
+}
+
 // get returns a rank's arena, or nil.
 func (s *arenas) get(local int) *ckpt.Arena {
 	s.mu.Lock()

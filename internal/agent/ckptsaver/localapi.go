@@ -38,6 +38,7 @@ func (s *LocalAPI) CheckpointBegin(ctx context.Context, req *connect.Request[rov
 	if err != nil {
 		return nil, arenaError(err)
 	}
+	s.sv.saveBegun(local)
 	return connect.NewResponse(&roverv1.CheckpointBeginResponse{Path: a.Path(), Offset: tok.Offset(), Capacity: tok.Size()}), nil
 }
 
@@ -64,6 +65,7 @@ func (s *LocalAPI) CheckpointCommit(ctx context.Context, req *connect.Request[ro
 	if err := s.sv.arenas.commit(local, r.GetStep(), r.GetLength()); err != nil {
 		return nil, connect.NewError(connect.CodeFailedPrecondition, err)
 	}
+	s.sv.saveCommitted(local, r.GetLength())
 	if !ranked || storage.URL == "" {
 		return connect.NewResponse(&roverv1.CheckpointCommitResponse{}), nil
 	}

@@ -283,6 +283,7 @@ func (p *persister) write(ctx context.Context, j persistJob) (info ckpt.FileInfo
 	}
 	// The CRC32C, the write with its fsync and the read-back: the work of
 	// persistence, on a thread that yields to training.
+	start := time.Now()
 	yieldingRun(func() { info, err = ckpt.PersistRank(ctx, b, j.step, j.rank, snap.Data) })
 	if err != nil {
 		// What the failed write left (a partial file, its directory) goes,
@@ -294,6 +295,9 @@ func (p *persister) write(ctx context.Context, j persistJob) (info ckpt.FileInfo
 	}
 	if err := arena.Check(snap); err != nil {
 		return info, false, fmt.Errorf("step %d changed in memory while it was persisted: %w", j.step, err)
+	}
+	if p.cfg.Persisted != nil {
+		p.cfg.Persisted(time.Since(start), info.Size)
 	}
 	return info, true, nil
 }

@@ -24,7 +24,9 @@ package ckptsaver
 import (
 	"context"
 	"log/slog"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	"connectrpc.com/connect"
 	roverv1 "github.com/roverml/rover/api/rover/v1"
@@ -64,6 +66,11 @@ type Config struct {
 	// to the master: the local rank, the step and the round that saved it.
 	// It is called from the persisting goroutine and must not block.
 	Durable func(local int, step int64, round int)
+	// Saved and Persisted, when set, are told of each snapshot a worker
+	// saved into memory (the time from its begin to its commit call, and
+	// its bytes) and of each rank's file written to storage (the time of
+	// the write and its bytes). They must not block.
+	Saved, Persisted func(d time.Duration, bytes int64)
 }
 
 // Saver is the node's flash-checkpoint saver.
@@ -74,6 +81,9 @@ type Saver struct {
 	// storage is the job's checkpoint storage, as the master last said
 	// (nil: not known yet).
 	storage atomic.Pointer[jobconfig.CheckpointStorage]
+	// begun is when each local rank's save in progress began.
+	begunMu sync.Mutex
+	begun   map[int]time.Time
 }
 
 // Open opens the arenas of the job's node (those a killed agent of the job
@@ -84,9 +94,36 @@ func Open(cfg Config) (*Saver, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Saver{cfg: cfg, arenas: ar}
+	s := &Saver{cfg: cfg, arenas: ar, begun: map[int]time.Time{}}
 	s.persister = newPersister(ar, cfg, func() string { return s.Storage().URL })
 	return s, nil
+}
+
+// ArenaBytes is the size of the node's arenas' slots, together: the
+// shared memory the snapshots may fill.
+func (s *Saver) ArenaBytes() int64 { return s.arenas.bytes() }
+
+// saveBegun and saveCommitted time a local rank's save for Config.Saved.
+func (s *Saver) saveBegun(local int) {
+	if s.cfg.Saved == nil {
+		return
+	}
+	s.begunMu.Lock()
+	s.begun[local] = time.Now()
+	s.begunMu.Unlock()
+}
+
+func (s *Saver) saveCommitted(local int, n int64) {
+	if s.cfg.Saved == nil {
+		return
+	}
+	s.begunMu.Lock()
+	t, ok := s.begun[local]
+	delete(s.begun, local)
+	s.begunMu.Unlock()
+	if ok {
+		s.cfg.Saved(time.Since(t), n)
+	}
 }
 
 // Close unmaps and deletes every arena, and the arena directory.

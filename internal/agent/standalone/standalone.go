@@ -31,7 +31,7 @@ func Start(ctx context.Context, spec agent.EmbeddedMaster) (agent.RunningMaster,
 	preset := spec.Rendezvous
 	m, err := master.New(ctx, master.Config{
 		Listen: "127.0.0.1:0", Listener: spec.Listener, Job: spec.Job, Token: token, Preset: &preset,
-		StateDir: spec.StateDir, Logger: spec.Logger, Checkpoint: spec.Rendezvous.Checkpoint,
+		StateDir: spec.StateDir, Logger: spec.Logger, Checkpoint: spec.Rendezvous.Checkpoint, EmbeddedMetrics: spec.Metrics,
 	})
 	if err != nil {
 		if spec.Listener != nil {
@@ -69,5 +69,5 @@ func Start(ctx context.Context, spec agent.EmbeddedMaster) (agent.RunningMaster,
 			_ = os.RemoveAll(spec.StateDir)
 		}
 	}
-	return agent.RunningMaster{Addr: m.Addr(), Token: token, Stop: stop, Failed: failed}, nil
+	return agent.RunningMaster{Addr: m.Addr(), Token: token, Stop: stop, Failed: failed, Metrics: m.MetricsGatherer()}, nil
 }

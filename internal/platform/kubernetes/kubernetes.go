@@ -63,6 +63,12 @@ type Options struct {
 	// token, which agents get as ROVER_TOKEN (TokenKey default "token").
 	TokenSecret string
 	TokenKey    string
+	// MetricsAddr, when set, is the --metrics-addr of the agents
+	// (ROVER_METRICS_ADDR, "0.0.0.0:9400"): their pods get the container
+	// port "metrics" and Prometheus's scrape annotations, unless the
+	// template sets them, or runs on the host's network without its own
+	// ROVER_METRICS_ADDR.
+	MetricsAddr string
 	// NodeNum, when above 0, is given to every node as NODE_NUM (DLRover's
 	// node count); a NODE_NUM in NodeSpec.Env wins.
 	NodeNum int

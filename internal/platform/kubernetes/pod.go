@@ -68,6 +68,7 @@ func (p *Platform) Pod(spec platform.NodeSpec) (*corev1.Pod, error) {
 		c.Image = spec.Image
 	}
 	c.Env = p.env(c.Env, spec)
+	p.exposeMetrics(&pod.ObjectMeta, &pod.Spec, c)
 	setResources(&c.Resources, spec.Resources, p.opts.GPUResource)
 	if len(spec.AvoidHosts) > 0 {
 		avoidHosts(&pod.Spec, spec.AvoidHosts)

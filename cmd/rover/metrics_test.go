@@ -1,0 +1,108 @@
+package main
+
+import (
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+)
+
+// TestAgentMetrics runs `rover run --standalone --metrics-addr
+// 127.0.0.1:0`: the agent names its metrics' address in
+// --metrics-addr-file, serves its two workers' state and /proc usage there
+// with its embedded master's job metrics, and promtool finds nothing to
+// lint in them.
+func TestAgentMetrics(t *testing.T) {
+	t.Parallel()
+	_, worker := binaries(t)
+	dir := t.TempDir()
+	addrFile, stop := filepath.Join(dir, "metrics.addr"), filepath.Join(dir, "stop")
+	r := startRun(t, []string{"ROVER_METRICS_ADDR=127.0.0.1:0"}, "--standalone", "--nproc-per-node", "2",
+		"--metrics-addr-file", addrFile, "--no-python", worker, "--run-until", stop)
+	if err := r.stderr.WaitFor(deadline, r.done, "serving metrics"); err != nil {
+		t.Fatalf("%v; stderr:\n%s", err, r.stderr)
+	}
+	addr, err := os.ReadFile(addrFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "http://" + strings.TrimSpace(string(addr)) + "/metrics"
+	var body string
+	var fams map[string]*dto.MetricFamily
+	running := func() bool {
+		body, fams = scrapeMetrics(t, url)
+		for _, m := range fams["rover_agent_workers"].GetMetric() {
+			if labelOf(m, "state") == "running" && m.GetGauge().GetValue() == 2 {
+				return len(fams["rover_agent_worker_resident_bytes"].GetMetric()) == 2
+			}
+		}
+		return false
+	}
+	for end := time.Now().Add(deadline); !running(); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("the agent's metrics never showed 2 running workers:\n%s\nstderr:\n%s", body, r.stderr)
+		}
+	}
+	for _, m := range fams["rover_agent_worker_resident_bytes"].GetMetric() {
+		if m.GetGauge().GetValue() <= 0 {
+			t.Errorf("local rank %s has no resident memory", labelOf(m, "local_rank"))
+		}
+	}
+	if ws := fams["rover_job_world_size"].GetMetric(); len(ws) != 1 || ws[0].GetGauge().GetValue() != 2 {
+		t.Errorf("the embedded master's world size is not served with the agent's metrics: %v", ws)
+	}
+	if fams["process_cpu_seconds_total"] == nil {
+		t.Error("no process_* metrics")
+	}
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		t.Fatalf("promtool is not installed (Debian's prometheus package; make deps-test installs it): %v", err)
+	}
+	check := exec.Command(promtool, "check", "metrics")
+	check.Stdin = strings.NewReader(body)
+	if out, err := check.CombinedOutput(); err != nil {
+		t.Errorf("promtool check metrics: %v\n%s\n%s", err, out, body)
+	}
+	if err := os.WriteFile(stop, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code := r.wait(t); code != 0 {
+		t.Errorf("rover run exited %d; stderr:\n%s", code, r.stderr)
+	}
+}
+
+func scrapeMetrics(t *testing.T, url string) (string, map[string]*dto.MetricFamily) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %s %v", url, resp.Status, err)
+	}
+	p := expfmt.NewTextParser(model.LegacyValidation)
+	fams, err := p.TextToMetricFamilies(strings.NewReader(string(b)))
+	if err != nil {
+		t.Fatalf("the metrics at %s do not parse: %v\n%s", url, err, b)
+	}
+	return string(b), fams
+}
+
+func labelOf(m *dto.Metric, name string) string {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == name {
+			return l.GetValue()
+		}
+	}
+	return ""
+}

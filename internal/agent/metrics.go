@@ -1,0 +1,74 @@
+package agent
+
+import (
+	"context"
+
+	"github.com/roverml/rover/internal/agent/stacks"
+	"github.com/roverml/rover/internal/metrics"
+)
+
+// The agent's Prometheus metrics (package metrics, docs/metrics.md), served
+// with --metrics-addr, with those of a master the agent runs.
+
+// newMetrics makes the agent's metrics when --metrics-addr is set; nil
+// otherwise, which records nothing.
+func (a *agent) newMetrics() *metrics.Agent {
+	if a.cfg.MetricsAddr == "" {
+		return nil
+	}
+	return metrics.NewAgent(func() int64 {
+		if s := a.saver.Load(); s != nil {
+			return s.ArenaBytes()
+		}
+		return 0
+	})
+}
+
+// serveMetrics serves the agent's metrics on --metrics-addr until Run
+// returns, and writes the address to --metrics-addr-file.
+func (a *agent) serveMetrics(ctx context.Context, done *cleanups) error {
+	if a.metrics == nil {
+		return nil
+	}
+	srv, err := metrics.Listen(a.cfg.MetricsAddr, a.metrics.Gatherer())
+	if err != nil {
+		return exitErr(ExitUsage, "%w", err)
+	}
+	if a.cfg.MetricsAddrFile != "" {
+		if err := srv.WriteAddrFile(a.cfg.MetricsAddrFile); err != nil {
+			srv.Close()
+			return err
+		}
+	}
+	a.log.Info("serving metrics", "addr", srv.Addr(), "url", srv.URL())
+	sctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		if err := srv.Serve(sctx); err != nil {
+			a.log.Warn("stopped serving metrics", "err", err)
+		}
+	}()
+	done.add(func() { stop(); <-served })
+	return nil
+}
+
+// metricsWorkers is the running group's workers for the metrics.
+func metricsWorkers(ws []stacks.Worker) []metrics.Worker {
+	out := make([]metrics.Worker, len(ws))
+	for i, w := range ws {
+		out[i] = metrics.Worker{Local: w.Local, Pid: w.Pid}
+	}
+	return out
+}
+
+// groupEndState is how a group ended, for the metrics.
+func groupEndState(res groupResult) string {
+	switch {
+	case res.Stopped:
+		return metrics.WorkersStopped
+	case res.Succeeded:
+		return metrics.WorkersSucceeded
+	}
+	return metrics.WorkersFailed
+}
