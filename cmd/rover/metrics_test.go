@@ -13,13 +13,15 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	roverv1 "github.com/roverml/rover/api/rover/v1"
+	"google.golang.org/protobuf/encoding/protojson"
 )
 
 // TestAgentMetrics runs `rover run --standalone --metrics-addr
 // 127.0.0.1:0`: the agent names its metrics' address in
 // --metrics-addr-file, serves its two workers' state and /proc usage there
 // with its embedded master's job metrics, and promtool finds nothing to
-// lint in them.
+// lint in them; the embedded master's dashboard is served beside them.
 func TestAgentMetrics(t *testing.T) {
 	t.Parallel()
 	_, worker := binaries(t)
@@ -71,12 +73,36 @@ func TestAgentMetrics(t *testing.T) {
 	if out, err := check.CombinedOutput(); err != nil {
 		t.Errorf("promtool check metrics: %v\n%s\n%s", err, out, body)
 	}
+	base := "http://" + strings.TrimSpace(string(addr))
+	page := httpGet(t, base+"/")
+	if !strings.Contains(page, "<script src=") {
+		t.Errorf("the embedded master's dashboard is not served at / on the metrics address:\n%s", page)
+	}
+	var job roverv1.GetJobResponse
+	if b := httpGet(t, base+"/api/job"); protojson.Unmarshal([]byte(b), &job) != nil || len(job.GetNodes()) != 1 {
+		t.Errorf("the dashboard's /api/job is not the embedded master's job of one node: %s", b)
+	}
 	if err := os.WriteFile(stop, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if code := r.wait(t); code != 0 {
 		t.Errorf("rover run exited %d; stderr:\n%s", code, r.stderr)
 	}
+}
+
+// httpGet returns the body of url's 200 answer.
+func httpGet(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %s %v: %s", url, resp.Status, err, b)
+	}
+	return string(b)
 }
 
 func scrapeMetrics(t *testing.T, url string) (string, map[string]*dto.MetricFamily) {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sync"
@@ -86,6 +87,10 @@ type RunningMaster struct {
 	// Metrics gathers the master's metrics when EmbeddedMaster.Metrics
 	// asked for them; nil otherwise.
 	Metrics prometheus.Gatherer
+	// Dashboard is the master's web dashboard (internal/dashboard), which
+	// the agent serves at / on its metrics address, when
+	// EmbeddedMaster.Metrics asked for it; nil otherwise.
+	Dashboard http.Handler
 }
 
 type agent struct {
@@ -142,6 +147,9 @@ type agent struct {
 	// --metrics-addr. saver is ckpt, for their scrapes.
 	metrics *metrics.Agent
 	saver   atomic.Pointer[ckptsaver.Saver]
+	// dashboard is the web dashboard of the master the agent runs, served
+	// on its metrics address; nil until it runs one.
+	dashboard atomic.Pointer[http.Handler]
 }
 
 // watchMaster ends the agent's run (endRun) when the master it runs stops
@@ -179,6 +187,9 @@ func (a *agent) startMaster(ctx context.Context, spec EmbeddedMaster) (RunningMa
 		return RunningMaster{}, exitErr(ExitRendezvous, "start the embedded master: %w", err)
 	}
 	a.metrics.Add(m.Metrics)
+	if m.Dashboard != nil {
+		a.dashboard.Store(&m.Dashboard)
+	}
 	return m, nil
 }
 

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"net/http"
 
 	"github.com/roverml/rover/internal/agent/stacks"
 	"github.com/roverml/rover/internal/metrics"
@@ -34,6 +35,7 @@ func (a *agent) serveMetrics(ctx context.Context, done *cleanups) error {
 	if err != nil {
 		return exitErr(ExitUsage, "%w", err)
 	}
+	srv.Mux.Handle("/", http.HandlerFunc(a.serveDashboard))
 	if a.cfg.MetricsAddrFile != "" {
 		if err := srv.WriteAddrFile(a.cfg.MetricsAddrFile); err != nil {
 			srv.Close()
@@ -51,6 +53,16 @@ func (a *agent) serveMetrics(ctx context.Context, done *cleanups) error {
 	}()
 	done.add(func() { stop(); <-served })
 	return nil
+}
+
+// serveDashboard serves the web dashboard of the master this agent runs,
+// once it runs one; nothing (404) before, or for an agent that runs none.
+func (a *agent) serveDashboard(w http.ResponseWriter, r *http.Request) {
+	if h := a.dashboard.Load(); h != nil {
+		(*h).ServeHTTP(w, r)
+		return
+	}
+	http.Error(w, "no dashboard here: this agent runs no master (the job's master serves it on its --metrics-addr)", http.StatusNotFound)
 }
 
 // metricsWorkers is the running group's workers for the metrics.

@@ -14,6 +14,8 @@ import (
 	"context"
 	"os"
 
+	"github.com/roverml/rover/internal/dashboard"
+
 	"github.com/roverml/rover/internal/agent"
 	"github.com/roverml/rover/internal/master"
 )
@@ -40,6 +42,17 @@ func Start(ctx context.Context, spec agent.EmbeddedMaster) (agent.RunningMaster,
 		return agent.RunningMaster{}, err // the agent names the operation
 	}
 	mctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	var dash *dashboard.Dashboard
+	dashDone := make(chan struct{})
+	if spec.Metrics { // the dashboard is served beside the metrics (docs/observability.md)
+		dash = dashboard.New(m.DashboardSource(nil), dashboard.Options{Logger: spec.Logger})
+		go func() {
+			defer close(dashDone)
+			_ = dash.Run(mctx) // nil at mctx's end
+		}()
+	} else {
+		close(dashDone)
+	}
 	done := make(chan struct{})
 	failed := make(chan error, 1) // written at most once, never read maybe
 	go func() {
@@ -60,6 +73,7 @@ func Start(ctx context.Context, spec agent.EmbeddedMaster) (agent.RunningMaster,
 		}
 		cancel()
 		<-done
+		<-dashDone
 		// A job that ended leaves nothing to resume: the next run of the
 		// same job starts afresh. A killed agent leaves the state for the
 		// next run to resume.
@@ -69,5 +83,9 @@ func Start(ctx context.Context, spec agent.EmbeddedMaster) (agent.RunningMaster,
 			_ = os.RemoveAll(spec.StateDir)
 		}
 	}
-	return agent.RunningMaster{Addr: m.Addr(), Token: token, Stop: stop, Failed: failed, Metrics: m.MetricsGatherer()}, nil
+	running := agent.RunningMaster{Addr: m.Addr(), Token: token, Stop: stop, Failed: failed, Metrics: m.MetricsGatherer()}
+	if dash != nil {
+		running.Dashboard = dash
+	}
+	return running, nil
 }
