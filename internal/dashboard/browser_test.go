@@ -4,16 +4,13 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/chromedp/chromedp"
+	"github.com/roverml/rover/internal/dashboard/browsertest"
 
 	roverv1 "github.com/roverml/rover/api/rover/v1"
 	"github.com/roverml/rover/internal/dashboard"
@@ -27,107 +24,6 @@ const (
 	evilJob     = `train-<script>window.__pwned=3</script>`
 	evilTrace   = "Traceback (most recent call last):\n  File \"train.py\", line 7\n<svg onload=\"window.__pwned=4\"></svg>"
 )
-
-// chromiumPath finds the browser, and fails the test when there is none:
-// the browser test is part of the suite, not an option.
-func chromiumPath(t *testing.T) string {
-	t.Helper()
-	for _, name := range []string{"chromium", "chromium-browser", "/usr/bin/chromium"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	t.Fatalf("no chromium on this machine: the dashboard's browser test needs Debian's chromium; install it with `make deps-test` (or scripts/apt-install chromium)")
-	return ""
-}
-
-// browser starts a headless chromium for the test and returns its context;
-// the test's cleanup stops it, before the servers the test started earlier.
-func browser(t *testing.T) (context.Context, *consoleLog) {
-	t.Helper()
-	path := chromiumPath(t)
-	profile := t.TempDir()
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(path),
-		chromedp.NoSandbox, // chromium refuses to run as root with its sandbox
-		chromedp.UserDataDir(profile),
-		chromedp.WindowSize(1280, 1800),
-		chromedp.Flag("disable-gpu", true),
-	)
-	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	ctx, cancel := chromedp.NewContext(allocCtx, chromedp.WithLogf(t.Logf))
-	t.Cleanup(func() {
-		cancel()
-		cancelAlloc()
-	})
-	// The first Run starts the browser; it must not have a timeout, which
-	// would stop the browser with it.
-	if err := chromedp.Do(ctx); err != nil {
-		t.Fatalf("start chromium (%s): %v", path, err)
-	}
-	log := &consoleLog{}
-	messages := chromedp.Console(ctx)
-	go func() {
-		for m, err := range messages {
-			if err != nil {
-				return
-			}
-			log.add(m.String())
-		}
-	}()
-	return ctx, log
-}
-
-// consoleLog is what the page wrote to its console.
-type consoleLog struct {
-	mu    sync.Mutex
-	lines []string
-}
-
-func (l *consoleLog) add(s string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.lines = append(l.lines, s)
-}
-
-func (l *consoleLog) all() []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return append([]string(nil), l.lines...)
-}
-
-// waitFor polls the page until the JavaScript expression is true.
-func waitFor(t *testing.T, ctx context.Context, what, expr string) {
-	t.Helper()
-	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](expr, chromedp.WithPollingTimeout(90*time.Second),
-		chromedp.WithPollingInterval(50*time.Millisecond))); err != nil {
-		t.Fatalf("the page did not show %s within 90s (%s): %v", what, expr, err)
-	}
-}
-
-func eval[T any](t *testing.T, ctx context.Context, expr string) T {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	defer cancel()
-	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](expr))
-	if err != nil {
-		t.Fatalf("evaluate %s in the page: %v", expr, err)
-	}
-	return v
-}
-
-// artifactDir is where the test leaves its screenshot: $ROVER_TEST_ARTIFACTS
-// when set (CI keeps it), else the test's artifact directory.
-func artifactDir(t *testing.T) string {
-	if dir := os.Getenv("ROVER_TEST_ARTIFACTS"); dir != "" {
-		dir = filepath.Join(dir, t.Name())
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			t.Fatalf("make the artifact directory: %v", err)
-		}
-		return dir
-	}
-	return t.ArtifactDir()
-}
 
 // TestBrowserShowsALiveJobAndEscapesWorkerText opens the dashboard in a
 // real headless chromium, waits for the nodes table and both charts to
@@ -157,27 +53,23 @@ func TestBrowserShowsALiveJobAndEscapesWorkerText(t *testing.T) {
 	})
 	var resumes resumeLog
 	srv := serve(t, resumes.wrap(d))
-	ctx, console := browser(t)
+	ctx, console := browsertest.Start(t)
 
-	navCtx, cancel := context.WithTimeout(ctx, 90*time.Second)
-	defer cancel()
-	if err := chromedp.Do(navCtx, chromedp.Navigate(srv.URL+"/")); err != nil {
-		t.Fatalf("open the dashboard: %v", err)
-	}
+	browsertest.Open(t, ctx, srv.URL+"/")
 	// A mark that a reload would wipe.
-	eval[bool](t, ctx, `window.__loadMark = 'first load'; true`)
+	browsertest.Eval[bool](t, ctx, `window.__loadMark = 'first load'; true`)
 
-	waitFor(t, ctx, "the nodes table", `document.querySelectorAll('#nodes tbody tr').length === 2 && document.querySelector('#conn').textContent === 'live'`)
-	if got := eval[string](t, ctx, `document.querySelectorAll('#nodes tbody tr')[1].cells[0].textContent`); got != evilNode {
+	browsertest.WaitFor(t, ctx, "the nodes table", `document.querySelectorAll('#nodes tbody tr').length === 2 && document.querySelector('#conn').textContent === 'live'`)
+	if got := browsertest.Eval[string](t, ctx, `document.querySelectorAll('#nodes tbody tr')[1].cells[0].textContent`); got != evilNode {
 		t.Errorf("the second node's id shows as %q, want the text %q", got, evilNode)
 	}
-	if got := eval[string](t, ctx, `document.querySelector('#job-name').textContent`); got != evilJob {
+	if got := browsertest.Eval[string](t, ctx, `document.querySelector('#job-name').textContent`); got != evilJob {
 		t.Errorf("the job's name shows as %q, want the text %q", got, evilJob)
 	}
 
-	waitFor(t, ctx, "the event log's newest 500", `document.querySelectorAll('#events tbody tr').length === 500 &&
+	browsertest.WaitFor(t, ctx, "the event log's newest 500", `document.querySelectorAll('#events tbody tr').length === 500 &&
 		document.querySelector('#events tbody tr').cells[0].textContent === '700'`)
-	if got := eval[string](t, ctx, `document.querySelector('#checkpoint-events li').textContent`); !strings.HasSuffix(got, "checkpoint step 7000 committed") {
+	if got := browsertest.Eval[string](t, ctx, `document.querySelector('#checkpoint-events li').textContent`); !strings.HasSuffix(got, "checkpoint step 7000 committed") {
 		t.Errorf("newest checkpoint event shows as %q, want step 7000's", got)
 	}
 
@@ -187,9 +79,9 @@ func TestBrowserShowsALiveJobAndEscapesWorkerText(t *testing.T) {
 		document.querySelector(id + ' polyline') !== null && document.querySelector(id + ' polyline').getAttribute('points').split(' ').length >= 3) &&
 		Number(document.querySelector('#chart-steprate').dataset.last) > 0`
 	deadline := time.Now().Add(90 * time.Second)
-	for step := int64(60); !eval[bool](t, ctx, charted); step += 5 {
+	for step := int64(60); !browsertest.Eval[bool](t, ctx, charted); step += 5 {
 		if time.Now().After(deadline) {
-			t.Fatalf("the charts did not draw 3 points within 90s: %s", eval[string](t, ctx, `document.querySelector('#charts-section').textContent`))
+			t.Fatalf("the charts did not draw 3 points within 90s: %s", browsertest.Eval[string](t, ctx, `document.querySelector('#charts-section').textContent`))
 		}
 		src.update(func(j *roverv1.GetJobResponse) {
 			j.Progress.Step = step
@@ -208,63 +100,55 @@ func TestBrowserShowsALiveJobAndEscapesWorkerText(t *testing.T) {
 		j.RoundOpen = true
 	})
 	src.addEvent(dashboard.Event{Time: time.Now(), Kind: "worker_failed", Severity: "error", Node: evilNode, Round: 2, Message: evilMessage})
-	waitFor(t, ctx, "the failure row", `document.querySelectorAll('#failures tbody tr.failure').length === 1`)
-	waitFor(t, ctx, "the failure's mark on the rounds' timeline", `document.querySelectorAll('#rounds line.failure').length === 1`)
-	waitFor(t, ctx, "the failure event", `document.querySelectorAll('#events tbody tr.bad').length === 1`)
+	browsertest.WaitFor(t, ctx, "the failure row", `document.querySelectorAll('#failures tbody tr.failure').length === 1`)
+	browsertest.WaitFor(t, ctx, "the failure's mark on the rounds' timeline", `document.querySelectorAll('#rounds line.failure').length === 1`)
+	browsertest.WaitFor(t, ctx, "the failure event", `document.querySelectorAll('#events tbody tr.bad').length === 1`)
 
-	row := eval[[]string](t, ctx, `[...document.querySelector('#failures tbody tr.failure').cells].map((c) => c.textContent)`)
+	row := browsertest.Eval[[]string](t, ctx, `[...document.querySelector('#failures tbody tr.failure').cells].map((c) => c.textContent)`)
 	if len(row) != 9 || row[2] != evilNode || row[5] != "worker crash" || row[6] != "restart the workers" || row[7] != evilMessage {
 		t.Errorf("failure row %q, want node %q, cause worker crash, action restart the workers, message %q as text", row, evilNode, evilMessage)
 	}
-	if got := eval[string](t, ctx, `document.querySelector('#failures tbody tr.failure pre').textContent`); got != evilTrace {
+	if got := browsertest.Eval[string](t, ctx, `document.querySelector('#failures tbody tr.failure pre').textContent`); got != evilTrace {
 		t.Errorf("traceback shows as %q, want the text %q", got, evilTrace)
 	}
-	if got := eval[string](t, ctx, `document.querySelector('#events tbody tr.bad').cells[6].textContent`); got != evilMessage {
+	if got := browsertest.Eval[string](t, ctx, `document.querySelector('#events tbody tr.bad').cells[6].textContent`); got != evilMessage {
 		t.Errorf("event message shows as %q, want the text %q", got, evilMessage)
 	}
-	if got := eval[string](t, ctx, `window.__loadMark || 'reloaded'`); got != "first load" {
+	if got := browsertest.Eval[string](t, ctx, `window.__loadMark || 'reloaded'`); got != "first load" {
 		t.Errorf("the page reloaded (mark %q): the failure must arrive on the stream", got)
 	}
 
 	// The connection drops: the browser reconnects by itself, resumes
 	// after the last event it saw, and shows each event once.
 	srv.CloseClientConnections()
-	waitFor(t, ctx, "the second connection", `Number(document.body.dataset.connections) >= 2 && document.querySelector('#conn').textContent === 'live'`)
+	browsertest.WaitFor(t, ctx, "the second connection", `Number(document.body.dataset.connections) >= 2 && document.querySelector('#conn').textContent === 'live'`)
 	src.addEvent(dashboard.Event{Time: time.Now(), Kind: "restart", Severity: "warning", Round: 3, Message: "restart the workers"})
-	waitFor(t, ctx, "the event after the reconnection", `document.querySelector('#events tbody tr').cells[0].textContent === '702'`)
-	seqs := eval[[]string](t, ctx, `[...document.querySelectorAll('#events tbody tr')].map((r) => r.cells[0].textContent)`)
+	browsertest.WaitFor(t, ctx, "the event after the reconnection", `document.querySelector('#events tbody tr').cells[0].textContent === '702'`)
+	seqs := browsertest.Eval[[]string](t, ctx, `[...document.querySelectorAll('#events tbody tr')].map((r) => r.cells[0].textContent)`)
 	if len(seqs) != 500 || seqs[0] != "702" || seqs[1] != "701" || seqs[499] != "203" {
 		t.Errorf("events shown after the reconnection: %d, from %s to %s; want each once, 702 down to 203", len(seqs), seqs[0], seqs[len(seqs)-1])
 	}
 	if got := resumes.ids(); len(got) < 2 || got[0] != "" || slices.ContainsFunc(got[1:], func(id string) bool { return id != fmt.Sprint(saved+1) }) {
 		t.Errorf("the stream's Last-Event-ID headers %q, want none and then %d on every reconnection", got, saved+1)
 	}
-	if got := eval[string](t, ctx, `window.__loadMark || 'reloaded'`); got != "first load" {
+	if got := browsertest.Eval[string](t, ctx, `window.__loadMark || 'reloaded'`); got != "first load" {
 		t.Errorf("the page reloaded (mark %q) when the connection dropped", got)
 	}
 
 	// Open the traceback and let the page settle, so that markup would have
 	// had its chance to load and run, then look for what it would have done.
-	eval[bool](t, ctx, `document.querySelector('#failures details').open = true; true`)
-	waitFor(t, ctx, "the opened traceback", `document.querySelector('#failures details pre').getBoundingClientRect().height > 0`)
-	if got := eval[string](t, ctx, `typeof window.__pwned`); got != "undefined" {
-		t.Errorf("markup from a worker ran script in the page: window.__pwned is %s", eval[string](t, ctx, `String(window.__pwned)`))
+	browsertest.Eval[bool](t, ctx, `document.querySelector('#failures details').open = true; true`)
+	browsertest.WaitFor(t, ctx, "the opened traceback", `document.querySelector('#failures details pre').getBoundingClientRect().height > 0`)
+	if got := browsertest.Eval[string](t, ctx, `typeof window.__pwned`); got != "undefined" {
+		t.Errorf("markup from a worker ran script in the page: window.__pwned is %s", browsertest.Eval[string](t, ctx, `String(window.__pwned)`))
 	}
-	if n := eval[int](t, ctx, `document.querySelectorAll('img, svg image, #evil, b, main script, [onerror], [onload], [onclick]').length`); n != 0 {
+	if n := browsertest.Eval[int](t, ctx, `document.querySelectorAll('img, svg image, #evil, b, main script, [onerror], [onload], [onclick]').length`); n != 0 {
 		t.Errorf("markup from the job became %d elements in the page", n)
 	}
 
-	shot, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
-	if err != nil {
-		t.Fatalf("take a screenshot: %v", err)
-	}
-	path := filepath.Join(artifactDir(t), "dashboard.png")
-	if err := os.WriteFile(path, shot, 0o644); err != nil {
-		t.Fatalf("save the screenshot: %v", err)
-	}
-	t.Logf("screenshot of the dashboard: %s", path)
+	browsertest.Screenshot(t, ctx, "dashboard.png")
 
-	for _, line := range console.all() {
+	for _, line := range console.Lines() {
 		if strings.Contains(line, "ERR_INCOMPLETE_CHUNKED_ENCODING") {
 			continue // the stream the test cut
 		}
