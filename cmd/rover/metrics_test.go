@@ -1,18 +1,15 @@
 package main
 
 import (
-	"io"
-	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/roverml/rover/internal/metrics/metricstest"
+
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	roverv1 "github.com/roverml/rover/api/rover/v1"
 	"google.golang.org/protobuf/encoding/protojson"
 )
@@ -40,7 +37,7 @@ func TestAgentMetrics(t *testing.T) {
 	var body string
 	var fams map[string]*dto.MetricFamily
 	running := func() bool {
-		body, fams = scrapeMetrics(t, url)
+		body, fams = metricstest.Scrape(t, url)
 		for _, m := range fams["rover_agent_workers"].GetMetric() {
 			if labelOf(m, "state") == "running" && m.GetGauge().GetValue() == 2 {
 				return len(fams["rover_agent_worker_resident_bytes"].GetMetric()) == 2
@@ -64,22 +61,14 @@ func TestAgentMetrics(t *testing.T) {
 	if fams["process_cpu_seconds_total"] == nil {
 		t.Error("no process_* metrics")
 	}
-	promtool, err := exec.LookPath("promtool")
-	if err != nil {
-		t.Fatalf("promtool is not installed (Debian's prometheus package; make deps-test installs it): %v", err)
-	}
-	check := exec.Command(promtool, "check", "metrics")
-	check.Stdin = strings.NewReader(body)
-	if out, err := check.CombinedOutput(); err != nil {
-		t.Errorf("promtool check metrics: %v\n%s\n%s", err, out, body)
-	}
+	metricstest.Promtool(t, body)
 	base := "http://" + strings.TrimSpace(string(addr))
-	page := httpGet(t, base+"/")
+	page := metricstest.Get(t, base+"/")
 	if !strings.Contains(page, "<script src=") {
 		t.Errorf("the embedded master's dashboard is not served at / on the metrics address:\n%s", page)
 	}
 	var job roverv1.GetJobResponse
-	if b := httpGet(t, base+"/api/job"); protojson.Unmarshal([]byte(b), &job) != nil || len(job.GetNodes()) != 1 {
+	if b := metricstest.Get(t, base+"/api/job"); protojson.Unmarshal([]byte(b), &job) != nil || len(job.GetNodes()) != 1 {
 		t.Errorf("the dashboard's /api/job is not the embedded master's job of one node: %s", b)
 	}
 	if err := os.WriteFile(stop, nil, 0o600); err != nil {
@@ -89,41 +78,6 @@ func TestAgentMetrics(t *testing.T) {
 		t.Errorf("rover run exited %d; stderr:\n%s", code, r.stderr)
 	}
 }
-
-// httpGet returns the body of url's 200 answer.
-func httpGet(t *testing.T, url string) string {
-	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET %s: %s %v: %s", url, resp.Status, err, b)
-	}
-	return string(b)
-}
-
-func scrapeMetrics(t *testing.T, url string) (string, map[string]*dto.MetricFamily) {
-	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET %s: %s %v", url, resp.Status, err)
-	}
-	p := expfmt.NewTextParser(model.LegacyValidation)
-	fams, err := p.TextToMetricFamilies(strings.NewReader(string(b)))
-	if err != nil {
-		t.Fatalf("the metrics at %s do not parse: %v\n%s", url, err, b)
-	}
-	return string(b), fams
-}
-
 func labelOf(m *dto.Metric, name string) string {
 	for _, l := range m.GetLabel() {
 		if l.GetName() == name {

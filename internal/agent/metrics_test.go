@@ -2,8 +2,6 @@ package agent_test
 
 import (
 	"context"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -12,9 +10,8 @@ import (
 	"testing"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
+	"github.com/roverml/rover/internal/metrics/metricstest"
+
 	"github.com/roverml/rover/internal/agent/standalone"
 	"github.com/roverml/rover/internal/testbuf"
 )
@@ -49,7 +46,7 @@ func TestAgentMetricsOfCheckpoints(t *testing.T) {
 		t.Fatal(err)
 	}
 	url := "http://" + strings.TrimSpace(string(addr)) + "/metrics"
-	fams := scrapeAgent(t, url)
+	fams := metricstest.Families(t, metricstest.Get(t, url))
 	value := func(name string) float64 {
 		f := fams[name]
 		if f == nil || len(f.GetMetric()) == 0 {
@@ -104,7 +101,7 @@ func TestAgentMetricsOfCheckpoints(t *testing.T) {
 	for _, rank := range []string{"0", "1"} {
 		waitForFile(ctx, t, filepath.Join(dir, "held-"+rank), stderr)
 	}
-	fams = scrapeAgent(t, url)
+	fams = metricstest.Families(t, metricstest.Get(t, url))
 	for _, w := range []struct {
 		name string
 		want float64
@@ -150,23 +147,4 @@ func processesWith(t *testing.T, words ...string) []int {
 		}
 	}
 	return pids
-}
-
-func scrapeAgent(t *testing.T, url string) map[string]*dto.MetricFamily {
-	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := expfmt.NewTextParser(model.LegacyValidation)
-	fams, err := p.TextToMetricFamilies(strings.NewReader(string(b)))
-	if err != nil {
-		t.Fatalf("the metrics do not parse: %v\n%s", err, b)
-	}
-	return fams
 }

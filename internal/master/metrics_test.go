@@ -3,14 +3,13 @@ package master
 import (
 	"bytes"
 	"context"
-	"io"
-	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/roverml/rover/internal/metrics/metricstest"
 
 	"connectrpc.com/connect"
 	"github.com/prometheus/common/expfmt"
@@ -58,7 +57,7 @@ func TestMetricsOfAJob(t *testing.T) {
 	}
 	nextView(t, streams[0], func(v *roverv1.NodeView) bool { return v.GetAssignment().GetRound() == 2 })
 
-	body := scrape(t, "http://"+string(bytes.TrimSpace(addr))+"/metrics")
+	body := metricstest.Get(t, "http://"+string(bytes.TrimSpace(addr))+"/metrics")
 	parser := expfmt.NewTextParser(model.LegacyValidation)
 	fams, err := parser.TextToMetricFamilies(strings.NewReader(body))
 	if err != nil {
@@ -113,7 +112,7 @@ func TestMetricsOfAJob(t *testing.T) {
 	if fams["go_goroutines"] == nil || fams["process_cpu_seconds_total"] == nil {
 		t.Error("the master's metrics lack the process's go_* and process_*")
 	}
-	promtoolCheck(t, body)
+	metricstest.Promtool(t, body)
 }
 
 // TestNoMetricsByDefault: without MetricsAddr a master serves no metrics
@@ -122,36 +121,6 @@ func TestNoMetricsByDefault(t *testing.T) {
 	m, _ := startMaster(t, Config{Job: "job1"})
 	if m.MetricsServer() != nil || m.MetricsGatherer() != nil || m.core.metrics != nil {
 		t.Error("a master without MetricsAddr has metrics")
-	}
-}
-
-func scrape(t *testing.T, url string) string {
-	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET %s: %s %v\n%s", url, resp.Status, err, b)
-	}
-	return string(b)
-}
-
-// promtoolCheck runs Prometheus's own linter on an exposition; a missing
-// promtool fails the test (install Debian's prometheus package: make
-// deps-test).
-func promtoolCheck(t *testing.T, body string) {
-	t.Helper()
-	bin, err := exec.LookPath("promtool")
-	if err != nil {
-		t.Fatalf("promtool is not installed (Debian's prometheus package; make deps-test installs it): %v", err)
-	}
-	cmd := exec.Command(bin, "check", "metrics")
-	cmd.Stdin = strings.NewReader(body)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Errorf("promtool check metrics: %v\n%s", err, out)
 	}
 }
 
@@ -205,13 +174,13 @@ func TestNodeCounts(t *testing.T) {
 func TestDashboardOnTheMetricsAddress(t *testing.T) {
 	m, _ := startMaster(t, Config{Job: "job1", MetricsAddr: "127.0.0.1:0"})
 	base := "http://" + m.MetricsServer().Addr()
-	if page := scrape(t, base+"/"); !strings.Contains(page, "<html") {
+	if page := metricstest.Get(t, base+"/"); !strings.Contains(page, "<html") {
 		t.Errorf("the dashboard's page is not at /:\n%.300s", page)
 	}
-	if job := scrape(t, base+"/api/job"); !strings.Contains(job, `"runId":"job1"`) {
+	if job := metricstest.Get(t, base+"/api/job"); !strings.Contains(job, `"runId":"job1"`) {
 		t.Errorf("/api/job does not answer the job's status:\n%.300s", job)
 	}
-	if body := scrape(t, base+"/metrics"); !strings.Contains(body, "rover_job_round") {
+	if body := metricstest.Get(t, base+"/metrics"); !strings.Contains(body, "rover_job_round") {
 		t.Errorf("/metrics lost the metrics:\n%.300s", body)
 	}
 }
