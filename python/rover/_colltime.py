@@ -379,17 +379,39 @@ def _timed_hook(c10d, hook):
     return rover_timed_hook
 
 
-def _default_hook(c10d):
-    """DDP's built-in reduction as a hook: each gradient scaled by 1/world
-    size (as DDP scales it into its bucket), then summed."""
+def _timed_default_hook(c10d):
+    """DDP's built-in reduction as one timed hook: the bucket scaled by
+    1/world size (as DDP scales it), summed by the process group's own
+    all_reduce (not the timed wrapper of c10d's), and timed from the call to
+    the sum's completion with a single callback, which is what the hook's
+    cost on every step comes to."""
+    all_reduce = getattr(c10d.all_reduce, "__wrapped__", c10d.all_reduce)
+    world_of = {}  # id(group) -> (world size, group name)
 
-    def rover_allreduce_hook(group, bucket):
-        world = c10d.get_world_size(group)
-        buf = bucket.buffer().mul_(1.0 / world)
-        fut = c10d.all_reduce(buf, group=group, async_op=True).get_future()
-        return fut.then(lambda f: f.value()[0])
+    def rover_timed_allreduce_hook(group, bucket):
+        key = id(group)
+        known = world_of.get(key)
+        if known is None:
+            known = world_of[key] = (c10d.get_world_size(group), _group_name(c10d, group))
+        world, name = known
+        buf = bucket.buffer()
+        c = clock.begin("all_reduce (DDP bucket)", buf.numel() * buf.element_size(), name)
+        if clock.cuda is None and buf.is_cuda:
+            _cuda_timer(sys.modules["torch"])  # the model's matmuls are timed from now on
+        try:
+            buf.mul_(1.0 / world)
+            fut = all_reduce(buf, group=group, async_op=True).get_future()
+        except BaseException:
+            clock.end(c)
+            raise
 
-    return rover_allreduce_hook
+        def done(f):
+            clock.end(c)
+            return f.value()[0]
+
+        return fut.then(done)
+
+    return rover_timed_allreduce_hook
 
 
 def _patch_ddp(ddp_mod):
@@ -413,7 +435,7 @@ def _patch_ddp(ddp_mod):
             self._rover_hooked = True
             try:
                 if c10d.get_backend(self.process_group) in ("gloo", "nccl"):
-                    register(self, self.process_group, _timed_hook(c10d, _default_hook(c10d)))
+                    register(self, self.process_group, _timed_default_hook(c10d))
             except Exception:
                 pass  # DDP without its hook: untimed, as before
         return ddp_forward(self, *args, **kwargs)
