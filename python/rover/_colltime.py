@@ -33,10 +33,12 @@ the installation is swallowed: timing must never break a worker.
 docs/design/collective-timing.md has the design.
 """
 
+import atexit
 import os
 import sys
 import threading
 import time
+import weakref
 
 __all__ = ["clock", "install", "CudaTimer"]
 
@@ -328,7 +330,7 @@ def _wrap_collective(c10d, name, fn):
             clock.end(c)
             return work
         try:
-            work.get_future().then(lambda _f: clock.end(c))
+            work.get_future().then(_Done(c, _NONE))
         except Exception:  # a backend without futures: count the issue only
             clock.end(c)
         return work
@@ -350,6 +352,48 @@ def _patch_c10d(c10d):
             setattr(dist, name, timed)
 
 
+# What a _Done callback returns: nothing, its future's value, or the first
+# tensor of it (an all_reduce's list of one, which a DDP hook returns).
+_NONE, _ALL, _FIRST = 0, 1, 2
+
+# The callbacks that ran, which torch's communication thread that ran them
+# has yet to let go of: it takes the GIL to do so, and a thread that takes
+# the GIL while the interpreter finalizes is ended mid-unwind, which aborts
+# the process (exit 134) after the script ended well. _drain_callbacks
+# waits for them at exit.
+_releasing = weakref.WeakSet()
+
+
+class _Done:
+    """The completion callback of a timed collective's future: ends it on
+    the clock. An object (not a closure) so that nothing refers back to it
+    and it is freed as soon as torch lets go of it."""
+
+    __slots__ = ("c", "returns", "__weakref__")
+
+    def __init__(self, c, returns):
+        self.c, self.returns = c, returns
+
+    def __call__(self, f):
+        clock.end(self.c)
+        _releasing.add(self)
+        if self.returns == _ALL:
+            return f.value()
+        if self.returns == _FIRST:
+            return f.value()[0]
+        return None
+
+
+def _drain_callbacks(limit=1.0):
+    """At exit, before the interpreter finalizes: waits, with the GIL
+    free, until torch's threads have let go of every callback that ran
+    (microseconds once they get the GIL), at most limit seconds.
+    Callbacks of collectives that never completed are not waited for."""
+    deadline = time.monotonic() + limit
+    while len(_releasing) and time.monotonic() < deadline:
+        time.sleep(0.001)
+
+
 def _timed_hook(c10d, hook):
     """Wraps a DDP communication hook: the bucket's reduction, from the
     hook's call to its future's completion, is one collective."""
@@ -369,11 +413,7 @@ def _timed_hook(c10d, hook):
         finally:
             _local.depth -= 1
 
-        def done(f):
-            clock.end(c)
-            return f.value()
-
-        return fut.then(done)
+        return fut.then(_Done(c, _ALL))
 
     rover_timed_hook.__wrapped__ = hook
     return rover_timed_hook
@@ -405,11 +445,7 @@ def _timed_default_hook(c10d):
             clock.end(c)
             raise
 
-        def done(f):
-            clock.end(c)
-            return f.value()[0]
-
-        return fut.then(done)
+        return fut.then(_Done(c, _FIRST))
 
     return rover_timed_allreduce_hook
 
@@ -489,6 +525,7 @@ def install():
     it has); a no-op with ROVER_COLLECTIVE_TIMING=0."""
     if os.environ.get("ROVER_COLLECTIVE_TIMING", "1") == "0":
         return
+    atexit.register(_drain_callbacks)
     if _C10D in sys.modules:
         _patch_c10d(sys.modules[_C10D])
         if _DDP in sys.modules:
