@@ -3,6 +3,7 @@ package autoscale
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 )
@@ -17,6 +18,7 @@ type sim struct {
 	t           testing.TB
 	p           *Policy
 	curve       func(n int) float64
+	pcg         *rand.PCG
 	rng         *rand.Rand
 	noise       float64
 	now         time.Time
@@ -43,10 +45,20 @@ func newSim(t testing.TB, cfg Config, size int, curve func(int) float64, noise f
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &sim{t: t, p: p, curve: curve, rng: rand.New(rand.NewPCG(seed, 1)), noise: noise, now: t0,
+	pcg := rand.NewPCG(seed, 1)
+	s := &sim{t: t, p: p, curve: curve, pcg: pcg, rng: rand.New(pcg), noise: noise, now: t0,
 		globalBatch: 256, reportEvery: 10, restartCost: 30 * time.Second}
 	s.form(size)
 	return s
+}
+
+// fork returns a copy of s that drives p from the same point on.
+func (s *sim) fork(p *Policy) *sim {
+	c := *s
+	pcg := *s.pcg
+	c.p, c.pcg, c.rng = p, &pcg, rand.New(&pcg)
+	c.changes, c.sizes = slices.Clone(s.changes), slices.Clone(s.sizes)
+	return &c
 }
 
 func nodeNames(n int) []string {
