@@ -67,17 +67,20 @@ func TestLastNodeHurtsShrinks(t *testing.T) {
 	}
 }
 
-// TestModelStopsBeforeTheBadSize: with three sizes measured, the fitted
-// model predicts that a fourth node would not pay (communication grows with
-// the world) and the policy never tries it.
+// TestModelStopsBeforeTheBadSize: communication grows with the world; once
+// three sizes are measured the fitted model predicts that a fourth node
+// would hurt, and the policy never tries it (nor anything larger).
 func TestModelStopsBeforeTheBadSize(t *testing.T) {
-	// t(n) = 0.002 + 0.01/n + 0.001 n: marginal gains 0.71, 0.24, ... .
+	// t(n) = 0.002 + 0.01/n + 0.001 n: marginal gains 1→2 0.44, 2→3 0.16,
+	// 3→4 -0.06, 4→5 -0.22.
 	curve := func(n int) float64 { return 1 / (0.002 + 0.01/float64(n) + 0.001*float64(n)) }
-	s := newSim(t, Config{MinNodes: 1, MaxNodes: 8}, 1, curve, 0.05, 5)
-	s.run(1000)
-	path := s.path()
-	if len(path) == 0 || path[len(path)-1] > 3 || slices.Contains(path, 5) {
-		t.Fatalf("sizes decided %v: want a settle at 2 or 3 without trying 5", path)
+	for seed := uint64(1); seed <= 5; seed++ {
+		s := newSim(t, Config{MinNodes: 1, MaxNodes: 8}, 1, curve, 0.05, seed)
+		s.run(1000)
+		path := s.path()
+		if !slices.Contains(path, 3) || slices.ContainsFunc(path, func(n int) bool { return n > 3 }) || path[len(path)-1] > 3 {
+			t.Errorf("seed %d: sizes decided %v: want 3 tried, a settle at 2 or 3, nothing above 3", seed, path)
+		}
 	}
 }
 
