@@ -173,7 +173,7 @@ func (p *Policy) decide(at time.Time) Decision {
 			g := gain(down, below.Throughput, cur, here.Throughput)
 			if g < c.MinGain-c.Hysteresis {
 				return Decision{Action: Shrink, From: cur, To: down, Reason: ReasonMeasuredLoss, Gain: g, At: at,
-					Message: fmt.Sprintf("shrink from %d to %d nodes: the last %d measurably add %.2f of a node's share each (%.4g/s at %d, %.4g/s at %d); below %.2f",
+					Message: fmt.Sprintf("shrink from %d to %d nodes: each of the last %d measurably adds %.2f of a node's share (%.4g/s at %d, %.4g/s at %d); below %.2f",
 						cur, down, c.NodeUnit, g, here.Throughput, cur, below.Throughput, down, c.MinGain-c.Hysteresis)}
 			}
 		}
@@ -197,10 +197,10 @@ func (p *Policy) decide(at time.Time) Decision {
 	g := gain(cur, here.Throughput, up, next)
 	if g >= c.MinGain {
 		return Decision{Action: Grow, From: cur, To: up, Reason: ReasonPredictedGain, Gain: g, At: at,
-			Message: fmt.Sprintf("grow from %d to %d nodes: %d more are %s to add %.2f of a node's share each (%.4g/s at %d, %.4g/s at %d); at least %.2f needed",
-				cur, up, c.NodeUnit, how, g, here.Throughput, cur, next, up, c.MinGain)}
+			Message: fmt.Sprintf("grow from %d to %d nodes: each added node is %s to add %.2f of a node's share (%.4g/s at %d, %.4g/s at %d); at least %.2f needed",
+				cur, up, how, g, here.Throughput, cur, next, up, c.MinGain)}
 	}
-	return hold(ReasonGainInBand, g, "hold at %d nodes: %d more are %s to add only %.2f of a node's share each (at least %.2f needed to grow)",
+	return hold(ReasonGainInBand, g, "hold at %d nodes: each of %d more would be %s to add only %.2f of a node's share (at least %.2f needed to grow)",
 		cur, c.NodeUnit, how, g, c.MinGain)
 }
 
