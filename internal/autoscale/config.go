@@ -17,8 +17,8 @@ var ErrBadState = errors.New("invalid saved autoscale state")
 const (
 	DefaultWarmupSteps       = 20
 	DefaultWarmupTime        = 30 * time.Second
-	DefaultWindow            = 20
-	DefaultMinSamples        = 5
+	DefaultWindow            = 50
+	DefaultMinSamples        = 25
 	DefaultMinGain           = 0.3
 	DefaultHysteresis        = 0.15
 	DefaultAssumedEfficiency = 0.7
@@ -58,7 +58,11 @@ type Config struct {
 	// MinGain: grow while the predicted marginal gain of the next NodeUnit
 	// nodes is at least this (0: DefaultMinGain). Hysteresis: shrink only
 	// when the measured marginal gain of the last NodeUnit nodes is below
-	// MinGain-Hysteresis (0: DefaultHysteresis; negative: none).
+	// MinGain-Hysteresis by more than its standard error (0:
+	// DefaultHysteresis; negative: none). The next nodes are never
+	// predicted to gain more than the last ones measurably did
+	// (diminishing returns), and growing to a measured size needs its gain
+	// above MinGain by more than its standard error too.
 	MinGain, Hysteresis float64
 	// AssumedEfficiency is the marginal gain assumed while a single size is
 	// measured (0: DefaultAssumedEfficiency). It must be above MinGain for

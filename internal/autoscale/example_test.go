@@ -17,7 +17,7 @@ func ExamplePolicy() {
 	}
 	p.RoundFormed(autoscale.Round{Round: 1, Nodes: []string{"node-0"}, At: t0})
 	at := t0
-	for step := int64(10); step <= 200; step += 10 {
+	for step := int64(10); step <= 400; step += 10 {
 		at = at.Add(5 * time.Second) // 10 steps of 64 samples each 5 s: 128 samples/s
 		p.Progress(autoscale.Progress{Round: 1, Step: step, Samples: 64, At: at})
 	}

@@ -168,13 +168,15 @@ func (p *Policy) decide(at time.Time) Decision {
 		return hold(ReasonMeasuring, 0, "hold at %d nodes: measuring its throughput (%d of %d samples after warm-up)",
 			cur, here.Samples, c.MinSamples)
 	}
+	lastGain, haveLast := 0.0, false
 	if down := cur - c.NodeUnit; down >= c.MinNodes {
 		if below, ok := p.rec.At(down); ok && below.Trusted {
-			g := gain(down, below.Throughput, cur, here.Throughput)
-			if g < c.MinGain-c.Hysteresis {
+			g, se := gain(down, below.Throughput, cur, here.Throughput), gainErr(down, below, cur, here)
+			lastGain, haveLast = g, true
+			if g+se < c.MinGain-c.Hysteresis {
 				return Decision{Action: Shrink, From: cur, To: down, Reason: ReasonMeasuredLoss, Gain: g, At: at,
-					Message: fmt.Sprintf("shrink from %d to %d nodes: each of the last %d measurably adds %.2f of a node's share (%.4g/s at %d, %.4g/s at %d); below %.2f",
-						cur, down, c.NodeUnit, g, here.Throughput, cur, below.Throughput, down, c.MinGain-c.Hysteresis)}
+					Message: fmt.Sprintf("shrink from %d to %d nodes: each of the last %d measurably adds %.2f±%.2f of a node's share (%.4g/s at %d, %.4g/s at %d); below %.2f",
+						cur, down, c.NodeUnit, g, se, here.Throughput, cur, below.Throughput, down, c.MinGain-c.Hysteresis)}
 			}
 		}
 	}
@@ -193,31 +195,51 @@ func (p *Policy) decide(at time.Time) Decision {
 		return hold(ReasonTriedAndLost, 0, "hold at %d nodes: %d were given back at %s for a measured loss; trying them %s",
 			cur, up, since.UTC().Format(time.RFC3339), retry)
 	}
-	next, how := p.predict(up)
-	g := gain(cur, here.Throughput, up, next)
-	if g >= c.MinGain {
+	next, how, measured := p.predict(up)
+	g := gain(cur, here.Throughput, up, next.Throughput)
+	margin := 0.0
+	if measured {
+		margin = gainErr(cur, here, up, next)
+	} else if haveLast && lastGain < g {
+		g, how = lastGain, "limited by the last nodes' measured gain"
+	}
+	if g-margin >= c.MinGain {
 		return Decision{Action: Grow, From: cur, To: up, Reason: ReasonPredictedGain, Gain: g, At: at,
 			Message: fmt.Sprintf("grow from %d to %d nodes: each added node is %s to add %.2f of a node's share (%.4g/s at %d, %.4g/s at %d); at least %.2f needed",
-				cur, up, how, g, here.Throughput, cur, next, up, c.MinGain)}
+				cur, up, how, g, here.Throughput, cur, next.Throughput, up, c.MinGain)}
 	}
 	return hold(ReasonGainInBand, g, "hold at %d nodes: each of %d more would be %s to add only %.2f of a node's share (at least %.2f needed to grow)",
 		cur, c.NodeUnit, how, g, c.MinGain)
 }
 
 // predict returns the throughput at n: measured when trusted, else the
-// model's, and how it was had.
-func (p *Policy) predict(n int) (float64, string) {
+// model's; how it was had; and whether it was measured.
+func (p *Policy) predict(n int) (Measured, string, bool) {
 	if m, ok := p.rec.At(n); ok && m.Trusted {
-		return m.Throughput, "measured"
+		return m, "measured", true
 	}
 	model, ok := Fit(p.rec.Trusted(), p.cfg.AssumedEfficiency)
 	if !ok {
-		return 0, "predicted"
+		return Measured{Size: n}, "predicted", false
 	}
+	pred := Measured{Size: n, Throughput: model.Predict(n)}
 	if model.Sizes() == 1 {
-		return model.Predict(n), fmt.Sprintf("assumed (efficiency %.2f, one size measured)", p.cfg.AssumedEfficiency)
+		return pred, fmt.Sprintf("assumed (efficiency %.2f, one size measured)", p.cfg.AssumedEfficiency), false
 	}
-	return model.Predict(n), fmt.Sprintf("predicted (model of %d measured sizes)", model.Sizes())
+	return pred, fmt.Sprintf("predicted (model of %d measured sizes)", model.Sizes()), false
+}
+
+// gainErr is the standard error of the marginal gain between two measured
+// sizes, from their medians' standard errors.
+func gainErr(m int, low Measured, n int, high Measured) float64 {
+	if low.Throughput <= 0 || n == m {
+		return 0
+	}
+	e := math.Hypot(low.StdErr, high.StdErr) / math.Abs(float64(n-m)) / (low.Throughput / float64(m))
+	if math.IsNaN(e) || math.IsInf(e, 0) {
+		return 0
+	}
+	return e
 }
 
 // replace returns a Replace decision for the node that has been a straggler

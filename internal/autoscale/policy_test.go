@@ -28,6 +28,32 @@ func TestLinearGrowsToMax(t *testing.T) {
 	}
 }
 
+// TestRobustAcrossSeeds: over 40 noise seeds (10% per report), a linear
+// job always grows straight to MAX and never gives a node back; a job whose
+// fourth node hurts always ends at 3 after trying 4 once; a job saturating
+// at 4 ends at 4, or at worst 5, without going back and forth.
+func TestRobustAcrossSeeds(t *testing.T) {
+	hurt := map[int]float64{1: 100, 2: 190, 3: 270, 4: 240}
+	saturating := func(n int) float64 { return 100 * float64(min(n, 4)) }
+	for seed := uint64(100); seed < 140; seed++ {
+		l := newSim(t, Config{MinNodes: 1, MaxNodes: 6}, 1, linear, 0.1, seed)
+		l.run(1000)
+		if diff := cmp.Diff([]int{2, 3, 4, 5, 6}, l.path()); diff != "" {
+			t.Errorf("seed %d, linear: sizes decided (-want +got):\n%s", seed, diff)
+		}
+		h := newSim(t, Config{MinNodes: 1, MaxNodes: 4}, 1, func(n int) float64 { return hurt[n] }, 0.1, seed)
+		h.run(1000)
+		if diff := cmp.Diff([]int{2, 3, 4, 3}, h.path()); diff != "" {
+			t.Errorf("seed %d, last node hurts: sizes decided (-want +got):\n%s", seed, diff)
+		}
+		s := newSim(t, Config{MinNodes: 1, MaxNodes: 8}, 1, saturating, 0.1, seed)
+		s.run(1000)
+		if p := s.path(); len(p) > 7 || (p[len(p)-1] != 4 && p[len(p)-1] != 5) {
+			t.Errorf("seed %d, saturating at 4: sizes decided %v", seed, p)
+		}
+	}
+}
+
 // TestNodeUnit: growth goes by node_unit and never passes MaxNodes even when
 // it is not a multiple of the unit.
 func TestNodeUnit(t *testing.T) {
@@ -182,7 +208,7 @@ func TestCoolDownAndWaiting(t *testing.T) {
 	}
 	p.RoundFormed(Round{Round: 1, Nodes: []string{"a"}, At: t0})
 	at := t0
-	for st := int64(1); st <= 10; st++ {
+	for st := int64(1); st <= 30; st++ {
 		at = t0.Add(time.Duration(st) * time.Second)
 		p.Progress(Progress{Round: 1, Step: st * 10, Samples: 100, At: at})
 	}

@@ -23,8 +23,11 @@ type Progress struct {
 type Measured struct {
 	Size       int
 	Throughput float64
-	Samples    int  // samples in its window
-	Trusted    bool // at least MinSamples of them
+	// StdErr is the median's standard error, estimated from the window's
+	// median absolute deviation (robust to outliers like the median).
+	StdErr  float64
+	Samples int  // samples in its window
+	Trusted bool // at least MinSamples of them
 }
 
 // Record keeps the throughput measured per world size. A round's first
@@ -48,12 +51,14 @@ type Record struct {
 	anchorStep int64
 	anchorAt   time.Time
 
-	sizes map[int]*sizeRecord
+	sizes   map[int]*sizeRecord
+	scratch []float64 // deviations, reused by add
 }
 
 type sizeRecord struct {
 	rates  []float64 // newest last, at most cfg.Window
 	median float64
+	stdErr float64
 }
 
 // NewRecord returns an empty record for cfg (which [Config.Validate] must
@@ -125,6 +130,14 @@ func (r *Record) add(size int, rate float64) {
 	}
 	s.rates = append(s.rates, rate)
 	s.median = median(s.rates)
+	dev := r.scratch[:0]
+	for _, v := range s.rates {
+		dev = append(dev, math.Abs(v-s.median))
+	}
+	r.scratch = dev
+	// MAD·1.4826 estimates a normal sample's deviation; the median's
+	// standard error is 1.2533 times the mean's.
+	s.stdErr = 1.2533 * 1.4826 * median(dev) / math.Sqrt(float64(len(s.rates)))
 }
 
 // Size is the current round's world size (0 before the first round).
@@ -139,7 +152,7 @@ func (r *Record) At(size int) (Measured, bool) {
 	if s == nil || len(s.rates) == 0 {
 		return Measured{}, false
 	}
-	return Measured{Size: size, Throughput: s.median, Samples: len(s.rates), Trusted: len(s.rates) >= r.cfg.MinSamples}, true
+	return Measured{Size: size, Throughput: s.median, StdErr: s.stdErr, Samples: len(s.rates), Trusted: len(s.rates) >= r.cfg.MinSamples}, true
 }
 
 // Sizes returns every measured size, smallest first.
