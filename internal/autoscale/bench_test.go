@@ -43,7 +43,7 @@ func BenchmarkDecide(b *testing.B) {
 				p.rec.add(cur, 1.05*100*float64(sizes)*(1-0.01*float64(sizes)))
 			}
 			at := t0.Add(time.Hour)
-			if d := p.decide(at); !strings.Contains(d.Message, "model of") && !strings.Contains(d.Message, "limited by") {
+			if d := p.decide(at); !strings.Contains(d.Message, "model of") && !strings.Contains(d.Message, "capped at") {
 				b.Fatalf("decision %+v: want one from the model", d)
 			}
 			b.ReportAllocs()

@@ -201,7 +201,7 @@ func (p *Policy) decide(at time.Time) Decision {
 	if measured {
 		margin = gainErr(cur, here, up, next)
 	} else if haveLast && lastGain < g {
-		g, how = lastGain, "limited by the last nodes' measured gain"
+		g, how = lastGain, "expected (capped at the last nodes' measured gain)"
 	}
 	if g-margin >= c.MinGain {
 		return Decision{Action: Grow, From: cur, To: up, Reason: ReasonPredictedGain, Gain: g, At: at,
