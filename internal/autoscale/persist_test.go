@@ -70,3 +70,28 @@ func TestRestoreRejectsBadState(t *testing.T) {
 		t.Errorf("Restore of a fresh state: %v", err)
 	}
 }
+
+// TestHoldChangesNothing: a Hold leaves the state as it was, so the master
+// may call Decide on every tick and journal only on changes.
+func TestHoldChangesNothing(t *testing.T) {
+	s := newSim(t, Config{MinNodes: 1, MaxNodes: 4, StragglerFor: time.Minute}, 1, func(n int) float64 { return 100 * float64(min(n, 3)) }, 0.1, 9)
+	s.slow, s.slowdown, s.slowFrom = "node-0", 2, t0.Add(3*time.Hour)
+	holds := 0
+	for range 600 {
+		before, _ := s.p.MarshalState()
+		d := s.p.Decide(s.now)
+		after, _ := s.p.MarshalState()
+		if d.Action == Hold {
+			holds++
+			if !bytes.Equal(before, after) {
+				t.Fatalf("hold %+v changed the state:\n%s\n%s", d, before, after)
+			}
+		} else if bytes.Equal(before, after) {
+			t.Fatalf("change %+v left the state as it was", d)
+		}
+		s.run(1)
+	}
+	if holds < 100 || len(s.changes) < 3 {
+		t.Fatalf("%d holds and %d changes: the scenario must exercise both", holds, len(s.changes))
+	}
+}
