@@ -23,6 +23,7 @@ var layers = []struct {
 		"/internal/rendezvous", "/internal/shard", "/internal/liveness", "/internal/nodecheck",
 		"/internal/stall", "/internal/diagnosis", "/internal/platform", "/internal/nodemanager",
 		"/internal/deadline", "/internal/goodput", "/internal/jobconfig", "/internal/master/jobstate",
+		"/internal/autoscale",
 	}},
 	{"libraries and adapters: processes, checkpoints, stores, platforms, the client", []string{
 		"/internal/runconfig", "/internal/proc", "/internal/ckpt/...", "/internal/store/...", "/internal/shardbatch",
@@ -58,6 +59,7 @@ var pure = []string{
 	"/internal/rendezvous", "/internal/shard", "/internal/liveness", "/internal/nodecheck",
 	"/internal/stall", "/internal/diagnosis", "/internal/platform", "/internal/nodemanager",
 	"/internal/deadline", "/internal/goodput", "/internal/jobconfig", "/internal/master/jobstate",
+	"/internal/autoscale",
 }
 
 // impureImports are the packages a pure package must not import itself:
