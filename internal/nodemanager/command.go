@@ -67,4 +67,7 @@ type Action struct {
 	MemoryBytes int64  // RelaunchWithMoreMemory: the new memory, more than before
 	Host        string // MarkHostBad
 	Reason      string // the diagnosis, such as "OOMKilled twice" or "node check failed"
+	// Cause is the relaunch's cause for the metrics; unset: CauseOOM for
+	// RelaunchWithMoreMemory, CauseDiagnosis for RelaunchNode.
+	Cause RelaunchCause
 }
