@@ -173,7 +173,7 @@ func commandEvents(cmds []nodemanager.Command, now time.Time) []eventlog.Event {
 	for _, c := range cmds {
 		if c.Kind == nodemanager.CreateNode && c.Spec.Relaunch > 0 {
 			out = append(out, eventlog.Event{Time: now, Kind: eventlog.NodeRelaunched, Severity: eventlog.Warning, Node: c.NodeID,
-				Reason: c.Reason, Message: fmt.Sprintf("node %s (node rank %d) is relaunched: %s", c.NodeID, c.Spec.Rank, c.Reason)})
+				Cause: string(c.Cause), Reason: c.Reason, Message: fmt.Sprintf("node %s (node rank %d) is relaunched: %s", c.NodeID, c.Spec.Rank, c.Reason)})
 		}
 	}
 	return out

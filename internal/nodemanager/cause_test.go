@@ -34,7 +34,10 @@ func TestRelaunchCauses(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			m := mustNew(t, spec(workers(1, 1)))
-			run(t, m, []step{start(), running(node0, "h1"), c.in})
+			cmds := run(t, m, []step{start(), running(node0, "h1"), c.in})
+			if last := cmds[len(cmds)-1]; last.Kind != CreateNode || last.Cause != c.want || cmds[0].Cause != "" {
+				t.Errorf("commands %v: want the start's create without a cause, the relaunch's with %q", cmds, c.want)
+			}
 			st := m.Status()
 			if want := map[RelaunchCause]int{c.want: 1}; !cmp.Equal(st.RelaunchCauses, want) || st.Relaunches != 1 {
 				t.Fatalf("relaunches %d by cause %v, want 1 by %v", st.Relaunches, st.RelaunchCauses, want)

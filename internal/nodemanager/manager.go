@@ -310,7 +310,9 @@ func (m *Manager) replace(s *slot, rc RelaunchCause, cause string, now time.Time
 		m.causes[rc]++
 		reason := fmt.Sprintf("%s %s; relaunching it as %s (relaunch %d of %d)",
 			who, cause, nodeID(m.spec.Job, g.name(), s.rank, s.relaunch), s.relaunches(), budget)
-		return append(cmds, m.create(s, now, reason))
+		c := m.create(s, now, reason)
+		c.Cause = rc
+		return append(cmds, c)
 	}
 	s.state, s.since, s.timedOut = Failed, now, false
 	why := fmt.Sprintf("its relaunch budget of %d is used up", budget)
