@@ -240,6 +240,9 @@ func TestDriverEvents(t *testing.T) {
 	if diff := cmp.Diff([]eventRow{{0, eventlog.NodeRelaunched, eventlog.Warning, "w-1-1", 0, "deleted", ""}}, rows(got)); diff != "" {
 		t.Errorf("node manager events (-want +got):\n%s", diff)
 	}
+	if want := "node w-1-1 (node rank 1) is relaunched (cause deleted): relaunch rank 1: its pod was deleted"; len(got) != 1 || got[0].Message != want {
+		t.Errorf("node manager events %+v, want one saying %q", got, want)
+	}
 }
 
 // TestCheckpointCommitEvent: a step committed once its last rank is
