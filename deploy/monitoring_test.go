@@ -128,13 +128,34 @@ func TestGrafanaDashboard(t *testing.T) {
 		t.Fatalf("rover-dashboard.json: uid %q, title %q, %d panels", dash.UID, dash.Title, len(dash.Panels))
 	}
 	known := documentedMetrics(t)
+	labels := documentedLabels(t)
 	used := map[string]bool{}
 	metricRE := regexp.MustCompile(`\brover_[a-z_]+`)
+	byRE := regexp.MustCompile(`\bby \(([^)]*)\)`)
 	for _, p := range dash.Panels {
 		if p.Type != "row" && len(p.Targets) == 0 {
 			t.Errorf("panel %q has no query", p.Title)
 		}
 		for _, tg := range p.Targets {
+			has := map[string]bool{"le": true} // a histogram's buckets
+			for _, l := range scrapeLabels {
+				has[l] = true
+			}
+			for _, m := range metricRE.FindAllString(tg.Expr, -1) {
+				for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+					m, _ = strings.CutSuffix(m, suffix)
+				}
+				for _, l := range labels[m] {
+					has[l] = true
+				}
+			}
+			for _, by := range byRE.FindAllStringSubmatch(tg.Expr, -1) {
+				for l := range strings.SplitSeq(by[1], ",") {
+					if l = strings.TrimSpace(l); !has[l] {
+						t.Errorf("panel %q groups by %s, a label none of its metrics has (docs/metrics.md): %s", p.Title, l, tg.Expr)
+					}
+				}
+			}
 			for _, m := range metricRE.FindAllString(tg.Expr, -1) {
 				base := m
 				for _, suffix := range []string{"_bucket", "_sum", "_count"} {
@@ -202,6 +223,28 @@ func (p dashboardPanel) exprs() []string {
 }
 
 // documentedMetrics reads the metrics and their types from docs/metrics.md.
+// scrapeLabels are the labels Prometheus adds to every series it scrapes
+// of a Rover pod (podmonitor.yaml's relabelings and its own).
+var scrapeLabels = []string{"elasticjob", "replica_type", "rank", "instance", "job", "namespace", "pod"}
+
+// documentedLabels returns the labels of each metric of docs/metrics.md.
+func documentedLabels(t *testing.T) map[string][]string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(repoRoot(t), "docs", "metrics.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rowRE := regexp.MustCompile("(?m)^\\| `(rover_[a-z_]+)` \\| (?:counter|gauge|histogram) \\|([^|]*)\\|")
+	labelRE := regexp.MustCompile("`([a-z_]+)`")
+	out := map[string][]string{}
+	for _, m := range rowRE.FindAllStringSubmatch(string(b), -1) {
+		for _, l := range labelRE.FindAllStringSubmatch(m[2], -1) {
+			out[m[1]] = append(out[m[1]], l[1])
+		}
+	}
+	return out
+}
+
 func documentedMetrics(t *testing.T) map[string]string {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(repoRoot(t), "docs", "metrics.md"))

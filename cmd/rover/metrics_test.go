@@ -58,6 +58,9 @@ func TestAgentMetrics(t *testing.T) {
 	if ws := fams["rover_job_world_size"].GetMetric(); len(ws) != 1 || ws[0].GetGauge().GetValue() != 2 {
 		t.Errorf("the embedded master's world size is not served with the agent's metrics: %v", ws)
 	}
+	if rl := fams["rover_job_node_relaunches_total"].GetMetric(); len(rl) != 8 || labelOf(rl[0], "cause") == "" {
+		t.Errorf("relaunches %v, want a series for each of the 8 causes", rl)
+	}
 	if fams["process_cpu_seconds_total"] == nil {
 		t.Error("no process_* metrics")
 	}

@@ -24,7 +24,8 @@ const (
 	Restart Kind = "restart"
 	// NodeLost: a node's agent was lost (Reason).
 	NodeLost Kind = "node_lost"
-	// NodeRelaunched: the node manager replaced a node (Reason).
+	// NodeRelaunched: the node manager replaced a node (Reason, and Cause:
+	// one of nodemanager's relaunch causes, such as "oom").
 	NodeRelaunched Kind = "node_relaunched"
 	// CheckpointCommitted: every rank of a step is durable (Step).
 	CheckpointCommitted Kind = "checkpoint_committed"

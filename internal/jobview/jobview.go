@@ -9,6 +9,8 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -34,7 +36,7 @@ func Status(w io.Writer, j *roverv1.GetJobResponse) error {
 	fmt.Fprintf(&b, "\nround %d (%s), world size %d, restarts %d of %d", j.GetRound(), roundPhase, j.GetWorldSize(),
 		j.GetRestartCount(), j.GetMaxRestarts())
 	if j.GetPlatform() != "" {
-		fmt.Fprintf(&b, ", relaunches %d", j.GetRelaunches())
+		fmt.Fprintf(&b, ", relaunches %d%s", j.GetRelaunches(), relaunchCauses(j))
 	}
 	if j.GetCheckpointStep() >= 0 {
 		fmt.Fprintf(&b, ", checkpoint step %d", j.GetCheckpointStep())
@@ -106,8 +108,8 @@ func Summary(w io.Writer, j *roverv1.GetJobResponse, took time.Duration) error {
 	if j.GetCheckpointStep() >= 0 {
 		ckpt = fmt.Sprintf("step %d", j.GetCheckpointStep())
 	}
-	fmt.Fprintf(&b, "\nrounds %d, restarts %d of %d, node relaunches %d, last checkpoint %s%s\n",
-		j.GetRound(), j.GetRestartCount(), j.GetMaxRestarts(), j.GetRelaunches(), ckpt, progressNote(j.GetProgress()))
+	fmt.Fprintf(&b, "\nrounds %d, restarts %d of %d, node relaunches %d%s, last checkpoint %s%s\n",
+		j.GetRound(), j.GetRestartCount(), j.GetMaxRestarts(), j.GetRelaunches(), relaunchCauses(j), ckpt, progressNote(j.GetProgress()))
 	if r := j.GetProgress().GetStragglerReason(); r != "" {
 		fmt.Fprintf(&b, "straggler: %s\n", oneLine(r))
 	}
@@ -184,4 +186,18 @@ func flush(w io.Writer, b *bytes.Buffer, what string) error {
 		return fmt.Errorf("write job %s: %w", what, err)
 	}
 	return nil
+}
+
+// relaunchCauses is " (node_lost 1, oom 2)": the job's relaunches by
+// cause, by name; "" for none.
+func relaunchCauses(j *roverv1.GetJobResponse) string {
+	causes := j.GetRelaunchCauses()
+	if len(causes) == 0 {
+		return ""
+	}
+	parts := make([]string, 0, len(causes))
+	for _, c := range slices.Sorted(maps.Keys(causes)) {
+		parts = append(parts, fmt.Sprintf("%s %d", c, causes[c]))
+	}
+	return " (" + strings.Join(parts, ", ") + ")"
 }

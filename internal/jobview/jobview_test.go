@@ -37,6 +37,7 @@ func managedJob() *roverv1.GetJobResponse {
 	return &roverv1.GetJobResponse{
 		RunId: "train", JobState: failed, Reason: "node relaunch budget spent", Round: 3, WorldSize: 2,
 		RestartCount: 2, MaxRestarts: 3, Relaunches: 1, Platform: "local", CheckpointStep: 40,
+		RelaunchCauses: map[string]int32{"oom": 1},
 		Nodes: []*roverv1.NodeStatus{
 			{NodeId: "worker-0-0", NodeRank: 0, Addr: "127.0.0.1:1", GroupRank: 0, Host: "host-a"},
 			{NodeId: "worker-1-1", NodeRank: 1, Addr: "127.0.0.1:2", GroupRank: 1, RelaunchCount: 1, Host: "host-b"},
@@ -121,7 +122,7 @@ func TestStatus(t *testing.T) {
 		want: check{
 			has: []string{
 				"job train: failed (node relaunch budget spent)\n",
-				"round 3 (training), world size 2, restarts 2 of 3, relaunches 1, checkpoint step 40\n",
+				"round 3 (training), world size 2, restarts 2 of 3, relaunches 1 (oom 1), checkpoint step 40\n",
 				"\nnodes on local:\n",
 				"\nfailures:\n",
 			},
@@ -210,7 +211,7 @@ func TestSummary(t *testing.T) {
 		want: check{
 			has: []string{
 				"job train failed after 1m23s: node relaunch budget spent\n",
-				"rounds 3, restarts 2 of 3, node relaunches 1, last checkpoint step 40\n",
+				"rounds 3, restarts 2 of 3, node relaunches 1 (oom 1), last checkpoint step 40\n",
 				"\nnodes on local:\n",
 				"\nfailures:\n",
 				// The root failure is the last one with a traceback: round 2's.
@@ -232,7 +233,7 @@ func TestSummary(t *testing.T) {
 		job:  ok,
 		took: 1500 * time.Millisecond,
 		want: check{
-			has:   []string{"job train succeeded after 2s\n", "node relaunches 1, last checkpoint step 40\n"},
+			has:   []string{"job train succeeded after 2s\n", "node relaunches 1 (oom 1), last checkpoint step 40\n"},
 			rows:  []*regexp.Regexp{row("worker", "1", "worker-1-1", "Succeeded", "1/2", "host-b", "exit code 137 (out of memory)")},
 			lacks: []string{"failures:", "root failure", "Traceback"},
 		},

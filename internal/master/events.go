@@ -173,10 +173,19 @@ func commandEvents(cmds []nodemanager.Command, now time.Time) []eventlog.Event {
 	for _, c := range cmds {
 		if c.Kind == nodemanager.CreateNode && c.Spec.Relaunch > 0 {
 			out = append(out, eventlog.Event{Time: now, Kind: eventlog.NodeRelaunched, Severity: eventlog.Warning, Node: c.NodeID,
-				Reason: c.Reason, Message: fmt.Sprintf("node %s (node rank %d) is relaunched: %s", c.NodeID, c.Spec.Rank, c.Reason)})
+				Cause: string(c.Cause), Reason: c.Reason, Message: relaunchMessage(c)})
 		}
 	}
 	return out
+}
+
+// relaunchMessage is a node_relaunched event's sentence, with the
+// relaunch's cause where the node manager gave one.
+func relaunchMessage(c nodemanager.Command) string {
+	if c.Cause == "" {
+		return fmt.Sprintf("node %s (node rank %d) is relaunched: %s", c.NodeID, c.Spec.Rank, c.Reason)
+	}
+	return fmt.Sprintf("node %s (node rank %d) is relaunched (cause %s): %s", c.NodeID, c.Spec.Rank, c.Cause, c.Reason)
 }
 
 // newMemoryEvents is the event log of a master without a state dir.

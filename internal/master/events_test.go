@@ -234,11 +234,14 @@ func TestDriverEvents(t *testing.T) {
 	cmds := []nodemanager.Command{
 		{Kind: nodemanager.CreateNode, NodeID: "w-0-0", Spec: platform.NodeSpec{Rank: 0}, Reason: "start worker rank 0 of 2"},
 		{Kind: nodemanager.DeleteNode, NodeID: "w-1-0", Reason: "its pod was deleted"},
-		{Kind: nodemanager.CreateNode, NodeID: "w-1-1", Spec: platform.NodeSpec{Rank: 1, Relaunch: 1}, Reason: "relaunch rank 1: its pod was deleted"},
+		{Kind: nodemanager.CreateNode, NodeID: "w-1-1", Spec: platform.NodeSpec{Rank: 1, Relaunch: 1}, Cause: nodemanager.CauseDeleted, Reason: "relaunch rank 1: its pod was deleted"},
 	}
 	got = commandEvents(cmds, at)
-	if diff := cmp.Diff([]eventRow{{0, eventlog.NodeRelaunched, eventlog.Warning, "w-1-1", 0, "", ""}}, rows(got)); diff != "" {
+	if diff := cmp.Diff([]eventRow{{0, eventlog.NodeRelaunched, eventlog.Warning, "w-1-1", 0, "deleted", ""}}, rows(got)); diff != "" {
 		t.Errorf("node manager events (-want +got):\n%s", diff)
+	}
+	if want := "node w-1-1 (node rank 1) is relaunched (cause deleted): relaunch rank 1: its pod was deleted"; len(got) != 1 || got[0].Message != want {
+		t.Errorf("node manager events %+v, want one saying %q", got, want)
 	}
 }
 

@@ -3,6 +3,7 @@ package master
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -283,6 +284,7 @@ func TestFleetRelaunchesFailedNode(t *testing.T) {
 	if r.GetRelaunches() != 1 || r.GetRound() != 2 || r.GetJobState() != roverv1.JobState_JOB_STATE_RUNNING {
 		t.Errorf("relaunches %d, round %d, %v; want 1 relaunch and round 2 of a running job", r.GetRelaunches(), r.GetRound(), r.GetJobState())
 	}
+	wantCauses(t, r, map[string]int32{"oom": 1})
 	if fs := r.GetFailures(); len(fs) != 1 || fs[0].GetNodeId() != "train-worker-0-0" || fs[0].GetAction() != "relaunch-node" ||
 		!strings.Contains(fs[0].GetMessage(), "exited with code 137 (signal 9, OOMKilled) on host-a") {
 		t.Errorf("failures %v, want the killed node lost, saying how it exited", fs)
@@ -419,6 +421,7 @@ func TestFleetRelaunchesLostAgent(t *testing.T) {
 	if r.GetRelaunches() != 1 || r.GetRound() != 2 {
 		t.Errorf("%d relaunches in round %d, want 1 in round 2", r.GetRelaunches(), r.GetRound())
 	}
+	wantCauses(t, r, map[string]int32{"node_lost": 1})
 }
 
 // TestFleetRelaunchesOnDiagnosis: a worker failure whose diagnosis is a
@@ -458,6 +461,7 @@ func TestFleetRelaunchesOnDiagnosis(t *testing.T) {
 			if n := managed(t, r, 1); n.GetRelaunches() != 1 || !strings.Contains(n.GetLastExit(), "diagnosis") {
 				t.Errorf("managed rank 1: %v, want relaunched once by the diagnosis", n)
 			}
+			wantCauses(t, r, map[string]int32{"diagnosis": 1})
 			if n := managed(t, r, 0); n.GetRelaunches() != 0 {
 				t.Errorf("managed rank 0: %v, want untouched", n)
 			}
@@ -510,14 +514,25 @@ func TestFleetRestoresFromJournal(t *testing.T) {
 	if r.GetRelaunches() != 1 || managed(t, r, 0).GetNodeId() != "train-worker-0-1" || managed(t, r, 0).GetRelaunches() != 1 {
 		t.Errorf("restored: %d relaunches, managed nodes %v; want 1, rank 0 on train-worker-0-1", r.GetRelaunches(), r.GetManagedNodes())
 	}
+	wantCauses(t, r, map[string]int32{"exited": 1})
 	// The next failure is answered by the restored manager, after the
 	// platform's replay: had the restart created nodes, they would come first.
 	if err := fake.Exit("train-worker-1-0", 1, 0, ""); err != nil {
 		t.Fatal(err)
 	}
 	waitCreated(t, fake, "train-worker-0-0", "train-worker-1-0", "train-worker-0-1", "train-worker-1-1")
-	if r := fm.job(t); r.GetRelaunches() != 2 {
+	r = fm.job(t)
+	if r.GetRelaunches() != 2 {
 		t.Errorf("%d relaunches after the restart's first, want 2", r.GetRelaunches())
+	}
+	wantCauses(t, r, map[string]int32{"exited": 2})
+}
+
+// wantCauses checks GetJob's relaunches by cause.
+func wantCauses(t *testing.T, r *roverv1.GetJobResponse, want map[string]int32) {
+	t.Helper()
+	if got := r.GetRelaunchCauses(); !maps.Equal(got, want) {
+		t.Errorf("relaunches by cause %v, want %v", got, want)
 	}
 }
 

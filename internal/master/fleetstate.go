@@ -43,8 +43,8 @@ func (c *core) setFleetView(st nodemanager.Status, platform string) {
 	c.st.Hosts = hosts
 }
 
-// fleetProtoLocked fills r's managed nodes and each node row's relaunch
-// count and host.
+// fleetProtoLocked fills r's managed nodes, its relaunches by cause and
+// each node row's relaunch count and host.
 func (c *core) fleetProtoLocked(r *roverv1.GetJobResponse) {
 	st := c.fleetView
 	if st == nil {
@@ -52,6 +52,12 @@ func (c *core) fleetProtoLocked(r *roverv1.GetJobResponse) {
 	}
 	r.Platform = c.platform
 	r.Relaunches = int32(st.Relaunches)
+	for cause, n := range st.RelaunchCauses {
+		if r.RelaunchCauses == nil {
+			r.RelaunchCauses = make(map[string]int32, len(st.RelaunchCauses))
+		}
+		r.RelaunchCauses[string(cause)] = int32(n)
+	}
 	byID := map[string]nodemanager.NodeStatus{}
 	for _, n := range st.Nodes {
 		byID[n.NodeID] = n

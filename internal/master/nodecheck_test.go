@@ -127,6 +127,9 @@ func TestNodeCheckExcludesTheFaultyNodeAndReplays(t *testing.T) {
 		if n.Node == "c" {
 			kinds = append(kinds, n.Action.Kind)
 		}
+		if n.Action.Kind == nodemanager.RelaunchNode && n.Action.Cause != nodemanager.CauseNodeCheck {
+			t.Errorf("relaunch of %s has cause %q, want %q", n.Node, n.Action.Cause, nodemanager.CauseNodeCheck)
+		}
 	}
 	if !slices.Equal(kinds, []nodemanager.ActionKind{nodemanager.MarkHostBad, nodemanager.RelaunchNode}) {
 		t.Errorf("fleet notices for c: %v, want its host marked bad, then its relaunch", kinds)

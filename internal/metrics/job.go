@@ -5,6 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	roverv1 "github.com/roverml/rover/api/rover/v1"
+	"github.com/roverml/rover/internal/nodemanager"
 )
 
 // JobSnapshot is what the master knows of its job at one instant: its
@@ -58,7 +59,7 @@ var (
 	managedNodesDesc  = desc("rover_job_managed_nodes", "Nodes the master's platform runs, by node group and state (pending, running, ...).", "group", "state")
 	restartsDesc      = desc("rover_job_restarts_total", "Failure restarts of the job's workers (TORCHELASTIC_RESTART_COUNT).")
 	maxRestartsDesc   = desc("rover_job_max_restarts", "Failure restarts the job allows.")
-	relaunchesDesc    = desc("rover_job_node_relaunches_total", "Nodes the master relaunched on its platform.")
+	relaunchesDesc    = desc("rover_job_node_relaunches_total", "Nodes the master relaunched on its platform, by cause (oom, evicted, deleted, exited, node_lost, node_check, diagnosis, other).", "cause")
 	failuresDesc      = desc("rover_job_worker_failures_total", "Worker failures that began a restart, by diagnosed cause (out-of-memory, killed, user-error, ...).", "cause")
 	goodputRatioDesc  = desc("rover_job_goodput_ratio", "Useful training time over wall time, from 0 to 1.")
 	wallDesc          = desc("rover_job_wall_seconds_total", "Wall time since the job launched.")
@@ -118,7 +119,7 @@ func (c JobCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(worldSizeDesc, float64(j.GetWorldSize()))
 	counter(restartsDesc, float64(j.GetRestartCount()))
 	gauge(maxRestartsDesc, float64(j.GetMaxRestarts()))
-	counter(relaunchesDesc, float64(j.GetRelaunches()))
+	collectRelaunches(j, counter)
 	gauge(committedDesc, float64(j.GetCheckpointStep()))
 	collectNodes(s.Nodes, j, gauge)
 	collectGoodput(j.GetGoodput(), gauge, counter)
@@ -138,6 +139,29 @@ func (c JobCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 type sendFunc func(d *prometheus.Desc, v float64, labels ...string)
+
+// collectRelaunches sends the relaunches by cause: every cause of the
+// node manager's fixed set, 0 for those not seen, so that the label's
+// values are bounded and rate() starts from 0. A cause the set does not
+// know, or relaunches no cause accounts for, count as other.
+func collectRelaunches(j *roverv1.GetJobResponse, counter sendFunc) {
+	byCause := make(map[nodemanager.RelaunchCause]int64)
+	var sum int64
+	for cause, n := range j.GetRelaunchCauses() {
+		c := nodemanager.RelaunchCause(cause)
+		if !c.Known() {
+			c = nodemanager.CauseOther
+		}
+		byCause[c] += int64(n)
+		sum += int64(n)
+	}
+	if rest := int64(j.GetRelaunches()) - sum; rest > 0 {
+		byCause[nodemanager.CauseOther] += rest
+	}
+	for _, c := range nodemanager.RelaunchCauses() {
+		counter(relaunchesDesc, float64(byCause[c]), string(c))
+	}
+}
 
 // collectNodes counts the nodes by state: aggregates, not a series per
 // node, so that a job of 10,000 nodes costs Prometheus a few series.

@@ -13,7 +13,8 @@ import (
 func scriptedJob() JobSnapshot {
 	return JobSnapshot{
 		Job: &roverv1.GetJobResponse{
-			JobState: roverv1.JobState_JOB_STATE_RUNNING, Round: 3, WorldSize: 8, RestartCount: 2, MaxRestarts: 5, Relaunches: 1,
+			JobState: roverv1.JobState_JOB_STATE_RUNNING, Round: 3, WorldSize: 8, RestartCount: 2, MaxRestarts: 5, Relaunches: 4,
+			RelaunchCauses: map[string]int32{"oom": 2, "node_lost": 1, "a cause of a newer master": 1},
 			CheckpointStep: 40,
 			ManagedNodes:   []*roverv1.ManagedNode{{Group: "worker", State: "running"}, {Group: "worker", State: "running"}, {Group: "worker", State: "pending"}},
 			Goodput: &roverv1.JobGoodput{Ratio: 0.75, WallSeconds: 100, GoodputSeconds: 75, Phase: "training", Step: 42, LostSteps: 3, Saves: 4,
@@ -53,6 +54,16 @@ rover_job_phase{phase="training"} 1
 # HELP rover_job_restarts_total Failure restarts of the job's workers (TORCHELASTIC_RESTART_COUNT).
 # TYPE rover_job_restarts_total counter
 rover_job_restarts_total 2
+# HELP rover_job_node_relaunches_total Nodes the master relaunched on its platform, by cause (oom, evicted, deleted, exited, node_lost, node_check, diagnosis, other).
+# TYPE rover_job_node_relaunches_total counter
+rover_job_node_relaunches_total{cause="deleted"} 0
+rover_job_node_relaunches_total{cause="diagnosis"} 0
+rover_job_node_relaunches_total{cause="evicted"} 0
+rover_job_node_relaunches_total{cause="exited"} 0
+rover_job_node_relaunches_total{cause="node_check"} 0
+rover_job_node_relaunches_total{cause="node_lost"} 1
+rover_job_node_relaunches_total{cause="oom"} 2
+rover_job_node_relaunches_total{cause="other"} 1
 # HELP rover_job_worker_failures_total Worker failures that began a restart, by diagnosed cause (out-of-memory, killed, user-error, ...).
 # TYPE rover_job_worker_failures_total counter
 rover_job_worker_failures_total{cause="killed"} 1
@@ -85,7 +96,7 @@ rover_dataset_shards{dataset="train",state="dropped"} 1
 rover_dataset_shards{dataset="train",state="todo"} 10
 `
 	names := []string{"rover_job_nodes", "rover_job_managed_nodes", "rover_job_state", "rover_job_phase", "rover_job_restarts_total",
-		"rover_job_worker_failures_total", "rover_job_badput_seconds_total", "rover_job_goodput_ratio", "rover_job_step_time_seconds",
+		"rover_job_node_relaunches_total", "rover_job_worker_failures_total", "rover_job_badput_seconds_total", "rover_job_goodput_ratio", "rover_job_step_time_seconds",
 		"rover_job_stragglers", "rover_nodecheck_verdicts", "rover_checkpoint_committed_step", "rover_dataset_shards"}
 	if err := testutil.CollectAndCompare(c, strings.NewReader(want), names...); err != nil {
 		t.Error(err)
@@ -108,6 +119,29 @@ rover_checkpoint_committed_step -1
 rover_job_round 0
 `
 	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "rover_checkpoint_committed_step", "rover_job_round", "rover_job_phase"); err != nil {
+		t.Error(err)
+	}
+}
+
+// TestJobCollectorRelaunchesWithoutCauses: relaunches that no cause
+// accounts for (GetJob of an older master) count as other.
+func TestJobCollectorRelaunchesWithoutCauses(t *testing.T) {
+	c := JobCollector{Snapshot: func() JobSnapshot {
+		return JobSnapshot{Job: &roverv1.GetJobResponse{Relaunches: 3, RelaunchCauses: map[string]int32{"evicted": 1}}}
+	}}
+	want := `
+# HELP rover_job_node_relaunches_total Nodes the master relaunched on its platform, by cause (oom, evicted, deleted, exited, node_lost, node_check, diagnosis, other).
+# TYPE rover_job_node_relaunches_total counter
+rover_job_node_relaunches_total{cause="deleted"} 0
+rover_job_node_relaunches_total{cause="diagnosis"} 0
+rover_job_node_relaunches_total{cause="evicted"} 1
+rover_job_node_relaunches_total{cause="exited"} 0
+rover_job_node_relaunches_total{cause="node_check"} 0
+rover_job_node_relaunches_total{cause="node_lost"} 0
+rover_job_node_relaunches_total{cause="oom"} 0
+rover_job_node_relaunches_total{cause="other"} 2
+`
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "rover_job_node_relaunches_total"); err != nil {
 		t.Error(err)
 	}
 }

@@ -37,7 +37,10 @@ type Command struct {
 	// Removed marks a DeleteNode of a node scaled away: a planned
 	// departure, not a failure to blame.
 	Removed bool
-	Reason  string
+	// Cause is why a CreateNode relaunches its rank; "" for the other
+	// commands, and for the creates of a start or a scale up.
+	Cause  RelaunchCause
+	Reason string
 }
 
 func (c Command) String() string {
@@ -67,4 +70,7 @@ type Action struct {
 	MemoryBytes int64  // RelaunchWithMoreMemory: the new memory, more than before
 	Host        string // MarkHostBad
 	Reason      string // the diagnosis, such as "OOMKilled twice" or "node check failed"
+	// Cause is the relaunch's cause for the metrics; unset: CauseOOM for
+	// RelaunchWithMoreMemory, CauseDiagnosis for RelaunchNode.
+	Cause RelaunchCause
 }

@@ -28,6 +28,9 @@
 //     nodes than MinNodes.
 //   - A node pending past PendingTimeout (default 15 min) fails the job per
 //     PendingStrategy (default PendingNecessary).
+//   - Every relaunch is counted by its [RelaunchCause], one of a fixed set
+//     (oom, evicted, deleted, exited, node_lost, node_check, diagnosis,
+//     other) for the metrics ([Status].RelaunchCauses).
 //   - Events of replaced or unknown node ids are ignored, so repeated and
 //     late events are harmless.
 //

@@ -67,12 +67,13 @@ const startWindow = 64
 type Manager struct {
 	spec       Spec
 	started    bool
-	slots      [][]*slot        // by group index, then rank; ranks ever created
-	desired    []int            // by group index: the nodes wanted (Scale), MaxNodes at most
-	byID       map[string]*slot // current node ids only
-	retired    map[string]bool  // replaced node ids; their events are ignored
-	badHosts   []string         // sorted
-	relaunches int              // over the whole job
+	slots      [][]*slot             // by group index, then rank; ranks ever created
+	desired    []int                 // by group index: the nodes wanted (Scale), MaxNodes at most
+	byID       map[string]*slot      // current node ids only
+	retired    map[string]bool       // replaced node ids; their events are ignored
+	badHosts   []string              // sorted
+	relaunches int                   // over the whole job
+	causes     map[RelaunchCause]int // relaunches by cause; they sum to relaunches
 	fail       *failure
 	ended      bool // the job is over: nodes are no longer replaced
 }
@@ -83,7 +84,7 @@ func New(spec Spec) (*Manager, error) {
 	if err := spec.Validate(); err != nil {
 		return nil, err
 	}
-	m := &Manager{spec: spec, byID: make(map[string]*slot), retired: make(map[string]bool)}
+	m := &Manager{spec: spec, byID: make(map[string]*slot), retired: make(map[string]bool), causes: make(map[RelaunchCause]int)}
 	for _, g := range spec.Groups {
 		m.desired = append(m.desired, g.nodes())
 	}
@@ -219,10 +220,10 @@ func (m *Manager) observe(ev platform.Event, now time.Time) []Command {
 				cause = fmt.Sprintf("%s; memory raised to %d bytes", cause, next)
 			}
 		}
-		return append(cmds, m.replace(s, cause, now)...)
+		return append(cmds, m.replace(s, eventCause(ev), cause, now)...)
 	case platform.Deleted:
 		s.held = false
-		return append(cmds, m.replace(s, ev.Describe(), now)...)
+		return append(cmds, m.replace(s, eventCause(ev), ev.Describe(), now)...)
 	}
 	return cmds
 }
@@ -233,7 +234,7 @@ func (m *Manager) observe(ev platform.Event, now time.Time) []Command {
 func (m *Manager) Lost(nodeID, cause string, now time.Time) []Command {
 	cmds := m.expire(now)
 	if s := m.current(nodeID); s != nil {
-		cmds = append(cmds, m.replace(s, "was lost: "+cause, now)...)
+		cmds = append(cmds, m.replace(s, CauseNodeLost, "was lost: "+cause, now)...)
 	}
 	return cmds
 }
@@ -263,7 +264,7 @@ func (m *Manager) Act(a Action, now time.Time) []Command {
 	} else if a.Kind != RelaunchNode {
 		return cmds
 	}
-	return append(cmds, m.replace(s, cause, now)...)
+	return append(cmds, m.replace(s, actionCause(a), cause, now)...)
 }
 
 func (m *Manager) memory(s *slot) int64 {
@@ -280,8 +281,8 @@ func (m *Manager) End() { m.ended = true }
 
 // replace handles a live node that ended without success: relaunch it while
 // its budget and the job's last, else mark the rank Failed and fail the job
-// if it cannot go on.
-func (m *Manager) replace(s *slot, cause string, now time.Time) []Command {
+// if it cannot go on. rc is the relaunch's cause, cause the same in words.
+func (m *Manager) replace(s *slot, rc RelaunchCause, cause string, now time.Time) []Command {
 	g := m.spec.Groups[s.group]
 	var cmds []Command
 	old := s.id
@@ -306,9 +307,12 @@ func (m *Manager) replace(s *slot, cause string, now time.Time) []Command {
 	if s.relaunches() < budget && jobLeft {
 		s.relaunch++
 		m.relaunches++
+		m.causes[rc]++
 		reason := fmt.Sprintf("%s %s; relaunching it as %s (relaunch %d of %d)",
 			who, cause, nodeID(m.spec.Job, g.name(), s.rank, s.relaunch), s.relaunches(), budget)
-		return append(cmds, m.create(s, now, reason))
+		c := m.create(s, now, reason)
+		c.Cause = rc
+		return append(cmds, c)
 	}
 	s.state, s.since, s.timedOut = Failed, now, false
 	why := fmt.Sprintf("its relaunch budget of %d is used up", budget)

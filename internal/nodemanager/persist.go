@@ -12,6 +12,8 @@ import (
 // SchemaVersion is the "schema" of the JSON written by [Manager.MarshalState].
 // Schema 2 adds scaling (desired counts, Removed ranks, rescaled nodes);
 // [Restore] reads schema 1 as well, whose groups have all MaxNodes ranks.
+// Relaunch causes were added to schema 2 later: a state without them
+// counts its relaunches as [CauseOther].
 const SchemaVersion = 2
 
 type stateJSON struct {
@@ -26,6 +28,9 @@ type stateJSON struct {
 	FailureKind string     `json:"failure_kind,omitempty"`
 	Reason      string     `json:"reason,omitempty"`
 	Nodes       []slotJSON `json:"nodes,omitempty"`
+
+	// RelaunchCauses counts Relaunches by cause (causes seen only).
+	RelaunchCauses map[RelaunchCause]int `json:"relaunch_causes,omitempty"`
 }
 
 type slotJSON struct {
@@ -46,7 +51,7 @@ type slotJSON struct {
 // MarshalState encodes the manager's whole state as JSON for the master's
 // journal. The encoding is deterministic; [Restore] reads it back.
 func (m *Manager) MarshalState() ([]byte, error) {
-	s := stateJSON{Schema: SchemaVersion, Spec: m.spec, Started: m.started, Desired: m.desired, Ended: m.ended, Relaunches: m.relaunches, BadHosts: m.badHosts}
+	s := stateJSON{Schema: SchemaVersion, Spec: m.spec, Started: m.started, Desired: m.desired, Ended: m.ended, Relaunches: m.relaunches, BadHosts: m.badHosts, RelaunchCauses: m.causeCounts()}
 	for id := range m.retired {
 		s.Retired = append(s.Retired, id)
 	}
@@ -107,6 +112,9 @@ func Restore(data []byte) (*Manager, error) {
 		m.desired = s.Desired
 	}
 	m.started, m.ended, m.relaunches, m.badHosts = s.Started, s.Ended, s.Relaunches, s.BadHosts
+	if err := m.restoreCauses(s); err != nil {
+		return nil, err
+	}
 	if !slices.IsSorted(m.badHosts) || len(slices.Compact(slices.Clone(m.badHosts))) != len(m.badHosts) {
 		return nil, bad("bad hosts %q are not sorted and distinct", m.badHosts)
 	}
@@ -173,6 +181,30 @@ func (m *Manager) restoreSlots(s stateJSON) error {
 	}
 	if sum != m.relaunches || (m.spec.MaxRelaunches > 0 && sum > m.spec.MaxRelaunches) {
 		return bad("relaunches %d, but nodes sum to %d (job budget %d)", m.relaunches, sum, m.spec.MaxRelaunches)
+	}
+	return nil
+}
+
+// restoreCauses reads the relaunches by cause: known causes, each seen at
+// least once, that sum to the relaunches. A state saved before causes
+// were kept has none: its relaunches count as CauseOther.
+func (m *Manager) restoreCauses(s stateJSON) error {
+	if s.RelaunchCauses == nil {
+		if s.Relaunches > 0 {
+			m.causes[CauseOther] = s.Relaunches
+		}
+		return nil
+	}
+	sum := 0
+	for c, n := range s.RelaunchCauses {
+		if !c.Known() || n < 1 {
+			return bad("relaunch cause %q counted %d times; causes are %v, each counted once or more", c, n, RelaunchCauses())
+		}
+		m.causes[c] = n
+		sum += n
+	}
+	if sum != s.Relaunches {
+		return bad("relaunches %d, but their causes sum to %d", s.Relaunches, sum)
 	}
 	return nil
 }

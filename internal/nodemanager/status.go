@@ -11,8 +11,11 @@ type Status struct {
 	Failed     bool
 	Reason     string // why the job failed; empty while it has not
 	Relaunches int    // over the whole job
-	BadHosts   []string
-	Nodes      []NodeStatus // by group (spec order), then rank
+	// RelaunchCauses counts Relaunches by cause (only causes seen; nil
+	// for none).
+	RelaunchCauses map[RelaunchCause]int
+	BadHosts       []string
+	Nodes          []NodeStatus // by group (spec order), then rank
 }
 
 // NodeStatus is one rank of one group.
@@ -33,6 +36,7 @@ type NodeStatus struct {
 // Status returns a snapshot; it shares nothing with the manager.
 func (m *Manager) Status() Status {
 	st := Status{Job: m.spec.Job, Relaunches: m.relaunches, BadHosts: slices.Clone(m.badHosts)}
+	st.RelaunchCauses = m.causeCounts()
 	if m.fail != nil {
 		st.Failed, st.Reason = true, m.fail.reason
 	}
@@ -47,4 +51,19 @@ func (m *Manager) Status() Status {
 		}
 	}
 	return st
+}
+
+// causeCounts copies the relaunches by cause, the causes seen only; nil
+// for none.
+func (m *Manager) causeCounts() map[RelaunchCause]int {
+	var out map[RelaunchCause]int
+	for c, n := range m.causes {
+		if n > 0 {
+			if out == nil {
+				out = make(map[RelaunchCause]int)
+			}
+			out[c] = n
+		}
+	}
+	return out
 }

@@ -96,6 +96,14 @@ func kubernetesEvents(t *testing.T, k *kube) {
 			t.Errorf("no %s Event on the ElasticJob; its Events: %v", want, onJob)
 		}
 	}
+	// The deleted pod's relaunch gives its cause, as the metrics count it.
+	relaunched := false
+	for _, e := range k.masterEvents(t, elasticv1.ElasticJobKind, job) {
+		relaunched = relaunched || e.Reason == "NodeRelaunched" && strings.Contains(e.Note, "(cause deleted)")
+	}
+	if !relaunched {
+		t.Errorf("no NodeRelaunched Event on the ElasticJob gives the cause deleted")
+	}
 	if len(onJob) > 60 {
 		t.Errorf("%d Events on the job for one disruption: the budget should bound them", len(onJob))
 	}

@@ -181,6 +181,9 @@ func TestSubmitNodeCheckRelaunchesFaultyNode(t *testing.T) {
 	if !strings.Contains(errOut, "the node check found it faulty") {
 		t.Errorf("stderr does not give the node check as the relaunch's reason")
 	}
+	if want := "node relaunches 1 (node_check 1)"; !strings.Contains(errOut, want) {
+		t.Errorf("the summary does not say %q", want)
+	}
 	if !strings.Contains(errOut, "node check of round") {
 		t.Errorf("the job summary lacks the node check")
 	}

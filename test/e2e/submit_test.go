@@ -107,6 +107,10 @@ func TestSubmitRelaunchesKilledNode(t *testing.T) {
 	if want := "relaunching it as " + s.node(1, 1) + " (relaunch 1 of 3)"; !strings.Contains(errOut, want) {
 		t.Errorf("stderr does not say %q", want)
 	}
+	// The platform saw the killed agent exit: the relaunch's cause.
+	if want := "node relaunches 1 (exited 1)"; !strings.Contains(errOut, want) {
+		t.Errorf("the summary does not say %q", want)
+	}
 	res := readResult(t, filepath.Join(dir, "out.json"))
 	if res.Step != 60 || res.WorldSize != 4 {
 		t.Fatalf("result: step %d world %d; want 60, 4", res.Step, res.WorldSize)

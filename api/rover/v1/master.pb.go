@@ -2198,9 +2198,13 @@ type GetJobResponse struct {
 	// progress is the job's step times, stragglers and hangs.
 	Progress *JobProgress `protobuf:"bytes,17,opt,name=progress,proto3" json:"progress,omitempty"`
 	// goodput is the job's goodput and badput by cause (goodput.proto).
-	Goodput       *JobGoodput `protobuf:"bytes,18,opt,name=goodput,proto3" json:"goodput,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Goodput *JobGoodput `protobuf:"bytes,18,opt,name=goodput,proto3" json:"goodput,omitempty"`
+	// relaunch_causes counts relaunches by cause, the causes seen only; they
+	// sum to relaunches. A cause is one of a fixed set: oom, evicted,
+	// deleted, exited, node_lost, node_check, diagnosis, other.
+	RelaunchCauses map[string]int32 `protobuf:"bytes,19,rep,name=relaunch_causes,json=relaunchCauses,proto3" json:"relaunch_causes,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *GetJobResponse) Reset() {
@@ -2355,6 +2359,13 @@ func (x *GetJobResponse) GetProgress() *JobProgress {
 func (x *GetJobResponse) GetGoodput() *JobGoodput {
 	if x != nil {
 		return x.Goodput
+	}
+	return nil
+}
+
+func (x *GetJobResponse) GetRelaunchCauses() map[string]int32 {
+	if x != nil {
+		return x.RelaunchCauses
 	}
 	return nil
 }
@@ -2550,7 +2561,7 @@ const file_api_rover_v1_master_proto_rawDesc = "" +
 	"\tlast_exit\x18\t \x01(\tR\blastExit\x12\x16\n" +
 	"\x06reason\x18\n" +
 	" \x01(\tR\x06reason\x12(\n" +
-	"\x10since_unix_nanos\x18\v \x01(\x03R\x0esinceUnixNanos\"\xe7\x05\n" +
+	"\x10since_unix_nanos\x18\v \x01(\x03R\x0esinceUnixNanos\"\x81\a\n" +
 	"\x0eGetJobResponse\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12/\n" +
 	"\tjob_state\x18\x02 \x01(\x0e2\x12.rover.v1.JobStateR\bjobState\x12\x16\n" +
@@ -2577,7 +2588,11 @@ const file_api_rover_v1_master_proto_rawDesc = "" +
 	"\n" +
 	"node_check\x18\x10 \x01(\v2\x19.rover.v1.NodeCheckStatusR\tnodeCheck\x121\n" +
 	"\bprogress\x18\x11 \x01(\v2\x15.rover.v1.JobProgressR\bprogress\x12.\n" +
-	"\agoodput\x18\x12 \x01(\v2\x14.rover.v1.JobGoodputR\agoodput*k\n" +
+	"\agoodput\x18\x12 \x01(\v2\x14.rover.v1.JobGoodputR\agoodput\x12U\n" +
+	"\x0frelaunch_causes\x18\x13 \x03(\v2,.rover.v1.GetJobResponse.RelaunchCausesEntryR\x0erelaunchCauses\x1aA\n" +
+	"\x13RelaunchCausesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01*k\n" +
 	"\bJobState\x12\x19\n" +
 	"\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11JOB_STATE_RUNNING\x10\x01\x12\x17\n" +
@@ -2621,7 +2636,7 @@ func file_api_rover_v1_master_proto_rawDescGZIP() []byte {
 }
 
 var file_api_rover_v1_master_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_api_rover_v1_master_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_api_rover_v1_master_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_api_rover_v1_master_proto_goTypes = []any{
 	(JobState)(0),                     // 0: rover.v1.JobState
 	(*CheckpointDurableRequest)(nil),  // 1: rover.v1.CheckpointDurableRequest
@@ -2653,115 +2668,117 @@ var file_api_rover_v1_master_proto_goTypes = []any{
 	(*NodeStatus)(nil),                // 27: rover.v1.NodeStatus
 	(*ManagedNode)(nil),               // 28: rover.v1.ManagedNode
 	(*GetJobResponse)(nil),            // 29: rover.v1.GetJobResponse
-	(*NodeCheckConfig)(nil),           // 30: rover.v1.NodeCheckConfig
-	(*NodeProgress)(nil),              // 31: rover.v1.NodeProgress
-	(*NodeEvent)(nil),                 // 32: rover.v1.NodeEvent
-	(*NodeCheckView)(nil),             // 33: rover.v1.NodeCheckView
-	(*HangNotice)(nil),                // 34: rover.v1.HangNotice
-	(*NodeCheckStatus)(nil),           // 35: rover.v1.NodeCheckStatus
-	(*JobProgress)(nil),               // 36: rover.v1.JobProgress
-	(*JobGoodput)(nil),                // 37: rover.v1.JobGoodput
-	(*RegisterDatasetRequest)(nil),    // 38: rover.v1.RegisterDatasetRequest
-	(*LeaseShardsRequest)(nil),        // 39: rover.v1.LeaseShardsRequest
-	(*CompleteShardsRequest)(nil),     // 40: rover.v1.CompleteShardsRequest
-	(*GetPositionRequest)(nil),        // 41: rover.v1.GetPositionRequest
-	(*AdvancePositionRequest)(nil),    // 42: rover.v1.AdvancePositionRequest
-	(*AppendStreamRequest)(nil),       // 43: rover.v1.AppendStreamRequest
-	(*DatasetStateRequest)(nil),       // 44: rover.v1.DatasetStateRequest
-	(*RestoreDatasetRequest)(nil),     // 45: rover.v1.RestoreDatasetRequest
-	(*BatchShardsRequest)(nil),        // 46: rover.v1.BatchShardsRequest
-	(*ReportNodeCheckRequest)(nil),    // 47: rover.v1.ReportNodeCheckRequest
-	(*ListEventsRequest)(nil),         // 48: rover.v1.ListEventsRequest
-	(*WatchEventsRequest)(nil),        // 49: rover.v1.WatchEventsRequest
-	(*RegisterDatasetResponse)(nil),   // 50: rover.v1.RegisterDatasetResponse
-	(*LeaseShardsResponse)(nil),       // 51: rover.v1.LeaseShardsResponse
-	(*CompleteShardsResponse)(nil),    // 52: rover.v1.CompleteShardsResponse
-	(*GetPositionResponse)(nil),       // 53: rover.v1.GetPositionResponse
-	(*AdvancePositionResponse)(nil),   // 54: rover.v1.AdvancePositionResponse
-	(*AppendStreamResponse)(nil),      // 55: rover.v1.AppendStreamResponse
-	(*DatasetStateResponse)(nil),      // 56: rover.v1.DatasetStateResponse
-	(*RestoreDatasetResponse)(nil),    // 57: rover.v1.RestoreDatasetResponse
-	(*BatchShardsResponse)(nil),       // 58: rover.v1.BatchShardsResponse
-	(*ReportNodeCheckResponse)(nil),   // 59: rover.v1.ReportNodeCheckResponse
-	(*ListEventsResponse)(nil),        // 60: rover.v1.ListEventsResponse
-	(*WatchEventsResponse)(nil),       // 61: rover.v1.WatchEventsResponse
+	nil,                               // 30: rover.v1.GetJobResponse.RelaunchCausesEntry
+	(*NodeCheckConfig)(nil),           // 31: rover.v1.NodeCheckConfig
+	(*NodeProgress)(nil),              // 32: rover.v1.NodeProgress
+	(*NodeEvent)(nil),                 // 33: rover.v1.NodeEvent
+	(*NodeCheckView)(nil),             // 34: rover.v1.NodeCheckView
+	(*HangNotice)(nil),                // 35: rover.v1.HangNotice
+	(*NodeCheckStatus)(nil),           // 36: rover.v1.NodeCheckStatus
+	(*JobProgress)(nil),               // 37: rover.v1.JobProgress
+	(*JobGoodput)(nil),                // 38: rover.v1.JobGoodput
+	(*RegisterDatasetRequest)(nil),    // 39: rover.v1.RegisterDatasetRequest
+	(*LeaseShardsRequest)(nil),        // 40: rover.v1.LeaseShardsRequest
+	(*CompleteShardsRequest)(nil),     // 41: rover.v1.CompleteShardsRequest
+	(*GetPositionRequest)(nil),        // 42: rover.v1.GetPositionRequest
+	(*AdvancePositionRequest)(nil),    // 43: rover.v1.AdvancePositionRequest
+	(*AppendStreamRequest)(nil),       // 44: rover.v1.AppendStreamRequest
+	(*DatasetStateRequest)(nil),       // 45: rover.v1.DatasetStateRequest
+	(*RestoreDatasetRequest)(nil),     // 46: rover.v1.RestoreDatasetRequest
+	(*BatchShardsRequest)(nil),        // 47: rover.v1.BatchShardsRequest
+	(*ReportNodeCheckRequest)(nil),    // 48: rover.v1.ReportNodeCheckRequest
+	(*ListEventsRequest)(nil),         // 49: rover.v1.ListEventsRequest
+	(*WatchEventsRequest)(nil),        // 50: rover.v1.WatchEventsRequest
+	(*RegisterDatasetResponse)(nil),   // 51: rover.v1.RegisterDatasetResponse
+	(*LeaseShardsResponse)(nil),       // 52: rover.v1.LeaseShardsResponse
+	(*CompleteShardsResponse)(nil),    // 53: rover.v1.CompleteShardsResponse
+	(*GetPositionResponse)(nil),       // 54: rover.v1.GetPositionResponse
+	(*AdvancePositionResponse)(nil),   // 55: rover.v1.AdvancePositionResponse
+	(*AppendStreamResponse)(nil),      // 56: rover.v1.AppendStreamResponse
+	(*DatasetStateResponse)(nil),      // 57: rover.v1.DatasetStateResponse
+	(*RestoreDatasetResponse)(nil),    // 58: rover.v1.RestoreDatasetResponse
+	(*BatchShardsResponse)(nil),       // 59: rover.v1.BatchShardsResponse
+	(*ReportNodeCheckResponse)(nil),   // 60: rover.v1.ReportNodeCheckResponse
+	(*ListEventsResponse)(nil),        // 61: rover.v1.ListEventsResponse
+	(*WatchEventsResponse)(nil),       // 62: rover.v1.WatchEventsResponse
 }
 var file_api_rover_v1_master_proto_depIdxs = []int32{
 	3,  // 0: rover.v1.DeclareCheckpointResponse.checkpoint:type_name -> rover.v1.CheckpointStorage
 	3,  // 1: rover.v1.RendezvousConfig.checkpoint:type_name -> rover.v1.CheckpointStorage
-	30, // 2: rover.v1.RendezvousConfig.node_check:type_name -> rover.v1.NodeCheckConfig
+	31, // 2: rover.v1.RendezvousConfig.node_check:type_name -> rover.v1.NodeCheckConfig
 	6,  // 3: rover.v1.JoinRequest.rendezvous:type_name -> rover.v1.RendezvousConfig
 	8,  // 4: rover.v1.JoinRequest.snapshots:type_name -> rover.v1.MemorySnapshot
 	3,  // 5: rover.v1.JoinResponse.checkpoint:type_name -> rover.v1.CheckpointStorage
 	7,  // 6: rover.v1.SessionRequest.join:type_name -> rover.v1.JoinRequest
 	11, // 7: rover.v1.SessionRequest.heartbeat:type_name -> rover.v1.Heartbeat
-	31, // 8: rover.v1.Heartbeat.progress:type_name -> rover.v1.NodeProgress
-	32, // 9: rover.v1.Heartbeat.events:type_name -> rover.v1.NodeEvent
+	32, // 8: rover.v1.Heartbeat.progress:type_name -> rover.v1.NodeProgress
+	33, // 9: rover.v1.Heartbeat.events:type_name -> rover.v1.NodeEvent
 	9,  // 10: rover.v1.SessionResponse.joined:type_name -> rover.v1.JoinResponse
 	13, // 11: rover.v1.SessionResponse.view:type_name -> rover.v1.NodeView
 	0,  // 12: rover.v1.NodeView.job_state:type_name -> rover.v1.JobState
 	14, // 13: rover.v1.NodeView.assignment:type_name -> rover.v1.Assignment
 	15, // 14: rover.v1.NodeView.failures:type_name -> rover.v1.WorkerFailure
-	33, // 15: rover.v1.NodeView.node_check:type_name -> rover.v1.NodeCheckView
-	34, // 16: rover.v1.NodeView.hang:type_name -> rover.v1.HangNotice
+	34, // 15: rover.v1.NodeView.node_check:type_name -> rover.v1.NodeCheckView
+	35, // 16: rover.v1.NodeView.hang:type_name -> rover.v1.HangNotice
 	15, // 17: rover.v1.ReportFailureRequest.failures:type_name -> rover.v1.WorkerFailure
 	0,  // 18: rover.v1.GetJobResponse.job_state:type_name -> rover.v1.JobState
 	27, // 19: rover.v1.GetJobResponse.nodes:type_name -> rover.v1.NodeStatus
 	15, // 20: rover.v1.GetJobResponse.failures:type_name -> rover.v1.WorkerFailure
 	6,  // 21: rover.v1.GetJobResponse.rendezvous:type_name -> rover.v1.RendezvousConfig
 	28, // 22: rover.v1.GetJobResponse.managed_nodes:type_name -> rover.v1.ManagedNode
-	35, // 23: rover.v1.GetJobResponse.node_check:type_name -> rover.v1.NodeCheckStatus
-	36, // 24: rover.v1.GetJobResponse.progress:type_name -> rover.v1.JobProgress
-	37, // 25: rover.v1.GetJobResponse.goodput:type_name -> rover.v1.JobGoodput
-	10, // 26: rover.v1.MasterService.Session:input_type -> rover.v1.SessionRequest
-	7,  // 27: rover.v1.MasterService.Join:input_type -> rover.v1.JoinRequest
-	16, // 28: rover.v1.MasterService.ReportFailure:input_type -> rover.v1.ReportFailureRequest
-	18, // 29: rover.v1.MasterService.ReportSuccess:input_type -> rover.v1.ReportSuccessRequest
-	20, // 30: rover.v1.MasterService.Leave:input_type -> rover.v1.LeaveRequest
-	22, // 31: rover.v1.MasterService.SetKey:input_type -> rover.v1.SetKeyRequest
-	24, // 32: rover.v1.MasterService.GetKey:input_type -> rover.v1.GetKeyRequest
-	26, // 33: rover.v1.MasterService.GetJob:input_type -> rover.v1.GetJobRequest
-	38, // 34: rover.v1.MasterService.RegisterDataset:input_type -> rover.v1.RegisterDatasetRequest
-	39, // 35: rover.v1.MasterService.LeaseShards:input_type -> rover.v1.LeaseShardsRequest
-	40, // 36: rover.v1.MasterService.CompleteShards:input_type -> rover.v1.CompleteShardsRequest
-	41, // 37: rover.v1.MasterService.GetPosition:input_type -> rover.v1.GetPositionRequest
-	42, // 38: rover.v1.MasterService.AdvancePosition:input_type -> rover.v1.AdvancePositionRequest
-	43, // 39: rover.v1.MasterService.AppendStream:input_type -> rover.v1.AppendStreamRequest
-	44, // 40: rover.v1.MasterService.GetDatasetState:input_type -> rover.v1.DatasetStateRequest
-	45, // 41: rover.v1.MasterService.RestoreDataset:input_type -> rover.v1.RestoreDatasetRequest
-	46, // 42: rover.v1.MasterService.BatchShards:input_type -> rover.v1.BatchShardsRequest
-	1,  // 43: rover.v1.MasterService.CheckpointDurable:input_type -> rover.v1.CheckpointDurableRequest
-	47, // 44: rover.v1.MasterService.ReportNodeCheck:input_type -> rover.v1.ReportNodeCheckRequest
-	4,  // 45: rover.v1.MasterService.DeclareCheckpoint:input_type -> rover.v1.DeclareCheckpointRequest
-	48, // 46: rover.v1.MasterService.ListEvents:input_type -> rover.v1.ListEventsRequest
-	49, // 47: rover.v1.MasterService.WatchEvents:input_type -> rover.v1.WatchEventsRequest
-	12, // 48: rover.v1.MasterService.Session:output_type -> rover.v1.SessionResponse
-	9,  // 49: rover.v1.MasterService.Join:output_type -> rover.v1.JoinResponse
-	17, // 50: rover.v1.MasterService.ReportFailure:output_type -> rover.v1.ReportFailureResponse
-	19, // 51: rover.v1.MasterService.ReportSuccess:output_type -> rover.v1.ReportSuccessResponse
-	21, // 52: rover.v1.MasterService.Leave:output_type -> rover.v1.LeaveResponse
-	23, // 53: rover.v1.MasterService.SetKey:output_type -> rover.v1.SetKeyResponse
-	25, // 54: rover.v1.MasterService.GetKey:output_type -> rover.v1.GetKeyResponse
-	29, // 55: rover.v1.MasterService.GetJob:output_type -> rover.v1.GetJobResponse
-	50, // 56: rover.v1.MasterService.RegisterDataset:output_type -> rover.v1.RegisterDatasetResponse
-	51, // 57: rover.v1.MasterService.LeaseShards:output_type -> rover.v1.LeaseShardsResponse
-	52, // 58: rover.v1.MasterService.CompleteShards:output_type -> rover.v1.CompleteShardsResponse
-	53, // 59: rover.v1.MasterService.GetPosition:output_type -> rover.v1.GetPositionResponse
-	54, // 60: rover.v1.MasterService.AdvancePosition:output_type -> rover.v1.AdvancePositionResponse
-	55, // 61: rover.v1.MasterService.AppendStream:output_type -> rover.v1.AppendStreamResponse
-	56, // 62: rover.v1.MasterService.GetDatasetState:output_type -> rover.v1.DatasetStateResponse
-	57, // 63: rover.v1.MasterService.RestoreDataset:output_type -> rover.v1.RestoreDatasetResponse
-	58, // 64: rover.v1.MasterService.BatchShards:output_type -> rover.v1.BatchShardsResponse
-	2,  // 65: rover.v1.MasterService.CheckpointDurable:output_type -> rover.v1.CheckpointDurableResponse
-	59, // 66: rover.v1.MasterService.ReportNodeCheck:output_type -> rover.v1.ReportNodeCheckResponse
-	5,  // 67: rover.v1.MasterService.DeclareCheckpoint:output_type -> rover.v1.DeclareCheckpointResponse
-	60, // 68: rover.v1.MasterService.ListEvents:output_type -> rover.v1.ListEventsResponse
-	61, // 69: rover.v1.MasterService.WatchEvents:output_type -> rover.v1.WatchEventsResponse
-	48, // [48:70] is the sub-list for method output_type
-	26, // [26:48] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	36, // 23: rover.v1.GetJobResponse.node_check:type_name -> rover.v1.NodeCheckStatus
+	37, // 24: rover.v1.GetJobResponse.progress:type_name -> rover.v1.JobProgress
+	38, // 25: rover.v1.GetJobResponse.goodput:type_name -> rover.v1.JobGoodput
+	30, // 26: rover.v1.GetJobResponse.relaunch_causes:type_name -> rover.v1.GetJobResponse.RelaunchCausesEntry
+	10, // 27: rover.v1.MasterService.Session:input_type -> rover.v1.SessionRequest
+	7,  // 28: rover.v1.MasterService.Join:input_type -> rover.v1.JoinRequest
+	16, // 29: rover.v1.MasterService.ReportFailure:input_type -> rover.v1.ReportFailureRequest
+	18, // 30: rover.v1.MasterService.ReportSuccess:input_type -> rover.v1.ReportSuccessRequest
+	20, // 31: rover.v1.MasterService.Leave:input_type -> rover.v1.LeaveRequest
+	22, // 32: rover.v1.MasterService.SetKey:input_type -> rover.v1.SetKeyRequest
+	24, // 33: rover.v1.MasterService.GetKey:input_type -> rover.v1.GetKeyRequest
+	26, // 34: rover.v1.MasterService.GetJob:input_type -> rover.v1.GetJobRequest
+	39, // 35: rover.v1.MasterService.RegisterDataset:input_type -> rover.v1.RegisterDatasetRequest
+	40, // 36: rover.v1.MasterService.LeaseShards:input_type -> rover.v1.LeaseShardsRequest
+	41, // 37: rover.v1.MasterService.CompleteShards:input_type -> rover.v1.CompleteShardsRequest
+	42, // 38: rover.v1.MasterService.GetPosition:input_type -> rover.v1.GetPositionRequest
+	43, // 39: rover.v1.MasterService.AdvancePosition:input_type -> rover.v1.AdvancePositionRequest
+	44, // 40: rover.v1.MasterService.AppendStream:input_type -> rover.v1.AppendStreamRequest
+	45, // 41: rover.v1.MasterService.GetDatasetState:input_type -> rover.v1.DatasetStateRequest
+	46, // 42: rover.v1.MasterService.RestoreDataset:input_type -> rover.v1.RestoreDatasetRequest
+	47, // 43: rover.v1.MasterService.BatchShards:input_type -> rover.v1.BatchShardsRequest
+	1,  // 44: rover.v1.MasterService.CheckpointDurable:input_type -> rover.v1.CheckpointDurableRequest
+	48, // 45: rover.v1.MasterService.ReportNodeCheck:input_type -> rover.v1.ReportNodeCheckRequest
+	4,  // 46: rover.v1.MasterService.DeclareCheckpoint:input_type -> rover.v1.DeclareCheckpointRequest
+	49, // 47: rover.v1.MasterService.ListEvents:input_type -> rover.v1.ListEventsRequest
+	50, // 48: rover.v1.MasterService.WatchEvents:input_type -> rover.v1.WatchEventsRequest
+	12, // 49: rover.v1.MasterService.Session:output_type -> rover.v1.SessionResponse
+	9,  // 50: rover.v1.MasterService.Join:output_type -> rover.v1.JoinResponse
+	17, // 51: rover.v1.MasterService.ReportFailure:output_type -> rover.v1.ReportFailureResponse
+	19, // 52: rover.v1.MasterService.ReportSuccess:output_type -> rover.v1.ReportSuccessResponse
+	21, // 53: rover.v1.MasterService.Leave:output_type -> rover.v1.LeaveResponse
+	23, // 54: rover.v1.MasterService.SetKey:output_type -> rover.v1.SetKeyResponse
+	25, // 55: rover.v1.MasterService.GetKey:output_type -> rover.v1.GetKeyResponse
+	29, // 56: rover.v1.MasterService.GetJob:output_type -> rover.v1.GetJobResponse
+	51, // 57: rover.v1.MasterService.RegisterDataset:output_type -> rover.v1.RegisterDatasetResponse
+	52, // 58: rover.v1.MasterService.LeaseShards:output_type -> rover.v1.LeaseShardsResponse
+	53, // 59: rover.v1.MasterService.CompleteShards:output_type -> rover.v1.CompleteShardsResponse
+	54, // 60: rover.v1.MasterService.GetPosition:output_type -> rover.v1.GetPositionResponse
+	55, // 61: rover.v1.MasterService.AdvancePosition:output_type -> rover.v1.AdvancePositionResponse
+	56, // 62: rover.v1.MasterService.AppendStream:output_type -> rover.v1.AppendStreamResponse
+	57, // 63: rover.v1.MasterService.GetDatasetState:output_type -> rover.v1.DatasetStateResponse
+	58, // 64: rover.v1.MasterService.RestoreDataset:output_type -> rover.v1.RestoreDatasetResponse
+	59, // 65: rover.v1.MasterService.BatchShards:output_type -> rover.v1.BatchShardsResponse
+	2,  // 66: rover.v1.MasterService.CheckpointDurable:output_type -> rover.v1.CheckpointDurableResponse
+	60, // 67: rover.v1.MasterService.ReportNodeCheck:output_type -> rover.v1.ReportNodeCheckResponse
+	5,  // 68: rover.v1.MasterService.DeclareCheckpoint:output_type -> rover.v1.DeclareCheckpointResponse
+	61, // 69: rover.v1.MasterService.ListEvents:output_type -> rover.v1.ListEventsResponse
+	62, // 70: rover.v1.MasterService.WatchEvents:output_type -> rover.v1.WatchEventsResponse
+	49, // [49:71] is the sub-list for method output_type
+	27, // [27:49] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_api_rover_v1_master_proto_init() }
@@ -2786,7 +2803,7 @@ func file_api_rover_v1_master_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_rover_v1_master_proto_rawDesc), len(file_api_rover_v1_master_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   29,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -340,7 +340,7 @@ func (s *State) exclude(ch *nodecheck.Check, now time.Time, fx *Effects) {
 		if host := s.host(v.Node); host != "" {
 			s.notice(FleetNotice{Node: v.Node, Reason: reason, Action: nodemanager.Action{Kind: nodemanager.MarkHostBad, Host: host, Reason: reason}}, fx)
 		}
-		s.notice(FleetNotice{Node: v.Node, Reason: reason, Action: nodemanager.Action{Kind: nodemanager.RelaunchNode, NodeID: v.Node, Reason: reason}}, fx)
+		s.notice(FleetNotice{Node: v.Node, Reason: reason, Action: nodemanager.Action{Kind: nodemanager.RelaunchNode, NodeID: v.Node, Reason: reason, Cause: nodemanager.CauseNodeCheck}}, fx)
 	}
 }
 
