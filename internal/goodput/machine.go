@@ -267,6 +267,40 @@ func (m *Machine) Progress(p Progress) {
 	}
 }
 
+// LastStep: node's agent vouches that the workers of p.Round completed at
+// most p.Step, read after they all exited (a worker's last steps before a
+// kill are in no progress report: reports go at most once a second, and a
+// killed worker sends nothing). In training it is a progress report. Once
+// the round is stopping (from its failure or stop until the next round
+// forms) it raises the failed round's frontier: the steps between the last
+// report and p.Step are priced from the tail (the round's training time
+// after its last report) at the latest step time, never more than the tail
+// holds, so the restart's resume counts them lost, or kept, like any
+// other. A step not above the frontier, of another round or a node not in
+// it changes nothing, so a duplicate is harmless.
+func (m *Machine) LastStep(p Progress) {
+	if !m.live() || p.Round != m.round || !m.nodes[p.Node] || p.Step < 0 {
+		return
+	}
+	if m.phase.running() {
+		m.Progress(p)
+		return
+	}
+	t := m.tail
+	if t == nil || m.phase > rendezvous || (m.hasFrontier && p.Step <= m.frontier) {
+		return
+	}
+	kept := t.dur
+	if m.stepTime > 0 {
+		kept = min(t.dur, mulSat(m.stepTime, p.Step-max(t.step, 0)))
+	}
+	t.dur -= kept
+	t.step = p.Step
+	m.goodput = addSat(m.goodput, kept)
+	m.frontier, m.hasFrontier = p.Step, true
+	m.addSample(m.frontier, m.goodput)
+}
+
 // CheckpointSaved: a node's workers saved a checkpoint of s.Step. Its
 // blocking time is moved from step time to checkpoint badput; a durable
 // save lets the samples below it go. A save in training of a step above
@@ -424,14 +458,21 @@ func (m *Machine) beginRestart(reason string) {
 // journal writes the state when the milestone moves: what moved it (a
 // node's lifecycle event) is not sent again after a restart of the driver.
 type Milestone struct {
-	Phase, Reported               int
-	Round, Restarts               int64
+	Phase, Reported int
+	Round, Restarts int64
+	// TailStep is the failed round's last step while its tail is
+	// unsettled (-1 without one): a LastStep moves it.
+	TailStep                      int64
 	Launched, Done                bool
 	NodeCheck, Hung, WaitForNodes bool
 }
 
 // Milestone returns the machine's milestone.
 func (m *Machine) Milestone() Milestone {
-	return Milestone{Phase: int(m.phase), Reported: len(m.reported), Round: m.round, Restarts: m.nRestarts,
+	tailStep := int64(-1)
+	if m.tail != nil {
+		tailStep = m.tail.step
+	}
+	return Milestone{Phase: int(m.phase), Reported: len(m.reported), Round: m.round, Restarts: m.nRestarts, TailStep: tailStep,
 		Launched: m.launched, Done: m.done, NodeCheck: m.nodeCheck, Hung: m.hung, WaitForNodes: m.waiting}
 }
