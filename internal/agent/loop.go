@@ -71,8 +71,12 @@ func (w *workers) stop(why string) {
 	if w.ctx.Err() != nil {
 		cause = context.Cause(w.ctx) // the agent's own stop: maybe a signal to forward
 	}
-	w.g.stop(cause)
+	res := w.g.stop(cause)
 	w.g = nil
+	// The round's pending saves and its last step (from the workers' step
+	// slots) go out now: the master counts the steps the next round
+	// computes again from it.
+	w.a.life.groupEnded(int64(res.Round), res.Last)
 }
 
 // state is what decide needs to know.

@@ -50,15 +50,19 @@ func TestLastStepCountsUnreportedStepsLost(t *testing.T) {
 		{"no last step", nil, 1},
 		{"last step", []event{lastStep(1, "b", 23, 32)}, 3},
 		{"from both nodes, duplicated", []event{lastStep(1, "a", 22, 32), lastStep(1, "b", 23, 32), lastStep(1, "b", 23, 32)}, 3},
-		{"late: after the next round formed", nil, 1},
+		{"late: after the next round formed", nil, 3},
+		{"late: after the resume", nil, 1},
 		{"lower than the frontier", []event{lastStep(1, "b", 19, 32)}, 1},
 		{"of an old round", []event{lastStep(0, "b", 23, 32)}, 1},
 		{"of a node not in the round", []event{lastStep(1, "c", 23, 32)}, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			evs := killTimeline(tc.final...)
-			if tc.name == "late: after the next round formed" {
+			switch tc.name {
+			case "late: after the next round formed":
 				evs = append(evs[:9], append([]event{lastStep(1, "b", 23, 32)}, evs[9:]...)...)
+			case "late: after the resume":
+				evs = append(evs[:10], append([]event{lastStep(1, "b", 23, 32)}, evs[10:]...)...)
 			}
 			m := newMachine(t)
 			play(m, evs)

@@ -57,8 +57,9 @@ type Machine struct {
 // step: steps completed but not yet reported, and the step interrupted. The
 // resumed step decides how much of it was kept.
 type tail struct {
-	dur  time.Duration
-	step int64 // the round's last reported step
+	dur   time.Duration
+	step  int64 // the round's last reported step
+	round int64 // the failed round
 }
 
 // sample is the credited goodput when the job had completed step.
@@ -270,24 +271,27 @@ func (m *Machine) Progress(p Progress) {
 // LastStep: node's agent vouches that the workers of p.Round completed at
 // most p.Step, read after they all exited (a worker's last steps before a
 // kill are in no progress report: reports go at most once a second, and a
-// killed worker sends nothing). In training it is a progress report. Once
-// the round is stopping (from its failure or stop until the next round
-// forms) it raises the failed round's frontier: the steps between the last
-// report and p.Step are priced from the tail (the round's training time
-// after its last report) at the latest step time, never more than the tail
-// holds, so the restart's resume counts them lost, or kept, like any
-// other. A step not above the frontier, of another round or a node not in
-// it changes nothing, so a duplicate is harmless.
+// killed worker sends nothing). In the current round's training it is a
+// progress report. For a failed round whose tail is not settled yet (from
+// its failure or stop until the next round's resume or first step: the
+// report races the node's join of the next round) it raises the failed
+// round's frontier: the steps between its last report and p.Step are
+// priced from the tail (the round's training time after its last report)
+// at the latest step time, never more than the tail holds, so the resume
+// counts them lost, or kept, like any other. A step not above the
+// frontier, of another round, or of a node not in the current round (the
+// failed one, or the one that formed after it) changes nothing, so a
+// duplicate is harmless.
 func (m *Machine) LastStep(p Progress) {
-	if !m.live() || p.Round != m.round || !m.nodes[p.Node] || p.Step < 0 {
+	if !m.live() || !m.nodes[p.Node] || p.Step < 0 {
 		return
 	}
-	if m.phase.running() {
+	if p.Round == m.round && m.phase.running() {
 		m.Progress(p)
 		return
 	}
 	t := m.tail
-	if t == nil || m.phase > rendezvous || (m.hasFrontier && p.Step <= m.frontier) {
+	if t == nil || t.round != p.Round || (m.hasFrontier && p.Step <= m.frontier) {
 		return
 	}
 	kept := t.dur
@@ -437,7 +441,7 @@ func (m *Machine) countFailure(cause string) {
 // uncredited training time as the tail.
 func (m *Machine) beginRestart(reason string) {
 	if m.phase == training {
-		m.tail = &tail{dur: m.pending, step: m.frontier}
+		m.tail = &tail{dur: m.pending, step: m.frontier, round: m.round}
 		m.pending = 0
 	}
 	m.hung = false
