@@ -201,7 +201,7 @@ func TestLifecycleSaves(t *testing.T) {
 	if got := q.take(64); len(got) != 1 || got[0].GetStep() != 8 {
 		t.Fatalf("events: %v, want step 8", got)
 	}
-	l.groupEnded(1)
+	l.groupEnded(1, lastStep{})
 	if got := q.take(64); len(got) != 1 || got[0].GetStep() != 10 {
 		t.Fatalf("events at the group's end: %v, want step 10", got)
 	}
@@ -260,7 +260,7 @@ func FuzzLifecycle(f *testing.F) {
 			case 6:
 				l.durable(int(local), step, int(round))
 			case 7:
-				l.groupEnded(round)
+				l.groupEnded(round, lastStep{})
 			}
 			if len(l.saves) > maxPendingSaves || len(l.committed) > maxCommitRecords {
 				t.Fatalf("unbounded: %d pending saves, %d commit records", len(l.saves), len(l.committed))
@@ -357,7 +357,7 @@ func TestLifecycleGroupEndSendsSavesAtOnce(t *testing.T) {
 		t.Fatal("a save signalled the queue")
 	default:
 	}
-	l.groupEnded(1)
+	l.groupEnded(1, lastStep{})
 	select {
 	case <-q.ready:
 	default:

@@ -47,7 +47,10 @@ type groupSpec struct {
 	// Standby, when set, runs workers in standby interpreters where it
 	// can and keeps one ready for each local rank's next start.
 	Standby *standbyPool
-	Log     *slog.Logger
+	// StepSlots is the directory of the workers' step slots (stepslot.go);
+	// "": none.
+	StepSlots string
+	Log       *slog.Logger
 }
 
 // groupResult is how a worker group ended.
@@ -67,6 +70,9 @@ type groupResult struct {
 	// startFailureCode), not as a fault to restart.
 	StartFailed           bool
 	StartRank, StartLocal int
+	// Last is the newest step the group's workers completed, from their
+	// step slots once they all exited.
+	Last lastStep
 }
 
 // group is a running worker group.
@@ -123,6 +129,11 @@ func runGroup(ctx context.Context, spec groupSpec) groupResult {
 	if spec.Started != nil {
 		spec.Started(p)
 	}
+	if spec.StepSlots != "" {
+		if err := resetStepSlots(spec.StepSlots, p.LocalWorldSize); err != nil {
+			spec.Log.Warn("the workers' last steps will not be known", "err", err)
+		}
+	}
 	workers := make([]*worker, 0, p.LocalWorldSize)
 	for local := 0; local < p.LocalWorldSize; local++ {
 		w, err := startWorker(spec, p, local)
@@ -147,6 +158,12 @@ func runGroup(ctx context.Context, spec groupSpec) groupResult {
 	}
 	res.Succeeded, res.Stopped, res.Failures = supervise(ctx, spec, workers)
 	closeAll(workers)
+	if spec.StepSlots != "" {
+		var err error
+		if res.Last, err = readStepSlots(spec.StepSlots, p.LocalWorldSize); err != nil {
+			spec.Log.Warn("could not read the workers' last steps", "err", err)
+		}
+	}
 	return res
 }
 

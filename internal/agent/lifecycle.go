@@ -19,7 +19,9 @@ import (
 //     step (and its source);
 //   - CHECKPOINT_SAVED once per step when the node's savers committed it,
 //     with the longest blocking; again with durable set once every rank
-//     that committed it has it on storage.
+//     that committed it has it on storage;
+//   - LAST_STEP once the round's workers all exited, with the newest step
+//     any of them completed, from their step slots (stepslot.go).
 //
 // A round's restore and save events wait until its WORKERS_STARTED went
 // out (a fast worker may load before the last one is spawned), so the
@@ -275,12 +277,17 @@ func (l *lifecycle) flushSavesLocked() {
 	}
 }
 
-// groupEnded reports what the round's workers left pending, at once.
-func (l *lifecycle) groupEnded(round int64) {
+// groupEnded reports what the round's workers left pending, and the
+// newest step they completed (LAST_STEP, from their step slots), at once.
+func (l *lifecycle) groupEnded(round int64, last lastStep) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if round == l.round {
 		l.flushSavesLocked()
+		if last.OK {
+			l.emitLocked(&roverv1.NodeEvent{Kind: roverv1.NodeEventKind_NODE_EVENT_KIND_LAST_STEP,
+				TimeUnixNanos: last.AtUnixNanos, Step: last.Step})
+		}
 	}
 	l.q.urge()
 }

@@ -71,8 +71,12 @@ func (w *workers) stop(why string) {
 	if w.ctx.Err() != nil {
 		cause = context.Cause(w.ctx) // the agent's own stop: maybe a signal to forward
 	}
-	w.g.stop(cause)
+	res := w.g.stop(cause)
 	w.g = nil
+	// The round's pending saves and its last step (from the workers' step
+	// slots) go out now: the master counts the steps the next round
+	// computes again from it.
+	w.a.life.groupEnded(int64(res.Round), res.Last)
 }
 
 // state is what decide needs to know.
@@ -144,7 +148,7 @@ func (a *agent) react(ctx context.Context, w *workers) (end bool, err error) {
 // groupEnded reports a finished worker group to the master.
 func (a *agent) groupEnded(ctx context.Context, res groupResult) {
 	round := int64(res.Round)
-	a.life.groupEnded(round)
+	a.life.groupEnded(round, res.Last)
 	a.metrics.WorkersEnded(groupEndState(res))
 	switch {
 	case res.Stopped:
@@ -246,10 +250,11 @@ func (a *agent) groupSpec(v *roverv1.NodeView) groupSpec {
 		Rendezvous: func(ctx context.Context) (string, int, error) {
 			return a.workersMaster(ctx, round, p.GroupRank)
 		},
-		Env:     a.local.env,
-		Standby: a.standby,
-		Log:     a.log,
-		Started: func(p placement) { a.local.current.Store(&p) },
+		Env:       a.local.env,
+		Standby:   a.standby,
+		StepSlots: stepSlotsDir(a.local.dir),
+		Log:       a.log,
+		Started:   func(p placement) { a.local.current.Store(&p) },
 		Spawned: func(ws []stacks.Worker) {
 			a.hangs.SetRunning(ws)
 			a.metrics.WorkersStarted(metricsWorkers(ws))

@@ -29,7 +29,11 @@ func fuzzPlay(t testing.TB, m *Machine, ops []byte) *Machine {
 			if arg == 255 {
 				st = math.MaxInt64
 			}
-			m.Progress(Progress{Round: round, Node: node, Step: st, At: when})
+			if kind == 4 {
+				m.LastStep(Progress{Round: round, Node: node, Step: st, At: when})
+			} else {
+				m.Progress(Progress{Round: round, Node: node, Step: st, At: when})
+			}
 		case 5:
 			m.WorkerFailed(Failure{Round: round, Node: node, Cause: fmt.Sprint("c", arg%40), DiedAt: when.Add(-time.Second), At: when})
 		case 6:

@@ -57,8 +57,9 @@ type Machine struct {
 // step: steps completed but not yet reported, and the step interrupted. The
 // resumed step decides how much of it was kept.
 type tail struct {
-	dur  time.Duration
-	step int64 // the round's last reported step
+	dur   time.Duration
+	step  int64 // the round's last reported step
+	round int64 // the failed round
 }
 
 // sample is the credited goodput when the job had completed step.
@@ -267,6 +268,43 @@ func (m *Machine) Progress(p Progress) {
 	}
 }
 
+// LastStep: node's agent vouches that the workers of p.Round completed at
+// most p.Step, read after they all exited (a worker's last steps before a
+// kill are in no progress report: reports go at most once a second, and a
+// killed worker sends nothing). In the current round's training it is a
+// progress report. For a failed round whose tail is not settled yet (from
+// its failure or stop until the next round's resume or first step: the
+// report races the node's join of the next round) it raises the failed
+// round's frontier: the steps between its last report and p.Step are
+// priced from the tail (the round's training time after its last report)
+// at the latest step time, never more than the tail holds, so the resume
+// counts them lost, or kept, like any other. A step not above the
+// frontier, of another round, or of a node not in the current round (the
+// failed one, or the one that formed after it) changes nothing, so a
+// duplicate is harmless.
+func (m *Machine) LastStep(p Progress) {
+	if !m.live() || !m.nodes[p.Node] || p.Step < 0 {
+		return
+	}
+	if p.Round == m.round && m.phase.running() {
+		m.Progress(p)
+		return
+	}
+	t := m.tail
+	if t == nil || t.round != p.Round || (m.hasFrontier && p.Step <= m.frontier) {
+		return
+	}
+	kept := t.dur
+	if m.stepTime > 0 {
+		kept = min(t.dur, mulSat(m.stepTime, p.Step-max(t.step, 0)))
+	}
+	t.dur -= kept
+	t.step = p.Step
+	m.goodput = addSat(m.goodput, kept)
+	m.frontier, m.hasFrontier = p.Step, true
+	m.addSample(m.frontier, m.goodput)
+}
+
 // CheckpointSaved: a node's workers saved a checkpoint of s.Step. Its
 // blocking time is moved from step time to checkpoint badput; a durable
 // save lets the samples below it go. A save in training of a step above
@@ -403,7 +441,7 @@ func (m *Machine) countFailure(cause string) {
 // uncredited training time as the tail.
 func (m *Machine) beginRestart(reason string) {
 	if m.phase == training {
-		m.tail = &tail{dur: m.pending, step: m.frontier}
+		m.tail = &tail{dur: m.pending, step: m.frontier, round: m.round}
 		m.pending = 0
 	}
 	m.hung = false
@@ -424,14 +462,21 @@ func (m *Machine) beginRestart(reason string) {
 // journal writes the state when the milestone moves: what moved it (a
 // node's lifecycle event) is not sent again after a restart of the driver.
 type Milestone struct {
-	Phase, Reported               int
-	Round, Restarts               int64
+	Phase, Reported int
+	Round, Restarts int64
+	// TailStep is the failed round's last step while its tail is
+	// unsettled (-1 without one): a LastStep moves it.
+	TailStep                      int64
 	Launched, Done                bool
 	NodeCheck, Hung, WaitForNodes bool
 }
 
 // Milestone returns the machine's milestone.
 func (m *Machine) Milestone() Milestone {
-	return Milestone{Phase: int(m.phase), Reported: len(m.reported), Round: m.round, Restarts: m.nRestarts,
+	tailStep := int64(-1)
+	if m.tail != nil {
+		tailStep = m.tail.step
+	}
+	return Milestone{Phase: int(m.phase), Reported: len(m.reported), Round: m.round, Restarts: m.nRestarts, TailStep: tailStep,
 		Launched: m.launched, Done: m.done, NodeCheck: m.nodeCheck, Hung: m.hung, WaitForNodes: m.waiting}
 }

@@ -55,6 +55,7 @@ type stateJSON struct {
 type tailJSON struct {
 	DurNS int64 `json:"dur_ns"`
 	Step  int64 `json:"step"`
+	Round int64 `json:"round,omitempty"`
 }
 
 // MarshalState encodes the machine's whole state as JSON for the journal.
@@ -82,7 +83,7 @@ func (m *Machine) MarshalState() ([]byte, error) {
 		s.BadputNS[Cause(c).String()] = int64(d)
 	}
 	if m.tail != nil {
-		s.Tail = &tailJSON{DurNS: int64(m.tail.dur), Step: m.tail.step}
+		s.Tail = &tailJSON{DurNS: int64(m.tail.dur), Step: m.tail.step, Round: m.tail.round}
 	}
 	for _, x := range m.samples {
 		s.Samples = append(s.Samples, [2]int64{x.step, int64(x.good)})
@@ -166,7 +167,7 @@ func (m *Machine) restoreChecked(s stateJSON) error {
 		if s.Tail.DurNS < 0 {
 			return fmt.Errorf("negative tail")
 		}
-		m.tail = &tail{dur: time.Duration(s.Tail.DurNS), step: s.Tail.Step}
+		m.tail = &tail{dur: time.Duration(s.Tail.DurNS), step: s.Tail.Step, round: s.Tail.Round}
 	}
 	for i, x := range s.Samples {
 		if i > 0 && (x[0] <= s.Samples[i-1][0] || x[1] < s.Samples[i-1][1]) {

@@ -159,6 +159,8 @@ func nodeEvent(e *roverv1.NodeEvent, off clockOffset, now time.Time) (jobstate.N
 		}
 	case roverv1.NodeEventKind_NODE_EVENT_KIND_CHECKPOINT_SAVED:
 		ev.Kind = jobstate.CheckpointSaved
+	case roverv1.NodeEventKind_NODE_EVENT_KIND_LAST_STEP:
+		ev.Kind = jobstate.LastStep
 	default:
 		return ev, false
 	}

@@ -20,10 +20,16 @@ when no further call comes: a worker that made progress and then blocks
 is seen to have made it, so its hang is detected. The sources rank
 ``step()`` > checkpoint saves > sampler batches: once a process used a
 higher one, the lower ones are ignored, so a step is never counted twice.
-Standard library only. docs/design/hang-and-stragglers.md has the design.
+Each step is also written into the worker's step slot, a small file of the
+agent's runtime directory mapped into memory (a memory write, no system
+call): the agent reads it once the worker exited, so the master learns the
+last steps of a worker killed before it could report them (see
+internal/agent/stepslot.go for the layout). Standard library only. docs/design/hang-and-stragglers.md has the design.
 """
 
+import mmap
 import os
+import struct
 import threading
 import time
 
@@ -39,6 +45,7 @@ SAMPLER, CHECKPOINT, EXPLICIT = 1, 2, 3
 
 _lock = threading.Lock()
 _reporter = None
+_forked = False  # this process is a fork of a worker (a data loader's)
 
 
 class _Reporter:
@@ -55,6 +62,8 @@ class _Reporter:
         self.failures = 0
         self.pending = False  # a recorded step is not sent yet
         self.flushing = False  # a flush is scheduled
+        self.slot = _open_slot(self.local_rank)
+        self.slot_seq = 0
 
     def record(self, step, source):
         if source < self.source:
@@ -75,6 +84,8 @@ class _Reporter:
             self.collectives += count - self.at[3]
         self.step, self.at = step, (now, cpu, comm, count)
         self.at_ns = time.time_ns()  # when it completed, in the agent's clock
+        if self.slot is not None:
+            self.write_slot()
         if self.sent_at is None or now - self.sent_at >= _INTERVAL:
             self.send(now)
         else:
@@ -82,6 +93,19 @@ class _Reporter:
             if not self.flushing:
                 self.flushing = True
                 _schedule(self.sent_at + _INTERVAL - now, _flush)
+
+    def write_slot(self):
+        """Writes the step into the record after the one written last: a
+        kill in the middle leaves the other one whole (the step before)."""
+        self.slot_seq += 1
+        seq, off = self.slot_seq, (self.slot_seq % 2) * _SLOT_RECORD
+        try:
+            _SLOT_WORD.pack_into(self.slot, off, seq)
+            _SLOT_WORD.pack_into(self.slot, off + 8, max(int(self.step), 0))
+            _SLOT_WORD.pack_into(self.slot, off + 16, self.at_ns)
+            _SLOT_WORD.pack_into(self.slot, off + 24, seq)
+        except (ValueError, struct.error):  # a step beyond 64 bits, or the map closed
+            pass
 
     def send(self, now):
         if self.failures >= 3:
@@ -111,6 +135,34 @@ class _Reporter:
         self.comm, self.collectives = 0.0, 0
 
 
+# The step slot (internal/agent/stepslot.go): two records of four
+# little-endian 64-bit words (sequence, step, wall time, sequence).
+_SLOT_RECORD, _SLOT_SIZE = 32, 64
+_SLOT_WORD = struct.Struct("<Q")
+
+
+def _open_slot(local_rank):
+    """Maps this worker's step slot, which its agent created in its runtime
+    directory (the directory of ROVER_AGENT_SOCKET); None without one (an
+    older agent, or no agent)."""
+    sock = os.environ.get("ROVER_AGENT_SOCKET", "")
+    if not sock or _forked:
+        return None
+    path = os.path.join(os.path.dirname(sock), "steps", str(local_rank))
+    try:
+        fd = os.open(path, os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return None
+    try:
+        if os.fstat(fd).st_size != _SLOT_SIZE:
+            return None
+        return mmap.mmap(fd, _SLOT_SIZE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+    except (OSError, ValueError):
+        return None
+    finally:
+        os.close(fd)
+
+
 def _schedule(delay, fn):
     """Calls fn in delay seconds on a daemon thread (tests replace it)."""
     t = threading.Timer(max(delay, 0.0), fn)
@@ -133,9 +185,10 @@ def _flush():
 
 def _after_fork():
     """A forked child (a data loader worker) starts without the parent's
-    reporter: its timer thread did not survive the fork."""
-    global _lock, _reporter
-    _lock, _reporter = threading.Lock(), None
+    reporter: its timer thread did not survive the fork. Nor does it write
+    the step slot: that is the worker's."""
+    global _lock, _reporter, _forked
+    _lock, _reporter, _forked = threading.Lock(), None, True
 
 
 if hasattr(os, "register_at_fork"):

@@ -40,6 +40,12 @@ const (
 	// The node's workers saved checkpoint step; blocking_nanos is the longest
 	// any of them was blocked by the save; durable once it is on storage.
 	NodeEventKind_NODE_EVENT_KIND_CHECKPOINT_SAVED NodeEventKind = 4
+	// The node's workers of the round all exited (failed, stopped or
+	// killed); step is the newest step any of them completed, as read from
+	// their step slots after they exited (it may be newer than any progress
+	// report: a killed worker's last steps are in none), and time_unix_nanos
+	// when it completed. Not sent when no worker recorded a step.
+	NodeEventKind_NODE_EVENT_KIND_LAST_STEP NodeEventKind = 5
 )
 
 // Enum value maps for NodeEventKind.
@@ -50,6 +56,7 @@ var (
 		2: "NODE_EVENT_KIND_RESTORE_STARTED",
 		3: "NODE_EVENT_KIND_RESUMED",
 		4: "NODE_EVENT_KIND_CHECKPOINT_SAVED",
+		5: "NODE_EVENT_KIND_LAST_STEP",
 	}
 	NodeEventKind_value = map[string]int32{
 		"NODE_EVENT_KIND_UNSPECIFIED":      0,
@@ -57,6 +64,7 @@ var (
 		"NODE_EVENT_KIND_RESTORE_STARTED":  2,
 		"NODE_EVENT_KIND_RESUMED":          3,
 		"NODE_EVENT_KIND_CHECKPOINT_SAVED": 4,
+		"NODE_EVENT_KIND_LAST_STEP":        5,
 	}
 )
 
@@ -148,7 +156,8 @@ type NodeEvent struct {
 	// When it happened, in the agent's clock (Unix nanoseconds); the master
 	// moves it into its own clock with Heartbeat.sent_unix_nanos.
 	TimeUnixNanos int64 `protobuf:"varint,3,opt,name=time_unix_nanos,json=timeUnixNanos,proto3" json:"time_unix_nanos,omitempty"`
-	// RESUMED: the step restored (-1 none); CHECKPOINT_SAVED: the step saved.
+	// RESUMED: the step restored (-1 none); CHECKPOINT_SAVED: the step saved;
+	// LAST_STEP: the newest step completed.
 	Step int64 `protobuf:"varint,4,opt,name=step,proto3" json:"step,omitempty"`
 	// RESUMED: where the step came from.
 	Source CheckpointSource `protobuf:"varint,5,opt,name=source,proto3,enum=rover.v1.CheckpointSource" json:"source,omitempty"`
@@ -661,13 +670,14 @@ const file_api_rover_v1_goodput_proto_rawDesc = "" +
 	"\x0flatest_restarts\x18\v \x03(\v2\x17.rover.v1.RestartPhasesR\x0elatestRestarts\x1a;\n" +
 	"\rFailuresEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01*\xbd\x01\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01*\xdc\x01\n" +
 	"\rNodeEventKind\x12\x1f\n" +
 	"\x1bNODE_EVENT_KIND_UNSPECIFIED\x10\x00\x12#\n" +
 	"\x1fNODE_EVENT_KIND_WORKERS_STARTED\x10\x01\x12#\n" +
 	"\x1fNODE_EVENT_KIND_RESTORE_STARTED\x10\x02\x12\x1b\n" +
 	"\x17NODE_EVENT_KIND_RESUMED\x10\x03\x12$\n" +
-	" NODE_EVENT_KIND_CHECKPOINT_SAVED\x10\x04*\x8e\x01\n" +
+	" NODE_EVENT_KIND_CHECKPOINT_SAVED\x10\x04\x12\x1d\n" +
+	"\x19NODE_EVENT_KIND_LAST_STEP\x10\x05*\x8e\x01\n" +
 	"\x10CheckpointSource\x12!\n" +
 	"\x1dCHECKPOINT_SOURCE_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16CHECKPOINT_SOURCE_NONE\x10\x01\x12\x1c\n" +

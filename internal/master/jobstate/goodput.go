@@ -169,6 +169,9 @@ const (
 	RestoreStarted
 	Resumed
 	CheckpointSaved
+	// LastStep: the node's workers of the round all exited, the newest
+	// having completed Step at At (read from their step slots).
+	LastStep
 )
 
 // NodeEvent is one moment of a node's workers, in the master's clock.
@@ -176,7 +179,7 @@ type NodeEvent struct {
 	Kind     NodeEventKind
 	Round    int64
 	At       time.Time
-	Step     int64          // Resumed: the step restored (-1: none loaded, unknown); CheckpointSaved: the step saved
+	Step     int64          // Resumed: the step restored (-1: none loaded, unknown); CheckpointSaved: the step saved; LastStep: the newest completed
 	From     goodput.Source // Resumed
 	Blocking time.Duration  // CheckpointSaved
 	Durable  bool           // CheckpointSaved
@@ -202,6 +205,8 @@ func (g *Goodput) event(node string, e NodeEvent) {
 		}
 	case CheckpointSaved:
 		g.m.CheckpointSaved(goodput.Save{Round: e.Round, Node: node, Step: e.Step, Blocking: max(e.Blocking, 0), Durable: e.Durable, At: e.At})
+	case LastStep:
+		g.m.LastStep(goodput.Progress{Round: e.Round, Node: node, Step: e.Step, At: e.At})
 	}
 }
 
