@@ -5,7 +5,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/roverml/rover/internal/metrics/metricstest"
 
@@ -34,22 +33,14 @@ func TestAgentMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	url := "http://" + strings.TrimSpace(string(addr)) + "/metrics"
-	var body string
-	var fams map[string]*dto.MetricFamily
-	running := func() bool {
-		body, fams = metricstest.Scrape(t, url)
+	body, fams := metricstest.Await(t, url, deadline, "2 running workers with their memory", func(fams map[string]*dto.MetricFamily) bool {
 		for _, m := range fams["rover_agent_workers"].GetMetric() {
 			if labelOf(m, "state") == "running" && m.GetGauge().GetValue() == 2 {
 				return len(fams["rover_agent_worker_resident_bytes"].GetMetric()) == 2
 			}
 		}
 		return false
-	}
-	for end := time.Now().Add(deadline); !running(); time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(end) {
-			t.Fatalf("the agent's metrics never showed 2 running workers:\n%s\nstderr:\n%s", body, r.stderr)
-		}
-	}
+	})
 	for _, m := range fams["rover_agent_worker_resident_bytes"].GetMetric() {
 		if m.GetGauge().GetValue() <= 0 {
 			t.Errorf("local rank %s has no resident memory", labelOf(m, "local_rank"))

@@ -48,20 +48,15 @@ func TestLastStepOfAKilledWorker(t *testing.T) {
 	done, stderr := runPythonNode(ctx, t, lastStepScript, dir, "--nproc-per-node", "1", "--rdzv-endpoint", proxy, "--max-restarts", "1",
 		"--rdzv-conf", "last_call_timeout=100ms,join_timeout=60s,heartbeat_timeout=3h,disconnect_grace=1s", "--heartbeat-interval", "1h")
 
-	var pid int
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		b, err := os.ReadFile(filepath.Join(dir, "pid"))
-		if err == nil {
-			if pid, err = strconv.Atoi(strings.TrimSpace(string(b))); err != nil {
-				t.Fatalf("pid file %q: %v", b, err)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the worker never wrote its pid:\n%s", stderr)
-		}
-		time.Sleep(10 * time.Millisecond) // polling for the file, not waiting for time to pass
+	pidFile := filepath.Join(dir, "pid")
+	waitForFile(ctx, t, pidFile, stderr)
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatalf("pid file %q: %v", b, err)
 	}
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatalf("kill the worker (pid %d): %v", pid, err)

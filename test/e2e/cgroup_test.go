@@ -116,18 +116,16 @@ func (g *cpuCgroup) remove() {
 	} else {
 		_ = os.WriteFile(filepath.Join(g.dir, "cpu.cfs_quota_us"), []byte("-1"), 0o644)
 	}
-	var err error
-	for range 100 {
+	// A process moved out may still be listed for a moment: move and remove
+	// until the cgroup is gone.
+	waitFor(g.t, time.Minute, "the cgroup "+g.dir+" to be removed", func() bool {
 		b, _ := os.ReadFile(g.procsFile())
 		for _, pid := range strings.Fields(string(b)) {
 			_ = os.WriteFile(filepath.Join(g.root, "cgroup.procs"), []byte(pid), 0o644)
 		}
-		if err = os.Remove(g.dir); err == nil || errors.Is(err, os.ErrNotExist) {
-			return
-		}
-		time.Sleep(50 * time.Millisecond) // a process moved out may still be listed for a moment
-	}
-	g.t.Errorf("remove cgroup %s: %v", g.dir, err)
+		err := os.Remove(g.dir)
+		return err == nil || errors.Is(err, os.ErrNotExist)
+	})
 }
 
 // agentInCgroup starts a node agent in cgroup g: a shell moves itself into

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
@@ -63,5 +64,27 @@ func Promtool(t testing.TB, body string) {
 	cmd.Stdin = strings.NewReader(body)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Errorf("promtool check metrics: %v\n%s\n%s", err, out, body)
+	}
+}
+
+// Await scrapes url until cond holds of what it serves, and returns that
+// scrape; it fails the test, with the last scrape, after timeout (which
+// only turns a hang into a failure).
+func Await(t testing.TB, url string, timeout time.Duration, what string, cond func(map[string]*dto.MetricFamily) bool) (string, map[string]*dto.MetricFamily) {
+	t.Helper()
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		body, fams := Scrape(t, url)
+		if cond(fams) {
+			return body, fams
+		}
+		select {
+		case <-deadline.C:
+			t.Fatalf("the metrics at %s never showed %s within %v:\n%s", url, what, timeout, body)
+		case <-tick.C:
+		}
 	}
 }
