@@ -27,6 +27,13 @@ func TestWaitStragglers(t *testing.T) {
 		{"healthy nodes", []sample{{"a", 0.1, 0.08, 0.07, 0.03}, {"b", 0.1, 0.08, 0.08, 0.02}, {"c", 0.1, 0.08, 0.09, 0.01}}, nil, ""},
 		{"two nodes", []sample{{"a", 0.5, 0.1, 0.1, 0.4}, {"b", 0.5, 0.1, 0.45, 0.05}}, []string{"b"}, ""},
 		{"the others untimed: nothing to compare", []sample{{"a", 0.5, 0.1, -1, 0}, {"b", 0.5, 0.1, 0.45, 0.05}}, nil, ""},
+		// The slow node's reports lag (its agent shares its throttled CPU):
+		// the others' recent samples show them waiting for it, its own
+		// predate the slowdown. Waiting is not straggling.
+		{"the waiting nodes' wall time is not theirs", []sample{{"a", 0.0296, 0.0044, 0.0057, 0.0239}, {"b", 0.0298, 0.0042, 0.0056, 0.0242},
+			{"c", 0.0100, 0.0037, 0.0045, 0.0058}}, nil, ""},
+		{"the waiting nodes' wall time is not theirs, by far", []sample{{"a", 0.0994, 0.0063, 0.0076, 0.0919}, {"b", 0.0288, 0.0049, 0.0142, 0.0146},
+			{"c", 0.0987, 0.0064, 0.0074, 0.0911}}, nil, ""},
 		{"under the minimum excess", []sample{{"a", 0.01, 0.01, 0.002, 0.008}, {"b", 0.01, 0.01, 0.008, 0.002}}, nil, ""},
 	}
 	for _, tt := range tests {

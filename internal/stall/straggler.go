@@ -10,10 +10,11 @@ import (
 
 // StragglerConfig says when a node is a straggler: its median seconds per
 // step over its last Window samples exceeds Factor times the median of the
-// other nodes' medians, by at least MinExcess, in wall-clock or in busy
-// (CPU) time, or, where workers time their collectives, in compute time
+// other nodes' medians, by at least MinExcess, in busy (CPU) time, and
+// either in compute time where its workers time their collectives
 // (wall-clock time outside collectives: the node the others wait for
-// computes longest and waits least). A node needs MinSamples samples to be
+// computes longest and waits least) or in wall-clock time where they do
+// not (a node waiting in collectives is not slow). A node needs MinSamples samples to be
 // judged or to count in the others' median, and at least two nodes must
 // have them.
 type StragglerConfig struct {
@@ -194,7 +195,12 @@ func (w *Window) Stragglers() ([]string, string) {
 		}
 		ow, ob, oc := median(walls), median(busies), median(computes)
 		switch {
-		case j.wall > w.cfg.Factor*ow && j.wall-ow >= excess:
+		// A node with collective timing is judged by its compute time, not
+		// its wall time: in a synchronous job every node's wall time per
+		// step is the slowest's, and a node whose reports lag (its agent
+		// shares the slow node's throttled CPU, or its samples predate the
+		// slowdown) makes the waiting nodes' wall times look high.
+		case !j.timed && j.wall > w.cfg.Factor*ow && j.wall-ow >= excess:
 			slow = append(slow, j.id)
 			why = append(why, fmt.Sprintf("%s takes %.3fs per step, %.1fx the others' median %.3fs", j.id, j.wall, j.wall/ow, ow))
 		case j.busy > w.cfg.Factor*ob && j.busy-ob >= excess:
