@@ -62,8 +62,13 @@ type WorkerProgress struct {
 	GpuCollectiveSeconds float64 `protobuf:"fixed64,11,opt,name=gpu_collective_seconds,json=gpuCollectiveSeconds,proto3" json:"gpu_collective_seconds,omitempty"`
 	MatmulSeconds        float64 `protobuf:"fixed64,12,opt,name=matmul_seconds,json=matmulSeconds,proto3" json:"matmul_seconds,omitempty"`
 	MatmulFlops          int64   `protobuf:"varint,13,opt,name=matmul_flops,json=matmulFlops,proto3" json:"matmul_flops,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// Training samples the worker processed in the interval's `steps`
+	// (rover.progress.step(step, samples=...), or its ElasticSampler's
+	// batches); 0 unknown. The master sums its ranks' per step into the
+	// job's throughput in samples per second (docs/design/autoscale.md).
+	Samples       int64 `protobuf:"varint,14,opt,name=samples,proto3" json:"samples,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *WorkerProgress) Reset() {
@@ -183,6 +188,13 @@ func (x *WorkerProgress) GetMatmulSeconds() float64 {
 func (x *WorkerProgress) GetMatmulFlops() int64 {
 	if x != nil {
 		return x.MatmulFlops
+	}
+	return 0
+}
+
+func (x *WorkerProgress) GetSamples() int64 {
+	if x != nil {
+		return x.Samples
 	}
 	return 0
 }
@@ -848,7 +860,7 @@ var File_api_rover_v1_progress_proto protoreflect.FileDescriptor
 
 const file_api_rover_v1_progress_proto_rawDesc = "" +
 	"\n" +
-	"\x1bapi/rover/v1/progress.proto\x12\brover.v1\"\xd4\x03\n" +
+	"\x1bapi/rover/v1/progress.proto\x12\brover.v1\"\xee\x03\n" +
 	"\x0eWorkerProgress\x12\x1d\n" +
 	"\n" +
 	"local_rank\x18\x01 \x01(\x05R\tlocalRank\x12\x12\n" +
@@ -867,7 +879,8 @@ const file_api_rover_v1_progress_proto_rawDesc = "" +
 	"collective\x124\n" +
 	"\x16gpu_collective_seconds\x18\v \x01(\x01R\x14gpuCollectiveSeconds\x12%\n" +
 	"\x0ematmul_seconds\x18\f \x01(\x01R\rmatmulSeconds\x12!\n" +
-	"\fmatmul_flops\x18\r \x01(\x03R\vmatmulFlops\"n\n" +
+	"\fmatmul_flops\x18\r \x01(\x03R\vmatmulFlops\x12\x18\n" +
+	"\asamples\x18\x0e \x01(\x03R\asamples\"n\n" +
 	"\n" +
 	"Collective\x12\x0e\n" +
 	"\x02op\x18\x01 \x01(\tR\x02op\x12\x14\n" +
