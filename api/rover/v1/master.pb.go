@@ -2203,8 +2203,10 @@ type GetJobResponse struct {
 	// sum to relaunches. A cause is one of a fixed set: oom, evicted,
 	// deleted, exited, node_lost, node_check, diagnosis, other.
 	RelaunchCauses map[string]int32 `protobuf:"bytes,19,rep,name=relaunch_causes,json=relaunchCauses,proto3" json:"relaunch_causes,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The job's auto-scaling (docs/design/autoscale.md); unset when it is off.
+	AutoScale     *AutoScaleStatus `protobuf:"bytes,20,opt,name=auto_scale,json=autoScale,proto3" json:"auto_scale,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GetJobResponse) Reset() {
@@ -2368,6 +2370,298 @@ func (x *GetJobResponse) GetRelaunchCauses() map[string]int32 {
 		return x.RelaunchCauses
 	}
 	return nil
+}
+
+func (x *GetJobResponse) GetAutoScale() *AutoScaleStatus {
+	if x != nil {
+		return x.AutoScale
+	}
+	return nil
+}
+
+// AutoScaleStatus is what the master's scaling policy measured and decided.
+type AutoScaleStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The node count the policy asks for now (the current world's until its
+	// first change).
+	TargetNodes int32 `protobuf:"varint,1,opt,name=target_nodes,json=targetNodes,proto3" json:"target_nodes,omitempty"`
+	// The last change it decided (grow, shrink, replace), unset before any,
+	// and the decision of its latest tick (usually a hold, saying why).
+	LastChange *AutoScaleDecision `protobuf:"bytes,2,opt,name=last_change,json=lastChange,proto3" json:"last_change,omitempty"`
+	Latest     *AutoScaleDecision `protobuf:"bytes,3,opt,name=latest,proto3" json:"latest,omitempty"`
+	Changes    int64              `protobuf:"varint,4,opt,name=changes,proto3" json:"changes,omitempty"`
+	// Throughput measured per world size, smallest first.
+	Sizes []*SizeThroughput `protobuf:"bytes,5,rep,name=sizes,proto3" json:"sizes,omitempty"`
+	// "samples/s" when the workers report the samples of their steps
+	// (WorkerProgress.samples), else "steps/s".
+	Unit string `protobuf:"bytes,6,opt,name=unit,proto3" json:"unit,omitempty"`
+	// The nodes the platform can place for the job; -1 unknown.
+	Capacity      int32 `protobuf:"varint,7,opt,name=capacity,proto3" json:"capacity,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AutoScaleStatus) Reset() {
+	*x = AutoScaleStatus{}
+	mi := &file_api_rover_v1_master_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AutoScaleStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AutoScaleStatus) ProtoMessage() {}
+
+func (x *AutoScaleStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_api_rover_v1_master_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AutoScaleStatus.ProtoReflect.Descriptor instead.
+func (*AutoScaleStatus) Descriptor() ([]byte, []int) {
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *AutoScaleStatus) GetTargetNodes() int32 {
+	if x != nil {
+		return x.TargetNodes
+	}
+	return 0
+}
+
+func (x *AutoScaleStatus) GetLastChange() *AutoScaleDecision {
+	if x != nil {
+		return x.LastChange
+	}
+	return nil
+}
+
+func (x *AutoScaleStatus) GetLatest() *AutoScaleDecision {
+	if x != nil {
+		return x.Latest
+	}
+	return nil
+}
+
+func (x *AutoScaleStatus) GetChanges() int64 {
+	if x != nil {
+		return x.Changes
+	}
+	return 0
+}
+
+func (x *AutoScaleStatus) GetSizes() []*SizeThroughput {
+	if x != nil {
+		return x.Sizes
+	}
+	return nil
+}
+
+func (x *AutoScaleStatus) GetUnit() string {
+	if x != nil {
+		return x.Unit
+	}
+	return ""
+}
+
+func (x *AutoScaleStatus) GetCapacity() int32 {
+	if x != nil {
+		return x.Capacity
+	}
+	return 0
+}
+
+// AutoScaleDecision is one decision of the scaling policy.
+type AutoScaleDecision struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "hold", "grow", "shrink" or "replace", and its bounded reason code
+	// (e.g. "predicted_gain", "measured_loss", "cool_down").
+	Action string `protobuf:"bytes,1,opt,name=action,proto3" json:"action,omitempty"`
+	Reason string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	// A sentence with the figures that decided it.
+	Message   string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	FromNodes int32  `protobuf:"varint,4,opt,name=from_nodes,json=fromNodes,proto3" json:"from_nodes,omitempty"`
+	ToNodes   int32  `protobuf:"varint,5,opt,name=to_nodes,json=toNodes,proto3" json:"to_nodes,omitempty"`
+	// The node a replace names.
+	NodeId        string  `protobuf:"bytes,6,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	TimeUnixNanos int64   `protobuf:"varint,7,opt,name=time_unix_nanos,json=timeUnixNanos,proto3" json:"time_unix_nanos,omitempty"`
+	Gain          float64 `protobuf:"fixed64,8,opt,name=gain,proto3" json:"gain,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AutoScaleDecision) Reset() {
+	*x = AutoScaleDecision{}
+	mi := &file_api_rover_v1_master_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AutoScaleDecision) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AutoScaleDecision) ProtoMessage() {}
+
+func (x *AutoScaleDecision) ProtoReflect() protoreflect.Message {
+	mi := &file_api_rover_v1_master_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AutoScaleDecision.ProtoReflect.Descriptor instead.
+func (*AutoScaleDecision) Descriptor() ([]byte, []int) {
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *AutoScaleDecision) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+func (x *AutoScaleDecision) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *AutoScaleDecision) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *AutoScaleDecision) GetFromNodes() int32 {
+	if x != nil {
+		return x.FromNodes
+	}
+	return 0
+}
+
+func (x *AutoScaleDecision) GetToNodes() int32 {
+	if x != nil {
+		return x.ToNodes
+	}
+	return 0
+}
+
+func (x *AutoScaleDecision) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *AutoScaleDecision) GetTimeUnixNanos() int64 {
+	if x != nil {
+		return x.TimeUnixNanos
+	}
+	return 0
+}
+
+func (x *AutoScaleDecision) GetGain() float64 {
+	if x != nil {
+		return x.Gain
+	}
+	return 0
+}
+
+// SizeThroughput is the throughput measured at one world size.
+type SizeThroughput struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Nodes int32                  `protobuf:"varint,1,opt,name=nodes,proto3" json:"nodes,omitempty"`
+	// The median of its samples, in AutoScaleStatus.unit, and its standard error.
+	Throughput float64 `protobuf:"fixed64,2,opt,name=throughput,proto3" json:"throughput,omitempty"`
+	StdErr     float64 `protobuf:"fixed64,3,opt,name=std_err,json=stdErr,proto3" json:"std_err,omitempty"`
+	Samples    int32   `protobuf:"varint,4,opt,name=samples,proto3" json:"samples,omitempty"`
+	// Whether enough samples were taken for the policy to act on it.
+	Trusted       bool `protobuf:"varint,5,opt,name=trusted,proto3" json:"trusted,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SizeThroughput) Reset() {
+	*x = SizeThroughput{}
+	mi := &file_api_rover_v1_master_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SizeThroughput) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SizeThroughput) ProtoMessage() {}
+
+func (x *SizeThroughput) ProtoReflect() protoreflect.Message {
+	mi := &file_api_rover_v1_master_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SizeThroughput.ProtoReflect.Descriptor instead.
+func (*SizeThroughput) Descriptor() ([]byte, []int) {
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *SizeThroughput) GetNodes() int32 {
+	if x != nil {
+		return x.Nodes
+	}
+	return 0
+}
+
+func (x *SizeThroughput) GetThroughput() float64 {
+	if x != nil {
+		return x.Throughput
+	}
+	return 0
+}
+
+func (x *SizeThroughput) GetStdErr() float64 {
+	if x != nil {
+		return x.StdErr
+	}
+	return 0
+}
+
+func (x *SizeThroughput) GetSamples() int32 {
+	if x != nil {
+		return x.Samples
+	}
+	return 0
+}
+
+func (x *SizeThroughput) GetTrusted() bool {
+	if x != nil {
+		return x.Trusted
+	}
+	return false
 }
 
 var File_api_rover_v1_master_proto protoreflect.FileDescriptor
@@ -2561,7 +2855,7 @@ const file_api_rover_v1_master_proto_rawDesc = "" +
 	"\tlast_exit\x18\t \x01(\tR\blastExit\x12\x16\n" +
 	"\x06reason\x18\n" +
 	" \x01(\tR\x06reason\x12(\n" +
-	"\x10since_unix_nanos\x18\v \x01(\x03R\x0esinceUnixNanos\"\x81\a\n" +
+	"\x10since_unix_nanos\x18\v \x01(\x03R\x0esinceUnixNanos\"\xbb\a\n" +
 	"\x0eGetJobResponse\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12/\n" +
 	"\tjob_state\x18\x02 \x01(\x0e2\x12.rover.v1.JobStateR\bjobState\x12\x16\n" +
@@ -2589,10 +2883,39 @@ const file_api_rover_v1_master_proto_rawDesc = "" +
 	"node_check\x18\x10 \x01(\v2\x19.rover.v1.NodeCheckStatusR\tnodeCheck\x121\n" +
 	"\bprogress\x18\x11 \x01(\v2\x15.rover.v1.JobProgressR\bprogress\x12.\n" +
 	"\agoodput\x18\x12 \x01(\v2\x14.rover.v1.JobGoodputR\agoodput\x12U\n" +
-	"\x0frelaunch_causes\x18\x13 \x03(\v2,.rover.v1.GetJobResponse.RelaunchCausesEntryR\x0erelaunchCauses\x1aA\n" +
+	"\x0frelaunch_causes\x18\x13 \x03(\v2,.rover.v1.GetJobResponse.RelaunchCausesEntryR\x0erelaunchCauses\x128\n" +
+	"\n" +
+	"auto_scale\x18\x14 \x01(\v2\x19.rover.v1.AutoScaleStatusR\tautoScale\x1aA\n" +
 	"\x13RelaunchCausesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01*k\n" +
+	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"\xa1\x02\n" +
+	"\x0fAutoScaleStatus\x12!\n" +
+	"\ftarget_nodes\x18\x01 \x01(\x05R\vtargetNodes\x12<\n" +
+	"\vlast_change\x18\x02 \x01(\v2\x1b.rover.v1.AutoScaleDecisionR\n" +
+	"lastChange\x123\n" +
+	"\x06latest\x18\x03 \x01(\v2\x1b.rover.v1.AutoScaleDecisionR\x06latest\x12\x18\n" +
+	"\achanges\x18\x04 \x01(\x03R\achanges\x12.\n" +
+	"\x05sizes\x18\x05 \x03(\v2\x18.rover.v1.SizeThroughputR\x05sizes\x12\x12\n" +
+	"\x04unit\x18\x06 \x01(\tR\x04unit\x12\x1a\n" +
+	"\bcapacity\x18\a \x01(\x05R\bcapacity\"\xec\x01\n" +
+	"\x11AutoScaleDecision\x12\x16\n" +
+	"\x06action\x18\x01 \x01(\tR\x06action\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x18\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\x12\x1d\n" +
+	"\n" +
+	"from_nodes\x18\x04 \x01(\x05R\tfromNodes\x12\x19\n" +
+	"\bto_nodes\x18\x05 \x01(\x05R\atoNodes\x12\x17\n" +
+	"\anode_id\x18\x06 \x01(\tR\x06nodeId\x12&\n" +
+	"\x0ftime_unix_nanos\x18\a \x01(\x03R\rtimeUnixNanos\x12\x12\n" +
+	"\x04gain\x18\b \x01(\x01R\x04gain\"\x93\x01\n" +
+	"\x0eSizeThroughput\x12\x14\n" +
+	"\x05nodes\x18\x01 \x01(\x05R\x05nodes\x12\x1e\n" +
+	"\n" +
+	"throughput\x18\x02 \x01(\x01R\n" +
+	"throughput\x12\x17\n" +
+	"\astd_err\x18\x03 \x01(\x01R\x06stdErr\x12\x18\n" +
+	"\asamples\x18\x04 \x01(\x05R\asamples\x12\x18\n" +
+	"\atrusted\x18\x05 \x01(\bR\atrusted*k\n" +
 	"\bJobState\x12\x19\n" +
 	"\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11JOB_STATE_RUNNING\x10\x01\x12\x17\n" +
@@ -2636,7 +2959,7 @@ func file_api_rover_v1_master_proto_rawDescGZIP() []byte {
 }
 
 var file_api_rover_v1_master_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_api_rover_v1_master_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_api_rover_v1_master_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_api_rover_v1_master_proto_goTypes = []any{
 	(JobState)(0),                     // 0: rover.v1.JobState
 	(*CheckpointDurableRequest)(nil),  // 1: rover.v1.CheckpointDurableRequest
@@ -2668,117 +2991,124 @@ var file_api_rover_v1_master_proto_goTypes = []any{
 	(*NodeStatus)(nil),                // 27: rover.v1.NodeStatus
 	(*ManagedNode)(nil),               // 28: rover.v1.ManagedNode
 	(*GetJobResponse)(nil),            // 29: rover.v1.GetJobResponse
-	nil,                               // 30: rover.v1.GetJobResponse.RelaunchCausesEntry
-	(*NodeCheckConfig)(nil),           // 31: rover.v1.NodeCheckConfig
-	(*NodeProgress)(nil),              // 32: rover.v1.NodeProgress
-	(*NodeEvent)(nil),                 // 33: rover.v1.NodeEvent
-	(*NodeCheckView)(nil),             // 34: rover.v1.NodeCheckView
-	(*HangNotice)(nil),                // 35: rover.v1.HangNotice
-	(*NodeCheckStatus)(nil),           // 36: rover.v1.NodeCheckStatus
-	(*JobProgress)(nil),               // 37: rover.v1.JobProgress
-	(*JobGoodput)(nil),                // 38: rover.v1.JobGoodput
-	(*RegisterDatasetRequest)(nil),    // 39: rover.v1.RegisterDatasetRequest
-	(*LeaseShardsRequest)(nil),        // 40: rover.v1.LeaseShardsRequest
-	(*CompleteShardsRequest)(nil),     // 41: rover.v1.CompleteShardsRequest
-	(*GetPositionRequest)(nil),        // 42: rover.v1.GetPositionRequest
-	(*AdvancePositionRequest)(nil),    // 43: rover.v1.AdvancePositionRequest
-	(*AppendStreamRequest)(nil),       // 44: rover.v1.AppendStreamRequest
-	(*DatasetStateRequest)(nil),       // 45: rover.v1.DatasetStateRequest
-	(*RestoreDatasetRequest)(nil),     // 46: rover.v1.RestoreDatasetRequest
-	(*BatchShardsRequest)(nil),        // 47: rover.v1.BatchShardsRequest
-	(*ReportNodeCheckRequest)(nil),    // 48: rover.v1.ReportNodeCheckRequest
-	(*ListEventsRequest)(nil),         // 49: rover.v1.ListEventsRequest
-	(*WatchEventsRequest)(nil),        // 50: rover.v1.WatchEventsRequest
-	(*RegisterDatasetResponse)(nil),   // 51: rover.v1.RegisterDatasetResponse
-	(*LeaseShardsResponse)(nil),       // 52: rover.v1.LeaseShardsResponse
-	(*CompleteShardsResponse)(nil),    // 53: rover.v1.CompleteShardsResponse
-	(*GetPositionResponse)(nil),       // 54: rover.v1.GetPositionResponse
-	(*AdvancePositionResponse)(nil),   // 55: rover.v1.AdvancePositionResponse
-	(*AppendStreamResponse)(nil),      // 56: rover.v1.AppendStreamResponse
-	(*DatasetStateResponse)(nil),      // 57: rover.v1.DatasetStateResponse
-	(*RestoreDatasetResponse)(nil),    // 58: rover.v1.RestoreDatasetResponse
-	(*BatchShardsResponse)(nil),       // 59: rover.v1.BatchShardsResponse
-	(*ReportNodeCheckResponse)(nil),   // 60: rover.v1.ReportNodeCheckResponse
-	(*ListEventsResponse)(nil),        // 61: rover.v1.ListEventsResponse
-	(*WatchEventsResponse)(nil),       // 62: rover.v1.WatchEventsResponse
+	(*AutoScaleStatus)(nil),           // 30: rover.v1.AutoScaleStatus
+	(*AutoScaleDecision)(nil),         // 31: rover.v1.AutoScaleDecision
+	(*SizeThroughput)(nil),            // 32: rover.v1.SizeThroughput
+	nil,                               // 33: rover.v1.GetJobResponse.RelaunchCausesEntry
+	(*NodeCheckConfig)(nil),           // 34: rover.v1.NodeCheckConfig
+	(*NodeProgress)(nil),              // 35: rover.v1.NodeProgress
+	(*NodeEvent)(nil),                 // 36: rover.v1.NodeEvent
+	(*NodeCheckView)(nil),             // 37: rover.v1.NodeCheckView
+	(*HangNotice)(nil),                // 38: rover.v1.HangNotice
+	(*NodeCheckStatus)(nil),           // 39: rover.v1.NodeCheckStatus
+	(*JobProgress)(nil),               // 40: rover.v1.JobProgress
+	(*JobGoodput)(nil),                // 41: rover.v1.JobGoodput
+	(*RegisterDatasetRequest)(nil),    // 42: rover.v1.RegisterDatasetRequest
+	(*LeaseShardsRequest)(nil),        // 43: rover.v1.LeaseShardsRequest
+	(*CompleteShardsRequest)(nil),     // 44: rover.v1.CompleteShardsRequest
+	(*GetPositionRequest)(nil),        // 45: rover.v1.GetPositionRequest
+	(*AdvancePositionRequest)(nil),    // 46: rover.v1.AdvancePositionRequest
+	(*AppendStreamRequest)(nil),       // 47: rover.v1.AppendStreamRequest
+	(*DatasetStateRequest)(nil),       // 48: rover.v1.DatasetStateRequest
+	(*RestoreDatasetRequest)(nil),     // 49: rover.v1.RestoreDatasetRequest
+	(*BatchShardsRequest)(nil),        // 50: rover.v1.BatchShardsRequest
+	(*ReportNodeCheckRequest)(nil),    // 51: rover.v1.ReportNodeCheckRequest
+	(*ListEventsRequest)(nil),         // 52: rover.v1.ListEventsRequest
+	(*WatchEventsRequest)(nil),        // 53: rover.v1.WatchEventsRequest
+	(*RegisterDatasetResponse)(nil),   // 54: rover.v1.RegisterDatasetResponse
+	(*LeaseShardsResponse)(nil),       // 55: rover.v1.LeaseShardsResponse
+	(*CompleteShardsResponse)(nil),    // 56: rover.v1.CompleteShardsResponse
+	(*GetPositionResponse)(nil),       // 57: rover.v1.GetPositionResponse
+	(*AdvancePositionResponse)(nil),   // 58: rover.v1.AdvancePositionResponse
+	(*AppendStreamResponse)(nil),      // 59: rover.v1.AppendStreamResponse
+	(*DatasetStateResponse)(nil),      // 60: rover.v1.DatasetStateResponse
+	(*RestoreDatasetResponse)(nil),    // 61: rover.v1.RestoreDatasetResponse
+	(*BatchShardsResponse)(nil),       // 62: rover.v1.BatchShardsResponse
+	(*ReportNodeCheckResponse)(nil),   // 63: rover.v1.ReportNodeCheckResponse
+	(*ListEventsResponse)(nil),        // 64: rover.v1.ListEventsResponse
+	(*WatchEventsResponse)(nil),       // 65: rover.v1.WatchEventsResponse
 }
 var file_api_rover_v1_master_proto_depIdxs = []int32{
 	3,  // 0: rover.v1.DeclareCheckpointResponse.checkpoint:type_name -> rover.v1.CheckpointStorage
 	3,  // 1: rover.v1.RendezvousConfig.checkpoint:type_name -> rover.v1.CheckpointStorage
-	31, // 2: rover.v1.RendezvousConfig.node_check:type_name -> rover.v1.NodeCheckConfig
+	34, // 2: rover.v1.RendezvousConfig.node_check:type_name -> rover.v1.NodeCheckConfig
 	6,  // 3: rover.v1.JoinRequest.rendezvous:type_name -> rover.v1.RendezvousConfig
 	8,  // 4: rover.v1.JoinRequest.snapshots:type_name -> rover.v1.MemorySnapshot
 	3,  // 5: rover.v1.JoinResponse.checkpoint:type_name -> rover.v1.CheckpointStorage
 	7,  // 6: rover.v1.SessionRequest.join:type_name -> rover.v1.JoinRequest
 	11, // 7: rover.v1.SessionRequest.heartbeat:type_name -> rover.v1.Heartbeat
-	32, // 8: rover.v1.Heartbeat.progress:type_name -> rover.v1.NodeProgress
-	33, // 9: rover.v1.Heartbeat.events:type_name -> rover.v1.NodeEvent
+	35, // 8: rover.v1.Heartbeat.progress:type_name -> rover.v1.NodeProgress
+	36, // 9: rover.v1.Heartbeat.events:type_name -> rover.v1.NodeEvent
 	9,  // 10: rover.v1.SessionResponse.joined:type_name -> rover.v1.JoinResponse
 	13, // 11: rover.v1.SessionResponse.view:type_name -> rover.v1.NodeView
 	0,  // 12: rover.v1.NodeView.job_state:type_name -> rover.v1.JobState
 	14, // 13: rover.v1.NodeView.assignment:type_name -> rover.v1.Assignment
 	15, // 14: rover.v1.NodeView.failures:type_name -> rover.v1.WorkerFailure
-	34, // 15: rover.v1.NodeView.node_check:type_name -> rover.v1.NodeCheckView
-	35, // 16: rover.v1.NodeView.hang:type_name -> rover.v1.HangNotice
+	37, // 15: rover.v1.NodeView.node_check:type_name -> rover.v1.NodeCheckView
+	38, // 16: rover.v1.NodeView.hang:type_name -> rover.v1.HangNotice
 	15, // 17: rover.v1.ReportFailureRequest.failures:type_name -> rover.v1.WorkerFailure
 	0,  // 18: rover.v1.GetJobResponse.job_state:type_name -> rover.v1.JobState
 	27, // 19: rover.v1.GetJobResponse.nodes:type_name -> rover.v1.NodeStatus
 	15, // 20: rover.v1.GetJobResponse.failures:type_name -> rover.v1.WorkerFailure
 	6,  // 21: rover.v1.GetJobResponse.rendezvous:type_name -> rover.v1.RendezvousConfig
 	28, // 22: rover.v1.GetJobResponse.managed_nodes:type_name -> rover.v1.ManagedNode
-	36, // 23: rover.v1.GetJobResponse.node_check:type_name -> rover.v1.NodeCheckStatus
-	37, // 24: rover.v1.GetJobResponse.progress:type_name -> rover.v1.JobProgress
-	38, // 25: rover.v1.GetJobResponse.goodput:type_name -> rover.v1.JobGoodput
-	30, // 26: rover.v1.GetJobResponse.relaunch_causes:type_name -> rover.v1.GetJobResponse.RelaunchCausesEntry
-	10, // 27: rover.v1.MasterService.Session:input_type -> rover.v1.SessionRequest
-	7,  // 28: rover.v1.MasterService.Join:input_type -> rover.v1.JoinRequest
-	16, // 29: rover.v1.MasterService.ReportFailure:input_type -> rover.v1.ReportFailureRequest
-	18, // 30: rover.v1.MasterService.ReportSuccess:input_type -> rover.v1.ReportSuccessRequest
-	20, // 31: rover.v1.MasterService.Leave:input_type -> rover.v1.LeaveRequest
-	22, // 32: rover.v1.MasterService.SetKey:input_type -> rover.v1.SetKeyRequest
-	24, // 33: rover.v1.MasterService.GetKey:input_type -> rover.v1.GetKeyRequest
-	26, // 34: rover.v1.MasterService.GetJob:input_type -> rover.v1.GetJobRequest
-	39, // 35: rover.v1.MasterService.RegisterDataset:input_type -> rover.v1.RegisterDatasetRequest
-	40, // 36: rover.v1.MasterService.LeaseShards:input_type -> rover.v1.LeaseShardsRequest
-	41, // 37: rover.v1.MasterService.CompleteShards:input_type -> rover.v1.CompleteShardsRequest
-	42, // 38: rover.v1.MasterService.GetPosition:input_type -> rover.v1.GetPositionRequest
-	43, // 39: rover.v1.MasterService.AdvancePosition:input_type -> rover.v1.AdvancePositionRequest
-	44, // 40: rover.v1.MasterService.AppendStream:input_type -> rover.v1.AppendStreamRequest
-	45, // 41: rover.v1.MasterService.GetDatasetState:input_type -> rover.v1.DatasetStateRequest
-	46, // 42: rover.v1.MasterService.RestoreDataset:input_type -> rover.v1.RestoreDatasetRequest
-	47, // 43: rover.v1.MasterService.BatchShards:input_type -> rover.v1.BatchShardsRequest
-	1,  // 44: rover.v1.MasterService.CheckpointDurable:input_type -> rover.v1.CheckpointDurableRequest
-	48, // 45: rover.v1.MasterService.ReportNodeCheck:input_type -> rover.v1.ReportNodeCheckRequest
-	4,  // 46: rover.v1.MasterService.DeclareCheckpoint:input_type -> rover.v1.DeclareCheckpointRequest
-	49, // 47: rover.v1.MasterService.ListEvents:input_type -> rover.v1.ListEventsRequest
-	50, // 48: rover.v1.MasterService.WatchEvents:input_type -> rover.v1.WatchEventsRequest
-	12, // 49: rover.v1.MasterService.Session:output_type -> rover.v1.SessionResponse
-	9,  // 50: rover.v1.MasterService.Join:output_type -> rover.v1.JoinResponse
-	17, // 51: rover.v1.MasterService.ReportFailure:output_type -> rover.v1.ReportFailureResponse
-	19, // 52: rover.v1.MasterService.ReportSuccess:output_type -> rover.v1.ReportSuccessResponse
-	21, // 53: rover.v1.MasterService.Leave:output_type -> rover.v1.LeaveResponse
-	23, // 54: rover.v1.MasterService.SetKey:output_type -> rover.v1.SetKeyResponse
-	25, // 55: rover.v1.MasterService.GetKey:output_type -> rover.v1.GetKeyResponse
-	29, // 56: rover.v1.MasterService.GetJob:output_type -> rover.v1.GetJobResponse
-	51, // 57: rover.v1.MasterService.RegisterDataset:output_type -> rover.v1.RegisterDatasetResponse
-	52, // 58: rover.v1.MasterService.LeaseShards:output_type -> rover.v1.LeaseShardsResponse
-	53, // 59: rover.v1.MasterService.CompleteShards:output_type -> rover.v1.CompleteShardsResponse
-	54, // 60: rover.v1.MasterService.GetPosition:output_type -> rover.v1.GetPositionResponse
-	55, // 61: rover.v1.MasterService.AdvancePosition:output_type -> rover.v1.AdvancePositionResponse
-	56, // 62: rover.v1.MasterService.AppendStream:output_type -> rover.v1.AppendStreamResponse
-	57, // 63: rover.v1.MasterService.GetDatasetState:output_type -> rover.v1.DatasetStateResponse
-	58, // 64: rover.v1.MasterService.RestoreDataset:output_type -> rover.v1.RestoreDatasetResponse
-	59, // 65: rover.v1.MasterService.BatchShards:output_type -> rover.v1.BatchShardsResponse
-	2,  // 66: rover.v1.MasterService.CheckpointDurable:output_type -> rover.v1.CheckpointDurableResponse
-	60, // 67: rover.v1.MasterService.ReportNodeCheck:output_type -> rover.v1.ReportNodeCheckResponse
-	5,  // 68: rover.v1.MasterService.DeclareCheckpoint:output_type -> rover.v1.DeclareCheckpointResponse
-	61, // 69: rover.v1.MasterService.ListEvents:output_type -> rover.v1.ListEventsResponse
-	62, // 70: rover.v1.MasterService.WatchEvents:output_type -> rover.v1.WatchEventsResponse
-	49, // [49:71] is the sub-list for method output_type
-	27, // [27:49] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	39, // 23: rover.v1.GetJobResponse.node_check:type_name -> rover.v1.NodeCheckStatus
+	40, // 24: rover.v1.GetJobResponse.progress:type_name -> rover.v1.JobProgress
+	41, // 25: rover.v1.GetJobResponse.goodput:type_name -> rover.v1.JobGoodput
+	33, // 26: rover.v1.GetJobResponse.relaunch_causes:type_name -> rover.v1.GetJobResponse.RelaunchCausesEntry
+	30, // 27: rover.v1.GetJobResponse.auto_scale:type_name -> rover.v1.AutoScaleStatus
+	31, // 28: rover.v1.AutoScaleStatus.last_change:type_name -> rover.v1.AutoScaleDecision
+	31, // 29: rover.v1.AutoScaleStatus.latest:type_name -> rover.v1.AutoScaleDecision
+	32, // 30: rover.v1.AutoScaleStatus.sizes:type_name -> rover.v1.SizeThroughput
+	10, // 31: rover.v1.MasterService.Session:input_type -> rover.v1.SessionRequest
+	7,  // 32: rover.v1.MasterService.Join:input_type -> rover.v1.JoinRequest
+	16, // 33: rover.v1.MasterService.ReportFailure:input_type -> rover.v1.ReportFailureRequest
+	18, // 34: rover.v1.MasterService.ReportSuccess:input_type -> rover.v1.ReportSuccessRequest
+	20, // 35: rover.v1.MasterService.Leave:input_type -> rover.v1.LeaveRequest
+	22, // 36: rover.v1.MasterService.SetKey:input_type -> rover.v1.SetKeyRequest
+	24, // 37: rover.v1.MasterService.GetKey:input_type -> rover.v1.GetKeyRequest
+	26, // 38: rover.v1.MasterService.GetJob:input_type -> rover.v1.GetJobRequest
+	42, // 39: rover.v1.MasterService.RegisterDataset:input_type -> rover.v1.RegisterDatasetRequest
+	43, // 40: rover.v1.MasterService.LeaseShards:input_type -> rover.v1.LeaseShardsRequest
+	44, // 41: rover.v1.MasterService.CompleteShards:input_type -> rover.v1.CompleteShardsRequest
+	45, // 42: rover.v1.MasterService.GetPosition:input_type -> rover.v1.GetPositionRequest
+	46, // 43: rover.v1.MasterService.AdvancePosition:input_type -> rover.v1.AdvancePositionRequest
+	47, // 44: rover.v1.MasterService.AppendStream:input_type -> rover.v1.AppendStreamRequest
+	48, // 45: rover.v1.MasterService.GetDatasetState:input_type -> rover.v1.DatasetStateRequest
+	49, // 46: rover.v1.MasterService.RestoreDataset:input_type -> rover.v1.RestoreDatasetRequest
+	50, // 47: rover.v1.MasterService.BatchShards:input_type -> rover.v1.BatchShardsRequest
+	1,  // 48: rover.v1.MasterService.CheckpointDurable:input_type -> rover.v1.CheckpointDurableRequest
+	51, // 49: rover.v1.MasterService.ReportNodeCheck:input_type -> rover.v1.ReportNodeCheckRequest
+	4,  // 50: rover.v1.MasterService.DeclareCheckpoint:input_type -> rover.v1.DeclareCheckpointRequest
+	52, // 51: rover.v1.MasterService.ListEvents:input_type -> rover.v1.ListEventsRequest
+	53, // 52: rover.v1.MasterService.WatchEvents:input_type -> rover.v1.WatchEventsRequest
+	12, // 53: rover.v1.MasterService.Session:output_type -> rover.v1.SessionResponse
+	9,  // 54: rover.v1.MasterService.Join:output_type -> rover.v1.JoinResponse
+	17, // 55: rover.v1.MasterService.ReportFailure:output_type -> rover.v1.ReportFailureResponse
+	19, // 56: rover.v1.MasterService.ReportSuccess:output_type -> rover.v1.ReportSuccessResponse
+	21, // 57: rover.v1.MasterService.Leave:output_type -> rover.v1.LeaveResponse
+	23, // 58: rover.v1.MasterService.SetKey:output_type -> rover.v1.SetKeyResponse
+	25, // 59: rover.v1.MasterService.GetKey:output_type -> rover.v1.GetKeyResponse
+	29, // 60: rover.v1.MasterService.GetJob:output_type -> rover.v1.GetJobResponse
+	54, // 61: rover.v1.MasterService.RegisterDataset:output_type -> rover.v1.RegisterDatasetResponse
+	55, // 62: rover.v1.MasterService.LeaseShards:output_type -> rover.v1.LeaseShardsResponse
+	56, // 63: rover.v1.MasterService.CompleteShards:output_type -> rover.v1.CompleteShardsResponse
+	57, // 64: rover.v1.MasterService.GetPosition:output_type -> rover.v1.GetPositionResponse
+	58, // 65: rover.v1.MasterService.AdvancePosition:output_type -> rover.v1.AdvancePositionResponse
+	59, // 66: rover.v1.MasterService.AppendStream:output_type -> rover.v1.AppendStreamResponse
+	60, // 67: rover.v1.MasterService.GetDatasetState:output_type -> rover.v1.DatasetStateResponse
+	61, // 68: rover.v1.MasterService.RestoreDataset:output_type -> rover.v1.RestoreDatasetResponse
+	62, // 69: rover.v1.MasterService.BatchShards:output_type -> rover.v1.BatchShardsResponse
+	2,  // 70: rover.v1.MasterService.CheckpointDurable:output_type -> rover.v1.CheckpointDurableResponse
+	63, // 71: rover.v1.MasterService.ReportNodeCheck:output_type -> rover.v1.ReportNodeCheckResponse
+	5,  // 72: rover.v1.MasterService.DeclareCheckpoint:output_type -> rover.v1.DeclareCheckpointResponse
+	64, // 73: rover.v1.MasterService.ListEvents:output_type -> rover.v1.ListEventsResponse
+	65, // 74: rover.v1.MasterService.WatchEvents:output_type -> rover.v1.WatchEventsResponse
+	53, // [53:75] is the sub-list for method output_type
+	31, // [31:53] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_api_rover_v1_master_proto_init() }
@@ -2803,7 +3133,7 @@ func file_api_rover_v1_master_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_rover_v1_master_proto_rawDesc), len(file_api_rover_v1_master_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   30,
+			NumMessages:   33,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
