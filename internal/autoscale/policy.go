@@ -103,6 +103,9 @@ func (p *Policy) Straggler(s StragglerReport) {
 	p.stragglers[s.Node] = st
 }
 
+// KnownCapacity is the capacity last set (-1: unknown).
+func (p *Policy) KnownCapacity() int { return p.capacity }
+
 // Throughput returns the measured sizes, smallest first.
 func (p *Policy) Throughput() []Measured { return p.rec.Sizes() }
 

@@ -75,6 +75,9 @@ type core struct {
 	// Config.MetricsAddr. rounds times the rounds.
 	metrics *metrics.Master
 	rounds  roundTimer
+
+	// autoScale is what auto-scaling keeps outside the journal (autoscale.go).
+	autoScale autoScaleState
 }
 
 func newCore(runID string, store Store) *core {

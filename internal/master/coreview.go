@@ -112,6 +112,7 @@ func (c *core) jobAt(now time.Time) *roverv1.GetJobResponse {
 	c.checkProtoLocked(r)
 	c.fleetProtoLocked(r)
 	r.Progress = progressProto(c.st.Progress, int64(c.st.Members.Status().Round), r.Nodes)
+	r.AutoScale = c.autoScaleProtoLocked()
 	return r
 }
 

@@ -59,6 +59,9 @@ func deriveEvents(e *jobstate.Event, before, after rendezvous.Status, fx jobstat
 			WorldSize: after.WorldSize, Nodes: after.GroupWorldSize,
 			Message: fmt.Sprintf("round %d: a world of %d nodes and %d workers formed", after.WorldRound, after.GroupWorldSize, after.WorldSize)})
 	}
+	if e.Type == jobstate.EventAutoScale && e.Decision != nil {
+		add(autoScaleEvent(e.Decision))
+	}
 	if before.Job == rendezvous.Running && after.Job != rendezvous.Running {
 		add(endEvent(after))
 	}

@@ -165,6 +165,16 @@ func (f *fleet) scale(ctx context.Context, req scaleRequest) error {
 	return nil
 }
 
+// capacity is how many nodes the platform can place for the job (a
+// platform with a Capacity method: the local one's --max-nodes-here); -1
+// unknown.
+func (f *fleet) capacity() int {
+	if c, ok := f.cfg.Platform.(interface{ Capacity() int }); ok {
+		return c.Capacity()
+	}
+	return -1
+}
+
 func (f *fleet) ended() bool {
 	done, _, _ := f.core.finished()
 	return done

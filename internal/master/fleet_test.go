@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	roverv1 "github.com/roverml/rover/api/rover/v1"
 	"github.com/roverml/rover/api/rover/v1/roverv1connect"
+	"github.com/roverml/rover/internal/autoscale"
 	"github.com/roverml/rover/internal/client"
 	"github.com/roverml/rover/internal/jobconfig/configwire"
 	"github.com/roverml/rover/internal/nodemanager"
@@ -55,6 +56,7 @@ type fleetOptions struct {
 	store     Store                     // nil: a new in-memory store
 	exitGrace time.Duration             // 0: a minute (longer than any test waits)
 	keepNodes bool                      // NodesConfig.KeepNodes
+	autoScale *autoscale.Config         // Config.AutoScale
 }
 
 // startFleet runs a master whose rendezvous is preset and which owns the
@@ -73,7 +75,8 @@ func startFleet(t *testing.T, o fleetOptions) fleetMaster {
 	preset := configwire.FromProto(o.rdzv)
 	ctx, cancel := context.WithCancel(context.Background())
 	m, err := New(ctx, Config{Listen: "127.0.0.1:0", Job: o.spec.Job, Token: testToken, Store: o.store, Preset: &preset,
-		Nodes: &NodesConfig{Platform: o.platform, Name: "fake", Spec: o.spec, ExitGrace: o.exitGrace, KeepNodes: o.keepNodes}})
+		Nodes:     &NodesConfig{Platform: o.platform, Name: "fake", Spec: o.spec, ExitGrace: o.exitGrace, KeepNodes: o.keepNodes},
+		AutoScale: o.autoScale})
 	if err != nil {
 		cancel()
 		t.Fatal(err)

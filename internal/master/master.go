@@ -13,6 +13,7 @@ import (
 	"time"
 
 	roverv1 "github.com/roverml/rover/api/rover/v1"
+	"github.com/roverml/rover/internal/autoscale"
 	"github.com/roverml/rover/internal/dashboard"
 	"github.com/roverml/rover/internal/eventlog"
 	"github.com/roverml/rover/internal/jobconfig"
@@ -84,6 +85,11 @@ type Config struct {
 	// job's nodes on a platform (rover submit); without it, agents are
 	// started by someone else.
 	Nodes *NodesConfig
+	// AutoScale, when set, lets the master decide the job's node count
+	// within its --nnodes (docs/design/autoscale.md): the policy's knobs,
+	// whose MinNodes, MaxNodes and NodeUnit are the rendezvous's. It needs
+	// Nodes: only a master that creates the nodes can add or remove them.
+	AutoScale *autoscale.Config
 }
 
 // Master serves one job's control plane.
@@ -222,6 +228,9 @@ func (m *Master) tickLoop(ctx context.Context) error {
 			}
 			if err := m.core.checkProgress(ctx, now, m.log); err != nil {
 				m.log.Error("restart the hung workers", "err", err)
+			}
+			if err := m.autoScaleTick(ctx, now); err != nil {
+				m.log.Error("auto-scale", "err", err)
 			}
 		}
 	}

@@ -79,6 +79,7 @@ func (c *core) jobSummaryLocked(now time.Time) *roverv1.GetJobResponse {
 	for _, n := range v.Nodes {
 		r.Progress.Nodes = append(r.Progress.Nodes, &roverv1.NodeStepTime{StepSeconds: n.Wall, Samples: int32(n.Samples)})
 	}
+	r.AutoScale = c.autoScaleProtoLocked()
 	return r
 }
 

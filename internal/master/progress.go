@@ -43,6 +43,7 @@ func (c *core) progressReport(node string, np *roverv1.NodeProgress, now time.Ti
 		if hung && !p.Hung() {
 			c.st.Goodput.Hang(false, now)
 		}
+		c.autoScaleProgressLocked(node, r, now)
 	}
 	msg, bad := diagnosis.DeviceError(r.Devices)
 	if !bad || !member || s.Open || s.Job != rendezvous.Running {
@@ -171,7 +172,7 @@ func nodeReport(np *roverv1.NodeProgress) jobstate.NodeReport {
 		wr := jobstate.WorkerReport{LocalRank: w.GetLocalRank(), Step: w.GetStep(), Steps: w.GetSteps(),
 			WallSeconds: w.GetWallSeconds(), CPUSeconds: w.GetCpuSeconds(),
 			Rank: w.GetRank(), CommSeconds: w.GetCommSeconds(), Collectives: w.GetCollectives(),
-			MatmulFlops: w.GetMatmulFlops(), MatmulSeconds: w.GetMatmulSeconds()}
+			MatmulFlops: w.GetMatmulFlops(), MatmulSeconds: w.GetMatmulSeconds(), Samples: max(w.GetSamples(), 0)}
 		if c := w.GetCollective(); c != nil {
 			wr.Collective = &stall.Collective{Op: c.GetOp(), Bytes: c.GetBytes(), Group: c.GetGroup(), Seq: c.GetSeq(), Done: c.GetDone()}
 		}

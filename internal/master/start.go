@@ -51,6 +51,9 @@ func New(ctx context.Context, cfg Config) (*Master, error) {
 		cfg.Logger = slog.Default()
 	}
 	log := cfg.Logger.With("component", "master", "job", cfg.Job)
+	if err := checkAutoScale(cfg); err != nil {
+		return nil, err
+	}
 	closeStore, err := openStore(&cfg, log)
 	if err != nil {
 		return nil, err
@@ -149,10 +152,22 @@ func restoreCore(ctx context.Context, cfg Config, log *slog.Logger) (*core, erro
 			return nil, fmt.Errorf("open the job's event log: %w", err)
 		}
 	}
+	if cfg.AutoScale != nil {
+		_ = c.st.AutoScale.Enable(*cfg.AutoScale, nil) // the job's configuration makes the policy
+	}
 	n, err := c.restore(ctx, cfg.Clock.Now())
 	if err != nil {
 		c.events.Close()
 		return nil, fmt.Errorf("restore the master's state: %w", err)
+	}
+	if job := c.config(); job != nil && cfg.AutoScale != nil {
+		// A job configured by a master that did not auto-scale.
+		c.mu.Lock()
+		err := c.st.AutoScale.Enable(*cfg.AutoScale, &job.Rendezvous)
+		c.mu.Unlock()
+		if err != nil {
+			log.Warn("auto-scaling is off", "err", err)
+		}
 	}
 	c.logEvents(startedEvent(n, c.st.Members.Status(), cfg.Clock.Now()))
 	if n > 0 {
@@ -236,4 +251,25 @@ func newCleartextServer() *http.Server {
 	plain.HTTP2 = &http.HTTP2Config{MaxConcurrentStreams: 16, MaxReadFrameSize: readFrameSize,
 		MaxReceiveBufferPerConnection: receiveWindow, MaxReceiveBufferPerStream: receiveWindow}
 	return plain
+}
+
+// checkAutoScale refuses auto-scaling without a platform to make nodes on,
+// and knobs that do not fit the job's --nnodes.
+func checkAutoScale(cfg Config) error {
+	if cfg.AutoScale == nil {
+		return nil
+	}
+	if cfg.Nodes == nil {
+		return errors.New("auto-scaling needs a master that creates the job's nodes: run the job with rover submit --auto-scale, " +
+			"or as an ElasticJob with autoScale: true on Kubernetes")
+	}
+	if cfg.Preset != nil {
+		a := *cfg.AutoScale
+		r := cfg.Preset.Rendezvous
+		a.MinNodes, a.MaxNodes, a.NodeUnit = r.MinNodes, r.MaxNodes, r.NodeUnit
+		if err := a.Validate(); err != nil {
+			return fmt.Errorf("auto-scaling: %w", err)
+		}
+	}
+	return nil
 }

@@ -88,6 +88,8 @@ var jobDescs = []*prometheus.Desc{
 	checkRunningDesc, shardsDesc, datasetEpochDesc, leaseWorkersDesc, datasetFinishDesc,
 }
 
+func init() { jobDescs = append(jobDescs, autoScaleDescs...) }
+
 // Describe sends the descriptions of every metric Collect sends.
 func (JobCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range jobDescs {
@@ -125,6 +127,7 @@ func (c JobCollector) Collect(ch chan<- prometheus.Metric) {
 	collectGoodput(j.GetGoodput(), gauge, counter)
 	collectProgress(j.GetProgress(), gauge, counter)
 	collectNodeCheck(j.GetNodeCheck(), gauge)
+	collectAutoScale(j.GetAutoScale(), gauge, counter)
 	for _, d := range s.Datasets {
 		for _, st := range []struct {
 			state string

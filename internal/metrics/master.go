@@ -18,6 +18,7 @@ type Master struct {
 	commit     prometheus.Histogram
 	commitRecs prometheus.Histogram
 	rendezvous prometheus.Histogram
+	autoScale  *prometheus.CounterVec
 }
 
 // NewMaster makes the metrics of a master whose job's state snapshot
@@ -47,6 +48,10 @@ func NewMaster(snapshot func() JobSnapshot, process bool) *Master {
 			Help:    "Time from a rendezvous round opening to its world forming.",
 			Buckets: prometheus.ExponentialBuckets(0.01, 3, 11), // 10ms to 10min
 		}),
+		autoScale: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "rover_autoscale_decisions_total",
+			Help: "Changes the auto-scaling policy decided since the master started, by action (grow, shrink, replace) and reason code.",
+		}, []string{"action", "reason"}),
 	}
 	m.reg.MustRegister(m.collectors(snapshot)...)
 	return m
@@ -54,7 +59,7 @@ func NewMaster(snapshot func() JobSnapshot, process bool) *Master {
 
 // collectors are the master's Rover metrics (docs/metrics.md).
 func (m *Master) collectors(snapshot func() JobSnapshot) []prometheus.Collector {
-	return []prometheus.Collector{m.rpc, m.commit, m.commitRecs, m.rendezvous, JobCollector{Snapshot: snapshot}}
+	return []prometheus.Collector{m.rpc, m.commit, m.commitRecs, m.rendezvous, m.autoScale, JobCollector{Snapshot: snapshot}}
 }
 
 // Registry is the master's registry, to serve (Listen).
@@ -75,6 +80,14 @@ func (m *Master) RoundFormed(d time.Duration) {
 		return
 	}
 	m.rendezvous.Observe(d.Seconds())
+}
+
+// AutoScaleDecided counts a change the auto-scaling policy decided.
+func (m *Master) AutoScaleDecided(action, reason string) {
+	if m == nil {
+		return
+	}
+	m.autoScale.WithLabelValues(action, reason).Inc()
 }
 
 // Interceptor times the master's unary RPCs by procedure and code; it adds

@@ -58,7 +58,7 @@ func (s *State) CheckEvent(e *Event) error {
 		return nil // the shard machine checks its own events
 	}
 	switch e.Type {
-	case EventConfigure, EventFleet, EventGoodput:
+	case EventConfigure, EventFleet, EventGoodput, EventAutoScale:
 		return nil
 	case EventDeclareStorage:
 		if e.Declare == nil {
@@ -105,7 +105,8 @@ func (s *State) Apply(e *Event) (Effects, error) {
 		var first bool
 		if first, err = s.Members.Configure(e.Config, s.Fleet.Expect(), e.Time); first {
 			s.InitCheck()
-			s.Goodput.Launch(e.Time) // the job's launch: its configuration, journaled once
+			s.Goodput.Launch(e.Time)                       // the job's launch: its configuration, journaled once
+			_ = s.AutoScale.configure(e.Config.Rendezvous) // an error is kept: AutoScale.Err
 		}
 	case EventJoin:
 		var loss *WorldLoss
@@ -159,6 +160,8 @@ func (s *State) Apply(e *Event) (Effects, error) {
 		err = s.Members.Declare(*e.Declare)
 	case EventGoodput:
 		err = s.restoreGoodput(e.Goodput)
+	case EventAutoScale:
+		err = s.AutoScale.restore(e.AutoScale)
 	default:
 		return fx, fmt.Errorf("journal event type %q %w", e.Type, ErrUnknownEvent)
 	}
@@ -167,6 +170,9 @@ func (s *State) Apply(e *Event) (Effects, error) {
 		s.agreeMemory()
 		if after.Round != before.Round {
 			s.Datasets.Fence(int64(after.Round), e.Time) // every worker restarts in a new round
+		}
+		if !after.Open && (before.Open || after.Round != before.Round) && after.Job == rendezvous.Running {
+			s.AutoScale.roundFormed(s.Members.Rendezvous().Snapshot(), e.Time)
 		}
 		fx.Views++
 	}

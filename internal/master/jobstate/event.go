@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/roverml/rover/internal/autoscale"
+
 	"github.com/roverml/rover/internal/jobconfig"
 	"github.com/roverml/rover/internal/nodecheck"
 	"github.com/roverml/rover/internal/rendezvous"
@@ -62,6 +64,10 @@ type Event struct {
 	// Goodput is set on EventGoodput: the goodput accounting's whole state
 	// (Goodput.Marshal).
 	Goodput json.RawMessage `json:"goodput,omitempty"`
+	// AutoScale is set on EventAutoScale: the scaling policy's whole state
+	// (AutoScale.Marshal), and Decision the change it decided, if any.
+	AutoScale json.RawMessage     `json:"auto_scale,omitempty"`
+	Decision  *autoscale.Decision `json:"decision,omitempty"`
 }
 
 // CheckReport is a node's result of one node check group, set on
@@ -104,6 +110,9 @@ const (
 	// EventGoodput records the goodput accounting's whole state (Goodput),
 	// with what the heartbeats fed it since the last one.
 	EventGoodput EventType = "goodput"
+	// EventAutoScale records the scaling policy's whole state (AutoScale)
+	// and the change it decided (Decision), before the change is made.
+	EventAutoScale EventType = "auto_scale"
 )
 
 // The dataset events (Datasets), each with its Shard.

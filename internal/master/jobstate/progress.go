@@ -71,6 +71,8 @@ type WorkerReport struct {
 	// floating-point operations of its matmuls and their kernels' seconds.
 	MatmulFlops   int64
 	MatmulSeconds float64
+	// Samples is the training samples of the Steps (0: not reported).
+	Samples int64
 }
 
 // HangNotice tells the agents that the job hangs: they collect their

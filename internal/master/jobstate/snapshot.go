@@ -32,6 +32,7 @@ type snapshot struct {
 	Fleet        json.RawMessage             `json:"fleet,omitempty"`
 	NodeCheck    json.RawMessage             `json:"node_check,omitempty"`
 	Goodput      json.RawMessage             `json:"goodput,omitempty"` // absent before the job's launch, and in older snapshots
+	AutoScale    json.RawMessage             `json:"auto_scale,omitempty"`
 }
 
 type memoryJSON struct {
@@ -74,6 +75,9 @@ func (st *State) MarshalSnapshot(runID string) ([]byte, error) {
 	s.LeaseHolders = st.Datasets.Holders()
 	if s.Goodput, err = st.Goodput.Marshal(); err != nil {
 		return nil, fmt.Errorf("snapshot the goodput: %w", err)
+	}
+	if s.AutoScale, err = st.AutoScale.Marshal(); err != nil {
+		return nil, fmt.Errorf("snapshot the auto-scaling policy: %w", err)
 	}
 	b, err := json.Marshal(s)
 	if err != nil {
@@ -139,6 +143,12 @@ func (st *State) RestoreSnapshot(b []byte, runID string) error {
 		if st.Goodput, err = RestoreGoodput(s.Goodput); err != nil {
 			return err
 		}
+	}
+	if err := st.AutoScale.restore(s.AutoScale); err != nil {
+		return err
+	}
+	if st.AutoScale.Policy() == nil && st.Members.Configured() {
+		_ = st.AutoScale.configure(st.Members.Config().Rendezvous) // an error is kept: AutoScale.Err
 	}
 	return nil
 }

@@ -23,6 +23,9 @@ type State struct {
 	// heartbeats feed it is journaled as its whole state (EventGoodput)
 	// rather than one report at a time.
 	Goodput *Goodput
+	// AutoScale is the job's scaling policy, when the driver enabled it:
+	// journaled as its whole state, like Goodput.
+	AutoScale *AutoScale
 
 	// What the driver sets, not journaled: Owned says the master runs the
 	// job's nodes, Caps what their platform lets a diagnosis do; Live is
@@ -41,14 +44,15 @@ type State struct {
 // storage locations (see Membership), codec encodes the failures.
 func NewState(same SameLocation, codec FailureCodec) *State {
 	return &State{
-		Members:  NewMembership(same),
-		Keys:     NewKeys(),
-		Failures: NewFailures(),
-		Datasets: NewDatasets(),
-		Memory:   NewMemory(),
-		Fleet:    NewFleet(),
-		Progress: NewProgress(),
-		Goodput:  NewGoodput(),
-		codec:    codec,
+		Members:   NewMembership(same),
+		Keys:      NewKeys(),
+		Failures:  NewFailures(),
+		Datasets:  NewDatasets(),
+		Memory:    NewMemory(),
+		Fleet:     NewFleet(),
+		Progress:  NewProgress(),
+		Goodput:   NewGoodput(),
+		AutoScale: NewAutoScale(),
+		codec:     codec,
 	}
 }
