@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/roverml/rover/internal/agent"
+	"github.com/roverml/rover/internal/autoscale"
 	"github.com/roverml/rover/internal/jobplan"
 	"github.com/roverml/rover/internal/jobspec"
 	"github.com/roverml/rover/internal/submit"
@@ -36,6 +37,12 @@ Submit options (before anything else):
   --quiet         do not show the nodes' output, only progress and summary
   --dry-run       check the job and print its plan, and every problem, without
                   running anything (exit 0: it would run; 2: it would not)
+  --auto-scale[=NAME=VALUE,...]
+                  let the master decide the node count within --nnodes
+                  MIN:MAX from the job's measured throughput (as autoScale:
+                  true does in a job file); the optional knobs tune the
+                  policy, e.g. --auto-scale=cool-down=30s,min-gain=0.4
+                  (docs/autoscaling.md lists them)
   -h, --help      show this help
 `
 
@@ -45,6 +52,9 @@ type submitConfig struct {
 	Quiet  bool
 	DryRun bool
 	Spec   jobspec.JobSpec
+	// AutoScale is set by --auto-scale, with its knobs.
+	AutoScale *autoscale.Config
+	fromFile  bool // the job is a job file, not a launcher command line
 }
 
 // parseSubmitArgs reads submit's own options, then a job file or a launcher
@@ -60,6 +70,12 @@ func parseSubmitArgs(args []string) (*submitConfig, error) {
 			c.Quiet = true
 		case a == "--dry-run":
 			c.DryRun = true
+		case a == "--auto-scale" || strings.HasPrefix(a, "--auto-scale="):
+			knobs, err := autoscale.ParseKnobs(strings.TrimPrefix(strings.TrimPrefix(a, "--auto-scale"), "="))
+			if err != nil {
+				return nil, fmt.Errorf("--auto-scale: %w", err)
+			}
+			c.AutoScale = &knobs
 		case a == "--job-dir":
 			if len(args) < 2 || args[1] == "" {
 				return nil, errors.New("--job-dir needs a directory")
@@ -70,7 +86,18 @@ func parseSubmitArgs(args []string) (*submitConfig, error) {
 				return nil, errors.New("--job-dir needs a directory")
 			}
 		default:
-			return c, c.parseJob(args)
+			if err := c.parseJob(args); err != nil {
+				return nil, err
+			}
+			if c.AutoScale != nil {
+				g := c.Spec.Replicas[jobspec.Worker]
+				g.AutoScale = true
+				c.Spec.AutoScaleKnobs = *c.AutoScale
+				if !c.fromFile {
+					g.Nodes = g.MinNodes // the policy grows the job; a job file's replicas start as they say
+				}
+			}
+			return c, nil
 		}
 		args = args[1:]
 	}
@@ -86,7 +113,7 @@ func (c *submitConfig) parseJob(args []string) error {
 		if err != nil {
 			return err
 		}
-		c.Spec = *spec
+		c.Spec, c.fromFile = *spec, true
 		return nil
 	}
 	spec, err := jobspec.FromLaunchArgs(args)
@@ -177,6 +204,9 @@ func printPlan(w io.Writer, p *jobplan.Plan) {
 		}
 	}
 	fmt.Fprintf(w, "rendezvous: --nnodes=%s, max restarts %d\n", p.Launch.Policy().NNodesText(), p.Launch.MaxRestarts)
+	if p.AutoScale != nil {
+		fmt.Fprintf(w, "auto-scaling: the master decides the node count within --nnodes=%s\n", p.Launch.Policy().NNodesText())
+	}
 }
 
 func quoteAll(argv []string) []string {

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/roverml/rover/internal/autoscale"
 	"github.com/roverml/rover/internal/jobconfig"
 	"github.com/roverml/rover/internal/jobspec"
 	"github.com/roverml/rover/internal/nodemanager"
@@ -35,6 +36,9 @@ type Plan struct {
 	Preset jobconfig.Config
 	// Checkpoint is the job's checkpoint storage (URL "" for none).
 	Checkpoint jobconfig.CheckpointStorage
+	// AutoScale, when the worker group asks for it (autoScale: true,
+	// rover submit --auto-scale), is the master's scaling policy's knobs.
+	AutoScale *autoscale.Config
 	// Notes are what the platform ignores or changes of the spec
 	// (jobspec.JobSpec.Notes), for warnings.
 	Notes []string
@@ -184,7 +188,7 @@ func New(spec jobspec.JobSpec, t Target) (*Plan, error) {
 			Name:          string(jobspec.Worker),
 			MinNodes:      cfg.MinNodes,
 			MaxNodes:      cfg.MaxNodes,
-			Nodes:         startNodes(g.Nodes, cfg),
+			Nodes:         startNodes(g.Nodes, cfg, g.AutoScale),
 			MemoryLimit:   memoryLimit(g),
 			RestartCount:  restartCount(g.RestartCount),
 			CriticalRanks: criticalRanks(g.CriticalNodes),
@@ -197,6 +201,18 @@ func New(spec jobspec.JobSpec, t Target) (*Plan, error) {
 	}
 	if err := p.Nodes.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBadSpec, err)
+	}
+	if g.AutoScale {
+		knobs := spec.AutoScaleKnobs
+		check := knobs
+		check.MinNodes, check.MaxNodes, check.NodeUnit = cfg.MinNodes, cfg.MaxNodes, cfg.NodeUnit
+		if err := check.Validate(); err != nil {
+			return nil, fmt.Errorf("%w: auto-scaling: %w", ErrBadSpec, err)
+		}
+		if cfg.MinNodes == cfg.MaxNodes {
+			p.Notes = append(p.Notes, fmt.Sprintf("auto-scaling has nothing to decide: the job runs exactly %d nodes; give --nnodes MIN:MAX", cfg.MinNodes))
+		}
+		p.AutoScale = &knobs
 	}
 	return p, nil
 }
@@ -268,12 +284,16 @@ func restartCount(n int) int {
 }
 
 // startNodes is how many nodes start: the spec's replicas when the
-// launcher's --nnodes allows them, else the launcher's most.
-func startNodes(n int, cfg *runconfig.Config) int {
-	if n < cfg.MinNodes || n > cfg.MaxNodes {
-		return cfg.MaxNodes
+// launcher's --nnodes allows them, else the launcher's most, or its
+// least under auto-scaling.
+func startNodes(n int, cfg *runconfig.Config, autoScale bool) int {
+	switch {
+	case n >= cfg.MinNodes && n <= cfg.MaxNodes:
+		return n
+	case autoScale:
+		return cfg.MinNodes // the policy grows the job as its nodes pay
 	}
-	return n
+	return cfg.MaxNodes
 }
 
 // memoryLimit is the training container's memory limit (else request) in

@@ -32,6 +32,9 @@ type Capabilities struct {
 	// Suspend and PendingTimeout: it honours suspend and pendingTimeout
 	// even without Scheduling.
 	Suspend, PendingTimeout bool
+	// AutoScale: the master decides the node count (autoScale), even
+	// without Scheduling.
+	AutoScale bool
 	// CriticalNodes: it honours criticalNodes.
 	CriticalNodes bool
 	// LauncherFeatures are the dlrover-run switches it implements.
@@ -59,6 +62,7 @@ var LocalCapabilities = Capabilities{
 	Platform:         "the local platform runs processes on this machine",
 	Instead:          "submit to Kubernetes",
 	ReplicaTypes:     []ReplicaType{Worker},
+	AutoScale:        true,
 	LauncherFeatures: NodeCheckFeatures,
 	MaxNodes:         LocalMaxNodes,
 }
@@ -66,8 +70,9 @@ var LocalCapabilities = Capabilities{
 // KubernetesCapabilities is what Rover's Kubernetes platform honours:
 // worker pods from the template, with images and resources, in a
 // namespace; suspend (the operator) and the pending timeout (the node
-// manager). Priorities, autoScale, restartTimeout and resourceLimits are
-// not acted on yet, so they are refused.
+// manager), and autoScale (the master's policy). Priorities,
+// restartTimeout and resourceLimits are not acted on yet, so they are
+// refused.
 var KubernetesCapabilities = Capabilities{
 	Platform:         "Rover's Kubernetes platform",
 	Instead:          "wait for a Rover that implements it",
@@ -77,6 +82,7 @@ var KubernetesCapabilities = Capabilities{
 	Namespaces:       true,
 	Suspend:          true,
 	PendingTimeout:   true,
+	AutoScale:        true,
 	CriticalNodes:    true,
 	LauncherFeatures: NodeCheckFeatures,
 	PodTemplate:      true,
@@ -128,7 +134,7 @@ func (s JobSpec) Check(c Capabilities) error {
 			if g.Priority != "" {
 				refuse(base+".priority", "remove it")
 			}
-			if g.AutoScale {
+			if g.AutoScale && !c.AutoScale {
 				refuse(base+".autoScale", "remove it")
 			}
 			if g.RestartTimeout != 0 {

@@ -19,13 +19,14 @@ func TestCheckLocal(t *testing.T) {
 		{"more nodes than the local platform runs", "replicaSpecs: {worker: {replicas: 65, template: {spec: {containers: [{command: [x]}]}}}}", []string{
 			"replicaSpecs.worker.replicas: 65 nodes is above its limit of 64 nodes per group",
 		}},
+		{"auto-scaling: the master decides", "replicaSpecs: {worker: {replicas: 1, autoScale: true, template: {spec: {containers: [{command: [x]}]}}}}", nil},
 		{"other replica types and scheduling", `
 suspend: true
 resourceLimits: {cpu: 8}
 replicaSpecs:
   worker: {priority: 0.5, autoScale: true, restartTimeout: 30, criticalNodes: "0", template: {spec: {containers: [{command: [x]}]}}}
   evaluator: {template: {spec: {containers: [{command: [x]}]}}}`, []string{
-			"cannot honour suspend;", "cannot honour resourceLimits;", "replicaSpecs.worker.priority", "replicaSpecs.worker.autoScale",
+			"cannot honour suspend;", "cannot honour resourceLimits;", "replicaSpecs.worker.priority",
 			"replicaSpecs.worker.restartTimeout", "replicaSpecs.worker.criticalNodes", "replicaSpecs.evaluator (Rover runs worker groups only here)",
 		}},
 	}

@@ -4,6 +4,7 @@ import (
 	"io/fs"
 	"time"
 
+	"github.com/roverml/rover/internal/autoscale"
 	"github.com/roverml/rover/internal/runconfig"
 )
 
@@ -72,6 +73,10 @@ type JobSpec struct {
 	// nothing; 1 (the default): fail it when the job cannot run without
 	// them; 2: fail it.
 	PendingFailStrategy int
+	// AutoScaleKnobs are the auto-scaling policy's settings for a group
+	// with AutoScale (rover submit --auto-scale=NAME=VALUE,...); zero
+	// fields take the policy's defaults (docs/design/autoscale.md).
+	AutoScaleKnobs autoscale.Config
 	// NodeUnit: nodes join and leave in groups of this size (--node-unit,
 	// or spec.nodeUnit); at least 1.
 	NodeUnit int

@@ -166,7 +166,8 @@ func Run(ctx context.Context, o Options) error {
 	m, err := master.New(ctx, master.Config{
 		Listen: o.Listen, Job: plan.Name, Token: o.Token, Preset: &preset, Checkpoint: plan.Checkpoint,
 		Store: o.Store, StateDir: o.StateDir, DiscardState: o.DiscardState, Logger: o.Logger, MetricsAddr: o.MetricsAddr,
-		Nodes: &master.NodesConfig{Platform: plat, Name: "kubernetes", Spec: plan.Nodes, KeepNodes: true},
+		Nodes:     &master.NodesConfig{Platform: plat, Name: "kubernetes", Spec: plan.Nodes, KeepNodes: true},
+		AutoScale: plan.AutoScale,
 	})
 	if err != nil {
 		return err
