@@ -49,6 +49,7 @@ func Status(w io.Writer, j *roverv1.GetJobResponse) error {
 	}
 	writeNodeCheck(&b, j.GetNodeCheck())
 	writeProgress(&b, j.GetProgress())
+	writeAutoScale(&b, j.GetAutoScale())
 	writeGoodput(&b, j.GetGoodput())
 	writeFailures(&b, j.GetFailures())
 	return flush(w, &b, "status")
@@ -122,6 +123,7 @@ func Summary(w io.Writer, j *roverv1.GetJobResponse, took time.Duration) error {
 		writeManaged(&b, j.GetManagedNodes())
 	}
 	writeNodeCheck(&b, j.GetNodeCheck())
+	writeAutoScale(&b, j.GetAutoScale())
 	writeGoodput(&b, j.GetGoodput())
 	writeFailures(&b, j.GetFailures())
 	if j.GetJobState() == roverv1.JobState_JOB_STATE_FAILED {

@@ -110,7 +110,7 @@ func TestStatus(t *testing.T) {
 				row("node0", "0", "0", "10.0.0.1:29500", "0", "-", "alive"),
 				row("node1", "1", "-", "10.0.0.2:29500", "0", "-", "lost: no heartbeat for 30s"),
 			},
-			lacks: []string{"GROUP  RANK  NODE", "nodes on", "failures:", "relaunches", "checkpoint"},
+			lacks: []string{"GROUP  RANK  NODE", "nodes on", "failures:", "relaunches", "checkpoint", "auto-scaling"},
 		},
 	}, {
 		name: "collecting nodes",
@@ -138,6 +138,22 @@ func TestStatus(t *testing.T) {
 			},
 			// Status leaves tracebacks to Summary.
 			lacks: []string{"Traceback"},
+		},
+	}, {
+		name: "auto-scaling",
+		job: &roverv1.GetJobResponse{RunId: "j", JobState: running, Platform: "local", CheckpointStep: -1, AutoScale: &roverv1.AutoScaleStatus{
+			TargetNodes: 3, Changes: 2, Capacity: 4, Unit: "samples/s",
+			LastChange: &roverv1.AutoScaleDecision{Action: "grow", Reason: "predicted_gain", Message: "grow from 2 to 3 nodes: each added node is predicted to add 0.85"},
+			Latest:     &roverv1.AutoScaleDecision{Action: "hold", Reason: "measuring", Message: "3 nodes: 4 of 25 samples"},
+			Sizes: []*roverv1.SizeThroughput{{Nodes: 2, Throughput: 190.25, StdErr: 2.5, Samples: 25, Trusted: true},
+				{Nodes: 3, Throughput: 271, StdErr: 9, Samples: 4}},
+		}},
+		want: check{
+			has: []string{"\nauto-scaling: target 3 nodes, 2 changes, capacity 4 nodes\n",
+				"last change: grow (predicted_gain): grow from 2 to 3 nodes: each added node is predicted to add 0.85\n",
+				"now: hold (measuring): 3 nodes: 4 of 25 samples\n"},
+			rows: []*regexp.Regexp{row("NODES", "THROUGHPUT (samples/s)", "STD ERR", "SAMPLES", "TRUSTED"),
+				row("2", "190.2", "2.5", "25", "true"), row("3", "271", "9", "4", "false")},
 		},
 	}, {
 		name: "platform with no nodes yet",
