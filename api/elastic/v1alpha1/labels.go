@@ -24,10 +24,14 @@ const (
 	// LabelRelaunchCount is how many times the node's rank was relaunched
 	// before this pod.
 	LabelRelaunchCount = "elasticjob.dlrover/relaunch-count"
-	// LabelScaleType marks a ScalePlan a user wrote: ScaleTypeManual.
+	// LabelScaleType marks who wrote a ScalePlan: ScaleTypeManual (a
+	// user) or ScaleTypeAuto (the master).
 	LabelScaleType = "scale-type"
 	// ScaleTypeManual is the value of LabelScaleType on a manual ScalePlan.
 	ScaleTypeManual = "manual"
+	// ScaleTypeAuto is the value of LabelScaleType on a ScalePlan the
+	// job's master wrote for its own auto-scaling change (DLRover's "auto").
+	ScaleTypeAuto = "auto"
 )
 
 // JobLabels returns the labels of every object of job: app and the job's

@@ -1,0 +1,60 @@
+package kubemaster
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	elasticv1 "github.com/roverml/rover/api/elastic/v1alpha1"
+	"github.com/roverml/rover/internal/autoscale"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// ReasonAutoScaled is the Event reason of a change the auto-scaling
+// policy made.
+const ReasonAutoScaled = "AutoScaled"
+
+// recordAutoScale records a grow or shrink the master's auto-scaling
+// policy carried out, as DLRover's master does: a ScalePlan labelled
+// scale-type: auto for the new worker count, already Succeeded, and the
+// job's replicas set to it, so that the spec stays the record of the
+// count (a restarted master plans the job from it) and the scaler does not
+// take the spec's old count for a user's.
+func (s *scaler) recordAutoScale(ctx context.Context, d autoscale.Decision) {
+	n := int32(d.To)
+	s.mu.Lock()
+	job := s.latest
+	s.mu.Unlock()
+	plan := &elasticv1.ScalePlan{
+		ObjectMeta: metav1.ObjectMeta{Namespace: s.job.Namespace, GenerateName: s.job.Name + "-auto-",
+			Labels: map[string]string{elasticv1.LabelJobName: s.job.Name, elasticv1.LabelScaleType: elasticv1.ScaleTypeAuto}},
+		Spec: elasticv1.ScalePlanSpec{OwnerJob: s.job.Name,
+			ReplicaResourceSpecs: map[elasticv1.ReplicaType]elasticv1.ReplicaResourceSpec{elasticv1.Worker: {Replicas: n}}},
+	}
+	if job != nil {
+		plan.OwnerReferences = []metav1.OwnerReference{{APIVersion: elasticv1.GroupVersion.String(), Kind: "ElasticJob",
+			Name: job.Name, UID: job.UID}}
+	}
+	msg := fmt.Sprintf("auto-scale: %s", d.Message)
+	if err := s.client.Create(ctx, plan); err != nil {
+		s.log.Warn("write the auto-scaling ScalePlan", "nodes", n, "err", err)
+	} else {
+		now := metav1.NewTime(s.clock())
+		body, _ := json.Marshal(map[string]any{"status": elasticv1.ScalePlanStatus{Phase: elasticv1.PhaseSucceeded,
+			CreateTime: &now, FinishTime: &now, Message: msg}})
+		if err := s.client.Status().Patch(ctx, plan, client.RawPatch(types.MergePatchType, body)); err != nil {
+			s.log.Warn("write the auto-scaling ScalePlan's status", "plan", plan.Name, "err", err)
+		}
+	}
+	if err := s.setReplicas(ctx, n); err != nil {
+		s.log.Warn("set the job's replicas to the auto-scaled count", "replicas", n, "err", err)
+	} else {
+		s.applied = n // run's goroutine only, as followSpec
+	}
+	if job != nil {
+		s.event(job, corev1.EventTypeNormal, ReasonAutoScaled, "Scale", "%s", msg)
+	}
+}
