@@ -502,9 +502,12 @@ func (x *DeviceHealth) GetEccUncorrected() int64 {
 type NodeProgress struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The round of the worker group that made it.
-	Round         int64             `protobuf:"varint,1,opt,name=round,proto3" json:"round,omitempty"`
-	Workers       []*WorkerProgress `protobuf:"bytes,2,rep,name=workers,proto3" json:"workers,omitempty"`
-	Devices       []*DeviceHealth   `protobuf:"bytes,3,rep,name=devices,proto3" json:"devices,omitempty"`
+	Round   int64             `protobuf:"varint,1,opt,name=round,proto3" json:"round,omitempty"`
+	Workers []*WorkerProgress `protobuf:"bytes,2,rep,name=workers,proto3" json:"workers,omitempty"`
+	Devices []*DeviceHealth   `protobuf:"bytes,3,rep,name=devices,proto3" json:"devices,omitempty"`
+	// What the node's workers used, for right-sizing its next pod
+	// (docs/design/autoscale.md): unset when the agent could not read it.
+	Usage         *NodeUsage `protobuf:"bytes,4,opt,name=usage,proto3" json:"usage,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -560,6 +563,77 @@ func (x *NodeProgress) GetDevices() []*DeviceHealth {
 	return nil
 }
 
+func (x *NodeProgress) GetUsage() *NodeUsage {
+	if x != nil {
+		return x.Usage
+	}
+	return nil
+}
+
+// NodeUsage is what a node's workers (and their children) used.
+type NodeUsage struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Resident memory now, and the most seen since the workers started.
+	ResidentBytes     int64 `protobuf:"varint,1,opt,name=resident_bytes,json=residentBytes,proto3" json:"resident_bytes,omitempty"`
+	PeakResidentBytes int64 `protobuf:"varint,2,opt,name=peak_resident_bytes,json=peakResidentBytes,proto3" json:"peak_resident_bytes,omitempty"`
+	// CPU cores used on average over the interval since the previous
+	// report (CPU seconds over wall seconds).
+	CpuCores      float64 `protobuf:"fixed64,3,opt,name=cpu_cores,json=cpuCores,proto3" json:"cpu_cores,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeUsage) Reset() {
+	*x = NodeUsage{}
+	mi := &file_api_rover_v1_progress_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeUsage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeUsage) ProtoMessage() {}
+
+func (x *NodeUsage) ProtoReflect() protoreflect.Message {
+	mi := &file_api_rover_v1_progress_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeUsage.ProtoReflect.Descriptor instead.
+func (*NodeUsage) Descriptor() ([]byte, []int) {
+	return file_api_rover_v1_progress_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *NodeUsage) GetResidentBytes() int64 {
+	if x != nil {
+		return x.ResidentBytes
+	}
+	return 0
+}
+
+func (x *NodeUsage) GetPeakResidentBytes() int64 {
+	if x != nil {
+		return x.PeakResidentBytes
+	}
+	return 0
+}
+
+func (x *NodeUsage) GetCpuCores() float64 {
+	if x != nil {
+		return x.CpuCores
+	}
+	return 0
+}
+
 // HangNotice is the master's word that the job hangs.
 type HangNotice struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -576,7 +650,7 @@ type HangNotice struct {
 
 func (x *HangNotice) Reset() {
 	*x = HangNotice{}
-	mi := &file_api_rover_v1_progress_proto_msgTypes[7]
+	mi := &file_api_rover_v1_progress_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -588,7 +662,7 @@ func (x *HangNotice) String() string {
 func (*HangNotice) ProtoMessage() {}
 
 func (x *HangNotice) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_progress_proto_msgTypes[7]
+	mi := &file_api_rover_v1_progress_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -601,7 +675,7 @@ func (x *HangNotice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HangNotice.ProtoReflect.Descriptor instead.
 func (*HangNotice) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_progress_proto_rawDescGZIP(), []int{7}
+	return file_api_rover_v1_progress_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *HangNotice) GetId() int64 {
@@ -652,7 +726,7 @@ type NodeStepTime struct {
 
 func (x *NodeStepTime) Reset() {
 	*x = NodeStepTime{}
-	mi := &file_api_rover_v1_progress_proto_msgTypes[8]
+	mi := &file_api_rover_v1_progress_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -664,7 +738,7 @@ func (x *NodeStepTime) String() string {
 func (*NodeStepTime) ProtoMessage() {}
 
 func (x *NodeStepTime) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_progress_proto_msgTypes[8]
+	mi := &file_api_rover_v1_progress_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -677,7 +751,7 @@ func (x *NodeStepTime) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStepTime.ProtoReflect.Descriptor instead.
 func (*NodeStepTime) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_progress_proto_rawDescGZIP(), []int{8}
+	return file_api_rover_v1_progress_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *NodeStepTime) GetNodeId() string {
@@ -772,7 +846,7 @@ type JobProgress struct {
 
 func (x *JobProgress) Reset() {
 	*x = JobProgress{}
-	mi := &file_api_rover_v1_progress_proto_msgTypes[9]
+	mi := &file_api_rover_v1_progress_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -784,7 +858,7 @@ func (x *JobProgress) String() string {
 func (*JobProgress) ProtoMessage() {}
 
 func (x *JobProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_progress_proto_msgTypes[9]
+	mi := &file_api_rover_v1_progress_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -797,7 +871,7 @@ func (x *JobProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobProgress.ProtoReflect.Descriptor instead.
 func (*JobProgress) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_progress_proto_rawDescGZIP(), []int{9}
+	return file_api_rover_v1_progress_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *JobProgress) GetStep() int64 {
@@ -901,11 +975,16 @@ const file_api_rover_v1_progress_proto_rawDesc = "" +
 	"\x05index\x18\x01 \x01(\x05R\x05index\x12/\n" +
 	"\x13utilization_percent\x18\x02 \x01(\x05R\x12utilizationPercent\x12\x12\n" +
 	"\x04xids\x18\x03 \x03(\x05R\x04xids\x12'\n" +
-	"\x0fecc_uncorrected\x18\x04 \x01(\x03R\x0eeccUncorrected\"\x8a\x01\n" +
+	"\x0fecc_uncorrected\x18\x04 \x01(\x03R\x0eeccUncorrected\"\xb5\x01\n" +
 	"\fNodeProgress\x12\x14\n" +
 	"\x05round\x18\x01 \x01(\x03R\x05round\x122\n" +
 	"\aworkers\x18\x02 \x03(\v2\x18.rover.v1.WorkerProgressR\aworkers\x120\n" +
-	"\adevices\x18\x03 \x03(\v2\x16.rover.v1.DeviceHealthR\adevices\"L\n" +
+	"\adevices\x18\x03 \x03(\v2\x16.rover.v1.DeviceHealthR\adevices\x12)\n" +
+	"\x05usage\x18\x04 \x01(\v2\x13.rover.v1.NodeUsageR\x05usage\"\x7f\n" +
+	"\tNodeUsage\x12%\n" +
+	"\x0eresident_bytes\x18\x01 \x01(\x03R\rresidentBytes\x12.\n" +
+	"\x13peak_resident_bytes\x18\x02 \x01(\x03R\x11peakResidentBytes\x12\x1b\n" +
+	"\tcpu_cores\x18\x03 \x01(\x01R\bcpuCores\"L\n" +
 	"\n" +
 	"HangNotice\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12\x16\n" +
@@ -948,7 +1027,7 @@ func file_api_rover_v1_progress_proto_rawDescGZIP() []byte {
 	return file_api_rover_v1_progress_proto_rawDescData
 }
 
-var file_api_rover_v1_progress_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_api_rover_v1_progress_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_api_rover_v1_progress_proto_goTypes = []any{
 	(*WorkerProgress)(nil),         // 0: rover.v1.WorkerProgress
 	(*Collective)(nil),             // 1: rover.v1.Collective
@@ -957,9 +1036,10 @@ var file_api_rover_v1_progress_proto_goTypes = []any{
 	(*ReportProgressResponse)(nil), // 4: rover.v1.ReportProgressResponse
 	(*DeviceHealth)(nil),           // 5: rover.v1.DeviceHealth
 	(*NodeProgress)(nil),           // 6: rover.v1.NodeProgress
-	(*HangNotice)(nil),             // 7: rover.v1.HangNotice
-	(*NodeStepTime)(nil),           // 8: rover.v1.NodeStepTime
-	(*JobProgress)(nil),            // 9: rover.v1.JobProgress
+	(*NodeUsage)(nil),              // 7: rover.v1.NodeUsage
+	(*HangNotice)(nil),             // 8: rover.v1.HangNotice
+	(*NodeStepTime)(nil),           // 9: rover.v1.NodeStepTime
+	(*JobProgress)(nil),            // 10: rover.v1.JobProgress
 }
 var file_api_rover_v1_progress_proto_depIdxs = []int32{
 	1, // 0: rover.v1.WorkerProgress.collective:type_name -> rover.v1.Collective
@@ -967,13 +1047,14 @@ var file_api_rover_v1_progress_proto_depIdxs = []int32{
 	0, // 2: rover.v1.ReportProgressRequest.progress:type_name -> rover.v1.WorkerProgress
 	0, // 3: rover.v1.NodeProgress.workers:type_name -> rover.v1.WorkerProgress
 	5, // 4: rover.v1.NodeProgress.devices:type_name -> rover.v1.DeviceHealth
-	8, // 5: rover.v1.JobProgress.nodes:type_name -> rover.v1.NodeStepTime
-	2, // 6: rover.v1.JobProgress.hang_collectives:type_name -> rover.v1.RankCollective
-	7, // [7:7] is the sub-list for method output_type
-	7, // [7:7] is the sub-list for method input_type
-	7, // [7:7] is the sub-list for extension type_name
-	7, // [7:7] is the sub-list for extension extendee
-	0, // [0:7] is the sub-list for field type_name
+	7, // 5: rover.v1.NodeProgress.usage:type_name -> rover.v1.NodeUsage
+	9, // 6: rover.v1.JobProgress.nodes:type_name -> rover.v1.NodeStepTime
+	2, // 7: rover.v1.JobProgress.hang_collectives:type_name -> rover.v1.RankCollective
+	8, // [8:8] is the sub-list for method output_type
+	8, // [8:8] is the sub-list for method input_type
+	8, // [8:8] is the sub-list for extension type_name
+	8, // [8:8] is the sub-list for extension extendee
+	0, // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_api_rover_v1_progress_proto_init() }
@@ -987,7 +1068,7 @@ func file_api_rover_v1_progress_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_rover_v1_progress_proto_rawDesc), len(file_api_rover_v1_progress_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   10,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
