@@ -104,3 +104,33 @@ func TestAutoScaleNeedsNodes(t *testing.T) {
 		t.Errorf("New with bad knobs = %v, want ErrInvalidConfig naming MinSamples", err)
 	}
 }
+
+// TestAutoScaleReplacesAStraggler: in a job of two nodes, one takes three
+// times the other's time per step in every heartbeat; once it has been
+// the straggler for the policy's straggler-for, the policy replaces it:
+// the node manager relaunches its rank as a new node, and the decision
+// says why.
+func TestAutoScaleReplacesAStraggler(t *testing.T) {
+	fake := newFake()
+	sp := fleetJob(3)
+	knobs := fastScaling
+	knobs.StragglerFor = time.Millisecond
+	fm := startFleet(t, fleetOptions{spec: sp, platform: fake, autoScale: &knobs})
+	waitCreated(t, fake, "train-worker-0-0", "train-worker-1-0")
+	ctx, cancel := context.WithTimeout(context.Background(), waitDeadline)
+	defer cancel()
+	ss := fm.joinAll(ctx, t, "train-worker-0-0", "train-worker-1-0")
+	for i := int64(1); len(fake.Created()) < 3; i++ {
+		beat(ss[0], t, &roverv1.NodeProgress{Round: 1, Workers: []*roverv1.WorkerProgress{worker(10*i, 10, 1, 1)}})
+		beat(ss[1], t, &roverv1.NodeProgress{Round: 1, Workers: []*roverv1.WorkerProgress{worker(10*i, 10, 3, 3)}})
+		if ctx.Err() != nil {
+			t.Fatalf("the straggler was not replaced: auto-scale %v", fm.job(t).GetAutoScale())
+		}
+	}
+	waitCreated(t, fake, "train-worker-0-0", "train-worker-1-0", "train-worker-1-1")
+	last := fm.job(t).GetAutoScale().GetLastChange()
+	if last.GetAction() != "replace" || last.GetReason() != "straggler" || last.GetNodeId() != "train-worker-1-0" ||
+		!strings.Contains(last.GetMessage(), "replace train-worker-1-0: a straggler") {
+		t.Errorf("last change %v, want the straggler train-worker-1-0 replaced", last)
+	}
+}
