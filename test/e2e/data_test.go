@@ -23,7 +23,7 @@ type trainedStep struct {
 	Indices []int64 `json:"indices"`
 }
 
-func readTrainLogs(t *testing.T, dir string) []trainedLog {
+func readTrainLogs(t testing.TB, dir string) []trainedLog {
 	t.Helper()
 	files, _ := filepath.Glob(filepath.Join(dir, "train-round*-rank*.jsonl"))
 	name := regexp.MustCompile(`train-round(\d+)-rank\d+\.jsonl$`)

@@ -39,7 +39,7 @@ func uniqueJob(prefix string) string {
 
 // submit starts `rover submit --job-dir DIR args...` for job in a fresh
 // directory. args name the job (--rdzv-id or a job file).
-func submit(t *testing.T, job string, args ...string) *submitted {
+func submit(t testing.TB, job string, args ...string) *submitted {
 	t.Helper()
 	testsrc.Track()
 	s := &submitted{job: job, dir: filepath.Join(t.TempDir(), "job"), stdout: &testbuf.Buffer{}, stderr: &testbuf.Buffer{}, done: make(chan struct{})}
@@ -78,7 +78,7 @@ func submit(t *testing.T, job string, args ...string) *submitted {
 
 // wait waits for rover submit to exit and returns its exit code (128+N
 // when it died of signal N).
-func (s *submitted) wait(t *testing.T, timeout time.Duration) int {
+func (s *submitted) wait(t testing.TB, timeout time.Duration) int {
 	t.Helper()
 	select {
 	case <-s.done:
