@@ -192,6 +192,9 @@ func (f *fleet) start() ([]nodemanager.Command, error) {
 		return nil, err
 	}
 	f.mgr = m
+	if c := f.cfg.Platform.Capabilities().Capacity(); c > 0 {
+		f.log.Info("the platform runs at most this many nodes at once; those beyond pend", "capacity", c)
+	}
 	return m.Start(f.clock.Now()), nil
 }
 

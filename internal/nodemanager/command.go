@@ -39,8 +39,9 @@ type Command struct {
 	Removed bool
 	// GivenUp marks a DeleteNode of a node given up after pending past
 	// Spec.PendingTimeout (Removed is set too): the group runs without
-	// it.
+	// it, on Nodes nodes.
 	GivenUp bool
+	Nodes   int
 	// Cause is why a CreateNode relaunches its rank; "" for the other
 	// commands, and for the creates of a start or a scale up.
 	Cause  RelaunchCause

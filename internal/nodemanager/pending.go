@@ -166,7 +166,7 @@ func (m *Manager) giveUp(s *slot, ready int, now time.Time) Command {
 	}
 	why := fmt.Sprintf("pended %v past its %v pending timeout: given up", roundDuration(now.Sub(s.since)), m.spec.pendingTimeout())
 	reason := fmt.Sprintf("node %s %s; %s", s.id, why, runs)
-	c := Command{Kind: DeleteNode, NodeID: s.id, Removed: true, GivenUp: true, Reason: reason}
+	c := Command{Kind: DeleteNode, NodeID: s.id, Removed: true, GivenUp: true, Nodes: ready, Reason: reason}
 	delete(m.byID, s.id)
 	m.retired[s.id] = true
 	s.state, s.since, s.timedOut, s.held, s.reason, s.lastExit = Removed, now, false, false, reason, why

@@ -31,7 +31,7 @@ func TestGiveUpPendingNode(t *testing.T) {
 		running("train-worker-2-0", "h").after(6 * time.Minute).then(), // too late: its events are ignored
 	})
 	c := cmds[len(cmds)-1]
-	if !c.Removed || !c.GivenUp || c.Cause != "" {
+	if !c.Removed || !c.GivenUp || c.Nodes != 2 || c.Cause != "" {
 		t.Errorf("command %+v: want a planned removal (Removed, GivenUp) with no relaunch cause", c)
 	}
 	if want := "node train-worker-2-0 pended 5m0s past its 5m0s pending timeout: given up; the job runs with 2 nodes"; c.Reason != want {

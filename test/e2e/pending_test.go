@@ -59,6 +59,14 @@ func TestSubmitGivesUpPendingNode(t *testing.T) {
 	if want := "node relaunches 0"; !strings.Contains(errOut, want) {
 		t.Errorf("the summary does not say %q", want)
 	}
+	// The job's event log has the decision, as a warning.
+	events, err := os.ReadFile(filepath.Join(s.dir, "master", "events.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if re := regexp.MustCompile(`"kind":"scale_decision","severity":"Warning","node":"` + regexp.QuoteMeta(pended) + `".*"nodes":2`); !re.Match(events) {
+		t.Errorf("events.jsonl has no line %s:\n%s", re, events)
+	}
 	// The pending node's agent never ran: nothing of it on the console.
 	if strings.Contains(s.stdout.String(), "["+pended+"]") {
 		t.Errorf("the pending node %s ran:\n%s", pended, s.stdout.String())
