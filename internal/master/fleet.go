@@ -439,6 +439,17 @@ func (f *fleet) drain(ctx context.Context) {
 	f.log.Info("the job ended: waiting for its nodes to exit", "grace", f.cfg.ExitGrace)
 	f.mgr.End()
 	f.carry(ctx, nil)
+	joined := map[string]bool{}
+	for _, n := range f.core.job().GetNodes() {
+		joined[n.GetNodeId()] = true
+	}
+	for _, n := range f.mgr.Status().Nodes {
+		if n.State == nodemanager.Pending && !joined[n.NodeID] {
+			// Never placed (beyond the platform's capacity), or its agent
+			// never joined: none learns the outcome; nothing to wait for.
+			f.delete(n.NodeID)
+		}
+	}
 	record := func() {
 		var cmds []nodemanager.Command
 		for _, ev := range f.take() {
