@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/roverml/rover/internal/autoscale"
 	"github.com/roverml/rover/internal/jobplan"
 	"github.com/roverml/rover/internal/jobspec"
+	"github.com/roverml/rover/internal/runconfig"
 	"github.com/roverml/rover/internal/submit"
 )
 
@@ -34,6 +36,16 @@ each node (--rdzv-endpoint, --node-rank, --node-id, --token-file,
 Submit options (before anything else):
   --job-dir DIR   where node logs (DIR/nodes/<node id>) and the master's
                   state go (default: $TMPDIR/rover-jobs/<job>-<time>)
+  --max-nodes-here N
+                  run at most N nodes at once on this machine (default: no
+                  limit); the nodes beyond stay pending, and one pending past
+                  the pending timeout is given up when the job can run
+                  without it (--nnodes MIN)
+  --pending-timeout DURATION
+                  how long a node may stay pending before it is given up, or
+                  the job fails when it cannot run without it: seconds (600)
+                  or a duration (10m); the job file's pendingTimeout
+                  otherwise (default 15m)
   --quiet         do not show the nodes' output, only progress and summary
   --dry-run       check the job and print its plan, and every problem, without
                   running anything (exit 0: it would run; 2: it would not)
@@ -51,7 +63,13 @@ type submitConfig struct {
 	JobDir string
 	Quiet  bool
 	DryRun bool
-	Spec   jobspec.JobSpec
+	// MaxNodesHere is the local platform's capacity (--max-nodes-here);
+	// 0: no limit.
+	MaxNodesHere int
+	// PendingTimeout (--pending-timeout) overrides the spec's; 0: the
+	// spec's.
+	PendingTimeout time.Duration
+	Spec           jobspec.JobSpec
 	// AutoScale is set by --auto-scale, with its knobs.
 	AutoScale *autoscale.Config
 	fromFile  bool // the job is a job file, not a launcher command line
@@ -85,6 +103,18 @@ func parseSubmitArgs(args []string) (*submitConfig, error) {
 			if c.JobDir = strings.TrimPrefix(a, "--job-dir="); c.JobDir == "" {
 				return nil, errors.New("--job-dir needs a directory")
 			}
+		case a == "--max-nodes-here" || strings.HasPrefix(a, "--max-nodes-here="),
+			a == "--pending-timeout" || strings.HasPrefix(a, "--pending-timeout="):
+			name, v, inline := strings.Cut(a, "=")
+			if !inline {
+				if len(args) < 2 {
+					return nil, fmt.Errorf("%s needs a value", name)
+				}
+				v, args = args[1], args[1:]
+			}
+			if err := c.setOption(name, v); err != nil {
+				return nil, err
+			}
 		default:
 			if err := c.parseJob(args); err != nil {
 				return nil, err
@@ -96,6 +126,9 @@ func parseSubmitArgs(args []string) (*submitConfig, error) {
 				if !c.fromFile {
 					g.Nodes = g.MinNodes // the policy grows the job; a job file's replicas start as they say
 				}
+			}
+			if c.PendingTimeout > 0 {
+				c.Spec.PendingTimeout = c.PendingTimeout
 			}
 			return c, nil
 		}
@@ -121,6 +154,30 @@ func (c *submitConfig) parseJob(args []string) error {
 		return err
 	}
 	c.Spec = spec
+	return nil
+}
+
+// setOption reads --max-nodes-here or --pending-timeout.
+func (c *submitConfig) setOption(name, v string) error {
+	if name == "--max-nodes-here" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return fmt.Errorf("--max-nodes-here %q: give the most nodes to run at once on this machine, a whole number of 1 or more (leave it out for no limit)", v)
+		}
+		c.MaxNodesHere = n
+		return nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		d, err = runconfig.ParseSeconds(v)
+	}
+	if err == nil {
+		err = runconfig.CheckDuration("--pending-timeout "+v, d, false)
+	}
+	if err != nil {
+		return fmt.Errorf("--pending-timeout %q: give seconds (600) or a duration (10m), more than 0: %w", v, err)
+	}
+	c.PendingTimeout = d
 	return nil
 }
 
@@ -160,6 +217,10 @@ func planJob(c *submitConfig, stderr io.Writer) (*jobplan.Plan, error) {
 	if err != nil {
 		return nil, usageError{err}
 	}
+	if g := plan.Nodes.Groups[0]; c.MaxNodesHere > 0 && c.MaxNodesHere < g.MinNodes {
+		return nil, usageError{fmt.Errorf("--max-nodes-here %d is below the job's minimum of %d nodes (--nnodes %s): it could never run; give %d or more",
+			c.MaxNodesHere, g.MinNodes, plan.Launch.Policy().NNodesText(), g.MinNodes)}
+	}
 	for _, n := range plan.Notes {
 		fmt.Fprintf(stderr, "rover submit: warning: %s\n", n)
 	}
@@ -172,7 +233,7 @@ func submitJob(ctx context.Context, c *submitConfig, plan *jobplan.Plan, stdout,
 	if c.JobDir == "" {
 		c.JobDir = filepath.Join(os.TempDir(), "rover-jobs", plan.Name+"-"+time.Now().Format("20060102-150405"))
 	}
-	o := submit.Options{Dir: c.JobDir, Progress: stderr, Logger: newLogger(stderr)}
+	o := submit.Options{Dir: c.JobDir, Progress: stderr, Logger: newLogger(stderr), MaxNodes: c.MaxNodesHere}
 	if !c.Quiet {
 		o.Console = stdout
 	}

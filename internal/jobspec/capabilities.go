@@ -57,10 +57,12 @@ const LocalMaxNodes = 64
 var NodeCheckFeatures = []string{"network-check", "exclude-straggler", "comm-perf-test"}
 
 // LocalCapabilities is what the local platform honours: worker processes
-// on this machine, no images, no resource reservations, no scheduler.
+// on this machine, no images, no resource reservations, no scheduler; the
+// pending timeout (nodes beyond rover submit --max-nodes-here pend).
 var LocalCapabilities = Capabilities{
 	Platform:         "the local platform runs processes on this machine",
 	Instead:          "submit to Kubernetes",
+	PendingTimeout:   true, // nodes beyond --max-nodes-here pend
 	ReplicaTypes:     []ReplicaType{Worker},
 	AutoScale:        true,
 	LauncherFeatures: NodeCheckFeatures,

@@ -274,7 +274,8 @@ func TestParseReplicasWithinNNodes(t *testing.T) {
 }
 
 // TestPendingFailStrategy: DLRover's annotation is read, checked, and
-// refused where the platform has no pending nodes.
+// refused where the platform has no pending nodes; the local platform has
+// them (rover submit --max-nodes-here).
 func TestPendingFailStrategy(t *testing.T) {
 	doc := func(v string) []byte {
 		return []byte("kind: ElasticJob\napiVersion: elastic.rover.dev/v1alpha1\nmetadata:\n  name: j\n  annotations: {pending_fail_strategy: \"" + v +
@@ -298,10 +299,12 @@ func TestPendingFailStrategy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := spec.Check(LocalCapabilities); err == nil || !strings.Contains(err.Error(), "pending_fail_strategy") {
-		t.Errorf("local Check = %v, want pending_fail_strategy refused", err)
+	if err := spec.Check(Capabilities{Platform: "none", ReplicaTypes: []ReplicaType{Worker}}); err == nil || !strings.Contains(err.Error(), "pending_fail_strategy") {
+		t.Errorf("Check without pending nodes = %v, want pending_fail_strategy refused", err)
 	}
-	if err := spec.Check(KubernetesCapabilities); err != nil {
-		t.Errorf("Kubernetes Check = %v", err)
+	for _, c := range []Capabilities{LocalCapabilities, KubernetesCapabilities} {
+		if err := spec.Check(c); err != nil {
+			t.Errorf("%s: Check = %v", c.Platform, err)
+		}
 	}
 }

@@ -3,28 +3,28 @@ package kubemaster
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 
 	elasticv1 "github.com/roverml/rover/api/elastic/v1alpha1"
-	"github.com/roverml/rover/internal/autoscale"
+	"github.com/roverml/rover/internal/master"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// ReasonAutoScaled is the Event reason of a change the auto-scaling
-// policy made.
+// ReasonAutoScaled is the Event reason of a change of the worker count the
+// master made on its own.
 const ReasonAutoScaled = "AutoScaled"
 
-// recordAutoScale records a grow or shrink the master's auto-scaling
-// policy carried out, as DLRover's master does: a ScalePlan labelled
+// recordScaleChange records a change of the worker count the master made
+// on its own (an auto-scaling grow or shrink, a node given up pending), as
+// DLRover's master records its own: a ScalePlan labelled
 // scale-type: auto for the new worker count, already Succeeded, and the
 // job's replicas set to it, so that the spec stays the record of the
 // count (a restarted master plans the job from it) and the scaler does not
 // take the spec's old count for a user's.
-func (s *scaler) recordAutoScale(ctx context.Context, d autoscale.Decision) {
-	n := int32(d.To)
+func (s *scaler) recordScaleChange(ctx context.Context, c master.ScaleChange) {
+	n := int32(c.Nodes)
 	s.mu.Lock()
 	job := s.latest
 	s.mu.Unlock()
@@ -38,7 +38,7 @@ func (s *scaler) recordAutoScale(ctx context.Context, d autoscale.Decision) {
 		plan.OwnerReferences = []metav1.OwnerReference{{APIVersion: elasticv1.GroupVersion.String(), Kind: "ElasticJob",
 			Name: job.Name, UID: job.UID}}
 	}
-	msg := fmt.Sprintf("auto-scale: %s", d.Message)
+	msg := c.Message
 	if err := s.client.Create(ctx, plan); err != nil {
 		s.log.Warn("write the auto-scaling ScalePlan", "nodes", n, "err", err)
 	} else {

@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	elasticv1 "github.com/roverml/rover/api/elastic/v1alpha1"
-	"github.com/roverml/rover/internal/autoscale"
 	"github.com/roverml/rover/internal/k8stest"
+	"github.com/roverml/rover/internal/master"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -40,10 +40,10 @@ func TestAutoScaleWritesScalePlan(t *testing.T) {
 	}
 	s := newScaler(cl, nil, client.ObjectKeyFromObject(job), slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
 	s.latest = job
-	s.recordAutoScale(ctx, autoscale.Decision{Action: autoscale.Grow, From: 1, To: 2, Reason: autoscale.ReasonPredictedGain,
-		Message: "grow from 1 to 2 nodes: each added node is assumed to add 0.70 of a node's share"})
-	s.recordAutoScale(ctx, autoscale.Decision{Action: autoscale.Grow, From: 2, To: 3, Reason: autoscale.ReasonPredictedGain,
-		Message: "grow from 2 to 3 nodes: each added node is predicted to add 0.85 of a node's share"})
+	s.recordScaleChange(ctx, master.ScaleChange{Nodes: 2, Why: "auto-scale grow: predicted_gain",
+		Message: "auto-scale: grow from 1 to 2 nodes: each added node is assumed to add 0.70 of a node's share"})
+	s.recordScaleChange(ctx, master.ScaleChange{Nodes: 3, Why: "auto-scale grow: predicted_gain",
+		Message: "auto-scale: grow from 2 to 3 nodes: each added node is predicted to add 0.85 of a node's share"})
 
 	var plans elasticv1.ScalePlanList
 	if err := env.Client.List(ctx, &plans, client.InNamespace(ns),

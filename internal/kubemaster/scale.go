@@ -97,8 +97,8 @@ func (s *scaler) run(ctx context.Context, cfg *rest.Config) error {
 			return fmt.Errorf("watch the job's scaling: %w", err)
 		case <-s.wake:
 			s.step(ctx)
-		case d := <-s.master.AutoScaled():
-			s.recordAutoScale(ctx, d)
+		case c := <-s.master.ScaleChanges():
+			s.recordScaleChange(ctx, c)
 		}
 	}
 }

@@ -164,13 +164,6 @@ func (m *Master) autoScaleTick(ctx context.Context, now time.Time) error {
 	return nil
 }
 
-// AutoScaled delivers each grow or shrink the auto-scaling policy
-// decided, once the node manager has carried it out, for the platform's
-// own record of the count (Kubernetes: a ScalePlan labelled scale-type:
-// auto, and the job's replicas). It holds 16 changes; later ones are
-// dropped while nobody reads it (rover submit keeps no other record).
-func (m *Master) AutoScaled() <-chan autoscale.Decision { return m.autoScaled }
-
 // carryOutScale makes a decided change: a new node count for the node
 // manager, or a straggler's replacement. It does not wait for the nodes.
 func (m *Master) carryOutScale(ctx context.Context, d autoscale.Decision) {
@@ -185,11 +178,7 @@ func (m *Master) carryOutScale(ctx context.Context, d autoscale.Decision) {
 				m.log.Warn("the auto-scaling decision could not be carried out", "action", string(d.Action), "to", d.To, "err", err)
 				return
 			}
-			select {
-			case m.autoScaled <- d:
-			default:
-				m.log.Debug("an auto-scaling change is not passed on: nobody reads AutoScaled", "action", string(d.Action), "to", d.To)
-			}
+			m.fleet.passOn(ScaleChange{Nodes: d.To, Why: "auto-scale " + string(d.Action) + ": " + string(d.Reason), Message: "auto-scale: " + d.Message})
 		}()
 	case autoscale.Replace:
 		c := m.core

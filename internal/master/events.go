@@ -174,9 +174,14 @@ func startedEvent(records int, st rendezvous.Status, now time.Time) eventlog.Eve
 func commandEvents(cmds []nodemanager.Command, now time.Time) []eventlog.Event {
 	var out []eventlog.Event
 	for _, c := range cmds {
-		if c.Kind == nodemanager.CreateNode && c.Spec.Relaunch > 0 {
+		switch {
+		case c.Kind == nodemanager.CreateNode && c.Spec.Relaunch > 0:
 			out = append(out, eventlog.Event{Time: now, Kind: eventlog.NodeRelaunched, Severity: eventlog.Warning, Node: c.NodeID,
 				Cause: string(c.Cause), Reason: c.Reason, Message: relaunchMessage(c)})
+		case c.Kind == nodemanager.DeleteNode && c.GivenUp:
+			// The platform could not place the node: the job runs smaller.
+			out = append(out, eventlog.Event{Time: now, Kind: eventlog.ScaleDecision, Severity: eventlog.Warning, Node: c.NodeID,
+				Nodes: c.Nodes, Reason: c.Reason, Message: c.Reason})
 		}
 	}
 	return out

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/roverml/rover/internal/eventlog"
@@ -68,6 +69,12 @@ type fleet struct {
 	held    map[string]bool // node ids created or reported and not yet deleted: true once exited
 	deletes sync.WaitGroup
 
+	// found is the node manager's Capacity of the worker group, -1
+	// unknown: the loop, which owns the manager, stores it for capacity.
+	found atomic.Int64
+
+	changes chan ScaleChange // the master's own changes of the count (ScaleChanges)
+
 	scales chan scaleRequest // Master.Scale's requests, for the loop
 	gone   chan struct{}     // closed once the job ended and every node is deleted
 }
@@ -91,8 +98,11 @@ func newFleet(cfg NodesConfig, c *core, clock Clock, log *slog.Logger) (*fleet, 
 	if cfg.ExitGrace <= 0 {
 		cfg.ExitGrace = defaultExitGrace
 	}
-	return &fleet{cfg: cfg, core: c, clock: clock, log: log.With("platform", cfg.Name),
-		wake: make(chan struct{}, 1), held: map[string]bool{}, scales: make(chan scaleRequest), gone: make(chan struct{})}, nil
+	f := &fleet{cfg: cfg, core: c, clock: clock, log: log.With("platform", cfg.Name),
+		wake: make(chan struct{}, 1), held: map[string]bool{}, scales: make(chan scaleRequest), gone: make(chan struct{}),
+		changes: make(chan ScaleChange, 16)}
+	f.found.Store(-1)
+	return f, nil
 }
 
 // run drives the nodes until the job ends and its nodes are gone, or ctx
@@ -117,6 +127,7 @@ func (f *fleet) run(ctx context.Context) error {
 			f.drain(ctx)
 			return nil
 		}
+		f.found.Store(int64(f.mgr.Capacity(nodemanager.DefaultGroup)))
 		f.arm(timer)
 		select {
 		case <-ctx.Done():
@@ -165,14 +176,47 @@ func (f *fleet) scale(ctx context.Context, req scaleRequest) error {
 	return nil
 }
 
-// capacity is how many nodes the platform can place for the job (a
-// platform with a Capacity method: the local one's --max-nodes-here); -1
-// unknown.
-func (f *fleet) capacity() int {
-	if c, ok := f.cfg.Platform.(interface{ Capacity() int }); ok {
-		return c.Capacity()
+// ScaleChange is a change of the worker count the master made on its own:
+// an auto-scaling grow or shrink, or a node given up after pending past
+// its timeout.
+type ScaleChange struct {
+	Nodes   int    // the worker nodes the job runs now
+	Why     string // a bounded code: "auto-scale grow: predicted_gain", "pending timeout"
+	Message string // why, in a sentence
+}
+
+// ScaleChanges delivers the changes of the worker count the master made on
+// its own, once the node manager carried them out, for the platform's own
+// record of the count (Kubernetes: a ScalePlan labelled scale-type: auto,
+// and the job's replicas). It holds 16; later ones are dropped while
+// nobody reads it (rover submit keeps no other record). A master that owns
+// no nodes returns nil.
+func (m *Master) ScaleChanges() <-chan ScaleChange {
+	if m.fleet == nil {
+		return nil
 	}
-	return -1
+	return m.fleet.changes
+}
+
+// passOn offers c to ScaleChanges' reader.
+func (f *fleet) passOn(c ScaleChange) {
+	select {
+	case f.changes <- c:
+	default:
+		f.log.Debug("a change of the node count is not passed on: nobody reads ScaleChanges", "nodes", c.Nodes, "why", c.Why)
+	}
+}
+
+// capacity is how many nodes the platform can place for the job: the
+// smaller known of its own bound (the local platform's --max-nodes-here)
+// and what the node manager found when nodes pended past their timeout;
+// -1 when neither is known. Any goroutine may call it.
+func (f *fleet) capacity() int {
+	c := f.cfg.Platform.Capabilities().Capacity()
+	if m := int(f.found.Load()); m >= 0 && (c < 0 || m < c) {
+		c = m
+	}
+	return c
 }
 
 func (f *fleet) ended() bool {
@@ -202,6 +246,9 @@ func (f *fleet) start() ([]nodemanager.Command, error) {
 		return nil, err
 	}
 	f.mgr = m
+	if c := f.cfg.Platform.Capabilities().Capacity(); c > 0 {
+		f.log.Info("the platform runs at most this many nodes at once; those beyond pend", "capacity", c)
+	}
 	return m.Start(f.clock.Now()), nil
 }
 
@@ -376,6 +423,11 @@ func (f *fleet) carry(ctx context.Context, cmds []nodemanager.Command) {
 	}
 	f.core.setFleetView(f.mgr.Status(), f.cfg.Name)
 	f.core.logEvents(commandEvents(cmds, f.clock.Now())...)
+	for _, c := range cmds {
+		if c.Kind == nodemanager.DeleteNode && c.GivenUp {
+			f.passOn(ScaleChange{Nodes: c.Nodes, Why: "pending timeout", Message: c.Reason})
+		}
+	}
 	creating := newCreates(ctx, f)
 	skipped := 0
 	for i, c := range cmds {
@@ -446,6 +498,17 @@ func (f *fleet) drain(ctx context.Context) {
 	f.log.Info("the job ended: waiting for its nodes to exit", "grace", f.cfg.ExitGrace)
 	f.mgr.End()
 	f.carry(ctx, nil)
+	joined := map[string]bool{}
+	for _, n := range f.core.job().GetNodes() {
+		joined[n.GetNodeId()] = true
+	}
+	for _, n := range f.mgr.Status().Nodes {
+		if n.State == nodemanager.Pending && !joined[n.NodeID] {
+			// Never placed (beyond the platform's capacity), or its agent
+			// never joined: none learns the outcome; nothing to wait for.
+			f.delete(n.NodeID)
+		}
+	}
 	record := func() {
 		var cmds []nodemanager.Command
 		for _, ev := range f.take() {

@@ -113,9 +113,6 @@ type Master struct {
 	metrics    *metrics.Master
 	metricsSrv *metrics.Server
 
-	// autoScaled passes on the auto-scaling changes carried out (AutoScaled).
-	autoScaled chan autoscale.Decision
-
 	// ended is closed when Run returns, after runErr is set.
 	ended  chan struct{}
 	runErr error

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	"github.com/roverml/rover/internal/autoscale"
 	"github.com/roverml/rover/internal/ckpt"
 	"github.com/roverml/rover/internal/diagnosis"
 	"github.com/roverml/rover/internal/eventlog"
@@ -106,8 +105,7 @@ func newMaster(ctx context.Context, cfg Config, log *slog.Logger) (*Master, erro
 			return nil, fmt.Errorf("listen on %s: %w", cfg.Listen, err)
 		}
 	}
-	m := &Master{cfg: cfg, core: c, ln: ln, log: log, sessions: newSessionCount(), ended: make(chan struct{}),
-		autoScaled: make(chan autoscale.Decision, 16)}
+	m := &Master{cfg: cfg, core: c, ln: ln, log: log, sessions: newSessionCount(), ended: make(chan struct{})}
 	if cfg.Nodes != nil {
 		if m.fleet, err = newFleet(*cfg.Nodes, c, cfg.Clock, log); err != nil {
 			ln.Close()

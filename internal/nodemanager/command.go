@@ -37,6 +37,11 @@ type Command struct {
 	// Removed marks a DeleteNode of a node scaled away: a planned
 	// departure, not a failure to blame.
 	Removed bool
+	// GivenUp marks a DeleteNode of a node given up after pending past
+	// Spec.PendingTimeout (Removed is set too): the group runs without
+	// it, on Nodes nodes.
+	GivenUp bool
+	Nodes   int
 	// Cause is why a CreateNode relaunches its rank; "" for the other
 	// commands, and for the creates of a start or a scale up.
 	Cause  RelaunchCause

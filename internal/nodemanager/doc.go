@@ -26,8 +26,27 @@
 //   - A rank whose budget is used up is Failed. The job fails when it is a
 //     critical rank, or when its group has fewer usable (live or succeeded)
 //     nodes than MinNodes.
-//   - A node pending past PendingTimeout (default 15 min) fails the job per
-//     PendingStrategy (default PendingNecessary).
+//   - A node pending past PendingTimeout (default 15 min) is given up when
+//     its group can run without it: the group keeps at least MinNodes
+//     (and one) nodes running, pending within the timeout, succeeded or
+//     yet to be created. The node is deleted as a planned removal
+//     ([Command.Removed] and [Command.GivenUp]: no relaunch spent, no
+//     failure blamed), its rank is Removed, and [Manager.Desired] and
+//     [Manager.Live] (what the rendezvous expects) no longer count it; the
+//     reason says so ("node train-worker-2-0 pended 5m0s past its 5m0s
+//     pending timeout: given up; the job runs with 2 nodes"). A later
+//     [Manager.Scale] up brings the rank back first. When the group cannot
+//     run without it, PendingStrategy decides: PendingNecessary (the
+//     default) fails the job, PendingSkip keeps waiting (and gives the
+//     node up once the group can run without it). PendingAll fails the
+//     job as soon as any node pends past the timeout. A timed-out critical
+//     node fails the job (PendingSkip waits for it).
+//   - [Manager.Capacity] says how many nodes of a group the platform
+//     showed it can place: -1 (unknown) until a node of the group times
+//     out pending; then the nodes running or pending within the timeout at
+//     that moment; -1 again PendingRetry (default 10 min) later, so that a
+//     job (the auto-scaler) may probe for capacity that appeared. It is
+//     journaled with the rest.
 //   - Every relaunch is counted by its [RelaunchCause], one of a fixed set
 //     (oom, evicted, deleted, exited, node_lost, node_check, diagnosis,
 //     other) for the metrics ([Status].RelaunchCauses).

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/roverml/rover/internal/platform"
@@ -65,10 +64,13 @@ const startWindow = 64
 // Manager is the node manager of one job. It is not safe for concurrent use;
 // the master's driver serialises calls.
 type Manager struct {
-	spec       Spec
-	started    bool
-	slots      [][]*slot             // by group index, then rank; ranks ever created
-	desired    []int                 // by group index: the nodes wanted (Scale), MaxNodes at most
+	spec    Spec
+	started bool
+	slots   [][]*slot // by group index, then rank; ranks ever created
+	// desired is, by group index, the ranks wanted: 0..desired-1 (Scale),
+	// MaxNodes at most, less the ranks given up pending (Removed below
+	// it; see wanted).
+	desired    []int
 	byID       map[string]*slot      // current node ids only
 	retired    map[string]bool       // replaced node ids; their events are ignored
 	badHosts   []string              // sorted
@@ -76,6 +78,10 @@ type Manager struct {
 	causes     map[RelaunchCause]int // relaunches by cause; they sum to relaunches
 	fail       *failure
 	ended      bool // the job is over: nodes are no longer replaced
+	// capacity is, by group index, what the platform showed it can
+	// place when the group's nodes last timed out pending
+	// ([Manager.Capacity]).
+	capacity []capacity
 }
 
 // New returns a manager for spec that has created nothing yet; call
@@ -87,6 +93,7 @@ func New(spec Spec) (*Manager, error) {
 	m := &Manager{spec: spec, byID: make(map[string]*slot), retired: make(map[string]bool), causes: make(map[RelaunchCause]int)}
 	for _, g := range spec.Groups {
 		m.desired = append(m.desired, g.nodes())
+		m.capacity = append(m.capacity, capacity{nodes: -1})
 	}
 	return m, nil
 }
@@ -187,6 +194,9 @@ func (m *Manager) current(id string) *slot {
 // platform reports makes room for the next rank still to be created.
 func (m *Manager) Observe(ev platform.Event, now time.Time) []Command {
 	cmds := m.observe(ev, now)
+	// A node that came may let the group give up one that waits
+	// (PendingSkip keeps waiting while the group needs it).
+	cmds = append(cmds, m.expire(now)...)
 	return append(cmds, m.fill(now, nil)...)
 }
 
@@ -344,80 +354,6 @@ func (m *Manager) usable(gi int) int {
 func (m *Manager) failJob(kind error, reason string) Command {
 	m.fail = &failure{kind: kind, reason: reason}
 	return Command{Kind: FailJob, Reason: reason}
-}
-
-// Tick applies the pending timeout at now. The driver calls it when
-// [Manager.NextDeadline] passes; every other input applies it too.
-func (m *Manager) Tick(now time.Time) []Command { return m.expire(now) }
-
-// NextDeadline is when a pending node next times out, if any will.
-func (m *Manager) NextDeadline() (time.Time, bool) {
-	var next time.Time
-	if !m.timesOut() {
-		return next, false
-	}
-	for _, s := range m.pendingSlots() {
-		if d := s.since.Add(m.spec.pendingTimeout()); next.IsZero() || d.Before(next) {
-			next = d
-		}
-	}
-	return next, !next.IsZero()
-}
-
-func (m *Manager) timesOut() bool {
-	return m.fail == nil && !m.ended && m.spec.PendingStrategy != PendingSkip && m.spec.pendingTimeout() > 0
-}
-
-// pendingSlots lists pending nodes that have not timed out yet.
-func (m *Manager) pendingSlots() []*slot {
-	var out []*slot
-	for _, g := range m.slots {
-		for _, s := range g {
-			if s.state == Pending && !s.timedOut {
-				out = append(out, s)
-			}
-		}
-	}
-	return out
-}
-
-func (m *Manager) expire(now time.Time) []Command {
-	if !m.timesOut() {
-		return nil
-	}
-	timeout := m.spec.pendingTimeout()
-	var late []string
-	for _, s := range m.pendingSlots() {
-		if !now.Before(s.since.Add(timeout)) {
-			s.timedOut = true
-			s.reason = fmt.Sprintf("node %s has been pending for more than %v (since %s)", s.id, timeout, s.since.UTC().Format(time.RFC3339))
-			late = append(late, s.id)
-		}
-	}
-	if len(late) == 0 {
-		return nil
-	}
-	if m.spec.PendingStrategy == PendingAll {
-		return []Command{m.failJob(ErrPendingTimeout, fmt.Sprintf("nodes %s pending for more than %v (pending strategy: all)", strings.Join(late, ", "), timeout))}
-	}
-	for gi, g := range m.spec.Groups {
-		ready := m.uncreated(gi) // not created yet, so not late
-		var waiting []string
-		for _, s := range m.slots[gi] {
-			switch {
-			case s.timedOut && g.critical(s.rank):
-				return []Command{m.failJob(ErrPendingTimeout, fmt.Sprintf("critical node %s pending for more than %v", s.id, timeout))}
-			case s.timedOut:
-				waiting = append(waiting, s.id)
-			case s.state != Failed && s.state != Removed:
-				ready++
-			}
-		}
-		if ready < g.MinNodes {
-			return []Command{m.failJob(ErrPendingTimeout, fmt.Sprintf("nodes %s pending for more than %v leave %s %d nodes, fewer than its minimum %d", strings.Join(waiting, ", "), timeout, g.name(), ready, g.MinNodes))}
-		}
-	}
-	return nil
 }
 
 // nodes is "1 usable node" or "n usable nodes".

@@ -143,12 +143,12 @@ func TestScenarios(t *testing.T) {
 		spec: spec(workers(2, 3)),
 		steps: []step{
 			start(), running("train-worker-0-0", "h"), running("train-worker-1-0", "h"),
-			tick().after(DefaultPendingTimeout).then(), // one late node, two ready: go on
+			tick().after(DefaultPendingTimeout).then("Delete train-worker-2-0"), // one late node, two ready: given up
 			exit("train-worker-1-0", 1).after(DefaultPendingTimeout+time.Minute).then("Delete train-worker-1-0", "Create train-worker-1-1"),
 			tick().after(2*DefaultPendingTimeout + time.Minute).then("Fail"),
 		},
 		wantErr: ErrPendingTimeout,
-		reason:  []string{"train-worker-1-1, train-worker-2-0", "pending for more than 15m0s", "fewer than its minimum 2"},
+		reason:  []string{"train-worker-1-1 pending for more than 15m0s", "leave worker 1 nodes, fewer than its minimum 2"},
 	}, {
 		name: "pending timeout of a critical node",
 		spec: Spec{Job: "train", Groups: []GroupSpec{critical(workers(0, 2), 1)}, PendingTimeout: time.Minute},
@@ -259,8 +259,14 @@ func TestNextDeadline(t *testing.T) {
 		t.Fatalf("NextDeadline = %v, %v; want t0+70s", d, ok)
 	}
 	m.Tick(t0.Add(70 * time.Second))
-	if d, ok := m.NextDeadline(); ok {
-		t.Fatalf("NextDeadline = %v after the only pending node timed out", d)
+	// The node was given up: the capacity it showed is forgotten after
+	// PendingRetry.
+	if d, ok := m.NextDeadline(); !ok || !d.Equal(t0.Add(70*time.Second+DefaultPendingRetry)) {
+		t.Fatalf("NextDeadline = %v, %v after the only pending node timed out; want t0+70s+%v", d, ok, DefaultPendingRetry)
+	}
+	m.Tick(t0.Add(70*time.Second + DefaultPendingRetry))
+	if d, ok := m.NextDeadline(); ok || m.Capacity("worker") != -1 {
+		t.Fatalf("NextDeadline = %v, capacity %d once the capacity is forgotten", d, m.Capacity("worker"))
 	}
 }
 

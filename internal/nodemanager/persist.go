@@ -31,6 +31,16 @@ type stateJSON struct {
 
 	// RelaunchCauses counts Relaunches by cause (causes seen only).
 	RelaunchCauses map[RelaunchCause]int `json:"relaunch_causes,omitempty"`
+	// Capacity is, by group, what nodes timing out pending showed
+	// (Manager.Capacity); absent while every group's is unknown. Added
+	// to schema 2 with the pending give-up: a state without it knows no
+	// capacity.
+	Capacity []capacityJSON `json:"capacity,omitempty"`
+}
+
+type capacityJSON struct {
+	Nodes int       `json:"nodes"` // -1: unknown
+	At    time.Time `json:"at,omitzero"`
 }
 
 type slotJSON struct {
@@ -56,6 +66,11 @@ func (m *Manager) MarshalState() ([]byte, error) {
 		s.Retired = append(s.Retired, id)
 	}
 	slices.Sort(s.Retired)
+	if slices.ContainsFunc(m.capacity, func(c capacity) bool { return c.nodes >= 0 }) {
+		for _, c := range m.capacity {
+			s.Capacity = append(s.Capacity, capacityJSON{Nodes: c.nodes, At: c.at})
+		}
+	}
 	if m.fail != nil {
 		for k, v := range failureKinds {
 			if v == m.fail.kind {
@@ -113,6 +128,9 @@ func Restore(data []byte) (*Manager, error) {
 	}
 	m.started, m.ended, m.relaunches, m.badHosts = s.Started, s.Ended, s.Relaunches, s.BadHosts
 	if err := m.restoreCauses(s); err != nil {
+		return nil, err
+	}
+	if err := m.restoreCapacity(s); err != nil {
 		return nil, err
 	}
 	if !slices.IsSorted(m.badHosts) || len(slices.Compact(slices.Clone(m.badHosts))) != len(m.badHosts) {
@@ -205,6 +223,28 @@ func (m *Manager) restoreCauses(s stateJSON) error {
 	}
 	if sum != s.Relaunches {
 		return bad("relaunches %d, but their causes sum to %d", s.Relaunches, sum)
+	}
+	return nil
+}
+
+// restoreCapacity reads the capacities by group: none, or one per group,
+// each unknown (-1) or 0..MaxNodes nodes found at a time.
+func (m *Manager) restoreCapacity(s stateJSON) error {
+	if s.Capacity == nil {
+		return nil
+	}
+	if len(s.Capacity) != len(m.spec.Groups) {
+		return bad("%d capacities for %d groups", len(s.Capacity), len(m.spec.Groups))
+	}
+	for i, c := range s.Capacity {
+		g := m.spec.Groups[i]
+		switch {
+		case c.Nodes == -1 && c.At.IsZero():
+		case c.Nodes >= 0 && c.Nodes <= g.MaxNodes && !c.At.IsZero():
+		default:
+			return bad("%s: capacity %d nodes at %v; want -1 (unknown, no time) or 0..%d nodes with the time found", g.name(), c.Nodes, c.At, g.MaxNodes)
+		}
+		m.capacity[i] = capacity{nodes: c.Nodes, at: c.At}
 	}
 	return nil
 }

@@ -18,8 +18,10 @@ import (
 //     failure) and the ranks are Removed; ranks that already ended stay as
 //     they are.
 //
-// Ranks below n that failed for good stay failed. Asking for the count the
-// group has is a no-op. Errors wrap [ErrBadScale] or [ErrJobOver] and say
+// Ranks below n that failed for good stay failed. Ranks given up pending
+// (see [Manager.Capacity]) are not counted: scaling up brings them back
+// first, the lowest first; scaling down keeps them given up. Asking for
+// the count the group has ([Manager.Desired]) is a no-op. Errors wrap [ErrBadScale] or [ErrJobOver] and say
 // what to do.
 func (m *Manager) Scale(group string, n int, why string, now time.Time) ([]Command, error) {
 	gi := -1
@@ -43,12 +45,44 @@ func (m *Manager) Scale(group string, n int, why string, now time.Time) ([]Comma
 	if m.fail != nil {
 		return cmds, nil
 	}
-	old := m.desired[gi]
-	m.desired[gi] = n
-	if !m.started {
+	old := m.wanted(gi)
+	if n == old {
 		return cmds, nil
 	}
-	for r := n; r < len(m.slots[gi]); r++ {
+	if !m.started {
+		m.desired[gi] = n
+		return cmds, nil
+	}
+	bound := m.desired[gi]
+	var revive []int // Removed ranks that come back
+	if n > old {
+		// Ranks given up pending come back first (the lowest), then
+		// ranks above the wanted ones.
+		need := n - old
+		for r := 0; r < min(bound, len(m.slots[gi])) && need > 0; r++ {
+			if m.slots[gi][r].state == Removed {
+				revive = append(revive, r)
+				need--
+			}
+		}
+		for r := bound; r < min(bound+need, len(m.slots[gi])); r++ {
+			if m.slots[gi][r].state == Removed {
+				revive = append(revive, r)
+			}
+		}
+		m.desired[gi] = bound + need
+	} else {
+		// Keep the lowest n wanted ranks; ranks given up below them stay
+		// given up.
+		b := 0
+		for count := 0; count < n; b++ {
+			if !m.hole(gi, b) {
+				count++
+			}
+		}
+		m.desired[gi] = b
+	}
+	for r := m.desired[gi]; r < len(m.slots[gi]); r++ {
 		s := m.slots[gi][r]
 		if !s.state.live() {
 			continue
@@ -67,24 +101,45 @@ func (m *Manager) Scale(group string, n int, why string, now time.Time) ([]Comma
 		}
 		return fmt.Sprintf("scaled %s from %d to %d nodes (%s): adding rank %d", g.name(), old, n, why, r)
 	}
-	for r := range min(n, len(m.slots[gi])) {
-		if s := m.slots[gi][r]; s.state == Removed {
-			s.relaunch++
-			s.rescaled++
-			cmds = append(cmds, m.create(s, now, reason(g, r)))
-		}
+	for _, r := range revive {
+		s := m.slots[gi][r]
+		s.relaunch++
+		s.rescaled++
+		cmds = append(cmds, m.create(s, now, reason(g, r)))
 	}
 	// Ranks never created come as the platform takes the earlier ones
 	// (startWindow); the first of them now.
 	return append(cmds, m.fill(now, reason)...), nil
 }
 
+// hole reports whether rank r of group gi was given up pending: Removed
+// below the group's desired ranks.
+func (m *Manager) hole(gi, r int) bool {
+	return m.started && r < m.desired[gi] && r < len(m.slots[gi]) && m.slots[gi][r].state == Removed
+}
+
+// wanted is how many nodes group gi should have: its desired ranks less
+// those given up pending.
+func (m *Manager) wanted(gi int) int {
+	n := m.desired[gi]
+	if !m.started {
+		return n
+	}
+	for r := range min(n, len(m.slots[gi])) {
+		if m.hole(gi, r) {
+			n--
+		}
+	}
+	return n
+}
+
 // Desired returns how many nodes group should have now (its Nodes, or the
-// last Scale), or -1 for an unknown group.
+// last Scale, less the nodes given up pending past Spec.PendingTimeout),
+// or -1 for an unknown group.
 func (m *Manager) Desired(group string) int {
 	for i, g := range m.spec.Groups {
 		if g.name() == group || group == "" && g.name() == DefaultGroup {
-			return m.desired[i]
+			return m.wanted(i)
 		}
 	}
 	return -1

@@ -14,6 +14,7 @@ const (
 	DefaultRestartCount   = 3                // relaunches per node (replica spec restartCount)
 	MaxRestartCount       = 5                // restartCount is capped here
 	DefaultPendingTimeout = 15 * time.Minute // DLRover's pending_timeout, 900 s
+	DefaultPendingRetry   = 10 * time.Minute // how long a capacity found by a pending timeout holds
 	DefaultGroup          = "worker"
 )
 
@@ -45,6 +46,11 @@ type Spec struct {
 	// negative: never time out.
 	PendingTimeout  time.Duration   `json:"pending_timeout,omitempty"`
 	PendingStrategy PendingStrategy `json:"pending_strategy,omitempty"`
+	// PendingRetry: how long the capacity that nodes timing out pending
+	// showed ([Manager.Capacity]) holds before it is forgotten, so the
+	// job may probe for capacity that appeared. 0: DefaultPendingRetry;
+	// negative: never forgotten.
+	PendingRetry time.Duration `json:"pending_retry,omitempty"`
 }
 
 // GroupSpec is one replica type: how many nodes, how to start them, and how
@@ -109,6 +115,13 @@ func (s Spec) pendingTimeout() time.Duration {
 		return DefaultPendingTimeout
 	}
 	return s.PendingTimeout
+}
+
+func (s Spec) pendingRetry() time.Duration {
+	if s.PendingRetry == 0 {
+		return DefaultPendingRetry
+	}
+	return s.PendingRetry
 }
 
 // Validate reports every field out of range, each wrapping [ErrInvalidSpec].

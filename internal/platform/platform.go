@@ -36,6 +36,21 @@ type Capabilities struct {
 	Image      bool // Image selects the node's container image
 	Hosts      bool // nodes run on distinct hosts that events report
 	AvoidHosts bool // AvoidHosts is honoured (node anti-affinity)
+	// MaxNodes, when above 0, is the platform's capacity: the most nodes
+	// of the job it runs at once (the local platform's --max-nodes-here);
+	// the nodes created beyond it stay Pending until one ends. 0: no
+	// known bound (Kubernetes: the node manager finds the capacity from
+	// the pods pending past the pending timeout).
+	MaxNodes int
+}
+
+// Capacity is MaxNodes, or -1 when the platform knows no bound: the
+// capacity the master's auto-scaling reads.
+func (c Capabilities) Capacity() int {
+	if c.MaxNodes > 0 {
+		return c.MaxNodes
+	}
+	return -1
 }
 
 // NodeSpec describes one node to create. Platforms expose Job, Group, Rank

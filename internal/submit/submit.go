@@ -52,6 +52,10 @@ type Options struct {
 	// ProgressEvery is how often the job's status is checked for the
 	// progress line (default 1s).
 	ProgressEvery time.Duration
+	// MaxNodes, when above 0, is the most nodes run at once on this
+	// machine (rover submit --max-nodes-here): the local platform's
+	// capacity; the nodes beyond it stay pending.
+	MaxNodes int
 }
 
 // Result is how a submitted job ended.
@@ -96,7 +100,7 @@ func Run(ctx context.Context, plan *jobplan.Plan, o Options) (Result, error) {
 			o.Logger.Info("removed shared memory that killed agents left", "directories", n, "after", node)
 		}
 	}
-	plat, err := local.New(local.Options{Dir: filepath.Join(o.Dir, "nodes"), Console: o.Console, Env: o.Env, Grace: o.StopGrace, AfterExit: removeArenas})
+	plat, err := local.New(local.Options{Dir: filepath.Join(o.Dir, "nodes"), Console: o.Console, Env: o.Env, Grace: o.StopGrace, AfterExit: removeArenas, MaxNodes: o.MaxNodes})
 	if err != nil {
 		return Result{}, err
 	}

@@ -20,7 +20,16 @@
 // the agent has exited, whatever still carries its node's tag (a worker's
 // own children, which an agent killed with SIGKILL cannot stop) is killed
 // with SIGKILL, and Options.AfterExit runs, before the node is reported
-// Exited. Create after Close, or with a cancelled context, starts nothing. The machine has no resources to reserve,
+// Exited. Create after Close, or with a cancelled context, starts nothing.
+//
+// Options.MaxNodes gives the platform a capacity (rover submit
+// --max-nodes-here): at most that many agents run at once. A node created
+// beyond it is reported Pending and waits, its process not started, until
+// a running node exits or is deleted and frees a place; the oldest
+// waiting node starts first. Delete of a waiting node reports it Deleted
+// at once. Capabilities().MaxNodes shows the capacity to the master.
+//
+// The machine has no resources to reserve,
 // no images and one host, so a NodeSpec asking for any of them is refused
 // with platform.ErrUnsupported.
 package local
@@ -63,6 +72,10 @@ type Options struct {
 	// processes are gone, before the node is reported Exited: the place
 	// to remove what a killed agent leaves behind (its shared memory).
 	AfterExit func(nodeID string)
+	// MaxNodes, when above 0, is the most nodes whose agents run at once;
+	// the nodes created beyond it stay Pending until one ends. 0: no
+	// limit. Negative is refused.
+	MaxNodes int
 }
 
 // TagEnv is the environment variable that tags every process of a node.
@@ -79,6 +92,8 @@ type Local struct {
 	cond   *sync.Cond
 	nodes  map[string]*node
 	events []platform.Event // every event, in order: watchers read from it
+	queue  []*node          // nodes waiting for a place (MaxNodes), oldest first
+	active int              // nodes whose agent runs: they hold a place
 }
 
 var _ platform.Platform = (*Local)(nil)
@@ -89,12 +104,17 @@ type node struct {
 	out    *proc.Output
 	exited bool
 	exit   platform.Event
+	// waiting: created beyond MaxNodes; its agent is not started yet.
+	waiting bool
 }
 
 // New returns a local platform.
 func New(opts Options) (*Local, error) {
 	if opts.Dir == "" {
 		return nil, errors.New("local platform: Options.Dir (where node logs go) is empty")
+	}
+	if opts.MaxNodes < 0 {
+		return nil, fmt.Errorf("local platform: Options.MaxNodes is %d; give the most nodes to run at once, or 0 for no limit", opts.MaxNodes)
 	}
 	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("local platform: create the log directory: %w", err)
@@ -121,8 +141,11 @@ func New(opts Options) (*Local, error) {
 	return l, nil
 }
 
-// Capabilities: one host, no resources, no images.
-func (l *Local) Capabilities() platform.Capabilities { return platform.Capabilities{} }
+// Capabilities: one host, no resources, no images; MaxNodes is
+// Options.MaxNodes.
+func (l *Local) Capabilities() platform.Capabilities {
+	return platform.Capabilities{MaxNodes: l.opts.MaxNodes}
+}
 
 // ErrClosed is Create's error once Close has begun.
 var ErrClosed = errors.New("the local platform is closed: it starts no more nodes")
@@ -167,21 +190,45 @@ func (l *Local) Create(ctx context.Context, spec platform.NodeSpec) error {
 		return fmt.Errorf("node %s: open its log: %w", spec.ID, err)
 	}
 	l.emitLocked(platform.Event{NodeID: spec.ID, Kind: platform.Pending, Host: l.host})
-	p, err := proc.Start(proc.Spec{Argv: spec.Argv, Env: l.env(spec), Stdout: out.Stdout(), Stderr: out.Stderr(),
+	n := &node{spec: spec, out: out}
+	l.nodes[spec.ID] = n
+	if l.opts.MaxNodes > 0 && l.active >= l.opts.MaxNodes {
+		n.waiting = true // it starts when a place is free
+		l.queue = append(l.queue, n)
+		return nil
+	}
+	l.startLocked(n)
+	return nil
+}
+
+// startLocked starts n's agent. An agent that cannot start is a node that
+// failed at once (the manager relaunches or fails); it holds no place.
+func (l *Local) startLocked(n *node) {
+	spec := n.spec
+	p, err := proc.Start(proc.Spec{Argv: spec.Argv, Env: l.env(spec), Stdout: n.out.Stdout(), Stderr: n.out.Stderr(),
 		ParentDeathSignal: syscall.SIGTERM}) // the agent stops its workers if this process dies
 	if err != nil {
-		out.Close()
-		n := &node{spec: spec, exited: true}
+		n.out.Close()
+		n.exited = true
 		n.exit = platform.Event{NodeID: spec.ID, Kind: platform.Exited, ExitCode: 127, Reason: err.Error(), Host: l.host}
-		l.nodes[spec.ID] = n
 		l.emitLocked(n.exit)
-		return nil // the node exists and has failed: the manager relaunches or fails
+		return
 	}
-	n := &node{spec: spec, p: p, out: out}
-	l.nodes[spec.ID] = n
+	n.p = p
+	l.active++
 	l.emitLocked(platform.Event{NodeID: spec.ID, Kind: platform.Running, Host: l.host})
 	go l.reap(n)
-	return nil
+}
+
+// startWaitingLocked starts the oldest waiting nodes while places are
+// free, unless Close has begun.
+func (l *Local) startWaitingLocked() {
+	for !l.closed && len(l.queue) > 0 && (l.opts.MaxNodes == 0 || l.active < l.opts.MaxNodes) {
+		n := l.queue[0]
+		l.queue = l.queue[1:]
+		n.waiting = false
+		l.startLocked(n)
+	}
 }
 
 // env is the agent's environment: the base, the spec's, and the node's
@@ -220,6 +267,8 @@ func (l *Local) reap(n *node) {
 	n.exited = true
 	n.exit = platform.Event{NodeID: n.spec.ID, Kind: platform.Exited, ExitCode: e.ShellCode(), Signal: int(e.Signal), Host: l.host}
 	l.emitLocked(n.exit)
+	l.active--
+	l.startWaitingLocked()
 }
 
 // Delete stops the node's agent (SIGTERM, then SIGKILL after the grace
@@ -227,12 +276,26 @@ func (l *Local) reap(n *node) {
 func (l *Local) Delete(ctx context.Context, id string) error {
 	l.mu.Lock()
 	n, ok := l.nodes[id]
+	if ok && n.waiting {
+		// Never started: it goes at once.
+		l.queue = slices.DeleteFunc(l.queue, func(q *node) bool { return q == n })
+		n.waiting, n.exited = false, true
+		n.out.Close()
+		delete(l.nodes, id)
+		l.emitLocked(platform.Event{NodeID: id, Kind: platform.Deleted, Host: l.host})
+		l.mu.Unlock()
+		return nil
+	}
+	var p *proc.Process
+	if ok {
+		p = n.p
+	}
 	l.mu.Unlock()
 	if !ok {
 		return nil
 	}
-	if n.p != nil {
-		n.p.Stop(l.opts.Grace)
+	if p != nil {
+		p.Stop(l.opts.Grace)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -277,7 +340,9 @@ func (l *Local) Watch(ctx context.Context, fn func(platform.Event)) error {
 	var first []platform.Event
 	for _, id := range slices.Sorted(mapsKeys(l.nodes)) {
 		n := l.nodes[id]
-		if n.exited {
+		if n.waiting {
+			first = append(first, platform.Event{NodeID: id, Kind: platform.Pending, Host: l.host, Time: l.opts.Now()})
+		} else if n.exited {
 			first = append(first, n.exit)
 		} else {
 			first = append(first, platform.Event{NodeID: id, Kind: platform.Running, Host: l.host, Time: l.opts.Now()})

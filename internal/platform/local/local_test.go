@@ -165,3 +165,98 @@ func TestLocalStartsNothingOnceStopping(t *testing.T) {
 		}
 	}
 }
+
+// TestLocalCapacity: with MaxNodes 2 the third and later nodes are
+// reported Pending and their processes wait; a waiting node deleted goes
+// at once without ever running; the oldest waiting node starts when a
+// running one exits, the next when one is deleted.
+func TestLocalCapacity(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	l, err := New(Options{Dir: filepath.Join(dir, "nodes"), Grace: 5 * time.Second, MaxNodes: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(l.Close)
+	if got := l.Capabilities(); got.MaxNodes != 2 || got.Capacity() != 2 {
+		t.Errorf("Capabilities %+v (capacity %d), want MaxNodes 2", got, got.Capacity())
+	}
+	r := watch(t, l)
+	flag := filepath.Join(dir, "go")
+	nodes := []platform.NodeSpec{
+		spec("j-worker-0-0", "sh", "-c", `while [ ! -e "$0" ]; do sleep 0.05; done`, flag), // exits once flag exists
+		spec("j-worker-1-0", "sleep", "600"),
+		spec("j-worker-2-0", "sh", "-c", `echo started; exec sleep 600`),
+		spec("j-worker-3-0", "sleep", "600"),
+		spec("j-worker-4-0", "sleep", "600"),
+	}
+	for _, s := range nodes {
+		if err := l.Create(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.WaitKind(t, "j-worker-0-0", platform.Running)
+	r.WaitKind(t, "j-worker-1-0", platform.Running)
+	for _, id := range []string{"j-worker-2-0", "j-worker-3-0", "j-worker-4-0"} {
+		r.WaitKind(t, id, platform.Pending)
+		if waiting := l.isWaiting(id); !waiting {
+			t.Errorf("node %s started beyond the capacity of 2", id)
+		}
+	}
+	// A watcher that starts now hears the waiting nodes are Pending.
+	r.WaitKind(t, "j-worker-2-0", platform.Pending)
+	if e := watch(t, l).WaitKind(t, "j-worker-3-0", platform.Pending); e.NodeID != "j-worker-3-0" {
+		t.Errorf("first report %+v", e)
+	}
+
+	if err := l.Delete(ctx, "j-worker-4-0"); err != nil {
+		t.Fatal(err)
+	}
+	r.WaitKind(t, "j-worker-4-0", platform.Deleted)
+
+	if err := os.WriteFile(flag, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if e := r.WaitKind(t, "j-worker-0-0", platform.Exited); e.Failed() {
+		t.Errorf("node 0 exit %+v, want success", e)
+	}
+	r.WaitKind(t, "j-worker-2-0", platform.Running) // the oldest waiting node
+	if !l.isWaiting("j-worker-3-0") {
+		t.Error("node 3 started too: the exit of node 0 freed one place")
+	}
+	waitFor(t, "node 2's output", func() bool {
+		log, _ := os.ReadFile(filepath.Join(l.LogDir("j-worker-2-0"), "stdout.log"))
+		return string(log) == "started\n"
+	})
+
+	if err := l.Delete(ctx, "j-worker-1-0"); err != nil {
+		t.Fatal(err)
+	}
+	r.WaitKind(t, "j-worker-3-0", platform.Running)
+	for _, e := range r.Of("j-worker-4-0") {
+		if e.Kind != platform.Pending && e.Kind != platform.Deleted {
+			t.Errorf("the waiting node deleted had event %+v; want only Pending and Deleted", e)
+		}
+	}
+	if _, err := New(Options{Dir: dir, MaxNodes: -1}); err == nil || !strings.Contains(err.Error(), "MaxNodes is -1") {
+		t.Errorf("New with MaxNodes -1: %v, want a refusal naming it", err)
+	}
+}
+
+// isWaiting reports whether node id waits for a place.
+func (l *Local) isWaiting(id string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := l.nodes[id]
+	return n != nil && n.waiting
+}
+
+// waitFor polls cond until it holds, failing after a generous deadline.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
