@@ -9,6 +9,10 @@ rank can load and continue with exactly the samples not trained yet, whatever
 the world size is now. With --log DIR every rank appends what it trained
 (round, step, epoch, indices) so a test can check exactly-once.
 
+With --global-batch-size G the global batch stays G whatever the world size:
+each rank trains its share of it (ElasticBatchSampler), and the loss is
+weighed so that the averaged gradient is the mean over the G samples.
+
     rover run --nproc-per-node 2 --checkpoint-dir /tmp/flash --checkpoint-keep 2 examples/elastic_data/ddp_sampler.py
 """
 
@@ -24,13 +28,15 @@ import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from rover.checkpoint import Checkpointer
-from rover.data import ElasticSampler
+from rover.data import ElasticBatchSampler, ElasticSampler
 
 
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--size", type=int, default=600, help="samples per epoch")
-    p.add_argument("--batch-size", type=int, default=4, help="per rank")
+    p.add_argument("--batch-size", type=int, default=4, help="per rank, fixed (the global batch is world * this)")
+    p.add_argument("--global-batch-size", type=int, default=0,
+                   help="the global batch, fixed across world sizes (instead of --batch-size)")
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--persist-every", type=int, default=5)
     p.add_argument("--step-sleep", type=float, default=0.0)
@@ -45,8 +51,12 @@ def main():
     data = torch.randn(args.size, 8)
     model = DDP(nn.Linear(8, 1))
     optim = torch.optim.SGD(model.parameters(), lr=0.01)
-    sampler = ElasticSampler("ddp-sampler", size=args.size, batch_size=args.batch_size, shuffle=True, seed=5,
-                             epochs=args.epochs)
+    if args.global_batch_size:
+        sampler = ElasticSampler("ddp-sampler", size=args.size, global_batch_size=args.global_batch_size,
+                                 shuffle=True, seed=5, epochs=args.epochs)
+    else:
+        sampler = ElasticSampler("ddp-sampler", size=args.size, batch_size=args.batch_size, shuffle=True, seed=5,
+                                 epochs=args.epochs)
     ckpt = Checkpointer(mode="replicated")  # persists to the job's --checkpoint-dir
     step = 0
     restored = ckpt.load()
@@ -60,18 +70,18 @@ def main():
     round_ = os.environ.get("ROVER_ROUND", "0")
     log = open(os.path.join(args.log, f"train-round{round_}-rank{rank}.jsonl"), "a") if args.log else None
     if log:
-        log.write(json.dumps({"round": int(round_), "start_step": step, "world": world}) + "\n")
+        log.write(json.dumps({"round": int(round_), "start_step": step, "world": world,
+                              "global_batch": sampler.global_batch_size}) + "\n")
         log.flush()
     if rank == 0:
         print(f"round {round_}: world {world}, resuming at step {step}, position {sampler.position}", flush=True)
 
     while sampler.position[0] < args.epochs:
         epoch = sampler.position[0]
-        indices = list(iter(sampler))
-        if not indices:
+        batches = list(ElasticBatchSampler(sampler))  # this rank's batch of each step left in the epoch
+        if not batches:
             break
-        for b in range(len(indices) // args.batch_size):
-            batch = indices[b * args.batch_size:(b + 1) * args.batch_size]
+        for b, batch in enumerate(batches):
             step += 1
             if log:
                 # Logged before the gradient all-reduce: once any rank has
@@ -80,7 +90,13 @@ def main():
                 log.write(json.dumps({"step": step, "epoch": epoch, "indices": batch}) + "\n")
                 log.flush()
             optim.zero_grad()
-            loss = model(data[batch]).pow(2).mean()
+            if args.global_batch_size:
+                # The sum of the per-sample losses times world/global batch:
+                # DDP's average over the ranks is the mean over the global
+                # batch, also when the ranks' shares differ by one.
+                loss = model(data[batch]).pow(2).sum() * sampler.loss_scale
+            else:
+                loss = model(data[batch]).pow(2).mean()
             loss.backward()
             optim.step()
             state = {"model": model.module.state_dict(), "optim": optim.state_dict(), "data": sampler.state_dict(b + 1)}

@@ -61,6 +61,9 @@ func (b *progressBook) add(round int64, p *roverv1.WorkerProgress) {
 	w.GpuCollectiveSeconds += p.GetGpuCollectiveSeconds()
 	w.MatmulSeconds += p.GetMatmulSeconds()
 	w.MatmulFlops += p.GetMatmulFlops()
+	// Capped, so that however many reports come, the sum stays a count
+	// the master can take (checkProgress bounds each report).
+	w.Samples = min(w.Samples+p.GetSamples(), maxSamples)
 	if c := p.GetCollective(); c != nil { // the newest; else the one before stands
 		w.Collective = c
 	}
@@ -104,6 +107,11 @@ func (s *agentService) ReportProgress(ctx context.Context, req *connect.Request[
 	return connect.NewResponse(&roverv1.ReportProgressResponse{}), nil
 }
 
+// maxSamples is the most training samples one report of a worker may
+// carry (2^40, as the master's throughput record accepts); a sum of reports
+// between two heartbeats is capped at it.
+const maxSamples = 1 << 40
+
 func checkProgress(p *roverv1.WorkerProgress, localWorldSize int) error {
 	if p == nil {
 		return errors.New("progress is missing")
@@ -114,6 +122,9 @@ func checkProgress(p *roverv1.WorkerProgress, localWorldSize int) error {
 	}
 	if p.GetStep() < 0 || p.GetSteps() < 0 {
 		errs = append(errs, fmt.Errorf("step %d and steps %d must not be negative", p.GetStep(), p.GetSteps()))
+	}
+	if n := p.GetSamples(); n < 0 || n > maxSamples {
+		errs = append(errs, fmt.Errorf("samples %d must be 0..%d (the samples trained in the report's steps; 0: unknown)", n, int64(maxSamples)))
 	}
 	if p.GetStepUnixNanos() < 0 {
 		errs = append(errs, fmt.Errorf("step_unix_nanos %d must not be negative (0: unknown, the agent stamps the receipt)", p.GetStepUnixNanos()))

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"math"
+	"strings"
 	"testing"
 
 	roverv1 "github.com/roverml/rover/api/rover/v1"
@@ -67,3 +68,39 @@ type fakeDevices []DeviceSample
 func (f fakeDevices) Sample() ([]DeviceSample, error) { return f, nil }
 
 var _ DeviceMonitor = fakeDevices(nil)
+
+// TestProgressBookSamples: the samples of a worker's reports are summed
+// between takes like its steps; a report with negative samples or more
+// than maxSamples is refused (the report is dropped with InvalidArgument:
+// a worker that sends one has a bug), and the sum of many valid reports is
+// capped at maxSamples, so a flood of huge reports cannot overflow it.
+func TestProgressBookSamples(t *testing.T) {
+	b := newProgressBook()
+	b.add(1, &roverv1.WorkerProgress{LocalRank: 0, Step: 1, Steps: 1, Samples: 32})
+	b.add(1, &roverv1.WorkerProgress{LocalRank: 0, Step: 3, Steps: 2, Samples: 64})
+	b.add(1, &roverv1.WorkerProgress{LocalRank: 1, Step: 3, Steps: 3})
+	got := map[int32]int64{}
+	for _, w := range b.take().GetWorkers() {
+		got[w.GetLocalRank()] = w.GetSamples()
+	}
+	if got[0] != 96 || got[1] != 0 || len(got) != 2 {
+		t.Errorf("summed samples by local rank: %v, want 0: 96, 1: 0 (unknown)", got)
+	}
+	if w := b.take(); w != nil {
+		t.Errorf("a second take has %v; the sums start afresh", w)
+	}
+	for range 3 {
+		b.add(2, &roverv1.WorkerProgress{LocalRank: 0, Step: 4, Steps: 1, Samples: maxSamples})
+	}
+	if w := b.take().GetWorkers(); len(w) != 1 || w[0].GetSamples() != maxSamples {
+		t.Errorf("three reports of %d samples sum to %v, want capped at %d", int64(maxSamples), w, int64(maxSamples))
+	}
+	for _, n := range []int64{-1, maxSamples + 1, math.MaxInt64, math.MinInt64} {
+		if err := checkProgress(&roverv1.WorkerProgress{Samples: n}, 1); err == nil || !strings.Contains(err.Error(), "samples") {
+			t.Errorf("samples %d: %v, want an error naming samples", n, err)
+		}
+	}
+	if err := checkProgress(&roverv1.WorkerProgress{Samples: maxSamples}, 1); err != nil {
+		t.Errorf("samples %d: %v", int64(maxSamples), err)
+	}
+}

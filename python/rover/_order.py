@@ -76,19 +76,36 @@ DROP_TAIL = "drop"
 PAD_TAIL = "pad"
 
 
-def rank_batch(size, batch_size, epochs, order, pos, world_size, rank, tail=DROP_TAIL):
+def rank_share(global_batch, world_size, rank):
+    """(offset, count) of rank's slice of a global batch: split as evenly
+    as possible, the remainder to the lowest ranks, so that the ranks'
+    slices are consecutive and sum to global_batch exactly."""
+    q, rem = divmod(global_batch, world_size)
+    return rank * q + min(rank, rem), q + (1 if rank < rem else 0)
+
+
+def rank_batch(size, batch_size, epochs, order, pos, world_size, rank, tail=DROP_TAIL, global_batch=None):
     """The samples `rank` trains at position pos=(epoch, consumed), and the
     next position; None when the dataset is exhausted. `order` is a callable
-    epoch -> order (cached by the caller). See internal/shard.RankBatch."""
-    n, b = size, batch_size
-    g = world_size * b
+    epoch -> order (cached by the caller). See internal/shard.RankBatch:
+    with a per-rank batch_size the global batch is world_size*batch_size
+    and rank r takes its r-th slice of batch_size; with global_batch the
+    global batch is that, whatever the world size, and rank r takes its
+    share (rank_share). Either way a step trains the positions
+    [consumed, consumed+G) and moves on by G, so positions map to ranks'
+    batches the same way through any sequence of world sizes."""
+    n = size
+    if global_batch is None:
+        g, (off, b) = world_size * batch_size, (rank * batch_size, batch_size)
+    else:
+        g, (off, b) = global_batch, rank_share(global_batch, world_size, rank)
     e, c = pos
     if c == n or (tail == DROP_TAIL and n - c < g):
         e, c = e + 1, 0
     if (epochs > 0 and e >= epochs) or (tail == DROP_TAIL and n < g):
         return None, (e, c)
     o = order(e)
-    p = c + rank * b
+    p = c + off
     indices = [o[(p + j) % n] for j in range(b)]
     nxt = (e, c + g)
     if nxt[1] >= n or (tail == DROP_TAIL and n - nxt[1] < g):

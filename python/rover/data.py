@@ -4,7 +4,8 @@ Two modes (docs/data-sharding.md):
 
 * ``ElasticSampler`` — synchronous training (DDP, FSDP). One global order per
   epoch (a seeded permutation when shuffling); each step, rank r trains the
-  r-th slice of the next ``world_size * batch_size`` samples. The job's
+  r-th slice of the next ``world_size * batch_size`` samples, or, with
+  ``global_batch_size``, its share of the next ``global_batch_size``. The job's
   position moves on; a checkpoint records it, and a restore continues with
   exactly the samples not trained yet, whatever the world size is then.
 * ``ShardClient`` — leased shards for independent workers: lease, train,
@@ -19,9 +20,9 @@ import threading
 import time
 
 from . import _agent, progress
-from ._order import DROP_TAIL, ORDER_VERSION, PAD_TAIL, epoch_order, rank_batch
+from ._order import DROP_TAIL, ORDER_VERSION, PAD_TAIL, epoch_order, rank_batch, rank_share
 
-__all__ = ["ElasticSampler", "ShardClient", "Shard", "DROP_TAIL", "PAD_TAIL"]
+__all__ = ["ElasticSampler", "ElasticBatchSampler", "ShardClient", "Shard", "DROP_TAIL", "PAD_TAIL"]
 
 
 def _register(spec):
@@ -29,32 +30,81 @@ def _register(spec):
 
 
 class ElasticSampler:
-    """A sampler for ``DataLoader(dataset, batch_size=B, sampler=...)`` in
-    synchronous training.
+    """A sampler for ``DataLoader(dataset, batch_size=sampler.batch_size,
+    sampler=sampler)`` in synchronous training.
 
     Iterating yields this rank's sample indices, step after step, from the
     current position to the end of the epoch. ``state_dict(batches)`` is the
     position after ``batches`` batches of the current iteration were
     trained: save it with the model; ``load_state_dict`` restores it.
+
+    The batch across world sizes (docs/design/batch-size.md): with
+    ``global_batch_size=G`` every step trains G samples whatever the world
+    size; rank r trains its share of them (G split as evenly as possible,
+    the remainder to the lowest ranks): ``batch_size`` (also
+    ``local_batch_size``) is this rank's share in the current world, and
+    ``ElasticBatchSampler(sampler)`` yields each step's batch for
+    ``DataLoader(dataset, batch_sampler=...)``. With ``batch_size=B`` (the
+    per-worker batch, kept fixed) the global batch is ``world_size * B``.
+    The learning rate is the script's; ``loss_scale`` weighs per-sample
+    losses so that DDP's averaged gradient is the mean over the global
+    batch.
     """
 
-    def __init__(self, name, size, batch_size, shuffle=False, seed=0, epochs=0, tail=DROP_TAIL,
-                 rank=None, world_size=None):
+    def __init__(self, name, size, batch_size=None, shuffle=False, seed=0, epochs=0, tail=DROP_TAIL,
+                 rank=None, world_size=None, global_batch_size=None):
         if tail not in (DROP_TAIL, PAD_TAIL):
             raise ValueError(f"tail must be {DROP_TAIL!r} or {PAD_TAIL!r}, not {tail!r}")
-        self.name, self.size, self.batch_size = name, int(size), int(batch_size)
+        self.name, self.size = name, int(size)
         self.shuffle, self.seed, self.epochs, self.tail = bool(shuffle), int(seed), int(epochs), tail
         self.rank = int(os.environ.get("RANK", "0")) if rank is None else int(rank)
         self.world_size = int(os.environ.get("WORLD_SIZE", "1")) if world_size is None else int(world_size)
+        if self.world_size < 1 or not 0 <= self.rank < self.world_size:
+            raise ValueError(f"ElasticSampler {name!r}: rank {self.rank} of world size {self.world_size}: "
+                             f"want a world size >= 1 and a rank 0..world size-1")
+        if (batch_size is None) == (global_batch_size is None):
+            raise TypeError(f"ElasticSampler {name!r}: give batch_size (the per-worker batch, fixed) or "
+                            f"global_batch_size (the global batch, fixed across world sizes), exactly one "
+                            f"(got batch_size={batch_size!r}, global_batch_size={global_batch_size!r})")
+        self.fixed_global = global_batch_size is not None
+        if self.fixed_global:
+            g = _positive_int(name, "global_batch_size", global_batch_size)
+            if g < self.world_size:
+                raise ValueError(f"ElasticSampler {name!r}: global_batch_size {g} is smaller than the world size "
+                                 f"{self.world_size}, so some ranks would get no sample in a step; use a global "
+                                 f"batch of at least {self.world_size} or run fewer workers")
+            self.global_batch_size = g
+            _, self.batch_size = rank_share(g, self.world_size, self.rank)
+        else:
+            self.batch_size = _positive_int(name, "batch_size", batch_size)
+            self.global_batch_size = self.world_size * self.batch_size
         self._orders = {}
         self._steps = [self._master_position()]  # positions before each yielded step
         self._finished = False
+
+    @property
+    def local_batch_size(self):
+        """This rank's batch in the current world (the same as batch_size)."""
+        return self.batch_size
+
+    @property
+    def loss_scale(self):
+        """world_size / global_batch_size: the sum of this rank's
+        per-sample losses times it, averaged over the ranks by DDP, is the
+        mean loss over the global batch, also when the ranks' shares
+        differ by one (a plain mean per rank would weigh the samples of
+        the smaller shares more)."""
+        return self.world_size / self.global_batch_size
 
     # The master is the source of truth for the position when rover runs the job.
     def _master_position(self):
         if not _agent.under_rover():
             return (0, 0)
-        _register({"name": self.name, "size": str(self.size), "batchSize": self.batch_size,
+        # The registered batch is what stays fixed across world sizes (every
+        # rank and every round registers the same spec): the per-worker
+        # batch, or the global one.
+        batch = self.global_batch_size if self.fixed_global else self.batch_size
+        _register({"name": self.name, "size": str(self.size), "batchSize": batch,
                    "epochs": self.epochs, "shuffle": self.shuffle, "seed": str(self.seed),
                    "mode": "SHARD_MODE_SYNC"})
         p = _agent.call("GetPosition", {"dataset": self.name}).get("position", {})
@@ -82,32 +132,43 @@ class ElasticSampler:
 
     def _normalize(self, pos):
         e, c = pos
-        if c == self.size or (self.tail == DROP_TAIL and self.size - c < self.world_size * self.batch_size):
+        if c == self.size or (self.tail == DROP_TAIL and self.size - c < self.global_batch_size):
             return (e + 1, 0)
         return pos
 
-    def __iter__(self):
-        """Yields this rank's indices for the rest of one epoch."""
+    def batches(self):
+        """Yields this rank's batch (a list of indices) of each step for the
+        rest of one epoch; iterating the sampler yields their indices."""
         pos = self._normalize(self.position)
         self._steps, self._finished = [pos], False
         epoch = pos[0]
+        g = self.global_batch_size if self.fixed_global else None
         while True:
             indices, nxt = rank_batch(self.size, self.batch_size, self.epochs, self._order, pos,
-                                      self.world_size, self.rank, self.tail)
+                                      self.world_size, self.rank, self.tail, g)
             if indices is None:
                 self._finished = True
                 return
             self._steps.append(nxt)
-            progress._next(progress.SAMPLER)
-            yield from indices
+            progress._next(progress.SAMPLER, len(indices))
+            yield indices
             if nxt[0] != epoch:
                 self._finished = True
                 return
             pos = nxt
 
+    def __iter__(self):
+        """Yields this rank's indices for the rest of one epoch."""
+        for indices in self.batches():
+            yield from indices
+
+    def steps(self):
+        """The steps left in the epoch from the current position."""
+        return len(self) // self.batch_size
+
     def __len__(self):
         e, c = self._normalize(self.position)
-        g = self.world_size * self.batch_size
+        g = self.global_batch_size
         left = self.size - c
         steps = left // g if self.tail == DROP_TAIL else -(-left // g)
         return max(steps, 0) * self.batch_size
@@ -140,6 +201,56 @@ class ElasticSampler:
             _agent.call("AdvancePosition", {"dataset": self.name, "restore": True,
                                             "position": {"epoch": e, "consumed": str(c)}})
         self._steps, self._finished = [(e, c)], False
+
+
+class ElasticBatchSampler:
+    """The batches of an ElasticSampler, one list of indices per step, for
+    ``DataLoader(dataset, batch_sampler=ElasticBatchSampler(sampler))``:
+    the loader's batch is then this rank's share of the step's global
+    batch, whatever it is in the current world (with
+    ``global_batch_size``, the ranks' shares differ by at most one).
+    ``state_dict``, ``load_state_dict``, ``set_epoch`` and ``position`` are
+    the sampler's."""
+
+    def __init__(self, sampler):
+        if not isinstance(sampler, ElasticSampler):
+            raise TypeError(f"ElasticBatchSampler wraps an ElasticSampler, not {type(sampler).__name__}")
+        self.sampler = sampler
+
+    def __iter__(self):
+        return self.sampler.batches()
+
+    def __len__(self):
+        return self.sampler.steps()
+
+    @property
+    def position(self):
+        return self.sampler.position
+
+    def set_epoch(self, epoch):
+        self.sampler.set_epoch(epoch)
+
+    def state_dict(self, batches):
+        return self.sampler.state_dict(batches)
+
+    def load_state_dict(self, state):
+        self.sampler.load_state_dict(state)
+
+
+def _positive_int(name, what, v):
+    try:
+        n = int(v)
+    except (TypeError, ValueError):
+        n = None
+    if isinstance(v, bool) or n is None or n != v and not isinstance(v, str):
+        raise TypeError(f"ElasticSampler {name!r}: {what} must be an int, not {type(v).__name__} {v!r}")
+    v = n
+    if not 1 <= v <= _MAX_BATCH:
+        raise ValueError(f"ElasticSampler {name!r}: {what} is {v}; it must be 1..{_MAX_BATCH}")
+    return v
+
+
+_MAX_BATCH = (1 << 31) - 1  # the master's largest batch (an int32 on the wire)
 
 
 class Shard:

@@ -9,9 +9,17 @@ adds one line to its training loop::
     import rover.progress
     for step in range(start, steps):
         ...
-        rover.progress.step(step)
+        rover.progress.step(step, samples=len(batch))
 
-Outside ``rover run`` every call is a no-op. Reports are cheap: the step and
+``samples`` (optional) is how many training samples this worker trained in
+that step; the master sums its ranks' into the job's throughput in samples
+per second, which the auto-scaler compares across world sizes. A script
+that iterates ``rover.data.ElasticSampler`` reports its batches' samples
+without a call (also when the steps come from ``step()`` without
+``samples`` or from checkpoint saves).
+
+Outside ``rover run`` every call is a no-op (but a bad ``samples`` still
+raises). Reports are cheap: the step and
 its wall-clock and CPU time are recorded in process, and sent to the agent
 at most about once a second, never once per step, with the wall-clock time
 the newest step completed (the master's goodput accounting times steps by
@@ -58,6 +66,12 @@ class _Reporter:
         self.at_ns = 0  # its wall-clock time (Unix nanoseconds)
         self.steps, self.wall, self.cpu = 0, 0.0, 0.0
         self.comm, self.collectives = 0.0, 0  # in the steps completed since the last report
+        # Samples of the steps recorded since the last report: given to
+        # step() (explicit), and the sampler's batches (used when no step()
+        # call gave any, so that nothing is counted twice).
+        self.samples, self.sampler_samples = 0, 0
+        self.explicit_samples = False  # step() gave samples: the sampler's are not used
+        self.samples_step = None  # the newest step whose samples were counted
         self.sent_at = None
         self.failures = 0
         self.pending = False  # a recorded step is not sent yet
@@ -65,7 +79,13 @@ class _Reporter:
         self.slot = _open_slot(self.local_rank)
         self.slot_seq = 0
 
-    def record(self, step, source):
+    def record(self, step, source, samples=None):
+        if source == SAMPLER:
+            if samples:
+                self.sampler_samples += samples
+        elif samples and step != self.samples_step and source >= self.source:
+            self.samples += samples  # a repeated call for the same step counts once
+            self.samples_step, self.explicit_samples = step, True
         if source < self.source:
             return
         if source > self.source:  # a better source: start its timing afresh
@@ -113,6 +133,9 @@ class _Reporter:
         req = {"progress": {"localRank": self.local_rank, "rank": self.rank, "step": str(self.step),
                             "steps": str(self.steps), "wallSeconds": self.wall, "cpuSeconds": self.cpu,
                             "stepUnixNanos": str(self.at_ns)}}
+        samples = self.samples if self.explicit_samples else self.sampler_samples
+        if samples:
+            req["progress"]["samples"] = str(samples)
         if self.collectives:  # collective timing (_colltime.py)
             req["progress"]["commSeconds"] = self.comm
             req["progress"]["collectives"] = str(self.collectives)
@@ -133,6 +156,7 @@ class _Reporter:
         self.pending = False
         self.steps, self.wall, self.cpu = 0, 0.0, 0.0
         self.comm, self.collectives = 0.0, 0
+        self.samples, self.sampler_samples = 0, 0
 
 
 # The step slot (internal/agent/stepslot.go): two records of four
@@ -195,27 +219,52 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork)
 
 
-def _record(step_, source):
+def _record(step_, source, samples=None):
     global _reporter
     if not _agent.under_rover():
         return
     with _lock:
         if _reporter is None:
             _reporter = _Reporter()
-        _reporter.record(int(step_), source)
+        _reporter.record(int(step_), source, samples)
 
 
-def _next(source):
-    """Records the step after the newest one (sampler batches count steps)."""
+def _next(source, samples=None):
+    """Records the step after the newest one (sampler batches count steps),
+    with the samples of its batch."""
     if not _agent.under_rover():
         return
     with _lock:
         last = _reporter.step if _reporter is not None and _reporter.source == source else None
-    _record(0 if last is None else last + 1, source)
+    _record(0 if last is None else last + 1, source, samples)
 
 
-def step(step):
-    """Reports that this worker reached ``step`` (an int); a no-op outside
-    ``rover run``. Call it once per training step; repeated calls with the
-    same step count once."""
-    _record(step, EXPLICIT)
+# The most samples one step may report (2**40, as the master's throughput
+# record accepts): more is a bug in the script, not a batch.
+MAX_SAMPLES = 1 << 40
+
+
+def _check_samples(samples):
+    """samples as an int, or a TypeError/ValueError saying what is wrong."""
+    if samples is None:
+        return None
+    if type(samples) is not int:  # the common case costs one type check
+        if isinstance(samples, bool) or not hasattr(samples, "__index__"):
+            raise TypeError(f"rover.progress.step: samples must be an int (the samples this worker trained in the step), "
+                            f"not {type(samples).__name__} {samples!r}")
+        samples = samples.__index__()  # numpy and torch integers
+    if samples < 0 or samples > MAX_SAMPLES:
+        raise ValueError(f"rover.progress.step: samples is {samples}; it must be 0..{MAX_SAMPLES} "
+                         f"(the samples this worker trained in the step; 0 or None: unknown)")
+    return samples
+
+
+def step(step, samples=None):
+    """Reports that this worker reached ``step`` (an int), having trained
+    ``samples`` training samples in it (an int >= 0, optional: None or 0
+    is unknown); a no-op outside ``rover run``. Call it once per training
+    step; repeated calls with the same step count once (their samples too).
+    A ``samples`` that is not an integer raises TypeError, a negative one
+    or one above 2**40 ValueError, also outside ``rover run``."""
+    samples = _check_samples(samples)
+    _record(step, EXPLICIT, samples)

@@ -13,8 +13,9 @@ import (
 
 // trainedLog is what examples/elastic_data/ddp_sampler.py logs per round and rank.
 type trainedLog struct {
-	round, start, world int
-	steps               []trainedStep
+	round, rank, start, world int
+	globalBatch               int // the sampler's global batch (world * per-rank batch, or --global-batch-size)
+	steps                     []trainedStep
 }
 
 type trainedStep struct {
@@ -26,7 +27,7 @@ type trainedStep struct {
 func readTrainLogs(t testing.TB, dir string) []trainedLog {
 	t.Helper()
 	files, _ := filepath.Glob(filepath.Join(dir, "train-round*-rank*.jsonl"))
-	name := regexp.MustCompile(`train-round(\d+)-rank\d+\.jsonl$`)
+	name := regexp.MustCompile(`train-round(\d+)-rank(\d+)\.jsonl$`)
 	var out []trainedLog
 	for _, f := range files {
 		fh, err := os.Open(f)
@@ -34,19 +35,22 @@ func readTrainLogs(t testing.TB, dir string) []trainedLog {
 			t.Fatal(err)
 		}
 		var l trainedLog
-		l.round, _ = strconv.Atoi(name.FindStringSubmatch(f)[1])
+		m := name.FindStringSubmatch(f)
+		l.round, _ = strconv.Atoi(m[1])
+		l.rank, _ = strconv.Atoi(m[2])
 		sc := bufio.NewScanner(fh)
 		sc.Buffer(make([]byte, 1<<20), 1<<20)
 		for first := true; sc.Scan(); first = false {
 			if first {
 				var h struct {
-					Start int `json:"start_step"`
-					World int `json:"world"`
+					Start       int `json:"start_step"`
+					World       int `json:"world"`
+					GlobalBatch int `json:"global_batch"`
 				}
 				if err := json.Unmarshal(sc.Bytes(), &h); err != nil {
 					t.Fatalf("%s: %v", f, err)
 				}
-				l.start, l.world = h.Start, h.World
+				l.start, l.world, l.globalBatch = h.Start, h.World, h.GlobalBatch
 				continue
 			}
 			var s trainedStep
