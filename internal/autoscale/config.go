@@ -83,6 +83,11 @@ type Config struct {
 	// (0: DefaultStragglerFor, DefaultMinReplaceGain).
 	StragglerFor   time.Duration
 	MinReplaceGain float64
+	// CapacityRetry is not the policy's: it is how long the node manager
+	// holds a capacity it learned from nodes pending past their timeout
+	// before the job probes for more (nodemanager.Spec.PendingRetry; 0:
+	// its default, 10 min). The policy sees the capacity, not this.
+	CapacityRetry time.Duration
 }
 
 // Validate reports every field that is out of range at once, joined into one

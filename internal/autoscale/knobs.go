@@ -11,7 +11,7 @@ import (
 
 // Knobs are the names ParseKnobs takes, in the order the help lists them.
 var Knobs = []string{"warmup-steps", "warmup", "window", "min-samples", "min-gain", "hysteresis", "assumed-efficiency",
-	"cool-down", "change-timeout", "retry-after", "straggler-for", "min-replace-gain"}
+	"cool-down", "change-timeout", "retry-after", "straggler-for", "min-replace-gain", "capacity-retry"}
 
 // ParseKnobs reads a policy's settings from a comma-separated list of
 // NAME=VALUE (`rover submit --auto-scale=cool-down=30s,min-gain=0.4`):
@@ -100,6 +100,8 @@ func (c *Config) set(name, value string) error {
 		return dur(&c.StragglerFor)
 	case "min-replace-gain":
 		return frac(&c.MinReplaceGain)
+	case "capacity-retry":
+		return dur(&c.CapacityRetry)
 	}
 	if slices.Contains([]string{"min-nodes", "max-nodes", "node-unit"}, name) {
 		return errors.New("the node counts are the job's --nnodes and --node-unit, not auto-scaling knobs")

@@ -213,6 +213,7 @@ func New(spec jobspec.JobSpec, t Target) (*Plan, error) {
 			p.Notes = append(p.Notes, fmt.Sprintf("auto-scaling has nothing to decide: the job runs exactly %d nodes; give --nnodes MIN:MAX", cfg.MinNodes))
 		}
 		p.AutoScale = &knobs
+		p.Nodes.PendingRetry = knobs.CapacityRetry
 	}
 	return p, nil
 }

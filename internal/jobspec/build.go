@@ -13,6 +13,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/roverml/rover/internal/autoscale"
 	"github.com/roverml/rover/internal/runconfig"
 )
 
@@ -67,6 +68,14 @@ func build(meta wireMeta, ws wireSpec, prefix string) (*JobSpec, error) {
 		b2 := &builder{}
 		spec.PendingTimeout = b2.duration("metadata.annotations.pending_timeout", v)
 		b.errs = append(b.errs, b2.errs...)
+	}
+
+	if v, ok := meta.Annotations[AutoScaleAnnotation]; ok {
+		knobs, err := autoscale.ParseKnobs(v)
+		if err != nil {
+			b.errs = append(b.errs, fmt.Errorf("metadata.annotations.%s: %w", AutoScaleAnnotation, err))
+		}
+		spec.AutoScaleKnobs = knobs
 	}
 
 	spec.PendingFailStrategy = 1

@@ -308,3 +308,29 @@ func TestPendingFailStrategy(t *testing.T) {
 		}
 	}
 }
+
+// TestAutoScaleAnnotation: an ElasticJob's auto-scaling knobs come from
+// the elastic.rover.dev/auto-scale annotation, as rover submit
+// --auto-scale takes them; a bad one is refused naming the annotation.
+func TestAutoScaleAnnotation(t *testing.T) {
+	doc := func(knobs string) string {
+		return `
+apiVersion: elastic.rover.dev/v1alpha1
+kind: ElasticJob
+metadata: {name: j, annotations: {elastic.rover.dev/auto-scale: "` + knobs + `"}}
+spec:
+  replicaSpecs:
+    worker: {replicas: 1, autoScale: true, template: {spec: {containers: [{command: [torchrun, --nnodes=1:3, t.py]}]}}}`
+	}
+	spec, err := Parse([]byte(doc("cool-down=30s,capacity-retry=1m")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k := spec.AutoScaleKnobs; k.CoolDown != 30*time.Second || k.CapacityRetry != time.Minute || !spec.Replicas[Worker].AutoScale {
+		t.Errorf("knobs %+v, autoScale %v", k, spec.Replicas[Worker].AutoScale)
+	}
+	_, err = Parse([]byte(doc("cool-down=soon")))
+	if err == nil || !strings.Contains(err.Error(), "metadata.annotations.elastic.rover.dev/auto-scale") || !strings.Contains(err.Error(), "not a duration") {
+		t.Errorf("bad knobs: %v", err)
+	}
+}

@@ -47,6 +47,10 @@ const (
 // AllreduceStrategy is the only distribution strategy Rover runs.
 const AllreduceStrategy = "AllreduceStrategy"
 
+// AutoScaleAnnotation is the job's annotation of the auto-scaling knobs,
+// NAME=VALUE,... as rover submit --auto-scale takes them.
+const AutoScaleAnnotation = "elastic.rover.dev/auto-scale"
+
 // JobSpec is a validated description of a training job.
 type JobSpec struct {
 	// Name is metadata.name; "" for a bare spec (ParseFile then takes the
@@ -74,8 +78,9 @@ type JobSpec struct {
 	// them; 2: fail it.
 	PendingFailStrategy int
 	// AutoScaleKnobs are the auto-scaling policy's settings for a group
-	// with AutoScale (rover submit --auto-scale=NAME=VALUE,...); zero
-	// fields take the policy's defaults (docs/design/autoscale.md).
+	// with AutoScale (rover submit --auto-scale=NAME=VALUE,..., or the
+	// AutoScaleAnnotation); zero fields take the policy's defaults
+	// (docs/autoscaling.md).
 	AutoScaleKnobs autoscale.Config
 	// NodeUnit: nodes join and leave in groups of this size (--node-unit,
 	// or spec.nodeUnit); at least 1.
