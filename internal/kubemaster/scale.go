@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -55,6 +56,7 @@ type scaler struct {
 	plans   map[string]*elasticv1.ScalePlan // plans not settled yet, by name
 	settled map[types.UID]bool              // plans settled by this master
 	applied int32                           // the replicas last carried out; 0: none yet
+	wrote   string                          // the job's resource version after the master's last write of its replicas
 }
 
 func newScaler(cl client.Client, m *master.Master, job types.NamespacedName, log *slog.Logger, rec events.EventRecorder) *scaler {
@@ -113,10 +115,22 @@ func (s *scaler) poke() {
 func (s *scaler) onJob(o any) {
 	if job, ok := o.(*elasticv1.ElasticJob); ok {
 		s.mu.Lock()
-		s.latest = job
+		if !olderThan(job.ResourceVersion, s.wrote) {
+			s.latest = job
+		}
 		s.mu.Unlock()
 		s.poke()
 	}
+}
+
+// olderThan reports whether resource version v is older than w: the job
+// as it was before the master's own write of its replicas (w), which the
+// informer may still deliver after it. Versions are etcd's revisions;
+// where either is not a number, neither is older.
+func olderThan(v, w string) bool {
+	a, errA := strconv.ParseUint(v, 10, 64)
+	b, errB := strconv.ParseUint(w, 10, 64)
+	return errA == nil && errB == nil && a < b
 }
 
 func (s *scaler) onPlan(o any) {
@@ -202,7 +216,16 @@ func (s *scaler) setReplicas(ctx context.Context, n int32) error {
 		return err
 	}
 	obj := &elasticv1.ElasticJob{ObjectMeta: metav1.ObjectMeta{Namespace: s.job.Namespace, Name: s.job.Name}}
-	return s.client.Patch(ctx, obj, client.RawPatch(types.MergePatchType, patch))
+	if err := s.client.Patch(ctx, obj, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.wrote = obj.ResourceVersion
+	if s.latest != nil && olderThan(s.latest.ResourceVersion, obj.ResourceVersion) {
+		s.latest = obj // what the informer will deliver; older events are dropped
+	}
+	s.mu.Unlock()
+	return nil
 }
 
 // settle carries out one ScalePlan, or refuses it, and records how.

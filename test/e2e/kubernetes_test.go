@@ -38,7 +38,8 @@ const kubeNamespace = "train"
 type kube struct {
 	env  *k8stest.Env
 	c    client.Client
-	work string // the kubelet's WorkDir: the pods' logs
+	work string           // the kubelet's WorkDir: the pods' logs
+	kl   *kubelet.Kubelet // the one node's kubelet
 }
 
 // startKube starts the API server, the operator and the kubelet, which
@@ -92,6 +93,7 @@ func startKube(t *testing.T, jobs ...string) *kube {
 		cancel()
 		t.Fatal(err)
 	}
+	k.kl = kl
 	t.Cleanup(func() {
 		kl.Stop()
 		cancel()
@@ -197,18 +199,20 @@ func (k *kube) podLogs(job string) string {
 // TestKubernetes runs the DDP example as ElasticJobs on one API server,
 // operator and kubelet (the operator's controller registers once per
 // process): the disruptions of kubernetesDDP, the Events and conditions
-// of kubernetesEvents, kubernetesScale, then kubernetesDLRoverJob.
+// of kubernetesEvents, kubernetesScale, kubernetesDLRoverJob, then
+// kubernetesAutoScale.
 func TestKubernetes(t *testing.T) {
 	cases := ddpCases()
 	var jobs []string
 	for _, tc := range cases {
 		jobs = append(jobs, tc.name)
 	}
-	k := startKube(t, append(jobs, scaleJob, dlroverKubeJob, eventsJob)...)
+	k := startKube(t, append(jobs, scaleJob, dlroverKubeJob, eventsJob, autoScaleKubeJob)...)
 	t.Run("DDP", func(t *testing.T) { kubernetesDDP(t, k, cases) })
 	t.Run("Events", func(t *testing.T) { kubernetesEvents(t, k) })
 	t.Run("Scale", func(t *testing.T) { kubernetesScale(t, k) })
 	t.Run("DLRoverJob", func(t *testing.T) { kubernetesDLRoverJob(t, k) })
+	t.Run("AutoScale", func(t *testing.T) { kubernetesAutoScale(t, k) })
 }
 
 // ddpCase is one run of kubernetesDDP.

@@ -66,8 +66,9 @@ type Kubelet struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	mu   sync.Mutex
-	pods map[types.UID]*podRun // a pod's run, kept until the pod is gone
+	mu    sync.Mutex
+	pods  map[types.UID]*podRun // a pod's run, kept until the pod is gone
+	limit *bindLimit            // LimitBinding's; nil: every pod is bound
 }
 
 // Start registers the Node and starts running its pods. The Kubelet runs
@@ -198,10 +199,15 @@ func (k *Kubelet) registerNode(ctx context.Context) error {
 // being deleted, and removes a deleted pod whose process has ended.
 func (k *Kubelet) sync(pod *corev1.Pod) {
 	if pod.Spec.NodeName == "" {
-		if pod.DeletionTimestamp == nil {
+		if pod.DeletionTimestamp == nil && k.admit(pod) {
 			k.bind(pod)
+		} else if pod.DeletionTimestamp != nil {
+			k.release(pod)
 		}
 		return
+	}
+	if pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		k.release(pod)
 	}
 	if pod.Spec.NodeName != k.opts.NodeName {
 		return
@@ -236,6 +242,7 @@ func (k *Kubelet) gone(pod *corev1.Pod) {
 	run := k.pods[pod.UID]
 	delete(k.pods, pod.UID)
 	k.mu.Unlock()
+	k.release(pod)
 	if run != nil {
 		run.terminate(0)
 	}
