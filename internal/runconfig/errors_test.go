@@ -15,6 +15,8 @@ func TestParseErrors(t *testing.T) {
 		want    []string // substrings that must all appear
 		notWant []string // substrings that must not appear
 	}{
+		{name: "a flag of rover submit", args: []string{"--auto-scale", "train.py"},
+			want: []string{"--auto-scale is rover submit's, not rover run's", "rover submit --auto-scale"}},
 		{name: "unknown flag", args: []string{"--foo", "train.py"},
 			want: []string{`unknown flag --foo (see "rover run --help")`}, notWant: []string{"did you mean"}},
 		{name: "unknown flag with value", args: []string{"--foo=1", "x.py"},

@@ -315,6 +315,10 @@ func lookupLong(spelled, name string) (*flagDef, error) {
 	}
 	switch len(matches) {
 	case 0:
+		if norm == "auto-scale" || norm == "max-nodes-here" {
+			return nil, fmt.Errorf("%s is rover submit's, not rover run's: auto-scaling needs a master that creates the job's nodes; "+
+				"run the job with rover submit %s (or as an ElasticJob with autoScale: true on Kubernetes)", spelled, spelled)
+		}
 		return nil, unknownFlag(spelled, suggest(name))
 	case 1:
 		return found, nil
