@@ -114,14 +114,8 @@ func autoScaleJob(t *testing.T, curve string, changes []string, settle int, hold
 		t.Errorf("the event log's auto-scaling changes are %v, want %v", got, changes)
 	}
 	logs := readTrainLogs(t, dir)
-	epochs := 0
-	for _, l := range logs {
-		for _, st := range l.steps {
-			epochs = max(epochs, st.Epoch)
-		}
-	}
 	// The job stops at the end of an epoch: every epoch it began is whole.
-	checkExactlyOnce(t, logs, 480, epochs+1, 4*4)
+	checkExactlyOnce(t, logs, 480, epochsTrained(logs), 4*4)
 }
 
 // autoScaleChanges lists the auto-scaling changes in an event log, as

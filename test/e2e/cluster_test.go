@@ -168,6 +168,16 @@ func (p *process) wait(t *testing.T, timeout time.Duration) int {
 	return p.cmd.ProcessState.ExitCode()
 }
 
+// exited reports whether the process has exited.
+func (p *process) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
 func (p *process) kill(t *testing.T) {
 	t.Helper()
 	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {

@@ -3,12 +3,12 @@ package e2e
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"testing"
-	"time"
 )
 
 // trainedLog is what examples/elastic_data/ddp_sampler.py logs per round and rank.
@@ -89,26 +89,7 @@ func TestElasticSamplerExactlyOnce(t *testing.T) {
 		filepath.Join(repoRoot, "examples", "elastic_data", "ddp_sampler.py"),
 		"--size", strconv.Itoa(size), "--batch-size", strconv.Itoa(batch), "--epochs", strconv.Itoa(epochs),
 		"--persist-every", "5", "--step-sleep", "0.05", "--log", dir}
-	a0, a1 := c.agent("node0", args...), c.agent("node1", args...)
-	waitSteps := func(n int) {
-		t.Helper()
-		deadline := time.Now().Add(jobTimeout)
-		for countSteps(readTrainLogs(t, dir)) < n {
-			if time.Now().After(deadline) {
-				t.Fatalf("fewer than %d steps logged in time\n%s\n%s", n, a0.out, a1.out)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-	}
-	waitSteps(4 * 20) // 20 steps of 4 ranks, in epoch 0
-	a1.kill(t)
-	waitSteps(4*20 + 2*25) // the one-node world trains on
-	a2 := c.agent("node2", args...)
-	for _, a := range []*process{a0, a2} {
-		if code := a.wait(t, jobTimeout); code != 0 {
-			t.Fatalf("%s exited %d:\n%s", a.name, code, a.out)
-		}
-	}
+	shrinkAndGrow(t, c, dir, args)
 
 	logs := readTrainLogs(t, dir)
 	starts := map[int]int{} // round -> the step it resumed at
@@ -170,4 +151,47 @@ func checkExactlyOnce(t *testing.T, logs []trainedLog, size, epochs, globalBatch
 		}
 		t.Logf("epoch %d: every sample trained once but a dropped tail of %d", e, missing)
 	}
+}
+
+// shrinkAndGrow runs the job of args on two nodes of two workers that log
+// to dir, kills one node once 20 steps were logged (the world shrinks to
+// one node, which trains on for 25 steps), then starts a new node (the
+// world grows back), and waits for the job to succeed.
+func shrinkAndGrow(t *testing.T, c *cluster, dir string, args []string) {
+	t.Helper()
+	a0, a1 := c.agent("node0", args...), c.agent("node1", args...)
+	waitSteps := func(n int, up ...*process) {
+		t.Helper()
+		waitFor(t, jobTimeout, fmt.Sprintf("%d steps logged", n), func() bool {
+			if countSteps(readTrainLogs(t, dir)) >= n {
+				return true
+			}
+			for _, a := range up {
+				if a.exited() {
+					t.Fatalf("%s exited before %d steps were logged:\n%s", a.name, n, a.out)
+				}
+			}
+			return false
+		})
+	}
+	waitSteps(4*20, a0, a1) // 20 steps of 4 ranks, in epoch 0
+	a1.kill(t)
+	waitSteps(4*20+2*25, a0) // the one-node world trains on
+	a2 := c.agent("node2", args...)
+	for _, a := range []*process{a0, a2} {
+		if code := a.wait(t, jobTimeout); code != 0 {
+			t.Fatalf("%s exited %d:\n%s", a.name, code, a.out)
+		}
+	}
+}
+
+// epochsTrained is how many epochs the logged steps reached into.
+func epochsTrained(logs []trainedLog) int {
+	n := 0
+	for _, l := range logs {
+		for _, st := range l.steps {
+			n = max(n, st.Epoch+1)
+		}
+	}
+	return n
 }

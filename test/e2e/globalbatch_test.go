@@ -4,7 +4,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"testing"
-	"time"
 )
 
 // TestGlobalBatchAcrossWorldChanges trains with ElasticSampler's
@@ -24,26 +23,7 @@ func TestGlobalBatchAcrossWorldChanges(t *testing.T) {
 		filepath.Join(repoRoot, "examples", "elastic_data", "ddp_sampler.py"),
 		"--size", strconv.Itoa(size), "--global-batch-size", strconv.Itoa(global), "--epochs", strconv.Itoa(epochs),
 		"--persist-every", "5", "--step-sleep", "0.05", "--log", dir}
-	a0, a1 := c.agent("node0", args...), c.agent("node1", args...)
-	waitSteps := func(n int) {
-		t.Helper()
-		deadline := time.Now().Add(jobTimeout)
-		for countSteps(readTrainLogs(t, dir)) < n {
-			if time.Now().After(deadline) {
-				t.Fatalf("fewer than %d steps logged in time\n%s\n%s", n, a0.out, a1.out)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-	}
-	waitSteps(4 * 20) // 20 steps of 4 ranks, in epoch 0
-	a1.kill(t)
-	waitSteps(4*20 + 2*25) // the two-rank world trains on
-	a2 := c.agent("node2", args...)
-	for _, a := range []*process{a0, a2} {
-		if code := a.wait(t, jobTimeout); code != 0 {
-			t.Fatalf("%s exited %d:\n%s", a.name, code, a.out)
-		}
-	}
+	shrinkAndGrow(t, c, dir, args)
 
 	logs := readTrainLogs(t, dir)
 	type stepKey struct{ round, step int }

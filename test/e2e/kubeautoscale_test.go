@@ -98,11 +98,5 @@ func kubernetesAutoScale(t *testing.T, k *kube) {
 		t.Errorf("worker status %+v, want 3 succeeded and none failed", ws)
 	}
 	logs := readTrainLogs(t, dir)
-	epochs := 0
-	for _, l := range logs {
-		for _, st := range l.steps {
-			epochs = max(epochs, st.Epoch)
-		}
-	}
-	checkExactlyOnce(t, logs, 480, epochs+1, 3*4)
+	checkExactlyOnce(t, logs, 480, epochsTrained(logs), 3*4)
 }
