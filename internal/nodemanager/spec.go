@@ -45,6 +45,12 @@ type Spec struct {
 	// negative: never time out.
 	PendingTimeout  time.Duration   `json:"pending_timeout,omitempty"`
 	PendingStrategy PendingStrategy `json:"pending_strategy,omitempty"`
+	// RightSize sets each relaunched or rescaled node's requests from what
+	// its rank used (rightsize.go); only for platforms that honour
+	// Resources. ResourceLimits is the most the whole job may use (zero
+	// fields: no bound), shared evenly among the groups' MaxNodes.
+	RightSize      bool               `json:"right_size,omitempty"`
+	ResourceLimits platform.Resources `json:"resource_limits,omitempty"`
 }
 
 // GroupSpec is one replica type: how many nodes, how to start them, and how
@@ -129,6 +135,9 @@ func (s Spec) Validate() error {
 	}
 	if s.PendingStrategy < PendingNecessary || s.PendingStrategy > PendingAll {
 		bad("PendingStrategy is %d; want PendingNecessary, PendingSkip or PendingAll", s.PendingStrategy)
+	}
+	if l := s.ResourceLimits; l.MilliCPU < 0 || l.MemoryBytes < 0 || l.GPUs < 0 {
+		bad("ResourceLimits %+v has a negative field; give the most the whole job may use, or 0 for no bound", l)
 	}
 	seen := map[string]bool{}
 	for i, g := range s.Groups {
