@@ -163,8 +163,9 @@ func (m *Manager) create(s *slot, now time.Time, reason string) Command {
 		Argv: slices.Clone(g.Argv), Env: maps.Clone(g.Env), Image: g.Image,
 		AvoidHosts: slices.Clone(m.badHosts),
 	}
+	var milliCPU int64
 	var sized string
-	spec.Resources, sized = m.resources(s)
+	spec.Resources, milliCPU, sized = m.resources(s)
 	if sized != "" {
 		reason += "; " + sized
 	}
@@ -172,7 +173,7 @@ func (m *Manager) create(s *slot, now time.Time, reason string) Command {
 		if s.usage == nil {
 			s.usage = &rankUsage{}
 		}
-		s.usage.nodeStarted(spec.Resources.MilliCPU)
+		s.usage.nodeStarted(milliCPU)
 	}
 	s.state, s.host, s.since, s.timedOut, s.held, s.reason, s.seen = Pending, "", now, false, true, reason, false
 	return Command{Kind: CreateNode, Spec: spec, NodeID: s.id, Reason: reason}

@@ -169,37 +169,51 @@ func joinWords(ws []string) string {
 }
 
 // resources is what slot s's next node asks for: the group's request,
-// with an out-of-memory raise and, under Spec.RightSize, the rank's usage.
-// The second result says what right-sizing changed ("" when nothing).
-func (m *Manager) resources(s *slot) (platform.Resources, string) {
+// with an out-of-memory raise and, under Spec.RightSize, the rank's usage;
+// milliCPU is the CPU that node will have (its request, else the group's
+// MilliCPU, the template's). The last result says what right-sizing
+// changed ("" when nothing). A request that right-sizing leaves as the
+// group's base stays unset, so the platform's template still applies.
+func (m *Manager) resources(s *slot) (r platform.Resources, milliCPU int64, why string) {
 	g := m.spec.Groups[s.group]
+	r = g.Resources
 	if !m.spec.RightSize {
-		r := g.Resources
 		if s.memory > 0 {
 			r.MemoryBytes = s.memory
 		}
-		return r, ""
+		return r, 0, ""
 	}
-	req := g.Resources
-	if s.usage != nil && s.usage.cpuRequest > req.MilliCPU {
-		req.MilliCPU = s.usage.cpuRequest // a raise stays
+	base := g.Resources
+	if base.MemoryBytes == 0 {
+		base.MemoryBytes = g.MemoryLimit
+	}
+	if base.MilliCPU == 0 {
+		base.MilliCPU = g.MilliCPU
+	}
+	if s.usage != nil && s.usage.cpuRequest > base.MilliCPU && s.usage.cpuRequest > 0 {
+		r.MilliCPU, base.MilliCPU = s.usage.cpuRequest, s.usage.cpuRequest // a raise stays
 	}
 	u := s.usage
 	if u == nil || (u.peak == 0 && len(u.cpu) == 0) {
 		u = m.groupUsage(s.group) // a rank new to scaling: as its group's others
 	}
-	var peak int64
+	var peak, sampled int64
 	var cores float64
-	var sampled int64
 	if u != nil {
 		peak, sampled = u.peak, u.cpuRequest
 		cores, _ = u.cpuCores()
 	}
-	r, why := RightSize(req, peak, cores, sampled, s.memory, m.spec.perNode())
-	if s.memory > 0 && r.MemoryBytes == 0 {
-		r.MemoryBytes = s.memory // a group without a request that was killed for memory
+	sized, why := RightSize(base, peak, cores, sampled, s.memory, m.spec.perNode())
+	if sized.MemoryBytes != base.MemoryBytes || s.memory > 0 {
+		r.MemoryBytes = sized.MemoryBytes
+		if r.MemoryBytes == 0 {
+			r.MemoryBytes = s.memory // a node of unknown memory killed for memory
+		}
 	}
-	return r, why
+	if sized.MilliCPU != base.MilliCPU {
+		r.MilliCPU = sized.MilliCPU
+	}
+	return r, sized.MilliCPU, why
 }
 
 // groupUsage stands for a rank that has no usage yet: the most memory any

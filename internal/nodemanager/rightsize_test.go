@@ -149,6 +149,17 @@ func TestManagerRightSizesRelaunches(t *testing.T) {
 			t.Fatalf("scaled-up rank %d asks for %+v; want rank 1 with 2.5 GiB, 2000m", got.Rank, got.Resources)
 		}
 	})
+	t.Run("a template's requests are the base", func(t *testing.T) {
+		sp := sized(1, platform.Resources{})
+		sp.Groups[0].Resources, sp.Groups[0].MemoryLimit, sp.Groups[0].MilliCPU = platform.Resources{}, 8*gib, 2000
+		m := mustNew(t, sp)
+		run(t, m, []step{start(), running("train-worker-0-0", "h1")})
+		m.ObserveUsage("train-worker-0-0", Usage{PeakResidentBytes: 6 * gib, CPUCores: 1.95}, t0)
+		got := createdSpec(t, run(t, m, []step{exit("train-worker-0-0", 1)}))
+		if want := (platform.Resources{MilliCPU: 3000}); got.Resources != want {
+			t.Fatalf("relaunch asks for %+v; want %+v (memory left to the template)", got.Resources, want)
+		}
+	})
 	t.Run("bad reports change nothing", func(t *testing.T) {
 		m := mustNew(t, sized(1, platform.Resources{}))
 		run(t, m, []step{start(), running("train-worker-0-0", "h1")})

@@ -77,6 +77,10 @@ type GroupSpec struct {
 	// none but the platform gives some (a pod template's limit): what a
 	// node killed for memory grows from. 0: unknown.
 	MemoryLimit int64 `json:"memory_limit,omitempty"`
+	// MilliCPU is each node's CPU request in thousandths of a core when
+	// Resources asks for none but the platform's template does: what
+	// right-sizing compares the workers' CPU use with. 0: unknown.
+	MilliCPU int64 `json:"milli_cpu,omitempty"`
 }
 
 // budget is the relaunch budget of the group's node of rank, after
