@@ -91,6 +91,9 @@ func newFleet(cfg NodesConfig, c *core, clock Clock, log *slog.Logger) (*fleet, 
 	if cfg.ExitGrace <= 0 {
 		cfg.ExitGrace = defaultExitGrace
 	}
+	if !cfg.Platform.Capabilities().Resources {
+		cfg.Spec.RightSize = false // nothing to size: the platform reserves no resources
+	}
 	return &fleet{cfg: cfg, core: c, clock: clock, log: log.With("platform", cfg.Name),
 		wake: make(chan struct{}, 1), held: map[string]bool{}, scales: make(chan scaleRequest), gone: make(chan struct{})}, nil
 }
