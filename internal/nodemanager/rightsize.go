@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/roverml/rover/internal/platform"
@@ -157,15 +158,7 @@ func RightSize(req platform.Resources, peak int64, cpuCores float64, sampledMill
 	if len(why) == 0 {
 		return out, ""
 	}
-	return out, "right-sized: " + joinWords(why)
-}
-
-func joinWords(ws []string) string {
-	s := ws[0]
-	for _, w := range ws[1:] {
-		s += ", " + w
-	}
-	return s
+	return out, "right-sized: " + strings.Join(why, ", ")
 }
 
 // resources is what slot s's next node asks for: the group's request,
