@@ -258,6 +258,7 @@ func (a *agent) groupSpec(v *roverv1.NodeView) groupSpec {
 		Spawned: func(ws []stacks.Worker) {
 			a.hangs.SetRunning(ws)
 			a.metrics.WorkersStarted(metricsWorkers(ws))
+			a.progress.workersStarted(workerPids(ws))
 			a.life.workersStarted(int64(round), p.LocalWorldSize)
 		},
 	}

@@ -84,3 +84,12 @@ func groupEndState(res groupResult) string {
 	}
 	return metrics.WorkersFailed
 }
+
+// workerPids is the running group's worker processes.
+func workerPids(ws []stacks.Worker) []int {
+	out := make([]int, len(ws))
+	for i, w := range ws {
+		out[i] = w.Pid
+	}
+	return out
+}

@@ -27,11 +27,13 @@ type progressBook struct {
 	// now stamps a report that does not say when its step completed
 	// (Unix nanoseconds, the agent's clock).
 	now func() int64
+	// usage measures the workers' memory and CPU for each take.
+	usage *usageMeter
 }
 
 func newProgressBook() *progressBook {
 	return &progressBook{workers: map[int32]*roverv1.WorkerProgress{}, ready: make(chan struct{}, 1),
-		now: func() int64 { return time.Now().UnixNano() }}
+		now: func() int64 { return time.Now().UnixNano() }, usage: newUsageMeter()}
 }
 
 // add records one report of a worker of round.
@@ -85,12 +87,19 @@ func (b *progressBook) take() *roverv1.NodeProgress {
 	if len(b.workers) == 0 && len(devs) == 0 {
 		return nil
 	}
-	np := &roverv1.NodeProgress{Round: b.round, Devices: devs}
+	np := &roverv1.NodeProgress{Round: b.round, Devices: devs, Usage: b.usage.sample()}
 	for _, w := range b.workers {
 		np.Workers = append(np.Workers, w)
 	}
 	b.workers = map[int32]*roverv1.WorkerProgress{}
 	return np
+}
+
+// workersStarted begins measuring the usage of a new group's workers.
+func (b *progressBook) workersStarted(pids []int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.usage.started(pids)
 }
 
 // ReportProgress records a worker's progress for the next heartbeat.

@@ -19,6 +19,7 @@ import (
 	"github.com/roverml/rover/internal/jobconfig"
 	"github.com/roverml/rover/internal/jobspec"
 	"github.com/roverml/rover/internal/nodemanager"
+	"github.com/roverml/rover/internal/platform"
 	"github.com/roverml/rover/internal/runconfig"
 )
 
@@ -190,6 +191,7 @@ func New(spec jobspec.JobSpec, t Target) (*Plan, error) {
 			MaxNodes:      cfg.MaxNodes,
 			Nodes:         startNodes(g.Nodes, cfg, g.AutoScale),
 			MemoryLimit:   memoryLimit(g),
+			MilliCPU:      cpuRequest(g),
 			RestartCount:  restartCount(g.RestartCount),
 			CriticalRanks: criticalRanks(g.CriticalNodes),
 			RestartCounts: criticalBudgets(g.CriticalNodes),
@@ -198,6 +200,8 @@ func New(spec jobspec.JobSpec, t Target) (*Plan, error) {
 		}},
 		PendingTimeout:  spec.PendingTimeout,
 		PendingStrategy: pendingStrategy(spec.PendingFailStrategy),
+		RightSize:       t.Capabilities.RightSize,
+		ResourceLimits:  resourceLimits(spec.ResourceLimits),
 	}
 	if err := p.Nodes.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBadSpec, err)
@@ -306,6 +310,33 @@ func memoryLimit(g *jobspec.ReplicaGroup) int64 {
 		}
 	}
 	return 0
+}
+
+// cpuRequest is each node's CPU in milli-CPU as its template asks for it
+// (requests, else limits), for right-sizing; 0 when unset.
+func cpuRequest(g *jobspec.ReplicaGroup) int64 {
+	for _, l := range []jobspec.ResourceList{g.Requests, g.Limits} {
+		if q, ok := l[jobspec.CPU]; ok && q.Milli > 0 {
+			return q.Milli
+		}
+	}
+	return 0
+}
+
+// resourceLimits is spec.resourceLimits for the node manager: the most
+// the whole job may use, bounding right-sized nodes.
+func resourceLimits(l jobspec.ResourceList) platform.Resources {
+	var r platform.Resources
+	if q, ok := l[jobspec.CPU]; ok {
+		r.MilliCPU = q.Milli
+	}
+	if q, ok := l[jobspec.Memory]; ok {
+		r.MemoryBytes = q.Milli / 1000
+	}
+	if q, ok := l[jobspec.GPU]; ok {
+		r.GPUs = int(q.Value())
+	}
+	return r
 }
 
 // pendingStrategy maps DLRover's pending_fail_strategy to the node

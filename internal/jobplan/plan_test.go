@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/roverml/rover/internal/jobspec"
 	"github.com/roverml/rover/internal/nodemanager"
+	"github.com/roverml/rover/internal/platform"
 )
 
 // TestKubernetesPlan: replicas, the pending annotations and critical
@@ -128,5 +129,32 @@ func TestShellLinePlan(t *testing.T) {
 	}
 	if got := k8s.Nodes.Groups[0].Argv; !slices.Equal(got, []string{"/bin/bash", "-c", "cd src && pip install -e . && rover run --nnodes=$NODE_NUM --nproc_per_node=2 train.py"}) {
 		t.Errorf("Kubernetes argv %q", got)
+	}
+}
+
+// TestResourceLimitsBoundRightSizing: on Kubernetes resourceLimits reaches
+// the node manager, which right-sizes from the template's requests; the
+// local platform, which reserves nothing, still refuses it.
+func TestResourceLimitsBoundRightSizing(t *testing.T) {
+	doc := "apiVersion: elastic.rover.dev/v1alpha1\nkind: ElasticJob\nmetadata: {name: sized}\nspec:\n" +
+		"  resourceLimits: {cpu: 12, memory: 48Gi, nvidia.com/gpu: 8}\n  replicaSpecs:\n    worker:\n" +
+		"      replicas: 2\n      template:\n        spec:\n          containers:\n          - name: main\n            image: train:1\n" +
+		"            command: [dlrover-run, --nnodes=2:4, --no-python, \"true\"]\n" +
+		"            resources: {requests: {cpu: 1500m, memory: 4Gi}}\n"
+	spec, err := jobspec.Parse([]byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := New(*spec, Target{Capabilities: jobspec.KubernetesCapabilities, RoverExe: "rover"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := []any{p.Nodes.RightSize, p.Nodes.ResourceLimits, p.Nodes.Groups[0].MilliCPU}
+	want := []any{true, platform.Resources{MilliCPU: 12000, MemoryBytes: 48 << 30, GPUs: 8}, int64(1500)}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Fatalf("right-size, limits, CPU request (-want +got):\n%s", diff)
+	}
+	if _, err := New(*spec, Local("rover")); !errors.Is(err, jobspec.ErrUnsupported) || !strings.Contains(err.Error(), "resourceLimits") {
+		t.Fatalf("local New = %v; want resourceLimits refused", err)
 	}
 }

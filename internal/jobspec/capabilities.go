@@ -42,6 +42,10 @@ type Capabilities struct {
 	// MaxNodes, when above 0, is the most nodes a group may have on it
 	// (below jobspec's MaxNodes).
 	MaxNodes int
+	// RightSize: it sets each relaunched or rescaled node's requests from
+	// what its rank used, and so honours resourceLimits (the bound of
+	// right-sizing) even without Scheduling.
+	RightSize bool
 	// PodTemplate: it runs pods from the template as written (volumes,
 	// securityContext, sidecars, ...); otherwise Notes lists those fields
 	// as ignored.
@@ -72,9 +76,9 @@ var LocalCapabilities = Capabilities{
 // KubernetesCapabilities is what Rover's Kubernetes platform honours:
 // worker pods from the template, with images and resources, in a
 // namespace; suspend (the operator) and the pending timeout (the node
-// manager), and autoScale (the master's policy). Priorities,
-// restartTimeout and resourceLimits are not acted on yet, so they are
-// refused.
+// manager), autoScale (the master's policy) and resourceLimits (the bound
+// of right-sized nodes). Priorities and restartTimeout are not acted on
+// yet, so they are refused.
 var KubernetesCapabilities = Capabilities{
 	Platform:         "Rover's Kubernetes platform",
 	Instead:          "wait for a Rover that implements it",
@@ -86,6 +90,7 @@ var KubernetesCapabilities = Capabilities{
 	PendingTimeout:   true,
 	AutoScale:        true,
 	CriticalNodes:    true,
+	RightSize:        true,
 	LauncherFeatures: NodeCheckFeatures,
 	PodTemplate:      true,
 }
@@ -110,7 +115,7 @@ func (s JobSpec) Check(c Capabilities) error {
 		if s.PendingFailStrategy != 1 && !c.PendingTimeout {
 			refuse("metadata.annotations.pending_fail_strategy", "remove it")
 		}
-		if len(s.ResourceLimits) > 0 {
+		if len(s.ResourceLimits) > 0 && !c.RightSize {
 			refuse(s.prefix+"resourceLimits", "remove it")
 		}
 	}

@@ -54,6 +54,7 @@ type core struct {
 	fleetView *nodemanager.Status
 	platform  string
 	noticeCh  chan struct{}
+	usage     *usageBox // the workers' usage from heartbeats, for the fleet (usage.go)
 
 	// The goodput accounting's side (goodput.go): each node's clock
 	// offset, as its newest heartbeat showed it, and when the tick last
@@ -89,6 +90,7 @@ func newCore(runID string, store Store) *core {
 		keys:     make(chan struct{}),
 		commits:  committer{failed: make(chan struct{}), every: minSnapshotEvery},
 		noticeCh: make(chan struct{}, 1),
+		usage:    newUsageBox(),
 		log:      slog.New(slog.DiscardHandler),
 		events:   newMemoryEvents(),
 		watchEnd: make(chan struct{}),

@@ -98,6 +98,9 @@ func newFleet(cfg NodesConfig, c *core, clock Clock, log *slog.Logger) (*fleet, 
 	if cfg.ExitGrace <= 0 {
 		cfg.ExitGrace = defaultExitGrace
 	}
+	if !cfg.Platform.Capabilities().Resources {
+		cfg.Spec.RightSize = false // nothing to size: the platform reserves no resources
+	}
 	f := &fleet{cfg: cfg, core: c, clock: clock, log: log.With("platform", cfg.Name),
 		wake: make(chan struct{}, 1), held: map[string]bool{}, scales: make(chan scaleRequest), gone: make(chan struct{}),
 		changes: make(chan ScaleChange, 16)}
@@ -139,8 +142,10 @@ func (f *fleet) run(ctx context.Context) error {
 			f.deleteAll()
 			return fmt.Errorf("watch the %s platform's nodes: %w", f.cfg.Name, err)
 		case <-f.wake:
+			f.observeUsage() // usage that came first shapes the relaunches
 			f.observeAll(ctx, f.take())
 		case <-f.core.noticeCh:
+			f.observeUsage()
 			var cmds []nodemanager.Command
 			for _, n := range f.core.takeNotices() {
 				if f.ended() || failsJob(cmds) {
@@ -149,6 +154,8 @@ func (f *fleet) run(ctx context.Context) error {
 				cmds = append(cmds, f.notice(n)...)
 			}
 			f.carry(ctx, cmds)
+		case <-f.core.usage.ready:
+			f.observeUsage()
 		case <-timer.C:
 			if !f.ended() {
 				f.carry(ctx, f.mgr.Tick(f.clock.Now()))
@@ -388,6 +395,17 @@ func (f *fleet) recordLosses(ctx context.Context, evs []platform.Event, now time
 		if err != nil && !errors.Is(err, errNotConfigured) {
 			f.log.Warn("record a node's loss", "node", losses[i].Node, "err", err)
 		}
+	}
+}
+
+// observeUsage feeds the manager the workers' usage the heartbeats
+// carried. It changes only the manager's right-sizing record: nothing is
+// journaled or carried out now; the record is journaled with the next
+// change of the manager's state.
+func (f *fleet) observeUsage() {
+	now := f.clock.Now()
+	for id, u := range f.core.usage.take() {
+		f.mgr.ObserveUsage(id, u, now)
 	}
 }
 

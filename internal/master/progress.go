@@ -32,6 +32,9 @@ func (c *core) progressReport(node string, np *roverv1.NodeProgress, now time.Ti
 	if !c.st.Members.Configured() || np == nil {
 		return nil, false
 	}
+	if c.st.Owned {
+		c.usage.put(node, np.GetUsage()) // for right-sizing the node's next pod
+	}
 	s := c.st.Members.Status()
 	mb, worldRound, _, member := c.st.Members.Rendezvous().WorldMember(node)
 	p := c.st.Progress

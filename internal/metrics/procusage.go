@@ -46,3 +46,53 @@ func parseProcStat(s string) (u procUsage, ok bool) {
 	}
 	return procUsage{rssBytes: rss * int64(os.Getpagesize()), cpuSeconds: float64(utime+stime) / clockTicks}, true
 }
+
+// TreeUsage is the resident memory (bytes) and CPU time (seconds) of
+// process pid and its descendants, from /proc (children lists need Linux
+// 3.5 with CONFIG_PROC_CHILDREN; without them only pid counts). ok is
+// false when pid is gone.
+func TreeUsage(pid int) (rssBytes int64, cpuSeconds float64, ok bool) {
+	seen := map[int]bool{}
+	todo := []int{pid}
+	for len(todo) > 0 && len(seen) < 4096 {
+		p := todo[len(todo)-1]
+		todo = todo[:len(todo)-1]
+		if seen[p] {
+			continue
+		}
+		seen[p] = true
+		u, live := readProcUsage(p)
+		if !live {
+			if p == pid {
+				return 0, 0, false
+			}
+			continue
+		}
+		rssBytes += u.rssBytes
+		cpuSeconds += u.cpuSeconds
+		todo = append(todo, procChildren(p)...)
+	}
+	return rssBytes, cpuSeconds, true
+}
+
+// procChildren lists the children of pid's threads.
+func procChildren(pid int) []int {
+	dir := "/proc/" + strconv.Itoa(pid) + "/task"
+	tasks, err := os.ReadDir(dir)
+	if err != nil {
+		return nil
+	}
+	var out []int
+	for _, t := range tasks {
+		b, err := os.ReadFile(dir + "/" + t.Name() + "/children")
+		if err != nil {
+			continue
+		}
+		for _, f := range strings.Fields(string(b)) {
+			if c, err := strconv.Atoi(f); err == nil {
+				out = append(out, c)
+			}
+		}
+	}
+	return out
+}

@@ -52,6 +52,8 @@ type slot struct {
 	// it no longer counts against startWindow. Not persisted: a restored
 	// manager sees its nodes again in the platform's first report.
 	seen bool
+	// usage is what the rank's nodes used, for right-sizing (rightsize.go).
+	usage *rankUsage
 }
 
 // startWindow bounds the nodes asked of the platform and not yet reported
@@ -162,16 +164,25 @@ func (m *Manager) uncreated(gi int) int {
 func (m *Manager) create(s *slot, now time.Time, reason string) Command {
 	g := m.spec.Groups[s.group]
 	s.id = nodeID(m.spec.Job, g.name(), s.rank, s.relaunch)
-	s.state, s.host, s.since, s.timedOut, s.held, s.reason, s.seen = Pending, "", now, false, true, reason, false
 	m.byID[s.id] = s
 	spec := platform.NodeSpec{
 		Job: m.spec.Job, Group: g.name(), Rank: s.rank, Relaunch: s.relaunch, ID: s.id,
-		Argv: slices.Clone(g.Argv), Env: maps.Clone(g.Env), Image: g.Image, Resources: g.Resources,
+		Argv: slices.Clone(g.Argv), Env: maps.Clone(g.Env), Image: g.Image,
 		AvoidHosts: slices.Clone(m.badHosts),
 	}
-	if s.memory > 0 {
-		spec.Resources.MemoryBytes = s.memory
+	var milliCPU int64
+	var sized string
+	spec.Resources, milliCPU, sized = m.resources(s)
+	if sized != "" {
+		reason += "; " + sized
 	}
+	if m.spec.RightSize {
+		if s.usage == nil {
+			s.usage = &rankUsage{}
+		}
+		s.usage.nodeStarted(milliCPU)
+	}
+	s.state, s.host, s.since, s.timedOut, s.held, s.reason, s.seen = Pending, "", now, false, true, reason, false
 	return Command{Kind: CreateNode, Spec: spec, NodeID: s.id, Reason: reason}
 }
 

@@ -56,6 +56,8 @@ type slotJSON struct {
 	Memory   int64     `json:"memory,omitempty"`
 	LastExit string    `json:"last_exit,omitempty"`
 	Reason   string    `json:"reason,omitempty"`
+	// Usage is the rank's right-sizing record (rightsize.go).
+	Usage *usageJSON `json:"usage,omitempty"`
 }
 
 // MarshalState encodes the manager's whole state as JSON for the master's
@@ -84,7 +86,7 @@ func (m *Manager) MarshalState() ([]byte, error) {
 			s.Nodes = append(s.Nodes, slotJSON{
 				Group: sl.group, Rank: sl.rank, Relaunch: sl.relaunch, Rescaled: sl.rescaled, State: sl.state, Host: sl.host,
 				Since: sl.since, TimedOut: sl.timedOut, Held: sl.held, Memory: sl.memory,
-				LastExit: sl.lastExit, Reason: sl.reason,
+				LastExit: sl.lastExit, Reason: sl.reason, Usage: sl.usage.json(),
 			})
 		}
 	}
@@ -172,6 +174,11 @@ func (m *Manager) restoreSlots(s stateJSON) error {
 			since: sj.Since, timedOut: sj.TimedOut, held: sj.Held, memory: sj.Memory,
 			lastExit: sj.LastExit, reason: sj.Reason,
 		}
+		u, err := sj.Usage.restore()
+		if err != nil {
+			return bad("%s rank %d: %v", g.name(), sj.Rank, err)
+		}
+		sl.usage = u
 		sl.id = nodeID(m.spec.Job, g.name(), sl.rank, sl.relaunch)
 		for r := range sl.relaunch {
 			if id := nodeID(m.spec.Job, g.name(), sl.rank, r); !m.retired[id] {

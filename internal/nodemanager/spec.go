@@ -51,6 +51,12 @@ type Spec struct {
 	// job may probe for capacity that appeared. 0: DefaultPendingRetry;
 	// negative: never forgotten.
 	PendingRetry time.Duration `json:"pending_retry,omitempty"`
+	// RightSize sets each relaunched or rescaled node's requests from what
+	// its rank used (rightsize.go); only for platforms that honour
+	// Resources. ResourceLimits is the most the whole job may use (zero
+	// fields: no bound), shared evenly among the groups' MaxNodes.
+	RightSize      bool               `json:"right_size,omitempty"`
+	ResourceLimits platform.Resources `json:"resource_limits,omitempty"`
 }
 
 // GroupSpec is one replica type: how many nodes, how to start them, and how
@@ -77,6 +83,10 @@ type GroupSpec struct {
 	// none but the platform gives some (a pod template's limit): what a
 	// node killed for memory grows from. 0: unknown.
 	MemoryLimit int64 `json:"memory_limit,omitempty"`
+	// MilliCPU is each node's CPU request in thousandths of a core when
+	// Resources asks for none but the platform's template does: what
+	// right-sizing compares the workers' CPU use with. 0: unknown.
+	MilliCPU int64 `json:"milli_cpu,omitempty"`
 }
 
 // budget is the relaunch budget of the group's node of rank, after
@@ -142,6 +152,9 @@ func (s Spec) Validate() error {
 	}
 	if s.PendingStrategy < PendingNecessary || s.PendingStrategy > PendingAll {
 		bad("PendingStrategy is %d; want PendingNecessary, PendingSkip or PendingAll", s.PendingStrategy)
+	}
+	if l := s.ResourceLimits; l.MilliCPU < 0 || l.MemoryBytes < 0 || l.GPUs < 0 {
+		bad("ResourceLimits %+v has a negative field; give the most the whole job may use, or 0 for no bound", l)
 	}
 	seen := map[string]bool{}
 	for i, g := range s.Groups {
