@@ -124,8 +124,8 @@ func TestValidate(t *testing.T) {
 			j.Spec.ReplicaSpecs[v1alpha1.Worker].Template.Spec.Containers[0].Command = []string{"rover", "run", "--nnodes=2", "--max-restarts=x", "train.py"}
 		}, []string{"max-restarts"}},
 		{"a field the platform cannot honour", func(j *v1alpha1.ElasticJob) {
-			j.Spec.ReplicaSpecs[v1alpha1.Worker].AutoScale = true
-		}, []string{"cannot honour spec.replicaSpecs.worker.autoScale"}},
+			j.Spec.ReplicaSpecs[v1alpha1.Worker].Priority = "high"
+		}, []string{"cannot honour spec.replicaSpecs.worker.priority"}},
 		{"a flag the platform gives", func(j *v1alpha1.ElasticJob) {
 			j.Spec.ReplicaSpecs[v1alpha1.Worker].Template.Spec.Containers[0].Command = []string{"rover", "run", "--nnodes=2", "--rdzv-endpoint=m:29400", "train.py"}
 		}, []string{"remove --rdzv-endpoint"}},

@@ -71,10 +71,10 @@ func TestOperator(t *testing.T) {
 			{Namespace: ns, Verb: "patch", Group: v1alpha1.Group, Resource: "elasticjobs", Subresource: "status"},
 			{Namespace: ns, Verb: "list", Group: v1alpha1.Group, Resource: "scaleplans"},
 		} {
-			allowed := canI(t, c, master, a)
-			if !allowed {
-				t.Errorf("the master may not %s %s/%s", a.Verb, a.Resource, a.Subresource)
-			}
+			// The API server's RBAC authorizer learns of the new Role and
+			// RoleBinding from its informers, a moment after they exist.
+			k8stest.WaitFor(t, fmt.Sprintf("the master to be allowed to %s %s/%s", a.Verb, a.Resource, a.Subresource),
+				func() bool { return canI(t, c, master, a) })
 		}
 		if canI(t, c, master, authorizationv1.ResourceAttributes{Namespace: ns, Verb: "get", Resource: "secrets"}) {
 			t.Error("the master may read Secrets")

@@ -59,12 +59,12 @@ func registerWebhook(t *testing.T, c client.Client, url string, caPEM []byte) {
 // badJob is a job the CRD's schema accepts with four problems that only
 // Rover's checks find: a launcher flag value that is not a number (in a
 // shell line, as DLRover's jobs write it), an environment variable name
-// no process can have, a field Kubernetes cannot honour yet (autoScale)
+// no process can have, a field Kubernetes cannot honour yet (priority)
 // and a master budget that is not a number.
 func badJob(ns, name string) *v1alpha1.ElasticJob {
 	job := newJob(ns, name)
 	r := job.Spec.ReplicaSpecs[v1alpha1.Worker]
-	r.AutoScale = true
+	r.Priority = "high"
 	ctr := &r.Template.Spec.Containers[0]
 	ctr.Command = []string{"/bin/bash", "-c",
 		"cd /workspace && dlrover-run --nnodes=$NODE_NUM --nproc_per_node=2 --max_restarts=many train.py"}
@@ -78,7 +78,7 @@ func badJob(ns, name string) *v1alpha1.ElasticJob {
 var badJobProblems = []string{
 	"--max-restarts=many: want a whole number",
 	`"1BAD" is not a valid environment variable name`,
-	"cannot honour spec.replicaSpecs.worker.autoScale",
+	"cannot honour spec.replicaSpecs.worker.priority",
 	AnnotationMasterRestartCount,
 }
 
