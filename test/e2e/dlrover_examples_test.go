@@ -257,7 +257,7 @@ if os.environ["LOCAL_RANK"] == "0":
     while not os.path.exists(go):
         time.sleep(0.01)
     c.save_checkpoint(5, {"w": torch.ones(3)}, storage_type=StorageType.DISK)
-    print("rank 0 durable", c.wait_latest_checkpoint(timeout=120), flush=True)
+    os.write(1, f"rank 0 durable {c.wait_latest_checkpoint(timeout=120)}\n".encode())  # one write: the ranks share stdout
 else:
     call = agent.call
     def spy(method, *a, **kw):
@@ -266,7 +266,7 @@ else:
         return call(method, *a, **kw)
     agent.call = spy
     c.save_checkpoint(5, {"w": torch.ones(3)}, storage_type=StorageType.DISK)
-    print("rank 1 durable", c.wait_latest_checkpoint(timeout=120), flush=True)
+    os.write(1, f"rank 1 durable {c.wait_latest_checkpoint(timeout=120)}\n".encode())
 `
 
 // TestReplicatedWaitWaitsForLocalRankZero: in replicated mode (DdpCheckpointer)
