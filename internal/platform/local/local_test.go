@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/roverml/rover/internal/k8stest"
 	"github.com/roverml/rover/internal/platform"
 	"github.com/roverml/rover/internal/platform/platformtest"
 	"github.com/roverml/rover/internal/proc"
@@ -254,9 +255,5 @@ func (l *Local) isWaiting(id string) bool {
 // waitFor polls cond until it holds, failing after a generous deadline.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
+	k8stest.WaitFor(t, what, cond)
 }
