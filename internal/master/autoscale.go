@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"slices"
 	"time"
 
 	roverv1 "github.com/roverml/rover/api/rover/v1"
@@ -211,7 +210,7 @@ func stragglerReports(nodes []stall.NodeTime, now time.Time) []autoscale.Straggl
 					walls, computes = append(walls, o.Wall), append(computes, o.Compute)
 				}
 			}
-			switch ow, oc := median(walls), median(computes); {
+			switch ow, oc := stall.Median(walls), stall.Median(computes); {
 			case n.Compute > 0 && n.Compute > oc && n.Wall > n.Compute-oc:
 				r.Slowdown = n.Wall / (n.Wall - (n.Compute - oc))
 			case ow > 0:
@@ -221,19 +220,6 @@ func stragglerReports(nodes []stall.NodeTime, now time.Time) []autoscale.Straggl
 		out = append(out, r)
 	}
 	return out
-}
-
-func median(xs []float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	if n := len(s); n%2 == 1 {
-		return s[n/2]
-	} else {
-		return (s[n/2-1] + s[n/2]) / 2
-	}
 }
 
 // autoScaleProtoLocked is GetJob's auto_scale: nil when auto-scaling is

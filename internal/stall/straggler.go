@@ -153,8 +153,8 @@ func (w *Window) Nodes() []NodeTime {
 	slow, _ := w.Stragglers()
 	out := make([]NodeTime, 0, len(w.nodes))
 	for id, s := range w.nodes {
-		out = append(out, NodeTime{Node: id, Step: s.step, Wall: median(s.wall), Busy: median(s.busy),
-			Samples: len(s.wall), Straggler: slices.Contains(slow, id), Compute: median(s.compute), Wait: median(s.wait),
+		out = append(out, NodeTime{Node: id, Step: s.step, Wall: Median(s.wall), Busy: Median(s.busy),
+			Samples: len(s.wall), Straggler: slices.Contains(slow, id), Compute: Median(s.compute), Wait: Median(s.wait),
 			MatmulTFLOPS: s.tflops()})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Node < out[j].Node })
@@ -173,8 +173,8 @@ func (w *Window) Stragglers() ([]string, string) {
 	var js []judged
 	for id, s := range w.nodes {
 		if len(s.wall) >= w.cfg.MinSamples {
-			js = append(js, judged{id, median(s.wall), median(s.busy),
-				len(s.compute) >= w.cfg.MinSamples, median(s.compute), median(s.wait)})
+			js = append(js, judged{id, Median(s.wall), Median(s.busy),
+				len(s.compute) >= w.cfg.MinSamples, Median(s.compute), Median(s.wait)})
 		}
 	}
 	if len(js) < 2 {
@@ -193,7 +193,7 @@ func (w *Window) Stragglers() ([]string, string) {
 				}
 			}
 		}
-		ow, ob, oc := median(walls), median(busies), median(computes)
+		ow, ob, oc := Median(walls), Median(busies), Median(computes)
 		switch {
 		// A node with collective timing is judged by its compute time, not
 		// its wall time: in a synchronous job every node's wall time per
@@ -209,7 +209,7 @@ func (w *Window) Stragglers() ([]string, string) {
 		case j.timed && len(computes) > 0 && j.compute > w.cfg.Factor*oc && j.compute-oc >= excess:
 			slow = append(slow, j.id)
 			why = append(why, fmt.Sprintf("%s computes %.3fs per step between collectives, %.1fx the others' median %.3fs: "+
-				"the others wait for it, %.3fs per step in their collectives against its %.3fs", j.id, j.compute, j.compute/oc, oc, median(waits), j.waitMedian))
+				"the others wait for it, %.3fs per step in their collectives against its %.3fs", j.id, j.compute, j.compute/oc, oc, Median(waits), j.waitMedian))
 		}
 	}
 	if len(slow) == 0 {
@@ -218,8 +218,8 @@ func (w *Window) Stragglers() ([]string, string) {
 	return slow, strings.Join(why, "; ") + fmt.Sprintf(" (over the last %d samples; threshold %.1fx)", w.cfg.Window, w.cfg.Factor)
 }
 
-// median of xs; 0 for none. A positive infinity counts as very slow.
-func median(xs []float64) float64 {
+// Median of xs; 0 for none. A positive infinity counts as very slow.
+func Median(xs []float64) float64 {
 	if len(xs) == 0 {
 		return 0
 	}
