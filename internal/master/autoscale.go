@@ -42,6 +42,14 @@ type autoScaleState struct {
 	// workers), from its last heartbeat that carried some.
 	samples map[string]float64
 	unit    string
+	// pace is the node whose heartbeats time the world's steps in
+	// paceRound: the first to report progress in it. The nodes of a
+	// synchronous world are at the same step, so one node's reports, a
+	// second apart, measure its throughput; mixing every node's, each a
+	// fraction of a second after another's, would make samples of a step
+	// or two whose noise grows with the world.
+	pace      string
+	paceRound int64
 }
 
 // autoScaleProgressLocked feeds the policy a node's heartbeat progress of
@@ -68,6 +76,12 @@ func (c *core) autoScaleProgressLocked(node string, r jobstate.NodeReport, now t
 	}
 	if known {
 		as.samples[node] = per
+	}
+	if r.Round > as.paceRound {
+		as.pace, as.paceRound = node, r.Round
+	}
+	if node != as.pace || r.Round != as.paceRound {
+		return
 	}
 	samples := c.worldSamplesLocked()
 	as.unit = "steps/s"

@@ -3,6 +3,7 @@ package master
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -132,5 +133,44 @@ func TestAutoScaleReplacesAStraggler(t *testing.T) {
 	if last.GetAction() != "replace" || last.GetReason() != "straggler" || last.GetNodeId() != "train-worker-1-0" ||
 		!strings.Contains(last.GetMessage(), "replace train-worker-1-0: a straggler") {
 		t.Errorf("last change %v, want the straggler train-worker-1-0 replaced", last)
+	}
+}
+
+// TestAutoScaleTimesOneNode: in a world of two nodes whose heartbeats
+// alternate, a step or so apart, the throughput is sampled from one node's
+// heartbeats only (the first to report in the round). Sampling both would
+// make samples of half the interval, with twice the noise.
+func TestAutoScaleTimesOneNode(t *testing.T) {
+	fake := newFake()
+	sp := fleetJob(3)
+	knobs := fastScaling
+	knobs.Window, knobs.MinSamples = 32, 32 // measure only: no decision
+	fm := startFleet(t, fleetOptions{spec: sp, platform: fake, autoScale: &knobs})
+	waitCreated(t, fake, "train-worker-0-0", "train-worker-1-0")
+	ctx, cancel := context.WithTimeout(context.Background(), waitDeadline)
+	defer cancel()
+	ss := fm.joinAll(ctx, t, "train-worker-0-0", "train-worker-1-0")
+	seen := func(rank int, step int64) {
+		t.Helper()
+		jobUntil(ctx, t, fm.c, fmt.Sprintf("rank %d's step %d", rank, step), func(j *roverv1.GetJobResponse) bool {
+			for _, n := range j.GetProgress().GetNodes() {
+				if int(n.GetNodeRank()) == rank && n.GetStep() == step {
+					return true
+				}
+			}
+			return false
+		})
+	}
+	const beats = 6
+	for i := int64(0); i <= beats; i++ {
+		beat(ss[0], t, &roverv1.NodeProgress{Round: 1, Workers: []*roverv1.WorkerProgress{worker(10+10*i, 10, 1, 1)}})
+		seen(0, 10+10*i)
+		beat(ss[1], t, &roverv1.NodeProgress{Round: 1, Workers: []*roverv1.WorkerProgress{worker(15+10*i, 10, 1, 1)}})
+		seen(1, 15+10*i)
+	}
+	sizes := fm.job(t).GetAutoScale().GetSizes()
+	// The pace node's first heartbeat anchors; each later one is a sample.
+	if len(sizes) != 1 || sizes[0].GetNodes() != 2 || sizes[0].GetSamples() != beats {
+		t.Errorf("sizes %v: want %d samples at 2 nodes, one per heartbeat of one node", sizes, beats)
 	}
 }

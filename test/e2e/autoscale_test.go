@@ -21,9 +21,10 @@ import (
 )
 
 // autoScaleKnobs make the policy decide within seconds rather than
-// minutes: a short warm-up, a window of 6 reports trusted from 4 (agents
-// report once a second), a 5 s cool-down. The rest are the defaults.
-const autoScaleKnobs = "--auto-scale=warmup-steps=5,warmup=2s,window=6,min-samples=4,cool-down=5s"
+// minutes: a short warm-up, a window of 8 reports trusted from 6 (one
+// node's heartbeats time the steps, once a second), a 5 s cool-down. The
+// rest are the defaults.
+const autoScaleKnobs = "--auto-scale=warmup-steps=5,warmup=2s,window=8,min-samples=6,cool-down=5s"
 
 // TestAutoScaleSubmit runs a real DDP job (gloo, ElasticSampler, flash
 // checkpoints) under `rover submit --auto-scale` with --nnodes 1:4 and a
@@ -71,6 +72,7 @@ func autoScaleJob(t *testing.T, curve string, changes []string, settle int, hold
 	mc := client.New(hc, addr, strings.TrimSpace(string(token)))
 	var j *roverv1.GetJobResponse
 	var settled time.Duration
+	var said string
 	waitFor(t, 6*time.Minute, fmt.Sprintf("the job to settle at %d nodes, holding for %s", settle, hold), func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -82,6 +84,10 @@ func autoScaleJob(t *testing.T, curve string, changes []string, settle int, hold
 		a := j.GetAutoScale()
 		if a == nil {
 			t.Fatalf("GetJob has no auto_scale under --auto-scale: %v", j)
+		}
+		if k := a.GetLatest().GetAction() + " " + a.GetLatest().GetReason(); k != said { // the trail of decisions, for a failure
+			said = k
+			t.Logf("%s: %s", time.Since(start).Round(time.Second), a.GetLatest().GetMessage())
 		}
 		if settled == 0 && a.GetTargetNodes() == int32(settle) && int(a.GetChanges()) == len(changes) {
 			settled = time.Since(start)
