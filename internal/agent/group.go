@@ -134,6 +134,9 @@ func runGroup(ctx context.Context, spec groupSpec) groupResult {
 			spec.Log.Warn("the workers' last steps will not be known", "err", err)
 		}
 	}
+	if p.Rank != 0 && spec.Standby != nil {
+		spec.Standby.awaitRemoteStore(ctx, p.MasterAddr, p.MasterPort, spec.Log)
+	}
 	workers := make([]*worker, 0, p.LocalWorldSize)
 	for local := 0; local < p.LocalWorldSize; local++ {
 		w, err := startWorker(spec, p, local)

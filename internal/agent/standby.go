@@ -56,6 +56,9 @@ type standbyPool struct {
 	closed bool
 	// noStoreWait: rank 0 once did not listen in time (awaitStore).
 	noStoreWait bool
+	// noRemoteStoreWait: rank 0's store on another node once did not
+	// accept connections in time (awaitRemoteStore).
+	noRemoteStoreWait bool
 }
 
 // standby is one waiting interpreter.

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"log/slog"
+	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -53,6 +54,65 @@ func (sp *standbyPool) awaitStore(ctx context.Context, port int, rank0Done <-cha
 		}
 	}
 	log.Info("rank 0's store is listening", "port", port, "after", time.Since(start).Round(time.Millisecond))
+}
+
+// awaitRemoteStore waits, on a node that does not host rank 0, until rank
+// 0's TCPStore at addr:port accepts a connection (closed at once: the store
+// drops a client that sends nothing), ctx ends or storeWaitLimit passes,
+// when local rank 0's standby is ready. Workers handed over from their
+// standbys reach init_process_group within milliseconds, usually before
+// rank 0 on its node created the store; torch 1.13's client then tries
+// again only a second later, most of the restart's downtime. A cold start
+// is not held back: its imports take longer than rank 0's. A store that
+// did not listen within the limit is not waited for again.
+func (sp *standbyPool) awaitRemoteStore(ctx context.Context, addr string, port int, log *slog.Logger) {
+	sp.mu.Lock()
+	s := sp.slots[0]
+	skip := sp.noRemoteStoreWait || s == nil || addr == "" || port <= 0
+	sp.mu.Unlock()
+	if skip {
+		return
+	}
+	select {
+	case <-s.ready:
+	default:
+		return
+	}
+	start := time.Now()
+	if !dialUntil(ctx, net.JoinHostPort(addr, strconv.Itoa(port)), storeWaitLimit) {
+		if ctx.Err() != nil {
+			return
+		}
+		sp.mu.Lock()
+		sp.noRemoteStoreWait = true
+		sp.mu.Unlock()
+		log.Info("rank 0's store did not accept connections in time; later restarts start the workers at once",
+			"addr", addr, "port", port, "waited", storeWaitLimit)
+		return
+	}
+	log.Info("rank 0's store accepts connections", "addr", addr, "port", port, "after", time.Since(start).Round(time.Millisecond))
+}
+
+// dialUntil dials address every storePollInterval until a connection is
+// accepted (it is closed at once), ctx ends or limit passes; it reports
+// whether one was.
+func dialUntil(ctx context.Context, address string, limit time.Duration) bool {
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	var d net.Dialer
+	tick := time.NewTicker(storePollInterval)
+	defer tick.Stop()
+	for {
+		if c, err := d.DialContext(ctx, "tcp", address); err == nil {
+			c.Close()
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-tick.C:
+		}
+	}
 }
 
 // listening reports whether a TCP socket of this network namespace
