@@ -29,11 +29,14 @@ type progressBook struct {
 	now func() int64
 	// usage measures the workers' memory and CPU for each take.
 	usage *usageMeter
+	// links measures the node's link from its workers' TCP connections for
+	// each take.
+	links *linkMeter
 }
 
 func newProgressBook() *progressBook {
 	return &progressBook{workers: map[int32]*roverv1.WorkerProgress{}, ready: make(chan struct{}, 1),
-		now: func() int64 { return time.Now().UnixNano() }, usage: newUsageMeter()}
+		now: func() int64 { return time.Now().UnixNano() }, usage: newUsageMeter(), links: newLinkMeter()}
 }
 
 // add records one report of a worker of round.
@@ -88,6 +91,9 @@ func (b *progressBook) take() *roverv1.NodeProgress {
 		return nil
 	}
 	np := &roverv1.NodeProgress{Round: b.round, Devices: devs, Usage: b.usage.sample()}
+	if rtt, n := b.links.sample(); n > 0 {
+		np.LinkRttSeconds, np.LinkConnections = rtt.Seconds(), int32(n)
+	}
 	for _, w := range b.workers {
 		np.Workers = append(np.Workers, w)
 	}
@@ -100,6 +106,7 @@ func (b *progressBook) workersStarted(pids []int) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.usage.started(pids)
+	b.links.started(pids)
 }
 
 // ReportProgress records a worker's progress for the next heartbeat.

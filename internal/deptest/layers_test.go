@@ -16,7 +16,7 @@ var layers = []struct {
 	{"API types, embedded files and helpers that know no job", []string{
 		"", "/api/...", "/deploy", "/python",
 		"/internal/userfile", "/internal/retry", "/internal/retry/retrytest",
-		"/internal/linkprobe", "/internal/testsrc", "/internal/testbuf", "/internal/tlstest", "/internal/k8stest",
+		"/internal/linkprobe", "/internal/tcpinfo", "/internal/testsrc", "/internal/testbuf", "/internal/tlstest", "/internal/k8stest",
 		"/internal/deptest",
 	}},
 	{"pure state machines (see pure below)", []string{

@@ -12,7 +12,8 @@ import (
 // writeProgress writes the job's runtime progress for `rover status`: the
 // newest step, the stragglers and why, a hang and where each rank stood in
 // its collectives, and each node's median step times (wall-clock and busy,
-// and compute and wait where workers time their collectives). It writes
+// compute and wait where workers time their collectives, and the link's
+// round trip where the agents measure it). It writes
 // nothing before any step.
 func writeProgress(b *bytes.Buffer, p *roverv1.JobProgress) {
 	if p == nil || (p.GetStep() < 0 && p.GetHangs() == 0) {
@@ -36,10 +37,11 @@ func writeProgress(b *bytes.Buffer, p *roverv1.JobProgress) {
 	if len(p.GetNodes()) == 0 {
 		return
 	}
-	timed, gpu := false, false
+	timed, gpu, linked := false, false, false
 	for _, n := range p.GetNodes() {
 		timed = timed || n.GetComputeSeconds() > 0 || n.GetWaitSeconds() > 0
 		gpu = gpu || n.GetMatmulTflops() > 0
+		linked = linked || n.GetLinkRttSeconds() > 0
 	}
 	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
 	header := "NODE\tRANK\tSTEP\tS/STEP\tBUSY S/STEP\t"
@@ -48,6 +50,9 @@ func writeProgress(b *bytes.Buffer, p *roverv1.JobProgress) {
 	}
 	if gpu {
 		header += "MATMUL TFLOPS\t"
+	}
+	if linked {
+		header += "LINK RTT MS\t"
 	}
 	fmt.Fprintln(tw, header+"SAMPLES\t")
 	for _, n := range p.GetNodes() {
@@ -61,6 +66,9 @@ func writeProgress(b *bytes.Buffer, p *roverv1.JobProgress) {
 		}
 		if gpu {
 			fmt.Fprintf(tw, "%.2f\t", n.GetMatmulTflops())
+		}
+		if linked {
+			fmt.Fprintf(tw, "%.2f\t", 1e3*n.GetLinkRttSeconds())
 		}
 		fmt.Fprintf(tw, "%d\t%s\n", n.GetSamples(), mark)
 	}

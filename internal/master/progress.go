@@ -146,7 +146,7 @@ func progressProto(p *jobstate.Progress, round int64, nodes []*roverv1.NodeStatu
 	for _, n := range v.Nodes {
 		ns := &roverv1.NodeStepTime{NodeId: n.Node, Step: n.Step, StepSeconds: n.Wall, BusySeconds: n.Busy,
 			Samples: int32(n.Samples), Straggler: n.Straggler, ComputeSeconds: n.Compute, WaitSeconds: n.Wait,
-			MatmulTflops: n.MatmulTFLOPS, NodeRank: ranks[n.Node]}
+			MatmulTflops: n.MatmulTFLOPS, NodeRank: ranks[n.Node], LinkRttSeconds: n.LinkRTT}
 		out.Nodes = append(out.Nodes, ns)
 	}
 	slices.SortFunc(out.Nodes, func(a, b *roverv1.NodeStepTime) int { return cmp.Compare(a.NodeRank, b.NodeRank) })
@@ -169,8 +169,15 @@ func hangNoticeProto(p *jobstate.Progress) *roverv1.HangNotice {
 }
 
 // nodeReport converts a heartbeat's progress.
+// maxLinkRTT bounds a node's reported link round trip, in seconds: a
+// longer one is not a measurement.
+const maxLinkRTT = 60
+
 func nodeReport(np *roverv1.NodeProgress) jobstate.NodeReport {
 	r := jobstate.NodeReport{Round: np.GetRound(), Devices: deviceSamples(np.GetDevices())}
+	if rtt := np.GetLinkRttSeconds(); np.GetLinkConnections() > 0 && rtt > 0 && rtt < maxLinkRTT {
+		r.LinkRTT = rtt
+	}
 	for _, w := range np.GetWorkers() {
 		wr := jobstate.WorkerReport{LocalRank: w.GetLocalRank(), Step: w.GetStep(), Steps: w.GetSteps(),
 			WallSeconds: w.GetWallSeconds(), CPUSeconds: w.GetCpuSeconds(),

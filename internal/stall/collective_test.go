@@ -128,3 +128,55 @@ func TestMatmulThroughput(t *testing.T) {
 		t.Errorf("matmul TFLOPS %v, want %v", got, want)
 	}
 }
+
+// TestLinkStragglers checks the rule from the nodes' links: in a
+// synchronous job whose nodes compute and wait alike (a slow link costs no
+// CPU), the node every busy connection of which has a long round trip,
+// while the others have short ones between them, is behind a slow link.
+func TestLinkStragglers(t *testing.T) {
+	type sample struct {
+		node string
+		link float64 // -1: no link samples
+	}
+	tests := []struct {
+		name    string
+		samples []sample
+		want    []string
+		why     string
+	}{
+		{"slow link", []sample{{"a", 0.0004}, {"b", 0.0005}, {"c", 0.031}}, []string{"c"},
+			"c's busy connections to the other nodes take 31.0 ms per round trip at best, 68.9x the others' median 0.5 ms: a slow link, which the others wait for in their collectives (over the last 10 samples; threshold 1.5x)"},
+		{"healthy links", []sample{{"a", 0.0004}, {"b", 0.0009}, {"c", 0.0006}, {"d", 0.0005}}, nil, ""},
+		// Two nodes share their one link: whose it is cannot be told.
+		{"two nodes", []sample{{"a", 0.0004}, {"b", 0.030}}, nil, ""},
+		{"the others without link samples", []sample{{"a", -1}, {"b", -1}, {"c", 0.030}}, nil, ""},
+		{"one other with link samples", []sample{{"a", -1}, {"b", 0.0004}, {"c", 0.030}}, nil, ""},
+		{"under the minimum excess", []sample{{"a", 0.0001}, {"b", 0.0001}, {"c", 0.0015}}, nil, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w := NewWindow(StragglerConfig{})
+			for i := range 5 {
+				for _, s := range tt.samples {
+					w.Add(s.node, 0.5, 0.1, int64(i))
+					w.AddWait(s.node, 0.1, 0.4)
+					if s.link >= 0 {
+						w.AddLink(s.node, s.link)
+					}
+				}
+			}
+			got, why := w.Stragglers()
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Fatalf("stragglers (-want +got):\n%s\nwhy: %s", diff, why)
+			}
+			if tt.why != "" && why != tt.why {
+				t.Errorf("why:\n got %s\nwant %s", why, tt.why)
+			}
+			for _, n := range w.Nodes() {
+				if want := max(tt.samples[slices.IndexFunc(tt.samples, func(s sample) bool { return s.node == n.Node })].link, 0); n.LinkRTT != want {
+					t.Errorf("node %s: LinkRTT %v, want %v", n.Node, n.LinkRTT, want)
+				}
+			}
+		})
+	}
+}

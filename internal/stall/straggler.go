@@ -44,6 +44,9 @@ type series struct {
 	// GPU matmul timing's samples, newest last, at most cfg.Window:
 	// floating-point operations and kernel seconds.
 	flops, matmul []float64
+	// Link samples, newest last, at most cfg.Window: the node's least
+	// round-trip time of its busy connections to other hosts, in seconds.
+	link []float64
 }
 
 // NodeTime is one node's recent step time.
@@ -60,6 +63,9 @@ type NodeTime struct {
 	// MatmulTFLOPS is the GPU's matmul throughput over the window's
 	// samples (AddMatmul), in TFLOPS; 0 without any.
 	MatmulTFLOPS float64
+	// LinkRTT is the median of the node's link samples (AddLink), in
+	// seconds; 0 without any.
+	LinkRTT float64
 }
 
 // NewWindow returns an empty window; a zero field of cfg takes
@@ -121,6 +127,22 @@ func (w *Window) AddMatmul(node string, flops, seconds float64) {
 	s.matmul = push(s.matmul, seconds, w.cfg.Window)
 }
 
+// AddLink records one sample of node's link: the least smoothed
+// round-trip time, in seconds, of its workers' connections to other hosts
+// that carried data since its previous sample.
+func (w *Window) AddLink(node string, rtt float64) {
+	s := w.nodes[node]
+	if s == nil {
+		s = &series{}
+		w.nodes[node] = s
+	}
+	s.link = push(s.link, rtt, w.cfg.Window)
+}
+
+// MinLinkExcess is how much longer a node's link round trip must be than
+// the others' median for the node to be a straggler by its link.
+const MinLinkExcess = 2 * time.Millisecond
+
 // tflops is the series' matmul throughput: total operations over total
 // kernel seconds, in TFLOPS.
 func (s *series) tflops() float64 {
@@ -155,7 +177,7 @@ func (w *Window) Nodes() []NodeTime {
 	for id, s := range w.nodes {
 		out = append(out, NodeTime{Node: id, Step: s.step, Wall: Median(s.wall), Busy: Median(s.busy),
 			Samples: len(s.wall), Straggler: slices.Contains(slow, id), Compute: Median(s.compute), Wait: Median(s.wait),
-			MatmulTFLOPS: s.tflops()})
+			MatmulTFLOPS: s.tflops(), LinkRTT: Median(s.link)})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Node < out[j].Node })
 	return out
@@ -169,12 +191,15 @@ func (w *Window) Stragglers() ([]string, string) {
 		wall, busy          float64
 		timed               bool // has collective timing's samples
 		compute, waitMedian float64
+		linked              bool // has link samples
+		link                float64
 	}
 	var js []judged
 	for id, s := range w.nodes {
 		if len(s.wall) >= w.cfg.MinSamples {
 			js = append(js, judged{id, Median(s.wall), Median(s.busy),
-				len(s.compute) >= w.cfg.MinSamples, Median(s.compute), Median(s.wait)})
+				len(s.compute) >= w.cfg.MinSamples, Median(s.compute), Median(s.wait),
+				len(s.link) >= w.cfg.MinSamples, Median(s.link)})
 		}
 	}
 	if len(js) < 2 {
@@ -184,16 +209,19 @@ func (w *Window) Stragglers() ([]string, string) {
 	excess := w.cfg.MinExcess.Seconds()
 	var slow, why []string
 	for i, j := range js {
-		var walls, busies, computes, waits []float64
+		var walls, busies, computes, waits, links []float64
 		for k, o := range js {
 			if k != i {
 				walls, busies = append(walls, o.wall), append(busies, o.busy)
 				if o.timed {
 					computes, waits = append(computes, o.compute), append(waits, o.waitMedian)
 				}
+				if o.linked {
+					links = append(links, o.link)
+				}
 			}
 		}
-		ow, ob, oc := Median(walls), Median(busies), Median(computes)
+		ow, ob, oc, ol := Median(walls), Median(busies), Median(computes), Median(links)
 		switch {
 		// A node with collective timing is judged by its compute time, not
 		// its wall time: in a synchronous job every node's wall time per
@@ -210,6 +238,15 @@ func (w *Window) Stragglers() ([]string, string) {
 			slow = append(slow, j.id)
 			why = append(why, fmt.Sprintf("%s computes %.3fs per step between collectives, %.1fx the others' median %.3fs: "+
 				"the others wait for it, %.3fs per step in their collectives against its %.3fs", j.id, j.compute, j.compute/oc, oc, Median(waits), j.waitMedian))
+		// A slow link (a slow or congested network path, a rate limit)
+		// costs no CPU and no compute: every node waits in the collectives
+		// alike. Every connection of the node behind it has a long round
+		// trip, while the others have a short one between them; with two
+		// nodes there is one link and no telling whose it is.
+		case j.linked && len(links) >= 2 && j.link > w.cfg.Factor*ol && j.link-ol >= MinLinkExcess.Seconds():
+			slow = append(slow, j.id)
+			why = append(why, fmt.Sprintf("%s's busy connections to the other nodes take %.1f ms per round trip at best, %.1fx the others' median %.1f ms: "+
+				"a slow link, which the others wait for in their collectives", j.id, 1e3*j.link, j.link/ol, 1e3*ol))
 		}
 	}
 	if len(slow) == 0 {

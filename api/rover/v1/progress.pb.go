@@ -507,9 +507,15 @@ type NodeProgress struct {
 	Devices []*DeviceHealth   `protobuf:"bytes,3,rep,name=devices,proto3" json:"devices,omitempty"`
 	// What the node's workers used, for right-sizing its next pod
 	// (docs/design/autoscale.md): unset when the agent could not read it.
-	Usage         *NodeUsage `protobuf:"bytes,4,opt,name=usage,proto3" json:"usage,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Usage *NodeUsage `protobuf:"bytes,4,opt,name=usage,proto3" json:"usage,omitempty"`
+	// The node's link to the others (docs/design/collective-timing.md, "A
+	// slow link"): the least smoothed round-trip time, in seconds, of its
+	// workers' TCP connections to other hosts that carried at least 16 KiB
+	// since the previous report, and how many did. 0 and 0 without any.
+	LinkRttSeconds  float64 `protobuf:"fixed64,5,opt,name=link_rtt_seconds,json=linkRttSeconds,proto3" json:"link_rtt_seconds,omitempty"`
+	LinkConnections int32   `protobuf:"varint,6,opt,name=link_connections,json=linkConnections,proto3" json:"link_connections,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *NodeProgress) Reset() {
@@ -568,6 +574,20 @@ func (x *NodeProgress) GetUsage() *NodeUsage {
 		return x.Usage
 	}
 	return nil
+}
+
+func (x *NodeProgress) GetLinkRttSeconds() float64 {
+	if x != nil {
+		return x.LinkRttSeconds
+	}
+	return 0
+}
+
+func (x *NodeProgress) GetLinkConnections() int32 {
+	if x != nil {
+		return x.LinkConnections
+	}
+	return 0
 }
 
 // NodeUsage is what a node's workers (and their children) used.
@@ -719,9 +739,12 @@ type NodeStepTime struct {
 	// The GPU's matmul throughput, where workers time matmuls with CUDA
 	// events: the node's workers' floating-point operations per second of
 	// matmul kernels over the window, in TFLOPS (0 otherwise).
-	MatmulTflops  float64 `protobuf:"fixed64,10,opt,name=matmul_tflops,json=matmulTflops,proto3" json:"matmul_tflops,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	MatmulTflops float64 `protobuf:"fixed64,10,opt,name=matmul_tflops,json=matmulTflops,proto3" json:"matmul_tflops,omitempty"`
+	// Median over the window of the node's link round trip
+	// (NodeProgress.link_rtt_seconds), in seconds; 0 without samples.
+	LinkRttSeconds float64 `protobuf:"fixed64,11,opt,name=link_rtt_seconds,json=linkRttSeconds,proto3" json:"link_rtt_seconds,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *NodeStepTime) Reset() {
@@ -820,6 +843,13 @@ func (x *NodeStepTime) GetWaitSeconds() float64 {
 func (x *NodeStepTime) GetMatmulTflops() float64 {
 	if x != nil {
 		return x.MatmulTflops
+	}
+	return 0
+}
+
+func (x *NodeStepTime) GetLinkRttSeconds() float64 {
+	if x != nil {
+		return x.LinkRttSeconds
 	}
 	return 0
 }
@@ -975,12 +1005,14 @@ const file_api_rover_v1_progress_proto_rawDesc = "" +
 	"\x05index\x18\x01 \x01(\x05R\x05index\x12/\n" +
 	"\x13utilization_percent\x18\x02 \x01(\x05R\x12utilizationPercent\x12\x12\n" +
 	"\x04xids\x18\x03 \x03(\x05R\x04xids\x12'\n" +
-	"\x0fecc_uncorrected\x18\x04 \x01(\x03R\x0eeccUncorrected\"\xb5\x01\n" +
+	"\x0fecc_uncorrected\x18\x04 \x01(\x03R\x0eeccUncorrected\"\x8a\x02\n" +
 	"\fNodeProgress\x12\x14\n" +
 	"\x05round\x18\x01 \x01(\x03R\x05round\x122\n" +
 	"\aworkers\x18\x02 \x03(\v2\x18.rover.v1.WorkerProgressR\aworkers\x120\n" +
 	"\adevices\x18\x03 \x03(\v2\x16.rover.v1.DeviceHealthR\adevices\x12)\n" +
-	"\x05usage\x18\x04 \x01(\v2\x13.rover.v1.NodeUsageR\x05usage\"\x7f\n" +
+	"\x05usage\x18\x04 \x01(\v2\x13.rover.v1.NodeUsageR\x05usage\x12(\n" +
+	"\x10link_rtt_seconds\x18\x05 \x01(\x01R\x0elinkRttSeconds\x12)\n" +
+	"\x10link_connections\x18\x06 \x01(\x05R\x0flinkConnections\"\x7f\n" +
 	"\tNodeUsage\x12%\n" +
 	"\x0eresident_bytes\x18\x01 \x01(\x03R\rresidentBytes\x12.\n" +
 	"\x13peak_resident_bytes\x18\x02 \x01(\x03R\x11peakResidentBytes\x12\x1b\n" +
@@ -989,7 +1021,7 @@ const file_api_rover_v1_progress_proto_rawDesc = "" +
 	"HangNotice\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12\x16\n" +
 	"\x06policy\x18\x02 \x01(\x05R\x06policy\x12\x16\n" +
-	"\x06reason\x18\x03 \x01(\tR\x06reason\"\xc7\x02\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"\xf1\x02\n" +
 	"\fNodeStepTime\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1b\n" +
 	"\tnode_rank\x18\x02 \x01(\x05R\bnodeRank\x12\x12\n" +
@@ -1001,7 +1033,8 @@ const file_api_rover_v1_progress_proto_rawDesc = "" +
 	"\x0fcompute_seconds\x18\b \x01(\x01R\x0ecomputeSeconds\x12!\n" +
 	"\fwait_seconds\x18\t \x01(\x01R\vwaitSeconds\x12#\n" +
 	"\rmatmul_tflops\x18\n" +
-	" \x01(\x01R\fmatmulTflops\"\xaa\x02\n" +
+	" \x01(\x01R\fmatmulTflops\x12(\n" +
+	"\x10link_rtt_seconds\x18\v \x01(\x01R\x0elinkRttSeconds\"\xaa\x02\n" +
 	"\vJobProgress\x12\x12\n" +
 	"\x04step\x18\x01 \x01(\x03R\x04step\x12,\n" +
 	"\x05nodes\x18\x02 \x03(\v2\x16.rover.v1.NodeStepTimeR\x05nodes\x12\x1e\n" +

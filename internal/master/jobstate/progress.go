@@ -50,6 +50,8 @@ type NodeReport struct {
 	Round   int64
 	Workers []WorkerReport
 	Devices []diagnosis.DeviceSample
+	// LinkRTT is the node's link round trip in seconds (0: not measured).
+	LinkRTT float64
 }
 
 // WorkerReport is one worker's progress: its newest step, and the steps it
@@ -176,6 +178,9 @@ func (p *Progress) Report(node string, r NodeReport, now time.Time) {
 		p.window.Add(node, wall, busy, n.step)
 		if timed {
 			p.window.AddWait(node, compute, wait)
+		}
+		if r.LinkRTT > 0 {
+			p.window.AddLink(node, r.LinkRTT)
 		}
 	}
 	if matmul > 0 {
