@@ -156,11 +156,31 @@ func TestStatus(t *testing.T) {
 				row("2", "190.2", "2.5", "25", "true"), row("3", "271", "9", "4", "false")},
 		},
 	}, {
+		name: "right-sizing",
+		job: &roverv1.GetJobResponse{RunId: "j", JobState: running, Platform: "kubernetes", CheckpointStep: -1, ManagedNodes: []*roverv1.ManagedNode{
+			{Group: "worker", Rank: 0, NodeId: "j-worker-0-1", State: "Running", RightSize: &roverv1.RankRightSize{
+				PeakBytes: 3 << 30, CpuCores: 1.95, SampledMilliCpu: 2000, StepSlowdown: 2, NextMilliCpu: 3000, NextMemoryBytes: 3840 << 20,
+				Why: "right-sized: memory 8589934592 -> 4026531840 bytes (peak 3221225472), CPU 2000m -> 3000m (used 1.95 cores of 2000m while steps slowed 2.0x)"}},
+			{Group: "worker", Rank: 1, NodeId: "j-worker-1-0", State: "Running", RightSize: &roverv1.RankRightSize{
+				PeakBytes: 6 << 30, CpuCores: 1.9, SampledMilliCpu: 2000, NextMilliCpu: 2000, NextMemoryBytes: 8 << 30}},
+			{Group: "worker", Rank: 2, NodeId: "j-worker-2-0", State: "Pending"},
+		}},
+		want: check{
+			has: []string{"\nright-sizing (what the workers used; what the next node asks for):\n"},
+			rows: []*regexp.Regexp{row("GROUP", "RANK", "PEAK MEMORY", "CPU USED", "STEPS", "NEXT CPU", "NEXT MEMORY", "WHY"),
+				row("worker", "0", "3.00GiB", "1.95 of 2000m", "2.00x", "3000m", "3.75GiB",
+					"memory 8589934592 -> 4026531840 bytes (peak 3221225472), CPU 2000m -> 3000m (used 1.95 cores of 2000m while steps slowed 2.0x)"),
+				row("worker", "1", "6.00GiB", "1.90 of 2000m", "-", "2000m", "8.00GiB", "as configured")},
+			// Rank 2 has no usage record: only its managed row.
+			lacks: []string{"Pending  0/0         -     -\nworker  2"},
+		},
+	}, {
 		name: "platform with no nodes yet",
 		job:  &roverv1.GetJobResponse{RunId: "j", JobState: running, Platform: "kubernetes", CheckpointStep: 0},
 		want: check{
 			has:  []string{"relaunches 0, checkpoint step 0\n", "nodes on kubernetes:\n"},
-			rows: []*regexp.Regexp{row("GROUP", "RANK", "NODE", "STATE", "RELAUNCHES", "HOST", "LAST EXIT")},
+			rows:  []*regexp.Regexp{row("GROUP", "RANK", "NODE", "STATE", "RELAUNCHES", "HOST", "LAST EXIT")},
+			lacks: []string{"right-sizing"},
 		},
 	}}
 	for _, tt := range tests {
