@@ -178,7 +178,7 @@ func TestStatus(t *testing.T) {
 		name: "platform with no nodes yet",
 		job:  &roverv1.GetJobResponse{RunId: "j", JobState: running, Platform: "kubernetes", CheckpointStep: 0},
 		want: check{
-			has:  []string{"relaunches 0, checkpoint step 0\n", "nodes on kubernetes:\n"},
+			has:   []string{"relaunches 0, checkpoint step 0\n", "nodes on kubernetes:\n"},
 			rows:  []*regexp.Regexp{row("GROUP", "RANK", "NODE", "STATE", "RELAUNCHES", "HOST", "LAST EXIT")},
 			lacks: []string{"right-sizing"},
 		},
