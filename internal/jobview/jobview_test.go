@@ -171,8 +171,6 @@ func TestStatus(t *testing.T) {
 				row("worker", "0", "3.00GiB", "1.95 of 2000m", "2.00x", "3000m", "3.75GiB",
 					"memory 8589934592 -> 4026531840 bytes (peak 3221225472), CPU 2000m -> 3000m (used 1.95 cores of 2000m while steps slowed 2.0x)"),
 				row("worker", "1", "6.00GiB", "1.90 of 2000m", "-", "2000m", "8.00GiB", "as configured")},
-			// Rank 2 has no usage record: only its managed row.
-			lacks: []string{"Pending  0/0         -     -\nworker  2"},
 		},
 	}, {
 		name: "platform with no nodes yet",
@@ -191,6 +189,22 @@ func TestStatus(t *testing.T) {
 			}
 			tt.want.run(t, b.String())
 		})
+	}
+}
+
+// TestRightSizeOnlyRanksWithUsage: the right-sizing table has a row per
+// rank with a usage record, and is left out when none has one.
+func TestRightSizeOnlyRanksWithUsage(t *testing.T) {
+	ms := []*roverv1.ManagedNode{{Group: "worker", Rank: 0, RightSize: &roverv1.RankRightSize{PeakBytes: 1 << 20}}, {Group: "worker", Rank: 1}}
+	var b bytes.Buffer
+	writeRightSize(&b, ms)
+	if lines := strings.Split(strings.TrimSpace(b.String()), "\n"); len(lines) != 3 || !strings.HasPrefix(lines[2], "worker  0") {
+		t.Errorf("right-sizing table:\n%s\nwant a title, a header and rank 0's row", b.String())
+	}
+	b.Reset()
+	writeRightSize(&b, ms[1:])
+	if b.Len() != 0 {
+		t.Errorf("right-sizing without usage: %q, want nothing", b.String())
 	}
 }
 
