@@ -65,6 +65,7 @@ func kubernetesRightSize(t *testing.T, k *kube) {
 		t.Errorf("relaunched pod requests %s CPU; want the template's 1: its workers were not CPU-bound while their steps slowed", &cpu)
 	}
 
+	t.Logf("the relaunched pod %s requests %s memory (the template %s) and %s CPU", relaunched, &mem, &requested, &cpu)
 	got := k.succeeded(t, job)
 	if w := got.Status.ReplicaStatuses[elasticv1.Worker]; w == nil || w.Succeeded != 2 || w.Failed != 0 {
 		t.Errorf("worker status %+v, want 2 succeeded, none failed", w)
