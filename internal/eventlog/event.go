@@ -27,6 +27,10 @@ const (
 	// NodeRelaunched: the node manager replaced a node (Reason, and Cause:
 	// one of nodemanager's relaunch causes, such as "oom").
 	NodeRelaunched Kind = "node_relaunched"
+	// NodeRightSized: a node was created (a relaunch, or a rank added by
+	// scaling) with requests right-sizing changed from the configured ones
+	// (Node, Reason: what changed and from what usage).
+	NodeRightSized Kind = "node_right_sized"
 	// CheckpointCommitted: every rank of a step is durable (Step).
 	CheckpointCommitted Kind = "checkpoint_committed"
 	// Hang: the job stopped making progress (Reason says where).

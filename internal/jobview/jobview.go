@@ -46,6 +46,7 @@ func Status(w io.Writer, j *roverv1.GetJobResponse) error {
 	if j.GetPlatform() != "" {
 		fmt.Fprintf(&b, "\nnodes on %s:\n", j.GetPlatform())
 		writeManaged(&b, j.GetManagedNodes())
+		writeRightSize(&b, j.GetManagedNodes())
 	}
 	writeNodeCheck(&b, j.GetNodeCheck())
 	writeProgress(&b, j.GetProgress())

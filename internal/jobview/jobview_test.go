@@ -156,11 +156,29 @@ func TestStatus(t *testing.T) {
 				row("2", "190.2", "2.5", "25", "true"), row("3", "271", "9", "4", "false")},
 		},
 	}, {
+		name: "right-sizing",
+		job: &roverv1.GetJobResponse{RunId: "j", JobState: running, Platform: "kubernetes", CheckpointStep: -1, ManagedNodes: []*roverv1.ManagedNode{
+			{Group: "worker", Rank: 0, NodeId: "j-worker-0-1", State: "Running", RightSize: &roverv1.RankRightSize{
+				PeakBytes: 3 << 30, CpuCores: 1.95, SampledMilliCpu: 2000, StepSlowdown: 2, NextMilliCpu: 3000, NextMemoryBytes: 3840 << 20,
+				Why: "right-sized: memory 8589934592 -> 4026531840 bytes (peak 3221225472), CPU 2000m -> 3000m (used 1.95 cores of 2000m while steps slowed 2.0x)"}},
+			{Group: "worker", Rank: 1, NodeId: "j-worker-1-0", State: "Running", RightSize: &roverv1.RankRightSize{
+				PeakBytes: 6 << 30, CpuCores: 1.9, SampledMilliCpu: 2000, NextMilliCpu: 2000, NextMemoryBytes: 8 << 30}},
+			{Group: "worker", Rank: 2, NodeId: "j-worker-2-0", State: "Pending"},
+		}},
+		want: check{
+			has: []string{"\nright-sizing (what the workers used; what the next node asks for):\n"},
+			rows: []*regexp.Regexp{row("GROUP", "RANK", "PEAK MEMORY", "CPU USED", "STEPS", "NEXT CPU", "NEXT MEMORY", "WHY"),
+				row("worker", "0", "3.00GiB", "1.95 of 2000m", "2.00x", "3000m", "3.75GiB",
+					"memory 8589934592 -> 4026531840 bytes (peak 3221225472), CPU 2000m -> 3000m (used 1.95 cores of 2000m while steps slowed 2.0x)"),
+				row("worker", "1", "6.00GiB", "1.90 of 2000m", "-", "2000m", "8.00GiB", "as configured")},
+		},
+	}, {
 		name: "platform with no nodes yet",
 		job:  &roverv1.GetJobResponse{RunId: "j", JobState: running, Platform: "kubernetes", CheckpointStep: 0},
 		want: check{
-			has:  []string{"relaunches 0, checkpoint step 0\n", "nodes on kubernetes:\n"},
-			rows: []*regexp.Regexp{row("GROUP", "RANK", "NODE", "STATE", "RELAUNCHES", "HOST", "LAST EXIT")},
+			has:   []string{"relaunches 0, checkpoint step 0\n", "nodes on kubernetes:\n"},
+			rows:  []*regexp.Regexp{row("GROUP", "RANK", "NODE", "STATE", "RELAUNCHES", "HOST", "LAST EXIT")},
+			lacks: []string{"right-sizing"},
 		},
 	}}
 	for _, tt := range tests {
@@ -171,6 +189,22 @@ func TestStatus(t *testing.T) {
 			}
 			tt.want.run(t, b.String())
 		})
+	}
+}
+
+// TestRightSizeOnlyRanksWithUsage: the right-sizing table has a row per
+// rank with a usage record, and is left out when none has one.
+func TestRightSizeOnlyRanksWithUsage(t *testing.T) {
+	ms := []*roverv1.ManagedNode{{Group: "worker", Rank: 0, RightSize: &roverv1.RankRightSize{PeakBytes: 1 << 20}}, {Group: "worker", Rank: 1}}
+	var b bytes.Buffer
+	writeRightSize(&b, ms)
+	if lines := strings.Split(strings.TrimSpace(b.String()), "\n"); len(lines) != 3 || !strings.HasPrefix(lines[2], "worker  0") {
+		t.Errorf("right-sizing table:\n%s\nwant a title, a header and rank 0's row", b.String())
+	}
+	b.Reset()
+	writeRightSize(&b, ms[1:])
+	if b.Len() != 0 {
+		t.Errorf("right-sizing without usage: %q, want nothing", b.String())
 	}
 }
 

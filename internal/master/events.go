@@ -174,6 +174,10 @@ func startedEvent(records int, st rendezvous.Status, now time.Time) eventlog.Eve
 func commandEvents(cmds []nodemanager.Command, now time.Time) []eventlog.Event {
 	var out []eventlog.Event
 	for _, c := range cmds {
+		if c.Kind == nodemanager.CreateNode && len(c.RightSized) > 0 {
+			out = append(out, eventlog.Event{Time: now, Kind: eventlog.NodeRightSized, Severity: eventlog.Normal, Node: c.NodeID,
+				Reason: c.Reason, Message: fmt.Sprintf("node %s (node rank %d) asks for what its rank's workers used: %s", c.NodeID, c.Spec.Rank, rightSizedWords(c))})
+		}
 		switch {
 		case c.Kind == nodemanager.CreateNode && c.Spec.Relaunch > 0:
 			out = append(out, eventlog.Event{Time: now, Kind: eventlog.NodeRelaunched, Severity: eventlog.Warning, Node: c.NodeID,
@@ -185,6 +189,14 @@ func commandEvents(cmds []nodemanager.Command, now time.Time) []eventlog.Event {
 		}
 	}
 	return out
+}
+
+// rightSizedWords is the right-sizing part of a create's reason.
+func rightSizedWords(c nodemanager.Command) string {
+	if i := strings.Index(c.Reason, "right-sized: "); i >= 0 {
+		return c.Reason[i+len("right-sized: "):]
+	}
+	return c.Reason
 }
 
 // relaunchMessage is a node_relaunched event's sentence, with the

@@ -404,8 +404,14 @@ func (f *fleet) recordLosses(ctx context.Context, evs []platform.Event, now time
 // change of the manager's state.
 func (f *fleet) observeUsage() {
 	now := f.clock.Now()
-	for id, u := range f.core.usage.take() {
-		f.mgr.ObserveUsage(id, u, now)
+	taken := f.core.usage.take()
+	for id, us := range taken {
+		for _, u := range us {
+			f.mgr.ObserveUsage(id, u, now)
+		}
+	}
+	if len(taken) > 0 {
+		f.core.setFleetView(f.mgr.Status(), f.cfg.Name) // rover status shows the usage
 	}
 }
 
@@ -456,6 +462,9 @@ func (f *fleet) carry(ctx context.Context, cmds []nodemanager.Command) {
 				// more; those started are deleted with the rest.
 				skipped++
 				continue
+			}
+			for _, ch := range c.RightSized {
+				f.core.metrics.RightSized(ch.Resource, ch.Direction)
 			}
 			creating.start(i, c)
 		case nodemanager.DeleteNode:

@@ -64,7 +64,7 @@ func (c *core) fleetProtoLocked(r *roverv1.GetJobResponse) {
 		r.ManagedNodes = append(r.ManagedNodes, &roverv1.ManagedNode{
 			Group: n.Group, Rank: int32(n.Rank), NodeId: n.NodeID, State: n.State.String(),
 			Relaunches: int32(n.Relaunches), Budget: int32(n.Budget), Host: n.Host, Critical: n.Critical,
-			LastExit: n.LastExit, Reason: n.Reason, SinceUnixNanos: unixNanos(n.Since),
+			LastExit: n.LastExit, Reason: n.Reason, SinceUnixNanos: unixNanos(n.Since), RightSize: rightSizeProto(n.RightSize),
 		})
 	}
 	for _, ns := range r.Nodes {
@@ -72,4 +72,13 @@ func (c *core) fleetProtoLocked(r *roverv1.GetJobResponse) {
 			ns.RelaunchCount, ns.Host = int32(n.Relaunches), n.Host
 		}
 	}
+}
+
+// rightSizeProto converts a rank's right-sizing; nil for none.
+func rightSizeProto(r *nodemanager.RightSizeStatus) *roverv1.RankRightSize {
+	if r == nil {
+		return nil
+	}
+	return &roverv1.RankRightSize{PeakBytes: r.PeakBytes, CpuCores: r.CPUCores, SampledMilliCpu: r.SampledMilliCPU,
+		StepSlowdown: r.Slowdown, NextMilliCpu: r.Next.MilliCPU, NextMemoryBytes: r.Next.MemoryBytes, Why: r.Why}
 }

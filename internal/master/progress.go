@@ -33,7 +33,7 @@ func (c *core) progressReport(node string, np *roverv1.NodeProgress, now time.Ti
 		return nil, false
 	}
 	if c.st.Owned {
-		c.usage.put(node, np.GetUsage()) // for right-sizing the node's next pod
+		c.usage.put(node, np) // for right-sizing the node's next pod
 	}
 	s := c.st.Members.Status()
 	mb, worldRound, _, member := c.st.Members.Rendezvous().WorldMember(node)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	roverv1 "github.com/roverml/rover/api/rover/v1"
+	"github.com/roverml/rover/internal/eventlog"
 	"github.com/roverml/rover/internal/platform"
 	"github.com/roverml/rover/internal/platform/platformtest"
 )
@@ -14,7 +15,7 @@ import (
 // TestFleetRightSizesFromHeartbeats: the workers' usage on a node's
 // heartbeats reaches the node manager, and the node's relaunch on a
 // platform that honours Resources asks for what was used: more CPU (the
-// workers were CPU-bound), less memory (far below the request), within the
+// workers were CPU-bound while their steps slowed down), less memory (far below the request), within the
 // job's resource limits.
 func TestFleetRightSizesFromHeartbeats(t *testing.T) {
 	fake := platformtest.New(time.Now, platform.Capabilities{Hosts: true, AvoidHosts: true, Resources: true})
@@ -32,11 +33,29 @@ func TestFleetRightSizesFromHeartbeats(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	usage := &roverv1.NodeUsage{ResidentBytes: 2 << 30, PeakResidentBytes: 3 << 30, CpuCores: 1.95}
-	beat(ss[0], t, &roverv1.NodeProgress{Round: 1, Workers: []*roverv1.WorkerProgress{worker(1, 0, 0, 0)}, Usage: usage})
-	beat(ss[0], t, &roverv1.NodeProgress{Round: 1, Workers: []*roverv1.WorkerProgress{worker(2, 1, 1, 1)}, Usage: usage})
-	// The step shows the heartbeat was handled, and with it its usage.
-	jobUntil(ctx, t, fm.c, "step 2", func(j *roverv1.GetJobResponse) bool { return j.GetProgress().GetStep() == 2 })
+	// Rank 0 is CPU-bound while its steps slow to twice their earlier time
+	// (data loading starves it); rank 1 is as CPU-bound, steadily.
+	busy := &roverv1.NodeUsage{ResidentBytes: 2 << 30, PeakResidentBytes: 3 << 30, CpuCores: 1.95}
+	steady := &roverv1.NodeUsage{ResidentBytes: 5 << 30, PeakResidentBytes: 6 << 30, CpuCores: 1.95}
+	for i := range int64(10) {
+		wall := 1.0
+		if i >= 5 {
+			wall = 2
+		}
+		beat(ss[0], t, &roverv1.NodeProgress{Round: 1, Workers: []*roverv1.WorkerProgress{worker(i+1, 1, wall, wall)}, Usage: busy})
+		beat(ss[1], t, &roverv1.NodeProgress{Round: 1, Workers: []*roverv1.WorkerProgress{worker(i+1, 1, 1, 1)}, Usage: steady})
+	}
+	// rover status shows each rank's usage and its next node's request.
+	j := jobUntil(ctx, t, fm.c, "both ranks' usage shown", func(j *roverv1.GetJobResponse) bool {
+		return len(j.GetManagedNodes()) == 2 && j.GetManagedNodes()[0].GetRightSize().GetStepSlowdown() > 0 && j.GetManagedNodes()[1].GetRightSize().GetStepSlowdown() > 0
+	})
+	r0, r1 := j.GetManagedNodes()[0].GetRightSize(), j.GetManagedNodes()[1].GetRightSize()
+	if r0.GetPeakBytes() != 3<<30 || r0.GetStepSlowdown() != 2 || r0.GetNextMilliCpu() != 2500 || r0.GetNextMemoryBytes() != (3<<30)*5/4 || !strings.Contains(r0.GetWhy(), "CPU 2000m -> 2500m") {
+		t.Errorf("rank 0's right-sizing %v: want peak 3 GiB, slowdown 2, next 2500m and 3.75 GiB with why", r0)
+	}
+	if r1.GetStepSlowdown() != 1 || r1.GetNextMilliCpu() != 2000 || r1.GetNextMemoryBytes() != 8<<30 || r1.GetWhy() != "" {
+		t.Errorf("rank 1's right-sizing %v: want steady steps and the configured request", r1)
+	}
 
 	if err := fake.Exit("train-worker-0-0", 1, 0, ""); err != nil {
 		t.Fatal(err)
@@ -48,6 +67,14 @@ func TestFleetRightSizesFromHeartbeats(t *testing.T) {
 	}
 	if n := managed(t, fm.job(t), 0); !strings.Contains(n.GetReason(), "right-sized") {
 		t.Errorf("managed rank 0's reason %q; want it to say it was right-sized", n.GetReason())
+	}
+	evs, _ := fm.m.Events().Since(0, 0)
+	found := false
+	for _, e := range evs {
+		found = found || e.Kind == eventlog.NodeRightSized && e.Node == "train-worker-0-1" && strings.Contains(e.Message, "CPU 2000m -> 2500m")
+	}
+	if !found {
+		t.Errorf("no node_right_sized event for the relaunch in the log: %v", evs)
 	}
 	// The other rank sent no usage: its node is untouched.
 	if got := createdSpec(t, fake, "train-worker-1-0").Resources; got != spec.Groups[0].Resources {

@@ -19,6 +19,7 @@ type Master struct {
 	commitRecs prometheus.Histogram
 	rendezvous prometheus.Histogram
 	autoScale  *prometheus.CounterVec
+	rightSize  *prometheus.CounterVec
 }
 
 // NewMaster makes the metrics of a master whose job's state snapshot
@@ -52,6 +53,13 @@ func NewMaster(snapshot func() JobSnapshot, process bool) *Master {
 			Name: "rover_autoscale_decisions_total",
 			Help: "Changes the auto-scaling policy decided since the master started, by action (grow, shrink, replace) and reason code.",
 		}, []string{"action", "reason"}),
+		rightSize: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "rover_rightsize_changes_total",
+			Help: "Requests of created nodes that right-sizing changed from the configured ones since the master started, by resource (memory, cpu) and direction (up, down).",
+		}, []string{"resource", "direction"}),
+	}
+	for _, l := range [][2]string{{"memory", "up"}, {"memory", "down"}, {"cpu", "up"}} {
+		m.rightSize.WithLabelValues(l[0], l[1]) // sent as 0 until seen
 	}
 	m.reg.MustRegister(m.collectors(snapshot)...)
 	return m
@@ -59,7 +67,7 @@ func NewMaster(snapshot func() JobSnapshot, process bool) *Master {
 
 // collectors are the master's Rover metrics (docs/metrics.md).
 func (m *Master) collectors(snapshot func() JobSnapshot) []prometheus.Collector {
-	return []prometheus.Collector{m.rpc, m.commit, m.commitRecs, m.rendezvous, m.autoScale, JobCollector{Snapshot: snapshot}}
+	return []prometheus.Collector{m.rpc, m.commit, m.commitRecs, m.rendezvous, m.autoScale, m.rightSize, JobCollector{Snapshot: snapshot}}
 }
 
 // Registry is the master's registry, to serve (Listen).
@@ -88,6 +96,15 @@ func (m *Master) AutoScaleDecided(action, reason string) {
 		return
 	}
 	m.autoScale.WithLabelValues(action, reason).Inc()
+}
+
+// RightSized counts a created node's request that right-sizing changed:
+// resource "memory" or "cpu", direction "up" or "down".
+func (m *Master) RightSized(resource, direction string) {
+	if m == nil {
+		return
+	}
+	m.rightSize.WithLabelValues(resource, direction).Inc()
 }
 
 // Interceptor times the master's unary RPCs by procedure and code; it adds

@@ -46,6 +46,10 @@ type Command struct {
 	// commands, and for the creates of a start or a scale up.
 	Cause  RelaunchCause
 	Reason string
+	// RightSized lists the requests of a CreateNode that right-sizing
+	// changed from the group's (an out-of-memory raise is not one: it is
+	// the relaunch's cause oom); nil for none.
+	RightSized []Change
 }
 
 func (c Command) String() string {

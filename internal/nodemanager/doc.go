@@ -23,8 +23,9 @@
 //   - A node the platform killed for memory (OOMKilled) comes back with more
 //     memory (diagnosis.NextMemory: twice, at most 8 GiB more, 64 GiB cap).
 //   - With Spec.RightSize, a rank's next node asks for what its workers used
-//     ([Manager.ObserveUsage], [RightSize]): more CPU when CPU-bound, less
-//     memory when far below the request, within Spec.ResourceLimits.
+//     ([Manager.ObserveUsage], [RightSize]): more CPU when CPU-bound while
+//     its steps slow down ([Slowdown]), less memory when far below the
+//     request, within Spec.ResourceLimits.
 //   - Exit 0 is success: the rank is Succeeded and not relaunched.
 //   - A rank whose budget is used up is Failed. The job fails when it is a
 //     critical rank, or when its group has fewer usable (live or succeeded)

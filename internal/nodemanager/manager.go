@@ -170,20 +170,19 @@ func (m *Manager) create(s *slot, now time.Time, reason string) Command {
 		Argv: slices.Clone(g.Argv), Env: maps.Clone(g.Env), Image: g.Image,
 		AvoidHosts: slices.Clone(m.badHosts),
 	}
-	var milliCPU int64
-	var sized string
-	spec.Resources, milliCPU, sized = m.resources(s)
-	if sized != "" {
-		reason += "; " + sized
+	sz := m.resources(s)
+	spec.Resources = sz.r
+	if sz.why != "" {
+		reason += "; " + sz.why
 	}
 	if m.spec.RightSize {
 		if s.usage == nil {
 			s.usage = &rankUsage{}
 		}
-		s.usage.nodeStarted(milliCPU)
+		s.usage.nodeStarted(sz.milliCPU)
 	}
 	s.state, s.host, s.since, s.timedOut, s.held, s.reason, s.seen = Pending, "", now, false, true, reason, false
-	return Command{Kind: CreateNode, Spec: spec, NodeID: s.id, Reason: reason}
+	return Command{Kind: CreateNode, Spec: spec, NodeID: s.id, Reason: reason, RightSized: sz.changes}
 }
 
 // current returns the slot whose current node is id, or nil for an unknown,

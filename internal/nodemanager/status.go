@@ -3,6 +3,8 @@ package nodemanager
 import (
 	"slices"
 	"time"
+
+	"github.com/roverml/rover/internal/platform"
 )
 
 // Status is a snapshot for `rover status` and logs.
@@ -31,6 +33,22 @@ type NodeStatus struct {
 	Since      time.Time // when the node entered State (Pending: when it was created)
 	LastExit   string    // how the previous node of this rank ended, in words
 	Reason     string    // the latest decision about this rank
+	// RightSize is what the rank's workers used and what its next node
+	// would ask for; nil unless Spec.RightSize is on and the rank has a
+	// usage record.
+	RightSize *RightSizeStatus
+}
+
+// RightSizeStatus is a rank's right-sizing: what its workers were seen to
+// use, and what its next node (a relaunch) would ask for, and why.
+type RightSizeStatus struct {
+	Observed
+	// Next is the request of the rank's next node (the template's values
+	// filled in; zero fields: none asked for).
+	Next platform.Resources
+	// Why says what right-sizing would change; "" when the next node asks
+	// for what is configured.
+	Why string
 }
 
 // Status returns a snapshot; it shares nothing with the manager.
@@ -46,7 +64,7 @@ func (m *Manager) Status() Status {
 			st.Nodes = append(st.Nodes, NodeStatus{
 				Group: g.name(), Rank: s.rank, NodeID: s.id, State: s.state, Relaunches: s.relaunch,
 				Budget: g.budget(s.rank), Critical: g.critical(s.rank), Host: s.host, Since: s.since,
-				LastExit: s.lastExit, Reason: s.reason,
+				LastExit: s.lastExit, Reason: s.reason, RightSize: m.rightSizeStatus(s),
 			})
 		}
 	}
@@ -66,4 +84,13 @@ func (m *Manager) causeCounts() map[RelaunchCause]int {
 		}
 	}
 	return out
+}
+
+// rightSizeStatus is slot s's RightSizeStatus; nil without a usage record.
+func (m *Manager) rightSizeStatus(s *slot) *RightSizeStatus {
+	if !m.spec.RightSize || s.usage == nil || (s.usage.peak == 0 && len(s.usage.cpu) == 0) {
+		return nil
+	}
+	sz := m.resources(s)
+	return &RightSizeStatus{Observed: sz.seen, Next: sz.full, Why: sz.why}
 }

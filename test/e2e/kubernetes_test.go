@@ -199,20 +199,21 @@ func (k *kube) podLogs(job string) string {
 // TestKubernetes runs the DDP example as ElasticJobs on one API server,
 // operator and kubelet (the operator's controller registers once per
 // process): the disruptions of kubernetesDDP, the Events and conditions
-// of kubernetesEvents, kubernetesScale, kubernetesDLRoverJob, then
-// kubernetesAutoScale.
+// of kubernetesEvents, kubernetesScale, kubernetesDLRoverJob,
+// kubernetesAutoScale, then kubernetesRightSize.
 func TestKubernetes(t *testing.T) {
 	cases := ddpCases()
 	var jobs []string
 	for _, tc := range cases {
 		jobs = append(jobs, tc.name)
 	}
-	k := startKube(t, append(jobs, scaleJob, dlroverKubeJob, eventsJob, autoScaleKubeJob)...)
+	k := startKube(t, append(jobs, scaleJob, dlroverKubeJob, eventsJob, autoScaleKubeJob, rightSizeKubeJob)...)
 	t.Run("DDP", func(t *testing.T) { kubernetesDDP(t, k, cases) })
 	t.Run("Events", func(t *testing.T) { kubernetesEvents(t, k) })
 	t.Run("Scale", func(t *testing.T) { kubernetesScale(t, k) })
 	t.Run("DLRoverJob", func(t *testing.T) { kubernetesDLRoverJob(t, k) })
 	t.Run("AutoScale", func(t *testing.T) { kubernetesAutoScale(t, k) })
+	t.Run("RightSize", func(t *testing.T) { kubernetesRightSize(t, k) })
 }
 
 // ddpCase is one run of kubernetesDDP.

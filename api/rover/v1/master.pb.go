@@ -2060,8 +2060,12 @@ type ManagedNode struct {
 	// reason is the node manager's latest decision about this rank.
 	Reason         string `protobuf:"bytes,10,opt,name=reason,proto3" json:"reason,omitempty"`
 	SinceUnixNanos int64  `protobuf:"varint,11,opt,name=since_unix_nanos,json=sinceUnixNanos,proto3" json:"since_unix_nanos,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// right_size is what the rank's workers used and what its next node
+	// would ask for; unset unless the job is right-sized (Kubernetes) and
+	// the rank's agent reported usage.
+	RightSize     *RankRightSize `protobuf:"bytes,12,opt,name=right_size,json=rightSize,proto3" json:"right_size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ManagedNode) Reset() {
@@ -2171,6 +2175,115 @@ func (x *ManagedNode) GetSinceUnixNanos() int64 {
 	return 0
 }
 
+func (x *ManagedNode) GetRightSize() *RankRightSize {
+	if x != nil {
+		return x.RightSize
+	}
+	return nil
+}
+
+// RankRightSize is one rank's right-sizing (docs/design/node-manager.md,
+// "Right-sized nodes"): what its workers used, and the request of its
+// next node (a relaunch) with why.
+type RankRightSize struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The peak resident memory over the rank's nodes; the mean CPU cores of
+	// its current node's recent reports, and that node's CPU request.
+	PeakBytes       int64   `protobuf:"varint,1,opt,name=peak_bytes,json=peakBytes,proto3" json:"peak_bytes,omitempty"`
+	CpuCores        float64 `protobuf:"fixed64,2,opt,name=cpu_cores,json=cpuCores,proto3" json:"cpu_cores,omitempty"`
+	SampledMilliCpu int64   `protobuf:"varint,3,opt,name=sampled_milli_cpu,json=sampledMilliCpu,proto3" json:"sampled_milli_cpu,omitempty"`
+	// The recent median step time over the earlier one on the current node
+	// in its round; 0 until both windows are full.
+	StepSlowdown float64 `protobuf:"fixed64,4,opt,name=step_slowdown,json=stepSlowdown,proto3" json:"step_slowdown,omitempty"`
+	// The next node's request (0: none asked for).
+	NextMilliCpu    int64 `protobuf:"varint,5,opt,name=next_milli_cpu,json=nextMilliCpu,proto3" json:"next_milli_cpu,omitempty"`
+	NextMemoryBytes int64 `protobuf:"varint,6,opt,name=next_memory_bytes,json=nextMemoryBytes,proto3" json:"next_memory_bytes,omitempty"`
+	// What right-sizing would change, in words; "" when the next node asks
+	// for what is configured.
+	Why           string `protobuf:"bytes,7,opt,name=why,proto3" json:"why,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RankRightSize) Reset() {
+	*x = RankRightSize{}
+	mi := &file_api_rover_v1_master_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RankRightSize) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RankRightSize) ProtoMessage() {}
+
+func (x *RankRightSize) ProtoReflect() protoreflect.Message {
+	mi := &file_api_rover_v1_master_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RankRightSize.ProtoReflect.Descriptor instead.
+func (*RankRightSize) Descriptor() ([]byte, []int) {
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *RankRightSize) GetPeakBytes() int64 {
+	if x != nil {
+		return x.PeakBytes
+	}
+	return 0
+}
+
+func (x *RankRightSize) GetCpuCores() float64 {
+	if x != nil {
+		return x.CpuCores
+	}
+	return 0
+}
+
+func (x *RankRightSize) GetSampledMilliCpu() int64 {
+	if x != nil {
+		return x.SampledMilliCpu
+	}
+	return 0
+}
+
+func (x *RankRightSize) GetStepSlowdown() float64 {
+	if x != nil {
+		return x.StepSlowdown
+	}
+	return 0
+}
+
+func (x *RankRightSize) GetNextMilliCpu() int64 {
+	if x != nil {
+		return x.NextMilliCpu
+	}
+	return 0
+}
+
+func (x *RankRightSize) GetNextMemoryBytes() int64 {
+	if x != nil {
+		return x.NextMemoryBytes
+	}
+	return 0
+}
+
+func (x *RankRightSize) GetWhy() string {
+	if x != nil {
+		return x.Why
+	}
+	return ""
+}
+
 type GetJobResponse struct {
 	state        protoimpl.MessageState `protogen:"open.v1"`
 	RunId        string                 `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
@@ -2211,7 +2324,7 @@ type GetJobResponse struct {
 
 func (x *GetJobResponse) Reset() {
 	*x = GetJobResponse{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[28]
+	mi := &file_api_rover_v1_master_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2223,7 +2336,7 @@ func (x *GetJobResponse) String() string {
 func (*GetJobResponse) ProtoMessage() {}
 
 func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[28]
+	mi := &file_api_rover_v1_master_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2236,7 +2349,7 @@ func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobResponse.ProtoReflect.Descriptor instead.
 func (*GetJobResponse) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{28}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *GetJobResponse) GetRunId() string {
@@ -2403,7 +2516,7 @@ type AutoScaleStatus struct {
 
 func (x *AutoScaleStatus) Reset() {
 	*x = AutoScaleStatus{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[29]
+	mi := &file_api_rover_v1_master_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2415,7 +2528,7 @@ func (x *AutoScaleStatus) String() string {
 func (*AutoScaleStatus) ProtoMessage() {}
 
 func (x *AutoScaleStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[29]
+	mi := &file_api_rover_v1_master_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2428,7 +2541,7 @@ func (x *AutoScaleStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AutoScaleStatus.ProtoReflect.Descriptor instead.
 func (*AutoScaleStatus) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{29}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *AutoScaleStatus) GetTargetNodes() int32 {
@@ -2501,7 +2614,7 @@ type AutoScaleDecision struct {
 
 func (x *AutoScaleDecision) Reset() {
 	*x = AutoScaleDecision{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[30]
+	mi := &file_api_rover_v1_master_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2513,7 +2626,7 @@ func (x *AutoScaleDecision) String() string {
 func (*AutoScaleDecision) ProtoMessage() {}
 
 func (x *AutoScaleDecision) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[30]
+	mi := &file_api_rover_v1_master_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2526,7 +2639,7 @@ func (x *AutoScaleDecision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AutoScaleDecision.ProtoReflect.Descriptor instead.
 func (*AutoScaleDecision) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{30}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *AutoScaleDecision) GetAction() string {
@@ -2601,7 +2714,7 @@ type SizeThroughput struct {
 
 func (x *SizeThroughput) Reset() {
 	*x = SizeThroughput{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[31]
+	mi := &file_api_rover_v1_master_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2613,7 +2726,7 @@ func (x *SizeThroughput) String() string {
 func (*SizeThroughput) ProtoMessage() {}
 
 func (x *SizeThroughput) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[31]
+	mi := &file_api_rover_v1_master_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2626,7 +2739,7 @@ func (x *SizeThroughput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SizeThroughput.ProtoReflect.Descriptor instead.
 func (*SizeThroughput) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{31}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *SizeThroughput) GetNodes() int32 {
@@ -2840,7 +2953,7 @@ const file_api_rover_v1_master_proto_rawDesc = "" +
 	"\n" +
 	"group_rank\x18\x06 \x01(\x05R\tgroupRank\x12%\n" +
 	"\x0erelaunch_count\x18\a \x01(\x05R\rrelaunchCount\x12\x12\n" +
-	"\x04host\x18\b \x01(\tR\x04host\"\xad\x02\n" +
+	"\x04host\x18\b \x01(\tR\x04host\"\xe5\x02\n" +
 	"\vManagedNode\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x12\n" +
 	"\x04rank\x18\x02 \x01(\x05R\x04rank\x12\x17\n" +
@@ -2855,7 +2968,18 @@ const file_api_rover_v1_master_proto_rawDesc = "" +
 	"\tlast_exit\x18\t \x01(\tR\blastExit\x12\x16\n" +
 	"\x06reason\x18\n" +
 	" \x01(\tR\x06reason\x12(\n" +
-	"\x10since_unix_nanos\x18\v \x01(\x03R\x0esinceUnixNanos\"\xbb\a\n" +
+	"\x10since_unix_nanos\x18\v \x01(\x03R\x0esinceUnixNanos\x126\n" +
+	"\n" +
+	"right_size\x18\f \x01(\v2\x17.rover.v1.RankRightSizeR\trightSize\"\x80\x02\n" +
+	"\rRankRightSize\x12\x1d\n" +
+	"\n" +
+	"peak_bytes\x18\x01 \x01(\x03R\tpeakBytes\x12\x1b\n" +
+	"\tcpu_cores\x18\x02 \x01(\x01R\bcpuCores\x12*\n" +
+	"\x11sampled_milli_cpu\x18\x03 \x01(\x03R\x0fsampledMilliCpu\x12#\n" +
+	"\rstep_slowdown\x18\x04 \x01(\x01R\fstepSlowdown\x12$\n" +
+	"\x0enext_milli_cpu\x18\x05 \x01(\x03R\fnextMilliCpu\x12*\n" +
+	"\x11next_memory_bytes\x18\x06 \x01(\x03R\x0fnextMemoryBytes\x12\x10\n" +
+	"\x03why\x18\a \x01(\tR\x03why\"\xbb\a\n" +
 	"\x0eGetJobResponse\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12/\n" +
 	"\tjob_state\x18\x02 \x01(\x0e2\x12.rover.v1.JobStateR\bjobState\x12\x16\n" +
@@ -2959,7 +3083,7 @@ func file_api_rover_v1_master_proto_rawDescGZIP() []byte {
 }
 
 var file_api_rover_v1_master_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_api_rover_v1_master_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
+var file_api_rover_v1_master_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_api_rover_v1_master_proto_goTypes = []any{
 	(JobState)(0),                     // 0: rover.v1.JobState
 	(*CheckpointDurableRequest)(nil),  // 1: rover.v1.CheckpointDurableRequest
@@ -2990,125 +3114,127 @@ var file_api_rover_v1_master_proto_goTypes = []any{
 	(*GetJobRequest)(nil),             // 26: rover.v1.GetJobRequest
 	(*NodeStatus)(nil),                // 27: rover.v1.NodeStatus
 	(*ManagedNode)(nil),               // 28: rover.v1.ManagedNode
-	(*GetJobResponse)(nil),            // 29: rover.v1.GetJobResponse
-	(*AutoScaleStatus)(nil),           // 30: rover.v1.AutoScaleStatus
-	(*AutoScaleDecision)(nil),         // 31: rover.v1.AutoScaleDecision
-	(*SizeThroughput)(nil),            // 32: rover.v1.SizeThroughput
-	nil,                               // 33: rover.v1.GetJobResponse.RelaunchCausesEntry
-	(*NodeCheckConfig)(nil),           // 34: rover.v1.NodeCheckConfig
-	(*NodeProgress)(nil),              // 35: rover.v1.NodeProgress
-	(*NodeEvent)(nil),                 // 36: rover.v1.NodeEvent
-	(*NodeCheckView)(nil),             // 37: rover.v1.NodeCheckView
-	(*HangNotice)(nil),                // 38: rover.v1.HangNotice
-	(*NodeCheckStatus)(nil),           // 39: rover.v1.NodeCheckStatus
-	(*JobProgress)(nil),               // 40: rover.v1.JobProgress
-	(*JobGoodput)(nil),                // 41: rover.v1.JobGoodput
-	(*RegisterDatasetRequest)(nil),    // 42: rover.v1.RegisterDatasetRequest
-	(*LeaseShardsRequest)(nil),        // 43: rover.v1.LeaseShardsRequest
-	(*CompleteShardsRequest)(nil),     // 44: rover.v1.CompleteShardsRequest
-	(*GetPositionRequest)(nil),        // 45: rover.v1.GetPositionRequest
-	(*AdvancePositionRequest)(nil),    // 46: rover.v1.AdvancePositionRequest
-	(*AppendStreamRequest)(nil),       // 47: rover.v1.AppendStreamRequest
-	(*DatasetStateRequest)(nil),       // 48: rover.v1.DatasetStateRequest
-	(*RestoreDatasetRequest)(nil),     // 49: rover.v1.RestoreDatasetRequest
-	(*BatchShardsRequest)(nil),        // 50: rover.v1.BatchShardsRequest
-	(*ReportNodeCheckRequest)(nil),    // 51: rover.v1.ReportNodeCheckRequest
-	(*ListEventsRequest)(nil),         // 52: rover.v1.ListEventsRequest
-	(*WatchEventsRequest)(nil),        // 53: rover.v1.WatchEventsRequest
-	(*RegisterDatasetResponse)(nil),   // 54: rover.v1.RegisterDatasetResponse
-	(*LeaseShardsResponse)(nil),       // 55: rover.v1.LeaseShardsResponse
-	(*CompleteShardsResponse)(nil),    // 56: rover.v1.CompleteShardsResponse
-	(*GetPositionResponse)(nil),       // 57: rover.v1.GetPositionResponse
-	(*AdvancePositionResponse)(nil),   // 58: rover.v1.AdvancePositionResponse
-	(*AppendStreamResponse)(nil),      // 59: rover.v1.AppendStreamResponse
-	(*DatasetStateResponse)(nil),      // 60: rover.v1.DatasetStateResponse
-	(*RestoreDatasetResponse)(nil),    // 61: rover.v1.RestoreDatasetResponse
-	(*BatchShardsResponse)(nil),       // 62: rover.v1.BatchShardsResponse
-	(*ReportNodeCheckResponse)(nil),   // 63: rover.v1.ReportNodeCheckResponse
-	(*ListEventsResponse)(nil),        // 64: rover.v1.ListEventsResponse
-	(*WatchEventsResponse)(nil),       // 65: rover.v1.WatchEventsResponse
+	(*RankRightSize)(nil),             // 29: rover.v1.RankRightSize
+	(*GetJobResponse)(nil),            // 30: rover.v1.GetJobResponse
+	(*AutoScaleStatus)(nil),           // 31: rover.v1.AutoScaleStatus
+	(*AutoScaleDecision)(nil),         // 32: rover.v1.AutoScaleDecision
+	(*SizeThroughput)(nil),            // 33: rover.v1.SizeThroughput
+	nil,                               // 34: rover.v1.GetJobResponse.RelaunchCausesEntry
+	(*NodeCheckConfig)(nil),           // 35: rover.v1.NodeCheckConfig
+	(*NodeProgress)(nil),              // 36: rover.v1.NodeProgress
+	(*NodeEvent)(nil),                 // 37: rover.v1.NodeEvent
+	(*NodeCheckView)(nil),             // 38: rover.v1.NodeCheckView
+	(*HangNotice)(nil),                // 39: rover.v1.HangNotice
+	(*NodeCheckStatus)(nil),           // 40: rover.v1.NodeCheckStatus
+	(*JobProgress)(nil),               // 41: rover.v1.JobProgress
+	(*JobGoodput)(nil),                // 42: rover.v1.JobGoodput
+	(*RegisterDatasetRequest)(nil),    // 43: rover.v1.RegisterDatasetRequest
+	(*LeaseShardsRequest)(nil),        // 44: rover.v1.LeaseShardsRequest
+	(*CompleteShardsRequest)(nil),     // 45: rover.v1.CompleteShardsRequest
+	(*GetPositionRequest)(nil),        // 46: rover.v1.GetPositionRequest
+	(*AdvancePositionRequest)(nil),    // 47: rover.v1.AdvancePositionRequest
+	(*AppendStreamRequest)(nil),       // 48: rover.v1.AppendStreamRequest
+	(*DatasetStateRequest)(nil),       // 49: rover.v1.DatasetStateRequest
+	(*RestoreDatasetRequest)(nil),     // 50: rover.v1.RestoreDatasetRequest
+	(*BatchShardsRequest)(nil),        // 51: rover.v1.BatchShardsRequest
+	(*ReportNodeCheckRequest)(nil),    // 52: rover.v1.ReportNodeCheckRequest
+	(*ListEventsRequest)(nil),         // 53: rover.v1.ListEventsRequest
+	(*WatchEventsRequest)(nil),        // 54: rover.v1.WatchEventsRequest
+	(*RegisterDatasetResponse)(nil),   // 55: rover.v1.RegisterDatasetResponse
+	(*LeaseShardsResponse)(nil),       // 56: rover.v1.LeaseShardsResponse
+	(*CompleteShardsResponse)(nil),    // 57: rover.v1.CompleteShardsResponse
+	(*GetPositionResponse)(nil),       // 58: rover.v1.GetPositionResponse
+	(*AdvancePositionResponse)(nil),   // 59: rover.v1.AdvancePositionResponse
+	(*AppendStreamResponse)(nil),      // 60: rover.v1.AppendStreamResponse
+	(*DatasetStateResponse)(nil),      // 61: rover.v1.DatasetStateResponse
+	(*RestoreDatasetResponse)(nil),    // 62: rover.v1.RestoreDatasetResponse
+	(*BatchShardsResponse)(nil),       // 63: rover.v1.BatchShardsResponse
+	(*ReportNodeCheckResponse)(nil),   // 64: rover.v1.ReportNodeCheckResponse
+	(*ListEventsResponse)(nil),        // 65: rover.v1.ListEventsResponse
+	(*WatchEventsResponse)(nil),       // 66: rover.v1.WatchEventsResponse
 }
 var file_api_rover_v1_master_proto_depIdxs = []int32{
 	3,  // 0: rover.v1.DeclareCheckpointResponse.checkpoint:type_name -> rover.v1.CheckpointStorage
 	3,  // 1: rover.v1.RendezvousConfig.checkpoint:type_name -> rover.v1.CheckpointStorage
-	34, // 2: rover.v1.RendezvousConfig.node_check:type_name -> rover.v1.NodeCheckConfig
+	35, // 2: rover.v1.RendezvousConfig.node_check:type_name -> rover.v1.NodeCheckConfig
 	6,  // 3: rover.v1.JoinRequest.rendezvous:type_name -> rover.v1.RendezvousConfig
 	8,  // 4: rover.v1.JoinRequest.snapshots:type_name -> rover.v1.MemorySnapshot
 	3,  // 5: rover.v1.JoinResponse.checkpoint:type_name -> rover.v1.CheckpointStorage
 	7,  // 6: rover.v1.SessionRequest.join:type_name -> rover.v1.JoinRequest
 	11, // 7: rover.v1.SessionRequest.heartbeat:type_name -> rover.v1.Heartbeat
-	35, // 8: rover.v1.Heartbeat.progress:type_name -> rover.v1.NodeProgress
-	36, // 9: rover.v1.Heartbeat.events:type_name -> rover.v1.NodeEvent
+	36, // 8: rover.v1.Heartbeat.progress:type_name -> rover.v1.NodeProgress
+	37, // 9: rover.v1.Heartbeat.events:type_name -> rover.v1.NodeEvent
 	9,  // 10: rover.v1.SessionResponse.joined:type_name -> rover.v1.JoinResponse
 	13, // 11: rover.v1.SessionResponse.view:type_name -> rover.v1.NodeView
 	0,  // 12: rover.v1.NodeView.job_state:type_name -> rover.v1.JobState
 	14, // 13: rover.v1.NodeView.assignment:type_name -> rover.v1.Assignment
 	15, // 14: rover.v1.NodeView.failures:type_name -> rover.v1.WorkerFailure
-	37, // 15: rover.v1.NodeView.node_check:type_name -> rover.v1.NodeCheckView
-	38, // 16: rover.v1.NodeView.hang:type_name -> rover.v1.HangNotice
+	38, // 15: rover.v1.NodeView.node_check:type_name -> rover.v1.NodeCheckView
+	39, // 16: rover.v1.NodeView.hang:type_name -> rover.v1.HangNotice
 	15, // 17: rover.v1.ReportFailureRequest.failures:type_name -> rover.v1.WorkerFailure
-	0,  // 18: rover.v1.GetJobResponse.job_state:type_name -> rover.v1.JobState
-	27, // 19: rover.v1.GetJobResponse.nodes:type_name -> rover.v1.NodeStatus
-	15, // 20: rover.v1.GetJobResponse.failures:type_name -> rover.v1.WorkerFailure
-	6,  // 21: rover.v1.GetJobResponse.rendezvous:type_name -> rover.v1.RendezvousConfig
-	28, // 22: rover.v1.GetJobResponse.managed_nodes:type_name -> rover.v1.ManagedNode
-	39, // 23: rover.v1.GetJobResponse.node_check:type_name -> rover.v1.NodeCheckStatus
-	40, // 24: rover.v1.GetJobResponse.progress:type_name -> rover.v1.JobProgress
-	41, // 25: rover.v1.GetJobResponse.goodput:type_name -> rover.v1.JobGoodput
-	33, // 26: rover.v1.GetJobResponse.relaunch_causes:type_name -> rover.v1.GetJobResponse.RelaunchCausesEntry
-	30, // 27: rover.v1.GetJobResponse.auto_scale:type_name -> rover.v1.AutoScaleStatus
-	31, // 28: rover.v1.AutoScaleStatus.last_change:type_name -> rover.v1.AutoScaleDecision
-	31, // 29: rover.v1.AutoScaleStatus.latest:type_name -> rover.v1.AutoScaleDecision
-	32, // 30: rover.v1.AutoScaleStatus.sizes:type_name -> rover.v1.SizeThroughput
-	10, // 31: rover.v1.MasterService.Session:input_type -> rover.v1.SessionRequest
-	7,  // 32: rover.v1.MasterService.Join:input_type -> rover.v1.JoinRequest
-	16, // 33: rover.v1.MasterService.ReportFailure:input_type -> rover.v1.ReportFailureRequest
-	18, // 34: rover.v1.MasterService.ReportSuccess:input_type -> rover.v1.ReportSuccessRequest
-	20, // 35: rover.v1.MasterService.Leave:input_type -> rover.v1.LeaveRequest
-	22, // 36: rover.v1.MasterService.SetKey:input_type -> rover.v1.SetKeyRequest
-	24, // 37: rover.v1.MasterService.GetKey:input_type -> rover.v1.GetKeyRequest
-	26, // 38: rover.v1.MasterService.GetJob:input_type -> rover.v1.GetJobRequest
-	42, // 39: rover.v1.MasterService.RegisterDataset:input_type -> rover.v1.RegisterDatasetRequest
-	43, // 40: rover.v1.MasterService.LeaseShards:input_type -> rover.v1.LeaseShardsRequest
-	44, // 41: rover.v1.MasterService.CompleteShards:input_type -> rover.v1.CompleteShardsRequest
-	45, // 42: rover.v1.MasterService.GetPosition:input_type -> rover.v1.GetPositionRequest
-	46, // 43: rover.v1.MasterService.AdvancePosition:input_type -> rover.v1.AdvancePositionRequest
-	47, // 44: rover.v1.MasterService.AppendStream:input_type -> rover.v1.AppendStreamRequest
-	48, // 45: rover.v1.MasterService.GetDatasetState:input_type -> rover.v1.DatasetStateRequest
-	49, // 46: rover.v1.MasterService.RestoreDataset:input_type -> rover.v1.RestoreDatasetRequest
-	50, // 47: rover.v1.MasterService.BatchShards:input_type -> rover.v1.BatchShardsRequest
-	1,  // 48: rover.v1.MasterService.CheckpointDurable:input_type -> rover.v1.CheckpointDurableRequest
-	51, // 49: rover.v1.MasterService.ReportNodeCheck:input_type -> rover.v1.ReportNodeCheckRequest
-	4,  // 50: rover.v1.MasterService.DeclareCheckpoint:input_type -> rover.v1.DeclareCheckpointRequest
-	52, // 51: rover.v1.MasterService.ListEvents:input_type -> rover.v1.ListEventsRequest
-	53, // 52: rover.v1.MasterService.WatchEvents:input_type -> rover.v1.WatchEventsRequest
-	12, // 53: rover.v1.MasterService.Session:output_type -> rover.v1.SessionResponse
-	9,  // 54: rover.v1.MasterService.Join:output_type -> rover.v1.JoinResponse
-	17, // 55: rover.v1.MasterService.ReportFailure:output_type -> rover.v1.ReportFailureResponse
-	19, // 56: rover.v1.MasterService.ReportSuccess:output_type -> rover.v1.ReportSuccessResponse
-	21, // 57: rover.v1.MasterService.Leave:output_type -> rover.v1.LeaveResponse
-	23, // 58: rover.v1.MasterService.SetKey:output_type -> rover.v1.SetKeyResponse
-	25, // 59: rover.v1.MasterService.GetKey:output_type -> rover.v1.GetKeyResponse
-	29, // 60: rover.v1.MasterService.GetJob:output_type -> rover.v1.GetJobResponse
-	54, // 61: rover.v1.MasterService.RegisterDataset:output_type -> rover.v1.RegisterDatasetResponse
-	55, // 62: rover.v1.MasterService.LeaseShards:output_type -> rover.v1.LeaseShardsResponse
-	56, // 63: rover.v1.MasterService.CompleteShards:output_type -> rover.v1.CompleteShardsResponse
-	57, // 64: rover.v1.MasterService.GetPosition:output_type -> rover.v1.GetPositionResponse
-	58, // 65: rover.v1.MasterService.AdvancePosition:output_type -> rover.v1.AdvancePositionResponse
-	59, // 66: rover.v1.MasterService.AppendStream:output_type -> rover.v1.AppendStreamResponse
-	60, // 67: rover.v1.MasterService.GetDatasetState:output_type -> rover.v1.DatasetStateResponse
-	61, // 68: rover.v1.MasterService.RestoreDataset:output_type -> rover.v1.RestoreDatasetResponse
-	62, // 69: rover.v1.MasterService.BatchShards:output_type -> rover.v1.BatchShardsResponse
-	2,  // 70: rover.v1.MasterService.CheckpointDurable:output_type -> rover.v1.CheckpointDurableResponse
-	63, // 71: rover.v1.MasterService.ReportNodeCheck:output_type -> rover.v1.ReportNodeCheckResponse
-	5,  // 72: rover.v1.MasterService.DeclareCheckpoint:output_type -> rover.v1.DeclareCheckpointResponse
-	64, // 73: rover.v1.MasterService.ListEvents:output_type -> rover.v1.ListEventsResponse
-	65, // 74: rover.v1.MasterService.WatchEvents:output_type -> rover.v1.WatchEventsResponse
-	53, // [53:75] is the sub-list for method output_type
-	31, // [31:53] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	29, // 18: rover.v1.ManagedNode.right_size:type_name -> rover.v1.RankRightSize
+	0,  // 19: rover.v1.GetJobResponse.job_state:type_name -> rover.v1.JobState
+	27, // 20: rover.v1.GetJobResponse.nodes:type_name -> rover.v1.NodeStatus
+	15, // 21: rover.v1.GetJobResponse.failures:type_name -> rover.v1.WorkerFailure
+	6,  // 22: rover.v1.GetJobResponse.rendezvous:type_name -> rover.v1.RendezvousConfig
+	28, // 23: rover.v1.GetJobResponse.managed_nodes:type_name -> rover.v1.ManagedNode
+	40, // 24: rover.v1.GetJobResponse.node_check:type_name -> rover.v1.NodeCheckStatus
+	41, // 25: rover.v1.GetJobResponse.progress:type_name -> rover.v1.JobProgress
+	42, // 26: rover.v1.GetJobResponse.goodput:type_name -> rover.v1.JobGoodput
+	34, // 27: rover.v1.GetJobResponse.relaunch_causes:type_name -> rover.v1.GetJobResponse.RelaunchCausesEntry
+	31, // 28: rover.v1.GetJobResponse.auto_scale:type_name -> rover.v1.AutoScaleStatus
+	32, // 29: rover.v1.AutoScaleStatus.last_change:type_name -> rover.v1.AutoScaleDecision
+	32, // 30: rover.v1.AutoScaleStatus.latest:type_name -> rover.v1.AutoScaleDecision
+	33, // 31: rover.v1.AutoScaleStatus.sizes:type_name -> rover.v1.SizeThroughput
+	10, // 32: rover.v1.MasterService.Session:input_type -> rover.v1.SessionRequest
+	7,  // 33: rover.v1.MasterService.Join:input_type -> rover.v1.JoinRequest
+	16, // 34: rover.v1.MasterService.ReportFailure:input_type -> rover.v1.ReportFailureRequest
+	18, // 35: rover.v1.MasterService.ReportSuccess:input_type -> rover.v1.ReportSuccessRequest
+	20, // 36: rover.v1.MasterService.Leave:input_type -> rover.v1.LeaveRequest
+	22, // 37: rover.v1.MasterService.SetKey:input_type -> rover.v1.SetKeyRequest
+	24, // 38: rover.v1.MasterService.GetKey:input_type -> rover.v1.GetKeyRequest
+	26, // 39: rover.v1.MasterService.GetJob:input_type -> rover.v1.GetJobRequest
+	43, // 40: rover.v1.MasterService.RegisterDataset:input_type -> rover.v1.RegisterDatasetRequest
+	44, // 41: rover.v1.MasterService.LeaseShards:input_type -> rover.v1.LeaseShardsRequest
+	45, // 42: rover.v1.MasterService.CompleteShards:input_type -> rover.v1.CompleteShardsRequest
+	46, // 43: rover.v1.MasterService.GetPosition:input_type -> rover.v1.GetPositionRequest
+	47, // 44: rover.v1.MasterService.AdvancePosition:input_type -> rover.v1.AdvancePositionRequest
+	48, // 45: rover.v1.MasterService.AppendStream:input_type -> rover.v1.AppendStreamRequest
+	49, // 46: rover.v1.MasterService.GetDatasetState:input_type -> rover.v1.DatasetStateRequest
+	50, // 47: rover.v1.MasterService.RestoreDataset:input_type -> rover.v1.RestoreDatasetRequest
+	51, // 48: rover.v1.MasterService.BatchShards:input_type -> rover.v1.BatchShardsRequest
+	1,  // 49: rover.v1.MasterService.CheckpointDurable:input_type -> rover.v1.CheckpointDurableRequest
+	52, // 50: rover.v1.MasterService.ReportNodeCheck:input_type -> rover.v1.ReportNodeCheckRequest
+	4,  // 51: rover.v1.MasterService.DeclareCheckpoint:input_type -> rover.v1.DeclareCheckpointRequest
+	53, // 52: rover.v1.MasterService.ListEvents:input_type -> rover.v1.ListEventsRequest
+	54, // 53: rover.v1.MasterService.WatchEvents:input_type -> rover.v1.WatchEventsRequest
+	12, // 54: rover.v1.MasterService.Session:output_type -> rover.v1.SessionResponse
+	9,  // 55: rover.v1.MasterService.Join:output_type -> rover.v1.JoinResponse
+	17, // 56: rover.v1.MasterService.ReportFailure:output_type -> rover.v1.ReportFailureResponse
+	19, // 57: rover.v1.MasterService.ReportSuccess:output_type -> rover.v1.ReportSuccessResponse
+	21, // 58: rover.v1.MasterService.Leave:output_type -> rover.v1.LeaveResponse
+	23, // 59: rover.v1.MasterService.SetKey:output_type -> rover.v1.SetKeyResponse
+	25, // 60: rover.v1.MasterService.GetKey:output_type -> rover.v1.GetKeyResponse
+	30, // 61: rover.v1.MasterService.GetJob:output_type -> rover.v1.GetJobResponse
+	55, // 62: rover.v1.MasterService.RegisterDataset:output_type -> rover.v1.RegisterDatasetResponse
+	56, // 63: rover.v1.MasterService.LeaseShards:output_type -> rover.v1.LeaseShardsResponse
+	57, // 64: rover.v1.MasterService.CompleteShards:output_type -> rover.v1.CompleteShardsResponse
+	58, // 65: rover.v1.MasterService.GetPosition:output_type -> rover.v1.GetPositionResponse
+	59, // 66: rover.v1.MasterService.AdvancePosition:output_type -> rover.v1.AdvancePositionResponse
+	60, // 67: rover.v1.MasterService.AppendStream:output_type -> rover.v1.AppendStreamResponse
+	61, // 68: rover.v1.MasterService.GetDatasetState:output_type -> rover.v1.DatasetStateResponse
+	62, // 69: rover.v1.MasterService.RestoreDataset:output_type -> rover.v1.RestoreDatasetResponse
+	63, // 70: rover.v1.MasterService.BatchShards:output_type -> rover.v1.BatchShardsResponse
+	2,  // 71: rover.v1.MasterService.CheckpointDurable:output_type -> rover.v1.CheckpointDurableResponse
+	64, // 72: rover.v1.MasterService.ReportNodeCheck:output_type -> rover.v1.ReportNodeCheckResponse
+	5,  // 73: rover.v1.MasterService.DeclareCheckpoint:output_type -> rover.v1.DeclareCheckpointResponse
+	65, // 74: rover.v1.MasterService.ListEvents:output_type -> rover.v1.ListEventsResponse
+	66, // 75: rover.v1.MasterService.WatchEvents:output_type -> rover.v1.WatchEventsResponse
+	54, // [54:76] is the sub-list for method output_type
+	32, // [32:54] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_api_rover_v1_master_proto_init() }
@@ -3133,7 +3259,7 @@ func file_api_rover_v1_master_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_rover_v1_master_proto_rawDesc), len(file_api_rover_v1_master_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   33,
+			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
