@@ -16,7 +16,8 @@ import (
 	"github.com/roverml/rover/internal/client"
 )
 
-// TestStragglerSlowLink runs the DDP example (unchanged) on three nodes of
+// TestStragglerSlowLink runs the DDP example (unchanged; its flash
+// checkpoint saves every step report progress) on three nodes of
 // one worker each, every node in a network namespace of its own; once
 // every node has reported steps with its link's round trip, one node's
 // link is shaped with tc to 4 megabits a second and 2 ms each way. The
@@ -40,8 +41,8 @@ func stragglerSlowLink(t *testing.T, slow int) {
 	script := filepath.Join(repoRoot, "examples", "ddp", "train.py")
 	for i := range 3 {
 		c.agentIn(n, i, nodeName(i), "--nnodes", "3", "--node-rank", fmt.Sprint(i), "--nproc-per-node", "1",
-			"--rdzv-conf", rdzvConf, "--max-restarts", "0",
-			script, "--steps", "100000", "--ckpt-every", "0", "--step-sleep", "0.02",
+			"--rdzv-conf", rdzvConf, "--max-restarts", "0", "--checkpoint-dir", filepath.Join(dir, "store"), "--checkpoint-keep", "2",
+			script, "--flash", "--steps", "100000", "--ckpt-every", "0", "--step-sleep", "0.02",
 			"--ckpt", filepath.Join(dir, "ckpt.pt"), "--out", filepath.Join(dir, "out.json"))
 	}
 	token, err := os.ReadFile(c.tokenFile)
@@ -68,8 +69,13 @@ func stragglerSlowLink(t *testing.T, slow int) {
 			}
 		}
 	}
+	start, logged := time.Now(), false
 	waitFor(t, 3*time.Minute, "every node to report a few steps with its link's round trip", func() bool {
 		poll()
+		if !logged && time.Since(start) > time.Minute {
+			logged = true
+			logLinkTimes(t, p)
+		}
 		k := 0
 		for _, nd := range p.GetNodes() {
 			if nd.GetSamples() >= 3 && nd.GetLinkRttSeconds() > 0 {
