@@ -210,4 +210,3 @@ func info(t []byte, c *Conn) {
 	c.BytesAcked, c.BytesReceived = u64(offBytesAcked), u64(offBytesRecv)
 	c.DeliveryRate = u64(offDeliveryRate)
 }
-
