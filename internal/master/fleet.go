@@ -398,23 +398,6 @@ func (f *fleet) recordLosses(ctx context.Context, evs []platform.Event, now time
 	}
 }
 
-// observeUsage feeds the manager the workers' usage the heartbeats
-// carried. It changes only the manager's right-sizing record: nothing is
-// journaled or carried out now; the record is journaled with the next
-// change of the manager's state.
-func (f *fleet) observeUsage() {
-	now := f.clock.Now()
-	taken := f.core.usage.take()
-	for id, us := range taken {
-		for _, u := range us {
-			f.mgr.ObserveUsage(id, u, now)
-		}
-	}
-	if len(taken) > 0 {
-		f.core.setFleetView(f.mgr.Status(), f.cfg.Name) // rover status shows the usage
-	}
-}
-
 // notice feeds the manager what the core learned.
 func (f *fleet) notice(n jobstate.FleetNotice) []nodemanager.Command {
 	now := f.clock.Now()

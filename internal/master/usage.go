@@ -68,3 +68,20 @@ func (b *usageBox) take() map[string][]nodemanager.Usage {
 	b.nodes = nil
 	return out
 }
+
+// observeUsage feeds the manager the workers' usage the heartbeats
+// carried. It changes only the manager's right-sizing record: nothing is
+// journaled or carried out now; the record is journaled with the next
+// change of the manager's state.
+func (f *fleet) observeUsage() {
+	now := f.clock.Now()
+	taken := f.core.usage.take()
+	for id, us := range taken {
+		for _, u := range us {
+			f.mgr.ObserveUsage(id, u, now)
+		}
+	}
+	if len(taken) > 0 {
+		f.core.setFleetView(f.mgr.Status(), f.cfg.Name) // rover status shows the usage
+	}
+}
