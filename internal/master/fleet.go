@@ -467,6 +467,12 @@ func (f *fleet) carry(ctx context.Context, cmds []nodemanager.Command) {
 			if err := f.core.apply(ctx, &jobstate.Event{Type: jobstate.EventFailNodes, Time: f.clock.Now(), Reason: c.Reason}); err != nil {
 				f.log.Error("fail the job", "reason", c.Reason, "err", err)
 			}
+		case nodemanager.SucceedJob:
+			f.log.Info("node manager: "+c.Kind.String(), "reason", c.Reason)
+			skipped += creating.wait()
+			if err := f.core.apply(ctx, &jobstate.Event{Type: jobstate.EventSucceedNodes, Time: f.clock.Now(), Reason: c.Reason}); err != nil {
+				f.log.Error("end the job as succeeded", "reason", c.Reason, "err", err)
+			}
 		}
 	}
 	if skipped += creating.wait(); skipped > 0 {

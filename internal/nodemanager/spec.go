@@ -75,6 +75,12 @@ type GroupSpec struct {
 	// criticalNodes "RANK:RELAUNCHES"); the values read as RestartCount.
 	RestartCounts map[int]int        `json:"restart_counts,omitempty"`
 	CriticalRanks []int              `json:"critical_ranks,omitempty"` // ranks whose loss fails the job
+	// DecidesJob: once every node of the group has exited successfully,
+	// the job has succeeded ([SucceedJob]), whatever the other groups do:
+	// a parameter-server job's chief group, or its worker group when it
+	// has no chief, as DLRover decides. Groups whose agents rendezvous
+	// leave it unset: the rendezvous decides their success.
+	DecidesJob bool `json:"decides_job,omitempty"`
 	Argv          []string           `json:"argv"`
 	Env           map[string]string  `json:"env,omitempty"`
 	Image         string             `json:"image,omitempty"`

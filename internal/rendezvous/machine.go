@@ -465,6 +465,18 @@ func (m *Machine) FailNodes(reason string) {
 	}
 }
 
+// SucceedNodes ends a running job as succeeded because the nodes that
+// decide its outcome did (a parameter-server job's chief, or all its
+// workers, as the master's node manager sees them exit), whether or not
+// they ever joined a round. It does nothing to a finished job.
+func (m *Machine) SucceedNodes() {
+	if m.job == Running {
+		m.suspect = nil
+		m.job = Succeeded
+		m.changed()
+	}
+}
+
 // Cancel ends a running job because its user stopped it, with reason: it
 // fails with [ErrCancelled], and every agent stops its workers and exits as
 // for any failure. It does nothing to a finished job.
