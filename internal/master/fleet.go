@@ -526,7 +526,17 @@ func (f *fleet) drain(ctx context.Context) {
 	for _, n := range f.core.job().GetNodes() {
 		joined[n.GetNodeId()] = true
 	}
+	agentless := map[string]bool{}
+	for _, g := range f.cfg.Spec.Groups {
+		agentless[g.Name] = g.Agentless
+	}
 	for _, n := range f.mgr.Status().Nodes {
+		if agentless[n.Group] && (n.State == nodemanager.Pending || n.State == nodemanager.Running) {
+			// No agent: it learns nothing of the outcome (a PS serves
+			// until it is stopped).
+			f.delete(n.NodeID)
+			continue
+		}
 		if n.State == nodemanager.Pending && !joined[n.NodeID] {
 			// Never placed (beyond the platform's capacity), or its agent
 			// never joined: none learns the outcome; nothing to wait for.
