@@ -159,7 +159,9 @@ func (c Cluster) TFConfig(role string, index int) (string, error) {
 // Env is the environment of role's replica index in job: TF_CONFIG,
 // DLRover's NODE_* and WORKER_* variables (type, id, rank, and the job's
 // worker count as NODE_NUM and WORKER_NUM, as DLRover counts them), JOB_NAME,
-// and the cluster version the process starts with.
+// and the cluster version the process starts with. NODE_ID is left to the
+// platform, which sets it to the node's id on every job (DLRover sets the
+// index, which is NODE_RANK and WORKER_ID here).
 func (c Cluster) Env(job, role string, index, version int) (map[string]string, error) {
 	tf, err := c.TFConfig(role, index)
 	if err != nil {
@@ -170,7 +172,6 @@ func (c Cluster) Env(job, role string, index, version int) (map[string]string, e
 		"TF_CONFIG":       tf,
 		"JOB_NAME":        job,
 		"NODE_TYPE":       role,
-		"NODE_ID":         id,
 		"NODE_RANK":       id,
 		"NODE_NUM":        workers,
 		"WORKER_TYPE":     role,
