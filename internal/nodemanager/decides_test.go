@@ -49,3 +49,28 @@ func TestDecidesJob(t *testing.T) {
 		run(t, m, []step{start(), exit("train-worker-0-0", 0).then(), exit("train-worker-1-0", 0).then()})
 	})
 }
+
+// TestPSOOM: a PS killed for memory comes back at the same rank with more
+// memory (DLRover's rule, the same for every group), and the chief still
+// decides the job afterwards.
+func TestPSOOM(t *testing.T) {
+	sp := psGroups(true)
+	sp.Groups[1].MemoryLimit = 1 << 30
+	m := mustNew(t, sp)
+	cmds := run(t, m, []step{start(),
+		oom("train-ps-1-0").then("Delete train-ps-1-0", "Create train-ps-1-1"),
+		exit("train-chief-0-0", 0).then("Succeed"),
+	})
+	var relaunch *Command
+	for i := range cmds {
+		if cmds[i].NodeID == "train-ps-1-1" {
+			relaunch = &cmds[i]
+		}
+	}
+	if relaunch == nil || relaunch.Spec.Group != "ps" || relaunch.Spec.Rank != 1 || relaunch.Spec.Resources.MemoryBytes <= 1<<30 {
+		t.Fatalf("relaunch %+v: want ps rank 1 with more than 1 GiB", relaunch)
+	}
+	if !strings.Contains(relaunch.Reason, "memory raised") {
+		t.Errorf("reason %q does not say the memory was raised", relaunch.Reason)
+	}
+}
