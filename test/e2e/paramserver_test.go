@@ -16,7 +16,8 @@ import (
 // TestParameterServerJob submits a DLRover-style ParameterServerStrategy
 // job (2 PS, 3 workers, 1 chief; testdata/ps_roles.py) and kills a worker
 // and a PS while the workers are paused: the worker is relaunched with the
-// same TF_CONFIG; the PS comes back at the same address with cluster
+// same TF_CONFIG and resumes where the PS say it left off (no step lost or
+// counted twice); the PS comes back at the same address with cluster
 // version 1, restores its total from its checkpoint, and the workers
 // reconnect to it and carry on; the chief's success ends the job, and the
 // PS still serving are stopped.
@@ -107,9 +108,11 @@ spec:
 	if tf[0] != tf[1] {
 		t.Errorf("worker 1's TF_CONFIG changed across its relaunch:\n%s\n%s", tf[0], tf[1])
 	}
-	// Every add was counted once by a PS, the relaunched worker's
-	// first PAUSE steps twice (it starts over: without leased data it
-	// cannot know what it had done).
+	// The relaunched worker resumed where the PS say it left off: every
+	// step of every worker was counted exactly once.
+	if !strings.Contains(ev, fmt.Sprintf("worker 1 start version 0 resume at %d\n", pause)) && !strings.Contains(ev, fmt.Sprintf("worker 1 start version 1 resume at %d\n", pause)) {
+		t.Errorf("the relaunched worker 1 did not resume at step %d:\n%s", pause, ev)
+	}
 	var res struct{ Totals []int }
 	b, err := os.ReadFile(filepath.Join(out, "result"))
 	if err != nil {
@@ -118,8 +121,8 @@ spec:
 	if err := json.Unmarshal(b, &res); err != nil {
 		t.Fatal(err)
 	}
-	if sum := res.Totals[0] + res.Totals[1]; sum != 3*steps+pause {
-		t.Errorf("the PS counted %v = %d adds, want %d", res.Totals, sum, 3*steps+pause)
+	if sum := res.Totals[0] + res.Totals[1]; sum != 3*steps {
+		t.Errorf("the PS counted %v = %d steps, want %d: each of 3 workers' %d steps once", res.Totals, sum, 3*steps, steps)
 	}
 	// The summary shows the relaunches and the chief's success.
 	for _, row := range []string{

@@ -1,12 +1,16 @@
 """A parameter-server job's roles for the e2e test, stdlib only.
 
 Every replica reads its role from TF_CONFIG. A ps serves, at its TF_CONFIG
-address, a total that workers add to ("ADD n" -> the new total), saved to
-OUT/ps-INDEX.ckpt after every add and restored from it when the ps comes
-back. A worker sends STEPS adds, alternating over the ps, holding one
-connection to each; after PAUSE steps it waits for the file OUT/go; when a
-ps connection breaks it reconnects, at the same address, and logs the
-cluster version it then reads. The chief waits for every worker to finish,
+address, a total that workers add to: "ADD W S" adds worker W's step S once
+(a step already applied is not counted again) and answers the total; "LAST
+W" answers the last step of W it applied. It saves its total and the steps
+applied to OUT/ps-INDEX.ckpt after every add and restores them when it comes
+back. A worker first asks every ps where it left off (a relaunched worker
+resumes there: no step lost or counted twice), then sends its remaining
+steps of STEPS, alternating over the ps, holding one connection to each;
+after PAUSE steps it waits for the file OUT/go; when a ps connection breaks
+it reconnects, at the same address, and logs the cluster version it then
+reads. The chief waits for every worker to finish,
 asks each ps its total, writes OUT/result and exits 0, which ends the job.
 Each replica appends what it does to OUT/events, one line per event.
 """
@@ -39,7 +43,11 @@ def split(addr):
 
 def serve():
     ckpt = os.path.join(OUT, "ps-%d.ckpt" % INDEX)
-    total = int(open(ckpt).read()) if os.path.exists(ckpt) else 0
+    total, applied = 0, {}
+    if os.path.exists(ckpt):
+        with open(ckpt) as c:
+            saved = json.load(c)
+        total, applied = saved["total"], {w: set(st) for w, st in saved["applied"].items()}
     srv = socket.socket()
     srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     srv.bind(split(PS[INDEX]))
@@ -52,14 +60,19 @@ def serve():
         nonlocal total
         f = conn.makefile("rw")
         for line in f:
-            cmd, _, arg = line.strip().partition(" ")
+            cmd, *args = line.split()
             with lock:
-                if cmd == "ADD":
-                    total += int(arg)
+                reply = total
+                if cmd == "ADD" and int(args[1]) not in applied.setdefault(args[0], set()):
+                    total += 1
+                    reply = total
+                    applied[args[0]].add(int(args[1]))
                     with open(ckpt + ".tmp", "w") as c:
-                        c.write(str(total))
+                        json.dump({"total": total, "applied": {w: sorted(st) for w, st in applied.items()}}, c)
                     os.replace(ckpt + ".tmp", ckpt)
-                f.write("%d\n" % total)
+                elif cmd == "LAST":
+                    reply = max(applied.get(args[0], {-1}))
+                f.write("%d\n" % reply)
                 f.flush()
 
     while True:
@@ -93,13 +106,14 @@ def call(conns, j, line):
 
 def work():
     conns = [connect(a) for a in PS]
-    event("start version %s" % os.environ["ROVER_CLUSTER_VERSION"])
-    for step in range(STEPS):
+    first = 1 + max(call(conns, j, "LAST %d" % INDEX) for j in range(len(PS)))
+    event("start version %s resume at %d" % (os.environ["ROVER_CLUSTER_VERSION"], first))
+    for step in range(first, STEPS):
         if step == PAUSE:
             event("paused")
             while not os.path.exists(os.path.join(OUT, "go")):
                 time.sleep(0.05)
-        call(conns, step % len(PS), "ADD 1")
+        call(conns, step % len(PS), "ADD %d %d" % (INDEX, step))
     event("done")
 
 
