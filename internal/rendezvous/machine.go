@@ -30,7 +30,8 @@ type Machine struct {
 	openedAt time.Time // when the current round opened
 	lastJoin time.Time // last join to the current open round (or its opening)
 	restarts int
-	expected int // nodes the platform runs for the job (Expect); 0: unknown
+	expected int  // nodes the platform runs for the job (Expect); 0: unknown
+	decided  bool // the job succeeded by the node manager's verdict (SucceedNodes), not its members
 	version  uint64
 	// suspect is the latest failure whose blame is not settled yet (nil:
 	// none): see Config.BlameWindow.
@@ -472,7 +473,7 @@ func (m *Machine) FailNodes(reason string) {
 func (m *Machine) SucceedNodes() {
 	if m.job == Running {
 		m.suspect = nil
-		m.job = Succeeded
+		m.job, m.decided = Succeeded, true
 		m.changed()
 	}
 }
