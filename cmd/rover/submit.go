@@ -119,6 +119,9 @@ func parseSubmitArgs(args []string) (*submitConfig, error) {
 			if err := c.parseJob(args); err != nil {
 				return nil, err
 			}
+			if c.AutoScale != nil && c.Spec.IsParameterServer() {
+				return nil, errors.New("--auto-scale: a parameter-server job's roles are not auto-scaled yet; leave --auto-scale out")
+			}
 			if c.AutoScale != nil {
 				g := c.Spec.Replicas[jobspec.Worker]
 				g.AutoScale = true
@@ -217,7 +220,7 @@ func planJob(c *submitConfig, stderr io.Writer) (*jobplan.Plan, error) {
 	if err != nil {
 		return nil, usageError{err}
 	}
-	if g := plan.Nodes.Groups[0]; c.MaxNodesHere > 0 && c.MaxNodesHere < g.MinNodes {
+	if g := plan.Nodes.Groups[0]; c.MaxNodesHere > 0 && plan.Launch != nil && c.MaxNodesHere < g.MinNodes {
 		return nil, usageError{fmt.Errorf("--max-nodes-here %d is below the job's minimum of %d nodes (--nnodes %s): it could never run; give %d or more",
 			c.MaxNodesHere, g.MinNodes, plan.Launch.Policy().NNodesText(), g.MinNodes)}
 	}
@@ -252,6 +255,10 @@ func submitJob(ctx context.Context, c *submitConfig, plan *jobplan.Plan, stdout,
 
 // printPlan shows what the job would run, for --dry-run.
 func printPlan(w io.Writer, p *jobplan.Plan) {
+	if p.Launch == nil {
+		printPSPlan(w, p)
+		return
+	}
 	procs := "processes"
 	if p.Launch.NprocPerNode == 1 {
 		procs = "process"
@@ -276,4 +283,21 @@ func quoteAll(argv []string) []string {
 		out[i] = jobspec.ShellQuote(a)
 	}
 	return out
+}
+
+// printPSPlan shows a parameter-server job's roles, for --dry-run.
+func printPSPlan(w io.Writer, p *jobplan.Plan) {
+	fmt.Fprintf(w, "job %s: valid; a parameter-server job: each replica runs its role's program once, with TF_CONFIG\n", p.Name)
+	for _, g := range p.Nodes.Groups {
+		decides := ""
+		if g.DecidesJob {
+			decides = "; its success ends the job"
+		}
+		fmt.Fprintf(w, "role %s: %d replicas, relaunches per replica %d%s\n", g.Name, g.Nodes, max(g.RestartCount, 0), decides)
+		fmt.Fprintf(w, "  each replica runs: %s\n", strings.Join(quoteAll(g.Argv), " "))
+		for _, k := range slices.Sorted(maps.Keys(g.Env)) {
+			fmt.Fprintf(w, "  env %s=%s\n", k, g.Env[k])
+		}
+	}
+	fmt.Fprintln(w, "addresses: a fixed port on 127.0.0.1 per replica, chosen when the job starts")
 }

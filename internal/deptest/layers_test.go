@@ -30,7 +30,7 @@ var layers = []struct {
 		"/internal/jobview", "/internal/jobspec", "/internal/platform/local", "/internal/platform/kubernetes",
 		"/internal/platform/platformtest", "/internal/client", "/internal/kubenames", "/internal/jobconfig/configwire",
 		"/internal/runconfig/runconfigtest", "/internal/eventlog", "/internal/metrics",
-		"/internal/dashboard", "/internal/dashboard/browsertest", "/internal/metrics/metricstest",
+		"/internal/dashboard", "/internal/dashboard/browsertest", "/internal/metrics/metricstest", "/internal/tfconfig",
 	}},
 	{"the node agent's parts: the checkpoint saver, the node-check runner, stacks, the hosted master", []string{
 		"/internal/agent/ckptsaver", "/internal/agent/nodecheckrun", "/internal/agent/stacks",

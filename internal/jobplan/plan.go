@@ -29,8 +29,13 @@ type Plan struct {
 	// Name is the job's name: the master's job and the agents' run id,
 	// and the prefix of node ids.
 	Name string
-	// Launch is the agents' command line, parsed as they parse it.
+	// Launch is the agents' command line, parsed as they parse it; nil
+	// for a parameter-server job, whose nodes run no agent.
 	Launch *runconfig.Config
+	// Roles, for a parameter-server job, are its roles in the order of
+	// Nodes.Groups: the platform gives every replica an address and
+	// TF_CONFIG (package tfconfig). Nil for an allreduce job.
+	Roles []Role
 	// Nodes is the node manager's spec.
 	Nodes nodemanager.Spec
 	// Preset is the job's rendezvous, fixed before any agent joins.
@@ -103,6 +108,9 @@ func Check(doc []byte, t Target) (*Plan, error) {
 // it. Every problem is reported at once, each wrapping ErrBadSpec (or
 // jobspec.ErrUnsupported for fields the platform cannot honour).
 func New(spec jobspec.JobSpec, t Target) (*Plan, error) {
+	if spec.IsParameterServer() {
+		return newParameterServer(spec, t)
+	}
 	var errs []error // every problem at once: the platform's, then the plan's
 	if err := spec.Check(t.Capabilities); err != nil {
 		errs = append(errs, err)

@@ -43,10 +43,10 @@ func build(meta wireMeta, ws wireSpec, prefix string) (*JobSpec, error) {
 	}
 	switch ws.DistributionStrategy {
 	case "", AllreduceStrategy:
-	case "ParameterServerStrategy":
-		b.addf("distributionStrategy", "ParameterServerStrategy is not supported: Rover runs allreduce jobs (PyTorch DDP/FSDP) only; use AllreduceStrategy")
+	case ParameterServerStrategy:
+		spec.Strategy = ParameterServerStrategy
 	default:
-		b.addf("distributionStrategy", "%q is unknown; use AllreduceStrategy", ws.DistributionStrategy)
+		b.addf("distributionStrategy", "%q is unknown; use AllreduceStrategy or ParameterServerStrategy", ws.DistributionStrategy)
 	}
 	switch ws.OptimizeMode {
 	case "", "single-job":
@@ -112,6 +112,9 @@ func build(meta wireMeta, ws wireSpec, prefix string) (*JobSpec, error) {
 	if _, ok := ws.ReplicaSpecs[string(Worker)]; len(ws.ReplicaSpecs) > 0 && !ok {
 		b.addf("replicaSpecs.worker", "missing; every job needs a worker group")
 	}
+	if spec.IsParameterServer() {
+		b.parameterServer(spec, ws)
+	}
 
 	// Job-wide settings: the worker launcher's flags, or the spec's fields.
 	spec.MaxRestarts = b.jobInt("maxRestarts", ws.MaxRestarts, spec.Replicas[Worker], "max-restarts",
@@ -122,6 +125,39 @@ func build(meta wireMeta, ws wireSpec, prefix string) (*JobSpec, error) {
 	// The spec is returned with its problems, so that a caller can check
 	// the rest of it against a platform (ParseFor); Parse drops it.
 	return spec, errors.Join(b.errs...)
+}
+
+// parameterServer checks the groups of a parameter-server job: a ps group,
+// at most one chief and one evaluator, each role's command run as written
+// (a launcher rendezvouses a torch world, which these roles do not), and a
+// fixed node count per role (PS scaling is not implemented yet).
+func (b *builder) parameterServer(spec *JobSpec, ws wireSpec) {
+	if _, ok := ws.ReplicaSpecs[string(PS)]; len(ws.ReplicaSpecs) > 0 && !ok {
+		b.addf("replicaSpecs.ps", "missing; a ParameterServerStrategy job needs a ps group (or use AllreduceStrategy)")
+	}
+	for _, t := range replicaTypes {
+		g := spec.Replicas[t]
+		if g == nil || g.broken {
+			continue
+		}
+		base := "replicaSpecs." + string(t)
+		if g.Launch != nil || g.Shell != nil {
+			b.addf(base+".template.spec.containers.command", "a ParameterServerStrategy job's roles run their program directly, with TF_CONFIG, and do not rendezvous: give the program (e.g. [python, train.py]) without dlrover-run, torchrun or rover run")
+			continue
+		}
+		if (t == Chief || t == Evaluator) && g.MaxNodes > 1 {
+			b.addf(base+".replicas", "%d: a parameter-server job has at most one %s (as TensorFlow); give replicas: 1", g.MaxNodes, t)
+		}
+		if g.MinNodes != g.MaxNodes {
+			b.addf(base+".minReplicas", "%d..%d: a parameter-server job's roles run a fixed number of nodes (scaling them is not implemented yet); give replicas only", g.MinNodes, g.MaxNodes)
+		}
+		if g.AutoScale {
+			b.addf(base+".autoScale", "a parameter-server job's roles are not auto-scaled yet; remove it")
+		}
+		if g.NprocPerNode > 1 {
+			b.addf(base+".nprocPerNode", "%d: each replica of a parameter-server job is one process, with its own TF_CONFIG task; give more replicas instead", g.NprocPerNode)
+		}
+	}
 }
 
 // jobInt settles a job-wide number given by the spec's field, the worker

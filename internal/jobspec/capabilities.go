@@ -15,8 +15,11 @@ type Capabilities struct {
 	Platform string
 	// Instead says what to do instead, e.g. "submit to Kubernetes".
 	Instead string
-	// ReplicaTypes are the replica types it runs.
+	// ReplicaTypes are the replica types it runs in an allreduce job.
 	ReplicaTypes []ReplicaType
+	// ParameterServer: it runs parameter-server jobs
+	// (ParameterServerStrategy), with all their replica types.
+	ParameterServer bool
 	// Resources are the resource names it can reserve (cpu, memory,
 	// nvidia.com/gpu); Notes lists the others as ignored.
 	Resources []string
@@ -68,6 +71,7 @@ var LocalCapabilities = Capabilities{
 	Instead:          "submit to Kubernetes",
 	PendingTimeout:   true, // nodes beyond --max-nodes-here pend
 	ReplicaTypes:     []ReplicaType{Worker},
+	ParameterServer:  true,
 	AutoScale:        true,
 	LauncherFeatures: NodeCheckFeatures,
 	MaxNodes:         LocalMaxNodes,
@@ -119,6 +123,10 @@ func (s JobSpec) Check(c Capabilities) error {
 			refuse(s.prefix+"resourceLimits", "remove it")
 		}
 	}
+	if s.IsParameterServer() && !c.ParameterServer {
+		refuse(s.prefix+"distributionStrategy: ParameterServerStrategy (parameter-server jobs are not implemented here yet)", "use AllreduceStrategy")
+		return errors.Join(errs...)
+	}
 	for _, t := range replicaTypes {
 		g := s.Replicas[t]
 		if g == nil {
@@ -129,8 +137,8 @@ func (s JobSpec) Check(c Capabilities) error {
 		if ctr == "" {
 			ctr = base
 		}
-		if !slices.Contains(c.ReplicaTypes, t) {
-			refuse(base+" (Rover runs worker groups only here)", "remove it")
+		if !c.runs(s, t) {
+			errs = append(errs, &unsupportedError{msg: fmt.Sprintf("%s: an AllreduceStrategy job runs worker groups only; remove it, or set %sdistributionStrategy: ParameterServerStrategy for a parameter-server job", base, s.prefix)})
 			continue
 		}
 		if c.MaxNodes > 0 && g.MaxNodes > c.MaxNodes {
@@ -165,6 +173,14 @@ func (s JobSpec) Check(c Capabilities) error {
 	return errors.Join(errs...)
 }
 
+// runs reports whether c runs s's groups of type t.
+func (c Capabilities) runs(s JobSpec, t ReplicaType) bool {
+	if s.IsParameterServer() {
+		return c.ParameterServer
+	}
+	return slices.Contains(c.ReplicaTypes, t)
+}
+
 // unsupportedError is one field a platform cannot honour.
 type unsupportedError struct{ msg string }
 
@@ -190,7 +206,7 @@ func (s JobSpec) Notes(c Capabilities) []string {
 	}
 	for _, t := range replicaTypes {
 		g := s.Replicas[t]
-		if g == nil || !slices.Contains(c.ReplicaTypes, t) {
+		if g == nil || !c.runs(s, t) {
 			continue
 		}
 		if g.RestartPolicy != "" && g.RestartPolicy != "Never" {

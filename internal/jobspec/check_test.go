@@ -27,7 +27,7 @@ replicaSpecs:
   worker: {priority: 0.5, autoScale: true, restartTimeout: 30, criticalNodes: "0", template: {spec: {containers: [{command: [x]}]}}}
   evaluator: {template: {spec: {containers: [{command: [x]}]}}}`, []string{
 			"cannot honour suspend;", "cannot honour resourceLimits;", "replicaSpecs.worker.priority",
-			"replicaSpecs.worker.restartTimeout", "replicaSpecs.worker.criticalNodes", "replicaSpecs.evaluator (Rover runs worker groups only here)",
+			"replicaSpecs.worker.restartTimeout", "replicaSpecs.worker.criticalNodes", "replicaSpecs.evaluator: an AllreduceStrategy job runs worker groups only",
 		}},
 	}
 	for _, tt := range tests {
@@ -64,5 +64,42 @@ func TestCheckKubernetesLike(t *testing.T) {
 		Resources: []string{CPU, Memory, GPU}, Scheduling: true, CriticalNodes: true, LauncherFeatures: []string{"network-check"}}
 	if err := spec.Check(k8s); err != nil {
 		t.Errorf("Check: %v", err)
+	}
+}
+
+// TestParameterServerSpec: a DLRover-style ParameterServerStrategy job
+// parses into its four groups, each running its command as written, and
+// the local platform accepts it; Kubernetes does not yet.
+func TestParameterServerSpec(t *testing.T) {
+	spec, err := ParseFor([]byte(readTestdata(t, "ps-local.yaml")), LocalCapabilities)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !spec.IsParameterServer() {
+		t.Fatalf("strategy %q", spec.Strategy)
+	}
+	want := map[ReplicaType]struct {
+		nodes, restarts int
+		cmd             string
+	}{
+		PS:     {2, 3, "python -u ps_train.py"},
+		Chief:  {1, 1, "python -u ps_train.py"},
+		Worker: {3, 3, "python -u ps_train.py --steps=20"},
+	}
+	if len(spec.Replicas) != len(want) {
+		t.Fatalf("groups %v", spec.Replicas)
+	}
+	for typ, w := range want {
+		g := spec.Replicas[typ]
+		if g == nil {
+			t.Fatalf("no %s group", typ)
+		}
+		if g.Nodes != w.nodes || g.MinNodes != w.nodes || g.MaxNodes != w.nodes || g.RestartCount != w.restarts || strings.Join(g.Command, " ") != w.cmd || g.Launch != nil {
+			t.Errorf("%s: nodes %d (%d..%d), restarts %d, command %q, launch %v; want %+v", typ, g.Nodes, g.MinNodes, g.MaxNodes, g.RestartCount, g.Command, g.Launch, w)
+		}
+	}
+	err = spec.Check(KubernetesCapabilities)
+	if !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "distributionStrategy: ParameterServerStrategy (parameter-server jobs are not implemented here yet)") {
+		t.Errorf("Kubernetes: %v", err)
 	}
 }

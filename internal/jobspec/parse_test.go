@@ -148,7 +148,16 @@ func TestParseBad(t *testing.T) {
 		{"bad quantities", worker("", `{command: [a], resources: {limits: {cpu: 2x, memory: -1Gi}, requests: {cpu: 0.0001}}}`),
 			[]string{"containers[0].resources.limits.cpu:", "unknown suffix", "containers[0].resources.limits.memory:", "negative",
 				"containers[0].resources.requests.cpu:", "more precise"}},
-		{"parameter server", "distributionStrategy: ParameterServerStrategy\n" + worker("", ok), []string{"distributionStrategy: ParameterServerStrategy is not supported"}},
+		{"parameter server without ps", "distributionStrategy: ParameterServerStrategy\n" + worker("", ok), []string{"replicaSpecs.ps: missing"}},
+		{"parameter server roles", "distributionStrategy: ParameterServerStrategy\n" + worker("minReplicas: 1, maxReplicas: 2,", ok) +
+			"  ps: {template: {spec: {containers: [{command: [dlrover-run, --nnodes=2, t.py]}]}}}\n" +
+			"  chief: {replicas: 2, template: {spec: {containers: [" + ok + "]}}}\n" +
+			"  evaluator: {nprocPerNode: 2, template: {spec: {containers: [" + ok + "]}}}\n",
+			[]string{"replicaSpecs.ps.template.spec.containers.command: a ParameterServerStrategy job's roles run their program directly",
+				"replicaSpecs.chief.replicas: 2: a parameter-server job has at most one chief",
+				"replicaSpecs.worker.minReplicas: 1..2: a parameter-server job's roles run a fixed number of nodes",
+				"replicaSpecs.evaluator.nprocPerNode: 2: each replica of a parameter-server job is one process"}},
+		{"unknown strategy", "distributionStrategy: Mirrored\n" + worker("", ok), []string{`distributionStrategy: "Mirrored" is unknown; use AllreduceStrategy or ParameterServerStrategy`}},
 		{"replicas contradict --nnodes", worker("replicas: 4,", `{command: [dlrover-run, --nnodes=2, t.py]}`),
 			[]string{"replicaSpecs.worker.replicas: 4 is outside --nnodes=2 in replicaSpecs.worker.template.spec.containers[0].command"}},
 		{"script of a shell line not known statically", worker("", `{command: [bash, -c, "pip install x && dlrover-run --nnodes=2 $SCRIPT"]}`),

@@ -11,8 +11,9 @@ import (
 // ReplicaType names a group of nodes with the same role.
 type ReplicaType string
 
-// The replica types of DLRover's ElasticJob. Rover runs workers; the others
-// parse, and a platform that cannot run them refuses them in Check.
+// The replica types of DLRover's ElasticJob. An allreduce job runs workers
+// only; a parameter-server job (ParameterServerStrategy) runs all four, on
+// a platform that can (Capabilities.ParameterServer).
 const (
 	Worker    ReplicaType = "worker"
 	PS        ReplicaType = "ps"
@@ -44,8 +45,14 @@ const (
 	MaxRestartCount     = 5
 )
 
-// AllreduceStrategy is the only distribution strategy Rover runs.
-const AllreduceStrategy = "AllreduceStrategy"
+// The distribution strategies Rover runs: allreduce (PyTorch DDP/FSDP
+// workers that rendezvous as one world), and parameter server (ps,
+// worker, chief and evaluator roles side by side, each given TF_CONFIG;
+// docs/parameter-server.md).
+const (
+	AllreduceStrategy       = "AllreduceStrategy"
+	ParameterServerStrategy = "ParameterServerStrategy"
+)
 
 // AutoScaleAnnotation is the job's annotation of the auto-scaling knobs,
 // NAME=VALUE,... as rover submit --auto-scale takes them.
@@ -58,12 +65,13 @@ type JobSpec struct {
 	Name string
 	// Namespace is metadata.namespace (Kubernetes only).
 	Namespace string
-	// Strategy is spec.distributionStrategy: always AllreduceStrategy.
+	// Strategy is spec.distributionStrategy: AllreduceStrategy (also when
+	// left out) or ParameterServerStrategy.
 	Strategy string
 	// OptimizeMode is spec.optimizeMode: "single-job".
 	OptimizeMode string
 	// Replicas holds the replica groups by type; a worker group is always
-	// present.
+	// present, and a ps group in a parameter-server job.
 	Replicas map[ReplicaType]*ReplicaGroup
 	// MaxRestarts is the job's restart budget: how many times the worker
 	// group may be restarted (--max-restarts, or spec.maxRestarts).
@@ -97,6 +105,9 @@ type JobSpec struct {
 	// in Check's errors start.
 	prefix string
 }
+
+// IsParameterServer reports whether s is a parameter-server job.
+func (s JobSpec) IsParameterServer() bool { return s.Strategy == ParameterServerStrategy }
 
 // ReplicaGroup is one group of nodes.
 type ReplicaGroup struct {

@@ -14,6 +14,7 @@ const (
 	CreateNode CommandKind = iota + 1 // platform.Create(ctx, Spec)
 	DeleteNode                        // platform.Delete(ctx, NodeID)
 	FailJob                           // stop the job: it failed for Reason ([Manager.Err] has the same)
+	SucceedJob                        // end the job as succeeded: the groups that decide it (GroupSpec.DecidesJob) succeeded
 )
 
 func (k CommandKind) String() string {
@@ -24,6 +25,8 @@ func (k CommandKind) String() string {
 		return "Delete"
 	case FailJob:
 		return "Fail"
+	case SucceedJob:
+		return "Succeed"
 	}
 	return fmt.Sprintf("CommandKind(%d)", int(k))
 }

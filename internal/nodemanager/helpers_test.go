@@ -68,6 +68,8 @@ func summary(cmds []Command) []string {
 		switch c.Kind {
 		case FailJob:
 			out = append(out, "Fail")
+		case SucceedJob:
+			out = append(out, "Succeed")
 		default:
 			out = append(out, fmt.Sprintf("%s %s", c.Kind, c.NodeID))
 		}

@@ -230,7 +230,7 @@ func (m *Manager) observe(ev platform.Event, now time.Time) []Command {
 		if !ev.Failed() {
 			s.state, s.since, s.lastExit = Succeeded, now, ev.Describe()
 			s.reason = fmt.Sprintf("node %s %s: succeeded, not relaunched", s.id, ev.Describe())
-			return cmds
+			return append(cmds, m.decided(s.group)...)
 		}
 		cause := ev.Describe()
 		if ev.Reason == platform.ReasonOOMKilled && !m.ended {
@@ -292,6 +292,29 @@ func (m *Manager) memory(s *slot) int64 {
 		return s.memory
 	}
 	return m.spec.Groups[s.group].Memory()
+}
+
+// decided returns SucceedJob once every wanted node of group gi has
+// succeeded, when the group decides the job (GroupSpec.DecidesJob).
+func (m *Manager) decided(gi int) []Command {
+	g := m.spec.Groups[gi]
+	if !g.DecidesJob || m.ended || m.fail != nil || m.uncreated(gi) > 0 {
+		return nil
+	}
+	n := 0
+	for _, s := range m.slots[gi] {
+		switch s.state {
+		case Succeeded:
+			n++
+		case Removed:
+		default:
+			return nil
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	return []Command{{Kind: SucceedJob, Reason: fmt.Sprintf("all %d %s nodes succeeded: the %s group decides the job's outcome", n, g.name(), g.name())}}
 }
 
 // End records that the job is over (it succeeded, or failed for a reason

@@ -73,12 +73,23 @@ type GroupSpec struct {
 	RestartCount int `json:"restart_count,omitempty"`
 	// RestartCounts overrides RestartCount for some ranks (DLRover's
 	// criticalNodes "RANK:RELAUNCHES"); the values read as RestartCount.
-	RestartCounts map[int]int        `json:"restart_counts,omitempty"`
-	CriticalRanks []int              `json:"critical_ranks,omitempty"` // ranks whose loss fails the job
-	Argv          []string           `json:"argv"`
-	Env           map[string]string  `json:"env,omitempty"`
-	Image         string             `json:"image,omitempty"`
-	Resources     platform.Resources `json:"resources"`
+	RestartCounts map[int]int `json:"restart_counts,omitempty"`
+	CriticalRanks []int       `json:"critical_ranks,omitempty"` // ranks whose loss fails the job
+	// DecidesJob: once every node of the group has exited successfully,
+	// the job has succeeded ([SucceedJob]), whatever the other groups do:
+	// a parameter-server job's chief group, or its worker group when it
+	// has no chief, as DLRover decides. Groups whose agents rendezvous
+	// leave it unset: the rendezvous decides their success.
+	DecidesJob bool `json:"decides_job,omitempty"`
+	// Agentless: the group's nodes run their program directly, with no
+	// agent (a parameter-server job's roles): they never rendezvous nor
+	// learn the job's outcome, so once the job ends the master deletes
+	// them at once rather than wait for them to exit.
+	Agentless bool               `json:"agentless,omitempty"`
+	Argv      []string           `json:"argv"`
+	Env       map[string]string  `json:"env,omitempty"`
+	Image     string             `json:"image,omitempty"`
+	Resources platform.Resources `json:"resources"`
 	// MemoryLimit is each node's memory in bytes when Resources asks for
 	// none but the platform gives some (a pod template's limit): what a
 	// node killed for memory grows from. 0: unknown.

@@ -30,7 +30,8 @@ type Machine struct {
 	openedAt time.Time // when the current round opened
 	lastJoin time.Time // last join to the current open round (or its opening)
 	restarts int
-	expected int // nodes the platform runs for the job (Expect); 0: unknown
+	expected int  // nodes the platform runs for the job (Expect); 0: unknown
+	decided  bool // the job succeeded by the node manager's verdict (SucceedNodes), not its members
 	version  uint64
 	// suspect is the latest failure whose blame is not settled yet (nil:
 	// none): see Config.BlameWindow.
@@ -462,6 +463,18 @@ func (m *Machine) FailFast(reason string) {
 func (m *Machine) FailNodes(reason string) {
 	if m.job == Running {
 		m.failJob(ErrNodesFailed, reason)
+	}
+}
+
+// SucceedNodes ends a running job as succeeded because the nodes that
+// decide its outcome did (a parameter-server job's chief, or all its
+// workers, as the master's node manager sees them exit), whether or not
+// they ever joined a round. It does nothing to a finished job.
+func (m *Machine) SucceedNodes() {
+	if m.job == Running {
+		m.suspect = nil
+		m.job, m.decided = Succeeded, true
+		m.changed()
 	}
 }
 

@@ -15,22 +15,25 @@ import (
 const SchemaVersion = 1
 
 type stateJSON struct {
-	Schema      int          `json:"schema"`
-	Config      configJSON   `json:"config"`
-	Job         string       `json:"job"`
-	FailureKind string       `json:"failure_kind,omitempty"`
-	Reason      string       `json:"reason,omitempty"`
-	Round       int          `json:"round"`
-	Open        bool         `json:"open"`
-	OpenedAt    time.Time    `json:"opened_at"`
-	LastJoin    time.Time    `json:"last_join"`
-	Restarts    int          `json:"restarts"`
-	Expected    int          `json:"expected,omitempty"`
-	Version     uint64       `json:"version"`
-	Nodes       []nodeJSON   `json:"nodes"`
-	World       []Member     `json:"world"`
-	WorldRound  int          `json:"world_round"`
-	Suspect     *suspectJSON `json:"suspect,omitempty"`
+	Schema      int        `json:"schema"`
+	Config      configJSON `json:"config"`
+	Job         string     `json:"job"`
+	FailureKind string     `json:"failure_kind,omitempty"`
+	Reason      string     `json:"reason,omitempty"`
+	Round       int        `json:"round"`
+	Open        bool       `json:"open"`
+	OpenedAt    time.Time  `json:"opened_at"`
+	LastJoin    time.Time  `json:"last_join"`
+	Restarts    int        `json:"restarts"`
+	Expected    int        `json:"expected,omitempty"`
+	// Decided: the job succeeded by the node manager's verdict
+	// (SucceedNodes), whatever its members did.
+	Decided    bool         `json:"decided,omitempty"`
+	Version    uint64       `json:"version"`
+	Nodes      []nodeJSON   `json:"nodes"`
+	World      []Member     `json:"world"`
+	WorldRound int          `json:"world_round"`
+	Suspect    *suspectJSON `json:"suspect,omitempty"`
 }
 
 // suspectJSON is an unsettled worker failure (see Config.BlameWindow).
@@ -83,7 +86,7 @@ func (m *Machine) MarshalState() ([]byte, error) {
 			LastCall:    m.cfg.LastCall.String(), JoinTimeout: m.cfg.JoinTimeout.String(),
 		},
 		Job: m.job.String(), Round: m.round, Open: m.open,
-		OpenedAt: m.openedAt, LastJoin: m.lastJoin, Restarts: m.restarts, Expected: m.expected, Version: m.version,
+		OpenedAt: m.openedAt, LastJoin: m.lastJoin, Restarts: m.restarts, Expected: m.expected, Decided: m.decided, Version: m.version,
 		World: m.world, WorldRound: m.worldRound,
 	}
 	if m.cfg.BlameWindow != 0 {
@@ -137,7 +140,7 @@ func Restore(data []byte) (*Machine, error) {
 	}
 	m := &Machine{
 		cfg: cfg.withDefaults(), round: s.Round, open: s.Open,
-		openedAt: s.OpenedAt, lastJoin: s.LastJoin, restarts: s.Restarts, expected: s.Expected, version: s.Version,
+		openedAt: s.OpenedAt, lastJoin: s.LastJoin, restarts: s.Restarts, expected: s.Expected, decided: s.Decided, version: s.Version,
 		nodes: make(map[string]*nodeRec, len(s.Nodes)), joined: make(map[string]*nodeRec),
 		index: make(map[string]int, len(s.World)),
 	}
@@ -301,7 +304,10 @@ func (m *Machine) restoreWorld(world []Member, worldRound int) error {
 		off += mb.LocalWorldSize
 	}
 	m.world, m.worldRound, m.worldSize = world, worldRound, off
-	if m.job == Succeeded && (m.open || m.nSucceeded != len(world)) {
+	if m.decided && m.job != Succeeded {
+		return bad("decided by the node manager but the job is %s", m.job)
+	}
+	if m.job == Succeeded && !m.decided && (m.open || m.nSucceeded != len(world)) {
 		return bad("job succeeded but only %d of %d members did", m.nSucceeded, len(world))
 	}
 	if m.job == Running && !m.open && len(world) > 0 && m.nSucceeded == len(world) {

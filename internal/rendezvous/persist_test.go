@@ -158,3 +158,31 @@ func TestRestoreRejects(t *testing.T) {
 		})
 	}
 }
+
+// TestSucceedNodes: the node manager's verdict ends a job nobody joined as
+// succeeded, survives a restore, and changes nothing once the job is over.
+func TestSucceedNodes(t *testing.T) {
+	m, _ := New(Config{MinNodes: 1, MaxNodes: 6}, t0)
+	m.SucceedNodes()
+	if s := m.Status(); s.Job != Succeeded || m.Err() != nil {
+		t.Fatalf("after SucceedNodes: job %v, err %v; want Succeeded", s.Job, m.Err())
+	}
+	data, _ := m.MarshalState()
+	r, err := Restore(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Status().Job != Succeeded {
+		t.Fatalf("restored job %v, want Succeeded", r.Status().Job)
+	}
+	r.FailNodes("late")
+	if r.Status().Job != Succeeded {
+		t.Errorf("a failure after the success changed the job to %v", r.Status().Job)
+	}
+	f, _ := New(Config{MinNodes: 1, MaxNodes: 1}, t0)
+	f.Cancel("stopped")
+	f.SucceedNodes()
+	if f.Status().Job != Failed {
+		t.Errorf("SucceedNodes changed a cancelled job to %v", f.Status().Job)
+	}
+}

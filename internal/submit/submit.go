@@ -106,11 +106,27 @@ func Run(ctx context.Context, plan *jobplan.Plan, o Options) (Result, error) {
 	}
 	defer plat.Close()
 	nodes := &withMaster{Platform: plat}
+	var created platform.Platform = nodes
+	if plan.Roles != nil {
+		cluster, err := assignAddrs(plan.Roles)
+		if err != nil {
+			return Result{}, err
+		}
+		if created, err = newPSNodes(nodes, plan.Name, o.Dir, cluster); err != nil {
+			return Result{}, err
+		}
+		for _, r := range plan.Roles {
+			for i := range r.Nodes {
+				addr, _ := cluster.Addr(r.Name, i)
+				fmt.Fprintf(o.Progress, "rover submit: %s %d at %s\n", r.Name, i, addr)
+			}
+		}
+	}
 	preset := plan.Preset
 	m, err := master.New(ctx, master.Config{
 		Listen: "127.0.0.1:0", Job: plan.Name, Token: token, Preset: &preset, Checkpoint: plan.Checkpoint,
 		StateDir: filepath.Join(o.Dir, "master"), Logger: o.Logger,
-		Nodes:     &master.NodesConfig{Platform: nodes, Name: "local", Spec: plan.Nodes},
+		Nodes:     &master.NodesConfig{Platform: created, Name: "local", Spec: plan.Nodes},
 		AutoScale: plan.AutoScale,
 	})
 	if err != nil {
@@ -230,6 +246,13 @@ func watch(ctx context.Context, m *master.Master, o Options) (master.Outcome, er
 }
 
 func nodeCount(p *jobplan.Plan) string {
+	if p.Launch == nil {
+		var parts []string
+		for _, r := range p.Roles {
+			parts = append(parts, fmt.Sprintf("%d %s", r.Nodes, r.Name))
+		}
+		return "parameter-server roles " + strings.Join(parts, ", ")
+	}
 	g := p.Nodes.Groups[0]
 	if g.MinNodes == g.MaxNodes {
 		return fmt.Sprintf("%d nodes of %d processes", g.MaxNodes, p.Launch.NprocPerNode)

@@ -152,6 +152,8 @@ func (s *State) Apply(e *Event) (Effects, error) {
 		}
 	case EventFailNodes:
 		s.Members.FailNodes(e.Reason)
+	case EventSucceedNodes:
+		s.Members.SucceedNodes()
 	case EventCancel:
 		s.Members.Cancel(e.Reason)
 	case EventCheckReport, EventCheckTick:

@@ -97,6 +97,10 @@ const (
 	// EventFailNodes fails the job for Reason: the node manager could not
 	// keep its nodes.
 	EventFailNodes EventType = "fail_nodes"
+	// EventSucceedNodes ends the job as succeeded: the node manager saw
+	// the nodes that decide its outcome succeed (a parameter-server
+	// job's chief, or all its workers).
+	EventSucceedNodes EventType = "succeed_nodes"
 	// EventCancel ends the job for Reason: its user stopped it.
 	EventCancel EventType = "cancel"
 	// EventCheckReport records a node's result of a node check group

@@ -231,6 +231,13 @@ func (m *Membership) FailNodes(reason string) {
 	m.rdzv.FailNodes(reason)
 }
 
+// SucceedNodes applies a succeed-nodes event: the nodes that decide the
+// job's outcome succeeded.
+func (m *Membership) SucceedNodes() {
+	defer m.settle()
+	m.rdzv.SucceedNodes()
+}
+
 // Cancel applies a cancel event.
 func (m *Membership) Cancel(reason string) {
 	defer m.settle()

@@ -1,0 +1,83 @@
+package jobplan
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/roverml/rover/internal/jobspec"
+	"github.com/roverml/rover/internal/nodemanager"
+)
+
+func psDoc(chief bool) string {
+	doc := `apiVersion: elastic.iml.github.io/v1alpha1
+kind: ElasticJob
+metadata: {name: ctr}
+spec:
+  distributionStrategy: ParameterServerStrategy
+  envs: {SEED: "7"}
+  replicaSpecs:
+    worker: {replicas: 3, restartCount: 2, template: {spec: {containers: [{name: main, command: [python, w.py], env: [{name: A, value: b}]}]}}}
+    ps: {replicas: 2, template: {spec: {containers: [{name: main, command: [python, ps.py], resources: {limits: {memory: 1Gi}}}]}}}
+    evaluator: {replicas: 1, restartCount: 0, template: {spec: {containers: [{name: main, command: [python, e.py]}]}}}
+`
+	if chief {
+		doc += "    chief: {replicas: 1, restartCount: 1, template: {spec: {containers: [{name: main, command: [python, c.py]}]}}}\n"
+	}
+	return doc
+}
+
+// TestParameterServerPlan: one agentless group per role, PS first, with
+// the role's command as written; the chief decides the job, or the
+// workers without one; PS and chief ranks are critical; the rendezvous
+// nobody joins never times out.
+func TestParameterServerPlan(t *testing.T) {
+	p, err := Check([]byte(psDoc(true)), Target{Capabilities: jobspec.LocalCapabilities, RoverExe: "/bin/rover"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type group struct {
+		Name                 string
+		Nodes, Min, Restarts int
+		Argv                 string
+		Critical             []int
+		Decides, Agentless   bool
+		Memory               int64
+		Env                  map[string]string
+	}
+	var got []group
+	for _, g := range p.Nodes.Groups {
+		got = append(got, group{g.Name, g.Nodes, g.MinNodes, g.RestartCount, strings.Join(g.Argv, " "), g.CriticalRanks, g.DecidesJob, g.Agentless, g.MemoryLimit, g.Env})
+	}
+	want := []group{
+		{"ps", 2, 2, 3, "python ps.py", []int{0, 1}, false, true, 1 << 30, map[string]string{"SEED": "7"}},
+		{"chief", 1, 1, 1, "python c.py", []int{0}, true, true, 0, map[string]string{"SEED": "7"}},
+		{"worker", 3, 1, 2, "python w.py", nil, false, true, 0, map[string]string{"SEED": "7", "A": "b"}},
+		{"evaluator", 1, 0, -1, "python e.py", nil, false, true, 0, map[string]string{"SEED": "7"}},
+	}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("groups (-want +got):\n%s", d)
+	}
+	if d := cmp.Diff([]Role{{"ps", 2}, {"chief", 1}, {"worker", 3}, {"evaluator", 1}}, p.Roles); d != "" {
+		t.Errorf("roles (-want +got):\n%s", d)
+	}
+	if p.Launch != nil || p.Preset.Rendezvous.JoinTimeout != 0 || p.Preset.Rendezvous.MaxNodes != 7 {
+		t.Errorf("launch %v, rendezvous %+v: want no launcher and a rendezvous of 7 nodes that never times out", p.Launch, p.Preset.Rendezvous)
+	}
+
+	p, err = Check([]byte(psDoc(false)), Target{Capabilities: jobspec.LocalCapabilities, RoverExe: "/bin/rover"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range p.Nodes.Groups {
+		if g.DecidesJob != (g.Name == nodemanager.DefaultGroup) {
+			t.Errorf("without a chief, group %s decides the job: %v; want only the workers", g.Name, g.DecidesJob)
+		}
+	}
+
+	_, err = Check([]byte(psDoc(true)), Kubernetes)
+	if !errors.Is(err, jobspec.ErrUnsupported) {
+		t.Errorf("Kubernetes: %v, want ErrUnsupported", err)
+	}
+}

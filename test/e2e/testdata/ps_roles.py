@@ -1,0 +1,142 @@
+"""A parameter-server job's roles for the e2e test, stdlib only.
+
+Every replica reads its role from TF_CONFIG. A ps serves, at its TF_CONFIG
+address, a total that workers add to: "ADD W S" adds worker W's step S once
+(a step already applied is not counted again) and answers the total; "LAST
+W" answers the last step of W it applied. It saves its total and the steps
+applied to OUT/ps-INDEX.ckpt after every add and restores them when it comes
+back. A worker first asks every ps where it left off (a relaunched worker
+resumes there: no step lost or counted twice), then sends its remaining
+steps of STEPS, alternating over the ps, holding one connection to each;
+after PAUSE steps it waits for the file OUT/go; when a ps connection breaks
+it reconnects, at the same address, and logs the cluster version it then
+reads. The chief waits for every worker to finish,
+asks each ps its total, writes OUT/result and exits 0, which ends the job.
+Each replica appends what it does to OUT/events, one line per event.
+"""
+import json
+import os
+import socket
+import sys
+import time
+
+OUT, STEPS, PAUSE = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+CFG = json.loads(os.environ["TF_CONFIG"])
+ROLE, INDEX = CFG["task"]["type"], CFG["task"]["index"]
+PS = CFG["cluster"]["ps"]
+
+
+def event(line):
+    with open(os.path.join(OUT, "events"), "a") as f:
+        f.write("%s %d %s\n" % (ROLE, INDEX, line))
+
+
+def version():
+    with open(os.environ["ROVER_CLUSTER_VERSION_FILE"]) as f:
+        return int(f.read())
+
+
+def split(addr):
+    host, port = addr.rsplit(":", 1)
+    return host, int(port)
+
+
+def serve():
+    ckpt = os.path.join(OUT, "ps-%d.ckpt" % INDEX)
+    total, applied = 0, {}
+    if os.path.exists(ckpt):
+        with open(ckpt) as c:
+            saved = json.load(c)
+        total, applied = saved["total"], {w: set(st) for w, st in saved["applied"].items()}
+    srv = socket.socket()
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind(split(PS[INDEX]))
+    srv.listen(16)
+    event("start version %s total %d addr %s" % (os.environ["ROVER_CLUSTER_VERSION"], total, PS[INDEX]))
+    import threading
+    lock = threading.Lock()
+
+    def handle(conn):
+        nonlocal total
+        f = conn.makefile("rw")
+        for line in f:
+            cmd, *args = line.split()
+            with lock:
+                reply = total
+                if cmd == "ADD" and int(args[1]) not in applied.setdefault(args[0], set()):
+                    total += 1
+                    reply = total
+                    applied[args[0]].add(int(args[1]))
+                    with open(ckpt + ".tmp", "w") as c:
+                        json.dump({"total": total, "applied": {w: sorted(st) for w, st in applied.items()}}, c)
+                    os.replace(ckpt + ".tmp", ckpt)
+                elif cmd == "LAST":
+                    reply = max(applied.get(args[0], {-1}))
+                f.write("%d\n" % reply)
+                f.flush()
+
+    while True:
+        conn, _ = srv.accept()
+        threading.Thread(target=handle, args=(conn,), daemon=True).start()
+
+
+def connect(addr):
+    while True:
+        try:
+            s = socket.create_connection(split(addr), timeout=5)
+            return s.makefile("rw")
+        except OSError:
+            time.sleep(0.05)
+
+
+def call(conns, j, line):
+    for _ in range(100):
+        try:
+            conns[j].write(line + "\n")
+            conns[j].flush()
+            reply = conns[j].readline()
+            if reply:
+                return int(reply)
+        except OSError:
+            pass
+        conns[j] = connect(PS[j])
+        event("reconnected ps %d version %d" % (j, version()))
+    raise SystemExit("ps %d does not answer" % j)
+
+
+def work():
+    conns = [connect(a) for a in PS]
+    first = 1 + max(call(conns, j, "LAST %d" % INDEX) for j in range(len(PS)))
+    event("start version %s resume at %d" % (os.environ["ROVER_CLUSTER_VERSION"], first))
+    for step in range(first, STEPS):
+        if step == PAUSE:
+            event("paused")
+            while not os.path.exists(os.path.join(OUT, "go")):
+                time.sleep(0.05)
+        call(conns, step % len(PS), "ADD %d %d" % (INDEX, step))
+    event("done")
+
+
+def chief():
+    workers = len(CFG["cluster"]["worker"])
+    path = os.path.join(OUT, "events")
+    while True:
+        done = set()
+        if os.path.exists(path):
+            with open(path) as f:
+                done = {l.split()[1] for l in f if l.startswith("worker ") and l.split()[2] == "done"}
+        if len(done) == workers:
+            break
+        time.sleep(0.05)
+    conns = [connect(a) for a in PS]
+    totals = [call(conns, j, "GET") for j in range(len(PS))]
+    with open(os.path.join(OUT, "result"), "w") as f:
+        json.dump({"totals": totals, "tf_config": CFG}, f)
+    event("finished totals %s" % totals)
+
+
+with open(os.path.join(OUT, "pid-%s-%d" % (ROLE, INDEX)), "w") as f:
+    f.write(str(os.getpid()))
+with open(os.path.join(OUT, "env-%s-%d-%d" % (ROLE, INDEX, os.getpid())), "w") as f:
+    json.dump({k: os.environ[k] for k in sorted(os.environ) if k == "TF_CONFIG" or k.startswith(("NODE_", "WORKER_", "ROVER_CLUSTER"))}, f)
+{"ps": serve, "worker": work, "chief": chief}[ROLE]()
