@@ -173,7 +173,7 @@ func TestClockOffsetsOfLostNodesArePruned(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, _, err := c.join(ctx, req, nil, 0, at); err != nil {
+		if _, _, err := c.join(ctx, req, memoryReport{}, 0, at); err != nil {
 			t.Fatalf("node %d: %v (%v)", i, err, c.job())
 		}
 		c.goodputHeartbeat(id, &roverv1.Heartbeat{SentUnixNanos: at.UnixNano()}, at)

@@ -41,3 +41,28 @@ func TestValidateSnapshots(t *testing.T) {
 		t.Error("an oversized snapshot list was accepted")
 	}
 }
+
+func TestValidatePeerAddr(t *testing.T) {
+	for _, tc := range []struct {
+		addr, want string // want: in the error; "" for valid
+	}{
+		{"", ""},
+		{"10.0.0.7:40123", ""},
+		{"node-1.example:9", ""},
+		{"[::1]:80", ""},
+		{"10.0.0.7", "want host:port"},
+		{":80", "want a host"},
+		{"h:0", "a port from 1"},
+		{"h:70000", "a port from 1"},
+		{"h:http", "a port from 1"},
+		{strings.Repeat("h", 400) + ":1", "at most 300"},
+	} {
+		_, err := validatePeerAddr(&roverv1.JoinRequest{PeerAddr: tc.addr})
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%q: %v", tc.addr, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%q: error %v, want one naming %q", tc.addr, err, tc.want)
+		}
+	}
+}
