@@ -26,7 +26,7 @@ func (a *agent) startPeerServer(token string, done *cleanups) error {
 	served := make(chan struct{})
 	go func() {
 		defer close(served)
-		a.ckpt.ServePeers(ctx, ln, a.cfg.RunID, token)
+		a.ckpt.ServePeers(ctx, ln, a.cfg.RunID, token, peerFault(a.opts.Getenv(PeerFaultEnv)))
 	}()
 	done.add(func() {
 		stop()

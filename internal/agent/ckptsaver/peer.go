@@ -28,9 +28,14 @@ func (s *Saver) PeerHandler(run, token string) http.Handler {
 	return &peer.Handler{Run: run, Token: token, Src: peerSource{s.arenas}, Log: s.cfg.Log}
 }
 
-// ServePeers serves PeerHandler on ln until ctx ends.
-func (s *Saver) ServePeers(ctx context.Context, ln net.Listener, run, token string) {
-	srv := peer.NewServer(s.PeerHandler(run, token).(*peer.Handler))
+// ServePeers serves PeerHandler on ln until ctx ends; wrap, when set,
+// wraps the handler (fault injection in tests).
+func (s *Saver) ServePeers(ctx context.Context, ln net.Listener, run, token string, wrap func(http.Handler) http.Handler) {
+	h := &peer.Handler{Run: run, Token: token, Src: peerSource{s.arenas}, Log: s.cfg.Log}
+	srv := peer.NewServer(h)
+	if wrap != nil {
+		srv.Handler = wrap(h)
+	}
 	go func() {
 		<-ctx.Done()
 		_ = srv.Close()
