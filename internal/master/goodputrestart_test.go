@@ -52,7 +52,7 @@ func goodputAcrossMasterRestart(t *testing.T, killAt float64) {
 			t.Fatal(err)
 		}
 		if _, done := c.goodputHeartbeat(node, hb, at); done != nil {
-			logRestart(c.log, *done)
+			logRestart(c.log, *done, c.peerRestores(int(done.NewRound)))
 			restarts++
 		}
 	}

@@ -1,8 +1,10 @@
 package master
 
 import (
+	"fmt"
 	"net"
 	"strconv"
+	"strings"
 
 	roverv1 "github.com/roverml/rover/api/rover/v1"
 	"github.com/roverml/rover/internal/master/jobstate"
@@ -67,4 +69,24 @@ func validatePeerAddr(r *roverv1.JoinRequest) (string, error) {
 		return "", invalid("peer_addr %q: want a host and a port from 1 to 65535", addr)
 	}
 	return addr, nil
+}
+
+// peerRestores says which nodes of round's world were to restore its
+// memory step from a peer's memory, and from which nodes ("" when every
+// node held the step, or round is not the last closed one). Whether a
+// transfer succeeded is the node's agent's to log: one that failed loads
+// the step from storage.
+func (c *core) peerRestores(round int) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	a := c.st.Memory.Agreement()
+	if !a.OK || a.Round != round || len(a.Fetching) == 0 {
+		return ""
+	}
+	from := make([]string, len(a.Holders))
+	for i, h := range a.Holders {
+		from[i] = h.NodeID
+	}
+	return fmt.Sprintf("step %d: %s from a peer's memory (%s), the other nodes from their own",
+		a.Step, strings.Join(a.Fetching, ", "), strings.Join(from, ", "))
 }

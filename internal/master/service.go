@@ -172,7 +172,7 @@ func (s *service) receiveHeartbeats(ctx context.Context, stream *sessionStream, 
 				"node", id, "events", len(msg.GetHeartbeat().GetEvents()), "limit", MaxNodeEvents, "dropped", dropped)
 		}
 		if done != nil {
-			logRestart(s.core.log, *done)
+			logRestart(s.core.log, *done, s.core.peerRestores(int(done.NewRound)))
 		}
 		if e, ok := s.core.progressReport(id, msg.GetHeartbeat().GetProgress(), now); ok {
 			_ = s.core.apply(ctx, e) // a device's hardware fault: the diagnosis acts
