@@ -47,3 +47,6 @@ func (f *faultyWriter) Write(b []byte) (int, error) {
 	f.written += int64(len(b))
 	return f.ResponseWriter.Write(b)
 }
+
+// Unwrap lets http.ResponseController reach the connection.
+func (f *faultyWriter) Unwrap() http.ResponseWriter { return f.ResponseWriter }

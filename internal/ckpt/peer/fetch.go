@@ -97,6 +97,7 @@ func fetch(ctx context.Context, req Request, sink Sink) (int64, error) {
 	client := req.Client
 	if client == nil {
 		client = &http.Client{Transport: &http.Transport{ResponseHeaderTimeout: idle, DisableCompression: true}}
+		defer client.CloseIdleConnections()
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)

@@ -118,7 +118,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// The last byte goes only once the slot is known not to have been
 	// reused meanwhile: a receiver never gets all of a changed snapshot.
 	body := data[:max(len(data)-1, 0)]
+	rc := http.NewResponseController(w)
 	for off := 0; off < len(body); off += writeChunk {
+		_ = rc.SetWriteDeadline(time.Now().Add(idleTimeout)) // a receiver that stops reading is dropped
 		if _, err := w.Write(body[off:min(off+writeChunk, len(body))]); err != nil {
 			h.logger().Debug("peer snapshot not sent", "step", step, "err", err)
 			return
