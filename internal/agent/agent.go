@@ -129,6 +129,9 @@ type agent struct {
 	// ckpt is the flash-checkpoint saver: the workers' arenas, the
 	// persistence of their snapshots and the job's checkpoint storage.
 	ckpt *ckptsaver.Saver
+	// peerPort is the port of the agent's peer server (peerrestore.go),
+	// and peerToken the job's token it fetches from peers with.
+	peerPort, peerToken string
 	// shards sends the workers' lease and complete calls to the master in
 	// batches.
 	shards *shardbatch.Batcher

@@ -111,6 +111,7 @@ func (a *agent) react(ctx context.Context, w *workers) (end bool, err error) {
 			a.ckpt.PersistOnFailure(ctx)
 		case actStart:
 			w.lastStarted = act.round
+			a.restoreFromPeers(ctx, v.GetAssignment())
 			w.g = startGroup(ctx, a.groupSpec(v))
 			asg := v.GetAssignment()
 			a.log.Info("starting workers", "round", act.round, "group_rank", asg.GetGroupRank(),

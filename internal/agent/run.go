@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -233,6 +234,9 @@ func (a *agent) openNode(token string, done *cleanups) error {
 	}
 	done.add(a.ckpt.Close)
 	a.saver.Store(a.ckpt)
+	if err := a.startPeerServer(token, done); err != nil {
+		return fmt.Errorf("serve this node's checkpoints to its peers: %w", err)
+	}
 	if ranks := a.ckpt.Adopted(); len(ranks) > 0 {
 		a.log.Info("adopted the checkpoint arenas of a killed agent of this job", "local_ranks", ranks)
 	}

@@ -45,6 +45,7 @@ func (a *agent) joinRequest(round int) *roverv1.JoinRequest {
 		Rendezvous:     configwire.ToProto(a.rendezvous()),
 		RunId:          a.cfg.RunID,
 		Snapshots:      a.ckpt.Inventory(),
+		PeerAddr:       a.peerAddr(),
 	}
 }
 

@@ -63,7 +63,7 @@ func TestLostNodeTakesTheBlame(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if _, _, err := c.join(ctx, req, nil, 0, now); err != nil {
+				if _, _, err := c.join(ctx, req, memoryReport{}, 0, now); err != nil {
 					t.Fatalf("join %s: %v", id, err)
 				}
 			}

@@ -168,7 +168,7 @@ func drive(t *testing.T, c *core, seed uint64, steps int) (leased int) {
 			t.Fatal(err)
 		}
 		held := []jobstate.MemorySnapshot{{LocalRank: 0, Step: int64(rng.IntN(5)), Rank: 0, WorldSize: 2, Mode: jobstate.ModeReplicated}}
-		_, _, _ = c.join(ctx, req, held, 0, now)
+		_, _, _ = c.join(ctx, req, memoryReport{snaps: held}, 0, now)
 	}
 	ds := shard.Dataset{Name: "d", Size: 1000, BatchSize: 10, ShardSize: 50, Epochs: 3, Shuffle: true, Seed: 3, Mode: shard.Leased, LeaseTimeout: time.Minute}
 	_, _ = c.shardCall(ctx, &jobstate.Event{Type: jobstate.EventRegisterDataset, Time: now, Shard: &jobstate.ShardEvent{Dataset: "d", Spec: &ds}})

@@ -238,7 +238,7 @@ func (c *core) configure(ctx context.Context, cfg jobconfig.Config, now time.Tim
 
 // join adds a node to the rendezvous. A repeated request for a round the node
 // already belongs to is answered without a transition.
-func (c *core) join(ctx context.Context, req rendezvous.JoinRequest, snaps []jobstate.MemorySnapshot, round int, now time.Time) (nodeRank, joinedRound int, err error) {
+func (c *core) join(ctx context.Context, req rendezvous.JoinRequest, mem memoryReport, round int, now time.Time) (nodeRank, joinedRound int, err error) {
 	c.mu.Lock()
 	if !c.st.Members.Configured() {
 		c.mu.Unlock()
@@ -251,7 +251,7 @@ func (c *core) join(ctx context.Context, req rendezvous.JoinRequest, snaps []job
 		}
 	}
 	c.mu.Unlock()
-	err = c.propose(ctx, &jobstate.Event{Type: jobstate.EventJoin, Time: now, Join: &req, Snapshots: snaps}, func(err error) {
+	err = c.propose(ctx, &jobstate.Event{Type: jobstate.EventJoin, Time: now, Join: &req, Snapshots: mem.snaps, PeerAddr: mem.peerAddr}, func(err error) {
 		if err == nil {
 			nodeRank, joinedRound, _ = c.st.Members.Rendezvous().Joined(req.NodeID)
 		}

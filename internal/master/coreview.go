@@ -41,6 +41,9 @@ func (c *core) view(id string) (*roverv1.NodeView, <-chan struct{}) {
 		}
 		if step, ok := c.st.Memory.Step(round); ok {
 			v.Assignment.MemoryStep = &step // a copy: views are marshalled after the lock is released
+			for _, p := range c.st.Memory.Agreement().Peers(id) {
+				v.Assignment.MemoryPeers = append(v.Assignment.MemoryPeers, &roverv1.MemoryPeer{NodeId: p.NodeID, Addr: p.Addr})
+			}
 		}
 	}
 	c.checkViewLocked(id, v)

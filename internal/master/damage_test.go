@@ -32,7 +32,7 @@ func damagedStateDir(t *testing.T) (dir, path string) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, _, err := c.join(context.Background(), req, nil, 0, now); err != nil {
+		if _, _, err := c.join(context.Background(), req, memoryReport{}, 0, now); err != nil {
 			t.Fatal(err)
 		}
 	}

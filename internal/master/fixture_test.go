@@ -302,7 +302,7 @@ func writeFixture(t *testing.T) {
 			{LocalRank: 0, Step: snapStep, Rank: 0, WorldSize: 4, Mode: jobstate.ModeReplicated},
 			{LocalRank: 1, Step: snapStep, Rank: 1, WorldSize: 4, Mode: jobstate.ModeReplicated},
 		}
-		_, _, err = c.join(ctx, req, held, round, step(100*time.Millisecond))
+		_, _, err = c.join(ctx, req, memoryReport{snaps: held}, round, step(100*time.Millisecond))
 		must("join "+id, err)
 	}
 	for _, id := range fixtureNodes {

@@ -271,8 +271,9 @@ func (c *core) journalGoodput(ctx context.Context, now time.Time) error {
 	return c.apply(ctx, &jobstate.Event{Type: jobstate.EventGoodput, Time: now})
 }
 
-// logRestart logs a completed restart's phases on one line.
-func logRestart(log *slog.Logger, r goodput.Restart) {
+// logRestart logs a completed restart's phases on one line; peers, when
+// not empty, says which nodes were to restore from a peer's memory.
+func logRestart(log *slog.Logger, r goodput.Restart, peers string) {
 	s := func(d time.Duration) string { return fmt.Sprintf("%.2f", d.Seconds()) }
 	var b strings.Builder
 	fmt.Fprintf(&b, "restart round %d->%d (%s): downtime %ss = detect %s stop %s rendezvous %s spawn %s init %s restore %s first_step %s",
@@ -283,6 +284,9 @@ func logRestart(log *slog.Logger, r goodput.Restart) {
 		b.WriteString("; resumed step unknown")
 	}
 	fmt.Fprintf(&b, ", lost %d steps", r.LostSteps)
+	if peers != "" {
+		b.WriteString("; " + peers)
+	}
 	log.Info(b.String(), "round", r.NewRound, "downtime_seconds", r.Downtime().Seconds())
 }
 

@@ -52,7 +52,7 @@ func goodputAcrossMasterRestart(t *testing.T, killAt float64) {
 			t.Fatal(err)
 		}
 		if _, done := c.goodputHeartbeat(node, hb, at); done != nil {
-			logRestart(c.log, *done)
+			logRestart(c.log, *done, c.peerRestores(int(done.NewRound)))
 			restarts++
 		}
 	}
@@ -173,7 +173,7 @@ func TestClockOffsetsOfLostNodesArePruned(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, _, err := c.join(ctx, req, nil, 0, at); err != nil {
+		if _, _, err := c.join(ctx, req, memoryReport{}, 0, at); err != nil {
 			t.Fatalf("node %d: %v (%v)", i, err, c.job())
 		}
 		c.goodputHeartbeat(id, &roverv1.Heartbeat{SentUnixNanos: at.UnixNano()}, at)

@@ -1,10 +1,14 @@
 package master
 
 import (
+	"context"
 	"strings"
 	"testing"
+	"time"
 
 	roverv1 "github.com/roverml/rover/api/rover/v1"
+	"github.com/roverml/rover/internal/master/jobstate"
+	"github.com/roverml/rover/internal/store"
 )
 
 func TestValidateSnapshots(t *testing.T) {
@@ -40,4 +44,89 @@ func TestValidateSnapshots(t *testing.T) {
 	if _, err := validateSnapshots(many); err == nil {
 		t.Error("an oversized snapshot list was accepted")
 	}
+}
+
+func TestValidatePeerAddr(t *testing.T) {
+	for _, tc := range []struct {
+		addr, want string // want: in the error; "" for valid
+	}{
+		{"", ""},
+		{"10.0.0.7:40123", ""},
+		{"node-1.example:9", ""},
+		{"[::1]:80", ""},
+		{"10.0.0.7", "want host:port"},
+		{":80", "want a host"},
+		{"h:0", "a port from 1"},
+		{"h:70000", "a port from 1"},
+		{"h:http", "a port from 1"},
+		{strings.Repeat("h", 400) + ":1", "at most 300"},
+	} {
+		_, err := validatePeerAddr(&roverv1.JoinRequest{PeerAddr: tc.addr})
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%q: %v", tc.addr, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%q: error %v, want one naming %q", tc.addr, err, tc.want)
+		}
+	}
+}
+
+// TestPeerRestoreAssignment: a node that joins holding nothing next to one
+// that holds step 7 and serves peers is assigned step 7 and told to fetch
+// it from that node; the survivor is not; a restarted master (from its
+// journal, and from a snapshot of its state) assigns the same.
+func TestPeerRestoreAssignment(t *testing.T) {
+	st := store.NewMemory()
+	ctx := context.Background()
+	now := time.Unix(1000, 0)
+	c1 := configuredCore(t, st, now)
+	held := []jobstate.MemorySnapshot{{LocalRank: 0, Step: 7, Rank: 0, WorldSize: 4, Mode: jobstate.ModeReplicated}}
+	for _, j := range []struct {
+		id  string
+		mem memoryReport
+	}{{"a", memoryReport{snaps: held, peerAddr: "10.0.0.1:4000"}}, {"b", memoryReport{peerAddr: "10.0.0.2:4000"}}} {
+		req, _, err := validateJoin(joinReq(j.id, rdzvConfig(2, 2)).Msg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := c1.join(ctx, req, j.mem, 0, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check := func(c *core, how string) {
+		t.Helper()
+		a, _ := c.view("a")
+		b, _ := c.view("b")
+		if a.GetAssignment().GetMemoryStep() != 7 || len(a.GetAssignment().GetMemoryPeers()) != 0 {
+			t.Errorf("%s: the survivor's assignment %v, want step 7 and no peers", how, a.GetAssignment())
+		}
+		peers := b.GetAssignment().GetMemoryPeers()
+		if b.GetAssignment().MemoryStep == nil || b.GetAssignment().GetMemoryStep() != 7 || len(peers) != 1 ||
+			peers[0].GetNodeId() != "a" || peers[0].GetAddr() != "10.0.0.1:4000" {
+			t.Errorf("%s: the newcomer's assignment %v, want step 7 from a at 10.0.0.1:4000", how, b.GetAssignment())
+		}
+		if got := c.peerRestores(int(b.GetAssignment().GetRound())); !strings.Contains(got, "b from a peer's memory (a)") {
+			t.Errorf("%s: peerRestores = %q", how, got)
+		}
+	}
+	check(c1, "live")
+	c2 := newCore("job", st)
+	if _, err := c2.restore(ctx, now.Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	check(c2, "restored from the journal")
+	c1.mu.Lock()
+	snap, err := c1.marshalStateLocked()
+	c1.mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c3 := newCore("job", store.NewMemory())
+	c3.mu.Lock()
+	err = c3.restoreStateLocked(snap)
+	c3.mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	check(c3, "restored from a snapshot")
 }

@@ -38,7 +38,7 @@ func checkedCore(t *testing.T, st Store, now time.Time) *core {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, _, err := c.join(ctx, req, nil, 0, now); err != nil {
+		if _, _, err := c.join(ctx, req, memoryReport{}, 0, now); err != nil {
 			t.Fatalf("join %s: %v", id, err)
 		}
 	}
@@ -184,7 +184,7 @@ func TestNodeCheckOffLeavesViewsAlone(t *testing.T) {
 	c := configuredCore(t, store.NewMemory(), now)
 	for _, id := range []string{"a", "b"} {
 		req, _, _ := validateJoin(joinReq(id, rdzvConfig(2, 2)).Msg)
-		if _, _, err := c.join(context.Background(), req, nil, 0, now); err != nil {
+		if _, _, err := c.join(context.Background(), req, memoryReport{}, 0, now); err != nil {
 			t.Fatal(err)
 		}
 	}

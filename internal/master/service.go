@@ -51,6 +51,10 @@ func (s *service) join(ctx context.Context, r *roverv1.JoinRequest) (*roverv1.Jo
 	if err != nil {
 		return nil, rpcError(err)
 	}
+	peerAddr, err := validatePeerAddr(r)
+	if err != nil {
+		return nil, rpcError(err)
+	}
 	if id := r.GetRunId(); id != "" && id != "none" && s.core.runID != "none" && id != s.core.runID {
 		return nil, rpcError(invalid("this master runs job %q, not %q: check --rdzv-id and --rdzv-endpoint", s.core.runID, r.GetRunId()))
 	}
@@ -70,7 +74,7 @@ func (s *service) join(ctx context.Context, r *roverv1.JoinRequest) (*roverv1.Jo
 	// Before the first join returns no worker runs, so a fresh job's
 	// uncommitted steps can all go.
 	s.checkpoints.prepare(ctx, job.Checkpoint, s.core.fresh())
-	rank, round, err := s.core.join(ctx, jr, snaps, int(r.GetRound()), s.clock.Now())
+	rank, round, err := s.core.join(ctx, jr, memoryReport{snaps, peerAddr}, int(r.GetRound()), s.clock.Now())
 	if err != nil {
 		return nil, rpcError(err)
 	}
@@ -168,7 +172,7 @@ func (s *service) receiveHeartbeats(ctx context.Context, stream *sessionStream, 
 				"node", id, "events", len(msg.GetHeartbeat().GetEvents()), "limit", MaxNodeEvents, "dropped", dropped)
 		}
 		if done != nil {
-			logRestart(s.core.log, *done)
+			logRestart(s.core.log, *done, s.core.peerRestores(int(done.NewRound)))
 		}
 		if e, ok := s.core.progressReport(id, msg.GetHeartbeat().GetProgress(), now); ok {
 			_ = s.core.apply(ctx, e) // a device's hardware fault: the diagnosis acts

@@ -283,7 +283,7 @@ func joinNode(tb testing.TB, c *core, id string, nodes, round int, at time.Time)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	if _, _, err := c.join(context.Background(), req, nil, round, at); err != nil {
+	if _, _, err := c.join(context.Background(), req, memoryReport{}, round, at); err != nil {
 		tb.Fatal(err)
 	}
 }
@@ -302,7 +302,7 @@ func TestRestoreFromJournal(t *testing.T) {
 			{LocalRank: 0, Step: 7, Rank: 0, WorldSize: 4, Mode: jobstate.ModeReplicated},
 			{LocalRank: 1, Step: 7, Rank: 1, WorldSize: 4, Mode: jobstate.ModeReplicated},
 		}
-		if _, _, err := c1.join(ctx, req, held, 0, now); err != nil {
+		if _, _, err := c1.join(ctx, req, memoryReport{snaps: held}, 0, now); err != nil {
 			t.Fatal(err)
 		}
 	}

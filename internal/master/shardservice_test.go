@@ -79,7 +79,7 @@ func TestShardsRequeuedWhenNodeLost(t *testing.T) {
 	}
 	for _, id := range []string{"a", "b"} {
 		req, _, _ := validateJoin(joinReq(id, rdzvConfig(1, 2)).Msg)
-		if _, _, err := c.join(ctx, req, nil, 0, now); err != nil {
+		if _, _, err := c.join(ctx, req, memoryReport{}, 0, now); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -566,7 +566,11 @@ type JoinRequest struct {
 	// Flash-checkpoint snapshots the node holds in shared memory, taken while
 	// its workers are stopped. The master agrees on the step every rank of the
 	// next world can restore from memory (Assignment.memory_step).
-	Snapshots     []*MemorySnapshot `protobuf:"bytes,8,rep,name=snapshots,proto3" json:"snapshots,omitempty"`
+	Snapshots []*MemorySnapshot `protobuf:"bytes,8,rep,name=snapshots,proto3" json:"snapshots,omitempty"`
+	// host:port of the agent's peer endpoint (internal/ckpt/peer), from which
+	// the agents of a new node fetch the replicated snapshots this node
+	// holds; empty: it serves none.
+	PeerAddr      string `protobuf:"bytes,9,opt,name=peer_addr,json=peerAddr,proto3" json:"peer_addr,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -655,6 +659,13 @@ func (x *JoinRequest) GetSnapshots() []*MemorySnapshot {
 		return x.Snapshots
 	}
 	return nil
+}
+
+func (x *JoinRequest) GetPeerAddr() string {
+	if x != nil {
+		return x.PeerAddr
+	}
+	return ""
 }
 
 // MemorySnapshot is one committed flash-checkpoint snapshot in a node's
@@ -1168,7 +1179,11 @@ type Assignment struct {
 	// Newest flash-checkpoint step that every rank of this world can restore
 	// from its node's shared memory; unset when there is none (restore from
 	// storage).
-	MemoryStep    *int64 `protobuf:"varint,8,opt,name=memory_step,json=memoryStep,proto3,oneof" json:"memory_step,omitempty"`
+	MemoryStep *int64 `protobuf:"varint,8,opt,name=memory_step,json=memoryStep,proto3,oneof" json:"memory_step,omitempty"`
+	// Set when this node does not hold memory_step itself (a node that
+	// replaces a lost one, in replicated mode): the nodes of the world that
+	// do, whose agents serve it to this node's agent (peer restore).
+	MemoryPeers   []*MemoryPeer `protobuf:"bytes,9,rep,name=memory_peers,json=memoryPeers,proto3" json:"memory_peers,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1259,6 +1274,67 @@ func (x *Assignment) GetMemoryStep() int64 {
 	return 0
 }
 
+func (x *Assignment) GetMemoryPeers() []*MemoryPeer {
+	if x != nil {
+		return x.MemoryPeers
+	}
+	return nil
+}
+
+// MemoryPeer is a node whose agent serves a replicated snapshot.
+type MemoryPeer struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// host:port of its peer endpoint (JoinRequest.peer_addr).
+	Addr          string `protobuf:"bytes,2,opt,name=addr,proto3" json:"addr,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MemoryPeer) Reset() {
+	*x = MemoryPeer{}
+	mi := &file_api_rover_v1_master_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MemoryPeer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MemoryPeer) ProtoMessage() {}
+
+func (x *MemoryPeer) ProtoReflect() protoreflect.Message {
+	mi := &file_api_rover_v1_master_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MemoryPeer.ProtoReflect.Descriptor instead.
+func (*MemoryPeer) Descriptor() ([]byte, []int) {
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *MemoryPeer) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *MemoryPeer) GetAddr() string {
+	if x != nil {
+		return x.Addr
+	}
+	return ""
+}
+
 // WorkerFailure describes one failed worker process.
 type WorkerFailure struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
@@ -1289,7 +1365,7 @@ type WorkerFailure struct {
 
 func (x *WorkerFailure) Reset() {
 	*x = WorkerFailure{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[14]
+	mi := &file_api_rover_v1_master_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1301,7 +1377,7 @@ func (x *WorkerFailure) String() string {
 func (*WorkerFailure) ProtoMessage() {}
 
 func (x *WorkerFailure) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[14]
+	mi := &file_api_rover_v1_master_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1314,7 +1390,7 @@ func (x *WorkerFailure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerFailure.ProtoReflect.Descriptor instead.
 func (*WorkerFailure) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{14}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *WorkerFailure) GetNodeId() string {
@@ -1447,7 +1523,7 @@ type ReportFailureRequest struct {
 
 func (x *ReportFailureRequest) Reset() {
 	*x = ReportFailureRequest{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[15]
+	mi := &file_api_rover_v1_master_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1459,7 +1535,7 @@ func (x *ReportFailureRequest) String() string {
 func (*ReportFailureRequest) ProtoMessage() {}
 
 func (x *ReportFailureRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[15]
+	mi := &file_api_rover_v1_master_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1472,7 +1548,7 @@ func (x *ReportFailureRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportFailureRequest.ProtoReflect.Descriptor instead.
 func (*ReportFailureRequest) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{15}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ReportFailureRequest) GetNodeId() string {
@@ -1504,7 +1580,7 @@ type ReportFailureResponse struct {
 
 func (x *ReportFailureResponse) Reset() {
 	*x = ReportFailureResponse{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[16]
+	mi := &file_api_rover_v1_master_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1516,7 +1592,7 @@ func (x *ReportFailureResponse) String() string {
 func (*ReportFailureResponse) ProtoMessage() {}
 
 func (x *ReportFailureResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[16]
+	mi := &file_api_rover_v1_master_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1529,7 +1605,7 @@ func (x *ReportFailureResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportFailureResponse.ProtoReflect.Descriptor instead.
 func (*ReportFailureResponse) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{16}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{17}
 }
 
 type ReportSuccessRequest struct {
@@ -1542,7 +1618,7 @@ type ReportSuccessRequest struct {
 
 func (x *ReportSuccessRequest) Reset() {
 	*x = ReportSuccessRequest{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[17]
+	mi := &file_api_rover_v1_master_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1554,7 +1630,7 @@ func (x *ReportSuccessRequest) String() string {
 func (*ReportSuccessRequest) ProtoMessage() {}
 
 func (x *ReportSuccessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[17]
+	mi := &file_api_rover_v1_master_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1567,7 +1643,7 @@ func (x *ReportSuccessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportSuccessRequest.ProtoReflect.Descriptor instead.
 func (*ReportSuccessRequest) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{17}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ReportSuccessRequest) GetNodeId() string {
@@ -1592,7 +1668,7 @@ type ReportSuccessResponse struct {
 
 func (x *ReportSuccessResponse) Reset() {
 	*x = ReportSuccessResponse{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[18]
+	mi := &file_api_rover_v1_master_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1604,7 +1680,7 @@ func (x *ReportSuccessResponse) String() string {
 func (*ReportSuccessResponse) ProtoMessage() {}
 
 func (x *ReportSuccessResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[18]
+	mi := &file_api_rover_v1_master_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1617,7 +1693,7 @@ func (x *ReportSuccessResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportSuccessResponse.ProtoReflect.Descriptor instead.
 func (*ReportSuccessResponse) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{18}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{19}
 }
 
 type LeaveRequest struct {
@@ -1630,7 +1706,7 @@ type LeaveRequest struct {
 
 func (x *LeaveRequest) Reset() {
 	*x = LeaveRequest{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[19]
+	mi := &file_api_rover_v1_master_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1642,7 +1718,7 @@ func (x *LeaveRequest) String() string {
 func (*LeaveRequest) ProtoMessage() {}
 
 func (x *LeaveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[19]
+	mi := &file_api_rover_v1_master_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1655,7 +1731,7 @@ func (x *LeaveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveRequest.ProtoReflect.Descriptor instead.
 func (*LeaveRequest) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{19}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *LeaveRequest) GetNodeId() string {
@@ -1680,7 +1756,7 @@ type LeaveResponse struct {
 
 func (x *LeaveResponse) Reset() {
 	*x = LeaveResponse{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[20]
+	mi := &file_api_rover_v1_master_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1692,7 +1768,7 @@ func (x *LeaveResponse) String() string {
 func (*LeaveResponse) ProtoMessage() {}
 
 func (x *LeaveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[20]
+	mi := &file_api_rover_v1_master_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1705,7 +1781,7 @@ func (x *LeaveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveResponse.ProtoReflect.Descriptor instead.
 func (*LeaveResponse) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{20}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{21}
 }
 
 type SetKeyRequest struct {
@@ -1718,7 +1794,7 @@ type SetKeyRequest struct {
 
 func (x *SetKeyRequest) Reset() {
 	*x = SetKeyRequest{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[21]
+	mi := &file_api_rover_v1_master_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1730,7 +1806,7 @@ func (x *SetKeyRequest) String() string {
 func (*SetKeyRequest) ProtoMessage() {}
 
 func (x *SetKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[21]
+	mi := &file_api_rover_v1_master_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1743,7 +1819,7 @@ func (x *SetKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetKeyRequest.ProtoReflect.Descriptor instead.
 func (*SetKeyRequest) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{21}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *SetKeyRequest) GetKey() string {
@@ -1768,7 +1844,7 @@ type SetKeyResponse struct {
 
 func (x *SetKeyResponse) Reset() {
 	*x = SetKeyResponse{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[22]
+	mi := &file_api_rover_v1_master_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1780,7 +1856,7 @@ func (x *SetKeyResponse) String() string {
 func (*SetKeyResponse) ProtoMessage() {}
 
 func (x *SetKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[22]
+	mi := &file_api_rover_v1_master_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1793,7 +1869,7 @@ func (x *SetKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetKeyResponse.ProtoReflect.Descriptor instead.
 func (*SetKeyResponse) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{22}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{23}
 }
 
 type GetKeyRequest struct {
@@ -1806,7 +1882,7 @@ type GetKeyRequest struct {
 
 func (x *GetKeyRequest) Reset() {
 	*x = GetKeyRequest{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[23]
+	mi := &file_api_rover_v1_master_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1818,7 +1894,7 @@ func (x *GetKeyRequest) String() string {
 func (*GetKeyRequest) ProtoMessage() {}
 
 func (x *GetKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[23]
+	mi := &file_api_rover_v1_master_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1831,7 +1907,7 @@ func (x *GetKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetKeyRequest.ProtoReflect.Descriptor instead.
 func (*GetKeyRequest) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{23}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *GetKeyRequest) GetKey() string {
@@ -1858,7 +1934,7 @@ type GetKeyResponse struct {
 
 func (x *GetKeyResponse) Reset() {
 	*x = GetKeyResponse{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[24]
+	mi := &file_api_rover_v1_master_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1870,7 +1946,7 @@ func (x *GetKeyResponse) String() string {
 func (*GetKeyResponse) ProtoMessage() {}
 
 func (x *GetKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[24]
+	mi := &file_api_rover_v1_master_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1883,7 +1959,7 @@ func (x *GetKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetKeyResponse.ProtoReflect.Descriptor instead.
 func (*GetKeyResponse) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{24}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *GetKeyResponse) GetFound() bool {
@@ -1908,7 +1984,7 @@ type GetJobRequest struct {
 
 func (x *GetJobRequest) Reset() {
 	*x = GetJobRequest{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[25]
+	mi := &file_api_rover_v1_master_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1920,7 +1996,7 @@ func (x *GetJobRequest) String() string {
 func (*GetJobRequest) ProtoMessage() {}
 
 func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[25]
+	mi := &file_api_rover_v1_master_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1933,7 +2009,7 @@ func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobRequest.ProtoReflect.Descriptor instead.
 func (*GetJobRequest) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{25}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{26}
 }
 
 // NodeStatus is one row of the job's node table.
@@ -1956,7 +2032,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[26]
+	mi := &file_api_rover_v1_master_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1968,7 +2044,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[26]
+	mi := &file_api_rover_v1_master_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1981,7 +2057,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{26}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *NodeStatus) GetNodeId() string {
@@ -2070,7 +2146,7 @@ type ManagedNode struct {
 
 func (x *ManagedNode) Reset() {
 	*x = ManagedNode{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[27]
+	mi := &file_api_rover_v1_master_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2082,7 +2158,7 @@ func (x *ManagedNode) String() string {
 func (*ManagedNode) ProtoMessage() {}
 
 func (x *ManagedNode) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[27]
+	mi := &file_api_rover_v1_master_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2095,7 +2171,7 @@ func (x *ManagedNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ManagedNode.ProtoReflect.Descriptor instead.
 func (*ManagedNode) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{27}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ManagedNode) GetGroup() string {
@@ -2207,7 +2283,7 @@ type RankRightSize struct {
 
 func (x *RankRightSize) Reset() {
 	*x = RankRightSize{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[28]
+	mi := &file_api_rover_v1_master_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2219,7 +2295,7 @@ func (x *RankRightSize) String() string {
 func (*RankRightSize) ProtoMessage() {}
 
 func (x *RankRightSize) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[28]
+	mi := &file_api_rover_v1_master_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2232,7 +2308,7 @@ func (x *RankRightSize) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RankRightSize.ProtoReflect.Descriptor instead.
 func (*RankRightSize) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{28}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *RankRightSize) GetPeakBytes() int64 {
@@ -2324,7 +2400,7 @@ type GetJobResponse struct {
 
 func (x *GetJobResponse) Reset() {
 	*x = GetJobResponse{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[29]
+	mi := &file_api_rover_v1_master_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2336,7 +2412,7 @@ func (x *GetJobResponse) String() string {
 func (*GetJobResponse) ProtoMessage() {}
 
 func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[29]
+	mi := &file_api_rover_v1_master_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2349,7 +2425,7 @@ func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobResponse.ProtoReflect.Descriptor instead.
 func (*GetJobResponse) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{29}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *GetJobResponse) GetRunId() string {
@@ -2516,7 +2592,7 @@ type AutoScaleStatus struct {
 
 func (x *AutoScaleStatus) Reset() {
 	*x = AutoScaleStatus{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[30]
+	mi := &file_api_rover_v1_master_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2528,7 +2604,7 @@ func (x *AutoScaleStatus) String() string {
 func (*AutoScaleStatus) ProtoMessage() {}
 
 func (x *AutoScaleStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[30]
+	mi := &file_api_rover_v1_master_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2541,7 +2617,7 @@ func (x *AutoScaleStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AutoScaleStatus.ProtoReflect.Descriptor instead.
 func (*AutoScaleStatus) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{30}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *AutoScaleStatus) GetTargetNodes() int32 {
@@ -2614,7 +2690,7 @@ type AutoScaleDecision struct {
 
 func (x *AutoScaleDecision) Reset() {
 	*x = AutoScaleDecision{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[31]
+	mi := &file_api_rover_v1_master_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2626,7 +2702,7 @@ func (x *AutoScaleDecision) String() string {
 func (*AutoScaleDecision) ProtoMessage() {}
 
 func (x *AutoScaleDecision) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[31]
+	mi := &file_api_rover_v1_master_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2639,7 +2715,7 @@ func (x *AutoScaleDecision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AutoScaleDecision.ProtoReflect.Descriptor instead.
 func (*AutoScaleDecision) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{31}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *AutoScaleDecision) GetAction() string {
@@ -2714,7 +2790,7 @@ type SizeThroughput struct {
 
 func (x *SizeThroughput) Reset() {
 	*x = SizeThroughput{}
-	mi := &file_api_rover_v1_master_proto_msgTypes[32]
+	mi := &file_api_rover_v1_master_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2726,7 +2802,7 @@ func (x *SizeThroughput) String() string {
 func (*SizeThroughput) ProtoMessage() {}
 
 func (x *SizeThroughput) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_master_proto_msgTypes[32]
+	mi := &file_api_rover_v1_master_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2739,7 +2815,7 @@ func (x *SizeThroughput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SizeThroughput.ProtoReflect.Descriptor instead.
 func (*SizeThroughput) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{32}
+	return file_api_rover_v1_master_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *SizeThroughput) GetNodes() int32 {
@@ -2825,7 +2901,7 @@ const file_api_rover_v1_master_proto_rawDesc = "" +
 	"node_check\x18\n" +
 	" \x01(\v2\x19.rover.v1.NodeCheckConfigR\tnodeCheck\x12.\n" +
 	"\x13hang_timeout_millis\x18\v \x01(\x03R\x11hangTimeoutMillis\x12%\n" +
-	"\x0ehang_detection\x18\f \x01(\x05R\rhangDetection\"\xac\x02\n" +
+	"\x0ehang_detection\x18\f \x01(\x05R\rhangDetection\"\xc9\x02\n" +
 	"\vJoinRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12%\n" +
 	"\x0erequested_rank\x18\x02 \x01(\x05R\rrequestedRank\x12(\n" +
@@ -2836,7 +2912,8 @@ const file_api_rover_v1_master_proto_rawDesc = "" +
 	"rendezvous\x18\x06 \x01(\v2\x1a.rover.v1.RendezvousConfigR\n" +
 	"rendezvous\x12\x15\n" +
 	"\x06run_id\x18\a \x01(\tR\x05runId\x126\n" +
-	"\tsnapshots\x18\b \x03(\v2\x18.rover.v1.MemorySnapshotR\tsnapshots\"\x8a\x01\n" +
+	"\tsnapshots\x18\b \x03(\v2\x18.rover.v1.MemorySnapshotR\tsnapshots\x12\x1b\n" +
+	"\tpeer_addr\x18\t \x01(\tR\bpeerAddr\"\x8a\x01\n" +
 	"\x0eMemorySnapshot\x12\x1d\n" +
 	"\n" +
 	"local_rank\x18\x01 \x01(\x05R\tlocalRank\x12\x12\n" +
@@ -2880,7 +2957,7 @@ const file_api_rover_v1_master_proto_rawDesc = "" +
 	" \x01(\tR\x05runId\x126\n" +
 	"\n" +
 	"node_check\x18\v \x01(\v2\x17.rover.v1.NodeCheckViewR\tnodeCheck\x12(\n" +
-	"\x04hang\x18\f \x01(\v2\x14.rover.v1.HangNoticeR\x04hang\"\xa8\x02\n" +
+	"\x04hang\x18\f \x01(\v2\x14.rover.v1.HangNoticeR\x04hang\"\xe1\x02\n" +
 	"\n" +
 	"Assignment\x12\x14\n" +
 	"\x05round\x18\x01 \x01(\x03R\x05round\x12\x1b\n" +
@@ -2894,8 +2971,13 @@ const file_api_rover_v1_master_proto_rawDesc = "" +
 	"\n" +
 	"world_size\x18\a \x01(\x05R\tworldSize\x12$\n" +
 	"\vmemory_step\x18\b \x01(\x03H\x00R\n" +
-	"memoryStep\x88\x01\x01B\x0e\n" +
-	"\f_memory_step\"\xcf\x03\n" +
+	"memoryStep\x88\x01\x01\x127\n" +
+	"\fmemory_peers\x18\t \x03(\v2\x14.rover.v1.MemoryPeerR\vmemoryPeersB\x0e\n" +
+	"\f_memory_step\"9\n" +
+	"\n" +
+	"MemoryPeer\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x12\n" +
+	"\x04addr\x18\x02 \x01(\tR\x04addr\"\xcf\x03\n" +
 	"\rWorkerFailure\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1b\n" +
 	"\tnode_rank\x18\x02 \x01(\x05R\bnodeRank\x12\x12\n" +
@@ -3083,7 +3165,7 @@ func file_api_rover_v1_master_proto_rawDescGZIP() []byte {
 }
 
 var file_api_rover_v1_master_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_api_rover_v1_master_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
+var file_api_rover_v1_master_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
 var file_api_rover_v1_master_proto_goTypes = []any{
 	(JobState)(0),                     // 0: rover.v1.JobState
 	(*CheckpointDurableRequest)(nil),  // 1: rover.v1.CheckpointDurableRequest
@@ -3100,141 +3182,143 @@ var file_api_rover_v1_master_proto_goTypes = []any{
 	(*SessionResponse)(nil),           // 12: rover.v1.SessionResponse
 	(*NodeView)(nil),                  // 13: rover.v1.NodeView
 	(*Assignment)(nil),                // 14: rover.v1.Assignment
-	(*WorkerFailure)(nil),             // 15: rover.v1.WorkerFailure
-	(*ReportFailureRequest)(nil),      // 16: rover.v1.ReportFailureRequest
-	(*ReportFailureResponse)(nil),     // 17: rover.v1.ReportFailureResponse
-	(*ReportSuccessRequest)(nil),      // 18: rover.v1.ReportSuccessRequest
-	(*ReportSuccessResponse)(nil),     // 19: rover.v1.ReportSuccessResponse
-	(*LeaveRequest)(nil),              // 20: rover.v1.LeaveRequest
-	(*LeaveResponse)(nil),             // 21: rover.v1.LeaveResponse
-	(*SetKeyRequest)(nil),             // 22: rover.v1.SetKeyRequest
-	(*SetKeyResponse)(nil),            // 23: rover.v1.SetKeyResponse
-	(*GetKeyRequest)(nil),             // 24: rover.v1.GetKeyRequest
-	(*GetKeyResponse)(nil),            // 25: rover.v1.GetKeyResponse
-	(*GetJobRequest)(nil),             // 26: rover.v1.GetJobRequest
-	(*NodeStatus)(nil),                // 27: rover.v1.NodeStatus
-	(*ManagedNode)(nil),               // 28: rover.v1.ManagedNode
-	(*RankRightSize)(nil),             // 29: rover.v1.RankRightSize
-	(*GetJobResponse)(nil),            // 30: rover.v1.GetJobResponse
-	(*AutoScaleStatus)(nil),           // 31: rover.v1.AutoScaleStatus
-	(*AutoScaleDecision)(nil),         // 32: rover.v1.AutoScaleDecision
-	(*SizeThroughput)(nil),            // 33: rover.v1.SizeThroughput
-	nil,                               // 34: rover.v1.GetJobResponse.RelaunchCausesEntry
-	(*NodeCheckConfig)(nil),           // 35: rover.v1.NodeCheckConfig
-	(*NodeProgress)(nil),              // 36: rover.v1.NodeProgress
-	(*NodeEvent)(nil),                 // 37: rover.v1.NodeEvent
-	(*NodeCheckView)(nil),             // 38: rover.v1.NodeCheckView
-	(*HangNotice)(nil),                // 39: rover.v1.HangNotice
-	(*NodeCheckStatus)(nil),           // 40: rover.v1.NodeCheckStatus
-	(*JobProgress)(nil),               // 41: rover.v1.JobProgress
-	(*JobGoodput)(nil),                // 42: rover.v1.JobGoodput
-	(*RegisterDatasetRequest)(nil),    // 43: rover.v1.RegisterDatasetRequest
-	(*LeaseShardsRequest)(nil),        // 44: rover.v1.LeaseShardsRequest
-	(*CompleteShardsRequest)(nil),     // 45: rover.v1.CompleteShardsRequest
-	(*GetPositionRequest)(nil),        // 46: rover.v1.GetPositionRequest
-	(*AdvancePositionRequest)(nil),    // 47: rover.v1.AdvancePositionRequest
-	(*AppendStreamRequest)(nil),       // 48: rover.v1.AppendStreamRequest
-	(*DatasetStateRequest)(nil),       // 49: rover.v1.DatasetStateRequest
-	(*RestoreDatasetRequest)(nil),     // 50: rover.v1.RestoreDatasetRequest
-	(*BatchShardsRequest)(nil),        // 51: rover.v1.BatchShardsRequest
-	(*ReportNodeCheckRequest)(nil),    // 52: rover.v1.ReportNodeCheckRequest
-	(*ListEventsRequest)(nil),         // 53: rover.v1.ListEventsRequest
-	(*WatchEventsRequest)(nil),        // 54: rover.v1.WatchEventsRequest
-	(*RegisterDatasetResponse)(nil),   // 55: rover.v1.RegisterDatasetResponse
-	(*LeaseShardsResponse)(nil),       // 56: rover.v1.LeaseShardsResponse
-	(*CompleteShardsResponse)(nil),    // 57: rover.v1.CompleteShardsResponse
-	(*GetPositionResponse)(nil),       // 58: rover.v1.GetPositionResponse
-	(*AdvancePositionResponse)(nil),   // 59: rover.v1.AdvancePositionResponse
-	(*AppendStreamResponse)(nil),      // 60: rover.v1.AppendStreamResponse
-	(*DatasetStateResponse)(nil),      // 61: rover.v1.DatasetStateResponse
-	(*RestoreDatasetResponse)(nil),    // 62: rover.v1.RestoreDatasetResponse
-	(*BatchShardsResponse)(nil),       // 63: rover.v1.BatchShardsResponse
-	(*ReportNodeCheckResponse)(nil),   // 64: rover.v1.ReportNodeCheckResponse
-	(*ListEventsResponse)(nil),        // 65: rover.v1.ListEventsResponse
-	(*WatchEventsResponse)(nil),       // 66: rover.v1.WatchEventsResponse
+	(*MemoryPeer)(nil),                // 15: rover.v1.MemoryPeer
+	(*WorkerFailure)(nil),             // 16: rover.v1.WorkerFailure
+	(*ReportFailureRequest)(nil),      // 17: rover.v1.ReportFailureRequest
+	(*ReportFailureResponse)(nil),     // 18: rover.v1.ReportFailureResponse
+	(*ReportSuccessRequest)(nil),      // 19: rover.v1.ReportSuccessRequest
+	(*ReportSuccessResponse)(nil),     // 20: rover.v1.ReportSuccessResponse
+	(*LeaveRequest)(nil),              // 21: rover.v1.LeaveRequest
+	(*LeaveResponse)(nil),             // 22: rover.v1.LeaveResponse
+	(*SetKeyRequest)(nil),             // 23: rover.v1.SetKeyRequest
+	(*SetKeyResponse)(nil),            // 24: rover.v1.SetKeyResponse
+	(*GetKeyRequest)(nil),             // 25: rover.v1.GetKeyRequest
+	(*GetKeyResponse)(nil),            // 26: rover.v1.GetKeyResponse
+	(*GetJobRequest)(nil),             // 27: rover.v1.GetJobRequest
+	(*NodeStatus)(nil),                // 28: rover.v1.NodeStatus
+	(*ManagedNode)(nil),               // 29: rover.v1.ManagedNode
+	(*RankRightSize)(nil),             // 30: rover.v1.RankRightSize
+	(*GetJobResponse)(nil),            // 31: rover.v1.GetJobResponse
+	(*AutoScaleStatus)(nil),           // 32: rover.v1.AutoScaleStatus
+	(*AutoScaleDecision)(nil),         // 33: rover.v1.AutoScaleDecision
+	(*SizeThroughput)(nil),            // 34: rover.v1.SizeThroughput
+	nil,                               // 35: rover.v1.GetJobResponse.RelaunchCausesEntry
+	(*NodeCheckConfig)(nil),           // 36: rover.v1.NodeCheckConfig
+	(*NodeProgress)(nil),              // 37: rover.v1.NodeProgress
+	(*NodeEvent)(nil),                 // 38: rover.v1.NodeEvent
+	(*NodeCheckView)(nil),             // 39: rover.v1.NodeCheckView
+	(*HangNotice)(nil),                // 40: rover.v1.HangNotice
+	(*NodeCheckStatus)(nil),           // 41: rover.v1.NodeCheckStatus
+	(*JobProgress)(nil),               // 42: rover.v1.JobProgress
+	(*JobGoodput)(nil),                // 43: rover.v1.JobGoodput
+	(*RegisterDatasetRequest)(nil),    // 44: rover.v1.RegisterDatasetRequest
+	(*LeaseShardsRequest)(nil),        // 45: rover.v1.LeaseShardsRequest
+	(*CompleteShardsRequest)(nil),     // 46: rover.v1.CompleteShardsRequest
+	(*GetPositionRequest)(nil),        // 47: rover.v1.GetPositionRequest
+	(*AdvancePositionRequest)(nil),    // 48: rover.v1.AdvancePositionRequest
+	(*AppendStreamRequest)(nil),       // 49: rover.v1.AppendStreamRequest
+	(*DatasetStateRequest)(nil),       // 50: rover.v1.DatasetStateRequest
+	(*RestoreDatasetRequest)(nil),     // 51: rover.v1.RestoreDatasetRequest
+	(*BatchShardsRequest)(nil),        // 52: rover.v1.BatchShardsRequest
+	(*ReportNodeCheckRequest)(nil),    // 53: rover.v1.ReportNodeCheckRequest
+	(*ListEventsRequest)(nil),         // 54: rover.v1.ListEventsRequest
+	(*WatchEventsRequest)(nil),        // 55: rover.v1.WatchEventsRequest
+	(*RegisterDatasetResponse)(nil),   // 56: rover.v1.RegisterDatasetResponse
+	(*LeaseShardsResponse)(nil),       // 57: rover.v1.LeaseShardsResponse
+	(*CompleteShardsResponse)(nil),    // 58: rover.v1.CompleteShardsResponse
+	(*GetPositionResponse)(nil),       // 59: rover.v1.GetPositionResponse
+	(*AdvancePositionResponse)(nil),   // 60: rover.v1.AdvancePositionResponse
+	(*AppendStreamResponse)(nil),      // 61: rover.v1.AppendStreamResponse
+	(*DatasetStateResponse)(nil),      // 62: rover.v1.DatasetStateResponse
+	(*RestoreDatasetResponse)(nil),    // 63: rover.v1.RestoreDatasetResponse
+	(*BatchShardsResponse)(nil),       // 64: rover.v1.BatchShardsResponse
+	(*ReportNodeCheckResponse)(nil),   // 65: rover.v1.ReportNodeCheckResponse
+	(*ListEventsResponse)(nil),        // 66: rover.v1.ListEventsResponse
+	(*WatchEventsResponse)(nil),       // 67: rover.v1.WatchEventsResponse
 }
 var file_api_rover_v1_master_proto_depIdxs = []int32{
 	3,  // 0: rover.v1.DeclareCheckpointResponse.checkpoint:type_name -> rover.v1.CheckpointStorage
 	3,  // 1: rover.v1.RendezvousConfig.checkpoint:type_name -> rover.v1.CheckpointStorage
-	35, // 2: rover.v1.RendezvousConfig.node_check:type_name -> rover.v1.NodeCheckConfig
+	36, // 2: rover.v1.RendezvousConfig.node_check:type_name -> rover.v1.NodeCheckConfig
 	6,  // 3: rover.v1.JoinRequest.rendezvous:type_name -> rover.v1.RendezvousConfig
 	8,  // 4: rover.v1.JoinRequest.snapshots:type_name -> rover.v1.MemorySnapshot
 	3,  // 5: rover.v1.JoinResponse.checkpoint:type_name -> rover.v1.CheckpointStorage
 	7,  // 6: rover.v1.SessionRequest.join:type_name -> rover.v1.JoinRequest
 	11, // 7: rover.v1.SessionRequest.heartbeat:type_name -> rover.v1.Heartbeat
-	36, // 8: rover.v1.Heartbeat.progress:type_name -> rover.v1.NodeProgress
-	37, // 9: rover.v1.Heartbeat.events:type_name -> rover.v1.NodeEvent
+	37, // 8: rover.v1.Heartbeat.progress:type_name -> rover.v1.NodeProgress
+	38, // 9: rover.v1.Heartbeat.events:type_name -> rover.v1.NodeEvent
 	9,  // 10: rover.v1.SessionResponse.joined:type_name -> rover.v1.JoinResponse
 	13, // 11: rover.v1.SessionResponse.view:type_name -> rover.v1.NodeView
 	0,  // 12: rover.v1.NodeView.job_state:type_name -> rover.v1.JobState
 	14, // 13: rover.v1.NodeView.assignment:type_name -> rover.v1.Assignment
-	15, // 14: rover.v1.NodeView.failures:type_name -> rover.v1.WorkerFailure
-	38, // 15: rover.v1.NodeView.node_check:type_name -> rover.v1.NodeCheckView
-	39, // 16: rover.v1.NodeView.hang:type_name -> rover.v1.HangNotice
-	15, // 17: rover.v1.ReportFailureRequest.failures:type_name -> rover.v1.WorkerFailure
-	29, // 18: rover.v1.ManagedNode.right_size:type_name -> rover.v1.RankRightSize
-	0,  // 19: rover.v1.GetJobResponse.job_state:type_name -> rover.v1.JobState
-	27, // 20: rover.v1.GetJobResponse.nodes:type_name -> rover.v1.NodeStatus
-	15, // 21: rover.v1.GetJobResponse.failures:type_name -> rover.v1.WorkerFailure
-	6,  // 22: rover.v1.GetJobResponse.rendezvous:type_name -> rover.v1.RendezvousConfig
-	28, // 23: rover.v1.GetJobResponse.managed_nodes:type_name -> rover.v1.ManagedNode
-	40, // 24: rover.v1.GetJobResponse.node_check:type_name -> rover.v1.NodeCheckStatus
-	41, // 25: rover.v1.GetJobResponse.progress:type_name -> rover.v1.JobProgress
-	42, // 26: rover.v1.GetJobResponse.goodput:type_name -> rover.v1.JobGoodput
-	34, // 27: rover.v1.GetJobResponse.relaunch_causes:type_name -> rover.v1.GetJobResponse.RelaunchCausesEntry
-	31, // 28: rover.v1.GetJobResponse.auto_scale:type_name -> rover.v1.AutoScaleStatus
-	32, // 29: rover.v1.AutoScaleStatus.last_change:type_name -> rover.v1.AutoScaleDecision
-	32, // 30: rover.v1.AutoScaleStatus.latest:type_name -> rover.v1.AutoScaleDecision
-	33, // 31: rover.v1.AutoScaleStatus.sizes:type_name -> rover.v1.SizeThroughput
-	10, // 32: rover.v1.MasterService.Session:input_type -> rover.v1.SessionRequest
-	7,  // 33: rover.v1.MasterService.Join:input_type -> rover.v1.JoinRequest
-	16, // 34: rover.v1.MasterService.ReportFailure:input_type -> rover.v1.ReportFailureRequest
-	18, // 35: rover.v1.MasterService.ReportSuccess:input_type -> rover.v1.ReportSuccessRequest
-	20, // 36: rover.v1.MasterService.Leave:input_type -> rover.v1.LeaveRequest
-	22, // 37: rover.v1.MasterService.SetKey:input_type -> rover.v1.SetKeyRequest
-	24, // 38: rover.v1.MasterService.GetKey:input_type -> rover.v1.GetKeyRequest
-	26, // 39: rover.v1.MasterService.GetJob:input_type -> rover.v1.GetJobRequest
-	43, // 40: rover.v1.MasterService.RegisterDataset:input_type -> rover.v1.RegisterDatasetRequest
-	44, // 41: rover.v1.MasterService.LeaseShards:input_type -> rover.v1.LeaseShardsRequest
-	45, // 42: rover.v1.MasterService.CompleteShards:input_type -> rover.v1.CompleteShardsRequest
-	46, // 43: rover.v1.MasterService.GetPosition:input_type -> rover.v1.GetPositionRequest
-	47, // 44: rover.v1.MasterService.AdvancePosition:input_type -> rover.v1.AdvancePositionRequest
-	48, // 45: rover.v1.MasterService.AppendStream:input_type -> rover.v1.AppendStreamRequest
-	49, // 46: rover.v1.MasterService.GetDatasetState:input_type -> rover.v1.DatasetStateRequest
-	50, // 47: rover.v1.MasterService.RestoreDataset:input_type -> rover.v1.RestoreDatasetRequest
-	51, // 48: rover.v1.MasterService.BatchShards:input_type -> rover.v1.BatchShardsRequest
-	1,  // 49: rover.v1.MasterService.CheckpointDurable:input_type -> rover.v1.CheckpointDurableRequest
-	52, // 50: rover.v1.MasterService.ReportNodeCheck:input_type -> rover.v1.ReportNodeCheckRequest
-	4,  // 51: rover.v1.MasterService.DeclareCheckpoint:input_type -> rover.v1.DeclareCheckpointRequest
-	53, // 52: rover.v1.MasterService.ListEvents:input_type -> rover.v1.ListEventsRequest
-	54, // 53: rover.v1.MasterService.WatchEvents:input_type -> rover.v1.WatchEventsRequest
-	12, // 54: rover.v1.MasterService.Session:output_type -> rover.v1.SessionResponse
-	9,  // 55: rover.v1.MasterService.Join:output_type -> rover.v1.JoinResponse
-	17, // 56: rover.v1.MasterService.ReportFailure:output_type -> rover.v1.ReportFailureResponse
-	19, // 57: rover.v1.MasterService.ReportSuccess:output_type -> rover.v1.ReportSuccessResponse
-	21, // 58: rover.v1.MasterService.Leave:output_type -> rover.v1.LeaveResponse
-	23, // 59: rover.v1.MasterService.SetKey:output_type -> rover.v1.SetKeyResponse
-	25, // 60: rover.v1.MasterService.GetKey:output_type -> rover.v1.GetKeyResponse
-	30, // 61: rover.v1.MasterService.GetJob:output_type -> rover.v1.GetJobResponse
-	55, // 62: rover.v1.MasterService.RegisterDataset:output_type -> rover.v1.RegisterDatasetResponse
-	56, // 63: rover.v1.MasterService.LeaseShards:output_type -> rover.v1.LeaseShardsResponse
-	57, // 64: rover.v1.MasterService.CompleteShards:output_type -> rover.v1.CompleteShardsResponse
-	58, // 65: rover.v1.MasterService.GetPosition:output_type -> rover.v1.GetPositionResponse
-	59, // 66: rover.v1.MasterService.AdvancePosition:output_type -> rover.v1.AdvancePositionResponse
-	60, // 67: rover.v1.MasterService.AppendStream:output_type -> rover.v1.AppendStreamResponse
-	61, // 68: rover.v1.MasterService.GetDatasetState:output_type -> rover.v1.DatasetStateResponse
-	62, // 69: rover.v1.MasterService.RestoreDataset:output_type -> rover.v1.RestoreDatasetResponse
-	63, // 70: rover.v1.MasterService.BatchShards:output_type -> rover.v1.BatchShardsResponse
-	2,  // 71: rover.v1.MasterService.CheckpointDurable:output_type -> rover.v1.CheckpointDurableResponse
-	64, // 72: rover.v1.MasterService.ReportNodeCheck:output_type -> rover.v1.ReportNodeCheckResponse
-	5,  // 73: rover.v1.MasterService.DeclareCheckpoint:output_type -> rover.v1.DeclareCheckpointResponse
-	65, // 74: rover.v1.MasterService.ListEvents:output_type -> rover.v1.ListEventsResponse
-	66, // 75: rover.v1.MasterService.WatchEvents:output_type -> rover.v1.WatchEventsResponse
-	54, // [54:76] is the sub-list for method output_type
-	32, // [32:54] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	16, // 14: rover.v1.NodeView.failures:type_name -> rover.v1.WorkerFailure
+	39, // 15: rover.v1.NodeView.node_check:type_name -> rover.v1.NodeCheckView
+	40, // 16: rover.v1.NodeView.hang:type_name -> rover.v1.HangNotice
+	15, // 17: rover.v1.Assignment.memory_peers:type_name -> rover.v1.MemoryPeer
+	16, // 18: rover.v1.ReportFailureRequest.failures:type_name -> rover.v1.WorkerFailure
+	30, // 19: rover.v1.ManagedNode.right_size:type_name -> rover.v1.RankRightSize
+	0,  // 20: rover.v1.GetJobResponse.job_state:type_name -> rover.v1.JobState
+	28, // 21: rover.v1.GetJobResponse.nodes:type_name -> rover.v1.NodeStatus
+	16, // 22: rover.v1.GetJobResponse.failures:type_name -> rover.v1.WorkerFailure
+	6,  // 23: rover.v1.GetJobResponse.rendezvous:type_name -> rover.v1.RendezvousConfig
+	29, // 24: rover.v1.GetJobResponse.managed_nodes:type_name -> rover.v1.ManagedNode
+	41, // 25: rover.v1.GetJobResponse.node_check:type_name -> rover.v1.NodeCheckStatus
+	42, // 26: rover.v1.GetJobResponse.progress:type_name -> rover.v1.JobProgress
+	43, // 27: rover.v1.GetJobResponse.goodput:type_name -> rover.v1.JobGoodput
+	35, // 28: rover.v1.GetJobResponse.relaunch_causes:type_name -> rover.v1.GetJobResponse.RelaunchCausesEntry
+	32, // 29: rover.v1.GetJobResponse.auto_scale:type_name -> rover.v1.AutoScaleStatus
+	33, // 30: rover.v1.AutoScaleStatus.last_change:type_name -> rover.v1.AutoScaleDecision
+	33, // 31: rover.v1.AutoScaleStatus.latest:type_name -> rover.v1.AutoScaleDecision
+	34, // 32: rover.v1.AutoScaleStatus.sizes:type_name -> rover.v1.SizeThroughput
+	10, // 33: rover.v1.MasterService.Session:input_type -> rover.v1.SessionRequest
+	7,  // 34: rover.v1.MasterService.Join:input_type -> rover.v1.JoinRequest
+	17, // 35: rover.v1.MasterService.ReportFailure:input_type -> rover.v1.ReportFailureRequest
+	19, // 36: rover.v1.MasterService.ReportSuccess:input_type -> rover.v1.ReportSuccessRequest
+	21, // 37: rover.v1.MasterService.Leave:input_type -> rover.v1.LeaveRequest
+	23, // 38: rover.v1.MasterService.SetKey:input_type -> rover.v1.SetKeyRequest
+	25, // 39: rover.v1.MasterService.GetKey:input_type -> rover.v1.GetKeyRequest
+	27, // 40: rover.v1.MasterService.GetJob:input_type -> rover.v1.GetJobRequest
+	44, // 41: rover.v1.MasterService.RegisterDataset:input_type -> rover.v1.RegisterDatasetRequest
+	45, // 42: rover.v1.MasterService.LeaseShards:input_type -> rover.v1.LeaseShardsRequest
+	46, // 43: rover.v1.MasterService.CompleteShards:input_type -> rover.v1.CompleteShardsRequest
+	47, // 44: rover.v1.MasterService.GetPosition:input_type -> rover.v1.GetPositionRequest
+	48, // 45: rover.v1.MasterService.AdvancePosition:input_type -> rover.v1.AdvancePositionRequest
+	49, // 46: rover.v1.MasterService.AppendStream:input_type -> rover.v1.AppendStreamRequest
+	50, // 47: rover.v1.MasterService.GetDatasetState:input_type -> rover.v1.DatasetStateRequest
+	51, // 48: rover.v1.MasterService.RestoreDataset:input_type -> rover.v1.RestoreDatasetRequest
+	52, // 49: rover.v1.MasterService.BatchShards:input_type -> rover.v1.BatchShardsRequest
+	1,  // 50: rover.v1.MasterService.CheckpointDurable:input_type -> rover.v1.CheckpointDurableRequest
+	53, // 51: rover.v1.MasterService.ReportNodeCheck:input_type -> rover.v1.ReportNodeCheckRequest
+	4,  // 52: rover.v1.MasterService.DeclareCheckpoint:input_type -> rover.v1.DeclareCheckpointRequest
+	54, // 53: rover.v1.MasterService.ListEvents:input_type -> rover.v1.ListEventsRequest
+	55, // 54: rover.v1.MasterService.WatchEvents:input_type -> rover.v1.WatchEventsRequest
+	12, // 55: rover.v1.MasterService.Session:output_type -> rover.v1.SessionResponse
+	9,  // 56: rover.v1.MasterService.Join:output_type -> rover.v1.JoinResponse
+	18, // 57: rover.v1.MasterService.ReportFailure:output_type -> rover.v1.ReportFailureResponse
+	20, // 58: rover.v1.MasterService.ReportSuccess:output_type -> rover.v1.ReportSuccessResponse
+	22, // 59: rover.v1.MasterService.Leave:output_type -> rover.v1.LeaveResponse
+	24, // 60: rover.v1.MasterService.SetKey:output_type -> rover.v1.SetKeyResponse
+	26, // 61: rover.v1.MasterService.GetKey:output_type -> rover.v1.GetKeyResponse
+	31, // 62: rover.v1.MasterService.GetJob:output_type -> rover.v1.GetJobResponse
+	56, // 63: rover.v1.MasterService.RegisterDataset:output_type -> rover.v1.RegisterDatasetResponse
+	57, // 64: rover.v1.MasterService.LeaseShards:output_type -> rover.v1.LeaseShardsResponse
+	58, // 65: rover.v1.MasterService.CompleteShards:output_type -> rover.v1.CompleteShardsResponse
+	59, // 66: rover.v1.MasterService.GetPosition:output_type -> rover.v1.GetPositionResponse
+	60, // 67: rover.v1.MasterService.AdvancePosition:output_type -> rover.v1.AdvancePositionResponse
+	61, // 68: rover.v1.MasterService.AppendStream:output_type -> rover.v1.AppendStreamResponse
+	62, // 69: rover.v1.MasterService.GetDatasetState:output_type -> rover.v1.DatasetStateResponse
+	63, // 70: rover.v1.MasterService.RestoreDataset:output_type -> rover.v1.RestoreDatasetResponse
+	64, // 71: rover.v1.MasterService.BatchShards:output_type -> rover.v1.BatchShardsResponse
+	2,  // 72: rover.v1.MasterService.CheckpointDurable:output_type -> rover.v1.CheckpointDurableResponse
+	65, // 73: rover.v1.MasterService.ReportNodeCheck:output_type -> rover.v1.ReportNodeCheckResponse
+	5,  // 74: rover.v1.MasterService.DeclareCheckpoint:output_type -> rover.v1.DeclareCheckpointResponse
+	66, // 75: rover.v1.MasterService.ListEvents:output_type -> rover.v1.ListEventsResponse
+	67, // 76: rover.v1.MasterService.WatchEvents:output_type -> rover.v1.WatchEventsResponse
+	55, // [55:77] is the sub-list for method output_type
+	33, // [33:55] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_api_rover_v1_master_proto_init() }
@@ -3259,7 +3343,7 @@ func file_api_rover_v1_master_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_rover_v1_master_proto_rawDesc), len(file_api_rover_v1_master_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   34,
+			NumMessages:   35,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -271,3 +271,11 @@ func (s *arenas) snapshots(local int) []*roverv1.CheckpointSnapshot {
 	}
 	return out
 }
+
+// abort drops a rank's open write: its slot stays unpublished ("writing"),
+// and the next begin reuses it.
+func (s *arenas) abort(local int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.tokens, local)
+}

@@ -116,7 +116,7 @@ func (s *State) Apply(e *Event) (Effects, error) {
 			s.blame(e.Join.NodeID, "its agent restarted", e.Time, loss)
 		}
 		if err == nil {
-			s.Memory.Joined(e.Join.NodeID, e.Snapshots)
+			s.Memory.Joined(e.Join.NodeID, e.Snapshots, e.PeerAddr)
 		}
 	case EventNodeLost:
 		if loss := s.Members.Lose(e.Node, e.Reason, e.Since, e.Planned, e.Time); loss != nil {

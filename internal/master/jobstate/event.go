@@ -34,6 +34,9 @@ type Event struct {
 	// Join and Snapshots are set on EventJoin.
 	Join      *rendezvous.JoinRequest `json:"join,omitempty"`
 	Snapshots []MemorySnapshot        `json:"snapshots,omitempty"`
+	// PeerAddr is where the node's agent serves its snapshots to peers
+	// (EventJoin; "": it serves none).
+	PeerAddr string `json:"peer_addr,omitempty"`
 	// Key and Value are set on EventSetKey.
 	Key   string `json:"key,omitempty"`
 	Value []byte `json:"value,omitempty"`

@@ -3,6 +3,7 @@ package jobstate
 import (
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/roverml/rover/internal/rendezvous"
 )
@@ -41,42 +42,85 @@ type MemoryAgreement struct {
 	Round int
 	Step  int64
 	OK    bool
+	// Holders are the world's nodes whose agents serve Step (a replicated
+	// copy and a peer address), and Fetching the nodes that do not hold
+	// it and fetch it from one of them (peer restore); both empty when
+	// every node holds the step itself.
+	Holders  []MemoryPeer `json:"holders,omitempty"`
+	Fetching []string     `json:"fetching,omitempty"`
+}
+
+// MemoryPeer is a node that serves a replicated snapshot to other nodes.
+type MemoryPeer struct {
+	NodeID string `json:"node_id"`
+	Addr   string `json:"addr"`
 }
 
 func (a MemoryAgreement) String() string {
 	if !a.OK {
 		return fmt.Sprintf("round %d: no common step in memory", a.Round)
 	}
+	if len(a.Fetching) > 0 {
+		return fmt.Sprintf("round %d: step %d (%s from peers)", a.Round, a.Step, strings.Join(a.Fetching, ", "))
+	}
 	return fmt.Sprintf("round %d: step %d", a.Round, a.Step)
+}
+
+// Peers is what node fetches the agreed step from: the holders, when it
+// is one of the nodes that fetch it; nil when it holds the step itself.
+func (a MemoryAgreement) Peers(node string) []MemoryPeer {
+	if !slices.Contains(a.Fetching, node) {
+		return nil
+	}
+	return a.Holders
 }
 
 // Memory is what the job knows of its nodes' flash-checkpoint snapshots:
 // each node's, as of its last join, and the step agreed for the last
 // closed round.
 type Memory struct {
-	held   map[string][]MemorySnapshot
+	held map[string][]MemorySnapshot
+	// peers is each node's peer address, as of its last join (absent:
+	// its agent serves no snapshots).
+	peers  map[string]string
 	agreed MemoryAgreement
 }
 
 // NewMemory returns the memory state of a job no node has joined.
-func NewMemory() *Memory { return &Memory{held: map[string][]MemorySnapshot{}} }
+func NewMemory() *Memory {
+	return &Memory{held: map[string][]MemorySnapshot{}, peers: map[string]string{}}
+}
 
-// RestoreMemory returns the memory state that Held and Agreement
-// described; it keeps held.
-func RestoreMemory(held map[string][]MemorySnapshot, agreed MemoryAgreement) *Memory {
+// RestoreMemory returns the memory state that Held, Peers and Agreement
+// described; it keeps held and peers.
+func RestoreMemory(held map[string][]MemorySnapshot, peers map[string]string, agreed MemoryAgreement) *Memory {
 	m := NewMemory()
 	if held != nil {
 		m.held = held
+	}
+	if peers != nil {
+		m.peers = peers
 	}
 	m.agreed = agreed
 	return m
 }
 
-// Joined applies a node's join: it holds snaps now.
-func (m *Memory) Joined(node string, snaps []MemorySnapshot) { m.held[node] = snaps }
+// Joined applies a node's join: it holds snaps now, and serves them to
+// peers at peerAddr ("": it serves none).
+func (m *Memory) Joined(node string, snaps []MemorySnapshot, peerAddr string) {
+	m.held[node] = snaps
+	if peerAddr == "" {
+		delete(m.peers, node)
+	} else {
+		m.peers[node] = peerAddr
+	}
+}
 
 // Lost applies a node's loss: its memory is gone.
-func (m *Memory) Lost(node string) { delete(m.held, node) }
+func (m *Memory) Lost(node string) {
+	delete(m.held, node)
+	delete(m.peers, node)
+}
 
 // Agree fixes the memory step of world, of worldSize ranks, which closed
 // worldRound, unless that round's step is fixed already.
@@ -84,8 +128,8 @@ func (m *Memory) Agree(world []rendezvous.Member, worldRound, worldSize int) {
 	if m.agreed.Round == worldRound {
 		return
 	}
-	step, ok := agreedStep(world, worldSize, m.held)
-	m.agreed = MemoryAgreement{Round: worldRound, Step: step, OK: ok}
+	m.agreed = agree(world, worldSize, m.held, m.peers)
+	m.agreed.Round = worldRound
 }
 
 // Step is the memory step agreed for round, if any.
@@ -102,6 +146,52 @@ func (m *Memory) Agreement() MemoryAgreement { return m.agreed }
 // Held is each node's snapshots, for snapshots of the state: the map
 // itself, to be encoded before the next event.
 func (m *Memory) Held() map[string][]MemorySnapshot { return m.held }
+
+// PeerAddrs is each node's peer address, for snapshots of the state: the
+// map itself, to be encoded before the next event.
+func (m *Memory) PeerAddrs() map[string]string { return m.peers }
+
+// agree picks the newest step every rank of world can restore: from its
+// own node's memory (agreedStep), or, for a node that holds no copy of a
+// replicated step, from a node of the world that does and serves it to
+// peers (peer restore). Of two candidates the newer step wins; at the same
+// step, restoring from own memory (no transfer) does.
+func agree(world []rendezvous.Member, worldSize int, held map[string][]MemorySnapshot, peers map[string]string) MemoryAgreement {
+	own, ownOK := agreedStep(world, worldSize, held)
+	best := MemoryAgreement{Step: own, OK: ownOK}
+	// The candidates: replicated node copies that some member serves.
+	servers := map[int64][]MemoryPeer{}
+	for _, m := range world {
+		addr := peers[m.NodeID]
+		if addr == "" {
+			continue
+		}
+		for _, s := range held[m.NodeID] {
+			if s.Mode == ModeReplicated && s.LocalRank == 0 && !slices.ContainsFunc(servers[s.Step], func(p MemoryPeer) bool { return p.NodeID == m.NodeID }) {
+				servers[s.Step] = append(servers[s.Step], MemoryPeer{NodeID: m.NodeID, Addr: addr})
+			}
+		}
+	}
+	for step, holders := range servers {
+		if (best.OK && step <= best.Step) || len(holders) == 0 {
+			continue
+		}
+		// A member without its own node copy of step fetches one, which
+		// serves all its ranks.
+		var fetching []string
+		for _, m := range world {
+			if !slices.ContainsFunc(held[m.NodeID], func(s MemorySnapshot) bool {
+				return s.Mode == ModeReplicated && s.LocalRank == 0 && s.Step == step
+			}) {
+				fetching = append(fetching, m.NodeID)
+			}
+		}
+		slices.SortFunc(holders, func(a, b MemoryPeer) int { return strings.Compare(a.NodeID, b.NodeID) })
+		slices.Sort(fetching)
+		best = MemoryAgreement{Step: step, OK: true, Holders: holders, Fetching: fetching}
+	}
+	return best
+}
 
 // agreedStep returns the newest step that every global rank of world
 // (of worldSize ranks) can restore from the snapshots its node holds: a

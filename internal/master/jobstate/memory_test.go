@@ -3,6 +3,8 @@ package jobstate
 import (
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/roverml/rover/internal/rendezvous"
 )
 
@@ -96,6 +98,64 @@ func TestAgreedMemoryStep(t *testing.T) {
 			got, ok := agreedStep(tc.world, tc.size, tc.held)
 			if got != tc.want || ok != tc.wantOK {
 				t.Errorf("agreed %d, %v; want %d, %v", got, ok, tc.want, tc.wantOK)
+			}
+		})
+	}
+}
+
+func TestAgreeWithPeers(t *testing.T) {
+	three := []rendezvous.Member{
+		{NodeID: "a", LocalWorldSize: 2, RankOffset: 0},
+		{NodeID: "b", LocalWorldSize: 2, RankOffset: 2},
+		{NodeID: "c", LocalWorldSize: 2, RankOffset: 4},
+	}
+	all := map[string]string{"a": "a:1", "b": "b:1", "c": "c:1"}
+	for _, tc := range []struct {
+		name  string
+		held  map[string][]MemorySnapshot
+		peers map[string]string
+		want  MemoryAgreement
+	}{
+		{"every node holds it: no transfer", map[string][]MemorySnapshot{
+			"a": replicated(0, 24, 25), "b": replicated(0, 24, 25), "c": replicated(0, 24, 25),
+		}, all, MemoryAgreement{Step: 25, OK: true}},
+		{"a replaced node fetches from both survivors", map[string][]MemorySnapshot{
+			"a": replicated(0, 24, 25), "b": replicated(0, 24, 25),
+		}, all, MemoryAgreement{Step: 25, OK: true, Holders: []MemoryPeer{{"a", "a:1"}, {"b", "b:1"}}, Fetching: []string{"c"}}},
+		{"the newest step wins over an older common one", map[string][]MemorySnapshot{
+			"a": replicated(0, 24, 25), "b": replicated(0, 23, 24), "c": replicated(0, 23, 24),
+		}, all, MemoryAgreement{Step: 25, OK: true, Holders: []MemoryPeer{{"a", "a:1"}}, Fetching: []string{"b", "c"}}},
+		{"a holder that serves nothing is no source", map[string][]MemorySnapshot{
+			"a": replicated(0, 24, 25), "b": replicated(0, 24, 25),
+		}, map[string]string{"b": "b:1"}, MemoryAgreement{Step: 25, OK: true, Holders: []MemoryPeer{{"b", "b:1"}}, Fetching: []string{"c"}}},
+		{"no peer serves: storage", map[string][]MemorySnapshot{
+			"a": replicated(0, 24, 25), "b": replicated(0, 24, 25),
+		}, nil, MemoryAgreement{}},
+		{"sharded snapshots are not served", map[string][]MemorySnapshot{
+			"a": concat(sharded(0, 0, 6, 9), sharded(1, 1, 6, 9)), "b": concat(sharded(0, 2, 6, 9), sharded(1, 3, 6, 9)),
+		}, all, MemoryAgreement{}},
+		{"a node outside the world is no source", map[string][]MemorySnapshot{
+			"gone": replicated(0, 30), "a": replicated(0, 25), "b": replicated(0, 25), "c": replicated(0, 25),
+		}, map[string]string{"gone": "g:1", "a": "a:1", "b": "b:1", "c": "c:1"}, MemoryAgreement{Step: 25, OK: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := NewMemory()
+			for node, snaps := range tc.held {
+				m.Joined(node, snaps, tc.peers[node])
+			}
+			m.Agree(three, 7, 6)
+			tc.want.Round = 7
+			if diff := cmp.Diff(tc.want, m.Agreement()); diff != "" {
+				t.Errorf("agreement (-want +got):\n%s", diff)
+			}
+			for _, node := range tc.want.Fetching {
+				if got := m.Agreement().Peers(node); !cmp.Equal(got, tc.want.Holders) {
+					t.Errorf("Peers(%s) = %v, want %v", node, got, tc.want.Holders)
+				}
+			}
+			m.Lost("a")
+			if _, ok := m.PeerAddrs()["a"]; ok {
+				t.Errorf("a lost node keeps its peer address")
 			}
 		})
 	}

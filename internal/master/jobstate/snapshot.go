@@ -28,6 +28,7 @@ type snapshot struct {
 	Shards       json.RawMessage             `json:"shards"`
 	LeaseHolders []string                    `json:"lease_holders,omitempty"`
 	Held         map[string][]MemorySnapshot `json:"held,omitempty"`
+	PeerAddrs    map[string]string           `json:"peer_addrs,omitempty"`
 	Memory       *memoryJSON                 `json:"memory,omitempty"`
 	Fleet        json.RawMessage             `json:"fleet,omitempty"`
 	NodeCheck    json.RawMessage             `json:"node_check,omitempty"`
@@ -36,9 +37,11 @@ type snapshot struct {
 }
 
 type memoryJSON struct {
-	Round int   `json:"round"`
-	Step  int64 `json:"step"`
-	OK    bool  `json:"ok"`
+	Round    int          `json:"round"`
+	Step     int64        `json:"step"`
+	OK       bool         `json:"ok"`
+	Holders  []MemoryPeer `json:"holders,omitempty"`
+	Fetching []string     `json:"fetching,omitempty"`
 }
 
 // MarshalSnapshot encodes the state of job runID.
@@ -47,8 +50,9 @@ func (st *State) MarshalSnapshot(runID string) ([]byte, error) {
 	s := snapshot{
 		Schema: SnapshotSchema, RunID: runID, Config: st.Members.Config(),
 		Addrs: st.Members.Addrs(), KV: st.Keys.Map(), Held: st.Memory.Held(),
-		Memory: &memoryJSON{Round: agreed.Round, Step: agreed.Step, OK: agreed.OK},
-		Fleet:  st.Fleet.Saved(),
+		PeerAddrs: st.Memory.PeerAddrs(),
+		Memory:    &memoryJSON{Round: agreed.Round, Step: agreed.Step, OK: agreed.OK, Holders: agreed.Holders, Fetching: agreed.Fetching},
+		Fleet:     st.Fleet.Saved(),
 	}
 	var err error
 	if s.Rendezvous, err = st.Members.MarshalRendezvous(); err != nil {
@@ -135,9 +139,10 @@ func (st *State) RestoreSnapshot(b []byte, runID string) error {
 	st.Fleet = RestoreFleet(s.Fleet)
 	var agreed MemoryAgreement
 	if s.Memory != nil {
-		agreed = MemoryAgreement{Round: s.Memory.Round, Step: s.Memory.Step, OK: s.Memory.OK}
+		agreed = MemoryAgreement{Round: s.Memory.Round, Step: s.Memory.Step, OK: s.Memory.OK,
+			Holders: s.Memory.Holders, Fetching: s.Memory.Fetching}
 	}
-	st.Memory = RestoreMemory(s.Held, agreed)
+	st.Memory = RestoreMemory(s.Held, s.PeerAddrs, agreed)
 	st.Goodput = NewGoodput()
 	if s.Goodput != nil {
 		if st.Goodput, err = RestoreGoodput(s.Goodput); err != nil {
