@@ -49,32 +49,10 @@ func stragglerCPUQuota(t *testing.T, slow int) {
 			script, "--flash", "--steps", "100000", "--ckpt-every", "0",
 			"--ckpt", filepath.Join(dir, "ckpt.pt"), "--out", filepath.Join(dir, "out.json"))
 	}
-	token, err := os.ReadFile(c.tokenFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hc := client.NewHTTPClient()
-	defer hc.CloseIdleConnections()
-	mc := client.New(hc, c.addr, strings.TrimSpace(string(token)))
 	want := nodeName(slow)
 	var p *roverv1.JobProgress
-	// poll reads the job's progress and fails the test if a healthy node is
-	// named a straggler, at any time.
-	poll := func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		r, err := mc.GetJob(ctx, connect.NewRequest(&roverv1.GetJobRequest{}))
-		if err != nil {
-			t.Fatalf("GetJob: %v", err)
-		}
-		p = r.Msg.GetProgress()
-		for _, s := range p.GetStragglers() {
-			if s != want {
-				logNodeTimes(t, p)
-				t.Fatalf("healthy node %s named a straggler (the slow one is %s): %s", s, want, p.GetStragglerReason())
-			}
-		}
-	}
+	pollJob := stragglerPoll(t, c, want, logNodeTimes)
+	poll := func() { p = pollJob() }
 	start := time.Now()
 	waitFor(t, 3*time.Minute, "every node to report a few steps with collective timing", func() bool {
 		poll()
@@ -106,6 +84,36 @@ func stragglerCPUQuota(t *testing.T, slow int) {
 		t.Errorf("rover status (%v) does not name %s:\n%s", err, want, out)
 	}
 	t.Logf("%s throttled to %.0f%% of a core: named %s later: %s", want, 100*cpuQuota, named.Round(100*time.Millisecond), p.GetStragglerReason())
+}
+
+// stragglerPoll returns a function that reads the job's progress from c's
+// master and fails the test, logging the nodes' times with logTimes, if a
+// node other than want is named a straggler, at any poll.
+func stragglerPoll(t *testing.T, c *cluster, want string, logTimes func(*testing.T, *roverv1.JobProgress)) func() *roverv1.JobProgress {
+	t.Helper()
+	token, err := os.ReadFile(c.tokenFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc := client.NewHTTPClient()
+	t.Cleanup(hc.CloseIdleConnections)
+	mc := client.New(hc, c.addr, strings.TrimSpace(string(token)))
+	return func() *roverv1.JobProgress {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		r, err := mc.GetJob(ctx, connect.NewRequest(&roverv1.GetJobRequest{}))
+		if err != nil {
+			t.Fatalf("GetJob: %v", err)
+		}
+		p := r.Msg.GetProgress()
+		for _, s := range p.GetStragglers() {
+			if s != want {
+				logTimes(t, p)
+				t.Fatalf("healthy node %s named a straggler (the slow one is %s): %s", s, want, p.GetStragglerReason())
+			}
+		}
+		return p
+	}
 }
 
 func logNodeTimes(t *testing.T, p *roverv1.JobProgress) {

@@ -1,9 +1,7 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -11,9 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"connectrpc.com/connect"
 	roverv1 "github.com/roverml/rover/api/rover/v1"
-	"github.com/roverml/rover/internal/client"
 )
 
 // TestStragglerSlowLink runs the DDP example (unchanged; its flash
@@ -45,30 +41,10 @@ func stragglerSlowLink(t *testing.T, slow int) {
 			script, "--flash", "--steps", "100000", "--ckpt-every", "0", "--step-sleep", "0.02",
 			"--ckpt", filepath.Join(dir, "ckpt.pt"), "--out", filepath.Join(dir, "out.json"))
 	}
-	token, err := os.ReadFile(c.tokenFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hc := client.NewHTTPClient()
-	defer hc.CloseIdleConnections()
-	mc := client.New(hc, c.addr, strings.TrimSpace(string(token)))
 	want := nodeName(slow)
 	var p *roverv1.JobProgress
-	poll := func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		r, err := mc.GetJob(ctx, connect.NewRequest(&roverv1.GetJobRequest{}))
-		if err != nil {
-			t.Fatalf("GetJob: %v", err)
-		}
-		p = r.Msg.GetProgress()
-		for _, s := range p.GetStragglers() {
-			if s != want {
-				logLinkTimes(t, p)
-				t.Fatalf("healthy node %s named a straggler (the slow one is %s): %s", s, want, p.GetStragglerReason())
-			}
-		}
-	}
+	pollJob := stragglerPoll(t, c, want, logLinkTimes)
+	poll := func() { p = pollJob() }
 	start, logged := time.Now(), false
 	waitFor(t, 3*time.Minute, "every node to report a few steps with its link's round trip", func() bool {
 		poll()
