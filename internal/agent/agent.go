@@ -132,6 +132,9 @@ type agent struct {
 	// peerPort is the port of the agent's peer server (peerrestore.go),
 	// and peerToken the job's token it fetches from peers with.
 	peerPort, peerToken string
+	// peerRestoreFailed: the last round's fetch from peers failed and no
+	// workers started; the next join says so (JoinRequest.peer_restore_failed).
+	peerRestoreFailed atomic.Bool
 	// shards sends the workers' lease and complete calls to the master in
 	// batches.
 	shards *shardbatch.Batcher

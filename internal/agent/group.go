@@ -23,6 +23,9 @@ import (
 
 // groupSpec is what a worker group of one round needs.
 type groupSpec struct {
+	// Refuse, when set, is why the group must not start: it ends at once
+	// with this error, as a group whose worker could not be started.
+	Refuse    error
 	Argv      []string
 	Placement placement // node-level fields; local ranks are filled per worker
 	Dir       string    // the attempt directory of this round's restart count
@@ -67,7 +70,8 @@ type groupResult struct {
 	// argument or environment the kernel refuses, the machine out of
 	// processes for --nproc-per-node), at StartRank/StartLocal. Starting
 	// it again fails the same way, so it is reported as such (see
-	// startFailureCode), not as a fault to restart.
+	// startFailureCode), not as a fault to restart. A group refused
+	// (groupSpec.Refuse) names its node's first rank in StartRank.
 	StartFailed           bool
 	StartRank, StartLocal int
 	// Last is the newest step the group's workers completed, from their
@@ -115,6 +119,10 @@ type worker struct {
 
 func runGroup(ctx context.Context, spec groupSpec) groupResult {
 	res := groupResult{Round: spec.Placement.Round}
+	if spec.Refuse != nil {
+		res.Err, res.StartRank = spec.Refuse, spec.Placement.Rank // the node's first rank
+		return res
+	}
 	addr, port, err := spec.Rendezvous(ctx)
 	if err != nil {
 		if ctx.Err() != nil {

@@ -111,8 +111,17 @@ func (a *agent) react(ctx context.Context, w *workers) (end bool, err error) {
 			a.ckpt.PersistOnFailure(ctx)
 		case actStart:
 			w.lastStarted = act.round
-			a.restoreFromPeers(ctx, v.GetAssignment())
-			w.g = startGroup(ctx, a.groupSpec(v))
+			spec := a.groupSpec(v)
+			// This round's join went out: the flag has done its work.
+			a.peerRestoreFailed.Store(false)
+			if err := a.restoreFromPeers(ctx, v.GetAssignment()); err != nil {
+				// Its ranks would resume at another step than the others'
+				// (storage may not hold the agreed one): fail the round, and
+				// the next one agrees without peers.
+				a.peerRestoreFailed.Store(true)
+				spec.Refuse = err
+			}
+			w.g = startGroup(ctx, spec)
 			asg := v.GetAssignment()
 			a.log.Info("starting workers", "round", act.round, "group_rank", asg.GetGroupRank(),
 				"group_world_size", asg.GetGroupWorldSize(), "world_size", asg.GetWorldSize(), "restart_count", v.GetRestartCount())
@@ -177,8 +186,9 @@ func (a *agent) groupEnded(ctx context.Context, res groupResult) {
 			a.log.Error("could not start workers", "round", res.Round, "err", res.Err)
 			f := &roverv1.WorkerFailure{
 				Host: a.host, NodeRank: int32(nodeRank), ExitCode: -1,
-				TimeUnixNanos: time.Now().UnixNano(), Message: res.Err.Error(), Rank: 0,
+				TimeUnixNanos: time.Now().UnixNano(), Message: res.Err.Error(), Rank: int32(res.StartRank),
 			}
+			f.RestoreFailed = errors.Is(res.Err, errPeerRestore)
 			if res.StartFailed {
 				f.ExitCode, f.Rank, f.LocalRank = int32(startFailureCode(res.Err)), int32(res.StartRank), int32(res.StartLocal)
 				f.Message = "could not start the worker: " + res.Err.Error()

@@ -2,6 +2,8 @@ package agent
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net"
 	"strconv"
 
@@ -46,18 +48,27 @@ func (a *agent) peerAddr() string {
 	return net.JoinHostPort(a.host, a.peerPort)
 }
 
+// errPeerRestore is a round's agreed checkpoint that no peer gave: the
+// node's ranks would resume at another step than the others', so its
+// workers do not start and the master regroups the world (diagnosis rule
+// restore-failure).
+var errPeerRestore = errors.New("no peer gave the round's checkpoint")
+
 // restoreFromPeers fetches the assignment's memory step from the peers it
-// names when this node does not hold it. On failure the workers find no
-// copy in memory and load the step from storage, where the survivors
-// persisted it before they rejoined.
-func (a *agent) restoreFromPeers(ctx context.Context, asg *roverv1.Assignment) {
+// names when this node does not hold it. When no peer gave it, it returns
+// why: the node's ranks cannot resume at the agreed step from memory, and
+// storage need not hold it (no checkpoint storage, or a survivor's persist
+// failed), so the round must not start; the next join says so and the
+// master agrees without peer restore, every rank then loading the same
+// step.
+func (a *agent) restoreFromPeers(ctx context.Context, asg *roverv1.Assignment) error {
 	peers := asg.GetMemoryPeers()
 	if asg.MemoryStep == nil || len(peers) == 0 {
-		return
+		return nil
 	}
 	step := asg.GetMemoryStep()
 	if a.ckpt.HoldsReplicated(step) {
-		return
+		return nil
 	}
 	addrs := make([]string, 0, len(peers))
 	for _, p := range peers {
@@ -65,8 +76,9 @@ func (a *agent) restoreFromPeers(ctx context.Context, asg *roverv1.Assignment) {
 	}
 	res, err := a.ckpt.FetchFromPeers(ctx, step, addrs, a.cfg.RunID, a.peerToken)
 	if err != nil {
-		a.log.Warn("could not restore the checkpoint from a peer: the workers load it from storage", "step", step, "round", asg.GetRound(), "err", err)
-		return
+		a.log.Warn("could not restore the checkpoint from a peer: the round is given up, and the next agrees without peer restore",
+			"step", step, "round", asg.GetRound(), "err", err)
+		return fmt.Errorf("%w: step %d: %w", errPeerRestore, step, err)
 	}
 	from := res.Addr
 	for _, p := range peers {
@@ -76,4 +88,5 @@ func (a *agent) restoreFromPeers(ctx context.Context, asg *roverv1.Assignment) {
 	}
 	a.log.Info("restored the checkpoint from a peer's memory", "step", step, "round", asg.GetRound(), "peer", from,
 		"bytes", res.Bytes, "seconds", res.Duration.Seconds())
+	return nil
 }

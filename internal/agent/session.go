@@ -46,6 +46,8 @@ func (a *agent) joinRequest(round int) *roverv1.JoinRequest {
 		RunId:          a.cfg.RunID,
 		Snapshots:      a.ckpt.Inventory(),
 		PeerAddr:       a.peerAddr(),
+		// The master then agrees on the next round's step without peers.
+		PeerRestoreFailed: a.peerRestoreFailed.Load(),
 	}
 }
 

@@ -32,18 +32,23 @@ const (
 	// StartFailure is a worker that could not be started: its program not
 	// found or not executable, or a process the machine refused to create.
 	StartFailure
+	// RestoreFailure is an agent that started no workers because it could
+	// not restore the round's agreed checkpoint from a peer's memory:
+	// Rover's failure, not the program's.
+	RestoreFailure
 )
 
 var causeNames = [...]string{
-	Unknown:      "unknown",
-	UserError:    "user-error",
-	OutOfMemory:  "out-of-memory",
-	Hardware:     "hardware",
-	Killed:       "killed",
-	Preempted:    "preempted",
-	Crash:        "crash",
-	PeerFailure:  "peer-failure",
-	StartFailure: "start-failure",
+	Unknown:        "unknown",
+	UserError:      "user-error",
+	OutOfMemory:    "out-of-memory",
+	Hardware:       "hardware",
+	Killed:         "killed",
+	Preempted:      "preempted",
+	Crash:          "crash",
+	PeerFailure:    "peer-failure",
+	StartFailure:   "start-failure",
+	RestoreFailure: "restore-failure",
 }
 
 // String returns a lower-case, hyphenated name such as "user-error".
@@ -90,6 +95,10 @@ const (
 	RelaunchWithMoreMemory
 	// FailFast fails the job now, without using the remaining restarts.
 	FailFast
+	// Regroup forms the world again without the cause of the failure (a
+	// peer restore that failed), as a membership change: it is not counted
+	// against --max-restarts.
+	Regroup
 )
 
 var actionNames = [...]string{
@@ -97,6 +106,7 @@ var actionNames = [...]string{
 	RelaunchNode:           "relaunch-node",
 	RelaunchWithMoreMemory: "relaunch-with-more-memory",
 	FailFast:               "fail-fast",
+	Regroup:                "regroup",
 }
 
 // String returns a lower-case, hyphenated name such as "restart-in-place".

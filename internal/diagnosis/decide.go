@@ -145,6 +145,8 @@ func Decide(h History, f Failure, caps Caps) Decision {
 			if r.MarkHostBad {
 				why += " and marking the host bad"
 			}
+		case Regroup:
+			why = "forming the world again without peer restore, not counted against --max-restarts"
 		case FailFast:
 			d.FailFast = true
 			why = "starting the workers again would fail the same way, so the job fails now instead of restarting them"

@@ -53,6 +53,9 @@ type Failure struct {
 	Traceback string
 	// LogTail is the last lines of the worker's output, oldest first.
 	LogTail []string
+	// RestoreFailed says the agent started no workers because it could
+	// not restore the round's agreed checkpoint from a peer's memory.
+	RestoreFailed bool
 }
 
 // Report is a failed worker as its agent reported it (the protocol's
@@ -71,6 +74,9 @@ type Report struct {
 	Message   string
 	Traceback string
 	LogTail   string
+	// RestoreFailed: the agent started no workers, for want of the
+	// round's agreed checkpoint from a peer (WorkerFailure.restore_failed).
+	RestoreFailed bool
 }
 
 // FromReport converts a reported failure. The exception comes from the
@@ -81,15 +87,16 @@ type Report struct {
 // empty: the platform, not the worker, knows it.
 func FromReport(w Report) Failure {
 	f := Failure{
-		Host:      w.Host,
-		NodeRank:  w.NodeRank,
-		Rank:      w.Rank,
-		LocalRank: w.LocalRank,
-		Round:     w.Round,
-		Time:      time.Unix(0, w.TimeUnixNanos),
-		ExitCode:  w.ExitCode,
-		Signal:    w.Signal,
-		Traceback: w.Traceback,
+		Host:          w.Host,
+		NodeRank:      w.NodeRank,
+		Rank:          w.Rank,
+		LocalRank:     w.LocalRank,
+		Round:         w.Round,
+		Time:          time.Unix(0, w.TimeUnixNanos),
+		ExitCode:      w.ExitCode,
+		Signal:        w.Signal,
+		Traceback:     w.Traceback,
+		RestoreFailed: w.RestoreFailed,
 	}
 	if w.TimeUnixNanos == 0 {
 		f.Time = time.Time{}

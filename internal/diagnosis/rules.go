@@ -33,6 +33,15 @@ type Rule struct {
 // the last matches everything. It is data; do not modify it.
 var Rules = []Rule{
 	{
+		ID: "restore-failure", Cause: RestoreFailure, Action: Regroup,
+		When: "the agent started no workers: it could not restore the round's agreed checkpoint step from any peer's memory " +
+			"(every transfer refused, cut or damaged)",
+		Why: "Nothing of the program ran and nothing of it failed. Its ranks would resume at another step than the others', " +
+			"so the world forms again and agrees on a step every rank can load without peers (the newest in every rank's " +
+			"memory, else storage's). A membership change, not counted against --max-restarts.",
+		match: func(f Failure) bool { return f.RestoreFailed },
+	},
+	{
 		ID: "oom-killed", Cause: OutOfMemory, Action: RelaunchWithMoreMemory,
 		When: "killed for memory: the kernel OOM killer (SIGKILL plus evidence) or the platform's `OOMKilled` reason",
 		Why:  "The node's memory limit is too small for the job; the same limit would fail again.",

@@ -251,7 +251,7 @@ func (c *core) join(ctx context.Context, req rendezvous.JoinRequest, mem memoryR
 		}
 	}
 	c.mu.Unlock()
-	err = c.propose(ctx, &jobstate.Event{Type: jobstate.EventJoin, Time: now, Join: &req, Snapshots: mem.snaps, PeerAddr: mem.peerAddr}, func(err error) {
+	err = c.propose(ctx, &jobstate.Event{Type: jobstate.EventJoin, Time: now, Join: &req, Snapshots: mem.snaps, PeerAddr: mem.peerAddr, PeerRestoreFailed: mem.peerFailed}, func(err error) {
 		if err == nil {
 			nodeRank, joinedRound, _ = c.st.Members.Rendezvous().Joined(req.NodeID)
 		}

@@ -46,7 +46,7 @@ func failureProto(f jobstate.Failure) *roverv1.WorkerFailure {
 		NodeId: f.NodeID, NodeRank: int32(f.NodeRank), Host: f.Host, Rank: int32(f.Rank), LocalRank: int32(f.LocalRank),
 		Pid: int32(f.PID), ExitCode: int32(f.ExitCode), Signal: int32(f.Signal), TimeUnixNanos: f.TimeUnixNanos,
 		ErrorFile: f.ErrorFile, Message: f.Message, Traceback: f.Traceback, LogTail: f.LogTail, Round: f.Round,
-		Cause: f.Cause, Action: f.Action, Diagnosis: f.Diagnosis,
+		Cause: f.Cause, Action: f.Action, Diagnosis: f.Diagnosis, RestoreFailed: f.RestoreFailed,
 	}
 }
 
@@ -55,6 +55,6 @@ func failureFromProto(w *roverv1.WorkerFailure) jobstate.Failure {
 		NodeID: w.GetNodeId(), NodeRank: int(w.GetNodeRank()), Host: w.GetHost(), Rank: int(w.GetRank()), LocalRank: int(w.GetLocalRank()),
 		PID: int(w.GetPid()), ExitCode: int(w.GetExitCode()), Signal: int(w.GetSignal()), TimeUnixNanos: w.GetTimeUnixNanos(),
 		ErrorFile: w.GetErrorFile(), Message: w.GetMessage(), Traceback: w.GetTraceback(), LogTail: w.GetLogTail(), Round: w.GetRound(),
-		Cause: w.GetCause(), Action: w.GetAction(), Diagnosis: w.GetDiagnosis(),
+		Cause: w.GetCause(), Action: w.GetAction(), Diagnosis: w.GetDiagnosis(), RestoreFailed: w.GetRestoreFailed(),
 	}
 }

@@ -18,6 +18,8 @@ import (
 type memoryReport struct {
 	snaps    []jobstate.MemorySnapshot
 	peerAddr string
+	// peerFailed: the node's last fetch from its peers failed.
+	peerFailed bool
 }
 
 // maxSnapshotsPerRank bounds a join's snapshot list (arenas hold two).

@@ -74,7 +74,7 @@ func (s *service) join(ctx context.Context, r *roverv1.JoinRequest) (*roverv1.Jo
 	// Before the first join returns no worker runs, so a fresh job's
 	// uncommitted steps can all go.
 	s.checkpoints.prepare(ctx, job.Checkpoint, s.core.fresh())
-	rank, round, err := s.core.join(ctx, jr, memoryReport{snaps, peerAddr}, int(r.GetRound()), s.clock.Now())
+	rank, round, err := s.core.join(ctx, jr, memoryReport{snaps, peerAddr, r.GetPeerRestoreFailed()}, int(r.GetRound()), s.clock.Now())
 	if err != nil {
 		return nil, rpcError(err)
 	}

@@ -59,9 +59,12 @@ func play(t testing.TB, m *Machine, now time.Time, ops []byte) *Machine {
 		case 2, 3:
 			r := round - arg%2
 			var err error
-			if kind == 2 {
+			switch {
+			case kind == 2 && arg%4 == 3:
+				err = m.Regroup(id, r, now)
+			case kind == 2:
 				err = m.WorkerFailed(id, r, now)
-			} else {
+			default:
 				err = m.NodeSucceeded(id, r, now)
 			}
 			if err != nil && !errors.Is(err, ErrUnknownNode) && !errors.Is(err, ErrNotInWorld) {

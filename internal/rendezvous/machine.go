@@ -363,6 +363,26 @@ func (m *Machine) WorkerFailed(nodeID string, round int, now time.Time) error {
 	return nil
 }
 
+// Regroup records that a world member of round started no workers for a
+// cause that is not the program's (its agent could not restore the round's
+// agreed checkpoint from a peer). The next round opens as a membership
+// change: it is not counted against MaxRestarts and needs no blame window.
+// Reports for another round, or while the round is open, are stale and
+// ignored.
+func (m *Machine) Regroup(nodeID string, round int, now time.Time) error {
+	m.maybeClose(now)
+	n, err := m.report(nodeID, round)
+	if n == nil {
+		return err
+	}
+	if s := m.suspect; s != nil && s.round == round {
+		return nil // the world already failed; that failure decides
+	}
+	m.openNext(now, false)
+	m.maybeClose(now)
+	return nil
+}
+
 // settle ends the blame window of a suspect failure once it has passed: a
 // job that waited for a loss to excuse its failure fails now.
 func (m *Machine) settle(now time.Time) {

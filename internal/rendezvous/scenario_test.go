@@ -13,7 +13,7 @@ var t0 = time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 // step is one event of a scenario, at the fake clock advanced by after.
 type step struct {
 	after    time.Duration // advance the clock first
-	op       string        // join, lost, fail, ok (NodeSucceeded), tick
+	op       string        // join, lost, fail, regroup, ok (NodeSucceeded), tick
 	id       string
 	rank     int // join: requested rank
 	lws      int // join: local world size (default 1)
@@ -63,6 +63,7 @@ func (s step) next(d time.Duration) step    { s.deadline = d; return s }
 func lost(id string) step                   { return step{op: "lost", id: id} }
 func fail(id string, round int) step        { return step{op: "fail", id: id, round: round} }
 func succeed(id string, round int) step     { return step{op: "ok", id: id, round: round} }
+func regroup(id string, round int) step     { return step{op: "regroup", id: id, round: round} }
 func tick(after time.Duration) step         { return step{op: "tick", after: after} }
 func open(round int, joined ...string) view { return view{Round: round, Open: true, Joined: joined} }
 
@@ -114,6 +115,8 @@ func runScenario(t *testing.T, c Config, steps []step) *Machine {
 			m.NodeLost(s.id, now)
 		case "fail":
 			err = m.WorkerFailed(s.id, s.round, now)
+		case "regroup":
+			err = m.Regroup(s.id, s.round, now)
 		case "ok":
 			err = m.NodeSucceeded(s.id, s.round, now)
 		case "tick":
@@ -187,6 +190,27 @@ func TestScenarios(t *testing.T) {
 			join("c").at(time.Minute).gets(2).then(open(2, "c").prev("a", "b")),
 			join("a").gets(0),
 			join("b").gets(1).then(closed(2, "a", "b", "c")), // rule (c): everyone is back
+		}},
+		{"regroup re-forms the world without spending a restart", cfg(func(c *Config) { c.MaxRestarts = 0 }), []step{
+			join("a"), join("b"), tick(10 * sec).then(closed(1, "a", "b")),
+			regroup("b", 1).then(open(2).prev("a", "b")),
+			regroup("b", 1).unchanged(), // stale: the round is open
+			join("a"),
+			join("b").then(closed(2, "a", "b")), // everyone is back: no last call
+			fail("a", 2).then(view{Job: Failed, Round: 2, World: []string{"a", "b"},
+				Reason: "workers on node a (node rank 0) failed in round 2 and the restart budget (0) is exhausted"}),
+		}},
+		{"a regroup after a failure of the same round changes nothing", cfg(func(c *Config) { c.MaxRestarts = 0; c.BlameWindow = 10 * sec }), []step{
+			join("a"), join("b"), tick(10 * sec).then(closed(1, "a", "b")),
+			fail("a", 1),
+			regroup("b", 1).unchanged(),
+			tick(10 * sec).then(view{Job: Failed, Round: 1, World: []string{"a", "b"},
+				Reason: "workers on node a (node rank 0) failed in round 1 and the restart budget (0) is exhausted"}),
+		}},
+		{"a regroup of a node not in the world is refused", cfg(minmax(2, 2)), []step{
+			join("a"), join("b"), join("c"), tick(10 * sec).then(closed(1, "a", "b").waiting("c")),
+			regroup("c", 1).errs(ErrNotInWorld),
+			regroup("d", 1).errs(ErrUnknownNode),
 		}},
 		{"no room: the late joiner keeps waiting", cfg(minmax(2, 2)), []step{
 			join("a"), join("b").then(closed(1, "a", "b")),

@@ -570,9 +570,14 @@ type JoinRequest struct {
 	// host:port of the agent's peer endpoint (internal/ckpt/peer), from which
 	// the agents of a new node fetch the replicated snapshots this node
 	// holds; empty: it serves none.
-	PeerAddr      string `protobuf:"bytes,9,opt,name=peer_addr,json=peerAddr,proto3" json:"peer_addr,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	PeerAddr string `protobuf:"bytes,9,opt,name=peer_addr,json=peerAddr,proto3" json:"peer_addr,omitempty"`
+	// The node could not fetch its last round's agreed step from its peers
+	// and started no workers: the master agrees on the next round's step
+	// without peer restore (own memory common to all ranks, else storage),
+	// so that no rank resumes at another step than the others.
+	PeerRestoreFailed bool `protobuf:"varint,10,opt,name=peer_restore_failed,json=peerRestoreFailed,proto3" json:"peer_restore_failed,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *JoinRequest) Reset() {
@@ -666,6 +671,13 @@ func (x *JoinRequest) GetPeerAddr() string {
 		return x.PeerAddr
 	}
 	return ""
+}
+
+func (x *JoinRequest) GetPeerRestoreFailed() bool {
+	if x != nil {
+		return x.PeerRestoreFailed
+	}
+	return false
 }
 
 // MemorySnapshot is one committed flash-checkpoint snapshot in a node's
@@ -1356,9 +1368,14 @@ type WorkerFailure struct {
 	// The master's diagnosis of the round's failure (internal/diagnosis,
 	// docs/fault-tolerance.md): its cause, the action it calls for, and why.
 	// Set by the master; agents leave them empty.
-	Cause         string `protobuf:"bytes,15,opt,name=cause,proto3" json:"cause,omitempty"`
-	Action        string `protobuf:"bytes,16,opt,name=action,proto3" json:"action,omitempty"`
-	Diagnosis     string `protobuf:"bytes,17,opt,name=diagnosis,proto3" json:"diagnosis,omitempty"`
+	Cause     string `protobuf:"bytes,15,opt,name=cause,proto3" json:"cause,omitempty"`
+	Action    string `protobuf:"bytes,16,opt,name=action,proto3" json:"action,omitempty"`
+	Diagnosis string `protobuf:"bytes,17,opt,name=diagnosis,proto3" json:"diagnosis,omitempty"`
+	// The agent started no workers: it could not restore the round's agreed
+	// checkpoint step from a peer's memory. Not the program's failure: the
+	// world forms again without peer restore, not counted against
+	// --max-restarts (diagnosis rule restore-failure).
+	RestoreFailed bool `protobuf:"varint,18,opt,name=restore_failed,json=restoreFailed,proto3" json:"restore_failed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1510,6 +1527,13 @@ func (x *WorkerFailure) GetDiagnosis() string {
 		return x.Diagnosis
 	}
 	return ""
+}
+
+func (x *WorkerFailure) GetRestoreFailed() bool {
+	if x != nil {
+		return x.RestoreFailed
+	}
+	return false
 }
 
 type ReportFailureRequest struct {
@@ -2901,7 +2925,7 @@ const file_api_rover_v1_master_proto_rawDesc = "" +
 	"node_check\x18\n" +
 	" \x01(\v2\x19.rover.v1.NodeCheckConfigR\tnodeCheck\x12.\n" +
 	"\x13hang_timeout_millis\x18\v \x01(\x03R\x11hangTimeoutMillis\x12%\n" +
-	"\x0ehang_detection\x18\f \x01(\x05R\rhangDetection\"\xc9\x02\n" +
+	"\x0ehang_detection\x18\f \x01(\x05R\rhangDetection\"\xf9\x02\n" +
 	"\vJoinRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12%\n" +
 	"\x0erequested_rank\x18\x02 \x01(\x05R\rrequestedRank\x12(\n" +
@@ -2913,7 +2937,9 @@ const file_api_rover_v1_master_proto_rawDesc = "" +
 	"rendezvous\x12\x15\n" +
 	"\x06run_id\x18\a \x01(\tR\x05runId\x126\n" +
 	"\tsnapshots\x18\b \x03(\v2\x18.rover.v1.MemorySnapshotR\tsnapshots\x12\x1b\n" +
-	"\tpeer_addr\x18\t \x01(\tR\bpeerAddr\"\x8a\x01\n" +
+	"\tpeer_addr\x18\t \x01(\tR\bpeerAddr\x12.\n" +
+	"\x13peer_restore_failed\x18\n" +
+	" \x01(\bR\x11peerRestoreFailed\"\x8a\x01\n" +
 	"\x0eMemorySnapshot\x12\x1d\n" +
 	"\n" +
 	"local_rank\x18\x01 \x01(\x05R\tlocalRank\x12\x12\n" +
@@ -2977,7 +3003,7 @@ const file_api_rover_v1_master_proto_rawDesc = "" +
 	"\n" +
 	"MemoryPeer\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x12\n" +
-	"\x04addr\x18\x02 \x01(\tR\x04addr\"\xcf\x03\n" +
+	"\x04addr\x18\x02 \x01(\tR\x04addr\"\xf6\x03\n" +
 	"\rWorkerFailure\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1b\n" +
 	"\tnode_rank\x18\x02 \x01(\x05R\bnodeRank\x12\x12\n" +
@@ -2998,7 +3024,8 @@ const file_api_rover_v1_master_proto_rawDesc = "" +
 	"\x05round\x18\x0e \x01(\x03R\x05round\x12\x14\n" +
 	"\x05cause\x18\x0f \x01(\tR\x05cause\x12\x16\n" +
 	"\x06action\x18\x10 \x01(\tR\x06action\x12\x1c\n" +
-	"\tdiagnosis\x18\x11 \x01(\tR\tdiagnosis\"z\n" +
+	"\tdiagnosis\x18\x11 \x01(\tR\tdiagnosis\x12%\n" +
+	"\x0erestore_failed\x18\x12 \x01(\bR\rrestoreFailed\"z\n" +
 	"\x14ReportFailureRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x14\n" +
 	"\x05round\x18\x02 \x01(\x03R\x05round\x123\n" +

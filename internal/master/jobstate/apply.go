@@ -116,7 +116,7 @@ func (s *State) Apply(e *Event) (Effects, error) {
 			s.blame(e.Join.NodeID, "its agent restarted", e.Time, loss)
 		}
 		if err == nil {
-			s.Memory.Joined(e.Join.NodeID, e.Snapshots, e.PeerAddr)
+			s.Memory.Joined(e.Join.NodeID, e.Snapshots, e.PeerAddr, e.PeerRestoreFailed)
 		}
 	case EventNodeLost:
 		if loss := s.Members.Lose(e.Node, e.Reason, e.Since, e.Planned, e.Time); loss != nil {
@@ -135,6 +135,13 @@ func (s *State) Apply(e *Event) (Effects, error) {
 			fail.Cause = d.Cause.String()
 			if d.FailFast {
 				s.Members.FailFast(d.Reason)
+				break
+			}
+			if d.Action == diagnosis.Regroup {
+				// Its peer restore failed: the next world agrees on its
+				// step without peers, and no restart is spent.
+				s.Memory.PeerRestoreFailed(e.Node)
+				err = s.Members.Regroup(e.Node, e.Round, e.Time)
 				break
 			}
 		}

@@ -37,6 +37,9 @@ type Event struct {
 	// PeerAddr is where the node's agent serves its snapshots to peers
 	// (EventJoin; "": it serves none).
 	PeerAddr string `json:"peer_addr,omitempty"`
+	// PeerRestoreFailed: the joining node could not fetch its last round's
+	// agreed step from its peers (JoinRequest.peer_restore_failed).
+	PeerRestoreFailed bool `json:"peer_restore_failed,omitempty"`
 	// Key and Value are set on EventSetKey.
 	Key   string `json:"key,omitempty"`
 	Value []byte `json:"value,omitempty"`

@@ -41,13 +41,16 @@ type Failure struct {
 	Cause     string
 	Action    string
 	Diagnosis string
+	// RestoreFailed: the agent started no workers, for want of the round's
+	// agreed checkpoint from a peer.
+	RestoreFailed bool
 }
 
 func (f Failure) report() diagnosis.Report {
 	return diagnosis.Report{
 		Host: f.Host, NodeRank: f.NodeRank, Rank: f.Rank, LocalRank: f.LocalRank, Round: f.Round,
 		TimeUnixNanos: f.TimeUnixNanos, ExitCode: f.ExitCode, Signal: f.Signal,
-		Message: f.Message, Traceback: f.Traceback, LogTail: f.LogTail,
+		Message: f.Message, Traceback: f.Traceback, LogTail: f.LogTail, RestoreFailed: f.RestoreFailed,
 	}
 }
 

@@ -197,6 +197,14 @@ func (m *Membership) WorkerFailed(id string, round int, now time.Time) error {
 	return m.rdzv.WorkerFailed(id, round, now)
 }
 
+// Regroup applies a worker-failed event whose diagnosis is regroup: the
+// node started no workers for a cause not the program's, and the world
+// forms again without spending a restart.
+func (m *Membership) Regroup(id string, round int, now time.Time) error {
+	defer m.settle()
+	return m.rdzv.Regroup(id, round, now)
+}
+
 // NodeSucceeded applies a node-succeeded event.
 func (m *Membership) NodeSucceeded(id string, round int, now time.Time) error {
 	defer m.settle()

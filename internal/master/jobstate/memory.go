@@ -82,13 +82,17 @@ type Memory struct {
 	held map[string][]MemorySnapshot
 	// peers is each node's peer address, as of its last join (absent:
 	// its agent serves no snapshots).
-	peers  map[string]string
-	agreed MemoryAgreement
+	peers map[string]string
+	// peerFailed are the nodes whose last join said their fetch from
+	// peers failed. Not in snapshots of the state: a master restored from
+	// one may offer peer restore once more, and the node fails again.
+	peerFailed map[string]bool
+	agreed     MemoryAgreement
 }
 
 // NewMemory returns the memory state of a job no node has joined.
 func NewMemory() *Memory {
-	return &Memory{held: map[string][]MemorySnapshot{}, peers: map[string]string{}}
+	return &Memory{held: map[string][]MemorySnapshot{}, peers: map[string]string{}, peerFailed: map[string]bool{}}
 }
 
 // RestoreMemory returns the memory state that Held, Peers and Agreement
@@ -106,9 +110,16 @@ func RestoreMemory(held map[string][]MemorySnapshot, peers map[string]string, ag
 }
 
 // Joined applies a node's join: it holds snaps now, and serves them to
-// peers at peerAddr ("": it serves none).
-func (m *Memory) Joined(node string, snaps []MemorySnapshot, peerAddr string) {
+// peers at peerAddr ("": it serves none); peerFailed says its last fetch
+// from its peers failed, so the world it joins agrees without peer
+// restore.
+func (m *Memory) Joined(node string, snaps []MemorySnapshot, peerAddr string, peerFailed bool) {
 	m.held[node] = snaps
+	if peerFailed {
+		m.peerFailed[node] = true
+	} else {
+		delete(m.peerFailed, node)
+	}
 	if peerAddr == "" {
 		delete(m.peers, node)
 	} else {
@@ -116,9 +127,15 @@ func (m *Memory) Joined(node string, snaps []MemorySnapshot, peerAddr string) {
 	}
 }
 
+// PeerRestoreFailed records that node could not fetch its round's agreed
+// step from its peers: the next world it is in agrees without peer
+// restore, until it joins again without saying so.
+func (m *Memory) PeerRestoreFailed(node string) { m.peerFailed[node] = true }
+
 // Lost applies a node's loss: its memory is gone.
 func (m *Memory) Lost(node string) {
 	delete(m.held, node)
+	delete(m.peerFailed, node)
 	delete(m.peers, node)
 }
 
@@ -128,7 +145,13 @@ func (m *Memory) Agree(world []rendezvous.Member, worldRound, worldSize int) {
 	if m.agreed.Round == worldRound {
 		return
 	}
-	m.agreed = agree(world, worldSize, m.held, m.peers)
+	peers := m.peers
+	for _, mb := range world {
+		if m.peerFailed[mb.NodeID] {
+			peers = nil // a member could not fetch last time: no peer restore in this world
+		}
+	}
+	m.agreed = agree(world, worldSize, m.held, peers)
 	m.agreed.Round = worldRound
 }
 

@@ -1,7 +1,10 @@
 package jobstate
 
 import (
+	"encoding/json"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -141,7 +144,7 @@ func TestAgreeWithPeers(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			m := NewMemory()
 			for node, snaps := range tc.held {
-				m.Joined(node, snaps, tc.peers[node])
+				m.Joined(node, snaps, tc.peers[node], false)
 			}
 			m.Agree(three, 7, 6)
 			tc.want.Round = 7
@@ -158,5 +161,79 @@ func TestAgreeWithPeers(t *testing.T) {
 				t.Errorf("a lost node keeps its peer address")
 			}
 		})
+	}
+}
+
+// TestMemoryAgreesWithoutPeersAfterAFailedFetch: a node whose fetch from
+// its peers failed joins saying so; its world then agrees without peer
+// restore (nothing common to every rank's memory: storage), so every rank
+// loads the same step. Its next join without the flag brings peer restore
+// back.
+func TestMemoryAgreesWithoutPeersAfterAFailedFetch(t *testing.T) {
+	three := []rendezvous.Member{
+		{NodeID: "a", LocalWorldSize: 2, RankOffset: 0},
+		{NodeID: "b", LocalWorldSize: 2, RankOffset: 2},
+		{NodeID: "c", LocalWorldSize: 2, RankOffset: 4},
+	}
+	m := NewMemory()
+	m.Joined("a", replicated(0, 24, 25), "a:1", false)
+	m.Joined("b", replicated(0, 24, 25), "b:1", false)
+	m.Joined("c", nil, "c:1", true)
+	m.Agree(three, 7, 6)
+	if got := m.Agreement(); got.OK || len(got.Fetching) != 0 {
+		t.Errorf("agreement after c's failed fetch = %v, want none (storage for every rank)", got)
+	}
+	m.Joined("c", nil, "c:1", false)
+	m.Agree(three, 8, 6)
+	if got := m.Agreement(); !got.OK || got.Step != 25 || !slices.Equal(got.Fetching, []string{"c"}) {
+		t.Errorf("agreement after c's next join = %v, want step 25 fetched by c", got)
+	}
+}
+
+// TestRegroupAfterAFailedPeerRestore: a replacement node whose fetch from
+// its peers failed reports it (restore_failed); the world forms again
+// without spending a restart, even with none left, and agrees on a step
+// without peers, so every rank loads the same one.
+func TestRegroupAfterAFailedPeerRestore(t *testing.T) {
+	cfg := twoNodeConfig()
+	cfg.Rendezvous.MaxRestarts = 0
+	s := NewState(sameString, jsonFailures{})
+	join := func(id string, snaps []MemorySnapshot, peerFailed bool, at time.Duration) {
+		t.Helper()
+		e := joinEvent(id, t0.Add(at))
+		e.Snapshots, e.PeerAddr, e.PeerRestoreFailed = snaps, id+":1", peerFailed
+		if _, err := s.Apply(e); err != nil {
+			t.Fatalf("join %s: %v", id, err)
+		}
+	}
+	if _, err := s.Apply(&Event{Type: EventConfigure, Time: t0, Config: cfg}); err != nil {
+		t.Fatal(err)
+	}
+	// a survived with steps 24 and 25 in memory; b is its replacement.
+	join("a", concat(replicated(0, 24, 25), replicated(1, 24, 25)), false, 0)
+	join("b", nil, false, 0)
+	if got := s.Memory.Agreement(); !got.OK || got.Step != 25 || !slices.Equal(got.Fetching, []string{"b"}) {
+		t.Fatalf("round 1 agreement = %+v, want step 25 fetched by b", got)
+	}
+	_, err := s.Apply(&Event{Type: EventWorkerFailed, Time: t0.Add(time.Second), Node: "b", Round: 1,
+		Failures: []json.RawMessage{json.RawMessage(`{"NodeID":"b","ExitCode":-1,"Round":1,"RestoreFailed":true,` +
+			`"Message":"no peer gave the round's checkpoint: step 25: crc mismatch"}`)}})
+	if err != nil {
+		t.Fatalf("b's failed restore: %v", err)
+	}
+	st := s.Members.Status()
+	if st.Job != rendezvous.Running || st.Round != 2 || !st.Open || st.Restarts != 0 {
+		t.Fatalf("after b's failed restore: %+v, want round 2 open, still running, no restart spent", st)
+	}
+	if fs := s.Failures.Records(); len(fs) != 1 || fs[0].Cause != "restore-failure" || fs[0].Action != "regroup" {
+		t.Errorf("failure records %+v, want one restore-failure -> regroup", fs)
+	}
+	join("a", concat(replicated(0, 24, 25), replicated(1, 24, 25)), false, 2*time.Second)
+	join("b", nil, true, 2*time.Second)
+	if st := s.Members.Status(); st.Round != 2 || st.Open {
+		t.Fatalf("after the rejoins: %+v, want round 2 closed", st)
+	}
+	if got := s.Memory.Agreement(); got.OK || len(got.Fetching) != 0 {
+		t.Errorf("round 2 agreement = %+v, want none: every rank from storage", got)
 	}
 }
