@@ -135,6 +135,11 @@ func peerRestore(t *testing.T, nodes int, fault string) {
 		t.Errorf("every rank resumed from step %d, older than %d, the survivors' newest in memory", step, newest)
 	}
 	for _, st := range starts {
+		// A lost node and a refused transfer are membership changes: the
+		// restart budget is untouched.
+		if st.restart != 0 {
+			t.Errorf("%q: want TORCHELASTIC_RESTART_COUNT 0, no restart spent", st.line)
+		}
 		want := "memory"
 		if fault != "" {
 			want = "storage" // the damaged transfer was refused: no peer restore in the next round
