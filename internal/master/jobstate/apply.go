@@ -170,7 +170,7 @@ func (s *State) Apply(e *Event) (Effects, error) {
 	case EventGoodput:
 		err = s.restoreGoodput(e.Goodput)
 	case EventAutoScale:
-		err = s.AutoScale.restore(e.AutoScale)
+		err = s.AutoScale.restore(e.AutoScale, s.Live)
 	default:
 		return fx, fmt.Errorf("journal event type %q %w", e.Type, ErrUnknownEvent)
 	}

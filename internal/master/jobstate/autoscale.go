@@ -111,9 +111,13 @@ func (a *AutoScale) Marshal() (json.RawMessage, error) {
 }
 
 // restore applies a replayed EventAutoScale: the policy becomes the one it
-// carries. A job whose driver no longer asks for auto-scaling ignores it.
-func (a *AutoScale) restore(state json.RawMessage) error {
-	if a.knobs == nil || state == nil {
+// carries. A job whose driver no longer asks for auto-scaling ignores it,
+// and so does a live state (live): its policy is the one the state was
+// marshalled from, and may have learnt more since (a round formed between
+// the marshalling and this event's commit), which the older copy would
+// undo.
+func (a *AutoScale) restore(state json.RawMessage, live bool) error {
+	if a.knobs == nil || state == nil || live {
 		return nil
 	}
 	p, err := autoscale.Restore(state)

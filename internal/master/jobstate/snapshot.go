@@ -149,7 +149,7 @@ func (st *State) RestoreSnapshot(b []byte, runID string) error {
 			return err
 		}
 	}
-	if err := st.AutoScale.restore(s.AutoScale); err != nil {
+	if err := st.AutoScale.restore(s.AutoScale, false); err != nil {
 		return err
 	}
 	if st.AutoScale.Policy() == nil && st.Members.Configured() {
