@@ -82,7 +82,7 @@ type peerSource struct{ ar *arenas }
 
 var _ peer.Source = peerSource{}
 
-func (p peerSource) Snapshot(step int64) ([]byte, uint32, func() bool, bool, error) {
+func (p peerSource) Snapshot(step int64, rank int) ([]byte, uint32, func() bool, bool, error) {
 	a := p.ar.get(peerLocal)
 	if a == nil {
 		return nil, 0, nil, false, nil
