@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -21,7 +22,8 @@ func peerNode(t *testing.T, node string, wrap func(http.Handler) http.Handler) (
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ar.close(); os.RemoveAll(ar.dir.path) })
-	s := &Saver{arenas: ar}
+	s := &Saver{arenas: ar, cfg: Config{NodeID: node, BackupBytes: -1, Log: slog.New(slog.DiscardHandler)}}
+	s.initBackups(false)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
