@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -38,6 +39,7 @@ const minAutoBackupBytes = 64 << 20
 // with it when it is killed.
 type backupArenas struct {
 	dir string
+	log *slog.Logger
 	// budget is the most bytes the arenas' slots may take together (0:
 	// the node keeps no backups).
 	budget func() int64
@@ -73,8 +75,11 @@ func (r staleRule) covers(savedRound int, step int64) bool {
 
 // newBackupArenas opens the backup arenas in dir: those a killed agent
 // left when adopted, else none.
-func newBackupArenas(dir string, adopted bool, budget func() int64) *backupArenas {
-	b := &backupArenas{dir: dir, budget: budget, byLocal: map[int]*ckpt.Arena{}, receiving: map[int]bool{},
+func newBackupArenas(dir string, adopted bool, budget func() int64, log *slog.Logger) *backupArenas {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	b := &backupArenas{dir: dir, log: log, budget: budget, byLocal: map[int]*ckpt.Arena{}, receiving: map[int]bool{},
 		rounds: map[[2]int]int{}, stale: map[int]staleRule{}}
 	if !adopted {
 		return b
@@ -132,6 +137,7 @@ func (b *backupArenas) Open(bk peer.Backup, size int64) (peer.Sink, func([]byte)
 			peer.ErrTooLarge, need, b.budget())
 	}
 	var err error
+	grown := a == nil || a.SlotSize() < size
 	switch {
 	case a == nil:
 		if a, err = ckpt.CreateArena(b.dir, backupPrefix+strconv.Itoa(bk.Local), size); err != nil {
@@ -150,6 +156,10 @@ func (b *backupArenas) Open(bk peer.Backup, size int64) (peer.Sink, func([]byte)
 		if ok && had {
 			b.rounds[[2]int{bk.Local, 0}] = round
 		}
+	}
+	if grown {
+		b.log.Info("keeping a backup of a peer's shards", "peer", bk.From, "local_rank", bk.Local, "step", bk.Step,
+			"slot_bytes", a.SlotSize(), "backup_bytes", b.bytesLocked(), "budget_bytes", b.budget())
 	}
 	buf, tok, err := a.BeginWrite(bk.Step)
 	if err != nil {

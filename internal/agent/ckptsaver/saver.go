@@ -115,7 +115,7 @@ func Open(cfg Config) (*Saver, error) {
 
 // initBackups makes the saver's backup keeping and pushing.
 func (s *Saver) initBackups(adopted bool) {
-	s.backups = newBackupArenas(s.arenas.dir.path, adopted, s.backupBudget)
+	s.backups = newBackupArenas(s.arenas.dir.path, adopted, s.backupBudget, s.cfg.Log)
 	s.pusher = newBackupPusher(s)
 }
 
