@@ -33,7 +33,7 @@ func (a *agent) startPeerServer(token string, done *cleanups) error {
 	served := make(chan struct{})
 	go func() {
 		defer close(served)
-		a.ckpt.ServePeers(ctx, ln, a.cfg.RunID, token, peerFault(a.opts.Getenv(PeerFaultEnv)))
+		a.ckpt.ServePeers(ctx, ln, a.cfg.RunID, token, peerFault(a.opts.Getenv(PeerFaultEnv), a.opts.Getenv(PeerStallFileEnv)))
 	}()
 	done.add(func() {
 		stop()
