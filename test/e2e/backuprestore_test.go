@@ -48,7 +48,7 @@ func shardedJob(t *testing.T, nodes int, fault string) (s *submitted, dir, saves
 
 // loseNode SIGKILLs node's agent (its workers die with it) and removes its
 // shared memory: a lost machine.
-func loseNode(t *testing.T, s *submitted, node string) {
+func loseNode(t testing.TB, s *submitted, node string) {
 	t.Helper()
 	pid := agentPid(node)
 	if pid == 0 {
@@ -64,7 +64,7 @@ func loseNode(t *testing.T, s *submitted, node string) {
 
 // newestSaved is the newest step every rank below ranks saved in the
 // job's first start.
-func newestSaved(t *testing.T, saves string, ranks int) int {
+func newestSaved(t testing.TB, saves string, ranks int) int {
 	newest, per := -1, map[int]int{}
 	for _, sv := range readSaves(t, saves) {
 		if sv.rank < ranks && sv.restart == 0 {

@@ -15,7 +15,7 @@ import (
 
 // peerNode is one node's saver, its arenas serving peers on a loopback
 // port with the handler wrap makes of the saver's (nil: as it is).
-func peerNode(t *testing.T, node string, wrap func(http.Handler) http.Handler) (*Saver, string) {
+func peerNode(t testing.TB, node string, wrap func(http.Handler) http.Handler) (*Saver, string) {
 	t.Helper()
 	ar, err := newArenas(JobKey("job", "secret-"+node), Owner{NodeID: node}, 2)
 	if err != nil {
