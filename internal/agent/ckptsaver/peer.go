@@ -25,8 +25,9 @@ import (
 // peerLocal is the local rank whose arena holds a node's replicated copy.
 const peerLocal = 0
 
-// PeerHandler serves the node's replicated snapshots to the agents of run
-// that present token.
+// PeerHandler serves the node's replicated snapshots, and the backups it
+// keeps of another node's shards, to the agents of run that present token,
+// and keeps the shards its backup source pushes.
 func (s *Saver) PeerHandler(run, token string) http.Handler {
 	return &peer.Handler{Run: run, Token: token, Src: peerSource{s.arenas, s.backups}, Backups: s.backups, Log: s.cfg.Log}
 }
