@@ -9,7 +9,7 @@ KUBE_API := ./api/elastic/...
 TESTBIN ?= $(HOME)/.cache/rover/testbin-v1.37.2
 TESTBIN_EXTRA ?= kubectl kube-scheduler kube-controller-manager kwok
 
-.PHONY: help build test test-unit testbin deps-test lint generate check-generated manifests check-manifests demo bench bench-ckpt bench-ckpt-steady bench-relaunch bench-restart bench-colltime bench-autoscale bench-k8s soak clean
+.PHONY: help build test test-unit testbin deps-test lint generate check-generated manifests check-manifests demo bench bench-ckpt bench-ckpt-steady bench-relaunch bench-restart bench-backup bench-backup-restore bench-colltime bench-autoscale bench-k8s soak clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -88,6 +88,12 @@ bench-ckpt-steady: build ## flash checkpoint steady state: save of a 4 MiB state
 
 bench-relaunch: ## node death to training again on rover submit, by phase (detect, launch, rendezvous, worker, init, restore)
 	PYTHON_EXEC="$$(scripts/find-python --install)" $(GO) test ./test/e2e -run '^$$' -bench NodeRelaunch -benchtime $${RUNS:-5}x
+
+bench-backup: ## sharded backup peers' cost: a 256 MiB shard pushed to the backup peer over loopback, its shared memory, a save alone and while a push runs
+	$(GO) test ./internal/agent/ckptsaver/ -run '^$$' -bench BackupPush -benchtime $${RUNS:-5}x
+
+bench-backup-restore: ## a lost node of a sharded rover submit job: steps rolled back and time to train again, with backup peers and with storage only
+	PYTHON_EXEC="$$(scripts/find-python --install)" $(GO) test ./test/e2e -run '^$$' -bench ShardedNodeLoss -benchtime $${RUNS:-3}x -timeout 60m
 
 bench-restart: ## worker SIGKILL to training again on rover run, 2 workers, by phase (detect, stop, persist, rendezvous, spawn, import, pg, restore, first step)
 	PYTHON_EXEC="$$(scripts/find-python --install)" $(GO) test ./test/e2e -run '^$$' -bench WorkerRestart -benchtime $${RUNS:-10}x -timeout 30m

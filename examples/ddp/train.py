@@ -98,6 +98,10 @@ def parse_args(argv=None):
                    help="use Rover's flash checkpoint instead of --ckpt: save to memory every step, persist to "
                         "the job's checkpoint storage (rover run --checkpoint-dir) every --ckpt-every steps, "
                         "resume from memory after a restart")
+    p.add_argument("--flash-mode", choices=("replicated", "sharded"), default="replicated",
+                   help="with --flash: 'replicated' (every rank holds the whole state; the node keeps one copy) or "
+                        "'sharded' (every rank saves only its own slice of the parameters, as FSDP would; a restore "
+                        "gathers the slices from every rank) (default replicated)")
     p.add_argument("--flash-every", type=int, default=1,
                    help="with --flash, save to memory every K steps instead of every step (default 1)")
     p.add_argument("--ckpt-every", type=int, default=10,
@@ -202,6 +206,31 @@ def ordered_allreduce_hook(process_group, bucket):
         return total.div_(world)
 
     return work.get_future().then(reduce)
+
+
+def shard_size(n, world):
+    """Elements of each rank's slice of n parameters (the last may be short)."""
+    return (n + world - 1) // world
+
+
+def param_shard(model, rank, world):
+    """This rank's slice of the model's flattened parameters: what it saves in
+    sharded mode (no other rank saves it)."""
+    vec = torch.nn.utils.parameters_to_vector(model.parameters()).detach()
+    per = shard_size(vec.numel(), world)
+    return vec[min(rank * per, vec.numel()):min((rank + 1) * per, vec.numel())].clone()
+
+
+def load_shards(model, shard, world):
+    """Rebuilds every parameter from the slices the ranks restored: each rank
+    contributes its own (all-gathered, padded to one size)."""
+    n = sum(p.numel() for p in model.parameters())
+    per = shard_size(n, world)
+    padded = torch.zeros(per, dtype=shard.dtype)
+    padded[:shard.numel()] = shard
+    parts = [torch.empty(per, dtype=shard.dtype) for _ in range(world)]
+    dist.all_gather(parts, padded)
+    torch.nn.utils.vector_to_parameters(torch.cat(parts)[:n], model.parameters())
 
 
 def env_snapshot():
@@ -369,13 +398,26 @@ def main(argv=None):
         from rover.checkpoint import Checkpointer
 
         args.ckpt = ""
-        flash = Checkpointer(mode="replicated")
+        flash = Checkpointer(mode=args.flash_mode)
         restored = flash.load()  # the newest step every rank holds in memory, else storage
         source = flash.restored_from or "none"
-        if restored:
+        if restored and args.flash_mode == "replicated":
             start_step, state = restored
             model.load_state_dict(state["model"])
             optim.load_state_dict(state["optim"])
+        if args.flash_mode == "sharded":
+            # Every rank must hold its slice of the same step: the master
+            # agreed on one for all ranks, from memory or storage.
+            step_here = restored[0] if restored else -1
+            lo, hi = torch.tensor([step_here]), torch.tensor([step_here])
+            dist.all_reduce(lo, op=dist.ReduceOp.MIN)
+            dist.all_reduce(hi, op=dist.ReduceOp.MAX)
+            if int(lo.item()) != int(hi.item()):
+                raise RuntimeError(f"ranks restored different steps ({int(lo.item())} to {int(hi.item())}): "
+                                   "a sharded checkpoint needs every rank's slice of one step")
+            if restored:
+                start_step, state = restored
+                load_shards(model, state["shard"], world_size)
     if args.ckpt and os.path.exists(args.ckpt):
         ckpt = torch.load(args.ckpt, map_location="cpu")
         model.load_state_dict(ckpt["model"])
@@ -437,8 +479,11 @@ def main(argv=None):
                       f"world {world_size} restart {restart}", flush=True)
 
         if flash is not None and (step % max(args.flash_every, 1) == 0 or step == args.steps):
-            flash.save(step, {"model": model.state_dict(), "optim": optim.state_dict()},
-                       persist=args.ckpt_every > 0 and step % args.ckpt_every == 0)
+            # SGD without momentum keeps no optimizer state: in sharded mode
+            # the parameters' slice is all a rank needs to save.
+            state = ({"shard": param_shard(model, rank, world_size)} if args.flash_mode == "sharded"
+                     else {"model": model.state_dict(), "optim": optim.state_dict()})
+            flash.save(step, state, persist=args.ckpt_every > 0 and step % args.ckpt_every == 0)
             if args.log_saves:
                 append_line(args.log_saves, f"restart={restart} rank={rank} pid={os.getpid()} step={step}")
         if args.ckpt and args.ckpt_every > 0 and (step % args.ckpt_every == 0 or step == args.steps):

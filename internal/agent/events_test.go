@@ -112,6 +112,53 @@ type fakeNanos struct{ t int64 }
 
 func (c *fakeNanos) now() int64 { c.t += 10; return c.t }
 
+// TestLifecycleFetchedRestore: a round whose step the agent fetched from
+// its backup peer (or a peer) before the workers started resumes from
+// BACKUP (PEER), with the fetch's peer and duration and the workers' load
+// time; a round whose workers loaded another step, or from storage, says
+// so, without the fetch.
+func TestLifecycleFetchedRestore(t *testing.T) {
+	mem, sto := roverv1.CheckpointSource_CHECKPOINT_SOURCE_MEMORY, roverv1.CheckpointSource_CHECKPOINT_SOURCE_STORAGE
+	backup := roverv1.CheckpointSource_CHECKPOINT_SOURCE_BACKUP
+	for _, tc := range []struct {
+		name       string
+		fetchRound int64
+		loaded     [2]roverv1.CheckpointSource
+		step       int64
+		want       roverv1.CheckpointSource
+		wantPeer   string
+	}{
+		{"fetched, loaded from memory", 4, [2]roverv1.CheckpointSource{mem, mem}, 25, backup, "node-a"},
+		{"a rank fell back to storage", 4, [2]roverv1.CheckpointSource{mem, sto}, 25, sto, ""},
+		{"another step loaded", 4, [2]roverv1.CheckpointSource{mem, mem}, 24, mem, ""},
+		{"fetched for an older round", 3, [2]roverv1.CheckpointSource{mem, mem}, 25, mem, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			q, clk := newEventQueue(eventQueueLimit), &fakeNanos{}
+			l := newLifecycle(q, clk.now)
+			l.fetched(tc.fetchRound, 25, backup, "node-a", 2*time.Second)
+			l.workersStarted(4, 2)
+			l.restoreStarted(4, 2)
+			l.restoreFinished(4, 2, 0, tc.step, tc.loaded[0])
+			l.restoreFinished(4, 2, 1, tc.step, tc.loaded[1])
+			got := q.take(64)
+			if len(got) != 3 {
+				t.Fatalf("events %v, want WORKERS_STARTED, RESTORE_STARTED, RESUMED", got)
+			}
+			r := got[2]
+			if r.GetSource() != tc.want || r.GetPeer() != tc.wantPeer || r.GetStep() != tc.step {
+				t.Fatalf("RESUMED %v, want step %d from %v (peer %q)", r, tc.step, tc.want, tc.wantPeer)
+			}
+			if wantFetch := map[bool]int64{true: int64(2 * time.Second)}[tc.wantPeer != ""]; r.GetFetchNanos() != wantFetch {
+				t.Errorf("fetch_nanos %d, want %d", r.GetFetchNanos(), wantFetch)
+			}
+			if want := r.GetTimeUnixNanos() - got[1].GetTimeUnixNanos(); r.GetLoadNanos() != want || want <= 0 {
+				t.Errorf("load_nanos %d, want %d: from RESTORE_STARTED to RESUMED", r.GetLoadNanos(), want)
+			}
+		})
+	}
+}
+
 // TestLifecycleRestore: a round's events wait for its WORKERS_STARTED;
 // RESTORE_STARTED once; RESUMED once every local worker finished, at the
 // lowest step (storage over memory at the same step); reports of an older

@@ -3,6 +3,7 @@ package agent
 import (
 	"slices"
 	"sync"
+	"time"
 
 	roverv1 "github.com/roverml/rover/api/rover/v1"
 	"google.golang.org/protobuf/proto"
@@ -16,7 +17,9 @@ import (
 //   - WORKERS_STARTED once every local worker of a round is spawned;
 //   - RESTORE_STARTED when the round's first worker begins loading;
 //   - RESUMED once every local worker finished loading, with the lowest
-//     step (and its source);
+//     step (and its source: PEER or BACKUP instead of MEMORY when the
+//     agent fetched that step from a peer before the workers started),
+//     the fetch's and the load's durations;
 //   - CHECKPOINT_SAVED once per step when the node's savers committed it,
 //     with the longest blocking; again with durable set once every rank
 //     that committed it has it on storage;
@@ -43,8 +46,12 @@ type lifecycle struct {
 	held           []*roverv1.NodeEvent // the round's events before it
 	sent           []*roverv1.NodeEvent // the round's milestones that went out
 	restoring      bool                 // RESTORE_STARTED of round went out
+	restoreAt      int64                // when, in the agent's clock
 	loaded         map[int32]loadReport // by local rank
 	resumed        bool
+	// fetch is what the agent fetched from a peer before the round's
+	// workers started (round -1: nothing).
+	fetch fetchReport
 	// saves are the round's steps committed by some but not yet all of
 	// the node's savers; lastSaved is the newest step reported.
 	saves     map[int64]*pendingSave
@@ -69,6 +76,16 @@ type loadReport struct {
 	source roverv1.CheckpointSource
 }
 
+// fetchReport is a step the agent fetched from a peer for a round's
+// workers: from a peer's replicated copy (source PEER) or its backup
+// peer's copy of its shards (BACKUP).
+type fetchReport struct {
+	round, step int64
+	source      roverv1.CheckpointSource
+	peer        string
+	nanos       int64
+}
+
 type pendingSave struct {
 	ranks    map[int32]bool
 	expected int
@@ -85,7 +102,16 @@ type commitRecord struct {
 }
 
 func newLifecycle(q *eventQueue, now func() int64) *lifecycle {
-	return &lifecycle{q: q, now: now, round: -1}
+	return &lifecycle{q: q, now: now, round: -1, fetch: fetchReport{round: -1}}
+}
+
+// fetched: before round's workers started, the agent fetched step from
+// peer (source PEER or BACKUP), in d. The round's RESUMED says so when its
+// workers loaded that step from memory.
+func (l *lifecycle) fetched(round, step int64, source roverv1.CheckpointSource, peer string, d time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.fetch = fetchReport{round: round, step: step, source: source, peer: peer, nanos: int64(d)}
 }
 
 // enterLocked moves to round (reports of an older one are refused: false).
@@ -162,8 +188,8 @@ func (l *lifecycle) restoreStarted(round int64, localWorldSize int) {
 	if !l.enterLocked(round, localWorldSize) || l.restoring || l.resumed {
 		return
 	}
-	l.restoring = true
-	l.emitLocked(&roverv1.NodeEvent{Kind: roverv1.NodeEventKind_NODE_EVENT_KIND_RESTORE_STARTED, TimeUnixNanos: l.now()})
+	l.restoring, l.restoreAt = true, l.now()
+	l.emitLocked(&roverv1.NodeEvent{Kind: roverv1.NodeEventKind_NODE_EVENT_KIND_RESTORE_STARTED, TimeUnixNanos: l.restoreAt})
 }
 
 // restoreFinished: local rank's worker of round loaded step from source
@@ -193,8 +219,15 @@ func (l *lifecycle) restoreFinished(round int64, localWorldSize int, local int32
 		}
 	}
 	l.resumed = true
-	l.emitLocked(&roverv1.NodeEvent{Kind: roverv1.NodeEventKind_NODE_EVENT_KIND_RESUMED, TimeUnixNanos: l.now(),
-		Step: low.step, Source: low.source})
+	e := &roverv1.NodeEvent{Kind: roverv1.NodeEventKind_NODE_EVENT_KIND_RESUMED, TimeUnixNanos: l.now(),
+		Step: low.step, Source: low.source}
+	if l.restoring {
+		e.LoadNanos = max(e.GetTimeUnixNanos()-l.restoreAt, 0)
+	}
+	if f := l.fetch; f.round == l.round && f.step == low.step && low.source == roverv1.CheckpointSource_CHECKPOINT_SOURCE_MEMORY {
+		e.Source, e.Peer, e.FetchNanos = f.source, f.peer, f.nanos
+	}
+	l.emitLocked(e)
 }
 
 // saved: local rank's worker of round committed step, blocked by the save

@@ -114,6 +114,7 @@ func (a *agent) react(ctx context.Context, w *workers) (end bool, err error) {
 			spec := a.groupSpec(v)
 			// This round's join went out: the flag has done its work.
 			a.peerRestoreFailed.Store(false)
+			a.startBackups(v.GetAssignment())
 			if err := a.restoreFromPeers(ctx, v.GetAssignment()); err != nil {
 				// Its ranks would resume at another step than the others'
 				// (storage may not hold the agreed one): fail the round, and

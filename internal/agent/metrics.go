@@ -17,12 +17,19 @@ func (a *agent) newMetrics() *metrics.Agent {
 	if a.cfg.MetricsAddr == "" {
 		return nil
 	}
-	return metrics.NewAgent(func() int64 {
+	m := metrics.NewAgent(func() int64 {
 		if s := a.saver.Load(); s != nil {
 			return s.ArenaBytes()
 		}
 		return 0
 	})
+	m.SetBackupBytes(func() int64 {
+		if s := a.saver.Load(); s != nil {
+			return s.BackupBytes()
+		}
+		return 0
+	})
+	return m
 }
 
 // serveMetrics serves the agent's metrics on --metrics-addr until Run

@@ -304,11 +304,14 @@ func (a *agent) openSaver(token string) (*ckptsaver.Saver, error) {
 	return ckptsaver.Open(ckptsaver.Config{
 		JobKey: ckptsaver.JobKey(a.cfg.RunID, token), Owner: self, NprocPerNode: a.cfg.NprocPerNode,
 		NodeID: a.nodeID, MasterAddr: a.addr, Master: a.client, Retry: a.callMaster, Log: a.log,
-		Round:      func() int { _, round := a.joined.get(); return round },
-		AgreedStep: a.agreedMemoryStep,
-		Durable:    a.life.durable,
-		Saved:      a.metrics.Saved,
-		Persisted:  a.metrics.Persisted,
+		Round:       func() int { _, round := a.joined.get(); return round },
+		AgreedStep:  a.agreedMemoryStep,
+		Durable:     a.life.durable,
+		Saved:       a.metrics.Saved,
+		Persisted:   a.metrics.Persisted,
+		BackupBytes: a.cfg.CheckpointBackupBytes,
+		Pushed:      a.metrics.BackupPushed,
+		PushFailed:  a.metrics.BackupPushFailed,
 	})
 }
 

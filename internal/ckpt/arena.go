@@ -305,6 +305,28 @@ func (a *Arena) Checksum(s Snapshot) (uint32, error) {
 	return sum, err
 }
 
+// Drop removes s from the arena when its slot still holds it (otherwise
+// there is nothing to drop, and it returns nil): the slot becomes empty,
+// and no reader finds s again; a reader that took s before confirms it
+// with [Arena.Check], which then fails. It is a writer call: it must not
+// overlap BeginWrite, Commit or Resize.
+func (a *Arena) Drop(s Snapshot) error {
+	return a.locked(func(h header) error {
+		if s.Slot < 0 || s.Slot > 1 || h.stableGen(s.Slot) != s.gen || s.gen%2 == 1 {
+			return nil
+		}
+		g := h.beginChange(s.Slot)
+		h.slotWord(s.Slot, slState).Store(uint64(SlotEmpty))
+		h.slotWord(s.Slot, slCRC).Store(0)
+		h.slotWord(s.Slot, slCommit).Store(0)
+		h.slotWord(s.Slot, slGen).Store(g + 1)
+		if h.word(hdrNewest).Load() == uint64(s.Slot+1) {
+			h.word(hdrNewest).Store(0) // a hint: readers compare the slots' commits
+		}
+		return nil
+	})
+}
+
 // Close unmaps the arena; the file stays. Snapshots taken from it must not
 // be used afterwards.
 func (a *Arena) Close() error {

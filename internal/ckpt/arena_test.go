@@ -382,3 +382,48 @@ func TestBeginWriteAvoidingPinnedSlot(t *testing.T) {
 		t.Errorf("latest = %v, %v; want step 4", latest.Step, ok)
 	}
 }
+
+func TestArenaDrop(t *testing.T) {
+	a := newArena(t, 4096)
+	save(t, a, 1, payload(1, 101))
+	save(t, a, 2, payload(2, 102))
+	two, _ := a.Valid(2)
+	if err := a.Drop(two); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := a.Valid(2); ok {
+		t.Fatal("step 2 still found after Drop")
+	}
+	if err := a.Check(two); !errors.Is(err, ErrOverwritten) {
+		t.Fatalf("Check of a dropped snapshot: %v, want ErrOverwritten", err)
+	}
+	if latest, ok := a.Latest(); !ok || latest.Step != 1 {
+		t.Fatalf("Latest after dropping step 2 = %d (ok %v), want step 1", latest.Step, ok)
+	}
+	if other, ok := openAgain(t, a).Latest(); !ok || other.Step != 1 {
+		t.Fatalf("another mapping: Latest = %d (ok %v), want step 1", other.Step, ok)
+	}
+	// Dropping it again, or a snapshot whose slot was reused, changes nothing.
+	one, _ := a.Valid(1)
+	save(t, a, 3, payload(3, 103)) // into the dropped slot
+	save(t, a, 4, payload(4, 104)) // over step 1
+	for _, s := range []Snapshot{two, one} {
+		if err := a.Drop(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, step := range []int64{3, 4} {
+		if snap, ok := a.Valid(step); !ok || !bytes.Equal(snap.Data, payload(step, 100+int(step))) {
+			t.Fatalf("step %d lost after dropping stale snapshots", step)
+		}
+	}
+	// The next save after a drop goes to the empty slot, keeping the newest.
+	four, _ := a.Valid(4)
+	if err := a.Drop(four); err != nil {
+		t.Fatal(err)
+	}
+	save(t, a, 5, payload(5, 105))
+	if _, ok := a.Valid(3); !ok {
+		t.Fatal("the save after a drop overwrote the remaining snapshot")
+	}
+}

@@ -59,11 +59,16 @@ const (
 	FromNothing Source = iota // no checkpoint: from the start, or unknown
 	FromMemory                // the agent's in-memory (flash) checkpoint
 	FromStorage               // a checkpoint on storage
+	FromPeer                  // memory, fetched from a peer's replicated copy
+	FromBackup                // memory, the node's shards fetched from its backup peer
 )
 
-var sourceNames = []string{"none", "memory", "storage"}
+var sourceNames = []string{"none", "memory", "storage", "peer", "backup"}
 
-// MarshalText is the source's name: none, memory or storage.
+// valid reports whether s is one of the sources.
+func (s Source) valid() bool { return s >= FromNothing && int(s) < len(sourceNames) }
+
+// MarshalText is the source's name: none, memory, storage, peer or backup.
 func (s Source) MarshalText() ([]byte, error) {
 	if s < 0 || int(s) >= len(sourceNames) {
 		return nil, fmt.Errorf("goodput: no source %d", int(s))

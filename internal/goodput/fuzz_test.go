@@ -49,7 +49,8 @@ func fuzzPlay(t testing.TB, m *Machine, ops []byte) *Machine {
 			if arg == 255 {
 				st = math.MaxInt64
 			}
-			m.Resumed(round, node, st, Source(arg%4), when)
+			m.Resumed(round, node, st, Source(arg%6), when)
+			m.NodeRestored(round, node, NodeRestore{Step: st, From: Source(arg % 7), Peer: "p", Fetch: time.Duration(arg) - 50, Load: time.Duration(arg)})
 		case 11:
 			m.CheckpointSaved(Save{Round: round, Node: node, Step: arg * 3, Blocking: time.Duration(arg) * 10 * time.Millisecond, Durable: arg%2 == 0, At: when})
 		case 12:

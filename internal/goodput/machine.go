@@ -234,7 +234,7 @@ func (m *Machine) Resumed(round int64, node string, step int64, from Source, at 
 	if !m.live() || round != m.round || !m.nodes[node] || step < 0 || m.phase < spawn && m.phase != startup || m.phase > firstStep {
 		return
 	}
-	if from < FromNothing || from > FromStorage {
+	if !from.valid() {
 		from = FromNothing
 	}
 	m.advance(at)

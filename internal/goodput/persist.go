@@ -234,5 +234,13 @@ func badRestart(r Restart) bool {
 			return true
 		}
 	}
-	return r.LostSteps < 0 || r.ResumedStep < 0 || r.From < FromNothing || r.From > FromStorage
+	if len(r.Nodes) > MaxRestoreNodes || r.MoreNodes < 0 {
+		return true
+	}
+	for _, n := range r.Nodes {
+		if !n.From.valid() || n.Fetch < 0 || n.Load < 0 || n.Step < 0 {
+			return true
+		}
+	}
+	return r.LostSteps < 0 || r.ResumedStep < 0 || !r.From.valid()
 }

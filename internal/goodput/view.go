@@ -29,6 +29,10 @@ type Restart struct {
 	LostSteps   int64         `json:"lost_steps"` // steps rolled back
 	Lost        time.Duration `json:"lost_ns"`    // lost progress, rollback and interrupted steps
 	Done        bool          `json:"done,omitempty"`
+	// Nodes says where each node's workers resumed from, in node order
+	// (at most MaxRestoreNodes), and MoreNodes how many more resumed.
+	Nodes     []NodeRestore `json:"nodes,omitempty"`
+	MoreNodes int           `json:"more_nodes,omitempty"`
 }
 
 // Downtime is the restart's time from the failure to the first new step.

@@ -72,6 +72,39 @@ func writeGoodput(b *bytes.Buffer, g *roverv1.JobGoodput) {
 			r.GetSpawnSeconds(), r.GetInitSeconds(), r.GetRestoreSeconds(), r.GetFirstStepSeconds(), resumed, r.GetLostSteps())
 	}
 	_ = tw.Flush()
+	for _, r := range rs {
+		if line := RestoredFrom(r); line != "" {
+			fmt.Fprintf(b, "round %d restored: %s\n", r.GetNewRound(), line)
+		}
+	}
+}
+
+// RestoredFrom says where each node of a restart restored from, and how
+// long it took, on one line, e.g.
+//
+//	node-0 memory step 25 load 0.05s, node-1 backup peer node-0 step 25 fetch 0.01s load 0.04s
+//
+// "" when the restart lists no node.
+func RestoredFrom(r *roverv1.RestartPhases) string {
+	parts := make([]string, 0, len(r.GetNodes())+1)
+	for _, n := range r.GetNodes() {
+		p := cell(n.GetNodeId()) + " " + source(n.GetSource())
+		if n.GetSource() == roverv1.CheckpointSource_CHECKPOINT_SOURCE_BACKUP {
+			p += " peer"
+		}
+		if n.GetPeer() != "" {
+			p += " " + cell(n.GetPeer())
+		}
+		p += fmt.Sprintf(" step %d", n.GetStep())
+		if n.GetFetchSeconds() > 0 {
+			p += fmt.Sprintf(" fetch %.2fs", n.GetFetchSeconds())
+		}
+		parts = append(parts, p+fmt.Sprintf(" load %.2fs", n.GetLoadSeconds()))
+	}
+	if m := r.GetMoreNodes(); m > 0 {
+		parts = append(parts, fmt.Sprintf("%d more", m))
+	}
+	return strings.Join(parts, ", ")
 }
 
 func source(s roverv1.CheckpointSource) string {
@@ -80,6 +113,10 @@ func source(s roverv1.CheckpointSource) string {
 		return "memory"
 	case roverv1.CheckpointSource_CHECKPOINT_SOURCE_STORAGE:
 		return "storage"
+	case roverv1.CheckpointSource_CHECKPOINT_SOURCE_PEER:
+		return "peer"
+	case roverv1.CheckpointSource_CHECKPOINT_SOURCE_BACKUP:
+		return "backup"
 	}
 	return "none"
 }

@@ -21,7 +21,12 @@ func goodputJob() *roverv1.GetJobResponse {
 		LatestRestarts: []*roverv1.RestartPhases{
 			{Round: 2, NewRound: 3, Reason: "signal", DetectSeconds: 0.01, StopSeconds: 0.1, RendezvousSeconds: 0.2, SpawnSeconds: 0.05,
 				InitSeconds: 0.9, RestoreSeconds: 0.06, FirstStepSeconds: 0.1, DowntimeSeconds: 1.42, Resumed: true, ResumedStep: 120,
-				Source: roverv1.CheckpointSource_CHECKPOINT_SOURCE_MEMORY, Done: true},
+				Source: roverv1.CheckpointSource_CHECKPOINT_SOURCE_MEMORY, Done: true, MoreNodes: 3,
+				Nodes: []*roverv1.NodeRestore{
+					{NodeId: "job-worker-0-0", Step: 120, Source: roverv1.CheckpointSource_CHECKPOINT_SOURCE_MEMORY, LoadSeconds: 0.05},
+					{NodeId: "job-worker-1-1", Step: 120, Source: roverv1.CheckpointSource_CHECKPOINT_SOURCE_BACKUP, Peer: "job-worker-0-0",
+						FetchSeconds: 0.012, LoadSeconds: 0.04},
+				}},
 			{Round: 3, Reason: "membership", StopSeconds: 0.4, DowntimeSeconds: 0.4},
 		},
 	}
@@ -36,6 +41,7 @@ func TestGoodputShown(t *testing.T) {
 		has: []string{
 			"\ngoodput 0.83 of 120.0s: worker_start 8.20s, startup 5.10s, lost_progress 2.00s; 3 steps recomputed\n",
 			"restarts (the latest 2 of 2):\n",
+			"round 3 restored: job-worker-0-0 memory step 120 load 0.05s, job-worker-1-1 backup peer job-worker-0-0 step 120 fetch 0.01s load 0.04s, 3 more\n",
 		},
 		rows: []*regexp.Regexp{
 			row("ROUND", "REASON", "DOWNTIME", "DETECT", "STOP", "RENDEZVOUS", "SPAWN", "INIT", "RESTORE", "FIRST STEP", "RESUMED", "LOST STEPS"),

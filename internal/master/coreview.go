@@ -41,10 +41,16 @@ func (c *core) view(id string) (*roverv1.NodeView, <-chan struct{}) {
 		}
 		if step, ok := c.st.Memory.Step(round); ok {
 			v.Assignment.MemoryStep = &step // a copy: views are marshalled after the lock is released
-			for _, p := range c.st.Memory.Agreement().Peers(id) {
+			a := c.st.Memory.Agreement()
+			for _, p := range a.Peers(id) {
 				v.Assignment.MemoryPeers = append(v.Assignment.MemoryPeers, &roverv1.MemoryPeer{NodeId: p.NodeID, Addr: p.Addr})
 			}
+			v.Assignment.MemoryFromBackup = a.FromBackup(id)
 		}
+		if p, ok := c.st.Memory.BackupPeer(id); ok {
+			v.Assignment.BackupPeer = &roverv1.MemoryPeer{NodeId: p.NodeID, Addr: p.Addr}
+		}
+		v.Assignment.BackupOf = c.st.Memory.BackupOf(id)
 	}
 	c.checkViewLocked(id, v)
 	if s.Job != rendezvous.Running {

@@ -149,14 +149,11 @@ func nodeEvent(e *roverv1.NodeEvent, off clockOffset, now time.Time) (jobstate.N
 		ev.Kind = jobstate.RestoreStarted
 	case roverv1.NodeEventKind_NODE_EVENT_KIND_RESUMED:
 		ev.Kind = jobstate.Resumed
-		switch e.GetSource() {
-		case roverv1.CheckpointSource_CHECKPOINT_SOURCE_MEMORY:
-			ev.From = goodput.FromMemory
-		case roverv1.CheckpointSource_CHECKPOINT_SOURCE_STORAGE:
-			ev.From = goodput.FromStorage
-		default:
-			ev.From = goodput.FromNothing
+		ev.From = sourceFromProto(e.GetSource())
+		if len(e.GetPeer()) <= maxEventPeer {
+			ev.Peer = e.GetPeer()
 		}
+		ev.Fetch, ev.Load = time.Duration(max(e.GetFetchNanos(), 0)), time.Duration(max(e.GetLoadNanos(), 0))
 	case roverv1.NodeEventKind_NODE_EVENT_KIND_CHECKPOINT_SAVED:
 		ev.Kind = jobstate.CheckpointSaved
 	case roverv1.NodeEventKind_NODE_EVENT_KIND_LAST_STEP:
@@ -271,8 +268,13 @@ func (c *core) journalGoodput(ctx context.Context, now time.Time) error {
 	return c.apply(ctx, &jobstate.Event{Type: jobstate.EventGoodput, Time: now})
 }
 
-// logRestart logs a completed restart's phases on one line; peers, when
-// not empty, says which nodes were to restore from a peer's memory.
+// maxEventPeer bounds the node id a resume event names as its peer.
+const maxEventPeer = 256
+
+// logRestart logs a completed restart's phases on one line, with where
+// each node restored from and how long it took; peers, when not empty,
+// says which nodes the round's agreement planned to restore from a peer's
+// memory or a backup peer's.
 func logRestart(log *slog.Logger, r goodput.Restart, peers string) {
 	s := func(d time.Duration) string { return fmt.Sprintf("%.2f", d.Seconds()) }
 	var b strings.Builder
@@ -284,8 +286,11 @@ func logRestart(log *slog.Logger, r goodput.Restart, peers string) {
 		b.WriteString("; resumed step unknown")
 	}
 	fmt.Fprintf(&b, ", lost %d steps", r.LostSteps)
+	if len(r.Nodes) > 0 {
+		b.WriteString("; restored: " + nodeRestores(r.Nodes, r.MoreNodes))
+	}
 	if peers != "" {
-		b.WriteString("; " + peers)
+		b.WriteString("; planned: " + peers)
 	}
 	log.Info(b.String(), "round", r.NewRound, "downtime_seconds", r.Downtime().Seconds())
 }
@@ -310,9 +315,55 @@ func goodputProto(g *jobstate.Goodput, now time.Time) *roverv1.JobGoodput {
 			FirstStepSeconds: r.FirstStep.Seconds(), DowntimeSeconds: r.Downtime().Seconds(),
 			Resumed: r.Resumed, ResumedStep: r.ResumedStep, Source: sourceProto(r.From),
 			LostSteps: r.LostSteps, LostSeconds: r.Lost.Seconds(), Done: r.Done,
+			Nodes: nodeRestoresProto(r.Nodes), MoreNodes: int32(r.MoreNodes),
 		})
 	}
 	return out
+}
+
+func nodeRestoresProto(ns []goodput.NodeRestore) []*roverv1.NodeRestore {
+	out := make([]*roverv1.NodeRestore, 0, len(ns))
+	for _, n := range ns {
+		out = append(out, &roverv1.NodeRestore{NodeId: n.Node, Step: n.Step, Source: sourceProto(n.From), Peer: n.Peer,
+			FetchSeconds: n.Fetch.Seconds(), LoadSeconds: n.Load.Seconds()})
+	}
+	return out
+}
+
+// nodeRestores says where each node restored from, on one line:
+// "node-0 memory 0.05s, node-1 backup peer node-0 (fetch 0.01s) 0.04s".
+func nodeRestores(ns []goodput.NodeRestore, more int) string {
+	parts := make([]string, 0, len(ns)+1)
+	for _, n := range ns {
+		p := n.Node + " "
+		switch n.From {
+		case goodput.FromPeer:
+			p += fmt.Sprintf("peer %s (fetch %.2fs)", n.Peer, n.Fetch.Seconds())
+		case goodput.FromBackup:
+			p += fmt.Sprintf("backup peer %s (fetch %.2fs)", n.Peer, n.Fetch.Seconds())
+		default:
+			p += n.From.String()
+		}
+		parts = append(parts, fmt.Sprintf("%s step %d load %.2fs", p, n.Step, n.Load.Seconds()))
+	}
+	if more > 0 {
+		parts = append(parts, fmt.Sprintf("%d more", more))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func sourceFromProto(s roverv1.CheckpointSource) goodput.Source {
+	switch s {
+	case roverv1.CheckpointSource_CHECKPOINT_SOURCE_MEMORY:
+		return goodput.FromMemory
+	case roverv1.CheckpointSource_CHECKPOINT_SOURCE_STORAGE:
+		return goodput.FromStorage
+	case roverv1.CheckpointSource_CHECKPOINT_SOURCE_PEER:
+		return goodput.FromPeer
+	case roverv1.CheckpointSource_CHECKPOINT_SOURCE_BACKUP:
+		return goodput.FromBackup
+	}
+	return goodput.FromNothing
 }
 
 func sourceProto(s goodput.Source) roverv1.CheckpointSource {
@@ -321,6 +372,10 @@ func sourceProto(s goodput.Source) roverv1.CheckpointSource {
 		return roverv1.CheckpointSource_CHECKPOINT_SOURCE_MEMORY
 	case goodput.FromStorage:
 		return roverv1.CheckpointSource_CHECKPOINT_SOURCE_STORAGE
+	case goodput.FromPeer:
+		return roverv1.CheckpointSource_CHECKPOINT_SOURCE_PEER
+	case goodput.FromBackup:
+		return roverv1.CheckpointSource_CHECKPOINT_SOURCE_BACKUP
 	}
 	return roverv1.CheckpointSource_CHECKPOINT_SOURCE_NONE
 }

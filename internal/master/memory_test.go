@@ -27,6 +27,10 @@ func TestValidateSnapshots(t *testing.T) {
 		{snap(0, 5, 4, 4, "sharded"), "rank 4"},
 		{snap(0, 5, 0, 0, "sharded"), "world of size 0"},
 		{snap(0, 5, 0, 4, "mirrored"), `mode "mirrored"`},
+		{backupSnap(7, 5, 3, 16, "sharded"), ""}, // another node's local rank 7
+		{backupSnap(maxBackupLocal, 5, 3, 16, "sharded"), "backup snapshot 0: local_rank 1024"},
+		{backupSnap(0, 5, 0, 4, "replicated"), `only "sharded" snapshots`},
+		{backupSnap(0, 5, 4, 4, "sharded"), "rank 4"},
 	} {
 		req := &roverv1.JoinRequest{LocalWorldSize: 2, Snapshots: []*roverv1.MemorySnapshot{tc.snap}}
 		_, err := validateSnapshots(req)
@@ -44,6 +48,89 @@ func TestValidateSnapshots(t *testing.T) {
 	if _, err := validateSnapshots(many); err == nil {
 		t.Error("an oversized snapshot list was accepted")
 	}
+	backups := &roverv1.JoinRequest{LocalWorldSize: 1}
+	for range maxBackupSnapshots + 1 {
+		backups.Snapshots = append(backups.Snapshots, backupSnap(0, 1, 0, 1, "sharded"))
+	}
+	if _, err := validateSnapshots(backups); err == nil {
+		t.Error("an oversized backup list was accepted")
+	}
+}
+
+func backupSnap(local int32, step int64, rank, world int32, mode string) *roverv1.MemorySnapshot {
+	return &roverv1.MemorySnapshot{LocalRank: local, Step: step, Rank: rank, WorldSize: world, Mode: mode, Backup: true}
+}
+
+// TestBackupRestoreAssignment: in sharded mode, the survivor a keeps
+// backups of b's shards; b's replacement joins holding nothing and is
+// assigned the step with a as its backup peer to fetch its shards from;
+// each node's assignment names its backup peer and the node it keeps; a
+// restarted master (from its journal, and from a snapshot) assigns the
+// same.
+func TestBackupRestoreAssignment(t *testing.T) {
+	st := store.NewMemory()
+	ctx := context.Background()
+	now := time.Unix(1000, 0)
+	c1 := configuredCore(t, st, now)
+	held := []jobstate.MemorySnapshot{
+		{LocalRank: 0, Step: 7, Rank: 0, WorldSize: 4, Mode: jobstate.ModeSharded},
+		{LocalRank: 1, Step: 7, Rank: 1, WorldSize: 4, Mode: jobstate.ModeSharded},
+		{LocalRank: 0, Step: 7, Rank: 2, WorldSize: 4, Mode: jobstate.ModeSharded, Backup: true},
+		{LocalRank: 1, Step: 7, Rank: 3, WorldSize: 4, Mode: jobstate.ModeSharded, Backup: true},
+	}
+	for _, j := range []struct {
+		id  string
+		mem memoryReport
+	}{{"a", memoryReport{snaps: held, peerAddr: "10.0.0.1:4000"}}, {"b", memoryReport{peerAddr: "10.0.0.2:4000"}}} {
+		req, _, err := validateJoin(joinReq(j.id, rdzvConfig(2, 2)).Msg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := c1.join(ctx, req, j.mem, 0, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check := func(c *core, how string) {
+		t.Helper()
+		a, _ := c.view("a")
+		b, _ := c.view("b")
+		aa, ba := a.GetAssignment(), b.GetAssignment()
+		if aa.GetMemoryStep() != 7 || len(aa.GetMemoryPeers()) != 0 || aa.GetMemoryFromBackup() {
+			t.Errorf("%s: the survivor's assignment %v, want step 7 from its own memory", how, aa)
+		}
+		peers := ba.GetMemoryPeers()
+		if ba.MemoryStep == nil || ba.GetMemoryStep() != 7 || !ba.GetMemoryFromBackup() || len(peers) != 1 ||
+			peers[0].GetNodeId() != "a" || peers[0].GetAddr() != "10.0.0.1:4000" {
+			t.Errorf("%s: the newcomer's assignment %v, want step 7 from its backup peer a at 10.0.0.1:4000", how, ba)
+		}
+		if aa.GetBackupPeer().GetNodeId() != "b" || aa.GetBackupOf() != "b" || ba.GetBackupPeer().GetAddr() != "10.0.0.1:4000" || ba.GetBackupOf() != "a" {
+			t.Errorf("%s: backup peers a -> %v (keeps %q), b -> %v (keeps %q); want each the other's", how,
+				aa.GetBackupPeer(), aa.GetBackupOf(), ba.GetBackupPeer(), ba.GetBackupOf())
+		}
+		if got := c.peerRestores(int(ba.GetRound())); !strings.Contains(got, "b from its backup peer (a)") {
+			t.Errorf("%s: peerRestores = %q", how, got)
+		}
+	}
+	check(c1, "live")
+	c2 := newCore("job", st)
+	if _, err := c2.restore(ctx, now.Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	check(c2, "restored from the journal")
+	c1.mu.Lock()
+	snap, err := c1.marshalStateLocked()
+	c1.mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c3 := newCore("job", store.NewMemory())
+	c3.mu.Lock()
+	err = c3.restoreStateLocked(snap)
+	c3.mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	check(c3, "restored from a snapshot")
 }
 
 func TestValidatePeerAddr(t *testing.T) {

@@ -35,8 +35,14 @@ type Agent struct {
 	saveBytes    prometheus.Counter
 	persistDur   prometheus.Histogram
 	persistBytes prometheus.Counter
+	pushDur      prometheus.Histogram
+	pushBytes    prometheus.Counter
+	pushFailures prometheus.Counter
 	// ShmBytes, when set, tells the bytes of the node's checkpoint arenas.
 	shmBytes func() int64
+	// backupBytes, when set, tells the bytes of the backups the node
+	// keeps of another node's shards.
+	backupBytes func() int64
 
 	mu sync.Mutex
 	// more are the registries served with the agent's: a master it hosts.
@@ -66,6 +72,13 @@ func NewAgent(shmBytes func() int64) *Agent {
 			Buckets: prometheus.ExponentialBuckets(0.01, 3, 10)}), // 10ms to 3min
 		persistBytes: prometheus.NewCounter(prometheus.CounterOpts{Name: "rover_checkpoint_persist_bytes_total",
 			Help: "Bytes of checkpoints written to storage."}),
+		pushDur: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "rover_checkpoint_backup_push_duration_seconds",
+			Help:    "Time to push one local rank's sharded checkpoint to the node's backup peer in the background.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 3, 12)}), // 1ms to 3min
+		pushBytes: prometheus.NewCounter(prometheus.CounterOpts{Name: "rover_checkpoint_backup_push_bytes_total",
+			Help: "Bytes of sharded checkpoints pushed to the node's backup peer."}),
+		pushFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: "rover_checkpoint_backup_push_failures_total",
+			Help: "Pushes to the node's backup peer that failed (refused, or the peer unreachable); the next save is pushed again."}),
 		shmBytes: shmBytes,
 	}
 	a.reg.MustRegister(a.collectors()...)
@@ -74,7 +87,36 @@ func NewAgent(shmBytes func() int64) *Agent {
 
 // collectors are the agent's Rover metrics (docs/metrics.md).
 func (a *Agent) collectors() []prometheus.Collector {
-	return []prometheus.Collector{a.starts, a.restarts, a.saveDur, a.saveBytes, a.persistDur, a.persistBytes, agentCollector{a}}
+	return []prometheus.Collector{a.starts, a.restarts, a.saveDur, a.saveBytes, a.persistDur, a.persistBytes,
+		a.pushDur, a.pushBytes, a.pushFailures, agentCollector{a}}
+}
+
+// SetBackupBytes makes the scrapes tell the bytes of the backups the node
+// keeps of another node's shards, as f says.
+func (a *Agent) SetBackupBytes(f func() int64) {
+	if a == nil {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.backupBytes = f
+}
+
+// BackupPushed records a shard of n bytes pushed to the backup peer in d.
+func (a *Agent) BackupPushed(d time.Duration, n int64) {
+	if a == nil {
+		return
+	}
+	a.pushDur.Observe(d.Seconds())
+	a.pushBytes.Add(float64(n))
+}
+
+// BackupPushFailed records a push to the backup peer that failed.
+func (a *Agent) BackupPushFailed() {
+	if a == nil {
+		return
+	}
+	a.pushFailures.Inc()
 }
 
 // Gatherer gathers the agent's metrics and those of the registries Add
@@ -148,6 +190,7 @@ func (a *Agent) Persisted(d time.Duration, n int64) {
 var (
 	workersDesc   = desc("rover_agent_workers", "The agent's worker processes by state: those of the running group, or else of the last group, by how it ended.", "state")
 	shmDesc       = desc("rover_agent_shm_bytes", "Bytes of the node's shared-memory checkpoint arenas.")
+	backupDesc    = desc("rover_agent_backup_shm_bytes", "Bytes of the shared-memory arenas holding the backup of another node's sharded checkpoints (this node is its backup peer).")
 	workerRSSDesc = desc("rover_agent_worker_resident_bytes", "Resident memory of a running worker process, by local rank (the process itself, not its children).", "local_rank")
 	workerCPUDesc = desc("rover_agent_worker_cpu_seconds_total", "CPU time (user and system) of a running worker process, by local rank; it starts again from 0 when the worker does.", "local_rank")
 )
@@ -157,7 +200,7 @@ var (
 type agentCollector struct{ a *Agent }
 
 func (agentCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{workersDesc, shmDesc, workerRSSDesc, workerCPUDesc} {
+	for _, d := range []*prometheus.Desc{workersDesc, shmDesc, backupDesc, workerRSSDesc, workerCPUDesc} {
 		ch <- d
 	}
 }
@@ -165,7 +208,7 @@ func (agentCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c agentCollector) Collect(ch chan<- prometheus.Metric) {
 	a := c.a
 	a.mu.Lock()
-	ws, state, n := a.workers, a.state, a.n
+	ws, state, n, backup := a.workers, a.state, a.n, a.backupBytes
 	a.mu.Unlock()
 	for _, s := range workerStates {
 		v := 0
@@ -176,6 +219,9 @@ func (c agentCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	if a.shmBytes != nil {
 		ch <- prometheus.MustNewConstMetric(shmDesc, prometheus.GaugeValue, float64(a.shmBytes()))
+	}
+	if backup != nil {
+		ch <- prometheus.MustNewConstMetric(backupDesc, prometheus.GaugeValue, float64(backup()))
 	}
 	for _, w := range ws {
 		u, ok := readProcUsage(w.Pid)

@@ -110,6 +110,10 @@ type Config struct {
 	// or by ROVER_CHECKPOINT_KEEP); without it the job's script may
 	// declare the job's keep.
 	CheckpointKeepSet bool
+	// CheckpointBackupBytes bounds the shared memory of the backups this
+	// node keeps of another node's sharded checkpoints: -1 automatic, 0
+	// none (backup peers off for this node).
+	CheckpointBackupBytes int64
 	// TLSCA is --tls-ca: the PEM bundle of the CAs that sign the master's
 	// certificate. Set, the agent speaks TLS to the master; "" is
 	// cleartext HTTP/2.

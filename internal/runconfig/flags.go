@@ -280,6 +280,21 @@ var flags = []flagDef{
 	{name: "checkpoint-keep", metavar: "N", def: "1", env: roverEnv("checkpoint-keep"), group: groupRover,
 		help:  "committed checkpoint steps kept in the checkpoint storage (0: all)",
 		apply: intField(func(c *Config) *int { return &c.CheckpointKeep })},
+	{name: "checkpoint-backup-bytes", metavar: "BYTES|auto", def: "auto", env: roverEnv("checkpoint-backup-bytes"), group: groupRover,
+		help: "shared memory this node may fill with its backup of another node's sharded checkpoints (it is that node's backup peer), " +
+			"e.g. 8Gi; auto: as much as its own checkpoint arenas take, at least 64 MiB; 0: no backup peers for this node " +
+			"(it keeps and pushes no backups, and a lost node's replacement restores its shards from storage)",
+		apply: func(_ *Parser, c *Config, raw string) error {
+			if strings.TrimSpace(raw) == "auto" {
+				c.CheckpointBackupBytes = -1
+				return nil
+			}
+			n, err := ParseBytes(raw)
+			if err == nil {
+				c.CheckpointBackupBytes = n
+			}
+			return err
+		}},
 	{name: "tls-ca", metavar: "PATH", defText: "none: cleartext HTTP/2", env: roverEnv("tls-ca"), group: groupRover,
 		help:  "speak TLS to the master and verify it with the CA certificates in this PEM file (for a master started with --tls-cert)",
 		apply: stringField(func(c *Config) *string { return &c.TLSCA })},

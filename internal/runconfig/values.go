@@ -35,6 +35,30 @@ func ParseInt(raw string) (int, error) {
 	return n, nil
 }
 
+// byteUnits are ParseBytes's suffixes.
+var byteUnits = []struct {
+	suffix string
+	n      int64
+}{{"Ki", 1 << 10}, {"Mi", 1 << 20}, {"Gi", 1 << 30}, {"Ti", 1 << 40}, {"k", 1e3}, {"K", 1e3}, {"M", 1e6}, {"G", 1e9}, {"T", 1e12}}
+
+// ParseBytes reads a size in bytes: a whole number with an optional
+// suffix, Ki Mi Gi Ti (powers of 1024) or k M G T (of 1000), e.g. "512Mi".
+func ParseBytes(raw string) (int64, error) {
+	s := strings.TrimSpace(raw)
+	mult := int64(1)
+	for _, u := range byteUnits {
+		if strings.HasSuffix(s, u.suffix) {
+			s, mult = strings.TrimSuffix(s, u.suffix), u.n
+			break
+		}
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 0 || n > math.MaxInt64/mult {
+		return 0, errors.New(`want bytes: a whole number with an optional suffix Ki, Mi, Gi, Ti (or k, M, G, T), e.g. "512Mi"`)
+	}
+	return n * mult, nil
+}
+
 // maxSeconds keeps seconds-to-Duration conversion in range (about 292 years).
 const maxSeconds = float64(math.MaxInt64) / float64(time.Second)
 

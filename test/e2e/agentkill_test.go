@@ -30,7 +30,7 @@ func cleanRun(t *testing.T) ddpResult {
 // saveLine is one line of train.py's --log-saves file.
 type saveLine struct{ restart, rank, pid, step int }
 
-func readSaves(t *testing.T, path string) []saveLine {
+func readSaves(t testing.TB, path string) []saveLine {
 	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {

@@ -74,7 +74,7 @@ func (c *cluster) status(t *testing.T) string {
 
 // waitStep waits until a rank of the job saved step (train.py's --log-saves,
 // which logs flash saves).
-func waitStep(t *testing.T, saves string, step int) {
+func waitStep(t testing.TB, saves string, step int) {
 	t.Helper()
 	waitFor(t, jobTimeout, fmt.Sprintf("training to reach step %d", step), func() bool {
 		return slices.ContainsFunc(readSaves(t, saves), func(s saveLine) bool { return s.step >= step })

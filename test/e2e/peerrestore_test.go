@@ -158,7 +158,7 @@ func peerRestore(t *testing.T, nodes int, fault string) {
 }
 
 // nodeLog is a node's stdout and stderr logs.
-func nodeLog(t *testing.T, s *submitted, id string) string {
+func nodeLog(t testing.TB, s *submitted, id string) string {
 	t.Helper()
 	var b strings.Builder
 	for _, f := range []string{"stdout.log", "stderr.log"} {
@@ -169,7 +169,7 @@ func nodeLog(t *testing.T, s *submitted, id string) string {
 }
 
 // worldLines counts the starts in a world.log.
-func worldLines(t *testing.T, path string) int {
+func worldLines(t testing.TB, path string) int {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {

@@ -102,6 +102,12 @@ const (
 	CheckpointSource_CHECKPOINT_SOURCE_NONE        CheckpointSource = 1
 	CheckpointSource_CHECKPOINT_SOURCE_MEMORY      CheckpointSource = 2
 	CheckpointSource_CHECKPOINT_SOURCE_STORAGE     CheckpointSource = 3
+	// Memory, after the agent fetched the step from a peer's replicated
+	// copy before the workers started (peer restore).
+	CheckpointSource_CHECKPOINT_SOURCE_PEER CheckpointSource = 4
+	// Memory, after the agent fetched the node's shards from its backup
+	// peer before the workers started.
+	CheckpointSource_CHECKPOINT_SOURCE_BACKUP CheckpointSource = 5
 )
 
 // Enum value maps for CheckpointSource.
@@ -111,12 +117,16 @@ var (
 		1: "CHECKPOINT_SOURCE_NONE",
 		2: "CHECKPOINT_SOURCE_MEMORY",
 		3: "CHECKPOINT_SOURCE_STORAGE",
+		4: "CHECKPOINT_SOURCE_PEER",
+		5: "CHECKPOINT_SOURCE_BACKUP",
 	}
 	CheckpointSource_value = map[string]int32{
 		"CHECKPOINT_SOURCE_UNSPECIFIED": 0,
 		"CHECKPOINT_SOURCE_NONE":        1,
 		"CHECKPOINT_SOURCE_MEMORY":      2,
 		"CHECKPOINT_SOURCE_STORAGE":     3,
+		"CHECKPOINT_SOURCE_PEER":        4,
+		"CHECKPOINT_SOURCE_BACKUP":      5,
 	}
 )
 
@@ -164,7 +174,13 @@ type NodeEvent struct {
 	// CHECKPOINT_SAVED: the longest a worker's training was blocked by it.
 	BlockingNanos int64 `protobuf:"varint,6,opt,name=blocking_nanos,json=blockingNanos,proto3" json:"blocking_nanos,omitempty"`
 	// CHECKPOINT_SAVED: the checkpoint is on storage.
-	Durable       bool `protobuf:"varint,7,opt,name=durable,proto3" json:"durable,omitempty"`
+	Durable bool `protobuf:"varint,7,opt,name=durable,proto3" json:"durable,omitempty"`
+	// RESUMED: how long the agent's fetch from a peer took (source PEER or
+	// BACKUP), the node it fetched from, and how long the workers' load
+	// took (from the first one's begin to the last one's end).
+	FetchNanos    int64  `protobuf:"varint,8,opt,name=fetch_nanos,json=fetchNanos,proto3" json:"fetch_nanos,omitempty"`
+	Peer          string `protobuf:"bytes,9,opt,name=peer,proto3" json:"peer,omitempty"`
+	LoadNanos     int64  `protobuf:"varint,10,opt,name=load_nanos,json=loadNanos,proto3" json:"load_nanos,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -248,6 +264,114 @@ func (x *NodeEvent) GetDurable() bool {
 	return false
 }
 
+func (x *NodeEvent) GetFetchNanos() int64 {
+	if x != nil {
+		return x.FetchNanos
+	}
+	return 0
+}
+
+func (x *NodeEvent) GetPeer() string {
+	if x != nil {
+		return x.Peer
+	}
+	return ""
+}
+
+func (x *NodeEvent) GetLoadNanos() int64 {
+	if x != nil {
+		return x.LoadNanos
+	}
+	return 0
+}
+
+// NodeRestore is where one node's workers restored from in a restart, and
+// how long it took.
+type NodeRestore struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Step   int64                  `protobuf:"varint,2,opt,name=step,proto3" json:"step,omitempty"`
+	Source CheckpointSource       `protobuf:"varint,3,opt,name=source,proto3,enum=rover.v1.CheckpointSource" json:"source,omitempty"`
+	// The node fetched from (source PEER or BACKUP).
+	Peer          string  `protobuf:"bytes,4,opt,name=peer,proto3" json:"peer,omitempty"`
+	FetchSeconds  float64 `protobuf:"fixed64,5,opt,name=fetch_seconds,json=fetchSeconds,proto3" json:"fetch_seconds,omitempty"`
+	LoadSeconds   float64 `protobuf:"fixed64,6,opt,name=load_seconds,json=loadSeconds,proto3" json:"load_seconds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeRestore) Reset() {
+	*x = NodeRestore{}
+	mi := &file_api_rover_v1_goodput_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeRestore) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeRestore) ProtoMessage() {}
+
+func (x *NodeRestore) ProtoReflect() protoreflect.Message {
+	mi := &file_api_rover_v1_goodput_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeRestore.ProtoReflect.Descriptor instead.
+func (*NodeRestore) Descriptor() ([]byte, []int) {
+	return file_api_rover_v1_goodput_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *NodeRestore) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *NodeRestore) GetStep() int64 {
+	if x != nil {
+		return x.Step
+	}
+	return 0
+}
+
+func (x *NodeRestore) GetSource() CheckpointSource {
+	if x != nil {
+		return x.Source
+	}
+	return CheckpointSource_CHECKPOINT_SOURCE_UNSPECIFIED
+}
+
+func (x *NodeRestore) GetPeer() string {
+	if x != nil {
+		return x.Peer
+	}
+	return ""
+}
+
+func (x *NodeRestore) GetFetchSeconds() float64 {
+	if x != nil {
+		return x.FetchSeconds
+	}
+	return 0
+}
+
+func (x *NodeRestore) GetLoadSeconds() float64 {
+	if x != nil {
+		return x.LoadSeconds
+	}
+	return 0
+}
+
 // GoodputCause is the badput of one cause.
 type GoodputCause struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -261,7 +385,7 @@ type GoodputCause struct {
 
 func (x *GoodputCause) Reset() {
 	*x = GoodputCause{}
-	mi := &file_api_rover_v1_goodput_proto_msgTypes[1]
+	mi := &file_api_rover_v1_goodput_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -273,7 +397,7 @@ func (x *GoodputCause) String() string {
 func (*GoodputCause) ProtoMessage() {}
 
 func (x *GoodputCause) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_goodput_proto_msgTypes[1]
+	mi := &file_api_rover_v1_goodput_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -286,7 +410,7 @@ func (x *GoodputCause) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GoodputCause.ProtoReflect.Descriptor instead.
 func (*GoodputCause) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_goodput_proto_rawDescGZIP(), []int{1}
+	return file_api_rover_v1_goodput_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *GoodputCause) GetCause() string {
@@ -330,14 +454,18 @@ type RestartPhases struct {
 	LostSteps   int64   `protobuf:"varint,15,opt,name=lost_steps,json=lostSteps,proto3" json:"lost_steps,omitempty"`
 	LostSeconds float64 `protobuf:"fixed64,16,opt,name=lost_seconds,json=lostSeconds,proto3" json:"lost_seconds,omitempty"`
 	// The new round completed its first step.
-	Done          bool `protobuf:"varint,17,opt,name=done,proto3" json:"done,omitempty"`
+	Done bool `protobuf:"varint,17,opt,name=done,proto3" json:"done,omitempty"`
+	// Where each node restored from, in node order; at most 16, and
+	// more_nodes says how many more resumed.
+	Nodes         []*NodeRestore `protobuf:"bytes,18,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	MoreNodes     int32          `protobuf:"varint,19,opt,name=more_nodes,json=moreNodes,proto3" json:"more_nodes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RestartPhases) Reset() {
 	*x = RestartPhases{}
-	mi := &file_api_rover_v1_goodput_proto_msgTypes[2]
+	mi := &file_api_rover_v1_goodput_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -349,7 +477,7 @@ func (x *RestartPhases) String() string {
 func (*RestartPhases) ProtoMessage() {}
 
 func (x *RestartPhases) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_goodput_proto_msgTypes[2]
+	mi := &file_api_rover_v1_goodput_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -362,7 +490,7 @@ func (x *RestartPhases) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestartPhases.ProtoReflect.Descriptor instead.
 func (*RestartPhases) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_goodput_proto_rawDescGZIP(), []int{2}
+	return file_api_rover_v1_goodput_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *RestartPhases) GetRound() int64 {
@@ -484,6 +612,20 @@ func (x *RestartPhases) GetDone() bool {
 	return false
 }
 
+func (x *RestartPhases) GetNodes() []*NodeRestore {
+	if x != nil {
+		return x.Nodes
+	}
+	return nil
+}
+
+func (x *RestartPhases) GetMoreNodes() int32 {
+	if x != nil {
+		return x.MoreNodes
+	}
+	return 0
+}
+
 // JobGoodput is the job's goodput so far: the share of its wall time spent
 // in training steps that completed and were kept.
 type JobGoodput struct {
@@ -512,7 +654,7 @@ type JobGoodput struct {
 
 func (x *JobGoodput) Reset() {
 	*x = JobGoodput{}
-	mi := &file_api_rover_v1_goodput_proto_msgTypes[3]
+	mi := &file_api_rover_v1_goodput_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -524,7 +666,7 @@ func (x *JobGoodput) String() string {
 func (*JobGoodput) ProtoMessage() {}
 
 func (x *JobGoodput) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_goodput_proto_msgTypes[3]
+	mi := &file_api_rover_v1_goodput_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -537,7 +679,7 @@ func (x *JobGoodput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobGoodput.ProtoReflect.Descriptor instead.
 func (*JobGoodput) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_goodput_proto_rawDescGZIP(), []int{3}
+	return file_api_rover_v1_goodput_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *JobGoodput) GetRatio() float64 {
@@ -621,7 +763,7 @@ var File_api_rover_v1_goodput_proto protoreflect.FileDescriptor
 
 const file_api_rover_v1_goodput_proto_rawDesc = "" +
 	"\n" +
-	"\x1aapi/rover/v1/goodput.proto\x12\brover.v1\"\xff\x01\n" +
+	"\x1aapi/rover/v1/goodput.proto\x12\brover.v1\"\xd3\x02\n" +
 	"\tNodeEvent\x12+\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x17.rover.v1.NodeEventKindR\x04kind\x12\x14\n" +
 	"\x05round\x18\x02 \x01(\x03R\x05round\x12&\n" +
@@ -629,10 +771,23 @@ const file_api_rover_v1_goodput_proto_rawDesc = "" +
 	"\x04step\x18\x04 \x01(\x03R\x04step\x122\n" +
 	"\x06source\x18\x05 \x01(\x0e2\x1a.rover.v1.CheckpointSourceR\x06source\x12%\n" +
 	"\x0eblocking_nanos\x18\x06 \x01(\x03R\rblockingNanos\x12\x18\n" +
-	"\adurable\x18\a \x01(\bR\adurable\">\n" +
+	"\adurable\x18\a \x01(\bR\adurable\x12\x1f\n" +
+	"\vfetch_nanos\x18\b \x01(\x03R\n" +
+	"fetchNanos\x12\x12\n" +
+	"\x04peer\x18\t \x01(\tR\x04peer\x12\x1d\n" +
+	"\n" +
+	"load_nanos\x18\n" +
+	" \x01(\x03R\tloadNanos\"\xca\x01\n" +
+	"\vNodeRestore\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x12\n" +
+	"\x04step\x18\x02 \x01(\x03R\x04step\x122\n" +
+	"\x06source\x18\x03 \x01(\x0e2\x1a.rover.v1.CheckpointSourceR\x06source\x12\x12\n" +
+	"\x04peer\x18\x04 \x01(\tR\x04peer\x12#\n" +
+	"\rfetch_seconds\x18\x05 \x01(\x01R\ffetchSeconds\x12!\n" +
+	"\fload_seconds\x18\x06 \x01(\x01R\vloadSeconds\">\n" +
 	"\fGoodputCause\x12\x14\n" +
 	"\x05cause\x18\x01 \x01(\tR\x05cause\x12\x18\n" +
-	"\aseconds\x18\x02 \x01(\x01R\aseconds\"\xe4\x04\n" +
+	"\aseconds\x18\x02 \x01(\x01R\aseconds\"\xb0\x05\n" +
 	"\rRestartPhases\x12\x14\n" +
 	"\x05round\x18\x01 \x01(\x03R\x05round\x12\x1b\n" +
 	"\tnew_round\x18\x02 \x01(\x03R\bnewRound\x12\x16\n" +
@@ -652,7 +807,10 @@ const file_api_rover_v1_goodput_proto_rawDesc = "" +
 	"\n" +
 	"lost_steps\x18\x0f \x01(\x03R\tlostSteps\x12!\n" +
 	"\flost_seconds\x18\x10 \x01(\x01R\vlostSeconds\x12\x12\n" +
-	"\x04done\x18\x11 \x01(\bR\x04done\"\xd8\x03\n" +
+	"\x04done\x18\x11 \x01(\bR\x04done\x12+\n" +
+	"\x05nodes\x18\x12 \x03(\v2\x15.rover.v1.NodeRestoreR\x05nodes\x12\x1d\n" +
+	"\n" +
+	"more_nodes\x18\x13 \x01(\x05R\tmoreNodes\"\xd8\x03\n" +
 	"\n" +
 	"JobGoodput\x12\x14\n" +
 	"\x05ratio\x18\x01 \x01(\x01R\x05ratio\x12!\n" +
@@ -677,12 +835,14 @@ const file_api_rover_v1_goodput_proto_rawDesc = "" +
 	"\x1fNODE_EVENT_KIND_RESTORE_STARTED\x10\x02\x12\x1b\n" +
 	"\x17NODE_EVENT_KIND_RESUMED\x10\x03\x12$\n" +
 	" NODE_EVENT_KIND_CHECKPOINT_SAVED\x10\x04\x12\x1d\n" +
-	"\x19NODE_EVENT_KIND_LAST_STEP\x10\x05*\x8e\x01\n" +
+	"\x19NODE_EVENT_KIND_LAST_STEP\x10\x05*\xc8\x01\n" +
 	"\x10CheckpointSource\x12!\n" +
 	"\x1dCHECKPOINT_SOURCE_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16CHECKPOINT_SOURCE_NONE\x10\x01\x12\x1c\n" +
 	"\x18CHECKPOINT_SOURCE_MEMORY\x10\x02\x12\x1d\n" +
-	"\x19CHECKPOINT_SOURCE_STORAGE\x10\x03B/Z-github.com/roverml/rover/api/rover/v1;roverv1b\x06proto3"
+	"\x19CHECKPOINT_SOURCE_STORAGE\x10\x03\x12\x1a\n" +
+	"\x16CHECKPOINT_SOURCE_PEER\x10\x04\x12\x1c\n" +
+	"\x18CHECKPOINT_SOURCE_BACKUP\x10\x05B/Z-github.com/roverml/rover/api/rover/v1;roverv1b\x06proto3"
 
 var (
 	file_api_rover_v1_goodput_proto_rawDescOnce sync.Once
@@ -697,28 +857,31 @@ func file_api_rover_v1_goodput_proto_rawDescGZIP() []byte {
 }
 
 var file_api_rover_v1_goodput_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_api_rover_v1_goodput_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_api_rover_v1_goodput_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
 var file_api_rover_v1_goodput_proto_goTypes = []any{
 	(NodeEventKind)(0),    // 0: rover.v1.NodeEventKind
 	(CheckpointSource)(0), // 1: rover.v1.CheckpointSource
 	(*NodeEvent)(nil),     // 2: rover.v1.NodeEvent
-	(*GoodputCause)(nil),  // 3: rover.v1.GoodputCause
-	(*RestartPhases)(nil), // 4: rover.v1.RestartPhases
-	(*JobGoodput)(nil),    // 5: rover.v1.JobGoodput
-	nil,                   // 6: rover.v1.JobGoodput.FailuresEntry
+	(*NodeRestore)(nil),   // 3: rover.v1.NodeRestore
+	(*GoodputCause)(nil),  // 4: rover.v1.GoodputCause
+	(*RestartPhases)(nil), // 5: rover.v1.RestartPhases
+	(*JobGoodput)(nil),    // 6: rover.v1.JobGoodput
+	nil,                   // 7: rover.v1.JobGoodput.FailuresEntry
 }
 var file_api_rover_v1_goodput_proto_depIdxs = []int32{
 	0, // 0: rover.v1.NodeEvent.kind:type_name -> rover.v1.NodeEventKind
 	1, // 1: rover.v1.NodeEvent.source:type_name -> rover.v1.CheckpointSource
-	1, // 2: rover.v1.RestartPhases.source:type_name -> rover.v1.CheckpointSource
-	3, // 3: rover.v1.JobGoodput.badput:type_name -> rover.v1.GoodputCause
-	6, // 4: rover.v1.JobGoodput.failures:type_name -> rover.v1.JobGoodput.FailuresEntry
-	4, // 5: rover.v1.JobGoodput.latest_restarts:type_name -> rover.v1.RestartPhases
-	6, // [6:6] is the sub-list for method output_type
-	6, // [6:6] is the sub-list for method input_type
-	6, // [6:6] is the sub-list for extension type_name
-	6, // [6:6] is the sub-list for extension extendee
-	0, // [0:6] is the sub-list for field type_name
+	1, // 2: rover.v1.NodeRestore.source:type_name -> rover.v1.CheckpointSource
+	1, // 3: rover.v1.RestartPhases.source:type_name -> rover.v1.CheckpointSource
+	3, // 4: rover.v1.RestartPhases.nodes:type_name -> rover.v1.NodeRestore
+	4, // 5: rover.v1.JobGoodput.badput:type_name -> rover.v1.GoodputCause
+	7, // 6: rover.v1.JobGoodput.failures:type_name -> rover.v1.JobGoodput.FailuresEntry
+	5, // 7: rover.v1.JobGoodput.latest_restarts:type_name -> rover.v1.RestartPhases
+	8, // [8:8] is the sub-list for method output_type
+	8, // [8:8] is the sub-list for method input_type
+	8, // [8:8] is the sub-list for extension type_name
+	8, // [8:8] is the sub-list for extension extendee
+	0, // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_api_rover_v1_goodput_proto_init() }
@@ -732,7 +895,7 @@ func file_api_rover_v1_goodput_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_rover_v1_goodput_proto_rawDesc), len(file_api_rover_v1_goodput_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   5,
+			NumMessages:   6,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -691,7 +691,12 @@ type MemorySnapshot struct {
 	Rank      int32 `protobuf:"varint,3,opt,name=rank,proto3" json:"rank,omitempty"`
 	WorldSize int32 `protobuf:"varint,4,opt,name=world_size,json=worldSize,proto3" json:"world_size,omitempty"`
 	// "sharded" (only that rank can restore it) or "replicated" (any rank can).
-	Mode          string `protobuf:"bytes,5,opt,name=mode,proto3" json:"mode,omitempty"`
+	Mode string `protobuf:"bytes,5,opt,name=mode,proto3" json:"mode,omitempty"`
+	// A copy the node keeps of another node's sharded snapshot (it is that
+	// node's backup peer), in its backup arena of local_rank (the other
+	// node's local rank); rank and world_size are the other node's. Only
+	// the node of that rank restores from it, by fetching it.
+	Backup        bool `protobuf:"varint,6,opt,name=backup,proto3" json:"backup,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -759,6 +764,13 @@ func (x *MemorySnapshot) GetMode() string {
 		return x.Mode
 	}
 	return ""
+}
+
+func (x *MemorySnapshot) GetBackup() bool {
+	if x != nil {
+		return x.Backup
+	}
+	return false
 }
 
 type JoinResponse struct {
@@ -1195,7 +1207,17 @@ type Assignment struct {
 	// Set when this node does not hold memory_step itself (a node that
 	// replaces a lost one, in replicated mode): the nodes of the world that
 	// do, whose agents serve it to this node's agent (peer restore).
-	MemoryPeers   []*MemoryPeer `protobuf:"bytes,9,rep,name=memory_peers,json=memoryPeers,proto3" json:"memory_peers,omitempty"`
+	MemoryPeers []*MemoryPeer `protobuf:"bytes,9,rep,name=memory_peers,json=memoryPeers,proto3" json:"memory_peers,omitempty"`
+	// The memory_peers keep this node's own sharded snapshots of
+	// memory_step as its backup peers (a node replacing a lost one, in
+	// sharded mode): the agent fetches each local rank's shard.
+	MemoryFromBackup bool `protobuf:"varint,10,opt,name=memory_from_backup,json=memoryFromBackup,proto3" json:"memory_from_backup,omitempty"`
+	// This node's backup peer: where its agent pushes the node's sharded
+	// snapshots after each save (unset: none, a world of one node).
+	BackupPeer *MemoryPeer `protobuf:"bytes,11,opt,name=backup_peer,json=backupPeer,proto3" json:"backup_peer,omitempty"`
+	// The node whose sharded snapshots this node's agent keeps (it is that
+	// node's backup peer); pushes from any other node are refused.
+	BackupOf      string `protobuf:"bytes,12,opt,name=backup_of,json=backupOf,proto3" json:"backup_of,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1291,6 +1313,27 @@ func (x *Assignment) GetMemoryPeers() []*MemoryPeer {
 		return x.MemoryPeers
 	}
 	return nil
+}
+
+func (x *Assignment) GetMemoryFromBackup() bool {
+	if x != nil {
+		return x.MemoryFromBackup
+	}
+	return false
+}
+
+func (x *Assignment) GetBackupPeer() *MemoryPeer {
+	if x != nil {
+		return x.BackupPeer
+	}
+	return nil
+}
+
+func (x *Assignment) GetBackupOf() string {
+	if x != nil {
+		return x.BackupOf
+	}
+	return ""
 }
 
 // MemoryPeer is a node whose agent serves a replicated snapshot.
@@ -2939,7 +2982,7 @@ const file_api_rover_v1_master_proto_rawDesc = "" +
 	"\tsnapshots\x18\b \x03(\v2\x18.rover.v1.MemorySnapshotR\tsnapshots\x12\x1b\n" +
 	"\tpeer_addr\x18\t \x01(\tR\bpeerAddr\x12.\n" +
 	"\x13peer_restore_failed\x18\n" +
-	" \x01(\bR\x11peerRestoreFailed\"\x8a\x01\n" +
+	" \x01(\bR\x11peerRestoreFailed\"\xa2\x01\n" +
 	"\x0eMemorySnapshot\x12\x1d\n" +
 	"\n" +
 	"local_rank\x18\x01 \x01(\x05R\tlocalRank\x12\x12\n" +
@@ -2947,7 +2990,8 @@ const file_api_rover_v1_master_proto_rawDesc = "" +
 	"\x04rank\x18\x03 \x01(\x05R\x04rank\x12\x1d\n" +
 	"\n" +
 	"world_size\x18\x04 \x01(\x05R\tworldSize\x12\x12\n" +
-	"\x04mode\x18\x05 \x01(\tR\x04mode\"\x95\x01\n" +
+	"\x04mode\x18\x05 \x01(\tR\x04mode\x12\x16\n" +
+	"\x06backup\x18\x06 \x01(\bR\x06backup\"\x95\x01\n" +
 	"\fJoinResponse\x12\x1b\n" +
 	"\tnode_rank\x18\x01 \x01(\x05R\bnodeRank\x12\x14\n" +
 	"\x05round\x18\x02 \x01(\x03R\x05round\x12\x15\n" +
@@ -2983,7 +3027,7 @@ const file_api_rover_v1_master_proto_rawDesc = "" +
 	" \x01(\tR\x05runId\x126\n" +
 	"\n" +
 	"node_check\x18\v \x01(\v2\x17.rover.v1.NodeCheckViewR\tnodeCheck\x12(\n" +
-	"\x04hang\x18\f \x01(\v2\x14.rover.v1.HangNoticeR\x04hang\"\xe1\x02\n" +
+	"\x04hang\x18\f \x01(\v2\x14.rover.v1.HangNoticeR\x04hang\"\xe3\x03\n" +
 	"\n" +
 	"Assignment\x12\x14\n" +
 	"\x05round\x18\x01 \x01(\x03R\x05round\x12\x1b\n" +
@@ -2998,7 +3042,12 @@ const file_api_rover_v1_master_proto_rawDesc = "" +
 	"world_size\x18\a \x01(\x05R\tworldSize\x12$\n" +
 	"\vmemory_step\x18\b \x01(\x03H\x00R\n" +
 	"memoryStep\x88\x01\x01\x127\n" +
-	"\fmemory_peers\x18\t \x03(\v2\x14.rover.v1.MemoryPeerR\vmemoryPeersB\x0e\n" +
+	"\fmemory_peers\x18\t \x03(\v2\x14.rover.v1.MemoryPeerR\vmemoryPeers\x12,\n" +
+	"\x12memory_from_backup\x18\n" +
+	" \x01(\bR\x10memoryFromBackup\x125\n" +
+	"\vbackup_peer\x18\v \x01(\v2\x14.rover.v1.MemoryPeerR\n" +
+	"backupPeer\x12\x1b\n" +
+	"\tbackup_of\x18\f \x01(\tR\bbackupOfB\x0e\n" +
 	"\f_memory_step\"9\n" +
 	"\n" +
 	"MemoryPeer\x12\x17\n" +
@@ -3282,70 +3331,71 @@ var file_api_rover_v1_master_proto_depIdxs = []int32{
 	39, // 15: rover.v1.NodeView.node_check:type_name -> rover.v1.NodeCheckView
 	40, // 16: rover.v1.NodeView.hang:type_name -> rover.v1.HangNotice
 	15, // 17: rover.v1.Assignment.memory_peers:type_name -> rover.v1.MemoryPeer
-	16, // 18: rover.v1.ReportFailureRequest.failures:type_name -> rover.v1.WorkerFailure
-	30, // 19: rover.v1.ManagedNode.right_size:type_name -> rover.v1.RankRightSize
-	0,  // 20: rover.v1.GetJobResponse.job_state:type_name -> rover.v1.JobState
-	28, // 21: rover.v1.GetJobResponse.nodes:type_name -> rover.v1.NodeStatus
-	16, // 22: rover.v1.GetJobResponse.failures:type_name -> rover.v1.WorkerFailure
-	6,  // 23: rover.v1.GetJobResponse.rendezvous:type_name -> rover.v1.RendezvousConfig
-	29, // 24: rover.v1.GetJobResponse.managed_nodes:type_name -> rover.v1.ManagedNode
-	41, // 25: rover.v1.GetJobResponse.node_check:type_name -> rover.v1.NodeCheckStatus
-	42, // 26: rover.v1.GetJobResponse.progress:type_name -> rover.v1.JobProgress
-	43, // 27: rover.v1.GetJobResponse.goodput:type_name -> rover.v1.JobGoodput
-	35, // 28: rover.v1.GetJobResponse.relaunch_causes:type_name -> rover.v1.GetJobResponse.RelaunchCausesEntry
-	32, // 29: rover.v1.GetJobResponse.auto_scale:type_name -> rover.v1.AutoScaleStatus
-	33, // 30: rover.v1.AutoScaleStatus.last_change:type_name -> rover.v1.AutoScaleDecision
-	33, // 31: rover.v1.AutoScaleStatus.latest:type_name -> rover.v1.AutoScaleDecision
-	34, // 32: rover.v1.AutoScaleStatus.sizes:type_name -> rover.v1.SizeThroughput
-	10, // 33: rover.v1.MasterService.Session:input_type -> rover.v1.SessionRequest
-	7,  // 34: rover.v1.MasterService.Join:input_type -> rover.v1.JoinRequest
-	17, // 35: rover.v1.MasterService.ReportFailure:input_type -> rover.v1.ReportFailureRequest
-	19, // 36: rover.v1.MasterService.ReportSuccess:input_type -> rover.v1.ReportSuccessRequest
-	21, // 37: rover.v1.MasterService.Leave:input_type -> rover.v1.LeaveRequest
-	23, // 38: rover.v1.MasterService.SetKey:input_type -> rover.v1.SetKeyRequest
-	25, // 39: rover.v1.MasterService.GetKey:input_type -> rover.v1.GetKeyRequest
-	27, // 40: rover.v1.MasterService.GetJob:input_type -> rover.v1.GetJobRequest
-	44, // 41: rover.v1.MasterService.RegisterDataset:input_type -> rover.v1.RegisterDatasetRequest
-	45, // 42: rover.v1.MasterService.LeaseShards:input_type -> rover.v1.LeaseShardsRequest
-	46, // 43: rover.v1.MasterService.CompleteShards:input_type -> rover.v1.CompleteShardsRequest
-	47, // 44: rover.v1.MasterService.GetPosition:input_type -> rover.v1.GetPositionRequest
-	48, // 45: rover.v1.MasterService.AdvancePosition:input_type -> rover.v1.AdvancePositionRequest
-	49, // 46: rover.v1.MasterService.AppendStream:input_type -> rover.v1.AppendStreamRequest
-	50, // 47: rover.v1.MasterService.GetDatasetState:input_type -> rover.v1.DatasetStateRequest
-	51, // 48: rover.v1.MasterService.RestoreDataset:input_type -> rover.v1.RestoreDatasetRequest
-	52, // 49: rover.v1.MasterService.BatchShards:input_type -> rover.v1.BatchShardsRequest
-	1,  // 50: rover.v1.MasterService.CheckpointDurable:input_type -> rover.v1.CheckpointDurableRequest
-	53, // 51: rover.v1.MasterService.ReportNodeCheck:input_type -> rover.v1.ReportNodeCheckRequest
-	4,  // 52: rover.v1.MasterService.DeclareCheckpoint:input_type -> rover.v1.DeclareCheckpointRequest
-	54, // 53: rover.v1.MasterService.ListEvents:input_type -> rover.v1.ListEventsRequest
-	55, // 54: rover.v1.MasterService.WatchEvents:input_type -> rover.v1.WatchEventsRequest
-	12, // 55: rover.v1.MasterService.Session:output_type -> rover.v1.SessionResponse
-	9,  // 56: rover.v1.MasterService.Join:output_type -> rover.v1.JoinResponse
-	18, // 57: rover.v1.MasterService.ReportFailure:output_type -> rover.v1.ReportFailureResponse
-	20, // 58: rover.v1.MasterService.ReportSuccess:output_type -> rover.v1.ReportSuccessResponse
-	22, // 59: rover.v1.MasterService.Leave:output_type -> rover.v1.LeaveResponse
-	24, // 60: rover.v1.MasterService.SetKey:output_type -> rover.v1.SetKeyResponse
-	26, // 61: rover.v1.MasterService.GetKey:output_type -> rover.v1.GetKeyResponse
-	31, // 62: rover.v1.MasterService.GetJob:output_type -> rover.v1.GetJobResponse
-	56, // 63: rover.v1.MasterService.RegisterDataset:output_type -> rover.v1.RegisterDatasetResponse
-	57, // 64: rover.v1.MasterService.LeaseShards:output_type -> rover.v1.LeaseShardsResponse
-	58, // 65: rover.v1.MasterService.CompleteShards:output_type -> rover.v1.CompleteShardsResponse
-	59, // 66: rover.v1.MasterService.GetPosition:output_type -> rover.v1.GetPositionResponse
-	60, // 67: rover.v1.MasterService.AdvancePosition:output_type -> rover.v1.AdvancePositionResponse
-	61, // 68: rover.v1.MasterService.AppendStream:output_type -> rover.v1.AppendStreamResponse
-	62, // 69: rover.v1.MasterService.GetDatasetState:output_type -> rover.v1.DatasetStateResponse
-	63, // 70: rover.v1.MasterService.RestoreDataset:output_type -> rover.v1.RestoreDatasetResponse
-	64, // 71: rover.v1.MasterService.BatchShards:output_type -> rover.v1.BatchShardsResponse
-	2,  // 72: rover.v1.MasterService.CheckpointDurable:output_type -> rover.v1.CheckpointDurableResponse
-	65, // 73: rover.v1.MasterService.ReportNodeCheck:output_type -> rover.v1.ReportNodeCheckResponse
-	5,  // 74: rover.v1.MasterService.DeclareCheckpoint:output_type -> rover.v1.DeclareCheckpointResponse
-	66, // 75: rover.v1.MasterService.ListEvents:output_type -> rover.v1.ListEventsResponse
-	67, // 76: rover.v1.MasterService.WatchEvents:output_type -> rover.v1.WatchEventsResponse
-	55, // [55:77] is the sub-list for method output_type
-	33, // [33:55] is the sub-list for method input_type
-	33, // [33:33] is the sub-list for extension type_name
-	33, // [33:33] is the sub-list for extension extendee
-	0,  // [0:33] is the sub-list for field type_name
+	15, // 18: rover.v1.Assignment.backup_peer:type_name -> rover.v1.MemoryPeer
+	16, // 19: rover.v1.ReportFailureRequest.failures:type_name -> rover.v1.WorkerFailure
+	30, // 20: rover.v1.ManagedNode.right_size:type_name -> rover.v1.RankRightSize
+	0,  // 21: rover.v1.GetJobResponse.job_state:type_name -> rover.v1.JobState
+	28, // 22: rover.v1.GetJobResponse.nodes:type_name -> rover.v1.NodeStatus
+	16, // 23: rover.v1.GetJobResponse.failures:type_name -> rover.v1.WorkerFailure
+	6,  // 24: rover.v1.GetJobResponse.rendezvous:type_name -> rover.v1.RendezvousConfig
+	29, // 25: rover.v1.GetJobResponse.managed_nodes:type_name -> rover.v1.ManagedNode
+	41, // 26: rover.v1.GetJobResponse.node_check:type_name -> rover.v1.NodeCheckStatus
+	42, // 27: rover.v1.GetJobResponse.progress:type_name -> rover.v1.JobProgress
+	43, // 28: rover.v1.GetJobResponse.goodput:type_name -> rover.v1.JobGoodput
+	35, // 29: rover.v1.GetJobResponse.relaunch_causes:type_name -> rover.v1.GetJobResponse.RelaunchCausesEntry
+	32, // 30: rover.v1.GetJobResponse.auto_scale:type_name -> rover.v1.AutoScaleStatus
+	33, // 31: rover.v1.AutoScaleStatus.last_change:type_name -> rover.v1.AutoScaleDecision
+	33, // 32: rover.v1.AutoScaleStatus.latest:type_name -> rover.v1.AutoScaleDecision
+	34, // 33: rover.v1.AutoScaleStatus.sizes:type_name -> rover.v1.SizeThroughput
+	10, // 34: rover.v1.MasterService.Session:input_type -> rover.v1.SessionRequest
+	7,  // 35: rover.v1.MasterService.Join:input_type -> rover.v1.JoinRequest
+	17, // 36: rover.v1.MasterService.ReportFailure:input_type -> rover.v1.ReportFailureRequest
+	19, // 37: rover.v1.MasterService.ReportSuccess:input_type -> rover.v1.ReportSuccessRequest
+	21, // 38: rover.v1.MasterService.Leave:input_type -> rover.v1.LeaveRequest
+	23, // 39: rover.v1.MasterService.SetKey:input_type -> rover.v1.SetKeyRequest
+	25, // 40: rover.v1.MasterService.GetKey:input_type -> rover.v1.GetKeyRequest
+	27, // 41: rover.v1.MasterService.GetJob:input_type -> rover.v1.GetJobRequest
+	44, // 42: rover.v1.MasterService.RegisterDataset:input_type -> rover.v1.RegisterDatasetRequest
+	45, // 43: rover.v1.MasterService.LeaseShards:input_type -> rover.v1.LeaseShardsRequest
+	46, // 44: rover.v1.MasterService.CompleteShards:input_type -> rover.v1.CompleteShardsRequest
+	47, // 45: rover.v1.MasterService.GetPosition:input_type -> rover.v1.GetPositionRequest
+	48, // 46: rover.v1.MasterService.AdvancePosition:input_type -> rover.v1.AdvancePositionRequest
+	49, // 47: rover.v1.MasterService.AppendStream:input_type -> rover.v1.AppendStreamRequest
+	50, // 48: rover.v1.MasterService.GetDatasetState:input_type -> rover.v1.DatasetStateRequest
+	51, // 49: rover.v1.MasterService.RestoreDataset:input_type -> rover.v1.RestoreDatasetRequest
+	52, // 50: rover.v1.MasterService.BatchShards:input_type -> rover.v1.BatchShardsRequest
+	1,  // 51: rover.v1.MasterService.CheckpointDurable:input_type -> rover.v1.CheckpointDurableRequest
+	53, // 52: rover.v1.MasterService.ReportNodeCheck:input_type -> rover.v1.ReportNodeCheckRequest
+	4,  // 53: rover.v1.MasterService.DeclareCheckpoint:input_type -> rover.v1.DeclareCheckpointRequest
+	54, // 54: rover.v1.MasterService.ListEvents:input_type -> rover.v1.ListEventsRequest
+	55, // 55: rover.v1.MasterService.WatchEvents:input_type -> rover.v1.WatchEventsRequest
+	12, // 56: rover.v1.MasterService.Session:output_type -> rover.v1.SessionResponse
+	9,  // 57: rover.v1.MasterService.Join:output_type -> rover.v1.JoinResponse
+	18, // 58: rover.v1.MasterService.ReportFailure:output_type -> rover.v1.ReportFailureResponse
+	20, // 59: rover.v1.MasterService.ReportSuccess:output_type -> rover.v1.ReportSuccessResponse
+	22, // 60: rover.v1.MasterService.Leave:output_type -> rover.v1.LeaveResponse
+	24, // 61: rover.v1.MasterService.SetKey:output_type -> rover.v1.SetKeyResponse
+	26, // 62: rover.v1.MasterService.GetKey:output_type -> rover.v1.GetKeyResponse
+	31, // 63: rover.v1.MasterService.GetJob:output_type -> rover.v1.GetJobResponse
+	56, // 64: rover.v1.MasterService.RegisterDataset:output_type -> rover.v1.RegisterDatasetResponse
+	57, // 65: rover.v1.MasterService.LeaseShards:output_type -> rover.v1.LeaseShardsResponse
+	58, // 66: rover.v1.MasterService.CompleteShards:output_type -> rover.v1.CompleteShardsResponse
+	59, // 67: rover.v1.MasterService.GetPosition:output_type -> rover.v1.GetPositionResponse
+	60, // 68: rover.v1.MasterService.AdvancePosition:output_type -> rover.v1.AdvancePositionResponse
+	61, // 69: rover.v1.MasterService.AppendStream:output_type -> rover.v1.AppendStreamResponse
+	62, // 70: rover.v1.MasterService.GetDatasetState:output_type -> rover.v1.DatasetStateResponse
+	63, // 71: rover.v1.MasterService.RestoreDataset:output_type -> rover.v1.RestoreDatasetResponse
+	64, // 72: rover.v1.MasterService.BatchShards:output_type -> rover.v1.BatchShardsResponse
+	2,  // 73: rover.v1.MasterService.CheckpointDurable:output_type -> rover.v1.CheckpointDurableResponse
+	65, // 74: rover.v1.MasterService.ReportNodeCheck:output_type -> rover.v1.ReportNodeCheckResponse
+	5,  // 75: rover.v1.MasterService.DeclareCheckpoint:output_type -> rover.v1.DeclareCheckpointResponse
+	66, // 76: rover.v1.MasterService.ListEvents:output_type -> rover.v1.ListEventsResponse
+	67, // 77: rover.v1.MasterService.WatchEvents:output_type -> rover.v1.WatchEventsResponse
+	56, // [56:78] is the sub-list for method output_type
+	34, // [34:56] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_api_rover_v1_master_proto_init() }

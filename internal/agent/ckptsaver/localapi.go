@@ -66,6 +66,7 @@ func (s *LocalAPI) CheckpointCommit(ctx context.Context, req *connect.Request[ro
 		return nil, connect.NewError(connect.CodeFailedPrecondition, err)
 	}
 	s.sv.saveCommitted(local, r.GetLength())
+	s.sv.backupSaved(local, r.GetStep())
 	if !ranked || storage.URL == "" {
 		return connect.NewResponse(&roverv1.CheckpointCommitResponse{}), nil
 	}

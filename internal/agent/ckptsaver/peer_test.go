@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -14,14 +15,15 @@ import (
 
 // peerNode is one node's saver, its arenas serving peers on a loopback
 // port with the handler wrap makes of the saver's (nil: as it is).
-func peerNode(t *testing.T, node string, wrap func(http.Handler) http.Handler) (*Saver, string) {
+func peerNode(t testing.TB, node string, wrap func(http.Handler) http.Handler) (*Saver, string) {
 	t.Helper()
 	ar, err := newArenas(JobKey("job", "secret-"+node), Owner{NodeID: node}, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ar.close(); os.RemoveAll(ar.dir.path) })
-	s := &Saver{arenas: ar}
+	s := &Saver{arenas: ar, cfg: Config{NodeID: node, BackupBytes: -1, Log: slog.New(slog.DiscardHandler)}}
+	s.initBackups(false)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

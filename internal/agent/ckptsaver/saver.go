@@ -71,6 +71,16 @@ type Config struct {
 	// its bytes) and of each rank's file written to storage (the time of
 	// the write and its bytes). They must not block.
 	Saved, Persisted func(d time.Duration, bytes int64)
+	// BackupBytes bounds the shared memory the backups this node keeps of
+	// another node's shards may take: below 0, automatic (as much as the
+	// node's own arenas take, at least 64 MiB); 0 keeps none and pushes
+	// none (backup peers off).
+	BackupBytes int64
+	// Pushed and PushFailed, when set, are told of each shard pushed to
+	// the backup peer (the time of the push and its bytes) and of each
+	// push that failed. They must not block.
+	Pushed     func(d time.Duration, bytes int64)
+	PushFailed func()
 }
 
 // Saver is the node's flash-checkpoint saver.
@@ -78,6 +88,9 @@ type Saver struct {
 	cfg       Config
 	arenas    *arenas
 	persister *persister
+	// backups keeps another node's shards; pusher pushes this node's.
+	backups *backupArenas
+	pusher  *backupPusher
 	// storage is the job's checkpoint storage, as the master last said
 	// (nil: not known yet).
 	storage atomic.Pointer[jobconfig.CheckpointStorage]
@@ -96,12 +109,34 @@ func Open(cfg Config) (*Saver, error) {
 	}
 	s := &Saver{cfg: cfg, arenas: ar, begun: map[int]time.Time{}}
 	s.persister = newPersister(ar, cfg, func() string { return s.Storage().URL })
+	s.initBackups(ar.dir.adopted)
 	return s, nil
+}
+
+// initBackups makes the saver's backup keeping and pushing.
+func (s *Saver) initBackups(adopted bool) {
+	s.backups = newBackupArenas(s.arenas.dir.path, adopted, s.backupBudget, s.cfg.Log)
+	s.pusher = newBackupPusher(s)
+}
+
+// backupBudget is the most shared memory the node's backups may take
+// (Config.BackupBytes).
+func (s *Saver) backupBudget() int64 {
+	switch b := s.cfg.BackupBytes; {
+	case b < 0:
+		return max(s.arenas.bytes(), minAutoBackupBytes)
+	default:
+		return b
+	}
 }
 
 // ArenaBytes is the size of the node's arenas' slots, together: the
 // shared memory the snapshots may fill.
 func (s *Saver) ArenaBytes() int64 { return s.arenas.bytes() }
+
+// BackupBytes is the size of the backup arenas' slots, together: the
+// shared memory the backups of another node's shards take.
+func (s *Saver) BackupBytes() int64 { return s.backups.bytes() }
 
 // saveBegun and saveCommitted time a local rank's save for Config.Saved.
 func (s *Saver) saveBegun(local int) {
@@ -127,17 +162,32 @@ func (s *Saver) saveCommitted(local int, n int64) {
 }
 
 // Close unmaps and deletes every arena, and the arena directory.
-func (s *Saver) Close() { s.arenas.close() }
+func (s *Saver) Close() {
+	s.backups.close()
+	s.arenas.close()
+}
 
 // Adopted lists the local ranks whose arenas came from a killed agent.
 func (s *Saver) Adopted() []int { return s.arenas.adopted() }
 
-// Inventory lists the committed snapshots in memory, for the join request.
-func (s *Saver) Inventory() []*roverv1.MemorySnapshot { return s.arenas.inventory() }
+// Inventory lists the committed snapshots in memory, the node's own and
+// the backups it keeps, for the join request.
+func (s *Saver) Inventory() []*roverv1.MemorySnapshot {
+	return append(s.arenas.inventory(), s.backups.inventory()...)
+}
 
-// Run persists the snapshots the workers ask for until ctx ends; then it
-// closes storage, and nothing more is persisted.
-func (s *Saver) Run(ctx context.Context) { s.persister.run(ctx) }
+// Run persists the snapshots the workers ask for, and pushes their shards
+// to the backup peer, until ctx ends; then it closes storage, and nothing
+// more is persisted.
+func (s *Saver) Run(ctx context.Context) {
+	pushed := make(chan struct{})
+	go func() {
+		defer close(pushed)
+		s.pusher.run(ctx)
+	}()
+	s.persister.run(ctx)
+	<-pushed
+}
 
 // Drain waits until no persistence is queued or running (see persister.drain).
 func (s *Saver) Drain(ctx context.Context) { s.persister.drain(ctx) }

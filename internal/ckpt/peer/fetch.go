@@ -31,6 +31,11 @@ type Request struct {
 	Addr       string
 	Run, Token string
 	Step       int64
+	// Shard asks for the backup the peer keeps of global rank Rank's
+	// sharded snapshot of Step; without it, for the peer's replicated
+	// node copy.
+	Shard bool
+	Rank  int
 	// MaxBytes bounds the snapshot's announced size (0: 1 TiB).
 	MaxBytes int64
 	// Check, when set, validates the bytes once their CRC32C matched and
@@ -59,7 +64,7 @@ func Fetch(ctx context.Context, req Request, sink Sink) (Result, error) {
 	start := time.Now()
 	n, err := fetch(ctx, req, sink)
 	if err != nil {
-		return Result{}, fmt.Errorf("fetch step %d from peer %s: %w", req.Step, req.Addr, err)
+		return Result{}, fmt.Errorf("fetch %s from peer %s: %w", req.what(), req.Addr, err)
 	}
 	return Result{Addr: req.Addr, Bytes: n, Duration: time.Since(start)}, nil
 }
@@ -80,9 +85,16 @@ func FetchFirst(ctx context.Context, peers []string, req Request, sink Sink) (Re
 		}
 	}
 	if len(errs) == 0 {
-		return Result{}, fmt.Errorf("fetch step %d: no peer holds it", req.Step)
+		return Result{}, fmt.Errorf("fetch %s: no peer holds it", req.what())
 	}
 	return Result{}, errors.Join(errs...)
+}
+
+func (req Request) what() string {
+	if req.Shard {
+		return fmt.Sprintf("step %d of rank %d", req.Step, req.Rank)
+	}
+	return fmt.Sprintf("step %d", req.Step)
 }
 
 func fetch(ctx context.Context, req Request, sink Sink) (int64, error) {
@@ -104,7 +116,11 @@ func fetch(ctx context.Context, req Request, sink Sink) (int64, error) {
 	watch := newWatchdog(idle, func() { cancel(fmt.Errorf("no progress for %v", idle)) })
 	defer watch.stop()
 
-	u := url.URL{Scheme: "http", Host: req.Addr, Path: Path, RawQuery: "step=" + strconv.FormatInt(req.Step, 10)}
+	q := url.Values{"step": {strconv.FormatInt(req.Step, 10)}}
+	if req.Shard {
+		q.Set("rank", strconv.Itoa(req.Rank))
+	}
+	u := url.URL{Scheme: "http", Host: req.Addr, Path: Path, RawQuery: q.Encode()}
 	hr, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
 		return 0, err
@@ -126,6 +142,9 @@ func fetch(ctx context.Context, req Request, sink Sink) (int64, error) {
 	if s := resp.Header.Get(HeaderStep); s != strconv.FormatInt(req.Step, 10) {
 		return 0, fmt.Errorf("%w: it sent step %q, not %d", ErrRefused, s, req.Step)
 	}
+	if r := resp.Header.Get(HeaderRank); req.Shard && r != strconv.Itoa(req.Rank) {
+		return 0, fmt.Errorf("%w: it sent rank %q, not %d", ErrRefused, r, req.Rank)
+	}
 	want, err := strconv.ParseUint(resp.Header.Get(HeaderCRC), 16, 32)
 	if err != nil {
 		return 0, fmt.Errorf("%w: %s %q is not a CRC32C in hex", ErrRefused, HeaderCRC, resp.Header.Get(HeaderCRC))
@@ -137,13 +156,27 @@ func fetch(ctx context.Context, req Request, sink Sink) (int64, error) {
 	case size > limit:
 		return 0, fmt.Errorf("%w: %d bytes, at most %d accepted", ErrTooLarge, size, limit)
 	}
-	buf, err := sink.Begin(req.Step, size)
+	err = receive(resp.Body, req.Step, size, uint32(want), sink, req.Check, watch.reset,
+		func(err error) error { return causeOr(ctx, err) })
 	if err != nil {
-		return 0, fmt.Errorf("make room for %d bytes: %w", size, err)
+		return 0, err
+	}
+	return size, nil
+}
+
+// receive reads size bytes of body into the memory sink hands out for
+// step, computing their CRC32C as they come, and commits them once it is
+// want and check (when set) passes; on any error nothing is committed
+// (the sink is aborted). progress is called as bytes arrive; readErr
+// decorates a read's error.
+func receive(body io.Reader, step, size int64, want uint32, sink Sink, check func([]byte) error, progress func(), readErr func(error) error) error {
+	buf, err := sink.Begin(step, size)
+	if err != nil {
+		return fmt.Errorf("make room for %d bytes: %w", size, err)
 	}
 	if int64(len(buf)) < size {
 		sink.Abort()
-		return 0, fmt.Errorf("make room for %d bytes: the sink gave %d", size, len(buf))
+		return fmt.Errorf("make room for %d bytes: the sink gave %d", size, len(buf))
 	}
 	committed := false
 	defer func() {
@@ -153,27 +186,27 @@ func fetch(ctx context.Context, req Request, sink Sink) (int64, error) {
 	}()
 	var crc uint32
 	for off := int64(0); off < size; {
-		n, err := resp.Body.Read(buf[off:min(off+writeChunk, size)])
+		n, err := body.Read(buf[off:min(off+writeChunk, size)])
 		crc = crc32.Update(crc, castagnoli, buf[off:off+int64(n)])
 		off += int64(n)
-		watch.reset()
+		progress()
 		if err != nil && (off < size || !errors.Is(err, io.EOF)) {
-			return 0, fmt.Errorf("%w: %d of %d bytes received: %w", ErrCorrupt, off, size, causeOr(ctx, err))
+			return fmt.Errorf("%w: %d of %d bytes received: %w", ErrCorrupt, off, size, readErr(err))
 		}
 	}
-	if crc != uint32(want) {
-		return 0, fmt.Errorf("%w: CRC32C %08x, the peer announced %08x", ErrCorrupt, crc, want)
+	if crc != want {
+		return fmt.Errorf("%w: CRC32C %08x, the sender announced %08x", ErrCorrupt, crc, want)
 	}
-	if req.Check != nil {
-		if err := req.Check(buf[:size]); err != nil {
-			return 0, fmt.Errorf("%w: %w", ErrCorrupt, err)
+	if check != nil {
+		if err := check(buf[:size]); err != nil {
+			return fmt.Errorf("%w: %w", ErrCorrupt, err)
 		}
 	}
-	if err := sink.Commit(req.Step, size); err != nil {
-		return 0, fmt.Errorf("commit: %w", err)
+	if err := sink.Commit(step, size); err != nil {
+		return fmt.Errorf("commit: %w", err)
 	}
 	committed = true
-	return size, nil
+	return nil
 }
 
 // causeOr names why ctx ended (the watchdog's reason) when it did.

@@ -15,16 +15,19 @@ import (
 	"github.com/roverml/rover/internal/ckpt"
 )
 
-// memSource serves one snapshot from a byte slice.
+// memSource serves one snapshot from a byte slice: the node copy, or with
+// shard the backup of rank's shard.
 type memSource struct {
 	step   int64
 	data   []byte
 	crc    uint32 // 0: the data's
 	broken bool   // intact reports false
+	shard  bool
+	rank   int
 }
 
-func (s *memSource) Snapshot(step int64) ([]byte, uint32, func() bool, bool, error) {
-	if step != s.step {
+func (s *memSource) Snapshot(step int64, rank int) ([]byte, uint32, func() bool, bool, error) {
+	if step != s.step || s.shard != (rank >= 0) || (s.shard && rank != s.rank) {
 		return nil, 0, nil, false, nil
 	}
 	crc := s.crc

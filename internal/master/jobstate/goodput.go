@@ -183,6 +183,11 @@ type NodeEvent struct {
 	From     goodput.Source // Resumed
 	Blocking time.Duration  // CheckpointSaved
 	Durable  bool           // CheckpointSaved
+	// Resumed: the node the agent fetched the step from (From FromPeer or
+	// FromBackup) and how long that took, and how long the workers' load
+	// took.
+	Peer        string
+	Fetch, Load time.Duration
 }
 
 // Event applies a node's event.
@@ -202,6 +207,7 @@ func (g *Goodput) event(node string, e NodeEvent) {
 		// the round's first report implies it.
 		if e.Step >= 0 {
 			g.m.Resumed(e.Round, node, e.Step, e.From, e.At)
+			g.m.NodeRestored(e.Round, node, goodput.NodeRestore{Step: e.Step, From: e.From, Peer: e.Peer, Fetch: e.Fetch, Load: e.Load})
 		}
 	case CheckpointSaved:
 		g.m.CheckpointSaved(goodput.Save{Round: e.Round, Node: node, Step: e.Step, Blocking: max(e.Blocking, 0), Durable: e.Durable, At: e.At})

@@ -162,7 +162,8 @@ func TestGoodputFromEvents(t *testing.T) {
 	first, second := v.Latest[0], v.Latest[1]
 	want := goodput.Restart{Round: 1, NewRound: 2, Reason: first.Reason,
 		Detect: ms(50), Stop: ms(300), Rendezvous: 0, Spawn: ms(100), Init: ms(500), Restore: ms(100), FirstStep: ms(500),
-		Resumed: true, ResumedStep: 28, From: goodput.FromMemory, LostSteps: 2, Lost: first.Lost, Done: true}
+		Resumed: true, ResumedStep: 28, From: goodput.FromMemory, LostSteps: 2, Lost: first.Lost, Done: true,
+		Nodes: []goodput.NodeRestore{{Node: "a", Step: 28, From: goodput.FromMemory}, {Node: "b", Step: 28, From: goodput.FromMemory}}}
 	if diff := cmp.Diff(want, first); diff != "" {
 		t.Errorf("the failure's restart (-want +got):\n%s", diff)
 	}

@@ -2,6 +2,7 @@ package jobstate
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -9,11 +10,15 @@ import (
 )
 
 // Flash-checkpoint agreement: every agent joins a round with the snapshots
-// its node holds in shared memory (taken while its workers are stopped), and
-// when the round closes the master picks the newest step that every rank of
-// the new world can restore from its own node's memory. The agents hand it
-// to their workers, so that all ranks resume from the same step without a
-// process group, or fall back to storage together when there is none.
+// its node holds in shared memory (taken while its workers are stopped):
+// its own, and the backups it keeps of another node's shards. When the
+// round closes the master picks the newest step that every rank of the new
+// world can restore from memory: its own node's, or, for a node that holds
+// nothing (a replacement), a peer's replicated copy or the backup its
+// backup peer keeps of its shards (agree.go). The agents hand it to their
+// workers, so that all ranks resume from the same step without a process
+// group, or fall back to storage together when there is none. It also
+// assigns each node of the world its backup peer (backupRing).
 
 // Snapshot modes, as the SDKs write them into the safetensors metadata.
 const (
@@ -28,6 +33,10 @@ type MemorySnapshot struct {
 	Rank      int    `json:"rank"`
 	WorldSize int    `json:"world_size"`
 	Mode      string `json:"mode"`
+	// Backup: a copy the node keeps of another node's sharded snapshot
+	// (of Rank, in a world of WorldSize), as that node's backup peer;
+	// never restored by the node's own workers.
+	Backup bool `json:"backup,omitempty"`
 }
 
 // restorable reports whether global rank r of a world of size w can restore
@@ -48,6 +57,10 @@ type MemoryAgreement struct {
 	// every node holds the step itself.
 	Holders  []MemoryPeer `json:"holders,omitempty"`
 	Fetching []string     `json:"fetching,omitempty"`
+	// Backups are the world's nodes that hold none of their own sharded
+	// snapshots of Step and fetch each local rank's from a backup peer
+	// that keeps it, with the peers that keep them all (sorted).
+	Backups map[string][]MemoryPeer `json:"backups,omitempty"`
 }
 
 // MemoryPeer is a node that serves a replicated snapshot to other nodes.
@@ -60,20 +73,32 @@ func (a MemoryAgreement) String() string {
 	if !a.OK {
 		return fmt.Sprintf("round %d: no common step in memory", a.Round)
 	}
+	var from []string
 	if len(a.Fetching) > 0 {
-		return fmt.Sprintf("round %d: step %d (%s from peers)", a.Round, a.Step, strings.Join(a.Fetching, ", "))
+		from = append(from, strings.Join(a.Fetching, ", ")+" from peers")
+	}
+	if len(a.Backups) > 0 {
+		from = append(from, strings.Join(slices.Sorted(maps.Keys(a.Backups)), ", ")+" from backup peers")
+	}
+	if len(from) > 0 {
+		return fmt.Sprintf("round %d: step %d (%s)", a.Round, a.Step, strings.Join(from, "; "))
 	}
 	return fmt.Sprintf("round %d: step %d", a.Round, a.Step)
 }
 
 // Peers is what node fetches the agreed step from: the holders, when it
-// is one of the nodes that fetch it; nil when it holds the step itself.
+// is one of the nodes that fetch a replicated copy; its backup peers, when
+// it fetches its shards (FromBackup); nil when it holds the step itself.
 func (a MemoryAgreement) Peers(node string) []MemoryPeer {
-	if !slices.Contains(a.Fetching, node) {
-		return nil
+	if slices.Contains(a.Fetching, node) {
+		return a.Holders
 	}
-	return a.Holders
+	return a.Backups[node]
 }
+
+// FromBackup reports whether node fetches its own shards of the agreed
+// step from its backup peers.
+func (a MemoryAgreement) FromBackup(node string) bool { return len(a.Backups[node]) > 0 }
 
 // Memory is what the job knows of its nodes' flash-checkpoint snapshots:
 // each node's, as of its last join, and the step agreed for the last
@@ -88,6 +113,10 @@ type Memory struct {
 	// one may offer peer restore once more, and the node fails again.
 	peerFailed map[string]bool
 	agreed     MemoryAgreement
+	// ring is each node of the last closed round's world to its backup
+	// peer (backupRing), and keeps the other way round.
+	ring  map[string]MemoryPeer
+	keeps map[string]string
 }
 
 // NewMemory returns the memory state of a job no node has joined.
@@ -95,9 +124,9 @@ func NewMemory() *Memory {
 	return &Memory{held: map[string][]MemorySnapshot{}, peers: map[string]string{}, peerFailed: map[string]bool{}}
 }
 
-// RestoreMemory returns the memory state that Held, Peers and Agreement
-// described; it keeps held and peers.
-func RestoreMemory(held map[string][]MemorySnapshot, peers map[string]string, agreed MemoryAgreement) *Memory {
+// RestoreMemory returns the memory state that Held, PeerAddrs, Agreement
+// and Ring described; it keeps held, peers and ring.
+func RestoreMemory(held map[string][]MemorySnapshot, peers map[string]string, agreed MemoryAgreement, ring map[string]MemoryPeer) *Memory {
 	m := NewMemory()
 	if held != nil {
 		m.held = held
@@ -106,6 +135,7 @@ func RestoreMemory(held map[string][]MemorySnapshot, peers map[string]string, ag
 		m.peers = peers
 	}
 	m.agreed = agreed
+	m.setRing(ring)
 	return m
 }
 
@@ -153,7 +183,30 @@ func (m *Memory) Agree(world []rendezvous.Member, worldRound, worldSize int) {
 	}
 	m.agreed = agree(world, worldSize, m.held, peers)
 	m.agreed.Round = worldRound
+	m.setRing(backupRing(world, m.peers))
 }
+
+func (m *Memory) setRing(ring map[string]MemoryPeer) {
+	m.ring, m.keeps = ring, make(map[string]string, len(ring))
+	for from, p := range ring {
+		m.keeps[p.NodeID] = from
+	}
+}
+
+// BackupPeer is where node's agent pushes its sharded snapshots: its
+// backup peer in the last closed round's world (ok false: none).
+func (m *Memory) BackupPeer(node string) (MemoryPeer, bool) {
+	p, ok := m.ring[node]
+	return p, ok
+}
+
+// BackupOf is the node whose sharded snapshots node keeps ("" none): the
+// node whose backup peer it is.
+func (m *Memory) BackupOf(node string) string { return m.keeps[node] }
+
+// Ring is each node's backup peer, for snapshots of the state: the map
+// itself, to be encoded before the next event.
+func (m *Memory) Ring() map[string]MemoryPeer { return m.ring }
 
 // Step is the memory step agreed for round, if any.
 func (m *Memory) Step(round int) (int64, bool) {
@@ -173,90 +226,3 @@ func (m *Memory) Held() map[string][]MemorySnapshot { return m.held }
 // PeerAddrs is each node's peer address, for snapshots of the state: the
 // map itself, to be encoded before the next event.
 func (m *Memory) PeerAddrs() map[string]string { return m.peers }
-
-// agree picks the newest step every rank of world can restore: from its
-// own node's memory (agreedStep), or, for a node that holds no copy of a
-// replicated step, from a node of the world that does and serves it to
-// peers (peer restore). Of two candidates the newer step wins; at the same
-// step, restoring from own memory (no transfer) does.
-func agree(world []rendezvous.Member, worldSize int, held map[string][]MemorySnapshot, peers map[string]string) MemoryAgreement {
-	own, ownOK := agreedStep(world, worldSize, held)
-	best := MemoryAgreement{Step: own, OK: ownOK}
-	// The candidates: replicated node copies that some member serves.
-	servers := map[int64][]MemoryPeer{}
-	for _, m := range world {
-		addr := peers[m.NodeID]
-		if addr == "" {
-			continue
-		}
-		for _, s := range held[m.NodeID] {
-			if s.Mode == ModeReplicated && s.LocalRank == 0 && !slices.ContainsFunc(servers[s.Step], func(p MemoryPeer) bool { return p.NodeID == m.NodeID }) {
-				servers[s.Step] = append(servers[s.Step], MemoryPeer{NodeID: m.NodeID, Addr: addr})
-			}
-		}
-	}
-	for step, holders := range servers {
-		if (best.OK && step <= best.Step) || len(holders) == 0 {
-			continue
-		}
-		// A member without its own node copy of step fetches one, which
-		// serves all its ranks.
-		var fetching []string
-		for _, m := range world {
-			if !slices.ContainsFunc(held[m.NodeID], func(s MemorySnapshot) bool {
-				return s.Mode == ModeReplicated && s.LocalRank == 0 && s.Step == step
-			}) {
-				fetching = append(fetching, m.NodeID)
-			}
-		}
-		slices.SortFunc(holders, func(a, b MemoryPeer) int { return strings.Compare(a.NodeID, b.NodeID) })
-		slices.Sort(fetching)
-		best = MemoryAgreement{Step: step, OK: true, Holders: holders, Fetching: fetching}
-	}
-	return best
-}
-
-// agreedStep returns the newest step that every global rank of world
-// (of worldSize ranks) can restore from the snapshots its node holds: a
-// replicated snapshot at local rank 0 (the node's copy: in replicated mode
-// the SDKs save only there, and every local rank reads it), or one at its
-// own local rank that it can restore. ok is false when there is no such
-// step.
-func agreedStep(world []rendezvous.Member, worldSize int, held map[string][]MemorySnapshot) (step int64, ok bool) {
-	var common []int64 // sorted; nil before the first rank
-	first := true
-	for _, m := range world {
-		snaps := held[m.NodeID]
-		var node []int64 // the node's copy: replicated steps at local rank 0
-		for _, s := range snaps {
-			if s.Mode == ModeReplicated && s.LocalRank == 0 {
-				node = append(node, s.Step)
-			}
-		}
-		for local := range m.LocalWorldSize {
-			rank := m.RankOffset + local
-			mine := slices.Clone(node)
-			for _, s := range snaps {
-				if s.LocalRank == local && s.restorable(rank, worldSize) {
-					mine = append(mine, s.Step)
-				}
-			}
-			slices.Sort(mine)
-			if first {
-				common, first = slices.Compact(mine), false
-			} else {
-				common = slices.DeleteFunc(common, func(s int64) bool {
-					_, found := slices.BinarySearch(mine, s)
-					return !found
-				})
-			}
-			if len(common) == 0 {
-				return 0, false
-			}
-		}
-	}
-	if len(common) == 0 {
-		return 0, false
-	}
-	return common[len(common)-1], true
-}

@@ -37,11 +37,15 @@ type snapshot struct {
 }
 
 type memoryJSON struct {
-	Round    int          `json:"round"`
-	Step     int64        `json:"step"`
-	OK       bool         `json:"ok"`
-	Holders  []MemoryPeer `json:"holders,omitempty"`
-	Fetching []string     `json:"fetching,omitempty"`
+	Round    int                     `json:"round"`
+	Step     int64                   `json:"step"`
+	OK       bool                    `json:"ok"`
+	Holders  []MemoryPeer            `json:"holders,omitempty"`
+	Fetching []string                `json:"fetching,omitempty"`
+	Backups  map[string][]MemoryPeer `json:"backups,omitempty"`
+	// Ring is each node's backup peer (absent in older snapshots: none
+	// until the next round closes).
+	Ring map[string]MemoryPeer `json:"ring,omitempty"`
 }
 
 // MarshalSnapshot encodes the state of job runID.
@@ -51,8 +55,9 @@ func (st *State) MarshalSnapshot(runID string) ([]byte, error) {
 		Schema: SnapshotSchema, RunID: runID, Config: st.Members.Config(),
 		Addrs: st.Members.Addrs(), KV: st.Keys.Map(), Held: st.Memory.Held(),
 		PeerAddrs: st.Memory.PeerAddrs(),
-		Memory:    &memoryJSON{Round: agreed.Round, Step: agreed.Step, OK: agreed.OK, Holders: agreed.Holders, Fetching: agreed.Fetching},
-		Fleet:     st.Fleet.Saved(),
+		Memory: &memoryJSON{Round: agreed.Round, Step: agreed.Step, OK: agreed.OK, Holders: agreed.Holders, Fetching: agreed.Fetching,
+			Backups: agreed.Backups, Ring: st.Memory.Ring()},
+		Fleet: st.Fleet.Saved(),
 	}
 	var err error
 	if s.Rendezvous, err = st.Members.MarshalRendezvous(); err != nil {
@@ -138,11 +143,13 @@ func (st *State) RestoreSnapshot(b []byte, runID string) error {
 	st.Failures = RestoreFailures(failures, history)
 	st.Fleet = RestoreFleet(s.Fleet)
 	var agreed MemoryAgreement
+	var ring map[string]MemoryPeer
 	if s.Memory != nil {
 		agreed = MemoryAgreement{Round: s.Memory.Round, Step: s.Memory.Step, OK: s.Memory.OK,
-			Holders: s.Memory.Holders, Fetching: s.Memory.Fetching}
+			Holders: s.Memory.Holders, Fetching: s.Memory.Fetching, Backups: s.Memory.Backups}
+		ring = s.Memory.Ring
 	}
-	st.Memory = RestoreMemory(s.Held, s.PeerAddrs, agreed)
+	st.Memory = RestoreMemory(s.Held, s.PeerAddrs, agreed, ring)
 	st.Goodput = NewGoodput()
 	if s.Goodput != nil {
 		if st.Goodput, err = RestoreGoodput(s.Goodput); err != nil {
