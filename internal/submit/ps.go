@@ -3,15 +3,12 @@ package submit
 import (
 	"context"
 	"fmt"
-	"maps"
 	"net"
-	"os"
 	"path/filepath"
-	"strconv"
-	"sync"
 
 	"github.com/roverml/rover/internal/jobplan"
 	"github.com/roverml/rover/internal/platform"
+	"github.com/roverml/rover/internal/psnodes"
 	"github.com/roverml/rover/internal/tfconfig"
 )
 
@@ -44,62 +41,15 @@ func assignAddrs(roles []jobplan.Role) (tfconfig.Cluster, error) {
 	return tfconfig.New(addrs)
 }
 
-// psNodes gives every node of a parameter-server job its role's
-// environment (TF_CONFIG, DLRover's variables) when it is created, and
-// raises the cluster version when a PS is relaunched: the version file
-// is rewritten before the new PS starts, so that the other processes,
-// which poll it, reconnect and restore from the PS.
-type psNodes struct {
-	platform.Platform
-	job     string
-	cluster tfconfig.Cluster
-	file    string // the cluster version file
-
-	mu      sync.Mutex
-	version int
-}
-
-func newPSNodes(p platform.Platform, job, dir string, cluster tfconfig.Cluster) (*psNodes, error) {
-	n := &psNodes{Platform: p, job: job, cluster: cluster, file: filepath.Join(dir, ClusterVersionFile)}
-	if err := n.writeVersion(0); err != nil {
+// newPSNodes gives every node of a parameter-server job its role's
+// environment (package psnodes), with the cluster version in the file
+// ClusterVersionFile of the job's directory dir, which starts at 0: the
+// processes poll it and read the number a PS relaunch raises.
+func newPSNodes(ctx context.Context, p platform.Platform, job, dir string, cluster tfconfig.Cluster) (*psnodes.Nodes, error) {
+	file := filepath.Join(dir, ClusterVersionFile)
+	v := psnodes.FileVersion{Path: file}
+	if err := v.Store(ctx, 0); err != nil { // a new job: not a previous run's version
 		return nil, err
 	}
-	return n, nil
-}
-
-func (n *psNodes) Create(ctx context.Context, spec platform.NodeSpec) error {
-	n.mu.Lock()
-	if spec.Group == tfconfig.PS && spec.Relaunch > 0 {
-		if err := n.writeVersion(n.version + 1); err != nil {
-			n.mu.Unlock()
-			return err
-		}
-		n.version++
-	}
-	version := n.version
-	n.mu.Unlock()
-	env, err := n.cluster.Env(n.job, spec.Group, spec.Rank, version)
-	if err != nil {
-		return fmt.Errorf("the environment of node %s: %w", spec.ID, err)
-	}
-	if spec.Env == nil {
-		spec.Env = map[string]string{}
-	} else {
-		spec.Env = maps.Clone(spec.Env)
-	}
-	maps.Copy(spec.Env, env)
-	spec.Env[tfconfig.EnvClusterVersionFile] = n.file
-	return n.Platform.Create(ctx, spec)
-}
-
-// writeVersion replaces the version file atomically.
-func (n *psNodes) writeVersion(v int) error {
-	tmp := n.file + ".tmp"
-	if err := os.WriteFile(tmp, []byte(strconv.Itoa(v)+"\n"), 0o600); err != nil {
-		return fmt.Errorf("write the cluster version: %w", err)
-	}
-	if err := os.Rename(tmp, n.file); err != nil {
-		return fmt.Errorf("write the cluster version: %w", err)
-	}
-	return nil
+	return psnodes.New(ctx, p, psnodes.Config{Job: job, Cluster: cluster, Version: v, VersionFile: file})
 }

@@ -46,7 +46,7 @@ func TestPSNodes(t *testing.T) {
 	}
 	dir := t.TempDir()
 	rec := &recorder{}
-	n, err := newPSNodes(rec, "j", dir, cluster)
+	n, err := newPSNodes(context.Background(), rec, "j", dir, cluster)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -112,7 +112,7 @@ func Run(ctx context.Context, plan *jobplan.Plan, o Options) (Result, error) {
 		if err != nil {
 			return Result{}, err
 		}
-		if created, err = newPSNodes(nodes, plan.Name, o.Dir, cluster); err != nil {
+		if created, err = newPSNodes(ctx, nodes, plan.Name, o.Dir, cluster); err != nil {
 			return Result{}, err
 		}
 		for _, r := range plan.Roles {
