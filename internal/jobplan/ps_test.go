@@ -76,8 +76,21 @@ func TestParameterServerPlan(t *testing.T) {
 		}
 	}
 
-	_, err = Check([]byte(psDoc(true)), Kubernetes)
-	if !errors.Is(err, jobspec.ErrUnsupported) {
-		t.Errorf("Kubernetes: %v, want ErrUnsupported", err)
+	// Kubernetes runs the same roles, each as written (the pod's
+	// container runs the command), the PS with their memory.
+	p, err = Check([]byte(psDoc(true)), Kubernetes)
+	if err != nil {
+		t.Fatalf("Kubernetes: %v", err)
+	}
+	if d := cmp.Diff([]Role{{"ps", 2}, {"chief", 1}, {"worker", 3}, {"evaluator", 1}}, p.Roles); d != "" {
+		t.Errorf("Kubernetes roles (-want +got):\n%s", d)
+	}
+	if g := p.Nodes.Groups[0]; g.Name != "ps" || !g.Agentless || strings.Join(g.Argv, " ") != "python ps.py" || g.MemoryLimit != 1<<30 {
+		t.Errorf("Kubernetes ps group %+v", g)
+	}
+	noPS := Kubernetes
+	noPS.Capabilities.ParameterServer = false
+	if _, err = Check([]byte(psDoc(true)), noPS); !errors.Is(err, jobspec.ErrUnsupported) {
+		t.Errorf("a platform without parameter-server jobs: %v, want ErrUnsupported", err)
 	}
 }

@@ -95,9 +95,16 @@ func build(meta wireMeta, ws wireSpec, prefix string) (*JobSpec, error) {
 		t := ReplicaType(key)
 		if t == dlroverMaster {
 			// DLRover's master group: Rover makes its own master, so
-			// one without containers is accepted and ignored.
-			if w := ws.ReplicaSpecs[key]; w != nil && len(w.Template.Spec.Containers) > 0 {
-				b.addf("replicaSpecs."+key+".template.spec.containers", "Rover makes the job's master from its own image; remove dlrover-master or its containers")
+			// one whose containers name no image and no command (as
+			// DLRover's examples write it: a name and an
+			// imagePullPolicy) is accepted and ignored.
+			if w := ws.ReplicaSpecs[key]; w != nil {
+				for _, c := range w.Template.Spec.Containers {
+					if c.Image != "" || len(c.Command) > 0 || len(c.Args) > 0 {
+						b.addf("replicaSpecs."+key+".template.spec.containers", "Rover makes the job's master from its own image; remove dlrover-master's containers, or their image, command and args")
+						break
+					}
+				}
 			}
 			continue
 		}

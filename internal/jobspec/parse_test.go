@@ -197,7 +197,8 @@ func TestParseBad(t *testing.T) {
 
 // TestParseBothAPIVersions: DLRover's ElasticJob and Rover's (the same
 // document under elastic.rover.dev) give the same JobSpec, and an empty
-// dlrover-master group is accepted and ignored.
+// dlrover-master group, or one whose container names no image or
+// command, is accepted and ignored.
 func TestParseBothAPIVersions(t *testing.T) {
 	dlrover := readTestdata(t, "torch-mnist.yaml")
 	rover := strings.Replace(dlrover, "apiVersion: "+APIVersion, "apiVersion: "+RoverAPIVersion, 1)
@@ -205,12 +206,15 @@ func TestParseBothAPIVersions(t *testing.T) {
 		t.Fatal("testdata/torch-mnist.yaml has no DLRover apiVersion line")
 	}
 	master := rover + "    dlrover-master:\n      template: {}\n"
+	// DLRover's PS examples give the master a container with only a
+	// name and a pull policy.
+	masterCtr := rover + "    dlrover-master:\n      template: {spec: {restartPolicy: Never, containers: [{name: main, imagePullPolicy: Always}]}}\n"
 	want, err := Parse([]byte(dlrover))
 	if err != nil {
 		t.Fatalf("Parse DLRover's: %v", err)
 	}
 	opts := cmp.Options{cmpopts.IgnoreUnexported(JobSpec{}, ReplicaGroup{}, runconfig.Config{}), cmpopts.EquateEmpty()}
-	for name, doc := range map[string]string{"rover": rover, "rover with dlrover-master": master} {
+	for name, doc := range map[string]string{"rover": rover, "rover with dlrover-master": master, "rover with dlrover-master's container": masterCtr} {
 		got, err := Parse([]byte(doc))
 		if err != nil {
 			t.Fatalf("Parse %s: %v", name, err)

@@ -28,6 +28,7 @@ import (
 	"github.com/roverml/rover/internal/jobplan"
 	"github.com/roverml/rover/internal/kubenames"
 	"github.com/roverml/rover/internal/master"
+	"github.com/roverml/rover/internal/platform"
 	kubeplatform "github.com/roverml/rover/internal/platform/kubernetes"
 	"github.com/roverml/rover/internal/store/kubestore"
 	"github.com/roverml/rover/internal/userfile"
@@ -150,9 +151,19 @@ func Run(ctx context.Context, o Options) error {
 		popts.MetricsAddr = kubenames.MetricsAddr()
 	}
 	popts.Logger = o.Logger
-	plat, err := kubeplatform.New(popts)
+	if plan.Roles != nil {
+		popts.ClusterConfigMap = kubenames.ClusterConfigMap(job.Name)
+		popts.MetricsAddr = "" // the roles run no agent
+	}
+	kplat, err := kubeplatform.New(popts)
 	if err != nil {
 		return err
+	}
+	var plat platform.Platform = kplat
+	if plan.Roles != nil {
+		if plat, err = parameterServerNodes(ctx, kplat, &job, plan); err != nil {
+			return err
+		}
 	}
 	if o.Store == nil && o.StateDir == "" {
 		st, err := openState(ctx, o.Config, &job, o.Logger)
