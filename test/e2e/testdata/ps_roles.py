@@ -1,7 +1,8 @@
 """A parameter-server job's roles for the e2e test, stdlib only.
 
 Every replica reads its role from TF_CONFIG. A ps serves, at its TF_CONFIG
-address, a total that workers add to: "ADD W S" adds worker W's step S once
+address (on every interface when the address is a name, such as a
+Kubernetes Service's), a total that workers add to: "ADD W S" adds worker W's step S once
 (a step already applied is not counted again) and answers the total; "LAST
 W" answers the last step of W it applied. It saves its total and the steps
 applied to OUT/ps-INDEX.ckpt after every add and restores them when it comes
@@ -50,7 +51,12 @@ def serve():
         total, applied = saved["total"], {w: set(st) for w, st in saved["applied"].items()}
     srv = socket.socket()
     srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    srv.bind(split(PS[INDEX]))
+    host, port = split(PS[INDEX])
+    try:
+        socket.inet_aton(host)
+    except OSError:
+        host = ""  # a name (a Service's) is how others reach it: listen on every interface
+    srv.bind((host, port))
     srv.listen(16)
     event("start version %s total %d addr %s" % (os.environ["ROVER_CLUSTER_VERSION"], total, PS[INDEX]))
     import threading
