@@ -1,6 +1,7 @@
 package nodemanager
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -72,5 +73,64 @@ func TestPSOOM(t *testing.T) {
 	}
 	if !strings.Contains(relaunch.Reason, "memory raised") {
 		t.Errorf("reason %q does not say the memory was raised", relaunch.Reason)
+	}
+}
+
+// TestMigrate: a running PS migrated to more CPU is deleted and replaced
+// at its rank by a node asking for that CPU, spending no relaunch budget
+// (a PS of budget 0 is migrated twice and still relaunched once after a
+// failure); the old node's end is not a failure; a request not above the
+// current one, or a node not running, changes nothing; the CPU survives
+// a journal round trip and shows in the status.
+func TestMigrate(t *testing.T) {
+	sp := psGroups(true)
+	sp.Groups[1].MilliCPU = 500
+	sp.Groups[1].RestartCount = 1
+	m := mustNew(t, sp)
+	mig := func(id string, cpu int64) step {
+		return act(Action{Kind: MigrateNode, NodeID: id, MilliCPU: cpu, Reason: "ps hot"})
+	}
+	cmds := run(t, m, []step{start(),
+		mig("train-ps-1-0", 1000).then(), // pending: not migrated
+		running("train-ps-1-0", "h"),
+		mig("train-ps-1-0", 400).then(), // less than it has
+		mig("train-ps-1-0", 1000).then("Delete train-ps-1-0", "Create train-ps-1-1"),
+		exit("train-ps-1-0", 143).then(), // the old one's end
+		running("train-ps-1-1", "h"),
+		mig("train-ps-1-1", 2000).then("Delete train-ps-1-1", "Create train-ps-1-2"),
+		running("train-ps-1-2", "h"),
+		exit("train-ps-1-2", 1).then("Delete train-ps-1-2", "Create train-ps-1-3"),
+	})
+	var cpus []int64
+	for _, c := range cmds {
+		if c.Kind == CreateNode && c.Spec.Group == "ps" && c.Spec.Rank == 1 {
+			cpus = append(cpus, c.Spec.Resources.MilliCPU)
+		}
+	}
+	if fmt.Sprint(cpus) != "[0 1000 2000 2000]" {
+		t.Errorf("ps 1's nodes asked for %v milli-CPU, want [0 1000 2000 2000]: the group's (unreserved), then the migrations'", cpus)
+	}
+	st := m.Status()
+	var ps1 NodeStatus
+	for _, n := range st.Nodes {
+		if n.Group == "ps" && n.Rank == 1 {
+			ps1 = n
+		}
+	}
+	if ps1.MilliCPU != 2000 || ps1.Relaunches != 3 || st.Relaunches != 1 {
+		t.Errorf("status %+v, job relaunches %d; want 2000m, relaunch 3 (one failure, two migrations), 1 relaunch counted", ps1, st.Relaunches)
+	}
+	b, err := m.MarshalState()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := Restore(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range r.Status().Nodes {
+		if n.Group == "ps" && n.Rank == 1 && n.MilliCPU != 2000 {
+			t.Errorf("restored ps 1 asks for %dm, want 2000m", n.MilliCPU)
+		}
 	}
 }

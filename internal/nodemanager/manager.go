@@ -46,6 +46,7 @@ type slot struct {
 	timedOut bool      // pending past the timeout (reported once)
 	held     bool      // the platform may still hold id (no Deleted seen)
 	memory   int64     // memory override from RelaunchWithMoreMemory; 0: the group's
+	milliCPU int64     // CPU override from MigrateNode; 0: the group's
 	lastExit string    // how the previous or current node ended
 	reason   string    // the latest decision about this rank
 	// seen: the platform has reported the current node (any event), so
@@ -273,6 +274,9 @@ func (m *Manager) Act(a Action, now time.Time) []Command {
 	s := m.current(a.NodeID)
 	if s == nil {
 		return cmds
+	}
+	if a.Kind == MigrateNode {
+		return append(cmds, m.migrate(s, a, now)...)
 	}
 	cause := "diagnosis: " + a.Reason
 	if a.Kind == RelaunchWithMoreMemory {

@@ -54,6 +54,7 @@ type slotJSON struct {
 	TimedOut bool      `json:"timed_out,omitempty"`
 	Held     bool      `json:"held,omitempty"`
 	Memory   int64     `json:"memory,omitempty"`
+	MilliCPU int64     `json:"milli_cpu,omitempty"`
 	LastExit string    `json:"last_exit,omitempty"`
 	Reason   string    `json:"reason,omitempty"`
 	// Usage is the rank's right-sizing record (rightsize.go).
@@ -85,7 +86,7 @@ func (m *Manager) MarshalState() ([]byte, error) {
 		for _, sl := range g {
 			s.Nodes = append(s.Nodes, slotJSON{
 				Group: sl.group, Rank: sl.rank, Relaunch: sl.relaunch, Rescaled: sl.rescaled, State: sl.state, Host: sl.host,
-				Since: sl.since, TimedOut: sl.timedOut, Held: sl.held, Memory: sl.memory,
+				Since: sl.since, TimedOut: sl.timedOut, Held: sl.held, Memory: sl.memory, MilliCPU: sl.milliCPU,
 				LastExit: sl.lastExit, Reason: sl.reason, Usage: sl.usage.json(),
 			})
 		}
@@ -171,7 +172,7 @@ func (m *Manager) restoreSlots(s stateJSON) error {
 		}
 		sl := &slot{
 			group: sj.Group, rank: sj.Rank, relaunch: sj.Relaunch, rescaled: sj.Rescaled, state: sj.State, host: sj.Host,
-			since: sj.Since, timedOut: sj.TimedOut, held: sj.Held, memory: sj.Memory,
+			since: sj.Since, timedOut: sj.TimedOut, held: sj.Held, memory: sj.Memory, milliCPU: sj.MilliCPU,
 			lastExit: sj.LastExit, reason: sj.Reason,
 		}
 		u, err := sj.Usage.restore()

@@ -185,3 +185,42 @@ func (m *Manager) oomMemory(s *slot) int64 {
 	}
 	return next
 }
+
+// cpuRequest is the CPU s's nodes ask for: a migration's, else the
+// group's request (0: none known).
+func (m *Manager) cpuRequest(s *slot) int64 {
+	g := m.spec.Groups[s.group]
+	switch {
+	case s.milliCPU > 0:
+		return s.milliCPU
+	case g.Resources.MilliCPU > 0:
+		return g.Resources.MilliCPU
+	}
+	return g.MilliCPU
+}
+
+// migrate carries out MigrateNode: s's running node is deleted and a node
+// asking for a.MilliCPU takes its rank, as a rescale (no relaunch budget
+// spent, no relaunch counted). A node that is not running, or a request
+// not above the current one, changes nothing.
+func (m *Manager) migrate(s *slot, a Action, now time.Time) []Command {
+	g := m.spec.Groups[s.group]
+	if s.state != Running || m.ended || a.MilliCPU <= m.cpuRequest(s) {
+		return nil
+	}
+	old := s.id
+	var cmds []Command
+	if s.held {
+		cmds = append(cmds, Command{Kind: DeleteNode, NodeID: old,
+			Reason: fmt.Sprintf("node %s (%s rank %d) is migrated: %s", old, g.name(), s.rank, a.Reason)})
+	}
+	delete(m.byID, old)
+	m.retired[old] = true
+	s.milliCPU = a.MilliCPU
+	s.relaunch++
+	s.rescaled++
+	s.lastExit = "migrated: " + a.Reason
+	reason := fmt.Sprintf("%s rank %d migrated to a node of %dm CPU as %s: %s", g.name(), s.rank, a.MilliCPU,
+		nodeID(m.spec.Job, g.name(), s.rank, s.relaunch), a.Reason)
+	return append(cmds, m.create(s, now, reason))
+}

@@ -37,6 +37,9 @@ type NodeStatus struct {
 	// would ask for; nil unless Spec.RightSize is on and the rank has a
 	// usage record.
 	RightSize *RightSizeStatus
+	// MilliCPU is the CPU the rank's nodes ask for: a migration's, else
+	// the group's request (0: none known).
+	MilliCPU int64
 }
 
 // RightSizeStatus is a rank's right-sizing: what its workers were seen to
@@ -64,7 +67,7 @@ func (m *Manager) Status() Status {
 			st.Nodes = append(st.Nodes, NodeStatus{
 				Group: g.name(), Rank: s.rank, NodeID: s.id, State: s.state, Relaunches: s.relaunch,
 				Budget: g.budget(s.rank), Critical: g.critical(s.rank), Host: s.host, Since: s.since,
-				LastExit: s.lastExit, Reason: s.reason, RightSize: m.rightSizeStatus(s),
+				LastExit: s.lastExit, Reason: s.reason, RightSize: m.rightSizeStatus(s), MilliCPU: m.cpuRequest(s),
 			})
 		}
 	}
