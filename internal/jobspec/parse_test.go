@@ -155,8 +155,12 @@ func TestParseBad(t *testing.T) {
 			"  evaluator: {nprocPerNode: 2, template: {spec: {containers: [" + ok + "]}}}\n",
 			[]string{"replicaSpecs.ps.template.spec.containers.command: a ParameterServerStrategy job's roles run their program directly",
 				"replicaSpecs.chief.replicas: 2: a parameter-server job has at most one chief",
-				"replicaSpecs.worker.minReplicas: 1..2: a parameter-server job's roles run a fixed number of nodes",
+				"replicaSpecs.worker.minReplicas: 1..2: a parameter-server job's worker group runs a fixed number of nodes",
 				"replicaSpecs.evaluator.nprocPerNode: 2: each replica of a parameter-server job is one process"}},
+		{"parameter server auto-scaling", "distributionStrategy: ParameterServerStrategy\n" + worker("autoScale: true,", ok) +
+			"  ps: {autoScale: true, replicas: 2, minReplicas: 1, maxReplicas: 4, template: {spec: {containers: [" + ok + "]}}}\n",
+			[]string{"replicaSpecs.worker.autoScale: a parameter-server job auto-scales its ps group only",
+				"replicaSpecs.ps.minReplicas: 1: an auto-scaled ps group starts at replicas (2) and only grows"}},
 		{"unknown strategy", "distributionStrategy: Mirrored\n" + worker("", ok), []string{`distributionStrategy: "Mirrored" is unknown; use AllreduceStrategy or ParameterServerStrategy`}},
 		{"replicas contradict --nnodes", worker("replicas: 4,", `{command: [dlrover-run, --nnodes=2, t.py]}`),
 			[]string{"replicaSpecs.worker.replicas: 4 is outside --nnodes=2 in replicaSpecs.worker.template.spec.containers[0].command"}},

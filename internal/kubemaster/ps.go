@@ -27,9 +27,13 @@ import (
 func parameterServerNodes(ctx context.Context, plat *kubeplatform.Platform, job *elasticv1.ElasticJob, plan *jobplan.Plan) (*psnodes.Nodes, error) {
 	addrs := map[string][]string{}
 	counts := map[string]int{}
+	ps := 0
 	for _, r := range plan.Roles {
-		counts[r.Name] = r.Nodes
-		for i := range r.Nodes {
+		counts[r.Name] = r.Most()
+		if r.Name == tfconfig.PS {
+			ps = r.Nodes
+		}
+		for i := range r.Most() {
 			addrs[r.Name] = append(addrs[r.Name], kubenames.ReplicaAddr(job.Name, job.Namespace, r.Name, i))
 		}
 	}
@@ -41,7 +45,7 @@ func parameterServerNodes(ctx context.Context, plat *kubeplatform.Platform, job 
 		return nil, err
 	}
 	return psnodes.New(ctx, plat, psnodes.Config{
-		Job: plan.Name, Cluster: cluster,
-		Version: plat.ClusterVersion(), VersionFile: kubeplatform.ClusterVersionFile(),
+		Job: plan.Name, Cluster: cluster, PS: ps,
+		Version: plat.ClusterVersion(), VersionFile: kubeplatform.ClusterVersionFile(), ClusterFile: kubeplatform.ClusterFile(),
 	})
 }

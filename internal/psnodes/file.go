@@ -10,40 +10,65 @@ import (
 	"strings"
 )
 
-// FileVersion keeps the cluster version in a file: a decimal number and a
-// newline, replaced atomically (written aside, then renamed), so that a
-// reader never sees a torn number. The local platform's processes read
-// the file itself.
+// FileVersion keeps a parameter-server job's State in two files: the
+// version at Path (a decimal number and a newline) and the cluster at
+// ClusterPath (TF_CONFIG's "cluster" object), each replaced atomically
+// (written aside, then renamed), the cluster first, so that a reader never
+// sees a torn file, nor a version whose cluster is not there yet. The
+// local platform's processes read the files themselves.
 type FileVersion struct {
-	Path string
+	Path, ClusterPath string
 }
 
 var _ Version = FileVersion{}
 
-// Load reads the file; a missing file is version 0.
-func (f FileVersion) Load(context.Context) (int, error) {
+// Load reads the files; a missing file is version 0, or no cluster.
+func (f FileVersion) Load(context.Context) (State, error) {
+	var st State
 	b, err := os.ReadFile(f.Path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return 0, nil
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+	case err != nil:
+		return State{}, fmt.Errorf("read the cluster version: %w", err)
+	default:
+		v, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil || v < 0 {
+			return State{}, fmt.Errorf("read the cluster version: %s holds %q, not a version: remove it to start from 0", f.Path, b)
+		}
+		st.Version = v
 	}
-	if err != nil {
-		return 0, fmt.Errorf("read the cluster version: %w", err)
+	if f.ClusterPath != "" {
+		b, err := os.ReadFile(f.ClusterPath)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+		case err != nil:
+			return State{}, fmt.Errorf("read the cluster: %w", err)
+		default:
+			st.Cluster = strings.TrimSpace(string(b))
+		}
 	}
-	v, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil || v < 0 {
-		return 0, fmt.Errorf("read the cluster version: %s holds %q, not a version: remove it to start from 0", f.Path, b)
-	}
-	return v, nil
+	return st, nil
 }
 
-// Store replaces the file with v.
-func (f FileVersion) Store(_ context.Context, v int) error {
-	tmp := f.Path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(strconv.Itoa(v)+"\n"), 0o600); err != nil {
-		return fmt.Errorf("write the cluster version: %w", err)
+// Store replaces the cluster file (when s has a cluster), then the version
+// file.
+func (f FileVersion) Store(_ context.Context, s State) error {
+	if f.ClusterPath != "" && s.Cluster != "" {
+		if err := replace(f.ClusterPath, s.Cluster+"\n"); err != nil {
+			return fmt.Errorf("write the cluster: %w", err)
+		}
 	}
-	if err := os.Rename(tmp, f.Path); err != nil {
+	if err := replace(f.Path, strconv.Itoa(s.Version)+"\n"); err != nil {
 		return fmt.Errorf("write the cluster version: %w", err)
 	}
 	return nil
+}
+
+// replace writes text to path atomically.
+func replace(path, text string) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(text), 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
 }

@@ -112,13 +112,17 @@ func Run(ctx context.Context, plan *jobplan.Plan, o Options) (Result, error) {
 		if err != nil {
 			return Result{}, err
 		}
-		if created, err = newPSNodes(ctx, nodes, plan.Name, o.Dir, cluster); err != nil {
+		if created, err = newPSNodes(ctx, nodes, plan.Name, o.Dir, cluster, plan.Roles[0].Nodes); err != nil {
 			return Result{}, err
 		}
 		for _, r := range plan.Roles {
-			for i := range r.Nodes {
+			for i := range r.Most() {
 				addr, _ := cluster.Addr(r.Name, i)
-				fmt.Fprintf(o.Progress, "rover submit: %s %d at %s\n", r.Name, i, addr)
+				more := ""
+				if i >= r.Nodes {
+					more = " (when the PS scaling rule adds it)"
+				}
+				fmt.Fprintf(o.Progress, "rover submit: %s %d at %s%s\n", r.Name, i, addr, more)
 			}
 		}
 	}

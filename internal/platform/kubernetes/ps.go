@@ -19,6 +19,7 @@ import (
 
 	elasticv1 "github.com/roverml/rover/api/elastic/v1alpha1"
 	"github.com/roverml/rover/internal/kubenames"
+	"github.com/roverml/rover/internal/psnodes"
 )
 
 // What a parameter-server job's pods get besides a worker's: a Service per
@@ -28,17 +29,23 @@ import (
 // ClusterDir is where every pod of a parameter-server job mounts the
 // ConfigMap of its cluster version; ClusterVersionKey is the key, and so
 // the file in ClusterDir, that holds the version (a decimal number and a
-// newline). The kubelet replaces a mounted ConfigMap's files atomically
-// when it changes.
+// newline), ClusterKey the one that holds the current cluster (TF_CONFIG's
+// "cluster" object). The kubelet replaces a mounted ConfigMap's files
+// atomically, all of them at once, when it changes.
 const (
 	ClusterDir        = "/etc/rover/cluster"
 	ClusterVersionKey = "version"
+	ClusterKey        = "cluster"
 	clusterVolume     = "rover-cluster"
 )
 
 // ClusterVersionFile is the path of the cluster version in a pod: what
 // its processes get as ROVER_CLUSTER_VERSION_FILE.
 func ClusterVersionFile() string { return path.Join(ClusterDir, ClusterVersionKey) }
+
+// ClusterFile is the path of the current cluster in a pod
+// (ROVER_CLUSTER_FILE).
+func ClusterFile() string { return path.Join(ClusterDir, ClusterKey) }
 
 // mountCluster mounts the ConfigMap name read-only at ClusterDir in c, a
 // container of spec.
@@ -115,10 +122,11 @@ func (p *Platform) EnsureReplicaServices(ctx context.Context, replicas map[strin
 	return errors.Join(errs...)
 }
 
-// ClusterVersion keeps a parameter-server job's cluster version in the
-// ConfigMap that its pods mount (Options.ClusterConfigMap), under
-// ClusterVersionKey. The ConfigMap is the record: a restarted master reads
-// the version there. It implements psnodes.Version.
+// ClusterVersion keeps a parameter-server job's cluster version and
+// current cluster in the ConfigMap that its pods mount
+// (Options.ClusterConfigMap), under ClusterVersionKey and ClusterKey, in
+// one update. The ConfigMap is the record: a restarted master reads them
+// there. It implements psnodes.Version.
 type ClusterVersion struct {
 	Client    clientset.Interface
 	Namespace string
@@ -134,10 +142,10 @@ func (p *Platform) ClusterVersion() *ClusterVersion {
 	return &ClusterVersion{Client: p.opts.Client, Namespace: p.opts.Namespace, Name: p.opts.ClusterConfigMap, Owner: p.owner()}
 }
 
-// Load reads the version. A job with no ConfigMap yet gets one at version
-// 0: every pod mounts it, and a pod whose ConfigMap is missing does not
-// start.
-func (v *ClusterVersion) Load(ctx context.Context) (int, error) {
+// Load reads the version and the cluster. A job with no ConfigMap yet
+// gets one at version 0: every pod mounts it, and a pod whose ConfigMap
+// is missing does not start.
+func (v *ClusterVersion) Load(ctx context.Context) (psnodes.State, error) {
 	cms := v.Client.CoreV1().ConfigMaps(v.Namespace)
 	cm, err := cms.Get(ctx, v.Name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
@@ -152,18 +160,18 @@ func (v *ClusterVersion) Load(ctx context.Context) (int, error) {
 		}
 	}
 	if err != nil {
-		return 0, fmt.Errorf("read ConfigMap %s/%s: %w", v.Namespace, v.Name, err)
+		return psnodes.State{}, fmt.Errorf("read ConfigMap %s/%s: %w", v.Namespace, v.Name, err)
 	}
 	s := strings.TrimSpace(cm.Data[ClusterVersionKey])
 	n, err := strconv.Atoi(s)
 	if err != nil || n < 0 {
-		return 0, fmt.Errorf("ConfigMap %s/%s: %s is %q, not a version: set it to the last version the job's processes saw (or 0)", v.Namespace, v.Name, ClusterVersionKey, s)
+		return psnodes.State{}, fmt.Errorf("ConfigMap %s/%s: %s is %q, not a version: set it to the last version the job's processes saw (or 0)", v.Namespace, v.Name, ClusterVersionKey, s)
 	}
-	return n, nil
+	return psnodes.State{Version: n, Cluster: strings.TrimSpace(cm.Data[ClusterKey])}, nil
 }
 
-// Store writes n, again on a conflict with another writer.
-func (v *ClusterVersion) Store(ctx context.Context, n int) error {
+// Store writes s, again on a conflict with another writer.
+func (v *ClusterVersion) Store(ctx context.Context, s psnodes.State) error {
 	cms := v.Client.CoreV1().ConfigMaps(v.Namespace)
 	err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
 		cm, err := cms.Get(ctx, v.Name, metav1.GetOptions{})
@@ -173,12 +181,15 @@ func (v *ClusterVersion) Store(ctx context.Context, n int) error {
 		if cm.Data == nil {
 			cm.Data = map[string]string{}
 		}
-		cm.Data[ClusterVersionKey] = strconv.Itoa(n) + "\n"
+		cm.Data[ClusterVersionKey] = strconv.Itoa(s.Version) + "\n"
+		if s.Cluster != "" {
+			cm.Data[ClusterKey] = s.Cluster + "\n"
+		}
 		_, err = cms.Update(ctx, cm, metav1.UpdateOptions{})
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("write version %d to ConfigMap %s/%s: %w", n, v.Namespace, v.Name, err)
+		return fmt.Errorf("write version %d to ConfigMap %s/%s: %w", s.Version, v.Namespace, v.Name, err)
 	}
 	return nil
 }

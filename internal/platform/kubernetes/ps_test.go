@@ -14,6 +14,7 @@ import (
 
 	elasticv1 "github.com/roverml/rover/api/elastic/v1alpha1"
 	"github.com/roverml/rover/internal/platform"
+	"github.com/roverml/rover/internal/psnodes"
 )
 
 // testParameterServer: a parameter-server job's pods come from their
@@ -59,20 +60,21 @@ func testParameterServer(t *testing.T, c *cluster) {
 
 	// The cluster version: made at 0, raised, read by a restarted master.
 	v := p.ClusterVersion()
-	if n, err := v.Load(ctx); err != nil || n != 0 {
-		t.Fatalf("Load of a new job = %d, %v; want 0", n, err)
+	if st, err := v.Load(ctx); err != nil || st != (psnodes.State{}) {
+		t.Fatalf("Load of a new job = %+v, %v; want version 0, no cluster", st, err)
 	}
-	if err := v.Store(ctx, 3); err != nil {
+	want := psnodes.State{Version: 3, Cluster: `{"ps":["a:1"]}`}
+	if err := v.Store(ctx, want); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := newPlatform().ClusterVersion().Load(ctx); err != nil || n != 3 {
-		t.Errorf("a restarted master's Load = %d, %v; want 3", n, err)
+	if st, err := newPlatform().ClusterVersion().Load(ctx); err != nil || st != want {
+		t.Errorf("a restarted master's Load = %+v, %v; want %+v", st, err, want)
 	}
 	cm, err := c.cs.CoreV1().ConfigMaps(ns).Get(ctx, name+"-rover-cluster", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cm.Data[ClusterVersionKey] != "3\n" || len(cm.OwnerReferences) != 1 || cm.OwnerReferences[0].UID != job.UID {
+	if cm.Data[ClusterVersionKey] != "3\n" || cm.Data[ClusterKey] != want.Cluster+"\n" || len(cm.OwnerReferences) != 1 || cm.OwnerReferences[0].UID != job.UID {
 		t.Errorf("ConfigMap data %v, owners %v: want version 3, owned by the job", cm.Data, cm.OwnerReferences)
 	}
 
