@@ -179,6 +179,9 @@ func Run(ctx context.Context, o Options) error {
 		Store: o.Store, StateDir: o.StateDir, DiscardState: o.DiscardState, Logger: o.Logger, MetricsAddr: o.MetricsAddr,
 		Nodes:     &master.NodesConfig{Platform: plat, Name: "kubernetes", Spec: plan.Nodes, KeepNodes: true},
 		AutoScale: plan.AutoScale,
+		// No CPU reader: the roles run no agent, and the master reads no
+		// metrics API; PS are migrated on a ScalePlan's migratePods.
+		PSScale: plan.PSScale,
 	})
 	if err != nil {
 		return err
@@ -189,7 +192,7 @@ func Run(ctx context.Context, o Options) error {
 	go func() { served <- m.Run(mctx) }()
 	rec, stopEvents := eventRecorder(mctx, cs)
 	defer stopEvents()
-	sc := newScaler(cl, m, client.ObjectKeyFromObject(&job), o.Logger, rec)
+	sc := newScaler(cl, m, client.ObjectKeyFromObject(&job), plan.Roles != nil, o.Logger, rec)
 	scaled := make(chan error, 1)
 	go func() { scaled <- sc.run(mctx, o.Config) }()
 	defer func() {

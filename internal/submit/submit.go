@@ -130,8 +130,8 @@ func Run(ctx context.Context, plan *jobplan.Plan, o Options) (Result, error) {
 	m, err := master.New(ctx, master.Config{
 		Listen: "127.0.0.1:0", Job: plan.Name, Token: token, Preset: &preset, Checkpoint: plan.Checkpoint,
 		StateDir: filepath.Join(o.Dir, "master"), Logger: o.Logger,
-		Nodes:     &master.NodesConfig{Platform: created, Name: "local", Spec: plan.Nodes},
-		AutoScale: plan.AutoScale,
+		Nodes:     &master.NodesConfig{Platform: created, Name: "local", Spec: plan.Nodes, CPU: plat},
+		AutoScale: plan.AutoScale, PSScale: plan.PSScale,
 	})
 	if err != nil {
 		return Result{}, fmt.Errorf("start the job's master: %w", err)
