@@ -44,7 +44,7 @@ func (s *scaler) recordScaleChange(ctx context.Context, c master.ScaleChange) {
 		// A PS moved to more CPU, as DLRover's master writes its own:
 		// the pod in migratePods with the resources of its new pod.
 		plan.Spec.MigratePods = []elasticv1.PodMeta{{Name: c.Migrated, Type: group, RankIndex: int32(c.Rank),
-			Service: kubenames.ReplicaService(s.job.Name, c.Group, c.Rank),
+			Service:  kubenames.ReplicaService(s.job.Name, c.Group, c.Rank),
 			Resource: corev1.ResourceList{corev1.ResourceCPU: *resource.NewMilliQuantity(c.MilliCPU, resource.DecimalSI)}}}
 	}
 	if group == elasticv1.PS {

@@ -154,7 +154,9 @@ func TestPlanActions(t *testing.T) {
 		}
 		return m
 	}
-	cpu := func(q string) corev1.ResourceList { return corev1.ResourceList{corev1.ResourceCPU: resourceQuantity(t, q)} }
+	cpu := func(q string) corev1.ResourceList {
+		return corev1.ResourceList{corev1.ResourceCPU: resourceQuantity(t, q)}
+	}
 	tests := []struct {
 		name string
 		ps   bool
