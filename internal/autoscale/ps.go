@@ -20,6 +20,8 @@ import (
 //   - when every PS stays hot for Window while every worker uses less than
 //     WorkersWaiting of its request (they wait on the PS), and the job
 //     runs fewer than MaxPS, one PS is added instead (Grow, Group "ps");
+//     while every PS is hot and the workers wait, but not all for a
+//     whole window yet, the rule holds rather than migrate;
 //   - one change at a time: the next decision waits until the change is
 //     seen done (the migrated rank's new node, or the added rank, reports
 //     CPU), or ChangeTimeout, and then CoolDown.
@@ -263,7 +265,7 @@ func (p *PSPolicy) Decide(now time.Time) Decision {
 		return hold(ReasonMeasuring, "no PS has reported its CPU use yet")
 	}
 	hot := func(n *psNode) bool { return !n.since.IsZero() && now.Sub(n.since) >= p.cfg.Window }
-	allHot, hottest, hottestShare := true, -1, 0.0
+	allHot, allHotNow, hottest, hottestShare := true, true, -1, 0.0
 	var shares []string
 	for i, n := range ps {
 		share := 0.0
@@ -271,6 +273,7 @@ func (p *PSPolicy) Decide(now time.Time) Decision {
 			share = float64(n.used) / float64(n.request)
 		}
 		shares = append(shares, fmt.Sprintf("ps %d %.0f%% of %dm", n.rank, 100*share, n.request))
+		allHotNow = allHotNow && !n.since.IsZero()
 		if !hot(n) {
 			allHot = false
 			continue
@@ -282,9 +285,30 @@ func (p *PSPolicy) Decide(now time.Time) Decision {
 	if hottest < 0 {
 		return hold(ReasonPSCool, "no PS used %.0f%% of its CPU request for %v (%s)", 100*p.cfg.Hot, p.cfg.Window, strings.Join(shares, ", "))
 	}
-	waiting := len(workers) > 0
+	waiting, waitingNow := len(workers) > 0, len(workers) > 0
+	var busy []string // the workers not waiting, for the message
 	for _, w := range workers {
 		waiting = waiting && hot(w)
+		waitingNow = waitingNow && !w.since.IsZero()
+		if w.since.IsZero() {
+			busy = append(busy, fmt.Sprintf("%s %d %.0f%% of %dm", w.group, w.rank, 100*float64(w.used)/float64(max(w.request, 1)), w.request))
+		}
+	}
+	others := ""
+	switch {
+	case !allHot:
+		others = "; not every PS is hot"
+	case len(workers) == 0:
+		others = "; no worker reports its CPU"
+	case len(busy) > 0:
+		others = "; workers busy: " + strings.Join(busy, ", ")
+	case !waiting:
+		others = "; the workers wait, not for a window yet"
+	}
+	if allHotNow && waitingNow && !(allHot && waiting) && len(ps) < p.cfg.MaxPS {
+		// Every PS is hot and the workers wait, but not all for a window
+		// yet: adding a PS may be the move, not a migration.
+		return hold(ReasonMeasuring, "every PS is hot and the workers wait on them: measuring a whole window of each before adding a PS (%s)", strings.Join(shares, ", "))
 	}
 	if allHot && waiting && len(ps) < p.cfg.MaxPS {
 		return p.change(Decision{Action: Grow, Group: PSGroup, From: len(ps), To: len(ps) + 1, Reason: ReasonAllPSHot, At: now,
@@ -302,8 +326,8 @@ func (p *PSPolicy) Decide(now time.Time) Decision {
 	}
 	return p.change(Decision{Action: Migrate, Group: PSGroup, From: len(ps), To: len(ps), Node: psIDs[hottest], Rank: n.rank,
 		MilliCPU: want, Reason: ReasonPSHot, At: now,
-		Message: fmt.Sprintf("PS %d used %.0f%% of its CPU request (%dm of %dm) for %v: migrating it to a PS of %dm",
-			n.rank, 100*hottestShare, n.used, n.request, p.cfg.Window, want)})
+		Message: fmt.Sprintf("PS %d used %.0f%% of its CPU request (%dm of %dm) for %v: migrating it to a PS of %dm (%s%s)",
+			n.rank, 100*hottestShare, n.used, n.request, p.cfg.Window, want, strings.Join(shares, ", "), others)})
 }
 
 func (p *PSPolicy) change(d Decision) Decision {

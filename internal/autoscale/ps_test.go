@@ -124,6 +124,18 @@ func TestPSGrow(t *testing.T) {
 		t.Errorf("%+v, want the cool-down once PS 2 reported", d)
 	}
 
+	// Workers that start waiting later than the PS got hot: a hold until
+	// their window is full, then a PS added, not a migration.
+	p = mustPS(t, cfg)
+	feed(p, 0, 2, hot0, hot1, psUse{"w0", "worker", 0, 900, 1000})
+	ds := feed(p, 2, 6, hot0, hot1, idle[0])
+	if ds[1].Action != Hold || ds[1].Reason != ReasonMeasuring {
+		t.Errorf("every PS hot, the workers waiting for 1s: %+v, want a hold", ds[1])
+	}
+	if ds[3].Action != Grow {
+		t.Errorf("every PS hot, the workers waiting for a window: %+v, want a PS added", ds[3])
+	}
+
 	busy := []psUse{{"w0", "worker", 0, 900, 1000}, {"w1", "worker", 1, 300, 1000}}
 	p = mustPS(t, cfg)
 	if d := feed(p, 0, 4, append([]psUse{hot0, hot1}, busy...)...)[3]; d.Action != Migrate || d.Node != "p1" {
@@ -179,5 +191,23 @@ func TestPSConfigValidate(t *testing.T) {
 	}
 	if err := (PSConfig{}).Validate(); err != nil {
 		t.Errorf("the defaults: %v", err)
+	}
+}
+
+// TestPSGrowWaitsForEveryWindow: a PS that got hot a second after the
+// other does not make the first one's window a migration while the
+// workers wait: the rule holds until both windows are full, then adds a
+// PS.
+func TestPSGrowWaitsForEveryWindow(t *testing.T) {
+	p := mustPS(t, PSConfig{Window: 3 * time.Second, MaxPS: 3})
+	hot0, hot1 := psUse{"p0", PSGroup, 0, 950, 1000}, psUse{"p1", PSGroup, 1, 990, 1000}
+	idle := psUse{"w0", "worker", 0, 10, 1000}
+	feed(p, 0, 1, hot0, psUse{"p1", PSGroup, 1, 100, 1000}, idle)
+	ds := feed(p, 1, 5, hot0, hot1, idle)
+	if ds[2].Action != Hold || ds[2].Reason != ReasonMeasuring {
+		t.Errorf("PS 0 hot for its window, PS 1 not yet: %+v, want a hold", ds[2])
+	}
+	if ds[3].Action != Grow {
+		t.Errorf("both hot for a window: %+v, want a PS added", ds[3])
 	}
 }

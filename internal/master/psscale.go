@@ -200,8 +200,8 @@ func (c *core) psScaleProtoLocked() *roverv1.AutoScaleStatus {
 	out := &roverv1.AutoScaleStatus{Changes: ps.policy.Changes(), Unit: PSScaleUnit, Capacity: -1}
 	if c.fleetView != nil {
 		for _, n := range c.fleetView.Nodes {
-			if n.Group == autoscale.PSGroup && (n.State == nodemanager.Running || n.State == nodemanager.Pending) {
-				out.TargetNodes++
+			if n.Group == autoscale.PSGroup {
+				out.TargetNodes++ // one row per rank
 			}
 		}
 	}

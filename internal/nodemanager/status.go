@@ -12,7 +12,7 @@ type Status struct {
 	Job        string
 	Failed     bool
 	Reason     string // why the job failed; empty while it has not
-	Relaunches int    // over the whole job
+	Relaunches int    // the relaunches spent of Budget: a scaling move (rescale, migration) is none    // over the whole job
 	// RelaunchCauses counts Relaunches by cause (only causes seen; nil
 	// for none).
 	RelaunchCauses map[RelaunchCause]int
@@ -65,7 +65,7 @@ func (m *Manager) Status() Status {
 		g := m.spec.Groups[gi]
 		for _, s := range slots {
 			st.Nodes = append(st.Nodes, NodeStatus{
-				Group: g.name(), Rank: s.rank, NodeID: s.id, State: s.state, Relaunches: s.relaunch,
+				Group: g.name(), Rank: s.rank, NodeID: s.id, State: s.state, Relaunches: s.relaunches(),
 				Budget: g.budget(s.rank), Critical: g.critical(s.rank), Host: s.host, Since: s.since,
 				LastExit: s.lastExit, Reason: s.reason, RightSize: m.rightSizeStatus(s), MilliCPU: m.cpuRequest(s),
 			})

@@ -200,7 +200,7 @@ func kubernetesParameterServer(t *testing.T, k *kube) {
 
 	// Each PS came back at its address.
 	for i, starts := range []int{3, 2} {
-		addrs := regexp.MustCompile(fmt.Sprintf(`(?m)^ps %d start version \d+ total \d+ addr (\S+)$`, i)).FindAllStringSubmatch(ev, -1)
+		addrs := regexp.MustCompile(fmt.Sprintf(`(?m)^ps %d start version \d+ total \d+ addr (\S+) cpu \S+$`, i)).FindAllStringSubmatch(ev, -1)
 		if len(addrs) != starts || addrs[0][1] != addrs[len(addrs)-1][1] || addrs[0][1] != addrs[1][1] {
 			t.Errorf("PS %d started at %v, want %d times at the same address", i, addrs, starts)
 		}

@@ -27,6 +27,7 @@ type configMapVolume struct {
 	namespace string
 	src       corev1.ConfigMapVolumeSource
 	dir       string
+	rewrite   func(string) string // Options.Rewrite, applied to every file as to env values
 
 	mu      sync.Mutex
 	written uint64 // the resource version last written; 0: none
@@ -71,7 +72,7 @@ func (k *Kubelet) mountConfigMap(ctx context.Context, ns, dir string, src *corev
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	v := &configMapVolume{namespace: ns, src: *src.DeepCopy(), dir: dir}
+	v := &configMapVolume{namespace: ns, src: *src.DeepCopy(), dir: dir, rewrite: k.rewrite}
 	key := ns + "/" + src.Name
 	// Registered before the read: a change made after the read reaches
 	// the volume through the informer, and write keeps the newer.
@@ -147,7 +148,7 @@ func (v *configMapVolume) write(cm *corev1.ConfigMap) error {
 		}
 		tmp := filepath.Join(filepath.Dir(p), ".."+filepath.Base(p)+".tmp")
 		_ = os.Remove(tmp)
-		if err := os.WriteFile(tmp, []byte(data), m|0o200); err != nil {
+		if err := os.WriteFile(tmp, []byte(v.rewrite(data)), m|0o200); err != nil {
 			return err
 		}
 		if err := os.Chmod(tmp, m); err != nil {

@@ -40,8 +40,9 @@ type Options struct {
 	// Env is every process's base environment ("KEY=value"), before the
 	// container's own. Nil gives processes no inherited environment.
 	Env []string
-	// Rewrite replaces, in every env value of a container, each key by its
-	// value: a Service's DNS name by a loopback address, say.
+	// Rewrite replaces, in every env value of a container and every file
+	// of a configMap volume, each key by its value: a Service's DNS name
+	// by a loopback address, say.
 	//
 	// Volumes: a secret or configMap volume that a container mounts is
 	// written under VolumeDir (WorkDir/<namespace>_<pod>/<volume>), and,

@@ -11,9 +11,16 @@ resumes there: no step lost or counted twice), then sends its remaining
 steps of STEPS, alternating over the ps, holding one connection to each;
 after PAUSE steps it waits for the file OUT/go; when a ps connection breaks
 it reconnects, at the same address, and logs the cluster version it then
-reads. The chief waits for every worker to finish,
-asks each ps its total, writes OUT/result and exits 0, which ends the job.
-Each replica appends what it does to OUT/events, one line per event.
+reads. Before each step a worker reads the cluster version; when it went
+up it reads the cluster (ROVER_CLUSTER_FILE) again and spreads its
+steps over the PS listed there (a PS was added). The chief waits for every
+worker to finish, asks each ps its total, writes OUT/result and exits 0,
+which ends the job. Each replica appends what it does to OUT/events, one
+line per event.
+
+Environment: PS_ROLES_HOT, a comma-separated list of ps indexes, makes
+those PS busy half of every 0.1 s (about half a core) besides serving;
+PS_ROLES_STEP_SLEEP, seconds, is how long a worker waits between steps.
 """
 import json
 import os
@@ -37,6 +44,20 @@ def version():
         return int(f.read())
 
 
+def cluster_ps():
+    with open(os.environ["ROVER_CLUSTER_FILE"]) as f:
+        return json.load(f)["ps"]
+
+
+def burn():
+    """Keeps about half a core busy: the hot PS of PS_ROLES_HOT."""
+    while True:
+        end = time.time() + 0.05
+        while time.time() < end:
+            pass
+        time.sleep(0.05)
+
+
 def split(addr):
     host, port = addr.rsplit(":", 1)
     return host, int(port)
@@ -58,9 +79,12 @@ def serve():
         host = ""  # a name (a Service's) is how others reach it: listen on every interface
     srv.bind((host, port))
     srv.listen(16)
-    event("start version %s total %d addr %s" % (os.environ["ROVER_CLUSTER_VERSION"], total, PS[INDEX]))
+    event("start version %s total %d addr %s cpu %s" % (os.environ["ROVER_CLUSTER_VERSION"], total, PS[INDEX],
+                                                       os.environ.get("ROVER_CPU_REQUEST_MILLI", "-")))
     import threading
     lock = threading.Lock()
+    if str(INDEX) in os.environ.get("PS_ROLES_HOT", "").split(","):
+        threading.Thread(target=burn, daemon=True).start()
 
     def handle(conn):
         nonlocal total
@@ -111,19 +135,32 @@ def call(conns, j, line):
 
 
 def work():
+    global PS
+    known = int(os.environ["ROVER_CLUSTER_VERSION"])
+    PS = cluster_ps()
     conns = [connect(a) for a in PS]
     first = 1 + max(call(conns, j, "LAST %d" % INDEX) for j in range(len(PS)))
-    event("start version %s resume at %d" % (os.environ["ROVER_CLUSTER_VERSION"], first))
+    event("start version %d resume at %d" % (known, first))
+    pause = float(os.environ.get("PS_ROLES_STEP_SLEEP", "0"))
     for step in range(first, STEPS):
         if step == PAUSE:
             event("paused")
             while not os.path.exists(os.path.join(OUT, "go")):
                 time.sleep(0.05)
+        v = version()
+        if v > known:
+            known, grown = v, cluster_ps()
+            if len(grown) > len(PS):
+                PS = grown
+                conns += [connect(a) for a in PS[len(conns):]]
+                event("cluster version %d ps %d" % (v, len(PS)))
         call(conns, step % len(PS), "ADD %d %d" % (INDEX, step))
+        time.sleep(pause)
     event("done")
 
 
 def chief():
+    global PS
     workers = len(CFG["cluster"]["worker"])
     path = os.path.join(OUT, "events")
     while True:
@@ -134,6 +171,7 @@ def chief():
         if len(done) == workers:
             break
         time.sleep(0.05)
+    PS = cluster_ps()
     conns = [connect(a) for a in PS]
     totals = [call(conns, j, "GET") for j in range(len(PS))]
     with open(os.path.join(OUT, "result"), "w") as f:
@@ -144,5 +182,5 @@ def chief():
 with open(os.path.join(OUT, "pid-%s-%d" % (ROLE, INDEX)), "w") as f:
     f.write(str(os.getpid()))
 with open(os.path.join(OUT, "env-%s-%d-%d" % (ROLE, INDEX, os.getpid())), "w") as f:
-    json.dump({k: os.environ[k] for k in sorted(os.environ) if k == "TF_CONFIG" or k.startswith(("NODE_", "WORKER_", "ROVER_CLUSTER"))}, f)
+    json.dump({k: os.environ[k] for k in sorted(os.environ) if k == "TF_CONFIG" or k.startswith(("NODE_", "WORKER_", "ROVER_CLUSTER", "ROVER_CPU"))}, f)
 {"ps": serve, "worker": work, "chief": chief}[ROLE]()
