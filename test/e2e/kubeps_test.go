@@ -16,6 +16,7 @@ import (
 	"github.com/roverml/rover/internal/kubenames"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 )
@@ -107,8 +108,9 @@ spec:
 // mounts (1, then 2), restores its total from its checkpoint, PS 1 with
 // more memory. Then the master's pod is deleted, and PS 0's again: the
 // next master adopts the pods and goes on from the version in the
-// ConfigMap (3). The workers, whose pods started at version 0, reconnect
-// reading version 3 from their mounted file; every step is counted once,
+// ConfigMap (3). A ScalePlan's migratePods moves PS 1 to a pod of 2 CPUs
+// (version 4). The workers, whose pods started at version 0, reconnect
+// reading version 4 from their mounted file; every step is counted once,
 // and the chief's success ends the job, Succeeded.
 func kubernetesParameterServer(t *testing.T, k *kube) {
 	const job, steps, pause = psKubeJob, 20, 5
@@ -191,6 +193,25 @@ func kubernetesParameterServer(t *testing.T, k *kube) {
 	waitFor(t, jobTimeout, "PS 0 to come back at version 3 with its total", func() bool {
 		return regexp.MustCompile(`(?m)^ps 0 start version 3 total 9 addr `).MatchString(events())
 	})
+	// A user's ScalePlan migrates PS 1 to a pod of 2 CPUs (DLRover's
+	// migratePods): a new pod of rank 1, at the same Service, version 4.
+	plan := &elasticv1.ScalePlan{
+		ObjectMeta: metav1.ObjectMeta{Namespace: kubeNamespace, Name: job + "-migrate", Labels: elasticv1.ManualScaleLabels(job)},
+		Spec: elasticv1.ScalePlanSpec{OwnerJob: job, MigratePods: []elasticv1.PodMeta{{Name: job + "-ps-1-1",
+			Resource: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2")}}}},
+	}
+	if err := k.c.Create(ctx, plan); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, jobTimeout, "PS 1 to come back at version 4 with its total", func() bool {
+		return regexp.MustCompile(`(?m)^ps 1 start version 4 total 6 addr `).MatchString(events())
+	})
+	if err := k.c.Get(ctx, client.ObjectKeyFromObject(plan), plan); err != nil || plan.Status.Phase != elasticv1.PhaseSucceeded {
+		t.Errorf("ScalePlan %s: %+v, %v; want Succeeded", plan.Name, plan.Status, err)
+	}
+	if cpu := k.pod(t, job+"-ps-1-2").Spec.Containers[0].Resources.Requests.Cpu(); cpu.MilliValue() != 2000 {
+		t.Errorf("the migrated PS 1 asks for %s of CPU, want 2", cpu)
+	}
 	if err := os.WriteFile(filepath.Join(out, "go"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -199,18 +220,18 @@ func kubernetesParameterServer(t *testing.T, k *kube) {
 	t.Logf("the roles' events:\n%s", ev)
 
 	// Each PS came back at its address.
-	for i, starts := range []int{3, 2} {
+	for i, starts := range []int{3, 3} {
 		addrs := regexp.MustCompile(fmt.Sprintf(`(?m)^ps %d start version \d+ total \d+ addr (\S+) cpu \S+$`, i)).FindAllStringSubmatch(ev, -1)
 		if len(addrs) != starts || addrs[0][1] != addrs[len(addrs)-1][1] || addrs[0][1] != addrs[1][1] {
 			t.Errorf("PS %d started at %v, want %d times at the same address", i, addrs, starts)
 		}
 	}
-	// The workers, started at version 0, reconnected reading version 3
+	// The workers, started at version 0, reconnected reading version 4
 	// from the ConfigMap mounted in their pods.
 	for w := range 3 {
 		for ps := range 2 {
-			if !strings.Contains(ev, fmt.Sprintf("worker %d reconnected ps %d version 3\n", w, ps)) {
-				t.Errorf("worker %d did not reconnect to PS %d at cluster version 3:\n%s", w, ps, ev)
+			if !strings.Contains(ev, fmt.Sprintf("worker %d reconnected ps %d version 4\n", w, ps)) {
+				t.Errorf("worker %d did not reconnect to PS %d at cluster version 4:\n%s", w, ps, ev)
 			}
 		}
 	}
@@ -226,11 +247,11 @@ func kubernetesParameterServer(t *testing.T, k *kube) {
 		t.Errorf("the PS counted %v steps, want %d in all: each of 3 workers' %d steps once", res.Totals, 3*steps, steps)
 	}
 	var cm corev1.ConfigMap
-	if err := k.c.Get(ctx, client.ObjectKey{Namespace: kubeNamespace, Name: kubenames.ClusterConfigMap(job)}, &cm); err != nil || cm.Data["version"] != "3\n" {
-		t.Errorf("ConfigMap %s: %v, %v; want version 3", kubenames.ClusterConfigMap(job), cm.Data, err)
+	if err := k.c.Get(ctx, client.ObjectKey{Namespace: kubeNamespace, Name: kubenames.ClusterConfigMap(job)}, &cm); err != nil || cm.Data["version"] != "4\n" {
+		t.Errorf("ConfigMap %s: %v, %v; want version 4", kubenames.ClusterConfigMap(job), cm.Data, err)
 	}
 	if got.Status.RelaunchCount != 3 {
-		t.Errorf("job relaunch count %d, want 3 (PS 0 twice, PS 1 once)", got.Status.RelaunchCount)
+		t.Errorf("job relaunch count %d, want 3 (PS 0 twice, PS 1 once; a migration is no relaunch)", got.Status.RelaunchCount)
 	}
 	if c := got.Status.ReplicaStatuses[elasticv1.Chief]; c == nil || c.Succeeded != 1 {
 		t.Errorf("chief status %+v, want 1 succeeded", c)
@@ -238,7 +259,7 @@ func kubernetesParameterServer(t *testing.T, k *kube) {
 	if w := got.Status.ReplicaStatuses[elasticv1.Worker]; w == nil || w.Succeeded != 3 {
 		t.Errorf("worker status %+v, want 3 succeeded", w)
 	}
-	want := []string{job + "-ps-0-0", job + "-ps-0-1", job + "-ps-0-2", job + "-ps-1-0", job + "-ps-1-1"}
+	want := []string{job + "-ps-0-0", job + "-ps-0-1", job + "-ps-0-2", job + "-ps-1-0", job + "-ps-1-1", job + "-ps-1-2"}
 	if pods := k.ranPods(job, "ps"); !slices.Equal(pods, want) {
 		t.Errorf("PS pods that ran: %v, want %v", pods, want)
 	}
