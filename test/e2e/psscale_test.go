@@ -16,7 +16,7 @@ import (
 // growing to maxPS, 3 workers, 1 chief) whose ps group is auto-scaled
 // with a short window, every role asking for cpu of CPU; env is the
 // job's environment (PS_ROLES_HOT, PS_ROLES_STEP_SLEEP).
-func psScaleJob(t *testing.T, job, out string, steps, pause, maxPS int, cpu string, env map[string]string) string {
+func psScaleJob(t testing.TB, job, out string, steps, pause, maxPS int, cpu string, env map[string]string) string {
 	t.Helper()
 	script := filepath.Join(repoRoot, "test", "e2e", "testdata", "ps_roles.py")
 	cmd := fmt.Sprintf("[%q, %q, %q, %q, %q]", pythonExec, script, out, strconv.Itoa(steps), strconv.Itoa(pause))
@@ -46,7 +46,7 @@ spec:
 }
 
 // psTotals reads the totals the chief wrote.
-func psTotals(t *testing.T, out string) []int {
+func psTotals(t testing.TB, out string) []int {
 	t.Helper()
 	var res struct{ Totals []int }
 	b, err := os.ReadFile(filepath.Join(out, "result"))

@@ -21,6 +21,9 @@ line per event.
 Environment: PS_ROLES_HOT, a comma-separated list of ps indexes, makes
 those PS busy half of every 0.1 s (about half a core) besides serving;
 PS_ROLES_STEP_SLEEP, seconds, is how long a worker waits between steps.
+PS_ROLES_TIMES=1 makes each ps append "ps INDEX start|add TIME" (Unix
+seconds) to OUT/times when it starts serving and after each add it
+applies, for the benchmarks.
 """
 import json
 import os
@@ -58,6 +61,12 @@ def burn():
         time.sleep(0.05)
 
 
+def times(what):
+    if os.environ.get("PS_ROLES_TIMES"):
+        with open(os.path.join(OUT, "times"), "a") as f:
+            f.write("ps %d %s %.6f\n" % (INDEX, what, time.time()))
+
+
 def split(addr):
     host, port = addr.rsplit(":", 1)
     return host, int(port)
@@ -79,6 +88,7 @@ def serve():
         host = ""  # a name (a Service's) is how others reach it: listen on every interface
     srv.bind((host, port))
     srv.listen(16)
+    times("start")
     event("start version %s total %d addr %s cpu %s" % (os.environ["ROVER_CLUSTER_VERSION"], total, PS[INDEX],
                                                        os.environ.get("ROVER_CPU_REQUEST_MILLI", "-")))
     import threading
@@ -100,6 +110,7 @@ def serve():
                     with open(ckpt + ".tmp", "w") as c:
                         json.dump({"total": total, "applied": {w: sorted(st) for w, st in applied.items()}}, c)
                     os.replace(ckpt + ".tmp", ckpt)
+                    times("add")
                 elif cmd == "LAST":
                     reply = max(applied.get(args[0], {-1}))
                 f.write("%d\n" % reply)
