@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/roverml/rover/internal/platform"
 )
 
 // psGroups is a parameter-server job's groups: two PS that never exit on
@@ -76,12 +78,14 @@ func TestPSOOM(t *testing.T) {
 	}
 }
 
-// TestMigrate: a running PS migrated to more CPU is deleted and replaced
-// at its rank by a node asking for that CPU, spending no relaunch budget
-// (a PS of budget 0 is migrated twice and still relaunched once after a
-// failure); the old node's end is not a failure; a request not above the
-// current one, or a node not running, changes nothing; the CPU survives
-// a journal round trip and shows in the status.
+// TestMigrate: a running PS migrated to more CPU is deleted, and once it
+// is gone (never before: the two would share the rank's address) a node
+// asking for that CPU takes its rank, spending no relaunch budget (a PS
+// of budget 1 is migrated twice and still relaunched once after a
+// failure); the old node's exit, even 0 on SIGTERM, is no success and no
+// failure; a request not above the current one, a node not running, or
+// one already being migrated changes nothing; the CPU and a migration
+// under way survive a journal round trip, and the CPU shows in the status.
 func TestMigrate(t *testing.T) {
 	sp := psGroups(true)
 	sp.Groups[1].MilliCPU = 500
@@ -94,13 +98,25 @@ func TestMigrate(t *testing.T) {
 		mig("train-ps-1-0", 1000).then(), // pending: not migrated
 		running("train-ps-1-0", "h"),
 		mig("train-ps-1-0", 400).then(), // less than it has
-		mig("train-ps-1-0", 1000).then("Delete train-ps-1-0", "Create train-ps-1-1"),
-		exit("train-ps-1-0", 143).then(), // the old one's end
+		mig("train-ps-1-0", 1000).then("Delete train-ps-1-0"),
+		mig("train-ps-1-0", 3000).then(), // already being migrated
+	})
+	b, err := m.MarshalState()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, err = Restore(b); err != nil { // a master restarted mid-migration
+		t.Fatal(err)
+	}
+	cmds = append(cmds, run(t, m, []step{
+		exit("train-ps-1-0", 0).then("Delete train-ps-1-0", "Create train-ps-1-1"), // SIGTERM'd; 0 is no success
+		event(platform.Event{NodeID: "train-ps-1-0", Kind: platform.Deleted}).then(),
 		running("train-ps-1-1", "h"),
-		mig("train-ps-1-1", 2000).then("Delete train-ps-1-1", "Create train-ps-1-2"),
+		mig("train-ps-1-1", 2000).then("Delete train-ps-1-1"),
+		event(platform.Event{NodeID: "train-ps-1-1", Kind: platform.Deleted}).then("Create train-ps-1-2"),
 		running("train-ps-1-2", "h"),
 		exit("train-ps-1-2", 1).then("Delete train-ps-1-2", "Create train-ps-1-3"),
-	})
+	})...)
 	var cpus []int64
 	for _, c := range cmds {
 		if c.Kind == CreateNode && c.Spec.Group == "ps" && c.Spec.Rank == 1 {
@@ -117,20 +133,7 @@ func TestMigrate(t *testing.T) {
 			ps1 = n
 		}
 	}
-	if ps1.MilliCPU != 2000 || ps1.Relaunches != 1 || st.Relaunches != 1 {
-		t.Errorf("status %+v, job relaunches %d; want 2000m, 1 relaunch (the failure; the two migrations spend none)", ps1, st.Relaunches)
-	}
-	b, err := m.MarshalState()
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := Restore(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, n := range r.Status().Nodes {
-		if n.Group == "ps" && n.Rank == 1 && n.MilliCPU != 2000 {
-			t.Errorf("restored ps 1 asks for %dm, want 2000m", n.MilliCPU)
-		}
+	if ps1.MilliCPU != 2000 || ps1.Relaunches != 1 || st.Relaunches != 1 || ps1.NodeID != "train-ps-1-3" {
+		t.Errorf("status %+v, job relaunches %d; want train-ps-1-3 at 2000m, 1 relaunch (the failure; the two migrations spend none)", ps1, st.Relaunches)
 	}
 }
