@@ -243,6 +243,7 @@ func kubernetesParameterServer(t *testing.T, k *kube) {
 	if err := json.Unmarshal(b, &res); err != nil {
 		t.Fatal(err)
 	}
+	checkNoDups(t, out)
 	if len(res.Totals) != 2 || res.Totals[0]+res.Totals[1] != 3*steps {
 		t.Errorf("the PS counted %v steps, want %d in all: each of 3 workers' %d steps once", res.Totals, 3*steps, steps)
 	}

@@ -121,6 +121,7 @@ spec:
 	if err := json.Unmarshal(b, &res); err != nil {
 		t.Fatal(err)
 	}
+	checkNoDups(t, out)
 	if sum := res.Totals[0] + res.Totals[1]; sum != 3*steps {
 		t.Errorf("the PS counted %v = %d steps, want %d: each of 3 workers' %d steps once", res.Totals, sum, 3*steps, steps)
 	}

@@ -104,6 +104,7 @@ func TestParameterServerMigration(t *testing.T) {
 	if n := len(regexp.MustCompile(`(?m)^ps 0 start `).FindAllString(ev, -1)); n != 1 {
 		t.Errorf("PS 0 started %d times, want once: only the hot PS is migrated", n)
 	}
+	checkNoDups(t, out)
 	if totals := psTotals(t, out); len(totals) != 2 || totals[0]+totals[1] != 3*steps {
 		t.Errorf("the PS counted %v steps, want %d: each of 3 workers' %d steps once", totals, 3*steps, steps)
 	}
@@ -155,6 +156,7 @@ func TestParameterServerGrowth(t *testing.T) {
 			t.Errorf("worker %d did not read the grown cluster:\n%s", w, ev)
 		}
 	}
+	checkNoDups(t, out)
 	totals := psTotals(t, out)
 	if len(totals) != 3 || totals[0]+totals[1]+totals[2] != 3*steps || totals[2] == 0 {
 		t.Errorf("the PS counted %v steps, want 3 PS, %d in all, some on PS 2", totals, 3*steps)
