@@ -82,6 +82,7 @@ func TestInstall(t *testing.T) {
 		{masterSA, []string{"delete", "pods", "-n", ns}},
 		{masterSA, []string{"patch", "elasticjobs.elastic.rover.dev", "--subresource=status", "-n", ns}},
 		{masterSA, []string{"update", "configmaps", "-n", ns}},
+		{masterSA, []string{"create", "services", "-n", ns}},
 	} {
 		cmd := exec.Command(env.Bin(t, "kubectl"), append([]string{"--kubeconfig", env.Kubeconfig, "auth", "can-i", "--as", c.as}, c.args...)...)
 		out, _ := cmd.CombinedOutput() // exit 1 means "no"

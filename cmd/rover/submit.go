@@ -120,9 +120,11 @@ func parseSubmitArgs(args []string) (*submitConfig, error) {
 				return nil, err
 			}
 			if c.AutoScale != nil && c.Spec.IsParameterServer() {
-				return nil, errors.New("--auto-scale: a parameter-server job's roles are not auto-scaled yet; leave --auto-scale out")
-			}
-			if c.AutoScale != nil {
+				// The PS scaling rule: PS migrated to more CPU, and added
+				// up to the ps group's maxReplicas.
+				c.Spec.Replicas[jobspec.PS].AutoScale = true
+				c.Spec.AutoScaleKnobs = *c.AutoScale
+			} else if c.AutoScale != nil {
 				g := c.Spec.Replicas[jobspec.Worker]
 				g.AutoScale = true
 				c.Spec.AutoScaleKnobs = *c.AutoScale
@@ -293,11 +295,35 @@ func printPSPlan(w io.Writer, p *jobplan.Plan) {
 		if g.DecidesJob {
 			decides = "; its success ends the job"
 		}
-		fmt.Fprintf(w, "role %s: %d replicas, relaunches per replica %d%s\n", g.Name, g.Nodes, max(g.RestartCount, 0), decides)
+		grows := ""
+		if g.MaxNodes > g.Nodes {
+			grows = fmt.Sprintf(" (up to %d)", g.MaxNodes)
+		}
+		fmt.Fprintf(w, "role %s: %d replicas%s, relaunches per replica %d%s\n", g.Name, g.Nodes, grows, max(g.RestartCount, 0), decides)
 		fmt.Fprintf(w, "  each replica runs: %s\n", strings.Join(quoteAll(g.Argv), " "))
 		for _, k := range slices.Sorted(maps.Keys(g.Env)) {
 			fmt.Fprintf(w, "  env %s=%s\n", k, g.Env[k])
 		}
 	}
+	if c := p.PSScale; c != nil {
+		fmt.Fprintf(w, "PS scaling: a PS above %s of its CPU request for %v is migrated to more CPU; a PS is added when all are while the workers wait (at most %d PS)\n",
+			percent(c.Hot, autoscale.DefaultPSHot), durationOr(c.Window, autoscale.DefaultPSWindow), c.MaxPS)
+	}
 	fmt.Fprintln(w, "addresses: a fixed port on 127.0.0.1 per replica, chosen when the job starts")
+}
+
+// percent writes f, or def when f is 0, as a percentage.
+func percent(f, def float64) string {
+	if f == 0 {
+		f = def
+	}
+	return fmt.Sprintf("%.0f%%", 100*f)
+}
+
+// durationOr is d, or def when d is 0.
+func durationOr(d, def time.Duration) time.Duration {
+	if d == 0 {
+		return def
+	}
+	return d
 }

@@ -10,7 +10,7 @@ import (
 )
 
 // TestSubmitParameterServerDryRun: --dry-run shows a parameter-server
-// job's roles, and --auto-scale is refused for one.
+// job's roles, and with --auto-scale the PS scaling rule.
 func TestSubmitParameterServerDryRun(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "ps.yaml")
 	doc := `distributionStrategy: ParameterServerStrategy
@@ -35,8 +35,11 @@ replicaSpecs:
 			t.Errorf("dry run output lacks %q:\n%s", want, out.String())
 		}
 	}
-	err := runSubmit(context.Background(), []string{"--auto-scale", "--dry-run", file}, &out, &errOut)
-	if err == nil || !strings.Contains(err.Error(), "--auto-scale: a parameter-server job's roles are not auto-scaled yet") {
-		t.Errorf("--auto-scale: %v", err)
+	out.Reset()
+	if err := runSubmit(context.Background(), []string{"--auto-scale=ps-window=10s", "--dry-run", file}, &out, &errOut); err != nil {
+		t.Fatalf("--auto-scale: %v", err)
+	}
+	if want := "PS scaling: a PS above 90% of its CPU request for 10s is migrated to more CPU"; !strings.Contains(out.String(), want) {
+		t.Errorf("--auto-scale dry run lacks %q:\n%s", want, out.String())
 	}
 }

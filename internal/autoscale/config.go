@@ -88,6 +88,10 @@ type Config struct {
 	// before the job probes for more (nodemanager.Spec.PendingRetry; 0:
 	// its default, 10 min). The policy sees the capacity, not this.
 	CapacityRetry time.Duration
+	// PS is the parameter-server rule's settings (the ps-* knobs), for a
+	// parameter-server job whose ps group is auto-scaled; the allreduce
+	// policy does not read it.
+	PS PSConfig
 }
 
 // Validate reports every field that is out of range at once, joined into one
@@ -131,6 +135,9 @@ func (c Config) Validate() error {
 		if f.v < 0 {
 			bad("%s is %v; it must not be negative (0 for the default)", f.name, f.v)
 		}
+	}
+	if err := c.PS.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	d := c.withDefaults()
 	if len(errs) == 0 && d.AssumedEfficiency < d.MinGain {

@@ -11,6 +11,7 @@ const (
 	Grow    Action = "grow"    // raise the target world to Decision.To nodes
 	Shrink  Action = "shrink"  // lower it to Decision.To nodes, giving the last ones back
 	Replace Action = "replace" // replace Decision.Node with a fresh node
+	// Migrate: see ps.go.
 )
 
 // Reason is a decision's bounded reason code (a metric label); the
@@ -35,7 +36,8 @@ const (
 
 // Reasons lists every Reason, for metrics that pre-declare their labels.
 var Reasons = []Reason{ReasonNoRound, ReasonWaitingForChange, ReasonCoolDown, ReasonOutOfRange, ReasonMeasuring,
-	ReasonAtMax, ReasonNoCapacity, ReasonGainInBand, ReasonTriedAndLost, ReasonPredictedGain, ReasonMeasuredLoss, ReasonStraggler}
+	ReasonAtMax, ReasonNoCapacity, ReasonGainInBand, ReasonTriedAndLost, ReasonPredictedGain, ReasonMeasuredLoss, ReasonStraggler,
+	ReasonPSHot, ReasonAllPSHot, ReasonPSCool}
 
 // Decision is the policy's answer at a time. From is the current world
 // size; To is the size asked for (From for Hold and Replace). Any Grow or
@@ -43,14 +45,21 @@ var Reasons = []Reason{ReasonNoRound, ReasonWaitingForChange, ReasonCoolDown, Re
 // decided (see [Config]), or for Replace the share of throughput the
 // straggler costs; 0 where none applies.
 type Decision struct {
-	Action  Action    `json:"action"`
-	From    int       `json:"from"`
-	To      int       `json:"to"`
-	Node    string    `json:"node,omitempty"`
-	Reason  Reason    `json:"reason"`
-	Message string    `json:"message"`
-	Gain    float64   `json:"gain"`
-	At      time.Time `json:"at"`
+	Action Action `json:"action"`
+	// Group is the node group the decision is about: "" for the worker
+	// group (allreduce jobs), PSGroup for the parameter-server rule's.
+	Group string `json:"group,omitempty"`
+	From  int    `json:"from"`
+	To    int    `json:"to"`
+	Node  string `json:"node,omitempty"`
+	// Rank and MilliCPU are a Migrate's: the PS's rank and the CPU its new
+	// node asks for.
+	Rank     int       `json:"rank,omitempty"`
+	MilliCPU int64     `json:"milli_cpu,omitempty"`
+	Reason   Reason    `json:"reason"`
+	Message  string    `json:"message"`
+	Gain     float64   `json:"gain"`
+	At       time.Time `json:"at"`
 }
 
 // Changes reports whether d asks for a change (anything but Hold).

@@ -11,7 +11,8 @@ import (
 
 // Knobs are the names ParseKnobs takes, in the order the help lists them.
 var Knobs = []string{"warmup-steps", "warmup", "window", "min-samples", "min-gain", "hysteresis", "assumed-efficiency",
-	"cool-down", "change-timeout", "retry-after", "straggler-for", "min-replace-gain", "capacity-retry"}
+	"cool-down", "change-timeout", "retry-after", "straggler-for", "min-replace-gain", "capacity-retry",
+	"ps-hot", "ps-window", "ps-target", "ps-workers-waiting", "ps-cool-down", "ps-change-timeout"}
 
 // ParseKnobs reads a policy's settings from a comma-separated list of
 // NAME=VALUE (`rover submit --auto-scale=cool-down=30s,min-gain=0.4`):
@@ -102,6 +103,18 @@ func (c *Config) set(name, value string) error {
 		return frac(&c.MinReplaceGain)
 	case "capacity-retry":
 		return dur(&c.CapacityRetry)
+	case "ps-hot":
+		return frac(&c.PS.Hot)
+	case "ps-window":
+		return dur(&c.PS.Window)
+	case "ps-target":
+		return frac(&c.PS.Target)
+	case "ps-workers-waiting":
+		return frac(&c.PS.WorkersWaiting)
+	case "ps-cool-down":
+		return dur(&c.PS.CoolDown)
+	case "ps-change-timeout":
+		return dur(&c.PS.ChangeTimeout)
 	}
 	if slices.Contains([]string{"min-nodes", "max-nodes", "node-unit"}, name) {
 		return errors.New("the node counts are the job's --nnodes and --node-unit, not auto-scaling knobs")

@@ -11,13 +11,15 @@ import (
 
 func TestParseKnobs(t *testing.T) {
 	c, err := ParseKnobs("warmup-steps=5, warmup=10s,window=20,min-samples=8,min-gain=0.4,hysteresis=0.1,assumed-efficiency=0.8," +
-		"cool-down=30s,change-timeout=5m,retry-after=-1s,straggler-for=1m,min-replace-gain=0.2")
+		"cool-down=30s,change-timeout=5m,retry-after=-1s,straggler-for=1m,min-replace-gain=0.2," +
+		"ps-hot=0.8,ps-window=20s,ps-target=0.5,ps-workers-waiting=0.3,ps-cool-down=1m,ps-change-timeout=3m")
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := Config{WarmupSteps: 5, WarmupTime: 10 * time.Second, Window: 20, MinSamples: 8, MinGain: 0.4, Hysteresis: 0.1,
 		AssumedEfficiency: 0.8, CoolDown: 30 * time.Second, ChangeTimeout: 5 * time.Minute, RetryAfter: -time.Second,
-		StragglerFor: time.Minute, MinReplaceGain: 0.2}
+		StragglerFor: time.Minute, MinReplaceGain: 0.2,
+		PS: PSConfig{Hot: 0.8, Window: 20 * time.Second, Target: 0.5, WorkersWaiting: 0.3, CoolDown: time.Minute, ChangeTimeout: 3 * time.Minute}}
 	if diff := cmp.Diff(want, c); diff != "" {
 		t.Errorf("knobs (-want +got):\n%s", diff)
 	}

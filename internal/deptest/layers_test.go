@@ -31,6 +31,7 @@ var layers = []struct {
 		"/internal/platform/platformtest", "/internal/client", "/internal/kubenames", "/internal/jobconfig/configwire",
 		"/internal/runconfig/runconfigtest", "/internal/eventlog", "/internal/metrics",
 		"/internal/dashboard", "/internal/dashboard/browsertest", "/internal/metrics/metricstest", "/internal/tfconfig",
+		"/internal/psnodes",
 	}},
 	{"the node agent's parts: the checkpoint saver, the node-check runner, stacks, the hosted master", []string{
 		"/internal/agent/ckptsaver", "/internal/agent/nodecheckrun", "/internal/agent/stacks",

@@ -45,6 +45,9 @@ type Plan struct {
 	// AutoScale, when the worker group asks for it (autoScale: true,
 	// rover submit --auto-scale), is the master's scaling policy's knobs.
 	AutoScale *autoscale.Config
+	// PSScale, when a parameter-server job's ps group asks for it
+	// (autoScale: true), is the PS scaling rule's settings.
+	PSScale *autoscale.PSConfig
 	// Notes are what the platform ignores or changes of the spec
 	// (jobspec.JobSpec.Notes), for warnings.
 	Notes []string

@@ -20,7 +20,13 @@ import (
 type Role struct {
 	Name  string // tfconfig.PS, Chief, Worker or Evaluator: the node group's name
 	Nodes int
+	// MaxNodes, above Nodes, is the most replicas the role may grow to
+	// (an auto-scaled ps group): each has an address from the start.
+	MaxNodes int
 }
+
+// Most is the most replicas r may have: MaxNodes, or Nodes.
+func (r Role) Most() int { return max(r.Nodes, r.MaxNodes) }
 
 // newParameterServer plans a ParameterServerStrategy job: one node group
 // per role, in tfconfig.Roles order (the PS start first), whose nodes run
@@ -80,11 +86,30 @@ func newParameterServer(spec jobspec.JobSpec, t Target) (*Plan, error) {
 			Agentless:    true,
 			DecidesJob:   role == tfconfig.Chief || role == tfconfig.Worker && !hasChief,
 		}
+		most := g.Nodes
+		if role == tfconfig.PS && g.AutoScale {
+			// The PS scaling rule: PS migrated to more CPU, and added up
+			// to maxReplicas (each with an address from the start).
+			most = max(g.Nodes, g.MaxNodes)
+			gs.MaxNodes = most
+			cfg := spec.AutoScaleKnobs.PS
+			cfg.MaxPS = most
+			if q, ok := spec.ResourceLimits[jobspec.CPU]; ok && q.Milli > 0 {
+				cfg.MaxMilliCPU = q.Milli / int64(most) // the job's CPU shared by its most PS
+			}
+			if err := cfg.Validate(); err != nil {
+				errs = append(errs, fmt.Errorf("%w: auto-scaling the PS: %w", ErrBadSpec, err))
+			}
+			if gs.MilliCPU == 0 {
+				p.Notes = append(p.Notes, "replicaSpecs.ps: autoScale needs the PS's CPU request (resources.requests.cpu) to judge them hot; without it they are never migrated or added")
+			}
+			p.PSScale = &cfg
+		}
 		switch role {
 		case tfconfig.PS, tfconfig.Chief:
 			// Without a PS nobody trains; without the chief nobody
 			// decides: their loss past the budget fails the job.
-			for r := range g.Nodes {
+			for r := range most {
 				gs.CriticalRanks = append(gs.CriticalRanks, r)
 			}
 		case tfconfig.Worker:
@@ -93,7 +118,7 @@ func newParameterServer(spec jobspec.JobSpec, t Target) (*Plan, error) {
 			gs.MinNodes = 0
 		}
 		p.Nodes.Groups = append(p.Nodes.Groups, gs)
-		p.Roles = append(p.Roles, Role{Name: role, Nodes: g.Nodes})
+		p.Roles = append(p.Roles, Role{Name: role, Nodes: g.Nodes, MaxNodes: most})
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
@@ -106,7 +131,7 @@ func newParameterServer(spec jobspec.JobSpec, t Target) (*Plan, error) {
 	// manager's verdict.
 	nodes := 0
 	for _, r := range p.Roles {
-		nodes += r.Nodes
+		nodes += r.Most()
 	}
 	p.Preset = jobconfig.Config{Rendezvous: rendezvous.Config{MinNodes: 1, MaxNodes: nodes, NodeUnit: 1, LastCall: defaultLastCall}}
 	return p, nil

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/roverml/rover/internal/jobspec"
@@ -59,7 +60,7 @@ func TestParameterServerPlan(t *testing.T) {
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("groups (-want +got):\n%s", d)
 	}
-	if d := cmp.Diff([]Role{{"ps", 2}, {"chief", 1}, {"worker", 3}, {"evaluator", 1}}, p.Roles); d != "" {
+	if d := cmp.Diff([]Role{{"ps", 2, 2}, {"chief", 1, 1}, {"worker", 3, 3}, {"evaluator", 1, 1}}, p.Roles); d != "" {
 		t.Errorf("roles (-want +got):\n%s", d)
 	}
 	if p.Launch != nil || p.Preset.Rendezvous.JoinTimeout != 0 || p.Preset.Rendezvous.MaxNodes != 7 {
@@ -76,8 +77,53 @@ func TestParameterServerPlan(t *testing.T) {
 		}
 	}
 
-	_, err = Check([]byte(psDoc(true)), Kubernetes)
-	if !errors.Is(err, jobspec.ErrUnsupported) {
-		t.Errorf("Kubernetes: %v, want ErrUnsupported", err)
+	// Kubernetes runs the same roles, each as written (the pod's
+	// container runs the command), the PS with their memory.
+	p, err = Check([]byte(psDoc(true)), Kubernetes)
+	if err != nil {
+		t.Fatalf("Kubernetes: %v", err)
+	}
+	if d := cmp.Diff([]Role{{"ps", 2, 2}, {"chief", 1, 1}, {"worker", 3, 3}, {"evaluator", 1, 1}}, p.Roles); d != "" {
+		t.Errorf("Kubernetes roles (-want +got):\n%s", d)
+	}
+	if g := p.Nodes.Groups[0]; g.Name != "ps" || !g.Agentless || strings.Join(g.Argv, " ") != "python ps.py" || g.MemoryLimit != 1<<30 {
+		t.Errorf("Kubernetes ps group %+v", g)
+	}
+	noPS := Kubernetes
+	noPS.Capabilities.ParameterServer = false
+	if _, err = Check([]byte(psDoc(true)), noPS); !errors.Is(err, jobspec.ErrUnsupported) {
+		t.Errorf("a platform without parameter-server jobs: %v, want ErrUnsupported", err)
+	}
+}
+
+// TestParameterServerAutoScale: an auto-scaled ps group starts at
+// replicas and may grow to maxReplicas, each with an address from the
+// start and each a critical rank; the PS rule's settings take the knobs
+// and the job's CPU shared by its most PS.
+func TestParameterServerAutoScale(t *testing.T) {
+	doc := strings.Replace(psDoc(true), "    ps: {replicas: 2, template: {spec: {containers: [{name: main, command: [python, ps.py], resources: {limits: {memory: 1Gi}}}]}}}",
+		"    ps: {autoScale: true, replicas: 2, maxReplicas: 4, template: {spec: {containers: [{name: main, command: [python, ps.py], resources: {requests: {cpu: 500m}}}]}}}", 1)
+	doc = strings.Replace(doc, "metadata: {name: ctr}", "metadata: {name: ctr, annotations: {elastic.rover.dev/auto-scale: \"ps-window=5s\"}}", 1)
+	p, err := Check([]byte(doc), Target{Capabilities: jobspec.LocalCapabilities, RoverExe: "/bin/rover"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := p.Nodes.Groups[0]
+	if g.Name != "ps" || g.Nodes != 2 || g.MinNodes != 2 || g.MaxNodes != 4 || len(g.CriticalRanks) != 4 || g.MilliCPU != 500 {
+		t.Errorf("ps group %+v: want 2 nodes growing to 4, all critical, 500m", g)
+	}
+	if p.Roles[0] != (Role{"ps", 2, 4}) {
+		t.Errorf("ps role %+v", p.Roles[0])
+	}
+	if p.PSScale == nil || p.PSScale.MaxPS != 4 || p.PSScale.MaxMilliCPU != 0 || p.PSScale.Window != 5*time.Second {
+		t.Errorf("PS rule %+v: want at most 4 PS, no CPU bound, a 5s window", p.PSScale)
+	}
+	// On Kubernetes, the job's resourceLimits bound each PS's CPU.
+	doc = strings.Replace(doc, "  envs: {SEED: \"7\"}", "  envs: {SEED: \"7\"}\n  resourceLimits: {cpu: \"8\"}", 1)
+	if p, err = Check([]byte(doc), Kubernetes); err != nil {
+		t.Fatal(err)
+	}
+	if p.PSScale == nil || p.PSScale.MaxMilliCPU != 2000 {
+		t.Errorf("PS rule %+v: want at most 2000m a PS (8 CPUs over 4 PS)", p.PSScale)
 	}
 }

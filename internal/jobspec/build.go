@@ -95,9 +95,16 @@ func build(meta wireMeta, ws wireSpec, prefix string) (*JobSpec, error) {
 		t := ReplicaType(key)
 		if t == dlroverMaster {
 			// DLRover's master group: Rover makes its own master, so
-			// one without containers is accepted and ignored.
-			if w := ws.ReplicaSpecs[key]; w != nil && len(w.Template.Spec.Containers) > 0 {
-				b.addf("replicaSpecs."+key+".template.spec.containers", "Rover makes the job's master from its own image; remove dlrover-master or its containers")
+			// one whose containers name no image and no command (as
+			// DLRover's examples write it: a name and an
+			// imagePullPolicy) is accepted and ignored.
+			if w := ws.ReplicaSpecs[key]; w != nil {
+				for _, c := range w.Template.Spec.Containers {
+					if c.Image != "" || len(c.Command) > 0 || len(c.Args) > 0 {
+						b.addf("replicaSpecs."+key+".template.spec.containers", "Rover makes the job's master from its own image; remove dlrover-master's containers, or their image, command and args")
+						break
+					}
+				}
 			}
 			continue
 		}
@@ -130,7 +137,8 @@ func build(meta wireMeta, ws wireSpec, prefix string) (*JobSpec, error) {
 // parameterServer checks the groups of a parameter-server job: a ps group,
 // at most one chief and one evaluator, each role's command run as written
 // (a launcher rendezvouses a torch world, which these roles do not), and a
-// fixed node count per role (PS scaling is not implemented yet).
+// fixed node count per role, except an auto-scaled ps group, which starts
+// at replicas and may grow to maxReplicas (the PS scaling rule).
 func (b *builder) parameterServer(spec *JobSpec, ws wireSpec) {
 	if _, ok := ws.ReplicaSpecs[string(PS)]; len(ws.ReplicaSpecs) > 0 && !ok {
 		b.addf("replicaSpecs.ps", "missing; a ParameterServerStrategy job needs a ps group (or use AllreduceStrategy)")
@@ -148,11 +156,15 @@ func (b *builder) parameterServer(spec *JobSpec, ws wireSpec) {
 		if (t == Chief || t == Evaluator) && g.MaxNodes > 1 {
 			b.addf(base+".replicas", "%d: a parameter-server job has at most one %s (as TensorFlow); give replicas: 1", g.MaxNodes, t)
 		}
-		if g.MinNodes != g.MaxNodes {
-			b.addf(base+".minReplicas", "%d..%d: a parameter-server job's roles run a fixed number of nodes (scaling them is not implemented yet); give replicas only", g.MinNodes, g.MaxNodes)
-		}
-		if g.AutoScale {
-			b.addf(base+".autoScale", "a parameter-server job's roles are not auto-scaled yet; remove it")
+		switch {
+		case t == PS && g.AutoScale:
+			if g.MinNodes != g.Nodes {
+				b.addf(base+".minReplicas", "%d: an auto-scaled ps group starts at replicas (%d) and only grows; leave minReplicas out", g.MinNodes, g.Nodes)
+			}
+		case g.MinNodes != g.MaxNodes:
+			b.addf(base+".minReplicas", "%d..%d: a parameter-server job's %s group runs a fixed number of nodes (only an auto-scaled ps group grows, up to maxReplicas); give replicas only", g.MinNodes, g.MaxNodes, t)
+		case g.AutoScale:
+			b.addf(base+".autoScale", "a parameter-server job auto-scales its ps group only (its PS are migrated to more CPU, and added up to maxReplicas); remove it here")
 		}
 		if g.NprocPerNode > 1 {
 			b.addf(base+".nprocPerNode", "%d: each replica of a parameter-server job is one process, with its own TF_CONFIG task; give more replicas instead", g.NprocPerNode)
@@ -382,6 +394,8 @@ func (b *builder) command(g *ReplicaGroup, w *wireReplica, ctr *wireContainer, c
 			lo, hi = max(r, 1), max(r, 1)
 		case hi == 0:
 			hi = max(r, lo)
+		case lo == 0 && r > 0:
+			lo = min(r, hi) // replicas start, and may grow to maxReplicas
 		case lo == 0:
 			lo = hi
 		}

@@ -79,14 +79,16 @@ var LocalCapabilities = Capabilities{
 
 // KubernetesCapabilities is what Rover's Kubernetes platform honours:
 // worker pods from the template, with images and resources, in a
-// namespace; suspend (the operator) and the pending timeout (the node
-// manager), autoScale (the master's policy) and resourceLimits (the bound
-// of right-sized nodes). Priorities and restartTimeout are not acted on
-// yet, so they are refused.
+// namespace; parameter-server jobs (a pod per replica of every role, a
+// Service per replica); suspend (the operator) and the pending timeout
+// (the node manager), autoScale (the master's policy) and resourceLimits
+// (the bound of right-sized nodes). Priorities and restartTimeout are not
+// acted on yet, so they are refused.
 var KubernetesCapabilities = Capabilities{
 	Platform:         "Rover's Kubernetes platform",
 	Instead:          "wait for a Rover that implements it",
 	ReplicaTypes:     []ReplicaType{Worker},
+	ParameterServer:  true,
 	Resources:        []string{CPU, Memory, GPU},
 	Images:           true,
 	Namespaces:       true,

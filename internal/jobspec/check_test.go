@@ -69,7 +69,8 @@ func TestCheckKubernetesLike(t *testing.T) {
 
 // TestParameterServerSpec: a DLRover-style ParameterServerStrategy job
 // parses into its four groups, each running its command as written, and
-// the local platform accepts it; Kubernetes does not yet.
+// the local platform and Kubernetes accept it; a platform without
+// parameter-server jobs refuses it.
 func TestParameterServerSpec(t *testing.T) {
 	spec, err := ParseFor([]byte(readTestdata(t, "ps-local.yaml")), LocalCapabilities)
 	if err != nil {
@@ -98,8 +99,13 @@ func TestParameterServerSpec(t *testing.T) {
 			t.Errorf("%s: nodes %d (%d..%d), restarts %d, command %q, launch %v; want %+v", typ, g.Nodes, g.MinNodes, g.MaxNodes, g.RestartCount, g.Command, g.Launch, w)
 		}
 	}
-	err = spec.Check(KubernetesCapabilities)
-	if !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "distributionStrategy: ParameterServerStrategy (parameter-server jobs are not implemented here yet)") {
+	if err := spec.Check(KubernetesCapabilities); err != nil {
 		t.Errorf("Kubernetes: %v", err)
+	}
+	noPS := KubernetesCapabilities
+	noPS.ParameterServer = false
+	err = spec.Check(noPS)
+	if !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "distributionStrategy: ParameterServerStrategy (parameter-server jobs are not implemented here yet)") {
+		t.Errorf("a platform without parameter-server jobs: %v", err)
 	}
 }

@@ -155,8 +155,12 @@ func TestParseBad(t *testing.T) {
 			"  evaluator: {nprocPerNode: 2, template: {spec: {containers: [" + ok + "]}}}\n",
 			[]string{"replicaSpecs.ps.template.spec.containers.command: a ParameterServerStrategy job's roles run their program directly",
 				"replicaSpecs.chief.replicas: 2: a parameter-server job has at most one chief",
-				"replicaSpecs.worker.minReplicas: 1..2: a parameter-server job's roles run a fixed number of nodes",
+				"replicaSpecs.worker.minReplicas: 1..2: a parameter-server job's worker group runs a fixed number of nodes",
 				"replicaSpecs.evaluator.nprocPerNode: 2: each replica of a parameter-server job is one process"}},
+		{"parameter server auto-scaling", "distributionStrategy: ParameterServerStrategy\n" + worker("autoScale: true,", ok) +
+			"  ps: {autoScale: true, replicas: 2, minReplicas: 1, maxReplicas: 4, template: {spec: {containers: [" + ok + "]}}}\n",
+			[]string{"replicaSpecs.worker.autoScale: a parameter-server job auto-scales its ps group only",
+				"replicaSpecs.ps.minReplicas: 1: an auto-scaled ps group starts at replicas (2) and only grows"}},
 		{"unknown strategy", "distributionStrategy: Mirrored\n" + worker("", ok), []string{`distributionStrategy: "Mirrored" is unknown; use AllreduceStrategy or ParameterServerStrategy`}},
 		{"replicas contradict --nnodes", worker("replicas: 4,", `{command: [dlrover-run, --nnodes=2, t.py]}`),
 			[]string{"replicaSpecs.worker.replicas: 4 is outside --nnodes=2 in replicaSpecs.worker.template.spec.containers[0].command"}},
@@ -197,7 +201,8 @@ func TestParseBad(t *testing.T) {
 
 // TestParseBothAPIVersions: DLRover's ElasticJob and Rover's (the same
 // document under elastic.rover.dev) give the same JobSpec, and an empty
-// dlrover-master group is accepted and ignored.
+// dlrover-master group, or one whose container names no image or
+// command, is accepted and ignored.
 func TestParseBothAPIVersions(t *testing.T) {
 	dlrover := readTestdata(t, "torch-mnist.yaml")
 	rover := strings.Replace(dlrover, "apiVersion: "+APIVersion, "apiVersion: "+RoverAPIVersion, 1)
@@ -205,12 +210,15 @@ func TestParseBothAPIVersions(t *testing.T) {
 		t.Fatal("testdata/torch-mnist.yaml has no DLRover apiVersion line")
 	}
 	master := rover + "    dlrover-master:\n      template: {}\n"
+	// DLRover's PS examples give the master a container with only a
+	// name and a pull policy.
+	masterCtr := rover + "    dlrover-master:\n      template: {spec: {restartPolicy: Never, containers: [{name: main, imagePullPolicy: Always}]}}\n"
 	want, err := Parse([]byte(dlrover))
 	if err != nil {
 		t.Fatalf("Parse DLRover's: %v", err)
 	}
 	opts := cmp.Options{cmpopts.IgnoreUnexported(JobSpec{}, ReplicaGroup{}, runconfig.Config{}), cmpopts.EquateEmpty()}
-	for name, doc := range map[string]string{"rover": rover, "rover with dlrover-master": master} {
+	for name, doc := range map[string]string{"rover": rover, "rover with dlrover-master": master, "rover with dlrover-master's container": masterCtr} {
 		got, err := Parse([]byte(doc))
 		if err != nil {
 			t.Fatalf("Parse %s: %v", name, err)

@@ -16,7 +16,11 @@ func writeAutoScale(b *bytes.Buffer, a *roverv1.AutoScaleStatus) {
 	if a == nil {
 		return
 	}
-	fmt.Fprintf(b, "\nauto-scaling: target %d nodes, %d changes", a.GetTargetNodes(), a.GetChanges())
+	if a.GetUnit() == "ps" { // a parameter-server job's PS scaling
+		fmt.Fprintf(b, "\nPS scaling: %d PS, %d changes", a.GetTargetNodes(), a.GetChanges())
+	} else {
+		fmt.Fprintf(b, "\nauto-scaling: target %d nodes, %d changes", a.GetTargetNodes(), a.GetChanges())
+	}
 	if c := a.GetCapacity(); c >= 0 {
 		fmt.Fprintf(b, ", capacity %d nodes", c)
 	}

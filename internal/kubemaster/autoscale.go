@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 
 	elasticv1 "github.com/roverml/rover/api/elastic/v1alpha1"
+	"github.com/roverml/rover/internal/kubenames"
 	"github.com/roverml/rover/internal/master"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -25,6 +27,10 @@ const ReasonAutoScaled = "AutoScaled"
 // take the spec's old count for a user's.
 func (s *scaler) recordScaleChange(ctx context.Context, c master.ScaleChange) {
 	n := int32(c.Nodes)
+	group := elasticv1.Worker
+	if c.Group != "" {
+		group = elasticv1.ReplicaType(c.Group)
+	}
 	s.mu.Lock()
 	job := s.latest
 	s.mu.Unlock()
@@ -32,7 +38,19 @@ func (s *scaler) recordScaleChange(ctx context.Context, c master.ScaleChange) {
 		ObjectMeta: metav1.ObjectMeta{Namespace: s.job.Namespace, GenerateName: s.job.Name + "-auto-",
 			Labels: map[string]string{elasticv1.LabelJobName: s.job.Name, elasticv1.LabelScaleType: elasticv1.ScaleTypeAuto}},
 		Spec: elasticv1.ScalePlanSpec{OwnerJob: s.job.Name,
-			ReplicaResourceSpecs: map[elasticv1.ReplicaType]elasticv1.ReplicaResourceSpec{elasticv1.Worker: {Replicas: n}}},
+			ReplicaResourceSpecs: map[elasticv1.ReplicaType]elasticv1.ReplicaResourceSpec{group: {Replicas: n}}},
+	}
+	if c.Migrated != "" {
+		// A PS moved to more CPU, as DLRover's master writes its own:
+		// the pod in migratePods with the resources of its new pod.
+		plan.Spec.MigratePods = []elasticv1.PodMeta{{Name: c.Migrated, Type: group, RankIndex: int32(c.Rank),
+			Service:  kubenames.ReplicaService(s.job.Name, c.Group, c.Rank),
+			Resource: corev1.ResourceList{corev1.ResourceCPU: *resource.NewMilliQuantity(c.MilliCPU, resource.DecimalSI)}}}
+	}
+	if group == elasticv1.PS {
+		for i := range c.Nodes {
+			plan.Spec.PsHosts = append(plan.Spec.PsHosts, kubenames.ReplicaAddr(s.job.Name, s.job.Namespace, c.Group, i))
+		}
 	}
 	if job != nil {
 		plan.OwnerReferences = []metav1.OwnerReference{{APIVersion: elasticv1.GroupVersion.String(), Kind: "ElasticJob",
@@ -49,10 +67,18 @@ func (s *scaler) recordScaleChange(ctx context.Context, c master.ScaleChange) {
 			s.log.Warn("write the auto-scaling ScalePlan's status", "plan", plan.Name, "err", err)
 		}
 	}
-	if err := s.setReplicas(ctx, n); err != nil {
-		s.log.Warn("set the job's replicas to the auto-scaled count", "replicas", n, "err", err)
-	} else {
-		s.applied = n // run's goroutine only, as followSpec
+	switch {
+	case c.Migrated != "": // the count is the same
+	case group != elasticv1.Worker:
+		if err := s.setReplicas(ctx, group, n); err != nil {
+			s.log.Warn("set the job's replicas to the auto-scaled count", "group", group, "replicas", n, "err", err)
+		}
+	default:
+		if err := s.setReplicas(ctx, elasticv1.Worker, n); err != nil {
+			s.log.Warn("set the job's replicas to the auto-scaled count", "replicas", n, "err", err)
+		} else {
+			s.applied = n // run's goroutine only, as followSpec
+		}
 	}
 	if job != nil {
 		s.event(job, corev1.EventTypeNormal, ReasonAutoScaled, "Scale", "%s", msg)

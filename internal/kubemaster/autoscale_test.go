@@ -38,7 +38,7 @@ func TestAutoScaleWritesScalePlan(t *testing.T) {
 	if err := env.Client.Create(ctx, job); err != nil {
 		t.Fatal(err)
 	}
-	s := newScaler(cl, nil, client.ObjectKeyFromObject(job), slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	s := newScaler(cl, nil, client.ObjectKeyFromObject(job), false, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
 	s.latest = job
 	s.recordScaleChange(ctx, master.ScaleChange{Nodes: 2, Why: "auto-scale grow: predicted_gain",
 		Message: "auto-scale: grow from 1 to 2 nodes: each added node is assumed to add 0.70 of a node's share"})

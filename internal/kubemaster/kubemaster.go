@@ -28,6 +28,7 @@ import (
 	"github.com/roverml/rover/internal/jobplan"
 	"github.com/roverml/rover/internal/kubenames"
 	"github.com/roverml/rover/internal/master"
+	"github.com/roverml/rover/internal/platform"
 	kubeplatform "github.com/roverml/rover/internal/platform/kubernetes"
 	"github.com/roverml/rover/internal/store/kubestore"
 	"github.com/roverml/rover/internal/userfile"
@@ -150,9 +151,19 @@ func Run(ctx context.Context, o Options) error {
 		popts.MetricsAddr = kubenames.MetricsAddr()
 	}
 	popts.Logger = o.Logger
-	plat, err := kubeplatform.New(popts)
+	if plan.Roles != nil {
+		popts.ClusterConfigMap = kubenames.ClusterConfigMap(job.Name)
+		popts.MetricsAddr = "" // the roles run no agent
+	}
+	kplat, err := kubeplatform.New(popts)
 	if err != nil {
 		return err
+	}
+	var plat platform.Platform = kplat
+	if plan.Roles != nil {
+		if plat, err = parameterServerNodes(ctx, kplat, &job, plan); err != nil {
+			return err
+		}
 	}
 	if o.Store == nil && o.StateDir == "" {
 		st, err := openState(ctx, o.Config, &job, o.Logger)
@@ -168,6 +179,9 @@ func Run(ctx context.Context, o Options) error {
 		Store: o.Store, StateDir: o.StateDir, DiscardState: o.DiscardState, Logger: o.Logger, MetricsAddr: o.MetricsAddr,
 		Nodes:     &master.NodesConfig{Platform: plat, Name: "kubernetes", Spec: plan.Nodes, KeepNodes: true},
 		AutoScale: plan.AutoScale,
+		// No CPU reader: the roles run no agent, and the master reads no
+		// metrics API; PS are migrated on a ScalePlan's migratePods.
+		PSScale: plan.PSScale,
 	})
 	if err != nil {
 		return err
@@ -178,7 +192,7 @@ func Run(ctx context.Context, o Options) error {
 	go func() { served <- m.Run(mctx) }()
 	rec, stopEvents := eventRecorder(mctx, cs)
 	defer stopEvents()
-	sc := newScaler(cl, m, client.ObjectKeyFromObject(&job), o.Logger, rec)
+	sc := newScaler(cl, m, client.ObjectKeyFromObject(&job), plan.Roles != nil, o.Logger, rec)
 	scaled := make(chan error, 1)
 	go func() { scaled <- sc.run(mctx, o.Config) }()
 	defer func() {

@@ -42,6 +42,9 @@ const (
 // back, with a warning event, so that a restarted master plans the job
 // from a spec it accepts. Informers, not polling, bring the changes.
 type scaler struct {
+	// ps: the job is a parameter-server job, whose ScalePlans may move
+	// and add PS (psscale.go).
+	ps     bool
 	client client.Client
 	master *master.Master
 	job    types.NamespacedName
@@ -59,8 +62,8 @@ type scaler struct {
 	wrote   string                          // the job's resource version after the master's last write of its replicas
 }
 
-func newScaler(cl client.Client, m *master.Master, job types.NamespacedName, log *slog.Logger, rec events.EventRecorder) *scaler {
-	return &scaler{client: cl, master: m, job: job, log: log, events: rec, clock: time.Now,
+func newScaler(cl client.Client, m *master.Master, job types.NamespacedName, ps bool, log *slog.Logger, rec events.EventRecorder) *scaler {
+	return &scaler{ps: ps, client: cl, master: m, job: job, log: log, events: rec, clock: time.Now,
 		wake: make(chan struct{}, 1), plans: map[string]*elasticv1.ScalePlan{}, settled: map[types.UID]bool{}}
 }
 
@@ -198,7 +201,7 @@ func (s *scaler) followSpec(ctx context.Context, job *elasticv1.ElasticJob) {
 		msg := fmt.Sprintf("%s, which this job cannot run: %v; replicas is set back to %d", why, err, s.applied)
 		s.event(job, corev1.EventTypeWarning, ReasonScaleRefused, "Scale", "%s", msg)
 		s.log.Warn("scale refused", "replicas", n, "err", err)
-		if err := s.setReplicas(ctx, s.applied); err != nil {
+		if err := s.setReplicas(ctx, elasticv1.Worker, s.applied); err != nil {
 			s.log.Error("set the job's replicas back", "replicas", s.applied, "err", err)
 		}
 	case errors.Is(err, nodemanager.ErrBadScale), errors.Is(err, nodemanager.ErrJobOver), errors.Is(err, master.ErrNoNodes):
@@ -208,10 +211,10 @@ func (s *scaler) followSpec(ctx context.Context, job *elasticv1.ElasticJob) {
 	}
 }
 
-// setReplicas writes the worker replicas of the job's spec.
-func (s *scaler) setReplicas(ctx context.Context, n int32) error {
+// setReplicas writes the replicas of group t in the job's spec.
+func (s *scaler) setReplicas(ctx context.Context, t elasticv1.ReplicaType, n int32) error {
 	patch, err := json.Marshal(map[string]any{"spec": map[string]any{"replicaSpecs": map[string]any{
-		string(elasticv1.Worker): map[string]any{"replicas": n}}}})
+		string(t): map[string]any{"replicas": n}}}})
 	if err != nil {
 		return err
 	}
@@ -226,76 +229,6 @@ func (s *scaler) setReplicas(ctx context.Context, n int32) error {
 	}
 	s.mu.Unlock()
 	return nil
-}
-
-// settle carries out one ScalePlan, or refuses it, and records how.
-func (s *scaler) settle(ctx context.Context, job *elasticv1.ElasticJob, p *elasticv1.ScalePlan) {
-	n, err := planReplicas(p, s.job.Name)
-	if err == nil {
-		why := fmt.Sprintf("ScalePlan %s asks for %d worker nodes", p.Name, n)
-		if err = s.master.Scale(ctx, string(elasticv1.Worker), int(n), why); err == nil {
-			if err = s.setReplicas(ctx, n); err == nil {
-				s.applied = n
-			}
-		}
-	}
-	if ctx.Err() != nil {
-		return
-	}
-	phase, msg := elasticv1.PhaseSucceeded, fmt.Sprintf("scaled the workers to %d nodes", n)
-	if err != nil {
-		phase, msg = elasticv1.PhaseFailed, err.Error()
-		if job != nil {
-			s.event(job, corev1.EventTypeWarning, ReasonScaleRefused, "Scale", "ScalePlan %s: %s", p.Name, msg)
-		}
-	} else if job != nil {
-		s.event(job, corev1.EventTypeNormal, ReasonScaled, "Scale", "ScalePlan %s: %s", p.Name, msg)
-	}
-	now := metav1.NewTime(s.clock())
-	body, _ := json.Marshal(map[string]any{"status": elasticv1.ScalePlanStatus{Phase: phase, CreateTime: &now, FinishTime: &now, Message: msg}})
-	if err := s.client.Status().Patch(ctx, p.DeepCopy(), client.RawPatch(types.MergePatchType, body)); err != nil {
-		s.log.Warn("write a ScalePlan's status", "plan", p.Name, "err", err)
-		return // tried again on the plan's next event
-	}
-	s.mu.Lock()
-	delete(s.plans, p.Name)
-	s.settled[p.UID] = true
-	s.mu.Unlock()
-	s.log.Info("ScalePlan settled", "plan", p.Name, "phase", phase, "message", msg)
-}
-
-// planReplicas returns the worker count p asks for, or an error naming
-// the first field Rover does not carry out.
-func planReplicas(p *elasticv1.ScalePlan, job string) (int32, error) {
-	sp := p.Spec
-	unsupported := func(field, why string) error {
-		return fmt.Errorf("spec.%s is not supported: %s", field, why)
-	}
-	switch {
-	case sp.OwnerJob != job:
-		return 0, fmt.Errorf("spec.ownerJob is %q but the plan is labelled for job %q: make them agree", sp.OwnerJob, job)
-	case len(sp.CreatePods) > 0:
-		return 0, unsupported("createPods", "Rover creates the pods a count needs; give replicaResourceSpecs.worker.replicas")
-	case len(sp.RemovePods) > 0:
-		return 0, unsupported("removePods", "Rover removes the highest ranks when the count goes down; give replicaResourceSpecs.worker.replicas")
-	case len(sp.MigratePods) > 0:
-		return 0, unsupported("migratePods", "Rover does not move running nodes; delete a pod and Rover relaunches it")
-	case len(sp.PsHosts) > 0:
-		return 0, unsupported("psHosts", "Rover runs allreduce jobs, without parameter servers")
-	}
-	for t, r := range sp.ReplicaResourceSpecs {
-		if t != elasticv1.Worker {
-			return 0, unsupported("replicaResourceSpecs."+string(t), "Rover runs one worker group")
-		}
-		if len(r.Resource) > 0 {
-			return 0, unsupported("replicaResourceSpecs.worker.resource", "Rover does not change a running node's resources (an OOM-killed node comes back with more memory on its own)")
-		}
-	}
-	w, ok := sp.ReplicaResourceSpecs[elasticv1.Worker]
-	if !ok || w.Replicas < 1 {
-		return 0, errors.New("spec.replicaResourceSpecs.worker.replicas is missing: give the number of worker nodes wanted")
-	}
-	return w.Replicas, nil
 }
 
 func (s *scaler) event(job *elasticv1.ElasticJob, kind, reason, action, format string, a ...any) {

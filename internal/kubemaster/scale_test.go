@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -145,36 +146,58 @@ func TestMasterFollowsScaling(t *testing.T) {
 	}
 }
 
-func TestPlanReplicas(t *testing.T) {
-	worker := func(n int32) map[elasticv1.ReplicaType]elasticv1.ReplicaResourceSpec {
-		return map[elasticv1.ReplicaType]elasticv1.ReplicaResourceSpec{elasticv1.Worker: {Replicas: n}}
+func TestPlanActions(t *testing.T) {
+	specs := func(kv ...any) map[elasticv1.ReplicaType]elasticv1.ReplicaResourceSpec {
+		m := map[elasticv1.ReplicaType]elasticv1.ReplicaResourceSpec{}
+		for i := 0; i < len(kv); i += 2 {
+			m[kv[i].(elasticv1.ReplicaType)] = elasticv1.ReplicaResourceSpec{Replicas: int32(kv[i+1].(int))}
+		}
+		return m
+	}
+	cpu := func(q string) corev1.ResourceList {
+		return corev1.ResourceList{corev1.ResourceCPU: resourceQuantity(t, q)}
 	}
 	tests := []struct {
 		name string
+		ps   bool
 		spec elasticv1.ScalePlanSpec
-		want string // error substring; "" for 3 nodes
+		want planAsk
+		err  string // error substring; "" for want
 	}{
-		{"good", elasticv1.ScalePlanSpec{OwnerJob: "j", ReplicaResourceSpecs: worker(3)}, ""},
-		{"other owner", elasticv1.ScalePlanSpec{OwnerJob: "k", ReplicaResourceSpecs: worker(3)}, "spec.ownerJob"},
-		{"no count", elasticv1.ScalePlanSpec{OwnerJob: "j"}, "replicaResourceSpecs.worker.replicas is missing"},
-		{"create pods", elasticv1.ScalePlanSpec{OwnerJob: "j", CreatePods: []elasticv1.PodMeta{{Name: "p"}}}, "spec.createPods"},
-		{"remove pods", elasticv1.ScalePlanSpec{OwnerJob: "j", RemovePods: []elasticv1.PodMeta{{Name: "p"}}}, "spec.removePods"},
-		{"ps hosts", elasticv1.ScalePlanSpec{OwnerJob: "j", PsHosts: []string{"h"}}, "spec.psHosts"},
-		{"ps", elasticv1.ScalePlanSpec{OwnerJob: "j", ReplicaResourceSpecs: map[elasticv1.ReplicaType]elasticv1.ReplicaResourceSpec{"ps": {Replicas: 1}}}, "replicaResourceSpecs.ps"},
-		{"resources", elasticv1.ScalePlanSpec{OwnerJob: "j", ReplicaResourceSpecs: map[elasticv1.ReplicaType]elasticv1.ReplicaResourceSpec{
-			elasticv1.Worker: {Replicas: 3, Resource: corev1.ResourceList{corev1.ResourceMemory: resourceQuantity(t, "8Gi")}}}}, "replicaResourceSpecs.worker.resource"},
+		{"workers", false, elasticv1.ScalePlanSpec{OwnerJob: "j", ReplicaResourceSpecs: specs(elasticv1.Worker, 3)}, planAsk{workers: 3}, ""},
+		{"other owner", false, elasticv1.ScalePlanSpec{OwnerJob: "k", ReplicaResourceSpecs: specs(elasticv1.Worker, 3)}, planAsk{}, "spec.ownerJob"},
+		{"no count", false, elasticv1.ScalePlanSpec{OwnerJob: "j"}, planAsk{}, "replicaResourceSpecs.worker.replicas is missing"},
+		{"create pods", false, elasticv1.ScalePlanSpec{OwnerJob: "j", CreatePods: []elasticv1.PodMeta{{Name: "p"}}}, planAsk{}, "spec.createPods"},
+		{"remove pods", false, elasticv1.ScalePlanSpec{OwnerJob: "j", RemovePods: []elasticv1.PodMeta{{Name: "p"}}}, planAsk{}, "spec.removePods"},
+		{"allreduce ps hosts", false, elasticv1.ScalePlanSpec{OwnerJob: "j", PsHosts: []string{"h"}}, planAsk{}, "spec.psHosts"},
+		{"allreduce ps", false, elasticv1.ScalePlanSpec{OwnerJob: "j", ReplicaResourceSpecs: specs(elasticv1.PS, 1)}, planAsk{}, "replicaResourceSpecs.ps"},
+		{"allreduce migrate", false, elasticv1.ScalePlanSpec{OwnerJob: "j", MigratePods: []elasticv1.PodMeta{{Name: "j-worker-0-0"}}}, planAsk{}, "spec.migratePods"},
+		{"resources", false, elasticv1.ScalePlanSpec{OwnerJob: "j", ReplicaResourceSpecs: map[elasticv1.ReplicaType]elasticv1.ReplicaResourceSpec{
+			elasticv1.Worker: {Replicas: 3, Resource: corev1.ResourceList{corev1.ResourceMemory: resourceQuantity(t, "8Gi")}}}}, planAsk{}, "replicaResourceSpecs.worker.resource"},
+		{"ps count", true, elasticv1.ScalePlanSpec{OwnerJob: "j", ReplicaResourceSpecs: specs(elasticv1.PS, 3)}, planAsk{ps: 3}, ""},
+		{"ps hosts", true, elasticv1.ScalePlanSpec{OwnerJob: "j", PsHosts: []string{"j-edljob-ps-0.ns.svc:2222", "j-edljob-ps-1"}}, planAsk{ps: 2}, ""},
+		{"ps hosts not ours", true, elasticv1.ScalePlanSpec{OwnerJob: "j", PsHosts: []string{"10.0.0.1:2222"}}, planAsk{}, "spec.psHosts[0] is \"10.0.0.1:2222\""},
+		{"ps hosts disagree", true, elasticv1.ScalePlanSpec{OwnerJob: "j", PsHosts: []string{"j-edljob-ps-0"}, ReplicaResourceSpecs: specs(elasticv1.PS, 2)}, planAsk{}, "make them agree"},
+		{"migrate by type", true, elasticv1.ScalePlanSpec{OwnerJob: "j", MigratePods: []elasticv1.PodMeta{{Type: elasticv1.PS, RankIndex: 1, Resource: cpu("2")}}},
+			planAsk{migrate: []psMove{{1, 2000}}}, ""},
+		{"migrate by name", true, elasticv1.ScalePlanSpec{OwnerJob: "j", MigratePods: []elasticv1.PodMeta{{Name: "j-ps-0-3", Resource: cpu("1500m")}}},
+			planAsk{migrate: []psMove{{0, 1500}}}, ""},
+		{"migrate a worker", true, elasticv1.ScalePlanSpec{OwnerJob: "j", MigratePods: []elasticv1.PodMeta{{Name: "j-worker-0-0", Resource: cpu("2")}}}, planAsk{}, "only PS are migrated"},
+		{"migrate without cpu", true, elasticv1.ScalePlanSpec{OwnerJob: "j", MigratePods: []elasticv1.PodMeta{{Name: "j-ps-0-0"}}}, planAsk{}, "resource.cpu is missing"},
+		{"ps job chief", true, elasticv1.ScalePlanSpec{OwnerJob: "j", ReplicaResourceSpecs: specs(elasticv1.Chief, 1)}, planAsk{}, "replicaResourceSpecs.chief"},
+		{"ps job nothing", true, elasticv1.ScalePlanSpec{OwnerJob: "j"}, planAsk{}, "asks for nothing"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			n, err := planReplicas(&elasticv1.ScalePlan{Spec: tc.spec}, "j")
-			if tc.want == "" {
-				if err != nil || n != 3 {
-					t.Fatalf("planReplicas = %d, %v; want 3", n, err)
+			got, err := planActions(&elasticv1.ScalePlan{Spec: tc.spec}, "j", "ns", tc.ps)
+			if tc.err == "" {
+				if err != nil || !reflect.DeepEqual(got, tc.want) {
+					t.Fatalf("planActions = %+v, %v; want %+v", got, err, tc.want)
 				}
 				return
 			}
-			if err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("planReplicas = %d, %v; want an error naming %s", n, err, tc.want)
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Fatalf("planActions = %+v, %v; want an error naming %s", got, err, tc.err)
 			}
 		})
 	}

@@ -61,8 +61,20 @@ func statusOf(j *roverv1.GetJobResponse) masterStatus {
 		RestartCount:  j.GetRestartCount(),
 		RelaunchCount: j.GetRelaunches(),
 	}
-	rs := &replicaCounts{}
+	// Every group's counts: a parameter-server job's ps, chief, worker
+	// and evaluator; an allreduce job's worker, written even when it has
+	// no node yet.
+	st.ReplicaStatuses = map[elasticv1.ReplicaType]*replicaCounts{elasticv1.Worker: {}}
 	for _, n := range j.GetManagedNodes() {
+		g := elasticv1.ReplicaType(n.GetGroup())
+		if g == "" {
+			g = elasticv1.Worker
+		}
+		rs := st.ReplicaStatuses[g]
+		if rs == nil {
+			rs = &replicaCounts{}
+			st.ReplicaStatuses[g] = rs
+		}
 		rs.Initial++
 		switch n.GetState() {
 		case "Pending":
@@ -75,7 +87,6 @@ func statusOf(j *roverv1.GetJobResponse) masterStatus {
 			rs.Failed++
 		}
 	}
-	st.ReplicaStatuses = map[elasticv1.ReplicaType]*replicaCounts{elasticv1.Worker: rs}
 	if fs := j.GetFailures(); len(fs) > 0 {
 		f := fs[len(fs)-1]
 		msg := f.GetDiagnosis()

@@ -1,6 +1,7 @@
 // Package kubenames names the Kubernetes objects of a job's master: the
 // Service agents reach it by, its pods, its token Secret, and the port it
-// serves on. The operator makes these objects (package operator); the
+// serves on; and those the master makes for a parameter-server job: a
+// Service per replica and the ConfigMap of the cluster version. The operator makes these objects (package operator); the
 // master in a pod and the platform find them by the same names (package
 // kubemaster), so the names live here, apart from both. It owns no object
 // and imports nothing: changing a name here changes what existing jobs'
@@ -60,3 +61,25 @@ func TokenSecret(job string) string { return job + "-rover-token" }
 func MasterAddr(job, namespace string) string {
 	return fmt.Sprintf("%s.%s.svc:%d", MasterService(job), namespace, MasterPort)
 }
+
+// ReplicaPort is the port every replica of a parameter-server job serves
+// on in its pod, and its Service's port (TensorFlow's documented 2222).
+const ReplicaPort = 2222
+
+// ReplicaService returns the name of the Service of replica index of role
+// (ps, worker, chief, evaluator) of a parameter-server job: DLRover's
+// "<job>-edljob-<role>-<index>". It selects whichever pod runs that
+// replica, so the replica's address outlives its relaunches.
+func ReplicaService(job, role string, index int) string {
+	return fmt.Sprintf("%s-edljob-%s-%d", job, role, index)
+}
+
+// ReplicaAddr returns the address inside the cluster of replica index of
+// role: its Service's name and port, as TF_CONFIG lists it.
+func ReplicaAddr(job, namespace, role string, index int) string {
+	return fmt.Sprintf("%s.%s.svc:%d", ReplicaService(job, role, index), namespace, ReplicaPort)
+}
+
+// ClusterConfigMap returns the name of the ConfigMap holding a
+// parameter-server job's cluster version, which its pods mount.
+func ClusterConfigMap(job string) string { return job + "-rover-cluster" }

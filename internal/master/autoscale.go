@@ -241,7 +241,7 @@ func stragglerReports(nodes []stall.NodeTime, now time.Time) []autoscale.Straggl
 func (c *core) autoScaleProtoLocked() *roverv1.AutoScaleStatus {
 	p := c.st.AutoScale.Policy()
 	if p == nil {
-		return nil
+		return c.psScaleProtoLocked()
 	}
 	as := &c.autoScale
 	out := &roverv1.AutoScaleStatus{Changes: p.Changes(), Unit: as.unit, Capacity: -1}

@@ -79,6 +79,8 @@ type core struct {
 
 	// autoScale is what auto-scaling keeps outside the journal (autoscale.go).
 	autoScale autoScaleState
+	// psScale is PS scaling's state (psscale.go); nil without it.
+	psScale *psScaleState
 }
 
 func newCore(runID string, store Store) *core {

@@ -31,6 +31,9 @@ type NodesConfig struct {
 	// ExitGrace is how long nodes may take to exit on their own once the
 	// job has ended before they are deleted (default 30s).
 	ExitGrace time.Duration
+	// CPU, when set, reads the CPU time of nodes that run no agent (a
+	// parameter-server job's roles), for PS scaling (Config.PSScale).
+	CPU CPUReader
 	// KeepNodes leaves the nodes running when Run's context ends before
 	// the job does, for a master restarted on the same state to adopt
 	// (Kubernetes: the master's pod is replaced, the workers' are not).
@@ -183,13 +186,21 @@ func (f *fleet) scale(ctx context.Context, req scaleRequest) error {
 	return nil
 }
 
-// ScaleChange is a change of the worker count the master made on its own:
+// ScaleChange is a change of the node count the master made on its own:
 // an auto-scaling grow or shrink, or a node given up after pending past
-// its timeout.
+// its timeout; or a PS migrated by the PS scaling rule.
 type ScaleChange struct {
-	Nodes   int    // the worker nodes the job runs now
+	// Group is the group changed: "" for the worker group, "ps" for a
+	// parameter-server job's PS.
+	Group   string
+	Nodes   int    // the group's nodes now
 	Why     string // a bounded code: "auto-scale grow: predicted_gain", "pending timeout"
 	Message string // why, in a sentence
+	// Migrated, Rank and MilliCPU name a migrated PS: its node, its rank
+	// and the CPU its new node asks for; empty for a count change.
+	Migrated string
+	Rank     int
+	MilliCPU int64
 }
 
 // ScaleChanges delivers the changes of the worker count the master made on

@@ -90,6 +90,10 @@ type Config struct {
 	// whose MinNodes, MaxNodes and NodeUnit are the rendezvous's. It needs
 	// Nodes: only a master that creates the nodes can add or remove them.
 	AutoScale *autoscale.Config
+	// PSScale, when set, scales a parameter-server job's PS by their CPU
+	// use (autoscale.PSPolicy): it needs Nodes, and Nodes.CPU to sample
+	// the roles' CPU (without it nothing is decided).
+	PSScale *autoscale.PSConfig
 }
 
 // Master serves one job's control plane.
@@ -231,6 +235,9 @@ func (m *Master) tickLoop(ctx context.Context) error {
 			}
 			if err := m.autoScaleTick(ctx, now); err != nil {
 				m.log.Error("auto-scale", "err", err)
+			}
+			if err := m.psScaleTick(ctx, now); err != nil {
+				m.log.Error("scale the PS", "err", err)
 			}
 		}
 	}

@@ -51,6 +51,9 @@ func New(ctx context.Context, cfg Config) (*Master, error) {
 		cfg.Logger = slog.Default()
 	}
 	log := cfg.Logger.With("component", "master", "job", cfg.Job)
+	if err := checkPSScale(cfg); err != nil {
+		return nil, err
+	}
 	if err := checkAutoScale(cfg); err != nil {
 		return nil, err
 	}
@@ -154,6 +157,11 @@ func restoreCore(ctx context.Context, cfg Config, log *slog.Logger) (*core, erro
 	}
 	if cfg.AutoScale != nil {
 		_ = c.st.AutoScale.Enable(*cfg.AutoScale, nil) // the job's configuration makes the policy
+	}
+	if cfg.PSScale != nil {
+		if c.psScale, err = newPSScaleState(*cfg.PSScale); err != nil {
+			return nil, err
+		}
 	}
 	n, err := c.restore(ctx, cfg.Clock.Now())
 	if err != nil {

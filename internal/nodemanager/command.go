@@ -73,13 +73,19 @@ const (
 	// MarkHostBad records Host as bad: every later NodeSpec lists it in
 	// AvoidHosts. Nodes on it are not replaced by this action alone.
 	MarkHostBad
+	// MigrateNode replaces a running node by one that asks for MilliCPU
+	// of CPU (more than it asks for now), at the same rank: a scaling
+	// move, which spends none of the rank's relaunch budget. It and every
+	// later node of the rank ask for that CPU.
+	MigrateNode
 )
 
 // Action is a diagnosis decision fed to [Manager.Act].
 type Action struct {
 	Kind        ActionKind
-	NodeID      string // RelaunchNode, RelaunchWithMoreMemory
+	NodeID      string // RelaunchNode, RelaunchWithMoreMemory, MigrateNode
 	MemoryBytes int64  // RelaunchWithMoreMemory: the new memory, more than before
+	MilliCPU    int64  // MigrateNode: the new CPU request, more than before
 	Host        string // MarkHostBad
 	Reason      string // the diagnosis, such as "OOMKilled twice" or "node check failed"
 	// Cause is the relaunch's cause for the metrics; unset: CauseOOM for

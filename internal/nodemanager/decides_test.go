@@ -1,8 +1,11 @@
 package nodemanager
 
 import (
+	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/roverml/rover/internal/platform"
 )
 
 // psGroups is a parameter-server job's groups: two PS that never exit on
@@ -72,5 +75,65 @@ func TestPSOOM(t *testing.T) {
 	}
 	if !strings.Contains(relaunch.Reason, "memory raised") {
 		t.Errorf("reason %q does not say the memory was raised", relaunch.Reason)
+	}
+}
+
+// TestMigrate: a running PS migrated to more CPU is deleted, and once it
+// is gone (never before: the two would share the rank's address) a node
+// asking for that CPU takes its rank, spending no relaunch budget (a PS
+// of budget 1 is migrated twice and still relaunched once after a
+// failure); the old node's exit, even 0 on SIGTERM, is no success and no
+// failure; a request not above the current one, a node not running, or
+// one already being migrated changes nothing; the CPU and a migration
+// under way survive a journal round trip, and the CPU shows in the status.
+func TestMigrate(t *testing.T) {
+	sp := psGroups(true)
+	sp.Groups[1].MilliCPU = 500
+	sp.Groups[1].RestartCount = 1
+	m := mustNew(t, sp)
+	mig := func(id string, cpu int64) step {
+		return act(Action{Kind: MigrateNode, NodeID: id, MilliCPU: cpu, Reason: "ps hot"})
+	}
+	cmds := run(t, m, []step{start(),
+		mig("train-ps-1-0", 1000).then(), // pending: not migrated
+		running("train-ps-1-0", "h"),
+		mig("train-ps-1-0", 400).then(), // less than it has
+		mig("train-ps-1-0", 1000).then("Delete train-ps-1-0"),
+		mig("train-ps-1-0", 3000).then(), // already being migrated
+	})
+	b, err := m.MarshalState()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, err = Restore(b); err != nil { // a master restarted mid-migration
+		t.Fatal(err)
+	}
+	cmds = append(cmds, run(t, m, []step{
+		exit("train-ps-1-0", 0).then("Delete train-ps-1-0", "Create train-ps-1-1"), // SIGTERM'd; 0 is no success
+		event(platform.Event{NodeID: "train-ps-1-0", Kind: platform.Deleted}).then(),
+		running("train-ps-1-1", "h"),
+		mig("train-ps-1-1", 2000).then("Delete train-ps-1-1"),
+		event(platform.Event{NodeID: "train-ps-1-1", Kind: platform.Deleted}).then("Create train-ps-1-2"),
+		running("train-ps-1-2", "h"),
+		exit("train-ps-1-2", 1).then("Delete train-ps-1-2", "Create train-ps-1-3"),
+	})...)
+	var cpus []int64
+	for _, c := range cmds {
+		if c.Kind == CreateNode && c.Spec.Group == "ps" && c.Spec.Rank == 1 {
+			cpus = append(cpus, c.Spec.Resources.MilliCPU)
+		}
+	}
+	if fmt.Sprint(cpus) != "[0 1000 2000 2000]" {
+		t.Errorf("ps 1's nodes asked for %v milli-CPU, want [0 1000 2000 2000]: the group's (unreserved), then the migrations'", cpus)
+	}
+	st := m.Status()
+	var ps1 NodeStatus
+	for _, n := range st.Nodes {
+		if n.Group == "ps" && n.Rank == 1 {
+			ps1 = n
+		}
+	}
+	if ps1.MilliCPU != 2000 || ps1.Relaunches != 1 || st.Relaunches != 1 || ps1.NodeID != "train-ps-1-3" {
+		t.Errorf("status %+v, job relaunches %d; want train-ps-1-3 at 2000m, 1 relaunch (the failure; the two migrations spend none)", ps1, st.Relaunches)
 	}
 }

@@ -46,8 +46,12 @@ type slot struct {
 	timedOut bool      // pending past the timeout (reported once)
 	held     bool      // the platform may still hold id (no Deleted seen)
 	memory   int64     // memory override from RelaunchWithMoreMemory; 0: the group's
-	lastExit string    // how the previous or current node ended
-	reason   string    // the latest decision about this rank
+	milliCPU int64     // CPU override from MigrateNode; 0: the group's
+	// migrating: the current node is being deleted for MigrateNode; its
+	// successor is created once it is gone.
+	migrating bool
+	lastExit  string // how the previous or current node ended
+	reason    string // the latest decision about this rank
 	// seen: the platform has reported the current node (any event), so
 	// it no longer counts against startWindow. Not persisted: a restored
 	// manager sees its nodes again in the platform's first report.
@@ -220,6 +224,12 @@ func (m *Manager) observe(ev platform.Event, now time.Time) []Command {
 	if ev.Host != "" {
 		s.host = ev.Host
 	}
+	if s.migrating && (ev.Kind == platform.Exited || ev.Kind == platform.Deleted) {
+		// The migrated node is gone: its successor takes the rank now,
+		// not before, so that it never runs beside it (a PS's address
+		// is the rank's).
+		return append(cmds, m.finishMigration(s, ev, now)...)
+	}
 	switch ev.Kind {
 	case platform.Running:
 		if s.state == Pending {
@@ -273,6 +283,9 @@ func (m *Manager) Act(a Action, now time.Time) []Command {
 	s := m.current(a.NodeID)
 	if s == nil {
 		return cmds
+	}
+	if a.Kind == MigrateNode {
+		return append(cmds, m.migrate(s, a, now)...)
 	}
 	cause := "diagnosis: " + a.Reason
 	if a.Kind == RelaunchWithMoreMemory {

@@ -44,18 +44,20 @@ type capacityJSON struct {
 }
 
 type slotJSON struct {
-	Group    int       `json:"group"`
-	Rank     int       `json:"rank"`
-	Relaunch int       `json:"relaunch"`
-	Rescaled int       `json:"rescaled,omitempty"`
-	State    NodeState `json:"state"`
-	Host     string    `json:"host,omitempty"`
-	Since    time.Time `json:"since"`
-	TimedOut bool      `json:"timed_out,omitempty"`
-	Held     bool      `json:"held,omitempty"`
-	Memory   int64     `json:"memory,omitempty"`
-	LastExit string    `json:"last_exit,omitempty"`
-	Reason   string    `json:"reason,omitempty"`
+	Group     int       `json:"group"`
+	Rank      int       `json:"rank"`
+	Relaunch  int       `json:"relaunch"`
+	Rescaled  int       `json:"rescaled,omitempty"`
+	State     NodeState `json:"state"`
+	Host      string    `json:"host,omitempty"`
+	Since     time.Time `json:"since"`
+	TimedOut  bool      `json:"timed_out,omitempty"`
+	Held      bool      `json:"held,omitempty"`
+	Memory    int64     `json:"memory,omitempty"`
+	MilliCPU  int64     `json:"milli_cpu,omitempty"`
+	Migrating bool      `json:"migrating,omitempty"`
+	LastExit  string    `json:"last_exit,omitempty"`
+	Reason    string    `json:"reason,omitempty"`
 	// Usage is the rank's right-sizing record (rightsize.go).
 	Usage *usageJSON `json:"usage,omitempty"`
 }
@@ -85,7 +87,7 @@ func (m *Manager) MarshalState() ([]byte, error) {
 		for _, sl := range g {
 			s.Nodes = append(s.Nodes, slotJSON{
 				Group: sl.group, Rank: sl.rank, Relaunch: sl.relaunch, Rescaled: sl.rescaled, State: sl.state, Host: sl.host,
-				Since: sl.since, TimedOut: sl.timedOut, Held: sl.held, Memory: sl.memory,
+				Since: sl.since, TimedOut: sl.timedOut, Held: sl.held, Memory: sl.memory, MilliCPU: sl.milliCPU, Migrating: sl.migrating,
 				LastExit: sl.lastExit, Reason: sl.reason, Usage: sl.usage.json(),
 			})
 		}
@@ -171,7 +173,7 @@ func (m *Manager) restoreSlots(s stateJSON) error {
 		}
 		sl := &slot{
 			group: sj.Group, rank: sj.Rank, relaunch: sj.Relaunch, rescaled: sj.Rescaled, state: sj.State, host: sj.Host,
-			since: sj.Since, timedOut: sj.TimedOut, held: sj.Held, memory: sj.Memory,
+			since: sj.Since, timedOut: sj.TimedOut, held: sj.Held, memory: sj.Memory, milliCPU: sj.MilliCPU, migrating: sj.Migrating,
 			lastExit: sj.LastExit, reason: sj.Reason,
 		}
 		u, err := sj.Usage.restore()

@@ -273,6 +273,9 @@ type sizing struct {
 func (m *Manager) resources(s *slot) sizing {
 	g := m.spec.Groups[s.group]
 	r := g.Resources
+	if s.milliCPU > 0 {
+		r.MilliCPU = s.milliCPU // a migration's, which right-sizing never lowers
+	}
 	if !m.spec.RightSize {
 		if s.memory > 0 {
 			r.MemoryBytes = s.memory
@@ -285,6 +288,9 @@ func (m *Manager) resources(s *slot) sizing {
 	}
 	if base.MilliCPU == 0 {
 		base.MilliCPU = g.MilliCPU
+	}
+	if s.milliCPU > base.MilliCPU {
+		base.MilliCPU = s.milliCPU
 	}
 	if s.usage != nil && s.usage.cpuRequest > base.MilliCPU && s.usage.cpuRequest > 0 {
 		r.MilliCPU, base.MilliCPU = s.usage.cpuRequest, s.usage.cpuRequest // a raise stays

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/roverml/rover/internal/diagnosis"
+	"github.com/roverml/rover/internal/platform"
 )
 
 // Scale sets how many nodes group (its name; "" means DefaultGroup) should
@@ -184,4 +185,59 @@ func (m *Manager) oomMemory(s *slot) int64 {
 		return 0
 	}
 	return next
+}
+
+// cpuRequest is the CPU s's nodes ask for: a migration's, else the
+// group's request (0: none known).
+func (m *Manager) cpuRequest(s *slot) int64 {
+	g := m.spec.Groups[s.group]
+	switch {
+	case s.milliCPU > 0:
+		return s.milliCPU
+	case g.Resources.MilliCPU > 0:
+		return g.Resources.MilliCPU
+	}
+	return g.MilliCPU
+}
+
+// migrate carries out MigrateNode: s's running node is deleted, and once
+// it is gone (finishMigration) a node asking for a.MilliCPU takes its
+// rank, as a rescale (no relaunch budget spent, no relaunch counted). A
+// node that is not running, or one already being migrated, or a request
+// not above the current one, changes nothing.
+func (m *Manager) migrate(s *slot, a Action, now time.Time) []Command {
+	g := m.spec.Groups[s.group]
+	if s.state != Running || s.migrating || m.ended || a.MilliCPU <= m.cpuRequest(s) {
+		return nil
+	}
+	s.milliCPU, s.migrating = a.MilliCPU, true
+	s.reason = fmt.Sprintf("%s rank %d is migrated to a node of %dm CPU once %s is gone: %s", g.name(), s.rank, a.MilliCPU, s.id, a.Reason)
+	if !s.held {
+		return m.finishMigration(s, platform.Event{NodeID: s.id, Kind: platform.Deleted}, now)
+	}
+	return []Command{{Kind: DeleteNode, NodeID: s.id,
+		Reason: fmt.Sprintf("node %s (%s rank %d) is migrated: %s", s.id, g.name(), s.rank, a.Reason)}}
+}
+
+// finishMigration creates the successor of s's migrated node, which ev
+// says is gone.
+func (m *Manager) finishMigration(s *slot, ev platform.Event, now time.Time) []Command {
+	g := m.spec.Groups[s.group]
+	old := s.id
+	if ev.Kind == platform.Deleted {
+		s.held = false
+	}
+	delete(m.byID, old)
+	m.retired[old] = true
+	s.migrating = false
+	s.relaunch++
+	s.rescaled++
+	s.lastExit = fmt.Sprintf("%s, migrated", ev.Describe())
+	reason := fmt.Sprintf("%s rank %d migrated to a node of %dm CPU as %s (%s %s)", g.name(), s.rank, s.milliCPU,
+		nodeID(m.spec.Job, g.name(), s.rank, s.relaunch), old, ev.Describe())
+	var cmds []Command
+	if s.held { // it exited: the platform may still hold it
+		cmds = append(cmds, Command{Kind: DeleteNode, NodeID: old, Reason: fmt.Sprintf("node %s %s: removing it, migrated", old, ev.Describe())})
+	}
+	return append(cmds, m.create(s, now, reason))
 }

@@ -12,7 +12,7 @@ type Status struct {
 	Job        string
 	Failed     bool
 	Reason     string // why the job failed; empty while it has not
-	Relaunches int    // over the whole job
+	Relaunches int    // the relaunches spent of Budget: a scaling move (rescale, migration) is none    // over the whole job
 	// RelaunchCauses counts Relaunches by cause (only causes seen; nil
 	// for none).
 	RelaunchCauses map[RelaunchCause]int
@@ -37,6 +37,9 @@ type NodeStatus struct {
 	// would ask for; nil unless Spec.RightSize is on and the rank has a
 	// usage record.
 	RightSize *RightSizeStatus
+	// MilliCPU is the CPU the rank's nodes ask for: a migration's, else
+	// the group's request (0: none known).
+	MilliCPU int64
 }
 
 // RightSizeStatus is a rank's right-sizing: what its workers were seen to
@@ -62,9 +65,9 @@ func (m *Manager) Status() Status {
 		g := m.spec.Groups[gi]
 		for _, s := range slots {
 			st.Nodes = append(st.Nodes, NodeStatus{
-				Group: g.name(), Rank: s.rank, NodeID: s.id, State: s.state, Relaunches: s.relaunch,
+				Group: g.name(), Rank: s.rank, NodeID: s.id, State: s.state, Relaunches: s.relaunches(),
 				Budget: g.budget(s.rank), Critical: g.critical(s.rank), Host: s.host, Since: s.since,
-				LastExit: s.lastExit, Reason: s.reason, RightSize: m.rightSizeStatus(s),
+				LastExit: s.lastExit, Reason: s.reason, RightSize: m.rightSizeStatus(s), MilliCPU: m.cpuRequest(s),
 			})
 		}
 	}

@@ -25,6 +25,8 @@ func (r *recorder) Create(_ context.Context, spec platform.NodeSpec) error {
 	return nil
 }
 
+func (r *recorder) Capabilities() platform.Capabilities { return platform.Capabilities{} }
+
 // TestPSNodes: every replica gets a distinct fixed address; each node gets
 // its role's TF_CONFIG and the cluster version, which a PS relaunch (and
 // only that) raises, in the file first; a relaunched worker keeps its
@@ -46,7 +48,7 @@ func TestPSNodes(t *testing.T) {
 	}
 	dir := t.TempDir()
 	rec := &recorder{}
-	n, err := newPSNodes(rec, "j", dir, cluster)
+	n, err := newPSNodes(context.Background(), rec, "j", dir, cluster, 2)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -112,13 +112,17 @@ func Run(ctx context.Context, plan *jobplan.Plan, o Options) (Result, error) {
 		if err != nil {
 			return Result{}, err
 		}
-		if created, err = newPSNodes(nodes, plan.Name, o.Dir, cluster); err != nil {
+		if created, err = newPSNodes(ctx, nodes, plan.Name, o.Dir, cluster, plan.Roles[0].Nodes); err != nil {
 			return Result{}, err
 		}
 		for _, r := range plan.Roles {
-			for i := range r.Nodes {
+			for i := range r.Most() {
 				addr, _ := cluster.Addr(r.Name, i)
-				fmt.Fprintf(o.Progress, "rover submit: %s %d at %s\n", r.Name, i, addr)
+				more := ""
+				if i >= r.Nodes {
+					more = " (when the PS scaling rule adds it)"
+				}
+				fmt.Fprintf(o.Progress, "rover submit: %s %d at %s%s\n", r.Name, i, addr, more)
 			}
 		}
 	}
@@ -126,8 +130,8 @@ func Run(ctx context.Context, plan *jobplan.Plan, o Options) (Result, error) {
 	m, err := master.New(ctx, master.Config{
 		Listen: "127.0.0.1:0", Job: plan.Name, Token: token, Preset: &preset, Checkpoint: plan.Checkpoint,
 		StateDir: filepath.Join(o.Dir, "master"), Logger: o.Logger,
-		Nodes:     &master.NodesConfig{Platform: created, Name: "local", Spec: plan.Nodes},
-		AutoScale: plan.AutoScale,
+		Nodes:     &master.NodesConfig{Platform: created, Name: "local", Spec: plan.Nodes, CPU: plat},
+		AutoScale: plan.AutoScale, PSScale: plan.PSScale,
 	})
 	if err != nil {
 		return Result{}, fmt.Errorf("start the job's master: %w", err)

@@ -51,6 +51,11 @@ const (
 	// process that reads a number above the one it knows reconnects to the
 	// PS and restores from them.
 	EnvClusterVersionFile = "ROVER_CLUSTER_VERSION_FILE"
+	// EnvClusterFile names a file holding the current cluster, as
+	// TF_CONFIG's "cluster" object (replaced atomically, before the
+	// version is raised): it differs from the TF_CONFIG a process started
+	// with once a PS was added.
+	EnvClusterFile = "ROVER_CLUSTER_FILE"
 )
 
 // Cluster is every replica's address, by role and index.
@@ -122,6 +127,38 @@ func (c Cluster) Addr(role string, index int) (string, error) {
 	return c.addrs[role][index], nil
 }
 
+// WithCount is c with role's first n replicas only: the cluster of a job
+// whose PS group runs n of the addresses it may grow to.
+func (c Cluster) WithCount(role string, n int) (Cluster, error) {
+	if n < 1 || n > len(c.addrs[role]) {
+		return Cluster{}, fmt.Errorf("%w: %d %s replicas asked of a cluster of %d", ErrInvalid, n, role, len(c.addrs[role]))
+	}
+	out := Cluster{addrs: maps.Clone(c.addrs)}
+	out.addrs[role] = slices.Clone(c.addrs[role][:n])
+	return out, nil
+}
+
+// ClusterJSON is TF_CONFIG's "cluster" object: what the file
+// EnvClusterFile holds.
+func (c Cluster) ClusterJSON() (string, error) {
+	b, err := json.Marshal(c.trainingCluster())
+	if err != nil {
+		return "", fmt.Errorf("encode the cluster: %w", err)
+	}
+	return string(b), nil
+}
+
+// trainingCluster is every role's addresses but the evaluator's.
+func (c Cluster) trainingCluster() map[string][]string {
+	out := map[string][]string{}
+	for r, a := range c.addrs {
+		if r != Evaluator {
+			out[r] = a
+		}
+	}
+	return out
+}
+
 // tfConfig is TF_CONFIG's JSON: TensorFlow's TFConfigClusterResolver reads
 // cluster (job name to task addresses) and task (type and index).
 type tfConfig struct {
@@ -143,12 +180,7 @@ func (c Cluster) TFConfig(role string, index int) (string, error) {
 	if _, err := c.Addr(role, index); err != nil {
 		return "", err
 	}
-	cfg := tfConfig{Cluster: map[string][]string{}, Task: tfTask{Type: role, Index: index}}
-	for r, a := range c.addrs {
-		if r != Evaluator {
-			cfg.Cluster[r] = a
-		}
-	}
+	cfg := tfConfig{Cluster: c.trainingCluster(), Task: tfTask{Type: role, Index: index}}
 	b, err := json.Marshal(cfg) // map keys sorted: the same text every time
 	if err != nil {
 		return "", fmt.Errorf("encode TF_CONFIG: %w", err)

@@ -9,7 +9,9 @@ Two modes (docs/data-sharding.md):
   position moves on; a checkpoint records it, and a restore continues with
   exactly the samples not trained yet, whatever the world size is then.
 * ``ShardClient`` — leased shards for independent workers: lease, train,
-  complete; a dead worker's shards go back to the queue.
+  complete; a dead worker's shards go back to the queue. It also works in
+  the roles of a parameter-server job, which the master starts without an
+  agent: there it calls the master itself (_master.py).
 
 Standard library only; works with ``torch.utils.data.DataLoader`` without
 importing torch.
@@ -19,14 +21,25 @@ import os
 import threading
 import time
 
-from . import _agent, progress
+from . import _agent, _master, progress
 from ._order import DROP_TAIL, ORDER_VERSION, PAD_TAIL, epoch_order, rank_batch, rank_share
 
 __all__ = ["ElasticSampler", "ElasticBatchSampler", "ShardClient", "Shard", "DROP_TAIL", "PAD_TAIL"]
 
 
 def _register(spec):
-    return _agent.call("RegisterDataset", {"dataset": spec})["dataset"]
+    return _shard_call("RegisterDataset", {"dataset": spec})["dataset"]
+
+
+def _shard_call(method, request, timeout=60.0):
+    """Calls a shard method of the local agent, or, in a process the master
+    started without one (a parameter-server job's role), of the master
+    itself, naming the worker by its node (see _master.py)."""
+    if _master.available():
+        if "worker" in request:
+            request = dict(request, worker=_master.worker_id(request["worker"]))
+        return _master.call(method, request, timeout=timeout)
+    return _agent.call(method, request, timeout=timeout)
 
 
 class ElasticSampler:
@@ -330,7 +343,7 @@ class ShardClient:
         while True:
             left = deadline - time.monotonic()
             try:
-                return _agent.call(method, request, timeout=max(left, 1.0))
+                return _shard_call(method, request, timeout=max(left, 1.0))
             except _agent.AgentError as e:
                 if e.code != "unavailable" or time.monotonic() + delay > deadline:
                     raise
@@ -375,7 +388,7 @@ class ShardClient:
         """The dataset's shard state on the master (which shards are done),
         to save with the checkpoint of the same step. Leases held now are
         saved as not done."""
-        r = _agent.call("GetDatasetState", {"dataset": self.name})
+        r = _shard_call("GetDatasetState", {"dataset": self.name})
         return {"name": self.name, "state": r.get("state", "")}
 
     def load_state_dict(self, state):

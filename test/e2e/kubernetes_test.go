@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -44,8 +45,9 @@ type kube struct {
 
 // startKube starts the API server, the operator and the kubelet, which
 // runs the master pods of jobs (whose masters all listen on 29400, one at
-// a time) and their workers with rover, Python and the admin's kubeconfig.
-func startKube(t *testing.T, jobs ...string) *kube {
+// a time) and their workers with rover, Python and the admin's kubeconfig;
+// extraRewrite adds to the kubelet's rewrites of addresses.
+func startKube(t *testing.T, extraRewrite map[string]string, jobs ...string) *kube {
 	t.Helper()
 	s, err := operator.NewScheme()
 	if err != nil {
@@ -82,6 +84,7 @@ func startKube(t *testing.T, jobs ...string) *kube {
 		rewrite[kubenames.MasterAddr(job, kubeNamespace)] =
 			fmt.Sprintf("127.0.0.1:%d", kubenames.MasterPort)
 	}
+	maps.Copy(rewrite, extraRewrite)
 	base := append(os.Environ(),
 		"PATH="+filepath.Dir(roverBin)+string(os.PathListSeparator)+os.Getenv("PATH"),
 		"HOME="+t.TempDir(), "PYTHON_EXEC="+pythonExec, "PYTHONUNBUFFERED=1", "KUBECONFIG="+env.Kubeconfig)
@@ -200,20 +203,22 @@ func (k *kube) podLogs(job string) string {
 // operator and kubelet (the operator's controller registers once per
 // process): the disruptions of kubernetesDDP, the Events and conditions
 // of kubernetesEvents, kubernetesScale, kubernetesDLRoverJob,
-// kubernetesAutoScale, then kubernetesRightSize.
+// kubernetesAutoScale, kubernetesRightSize, then
+// kubernetesParameterServer.
 func TestKubernetes(t *testing.T) {
 	cases := ddpCases()
 	var jobs []string
 	for _, tc := range cases {
 		jobs = append(jobs, tc.name)
 	}
-	k := startKube(t, append(jobs, scaleJob, dlroverKubeJob, eventsJob, autoScaleKubeJob, rightSizeKubeJob)...)
+	k := startKube(t, psKubeRewrite(t), append(jobs, scaleJob, dlroverKubeJob, eventsJob, autoScaleKubeJob, rightSizeKubeJob, psKubeJob)...)
 	t.Run("DDP", func(t *testing.T) { kubernetesDDP(t, k, cases) })
 	t.Run("Events", func(t *testing.T) { kubernetesEvents(t, k) })
 	t.Run("Scale", func(t *testing.T) { kubernetesScale(t, k) })
 	t.Run("DLRoverJob", func(t *testing.T) { kubernetesDLRoverJob(t, k) })
 	t.Run("AutoScale", func(t *testing.T) { kubernetesAutoScale(t, k) })
 	t.Run("RightSize", func(t *testing.T) { kubernetesRightSize(t, k) })
+	t.Run("ParameterServer", func(t *testing.T) { kubernetesParameterServer(t, k) })
 }
 
 // ddpCase is one run of kubernetesDDP.

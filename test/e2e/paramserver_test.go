@@ -76,7 +76,7 @@ spec:
 	ev := events()
 
 	// The PS came back at its address.
-	addrs := regexp.MustCompile(`(?m)^ps 0 start version \d+ total \d+ addr (\S+)$`).FindAllStringSubmatch(ev, -1)
+	addrs := regexp.MustCompile(`(?m)^ps 0 start version \d+ total \d+ addr (\S+) cpu \S+$`).FindAllStringSubmatch(ev, -1)
 	if len(addrs) != 2 || addrs[0][1] != addrs[1][1] {
 		t.Errorf("PS 0 started at %v, want twice at the same address", addrs)
 	}
@@ -121,6 +121,7 @@ spec:
 	if err := json.Unmarshal(b, &res); err != nil {
 		t.Fatal(err)
 	}
+	checkNoDups(t, out)
 	if sum := res.Totals[0] + res.Totals[1]; sum != 3*steps {
 		t.Errorf("the PS counted %v = %d steps, want %d: each of 3 workers' %d steps once", res.Totals, sum, 3*steps, steps)
 	}

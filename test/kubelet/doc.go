@@ -10,9 +10,11 @@
 // Its pods share the host's network and have neither cluster DNS nor a
 // service-account mount: tests hand the processes a kubeconfig and the
 // addresses they need through Options.Env and Options.Rewrite. What it does
-// not do: images, volumes other than secret ones (written under WorkDir,
-// with the command's paths under a mountPath rewritten to them: see
-// Options.Rewrite), probes, restarts (pods are run once, as with
+// not do: images, volumes other than secret, configMap and emptyDir ones
+// (written under WorkDir, with the command's and the env's paths under a
+// mountPath rewritten to them: see Options.Rewrite; a configMap volume's
+// files follow the ConfigMap while the pod runs, as a kubelet's do),
+// probes, restarts (pods are run once, as with
 // restartPolicy Never), init or sidecar containers, resource limits (a
 // process is killed "for memory" only when a test says so, with
 // Kubelet.KillForMemory).

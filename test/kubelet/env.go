@@ -16,11 +16,12 @@ const HostIP = "127.0.0.1"
 
 // environ is the process environment of container c of pod: the base
 // environment, then the container's envFrom and env in order (a later
-// variable replaces an earlier one), with every value rewritten.
-func (k *Kubelet) environ(ctx context.Context, pod *corev1.Pod, c *corev1.Container) ([]string, error) {
+// variable replaces an earlier one), with every value rewritten, a path
+// under a mount's mountPath included (as in the command's arguments).
+func (k *Kubelet) environ(ctx context.Context, pod *corev1.Pod, c *corev1.Container, mounts []mount) ([]string, error) {
 	env := append([]string(nil), k.opts.Env...)
 	env = append(env, "HOSTNAME="+pod.Name)
-	add := func(name, value string) { env = append(env, name+"="+k.rewrite(value)) }
+	add := func(name, value string) { env = append(env, name+"="+rewritePaths(k.rewrite(value), mounts)) }
 	for _, from := range c.EnvFrom {
 		data, err := k.envFromData(ctx, pod.Namespace, from)
 		if err != nil {

@@ -40,14 +40,16 @@ type Options struct {
 	// Env is every process's base environment ("KEY=value"), before the
 	// container's own. Nil gives processes no inherited environment.
 	Env []string
-	// Rewrite replaces, in every env value of a container, each key by its
-	// value: a Service's DNS name by a loopback address, say.
+	// Rewrite replaces, in every env value of a container and every file
+	// of a configMap volume, each key by its value: a Service's DNS name
+	// by a loopback address, say.
 	//
-	// Volumes: a secret volume that a container mounts is written under
-	// VolumeDir (WorkDir/<namespace>_<pod>/<volume>), and, in place of a
-	// mount, each argument of the container's command and args that is a
-	// path under a volumeMount's mountPath (alone or after "--flag=") is
-	// rewritten to the same path under that directory.
+	// Volumes: a secret or configMap volume that a container mounts is
+	// written under VolumeDir (WorkDir/<namespace>_<pod>/<volume>), and,
+	// in place of a mount, each argument of the container's command and
+	// args, and each env value, that is a path under a volumeMount's
+	// mountPath (alone or after "--flag=") is rewritten to the same path
+	// under that directory.
 	Rewrite map[string]string
 	// MaxGrace caps a deleted pod's termination grace period (default
 	// DefaultMaxGrace).
@@ -66,9 +68,12 @@ type Kubelet struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	mu    sync.Mutex
-	pods  map[types.UID]*podRun // a pod's run, kept until the pod is gone
-	limit *bindLimit            // LimitBinding's; nil: every pod is bound
+	mu   sync.Mutex
+	pods map[types.UID]*podRun // a pod's run, kept until the pod is gone
+	// cmVolumes are the configMap volumes of running pods, by the
+	// ConfigMap's namespace/name.
+	cmVolumes map[string][]*configMapVolume
+	limit     *bindLimit // LimitBinding's; nil: every pod is bound
 }
 
 // Start registers the Node and starts running its pods. The Kubelet runs
@@ -97,7 +102,7 @@ func Start(ctx context.Context, o Options) (*Kubelet, error) {
 	if err != nil {
 		return nil, fmt.Errorf("start the test kubelet: connect to the API server: %w", err)
 	}
-	k := &Kubelet{opts: o, cs: cs, log: o.Logger.With("node", o.NodeName), pods: map[types.UID]*podRun{}}
+	k := &Kubelet{opts: o, cs: cs, log: o.Logger.With("node", o.NodeName), pods: map[types.UID]*podRun{}, cmVolumes: map[string][]*configMapVolume{}}
 	if err := k.registerNode(ctx); err != nil {
 		return nil, err
 	}
@@ -122,6 +127,10 @@ func Start(ctx context.Context, o Options) (*Kubelet, error) {
 	}
 	k.wg.Add(1)
 	go func() { defer k.wg.Done(); inf.RunWithContext(k.ctx) }()
+	if err := k.watchConfigMaps(); err != nil {
+		k.Stop()
+		return nil, fmt.Errorf("start the test kubelet: %w", err)
+	}
 	if !cache.WaitForCacheSync(k.ctx.Done(), inf.HasSynced) {
 		k.Stop()
 		return nil, fmt.Errorf("start the test kubelet: the pod watch did not sync: %w", ctx.Err())

@@ -166,6 +166,54 @@ func TestKubelet(t *testing.T) {
 		}
 	})
 
+	t.Run("a configMap volume follows its ConfigMap", func(t *testing.T) {
+		cms := cs.CoreV1().ConfigMaps(ns)
+		if _, err := cms.Create(ctx, &corev1.ConfigMap{
+			ObjectMeta: metav1.ObjectMeta{Name: "version", Namespace: ns}, Data: map[string]string{"v": "1\n"},
+		}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		// The pod reads the file named by its env (a path under the
+		// mount) until it holds 2, saying each value it saw once.
+		script := `last=; while :; do v=$(cat "$VFILE"); [ "$v" != "$last" ] && echo "saw $v" && last=$v; [ "$v" = 2 ] && exit 0; sleep 0.05; done`
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "cmvol", Namespace: ns},
+			Spec: corev1.PodSpec{
+				RestartPolicy: corev1.RestartPolicyNever,
+				Containers: []corev1.Container{{Name: "main", Image: "unused",
+					Command:      []string{"sh", "-c", script},
+					Env:          []corev1.EnvVar{{Name: "VFILE", Value: "/etc/cluster/v"}},
+					VolumeMounts: []corev1.VolumeMount{{Name: "cluster", MountPath: "/etc/cluster", ReadOnly: true}}}},
+				Volumes: []corev1.Volume{{Name: "cluster", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+					LocalObjectReference: corev1.LocalObjectReference{Name: "version"}}}}},
+			},
+		}
+		if _, err := pods.Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		k8stest.WaitFor(t, "the pod to read version 1", func() bool {
+			b, _ := os.ReadFile(kubelet.LogPath(work, ns, "cmvol"))
+			return strings.Contains(string(b), "saw 1\n")
+		})
+		cm, err := cms.Get(ctx, "version", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cm.Data["v"] = "2\n"
+		if _, err := cms.Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		var got *corev1.Pod
+		k8stest.WaitFor(t, "the pod to end", func() bool {
+			got = get(t, "cmvol")
+			return got.Status.Phase == corev1.PodSucceeded || got.Status.Phase == corev1.PodFailed
+		})
+		b, _ := os.ReadFile(kubelet.LogPath(work, ns, "cmvol"))
+		if got.Status.Phase != corev1.PodSucceeded || string(b) != "saw 1\nsaw 2\n" {
+			t.Errorf("pod %s, log %q: want it to see 1, then 2, and succeed", got.Status.Phase, b)
+		}
+	})
+
 	t.Run("cannot mount an unsupported volume", func(t *testing.T) {
 		pod := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: "emptydir", Namespace: ns},
@@ -181,7 +229,7 @@ func TestKubelet(t *testing.T) {
 		}
 		var got *corev1.Pod
 		k8stest.WaitFor(t, "the pod to fail", func() bool { got = get(t, "emptydir"); return got.Status.Phase == corev1.PodFailed })
-		if term := terminated(t, got); term.Reason != kubelet.ReasonStartError || !strings.Contains(term.Message, "only secret and emptyDir volumes") {
+		if term := terminated(t, got); term.Reason != kubelet.ReasonStartError || !strings.Contains(term.Message, "only secret, configMap and emptyDir volumes") {
 			t.Errorf("terminated %+v, want reason StartError naming the unsupported volume", term)
 		}
 	})

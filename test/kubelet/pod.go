@@ -36,10 +36,11 @@ type podRun struct {
 	done            chan struct{} // closed when run returns
 
 	mu       sync.Mutex
-	proc     *os.Process // set while the process runs
-	exited   bool        // run has written the pod's last status
-	deleting bool        // the pod is being deleted
-	oom      bool        // killed "for memory"
+	proc     *os.Process        // set while the process runs
+	exited   bool               // run has written the pod's last status
+	volumes  []*configMapVolume // kept up to date while the process runs
+	deleting bool               // the pod is being deleted
+	oom      bool               // killed "for memory"
 }
 
 func newPodRun(k *Kubelet, pod *corev1.Pod) *podRun {
@@ -61,6 +62,15 @@ func mainContainer(pod *corev1.Pod) *corev1.Container {
 // (the kubelet stops) it kills the process and writes nothing more.
 func (r *podRun) run(ctx context.Context) {
 	defer close(r.done)
+	defer func() {
+		r.mu.Lock()
+		vols := r.volumes
+		r.volumes = nil
+		r.mu.Unlock()
+		for _, v := range vols {
+			r.k.unmountConfigMap(v)
+		}
+	}()
 	log := r.k.log.With("pod", r.namespace+"/"+r.name)
 	c := mainContainer(r.pod)
 	cmd, logFile, err := r.command(ctx, c)
@@ -144,11 +154,14 @@ func (r *podRun) command(ctx context.Context, c *corev1.Container) (*exec.Cmd, *
 	if len(c.Command) == 0 {
 		return nil, nil, fmt.Errorf("container %s has no command: the test kubelet runs no images' entrypoints", c.Name)
 	}
-	env, err := r.k.environ(ctx, r.pod, c)
+	mounts, live, err := r.k.mountVolumes(ctx, r.pod, c)
 	if err != nil {
 		return nil, nil, err
 	}
-	mounts, err := r.k.mountVolumes(ctx, r.pod, c)
+	r.mu.Lock()
+	r.volumes = live
+	r.mu.Unlock()
+	env, err := r.k.environ(ctx, r.pod, c, mounts)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -26,11 +26,20 @@ type mount struct {
 }
 
 // mountVolumes writes the files of the volumes that container c of pod
-// mounts and returns the mounts, longest mountPath first. Secret volumes
-// are written out; an emptyDir is an empty directory (at /dev/shm, the
-// host's /dev/shm). Other volumes are refused.
-func (k *Kubelet) mountVolumes(ctx context.Context, pod *corev1.Pod, c *corev1.Container) ([]mount, error) {
-	var mounts []mount
+// mounts and returns the mounts, longest mountPath first, and the
+// configMap volumes, whose files follow their ConfigMap until they are
+// unmounted (configmap.go). Secret and configMap volumes are written out;
+// an emptyDir is an empty directory (at /dev/shm, the host's /dev/shm).
+// Other volumes are refused.
+func (k *Kubelet) mountVolumes(ctx context.Context, pod *corev1.Pod, c *corev1.Container) (mounts []mount, live []*configMapVolume, err error) {
+	defer func() {
+		if err != nil {
+			for _, v := range live {
+				k.unmountConfigMap(v)
+			}
+			live = nil
+		}
+	}()
 	for _, vm := range c.VolumeMounts {
 		var vol *corev1.Volume
 		for i := range pod.Spec.Volumes {
@@ -39,29 +48,35 @@ func (k *Kubelet) mountVolumes(ctx context.Context, pod *corev1.Pod, c *corev1.C
 			}
 		}
 		if vol == nil {
-			return nil, fmt.Errorf("volumeMount %s: the pod has no volume of that name", vm.Name)
+			return nil, live, fmt.Errorf("volumeMount %s: the pod has no volume of that name", vm.Name)
 		}
 		dir := VolumeDir(k.opts.WorkDir, pod.Namespace, pod.Name, vol.Name)
 		switch {
 		case vol.Secret != nil:
 			if err := k.writeSecretVolume(ctx, pod.Namespace, dir, vol.Secret); err != nil {
-				return nil, fmt.Errorf("volume %s: %w", vol.Name, err)
+				return nil, live, fmt.Errorf("volume %s: %w", vol.Name, err)
 			}
+		case vol.ConfigMap != nil:
+			v, err := k.mountConfigMap(ctx, pod.Namespace, dir, vol.ConfigMap)
+			if err != nil {
+				return nil, live, fmt.Errorf("volume %s: %w", vol.Name, err)
+			}
+			live = append(live, v)
 		case vol.EmptyDir != nil && filepath.Clean(vm.MountPath) == "/dev/shm":
 			// The host's /dev/shm stands in: shared memory, as an
 			// emptyDir of medium Memory gives a pod.
 			continue
 		case vol.EmptyDir != nil:
 			if err := os.MkdirAll(filepath.Join(dir, vm.SubPath), 0o755); err != nil {
-				return nil, fmt.Errorf("volume %s: %w", vol.Name, err)
+				return nil, live, fmt.Errorf("volume %s: %w", vol.Name, err)
 			}
 		default:
-			return nil, fmt.Errorf("volume %s: the test kubelet supports only secret and emptyDir volumes", vol.Name)
+			return nil, live, fmt.Errorf("volume %s: the test kubelet supports only secret, configMap and emptyDir volumes", vol.Name)
 		}
 		mounts = append(mounts, mount{path: filepath.Clean(vm.MountPath), dir: filepath.Join(dir, vm.SubPath)})
 	}
 	sort.Slice(mounts, func(i, j int) bool { return len(mounts[i].path) > len(mounts[j].path) })
-	return mounts, nil
+	return mounts, live, nil
 }
 
 // writeSecretVolume writes the keys of a Secret (or the items asked for)

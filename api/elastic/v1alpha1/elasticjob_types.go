@@ -52,13 +52,18 @@ const (
 // ElasticJobSpec is the desired state of an ElasticJob: DLRover's fields,
 // and Rover's additions (marked "Rover"). Every field a DLRover user may
 // write is accepted, or refused with a message naming it.
+//
+// +kubebuilder:validation:XValidation:rule="has(self.distributionStrategy) && self.distributionStrategy == 'ParameterServerStrategy' || self.replicaSpecs.all(k, k in ['worker', 'dlrover-master'])",message="replicaSpecs: ps, chief and evaluator run in ParameterServerStrategy jobs only: set distributionStrategy: ParameterServerStrategy, or remove them (an AllreduceStrategy job's worker rank 0 plays the chief)"
+// +kubebuilder:validation:XValidation:rule="!has(self.distributionStrategy) || self.distributionStrategy != 'ParameterServerStrategy' || 'ps' in self.replicaSpecs",message="replicaSpecs.ps is missing: a ParameterServerStrategy job needs a ps group"
 type ElasticJobSpec struct {
-	// DistributionStrategy is how the job trains. Rover runs
-	// AllreduceStrategy (the default) only: PyTorch DDP, FSDP and the like.
+	// DistributionStrategy is how the job trains: AllreduceStrategy (the
+	// default: PyTorch DDP, FSDP and the like) or ParameterServerStrategy
+	// (ps, worker, chief and evaluator roles, each process with its
+	// TF_CONFIG; docs/parameter-server.md).
 	//
 	// +kubebuilder:default=AllreduceStrategy
 	// +kubebuilder:validation:MaxLength=64
-	// +kubebuilder:validation:XValidation:rule="self == 'AllreduceStrategy'",message="Rover runs AllreduceStrategy jobs only (PyTorch DDP, FSDP and the like); ParameterServerStrategy and other strategies are not supported"
+	// +kubebuilder:validation:XValidation:rule="self in ['AllreduceStrategy', 'ParameterServerStrategy']",message="distributionStrategy must be AllreduceStrategy or ParameterServerStrategy"
 	// +optional
 	DistributionStrategy string `json:"distributionStrategy,omitempty"`
 
@@ -86,18 +91,17 @@ type ElasticJobSpec struct {
 	ResourceLimits map[corev1.ResourceName]resource.Quantity `json:"resourceLimits,omitempty"`
 
 	// ReplicaSpecs are the job's node groups by replica type. worker is
-	// required and is the only type Rover runs; dlrover-master is accepted
-	// without containers, and ignored (the operator makes the master).
+	// required; an AllreduceStrategy job runs it only, a
+	// ParameterServerStrategy job also ps (required), chief and
+	// evaluator. dlrover-master is accepted and ignored (the operator
+	// makes the master); a container of it that names an image or a
+	// command is refused by the operator's admission.
 	//
 	// +kubebuilder:validation:MinProperties=1
 	// +kubebuilder:validation:MaxProperties=5
 	// +kubebuilder:validation:XValidation:rule="'worker' in self",message="replicaSpecs.worker is missing: every job needs a worker group with the training container"
-	// +kubebuilder:validation:XValidation:rule="self.all(k, k in ['worker', 'ps', 'chief', 'evaluator', 'dlrover-master'])",message="unknown replica type: use worker (Rover runs one worker group)"
-	// +kubebuilder:validation:XValidation:rule="!('ps' in self)",message="replicaSpecs.ps is not supported: Rover runs AllreduceStrategy jobs only, without parameter servers; remove ps"
-	// +kubebuilder:validation:XValidation:rule="!('chief' in self)",message="replicaSpecs.chief is not supported: Rover runs one worker group, whose rank 0 plays the chief; remove chief"
-	// +kubebuilder:validation:XValidation:rule="!('evaluator' in self)",message="replicaSpecs.evaluator is not supported: Rover runs one worker group; evaluate in the training script or in another job, and remove evaluator"
+	// +kubebuilder:validation:XValidation:rule="self.all(k, k in ['worker', 'ps', 'chief', 'evaluator', 'dlrover-master'])",message="unknown replica type: use worker (and ps, chief, evaluator in a ParameterServerStrategy job)"
 	// +kubebuilder:validation:XValidation:rule="!('worker' in self) || has(self.worker.template) && has(self.worker.template.spec) && size(self.worker.template.spec.containers) > 0",message="replicaSpecs.worker.template.spec.containers is empty: give the training container (named main, or the only one)"
-	// +kubebuilder:validation:XValidation:rule="!('dlrover-master' in self) || !has(self['dlrover-master'].template) || !has(self['dlrover-master'].template.spec) || size(self['dlrover-master'].template.spec.containers) == 0",message="replicaSpecs.dlrover-master must have no containers: Rover's operator makes the master pod from Rover's image; remove dlrover-master or its containers"
 	// +required
 	ReplicaSpecs map[ReplicaType]*ReplicaSpec `json:"replicaSpecs"`
 

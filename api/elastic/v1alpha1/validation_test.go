@@ -100,6 +100,53 @@ func object(t *testing.T, doc []byte, name string) *unstructured.Unstructured {
 	return u
 }
 
+// dlroverPSJob is a parameter-server job as DLRover's examples write
+// one, with Rover's apiVersion: ps and worker groups with resources, and
+// a dlrover-master group whose container has only a name and a pull
+// policy.
+const dlroverPSJob = `apiVersion: elastic.rover.dev/v1alpha1
+kind: ElasticJob
+metadata:
+  name: deepctr-manual-scale
+spec:
+  distributionStrategy: ParameterServerStrategy
+  replicaSpecs:
+    ps:
+      autoScale: false
+      replicas: 1
+      template:
+        spec:
+          restartPolicy: Never
+          containers:
+            - name: main
+              image: registry.example/deeprec:v2
+              imagePullPolicy: Always
+              command: [/bin/bash, -c, "cd ./criteo && python -m train --platform=Kubernetes"]
+              resources:
+                limits: {cpu: "2", memory: 3Gi}
+                requests: {cpu: "2", memory: 3Gi}
+    worker:
+      autoScale: false
+      replicas: 2
+      template:
+        spec:
+          containers:
+            - name: main
+              image: registry.example/deeprec:v2
+              imagePullPolicy: Always
+              command: [/bin/bash, -c, "cd ./criteo && python -m train --platform=Kubernetes"]
+              resources:
+                limits: {cpu: "2", memory: 4Gi}
+                requests: {cpu: "2", memory: 4Gi}
+    dlrover-master:
+      template:
+        spec:
+          restartPolicy: Never
+          containers:
+            - name: main
+              imagePullPolicy: Always
+`
+
 // TestValidationOnAPIServer applies good and bad ElasticJobs to a real API
 // server with the generated CRDs: what Rover cannot run is refused with a
 // message naming the field, and DLRover's jobs with only the apiVersion
@@ -121,7 +168,8 @@ func TestValidationOnAPIServer(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		docs := map[string]string{"dlrover-torch-mnist": mnist, "every-field": string(every), "rover-envs": rover, "ddp": string(sample)}
+		docs := map[string]string{"dlrover-torch-mnist": mnist, "every-field": string(every), "rover-envs": rover, "ddp": string(sample),
+			"dlrover-ps": dlroverPSJob}
 		for _, name := range []string{"mnist-shell", "cd-and"} {
 			docs[name] = string(jobspecDoc(t, name+".yaml"))
 		}
@@ -129,6 +177,9 @@ func TestValidationOnAPIServer(t *testing.T) {
 			if err := c.Create(ctx, object(t, []byte(doc), name), strict); err != nil {
 				t.Errorf("create %s: %v", name, err)
 			}
+		}
+		if _, err := jobspec.ParseFor([]byte(dlroverPSJob), jobspec.KubernetesCapabilities); err != nil {
+			t.Errorf("jobspec refuses the parameter-server job the API server accepts: %v", err)
 		}
 		// The server's defaults are Default's.
 		var job v1alpha1.ElasticJob
@@ -157,18 +208,18 @@ func TestValidationOnAPIServer(t *testing.T) {
 		doc  string
 		want []string // substrings of the server's error
 	}{
-		{"parameter server", replace("AllreduceStrategy", "ParameterServerStrategy"),
-			[]string{"spec.distributionStrategy", "Rover runs AllreduceStrategy jobs only"}},
+		{"parameter server without ps", replace("AllreduceStrategy", "ParameterServerStrategy"),
+			[]string{"replicaSpecs.ps is missing"}},
+		{"unknown strategy", replace("AllreduceStrategy", "MirroredStrategy"),
+			[]string{"spec.distributionStrategy", "must be AllreduceStrategy or ParameterServerStrategy"}},
 		{"cluster mode", replace("single-job", "cluster"), []string{"spec.optimizeMode", "use single-job"}},
 		{"brain service", replace("  optimizeMode: single-job\n", "  optimizeMode: single-job\n  brainService: brain:50001\n"),
 			[]string{"spec.brainService", "optimizeMode cluster"}},
 		{"ps", replace(workerKey, "    ps: {replicas: 1, template: {spec: {containers: [{name: main, image: x}]}}}\n"+workerKey),
-			[]string{"spec.replicaSpecs", "replicaSpecs.ps is not supported"}},
-		{"chief", replace(workerKey, "    chief: {}\n"+workerKey), []string{"replicaSpecs.chief is not supported"}},
-		{"evaluator", replace(workerKey, "    evaluator: {replicas: 1}\n"+workerKey), []string{"replicaSpecs.evaluator is not supported"}},
+			[]string{"spec", "ps, chief and evaluator run in ParameterServerStrategy jobs only"}},
+		{"chief", replace(workerKey, "    chief: {}\n"+workerKey), []string{"ps, chief and evaluator run in ParameterServerStrategy jobs only"}},
+		{"evaluator", replace(workerKey, "    evaluator: {replicas: 1}\n"+workerKey), []string{"ps, chief and evaluator run in ParameterServerStrategy jobs only"}},
 		{"unknown type", replace(workerKey, "    trainer: {}\n"+workerKey), []string{"spec.replicaSpecs", "unknown replica type"}},
-		{"dlrover-master with containers", replace(workerKey, "    dlrover-master: {template: {spec: {containers: [{name: main, image: dlrover-master}]}}}\n"+workerKey),
-			[]string{"replicaSpecs.dlrover-master must have no containers"}},
 		{"no worker", replace(workerKey, "    workers:\n"), []string{"replicaSpecs.worker is missing"}},
 		{"no replicaSpecs", "apiVersion: elastic.rover.dev/v1alpha1\nkind: ElasticJob\nspec: {suspend: true}\n", []string{"spec.replicaSpecs", "Required value"}},
 		{"negative replicas", replace("replicas: 4", "replicas: -1"), []string{"spec.replicaSpecs.worker.replicas", "greater than or equal to 1"}},

@@ -24,6 +24,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -53,9 +55,17 @@ type Options struct {
 	// Template is the pod of each node: the job's
 	// spec.replicaSpecs.worker.template. It is copied, never changed.
 	Template corev1.PodTemplateSpec
+	// Templates are the pods of the nodes of other groups, by group name:
+	// a parameter-server job's ps, chief and evaluator templates. A group
+	// not here takes Template.
+	Templates map[string]corev1.PodTemplateSpec
 	// Container names the training container, which runs the agent; empty
 	// means the one named "main", or the only one.
 	Container string
+	// ClusterConfigMap, when set, names the ConfigMap of a
+	// parameter-server job's cluster version (ClusterVersion): every pod
+	// mounts it read-only at ClusterDir.
+	ClusterConfigMap string
 	// MasterAddr is how agents reach the master, host:port, such as
 	// "<job>-rover-master.<namespace>.svc:29400".
 	MasterAddr string
@@ -86,8 +96,17 @@ type Options struct {
 // address and the token's Secret.
 func JobOptions(job *elasticv1.ElasticJob) Options {
 	o := Options{Namespace: job.Namespace, Job: job.Name, JobUID: job.UID}
-	if w := job.Spec.ReplicaSpecs[elasticv1.Worker]; w != nil {
-		o.Template = *w.Template.DeepCopy()
+	for t, r := range job.Spec.ReplicaSpecs {
+		switch {
+		case r == nil || t == elasticv1.DLRoverMaster:
+		case t == elasticv1.Worker:
+			o.Template = *r.Template.DeepCopy()
+		default:
+			if o.Templates == nil {
+				o.Templates = map[string]corev1.PodTemplateSpec{}
+			}
+			o.Templates[string(t)] = *r.Template.DeepCopy()
+		}
 	}
 	return o
 }
@@ -95,9 +114,10 @@ func JobOptions(job *elasticv1.ElasticJob) Options {
 // Platform makes, deletes and watches a job's pods. It is safe for
 // concurrent use; each Watch runs an informer of its own.
 type Platform struct {
-	opts Options
-	main int // index of the training container in the template
-	log  *slog.Logger
+	opts  Options
+	main  int            // index of the training container in the template
+	mains map[string]int // the same in each of Templates
+	log   *slog.Logger
 
 	// pods is the cache of the informer of a Watch that has synced, nil
 	// when none runs: Delete reads the pod there instead of asking the
@@ -128,6 +148,15 @@ func New(opts Options) (*Platform, error) {
 	if err != nil {
 		errs = append(errs, fmt.Errorf("kubernetes platform: %w", err))
 	}
+	mains := map[string]int{}
+	for _, g := range slices.Sorted(maps.Keys(opts.Templates)) {
+		tmpl := opts.Templates[g]
+		i, err := trainingContainer(&tmpl.Spec, opts.Container)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("kubernetes platform: the %s group: %w", g, err))
+		}
+		mains[g] = i
+	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
@@ -145,7 +174,16 @@ func New(opts Options) (*Platform, error) {
 		log = slog.Default()
 	}
 	log = log.With("job", opts.Job, "namespace", opts.Namespace)
-	return &Platform{opts: opts, main: main, log: log}, nil
+	return &Platform{opts: opts, main: main, mains: mains, log: log}, nil
+}
+
+// template returns group's pod template and the index of its training
+// container.
+func (p *Platform) template(group string) (*corev1.PodTemplateSpec, int) {
+	if t, ok := p.opts.Templates[group]; ok {
+		return &t, p.mains[group]
+	}
+	return &p.opts.Template, p.main
 }
 
 // Capabilities: resources, images, hosts and host avoidance.

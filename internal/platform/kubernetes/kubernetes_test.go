@@ -22,6 +22,7 @@ func TestPlatform(t *testing.T) {
 	t.Run("lifecycle", func(t *testing.T) { testLifecycle(t, c) })
 	t.Run("replay", func(t *testing.T) { testReplay(t, c) })
 	t.Run("forbidden", func(t *testing.T) { testForbidden(t, c) })
+	t.Run("parameter server", func(t *testing.T) { testParameterServer(t, c) })
 }
 
 // testCreate: the pod Create makes, and what it refuses.

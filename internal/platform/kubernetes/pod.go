@@ -36,7 +36,8 @@ func (p *Platform) Pod(spec platform.NodeSpec) (*corev1.Pod, error) {
 		return nil, fmt.Errorf("%w: node %s: group %q is not a valid label value (letters, digits, '-', '_', '.', at most 63)",
 			platform.ErrInvalidSpec, spec.ID, spec.Group)
 	}
-	tmpl := p.opts.Template.DeepCopy()
+	t, main := p.template(spec.Group)
+	tmpl := t.DeepCopy()
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:        spec.ID,
@@ -62,7 +63,7 @@ func (p *Platform) Pod(spec platform.NodeSpec) (*corev1.Pod, error) {
 	}
 	pod.Spec.RestartPolicy = corev1.RestartPolicyNever
 
-	c := &pod.Spec.Containers[p.main]
+	c := &pod.Spec.Containers[main]
 	c.Command, c.Args = slices.Clone(spec.Argv), nil
 	if spec.Image != "" {
 		c.Image = spec.Image
@@ -72,6 +73,9 @@ func (p *Platform) Pod(spec platform.NodeSpec) (*corev1.Pod, error) {
 	setResources(&c.Resources, spec.Resources, p.opts.GPUResource)
 	if len(spec.AvoidHosts) > 0 {
 		avoidHosts(&pod.Spec, spec.AvoidHosts)
+	}
+	if p.opts.ClusterConfigMap != "" {
+		mountCluster(&pod.Spec, c, p.opts.ClusterConfigMap)
 	}
 	return pod, nil
 }

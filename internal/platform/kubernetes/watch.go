@@ -278,10 +278,12 @@ func pendingReason(pod *corev1.Pod, cs *corev1.ContainerStatus) string {
 }
 
 // containerStatus is the status of pod's training container, nil when the
-// kubelet has not reported it. The training container has the template's
-// name; a pod made from another template falls back to its only container.
+// kubelet has not reported it. The training container has its group's
+// template's name; a pod made from another template falls back to its
+// only container.
 func (p *Platform) containerStatus(pod *corev1.Pod) *corev1.ContainerStatus {
-	name := p.opts.Template.Spec.Containers[p.main].Name
+	t, main := p.template(pod.Labels[elasticv1.LabelReplicaType])
+	name := t.Spec.Containers[main].Name
 	for i := range pod.Status.ContainerStatuses {
 		if cs := &pod.Status.ContainerStatuses[i]; cs.Name == name {
 			return cs

@@ -250,6 +250,22 @@ func (l *Local) env(spec platform.NodeSpec) []string {
 		"ROVER_NODE_ID="+spec.ID, "PET_NODE_RANK="+strconv.Itoa(spec.Rank), l.tag(spec.ID))
 }
 
+// NodeCPUSeconds is the CPU time the processes of node id have used, read
+// from /proc (every process carrying the node's tag); ok is false for a
+// node that is not running here. The master samples it to see how busy
+// the roles of a parameter-server job are, which run no agent to report
+// their use.
+func (l *Local) NodeCPUSeconds(id string) (float64, bool) {
+	l.mu.Lock()
+	n := l.nodes[id]
+	running := n != nil && n.p != nil && !n.exited
+	l.mu.Unlock()
+	if !running {
+		return 0, false
+	}
+	return proc.TaggedCPUSeconds(l.tag(id))
+}
+
 // tag is the environment entry every process of node id carries.
 func (l *Local) tag(id string) string { return TagEnv + "=" + l.key + "/" + id }
 

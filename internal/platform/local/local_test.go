@@ -257,3 +257,34 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	k8stest.WaitFor(t, what, cond)
 }
+
+// TestNodeCPUSeconds: a node whose child process spins (behind a shell
+// that waits for it) shows its CPU time growing; a node not running has
+// none.
+func TestNodeCPUSeconds(t *testing.T) {
+	ctx := context.Background()
+	l, err := New(Options{Dir: t.TempDir(), Grace: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(l.Close)
+	r := watch(t, l)
+	if _, ok := l.NodeCPUSeconds("j-worker-0-0"); ok {
+		t.Error("CPU time of a node never created")
+	}
+	if err := l.Create(ctx, spec("j-worker-0-0", "sh", "-c", `sh -c 'while :; do :; done'; echo done`)); err != nil {
+		t.Fatal(err)
+	}
+	r.WaitKind(t, "j-worker-0-0", platform.Running)
+	k8stest.WaitFor(t, "the spinning node to use half a second of CPU", func() bool {
+		s, ok := l.NodeCPUSeconds("j-worker-0-0")
+		return ok && s >= 0.5
+	})
+	if err := l.Delete(ctx, "j-worker-0-0"); err != nil {
+		t.Fatal(err)
+	}
+	r.WaitKind(t, "j-worker-0-0", platform.Deleted)
+	if _, ok := l.NodeCPUSeconds("j-worker-0-0"); ok {
+		t.Error("CPU time of a deleted node")
+	}
+}
