@@ -149,10 +149,10 @@ class ParameterServer:
         if self.spec is None:
             self.spec = spec
         elif self.spec != spec:
-            raise ValueError("ps %d applied batches of a dataset of (samples, shard size, batch size, seed) %s; "
-                             "this worker trains %s, whose batches are other samples: run with the same data "
-                             "flags as the job that saved %s, or another --ckpt-dir"
-                             % (self.index, self.spec, spec, self.dir))
+            raise ValueError("ps %d trains batches of a dataset of (samples, shard size, batch size, seed) %s, "
+                             "from its checkpoint or this job's first worker; this worker's is %s, whose batches "
+                             "are other samples: give every worker the data flags of the job that saved %s, "
+                             "or another --ckpt-dir" % (self.index, self.spec, spec, self.dir or "nothing"))
 
     def push(self, grad, lr, batch):
         if batch in self.applied:
