@@ -120,6 +120,9 @@ func (p Parser) Parse(args []string) (*Config, error) {
 	if err := kubeflowEndpoint(c, src, p.Getenv); err != nil {
 		errs = append(errs, err)
 	}
+	if err := checkCollectiveTiming(p.Getenv); err != nil {
+		errs = append(errs, err)
+	}
 	resolveStandalone(c, src)
 	ignoreForStandalone(c, src)
 	staticWorld(c)

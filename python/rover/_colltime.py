@@ -475,7 +475,7 @@ def install():
     step), always (stock DDP's buckets timed whatever it costs). rover run
     refuses other values; here they count as the default, with a warning."""
     global _mode
-    value = os.environ.get("ROVER_COLLECTIVE_TIMING", "").strip()
+    value = os.environ.get("ROVER_COLLECTIVE_TIMING", "")
     if value not in MODES:
         sys.stderr.write("rover: ROVER_COLLECTIVE_TIMING=%r: want 0 (off), 1 (the default: stock DDP's buckets timed "
                          "where that costs under 1%% of a step) or always; using 1\n" % value)
