@@ -15,17 +15,17 @@ import (
 // data, with rover._colltime installed before torch unless TIMED=0 (as
 // ROVER_COLLECTIVE_TIMING=$TIMED would), and prints on rank 0 the final
 // parameters' bytes in hex, the collectives the hook timed and the forward
-// call at which Rover's hook was registered (0: never). With MIDWAY=1 the
-// hook's cost per bucket is taken as 1 ns, so that the rule registers it
-// in the middle of training (at the 10th forward call), not at the first.
+// call at which Rover's hook was registered (0: never). HOOK_US is the
+// hook's cost per bucket that the adaptive rule assumes: 0.001 (1 ns)
+// makes it register the hook in the middle of training (at the 10th
+// forward call), 1e9 (1000 s) never.
 const timedDDPScript = `
 import os
 if os.environ["TIMED"] != "0":
     os.environ["ROVER_COLLECTIVE_TIMING"] = os.environ["TIMED"]
-    from rover import _colltime, _ddptiming
+    os.environ["ROVER_COLLECTIVE_TIMING_HOOK_US"] = os.environ["HOOK_US"]
+    from rover import _colltime
     _colltime.install()
-    if os.environ.get("MIDWAY") == "1":
-        _ddptiming.HOOK_SECONDS_PER_BUCKET = 1e-9
 import torch, torch.distributed as dist
 dist.init_process_group("gloo")
 rank = dist.get_rank()
@@ -55,15 +55,15 @@ dist.destroy_process_group()
 // bit for bit the parameters that DDP's built-in C++ reduction gives, on a
 // world of 3 (whose 1/3 scaling is inexact), whether the hook is
 // registered at the first forward call (ROVER_COLLECTIVE_TIMING=always)
-// or in the middle of training (the adaptive rule, its threshold lowered),
-// and the hook did time the buckets; with the rule as it is, these tiny
-// steps get no hook. Every rank exits 0, run after run.
+// or in the middle of training (the adaptive rule, told that the hook
+// costs 1 ns), and the hook did time the buckets; told that it costs 1000
+// s, the rule registers none. Every rank exits 0, run after run.
 func TestTimedDDPMatchesStockDDP(t *testing.T) {
 	dir := t.TempDir()
 	if _, err := Extract(dir); err != nil {
 		t.Fatal(err)
 	}
-	run := func(timed, midway string) (params, count, registered string) {
+	run := func(timed, hookUS string) (params, count, registered string) {
 		t.Helper()
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -81,7 +81,7 @@ func TestTimedDDPMatchesStockDDP(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				cmd := pythonCmd(ctx, t, timedDDPScript, []string{"PYTHONPATH=" + dir, "TIMED=" + timed, "MIDWAY=" + midway,
+				cmd := pythonCmd(ctx, t, timedDDPScript, []string{"PYTHONPATH=" + dir, "TIMED=" + timed, "HOOK_US=" + hookUS,
 					"MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port, fmt.Sprint("RANK=", r), fmt.Sprint("WORLD_SIZE=", world)})
 				out, err := cmd.CombinedOutput()
 				outs[r], errs[r] = string(out), err
@@ -90,7 +90,7 @@ func TestTimedDDPMatchesStockDDP(t *testing.T) {
 		wg.Wait()
 		for r, err := range errs {
 			if err != nil {
-				t.Fatalf("TIMED=%s MIDWAY=%s rank %d: %v\n%s", timed, midway, r, err, outs[r])
+				t.Fatalf("TIMED=%s HOOK_US=%s rank %d: %v\n%s", timed, hookUS, r, err, outs[r])
 			}
 		}
 		for _, line := range strings.Split(outs[0], "\n") {
@@ -105,27 +105,27 @@ func TestTimedDDPMatchesStockDDP(t *testing.T) {
 			}
 		}
 		if params == "" {
-			t.Fatalf("TIMED=%s MIDWAY=%s: rank 0 printed no parameters:\n%s", timed, midway, outs[0])
+			t.Fatalf("TIMED=%s HOOK_US=%s: rank 0 printed no parameters:\n%s", timed, hookUS, outs[0])
 		}
 		return params, count, registered
 	}
-	stock, _, _ := run("0", "0")
+	stock, _, _ := run("0", "")
 	// Several timed runs: a rank that ends while torch's threads still hold
 	// the hook's callbacks aborted at exit in some of them (exit 134).
-	for _, tt := range []struct{ timed, midway, registered string }{
-		{"always", "0", "1"}, {"1", "1", "10"}, {"always", "0", "1"}, {"1", "1", "10"}, {"1", "0", "0"},
+	for _, tt := range []struct{ timed, hookUS, registered string }{
+		{"always", "", "1"}, {"1", "0.001", "10"}, {"always", "", "1"}, {"1", "0.001", "10"}, {"1", "1e9", "0"},
 	} {
-		params, count, registered := run(tt.timed, tt.midway)
+		params, count, registered := run(tt.timed, tt.hookUS)
 		if registered != tt.registered {
-			t.Fatalf("TIMED=%s MIDWAY=%s: Rover's hook registered at forward call %s, want %s", tt.timed, tt.midway, registered, tt.registered)
+			t.Fatalf("TIMED=%s HOOK_US=%s: Rover's hook registered at forward call %s, want %s", tt.timed, tt.hookUS, registered, tt.registered)
 		}
 		if timed := registered != "0"; timed && (count == "" || count == "0") {
-			t.Errorf("TIMED=%s MIDWAY=%s: the timing hook timed %q collectives", tt.timed, tt.midway, count)
+			t.Errorf("TIMED=%s HOOK_US=%s: the timing hook timed %q collectives", tt.timed, tt.hookUS, count)
 		} else if !timed && count != "0" {
-			t.Errorf("TIMED=%s MIDWAY=%s: %s collectives timed without the hook, want 0", tt.timed, tt.midway, count)
+			t.Errorf("TIMED=%s HOOK_US=%s: %s collectives timed without the hook, want 0", tt.timed, tt.hookUS, count)
 		}
 		if params != stock {
-			t.Fatalf("TIMED=%s MIDWAY=%s: with collective timing DDP trained other parameters than without it", tt.timed, tt.midway)
+			t.Fatalf("TIMED=%s HOOK_US=%s: with collective timing DDP trained other parameters than without it", tt.timed, tt.hookUS)
 		}
 	}
 }

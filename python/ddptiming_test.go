@@ -143,10 +143,18 @@ os.environ["ROVER_AGENT_SOCKET"] = "/nonexistent"
 sent = []
 p._agent.call = lambda method, req, timeout=None: sent.append(req["progress"])
 p._schedule = lambda delay, fn: None
+def collective():
+    ct.clock.end(ct.clock.begin("all_reduce", 4, "world"))
+collective()
 p.step(1)
+collective()
 p._reporter.sent_at = None
-p.step(2)
-r["reports"] = [s.get("ddpStep") for s in sent]
+p.step(2)  # DDP's buckets untimed: no split of the step into compute and wait
+ct.clock.ddp_step("world", 41, True)
+collective()
+p._reporter.sent_at = None
+p.step(3)
+r["reports"] = [[s.get("ddpStep"), s.get("collectives")] for s in sent]
 print(json.dumps(r, sort_keys=True))
 `
 
@@ -158,7 +166,8 @@ print(json.dumps(r, sort_keys=True))
 // rebuild or estimated from the parameters; ROVER_COLLECTIVE_TIMING=always
 // registers at the first forward call; a failed registration leaves DDP
 // untimed and working, tried once; a script's own hook is timed, a C++ one
-// left alone; and the progress report carries the DDP step.
+// left alone; and the progress report carries the DDP step, and splits
+// the step into compute and wait only where DDP's buckets are timed.
 func TestDDPTimingRule(t *testing.T) {
 	dir := t.TempDir()
 	if _, err := Extract(dir); err != nil {
@@ -221,7 +230,8 @@ func TestDDPTimingRule(t *testing.T) {
 		"own_hook_later": `[["rover_timed_hook"],true,0,true]`,
 		"builtin_hook":   `[["builtin"],false,0,false]`,
 		"meter":          `[0.02,0.015,"world",null]`,
-		"reports":        `[{"bucketsTimed":false,"forwards":"40","group":"world"},null]`,
+		"reports": `[[{"bucketsTimed":false,"forwards":"40","group":"world"},null],[null,null],` +
+			`[{"bucketsTimed":true,"forwards":"41","group":"world"},"1"]]`,
 	}
 	for name, w := range others {
 		var g any
@@ -279,22 +289,27 @@ print(hasattr(DDP.forward, "__wrapped__"), ct._mode, st.registered_at if st else
 
 // TestCollectiveTimingModes: ROVER_COLLECTIVE_TIMING=0 leaves torch
 // untouched; unset or 1 is the adaptive rule (tiny steps: no hook);
-// always registers Rover's hook at the first forward call; another value
-// warns on stderr and counts as 1 (rover run refuses it before).
+// always registers Rover's hook at the first forward call;
+// ROVER_COLLECTIVE_TIMING_HOOK_US replaces the cost the rule assumes;
+// another value warns on stderr and counts as the default (rover run
+// refuses it before).
 func TestCollectiveTimingModes(t *testing.T) {
 	dir := t.TempDir()
 	if _, err := Extract(dir); err != nil {
 		t.Fatal(err)
 	}
-	for _, tt := range []struct{ env, want, stderr string }{
-		{"", "True adaptive 0 None", ""},
-		{"1", "True adaptive 0 None", ""},
-		{"always", "True always 1 rover_timed_allreduce_hook", ""},
-		{"0", "False adaptive None None", ""},
-		{"on", "True adaptive 0 None", "rover: ROVER_COLLECTIVE_TIMING='on': want 0 (off), 1 (the default: stock DDP's buckets timed where that costs under 1% of a step) or always; using 1\n"},
+	for _, tt := range []struct{ env, hookUS, want, stderr string }{
+		{"", "", "True adaptive 0 None", ""},
+		{"1", "", "True adaptive 0 None", ""},
+		{"always", "", "True always 1 rover_timed_allreduce_hook", ""},
+		{"0", "", "False adaptive None None", ""},
+		{"on", "", "True adaptive 0 None", "rover: ROVER_COLLECTIVE_TIMING='on': want 0 (off), 1 (the default: stock DDP's buckets timed where that costs under 1% of a step) or always; using 1\n"},
+		// Told that the hook costs 1 us a bucket, 1 ms steps are long enough.
+		{"1", "1", "True adaptive 10 rover_timed_allreduce_hook", ""},
+		{"1", "-5", "True adaptive 0 None", "rover: ROVER_COLLECTIVE_TIMING_HOOK_US='-5': want microseconds, 0 to 1e9; using the default\n"},
 	} {
 		cmd := exec.Command("python3", "-c", collectiveTimingModeScript)
-		cmd.Env = append(os.Environ(), "PYTHONPATH="+dir, "ROVER_COLLECTIVE_TIMING="+tt.env)
+		cmd.Env = append(os.Environ(), "PYTHONPATH="+dir, "ROVER_COLLECTIVE_TIMING="+tt.env, "ROVER_COLLECTIVE_TIMING_HOOK_US="+tt.hookUS)
 		var stderr strings.Builder
 		cmd.Stderr = &stderr
 		out, err := cmd.Output()

@@ -421,7 +421,7 @@ def _patch_ddp(ddp_mod):
 
     from . import _ddptiming
 
-    _ddptiming.patch(ddp_mod, c10d, _mode)
+    _ddptiming.patch(ddp_mod, c10d, _mode, _hook_seconds)
 
 
 class _Finder:
@@ -464,6 +464,10 @@ class _Finder:
 # How stock DDP's buckets are timed (_ddptiming.py): "adaptive" or "always".
 _mode = "adaptive"
 
+# The cost of Rover's hook per DDP bucket per step that the adaptive rule
+# assumes, from ROVER_COLLECTIVE_TIMING_HOOK_US; None: _ddptiming's default.
+_hook_seconds = None
+
 # ROVER_COLLECTIVE_TIMING's values: what each means.
 MODES = {"0": None, "1": "adaptive", "": "adaptive", "always": "always"}
 
@@ -472,9 +476,12 @@ def install():
     """Times torch's collectives once torch.distributed loads (at once if
     it has), as ROVER_COLLECTIVE_TIMING says: 0 off (a no-op), 1 or unset
     the default (stock DDP's buckets timed where that costs under 1% of a
-    step), always (stock DDP's buckets timed whatever it costs). rover run
-    refuses other values; here they count as the default, with a warning."""
-    global _mode
+    step), always (stock DDP's buckets timed whatever it costs).
+    ROVER_COLLECTIVE_TIMING_HOOK_US replaces the hook's cost per bucket per
+    step that the default assumes (_ddptiming.HOOK_SECONDS_PER_BUCKET), for
+    a host where it was measured. rover run refuses other values; here they
+    count as the default, with a warning."""
+    global _mode, _hook_seconds
     value = os.environ.get("ROVER_COLLECTIVE_TIMING", "")
     if value not in MODES:
         sys.stderr.write("rover: ROVER_COLLECTIVE_TIMING=%r: want 0 (off), 1 (the default: stock DDP's buckets timed "
@@ -483,6 +490,15 @@ def install():
     if MODES[value] is None:
         return
     _mode = MODES[value]
+    us = os.environ.get("ROVER_COLLECTIVE_TIMING_HOOK_US", "")
+    if us:
+        try:
+            seconds = float(us) * 1e-6
+            if not 0 <= seconds <= 1e3:
+                raise ValueError(us)
+            _hook_seconds = seconds
+        except ValueError:
+            sys.stderr.write("rover: ROVER_COLLECTIVE_TIMING_HOOK_US=%r: want microseconds, 0 to 1e9; using the default\n" % us)
     atexit.register(_drain_callbacks)
     if _C10D in sys.modules:
         _patch_c10d(sys.modules[_C10D])

@@ -21,7 +21,9 @@ A job whose steps are short never pays for it; one whose steps grow long
 (a throttled node, a larger model) is timed from then on.
 
 ``ROVER_COLLECTIVE_TIMING=always`` registers the hook at the first forward
-call whatever it costs. While the buckets are untimed, each forward call
+call whatever it costs; ``ROVER_COLLECTIVE_TIMING_HOOK_US`` replaces the
+cost per bucket the rule assumes (microseconds), for a host where it was
+measured. While the buckets are untimed, each forward call
 still records where the rank stands: the number of forward calls of its
 DDP model (the DDP step it is in), which the progress reports carry, so a
 hang's location can name the ranks that never began the step the others
@@ -229,10 +231,11 @@ def _timed_default_hook(c10d):
     return rover_timed_allreduce_hook
 
 
-def patch(ddp_mod, c10d, mode):
+def patch(ddp_mod, c10d, mode, per_bucket=None):
     """Patches DistributedDataParallel of module ddp_mod: a script's hooks
     are timed, and stock DDP gets Rover's timed hook as mode says:
-    "always" at the first forward call, "adaptive" when StepMeter says."""
+    "always" at the first forward call, "adaptive" when StepMeter says,
+    with per_bucket as the hook's cost (None: HOOK_SECONDS_PER_BUCKET)."""
     DDP = ddp_mod.DistributedDataParallel
     if getattr(DDP, "_rover_timed", False):
         return
@@ -272,7 +275,7 @@ def patch(ddp_mod, c10d, mode):
         if mode == "always":
             register_timed_default(self, st)
         else:
-            st.meter = StepMeter(lambda: bucket_count(self))
+            st.meter = StepMeter(lambda: bucket_count(self), per_bucket)
             st.meter.forward(_now())
 
     def forward(self, *args, **kwargs):

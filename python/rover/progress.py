@@ -136,7 +136,10 @@ class _Reporter:
         samples = self.samples if self.explicit_samples else self.sampler_samples
         if samples:
             req["progress"]["samples"] = str(samples)
-        if self.collectives:  # collective timing (_colltime.py)
+        ddp = _colltime.clock.ddp
+        if self.collectives and (ddp is None or ddp[2]):  # collective timing (_colltime.py)
+            # Not where DDP's gradient buckets are untimed: their waits
+            # would count as compute, and the split would be false.
             req["progress"]["commSeconds"] = self.comm
             req["progress"]["collectives"] = str(self.collectives)
         if _colltime.clock.cuda is not None:  # GPU kernels timed with CUDA events
