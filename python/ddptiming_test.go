@@ -22,8 +22,8 @@ import io, json, os, pickle, sys, types
 import rover._colltime as ct
 import rover._ddptiming as dt
 
-now = [100.0]
-dt._now = lambda: now[0]
+now, cpu = [100.0], [7.0]
+dt._now, dt._cpu = (lambda: now[0]), (lambda: cpu[0])
 
 WORLD = object()
 c10d = types.SimpleNamespace(GroupMember=types.SimpleNamespace(WORLD=WORLD), _pg_group_ranks={},
@@ -64,14 +64,16 @@ def fake_ddp_module(buckets="1", fail=False, logging=True, params=(), cap=25 << 
     return types.SimpleNamespace(DistributedDataParallel=DDP)
 
 def run(intervals, mode="adaptive", **kw):
-    """Forward calls at the intervals (seconds; a list of (count, seconds))."""
+    """Forward calls at the intervals: a list of (count, seconds), or of
+    (count, wall-clock seconds, CPU seconds) where they differ."""
     mod = fake_ddp_module(**kw)
     dt.patch(mod, c10d, mode)
     ddp = mod.DistributedDataParallel()
     out = []
-    for count, seconds in intervals:
+    for count, seconds, *busy in intervals:
         for _ in range(count):
             now[0] += seconds
+            cpu[0] += busy[0] if busy else seconds
             out.append(ddp.forward(3))
     st = ddp.__dict__["_rover_ddp"]
     return {"registered_at": st.registered_at, "tries": ddp.tries, "hooks": ddp.hooks, "timed": st.timed,
@@ -84,7 +86,12 @@ r["tiny"] = run([(2000, 0.0012)])
 r["slow"] = run([(40, 0.050)])
 r["slows_down"] = run([(200, 0.0012), (40, 0.85)])
 r["just_under"] = run([(200, 0.0149)])
-r["half_slow"] = run([(100, 0.0012), (1, 0.05)] * 100)  # a long step in two: the median stays short
+r["half_slow"] = run([(100, 0.0012), (1, 0.05)] * 100)  # a long step in a hundred: the median stays short
+# Long in wall-clock time but not in CPU time (a process short of CPU
+# pays the hook's CPU stretched alike): no hook. Long in both (CPU time
+# above wall-clock time: several threads): the hook.
+r["starved"] = run([(100, 0.050, 0.0012)])
+r["threads"] = run([(100, 0.020, 0.080)])
 # Four buckets: 60 ms is the threshold. DDP rebuilds its buckets after the
 # first step: the rule reads them again before it registers.
 r["four_buckets_50ms"] = run([(100, 0.050)], buckets="a, b, c, d")
@@ -133,7 +140,7 @@ r["builtin_hook"] = own("always", True)
 # the model) carries none.
 m = dt.StepMeter(lambda: 1)
 for t in (0.0, 0.01, 0.03, 0.06):
-    m.forward(t)
+    m.forward(t, 2 * t)
 st = pickle.loads(pickle.dumps(dt._State("world")))
 r["meter"] = [round(m.median(), 6), round(m.threshold, 9), st.group, st.meter]
 
@@ -158,11 +165,12 @@ r["reports"] = [[s.get("ddpStep"), s.get("collectives")] for s in sent]
 print(json.dumps(r, sort_keys=True))
 `
 
-// TestDDPTimingRule checks rover._ddptiming's rule for stock DDP with a
-// fake clock and a fake DDP: tiny steps never register Rover's timed hook;
+// TestDDPTimingRule checks rover._ddptiming's rule for stock DDP with
+// fake clocks and a fake DDP: tiny steps never register Rover's timed hook;
 // steps long enough that its cost per bucket is under 1% of one register
 // it (once most of the last 16 are); a job whose steps slow down registers
-// it later; more buckets need longer steps, read from DDP after its
+// it later; steps long in wall-clock time but short in CPU time (a process
+// short of CPU) do not; more buckets need longer steps, read from DDP after its
 // rebuild or estimated from the parameters; ROVER_COLLECTIVE_TIMING=always
 // registers at the first forward call; a failed registration leaves DDP
 // untimed and working, tried once; a script's own hook is timed, a C++ one
@@ -204,6 +212,8 @@ func TestDDPTimingRule(t *testing.T) {
 		"slows_down": at(209, 240),
 		"just_under": never(200),
 		"half_slow":  never(10100),
+		"starved":    never(100),
+		"threads":    at(10, 100),
 		// 4 buckets: 60 ms.
 		"four_buckets_50ms":    never(100),
 		"four_buckets_100ms":   at(10, 100),
@@ -277,7 +287,7 @@ sys.modules.update({"torch": torch, "torch.distributed": dist, "torch.distribute
 import rover._colltime as ct
 import rover._ddptiming as dt
 now = [0.0]
-dt._now = lambda: now[0]
+dt._now = dt._cpu = lambda: now[0]
 ct.install()
 d = DDP()
 for _ in range(30):

@@ -12,13 +12,17 @@ does (each gradient scaled by 1/world size, then summed) so that results
 do not change, but whose mere presence costs about HOOK_SECONDS_PER_BUCKET
 per bucket per step (DDP hands each bucket to Python and its completion
 takes the GIL): 13% of a 1.2 ms step, 0.3% of a 50 ms one. So the hook is
-registered only where it costs under BUDGET of a step: each DDP forward
-call reads the monotonic clock once, the intervals between forward calls
-are the steps, and once most of the last WINDOW of them (so their median)
-are at least the hook's cost per step over BUDGET, the hook is registered
-(at a forward call, between two backward passes; from then on, for good).
-A job whose steps are short never pays for it; one whose steps grow long
-(a throttled node, a larger model) is timed from then on.
+registered only where it costs under BUDGET of a step. Each DDP forward
+call reads the monotonic and the process's CPU clock; the step is the
+lesser of the wall-clock and the CPU seconds between two forward calls
+(the hook's cost is CPU time: a process short of CPU, on an oversubscribed
+or throttled host, pays it stretched as much as its steps, so a step long
+only in wall-clock time does not make it cheap). Once most of the last
+WINDOW steps (so their median) are at least the hook's cost per step over
+BUDGET, the hook is registered (at a forward call, between two backward
+passes; from then on, for good). A job whose steps are short never pays
+for it; one whose steps grow long (a larger model, a slower processor) is
+timed from then on.
 
 ``ROVER_COLLECTIVE_TIMING=always`` registers the hook at the first forward
 call whatever it costs; ``ROVER_COLLECTIVE_TIMING_HOOK_US`` replaces the
@@ -51,34 +55,36 @@ WINDOW = 16
 
 _DDP_OP = "all_reduce (DDP bucket)"
 
-# The clock the forward calls read (tests replace it).
-_now = time.monotonic
+# The clocks the forward calls read (tests replace them).
+_now, _cpu = time.monotonic, time.process_time
 
 
 class StepMeter:
     """Decides when stock DDP's buckets get timed: see the module's comment.
 
-    forward(now) is called at each DDP forward call, with the monotonic
-    time; it returns True, once, when the timed hook should be registered:
-    when more than half of the last WINDOW intervals between forward calls
-    are at least the threshold, the hook's cost per step (per_bucket times
-    the buckets DDP has) over budget. buckets is called for the number of
-    buckets only then (it may change: DDP rebuilds them after its first
-    step), and the intervals are counted again against its answer. O(1)
-    per call otherwise: one interval in a ring and a count of the long ones.
+    forward(now, cpu) is called at each DDP forward call, with the
+    monotonic time and the process's CPU time; it returns True, once, when
+    the timed hook should be registered: when more than half of the last
+    WINDOW steps (the lesser of the wall-clock and CPU seconds between two
+    forward calls) are at least the threshold, the hook's cost per step
+    (per_bucket times the buckets DDP has) over budget. buckets is called
+    for the number of buckets only then (it may change: DDP rebuilds them
+    after its first step), and the steps are counted again against its
+    answer. O(1) per call otherwise: one step in a ring and a count of the
+    long ones.
     """
 
-    __slots__ = ("per_bucket", "budget", "buckets", "threshold", "_ring", "_i", "_long", "_last")
+    __slots__ = ("per_bucket", "budget", "buckets", "threshold", "_ring", "_i", "_long", "_wall", "_cpu")
 
     def __init__(self, buckets, per_bucket=None, budget=None):
         self.per_bucket = HOOK_SECONDS_PER_BUCKET if per_bucket is None else per_bucket
         self.budget = BUDGET if budget is None else budget
         self.buckets = buckets
         self.threshold = self._threshold()
-        self._ring = [-1.0] * WINDOW  # -1: no interval yet, never long
+        self._ring = [-1.0] * WINDOW  # -1: no step yet, never long
         self._i = 0
-        self._long = 0  # intervals in the ring at least the threshold
-        self._last = None
+        self._long = 0  # steps in the ring at least the threshold
+        self._wall = self._cpu = None  # at the previous call
 
     def _threshold(self):
         try:
@@ -87,11 +93,11 @@ class StepMeter:
             n = 1
         return self.per_bucket * n / self.budget
 
-    def forward(self, now):
-        last, self._last = self._last, now
-        if last is None:
+    def forward(self, now, cpu):
+        wall, self._wall, last_cpu, self._cpu = self._wall, now, self._cpu, cpu
+        if wall is None:
             return False
-        dt, i, t = now - last, self._i, self.threshold
+        dt, i, t = min(now - wall, cpu - last_cpu), self._i, self.threshold
         old = self._ring[i]
         self._ring[i] = dt
         self._i = i + 1 if i + 1 < WINDOW else 0
@@ -107,7 +113,7 @@ class StepMeter:
         return True
 
     def median(self):
-        """The median of the intervals in the ring (None before any)."""
+        """The median of the steps in the ring (None before any)."""
         xs = sorted(x for x in self._ring if x >= 0)
         return xs[len(xs) // 2] if xs else None
 
@@ -276,13 +282,13 @@ def patch(ddp_mod, c10d, mode, per_bucket=None):
             register_timed_default(self, st)
         else:
             st.meter = StepMeter(lambda: bucket_count(self), per_bucket)
-            st.meter.forward(_now())
+            st.meter.forward(_now(), _cpu())
 
     def forward(self, *args, **kwargs):
         st = self.__dict__.get("_rover_ddp") or _state(self, c10d)
         st.forwards += 1
         if st.meter is not None:
-            if st.meter.forward(_now()):
+            if st.meter.forward(_now(), _cpu()):
                 register_timed_default(self, st)
         elif not st.decided:
             decide(self, st)
