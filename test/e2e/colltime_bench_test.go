@@ -131,6 +131,7 @@ func exampleStepTime(b *testing.B, timing string, steps int, allreduce, sleep st
 
 var (
 	inProcessLine    = regexp.MustCompile(`in-process: \d+ steps, --allreduce \w+: ([0-9.]+) us per step with the hook, ([0-9.]+) us without`)
+	inProcessCPU     = regexp.MustCompile(`in-process CPU: ([0-9.]+) us per step with the hook, ([0-9.]+) us without`)
 	inProcessBuckets = regexp.MustCompile(`in-process: \d+ gradient buckets, [^\n]*`)
 )
 
@@ -138,7 +139,9 @@ var (
 // noise: two ranks (gloo, no rover run) each train two copies of the
 // example's model, with and without the hook, alternating steps in one
 // process (testdata/colltime_ab.py; forward and backward only); b.N such
-// jobs, the medians of their medians reported. $COLLTIME_STEPS (default
+// jobs, the medians of their medians reported, of wall-clock time and of
+// the process's CPU time per step (which other load on the machine
+// disturbs less). $COLLTIME_STEPS (default
 // 2000), $COLLTIME_ALLREDUCE and $COLLTIME_TIMING as for
 // BenchmarkCollectiveTimingOverhead; $COLLTIME_HIDDEN and $COLLTIME_BATCH
 // set the model's hidden width and the samples per step (default 64 and
@@ -166,7 +169,7 @@ func BenchmarkCollectiveTimingInProcess(b *testing.B) {
 	}
 	script := filepath.Join(repoRoot, "test", "e2e", "testdata", "colltime_ab.py")
 	var on, off []time.Duration
-	var diffs []float64
+	var diffs, cpuDiffs []float64
 	for i := range b.N {
 		port := strconv.Itoa(20000 + rand.IntN(20000))
 		env := append(os.Environ(), "ROVER_PYTHON="+filepath.Join(repoRoot, "python"), "PORT="+port, "STEPS="+steps, "ALLREDUCE="+allreduce,
@@ -192,13 +195,49 @@ func BenchmarkCollectiveTimingInProcess(b *testing.B) {
 		without, _ := strconv.ParseFloat(string(m[2]), 64)
 		on, off = append(on, time.Duration(with*1e3)), append(off, time.Duration(without*1e3))
 		diffs = append(diffs, (with-without)/without)
-		fmt.Printf("job %d of %d: %s per step with the hook, %s without (%+.2f%%); %s\n", i+1, b.N, on[i], off[i], 100*(with-without)/without,
-			inProcessBuckets.Find(out))
+		c := inProcessCPU.FindSubmatch(out)
+		if c == nil {
+			b.Fatalf("colltime_ab.py printed no %q line:\n%s", inProcessCPU, out)
+		}
+		cpuWith, _ := strconv.ParseFloat(string(c[1]), 64)
+		cpuWithout, _ := strconv.ParseFloat(string(c[2]), 64)
+		cpuDiffs = append(cpuDiffs, (cpuWith-cpuWithout)/cpuWithout)
+		fmt.Printf("job %d of %d: %s per step with the hook, %s without (%+.2f%%); CPU %.1f us with, %.1f us without (%+.2f%%); %s\n",
+			i+1, b.N, on[i], off[i], 100*(with-without)/without, cpuWith, cpuWithout, 100*cpuDiffs[i], inProcessBuckets.Find(out))
 	}
 	mon, moff, mdiff := median(on), median(off), medianFloat(diffs)
 	b.ReportMetric(float64(mon.Nanoseconds())/1e3, "on-us/step")
 	b.ReportMetric(float64(moff.Nanoseconds())/1e3, "off-us/step")
 	b.ReportMetric(100*mdiff, "overhead-%")
-	fmt.Printf("median of %d jobs (%s steps, --allreduce %s, ROVER_COLLECTIVE_TIMING=%s, %v): %s per step with the hook, %s without; median difference %+.2f%%\n",
-		b.N, steps, allreduce, timing, size, mon, moff, 100*mdiff)
+	b.ReportMetric(100*medianFloat(cpuDiffs), "cpu-overhead-%")
+	fmt.Printf("median of %d jobs (%s steps, --allreduce %s, ROVER_COLLECTIVE_TIMING=%s, %v): %s per step with the hook, %s without; "+
+		"median difference %+.2f%% (CPU time per step: %+.2f%%)\n", b.N, steps, allreduce, timing, size, mon, moff, 100*mdiff, 100*medianFloat(cpuDiffs))
+}
+
+var forwardLine = regexp.MustCompile(`forward: ([0-9.]+) us per call with the rule, ([0-9.]+) us bare: ([0-9.]+) us of bookkeeping`)
+
+// BenchmarkCollectiveTimingForward measures what collective timing adds to
+// each forward call of a stock DDP model whose buckets it leaves untimed
+// (the adaptive rule's bookkeeping), on a fake DDP without torch
+// (testdata/colltime_forward.py): b.N runs, the median of their best-of-7
+// figures reported, in microseconds per call.
+func BenchmarkCollectiveTimingForward(b *testing.B) {
+	var extra []float64
+	for i := range b.N {
+		cmd := exec.Command(pythonExec, filepath.Join(repoRoot, "test", "e2e", "testdata", "colltime_forward.py"))
+		cmd.Env = append(os.Environ(), "ROVER_PYTHON="+filepath.Join(repoRoot, "python"))
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			b.Fatalf("colltime_forward.py: %v\n%s", err, out)
+		}
+		m := forwardLine.FindSubmatch(out)
+		if m == nil {
+			b.Fatalf("colltime_forward.py printed no %q line:\n%s", forwardLine, out)
+		}
+		us, _ := strconv.ParseFloat(string(m[3]), 64)
+		extra = append(extra, us)
+		fmt.Printf("run %d of %d: %s", i+1, b.N, out)
+	}
+	b.ReportMetric(medianFloat(extra), "us/forward")
+	fmt.Printf("median of %d runs: %.3f us of bookkeeping per forward call\n", b.N, medianFloat(extra))
 }
