@@ -101,8 +101,8 @@ bench-backup-restore: ## a lost node of a sharded rover submit job: steps rolled
 bench-restart: ## worker SIGKILL to training again on rover run, 2 workers, by phase (detect, stop, persist, rendezvous, spawn, import, pg, restore, first step)
 	PYTHON_EXEC="$$(scripts/find-python --install)" $(GO) test ./test/e2e -run '^$$' -bench WorkerRestart -benchtime $${RUNS:-10}x -timeout 30m
 
-bench-colltime: ## collective timing's cost: the DDP example's step time with the worker hook and without (ROVER_COLLECTIVE_TIMING=0), interleaved pairs
-	PYTHON_EXEC="$$(scripts/find-python --install)" COLLTIME_ALLREDUCE=$${ALLREDUCE:-ordered} $(GO) test ./test/e2e -run '^$$' -bench CollectiveTimingOverhead -benchtime $${RUNS:-10}x -timeout 30m
+bench-colltime: ## collective timing's cost: the DDP example's step time with the worker hook (ROVER_COLLECTIVE_TIMING=$TIMING, 1 or always) and without (0), interleaved pairs; STEP_SLEEP for longer steps
+	PYTHON_EXEC="$$(scripts/find-python --install)" COLLTIME_ALLREDUCE=$${ALLREDUCE:-ordered} COLLTIME_TIMING=$${TIMING:-1} COLLTIME_STEP_SLEEP=$${STEP_SLEEP:-0} $(GO) test ./test/e2e -run '^$$' -bench CollectiveTimingOverhead -benchtime $${RUNS:-10}x -timeout 30m
 
 bench-autoscale: ## auto-scaling on rover submit: wall time, throughput and node-seconds of the same job on fixed MIN, fixed MAX and --auto-scale, linear and saturating
 	PYTHON_EXEC="$$(scripts/find-python --install)" $(GO) test ./test/e2e -run '^$$' -bench AutoScale -benchtime $${RUNS:-1}x -timeout 60m

@@ -72,6 +72,9 @@ func (b *progressBook) add(round int64, p *roverv1.WorkerProgress) {
 	if c := p.GetCollective(); c != nil { // the newest; else the one before stands
 		w.Collective = c
 	}
+	if d := p.GetDdpStep(); d != nil { // likewise
+		w.DdpStep = d
+	}
 	select {
 	case b.ready <- struct{}{}:
 	default:
@@ -168,6 +171,10 @@ func checkProgress(p *roverv1.WorkerProgress, localWorldSize int) error {
 	if c := p.GetCollective(); c != nil && (c.GetSeq() < 1 || c.GetBytes() < 0 || c.GetOp() == "" || len(c.GetOp()) > 64 || len(c.GetGroup()) > 256) {
 		errs = append(errs, fmt.Errorf("collective %q #%d (%d bytes, group %.32q): want an op of at most 64 bytes, seq >= 1, bytes >= 0, a group of at most 256 bytes",
 			c.GetOp(), c.GetSeq(), c.GetBytes(), c.GetGroup()))
+	}
+	if d := p.GetDdpStep(); d != nil && (d.GetForwards() < 1 || len(d.GetGroup()) > 256) {
+		errs = append(errs, fmt.Errorf("ddp_step #%d (group %.32q): want forwards >= 1 and a group of at most 256 bytes",
+			d.GetForwards(), d.GetGroup()))
 	}
 	return errors.Join(errs...)
 }

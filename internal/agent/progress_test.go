@@ -45,6 +45,13 @@ func TestProgressBook(t *testing.T) {
 	if w := b.take().GetWorkers(); len(w) != 1 || w[0].GetCommSeconds() != 0.75 || w[0].GetCollectives() != 5 || w[0].GetCollective().GetSeq() != 3 {
 		t.Fatalf("collective sums: %v", w)
 	}
+	// The newest DDP step likewise.
+	d1 := &roverv1.DDPStep{Group: "world", Forwards: 14}
+	b.add(5, &roverv1.WorkerProgress{LocalRank: 0, Step: 11, DdpStep: d1})
+	b.add(5, &roverv1.WorkerProgress{LocalRank: 0, Step: 12})
+	if w := b.take().GetWorkers(); len(w) != 1 || w[0].GetDdpStep().GetForwards() != 14 {
+		t.Fatalf("DDP step: %v", w)
+	}
 	// GPU timing (CUDA events): sums.
 	b.add(6, &roverv1.WorkerProgress{LocalRank: 1, Step: 11, GpuCollectiveSeconds: 0.5, MatmulSeconds: 0.25, MatmulFlops: 1000})
 	b.add(6, &roverv1.WorkerProgress{LocalRank: 1, Step: 12, GpuCollectiveSeconds: 0.25, MatmulSeconds: 0.5, MatmulFlops: 2000})
@@ -56,7 +63,8 @@ func TestProgressBook(t *testing.T) {
 		t.Fatalf("devices: %v", d)
 	}
 	for _, bad := range []*roverv1.WorkerProgress{nil, {LocalRank: 2}, {Step: -1}, {WallSeconds: -1}, {StepUnixNanos: -1},
-		{CommSeconds: -1}, {Collectives: -1}, {GpuCollectiveSeconds: -1}, {MatmulSeconds: math.NaN()}, {MatmulFlops: -1}, {Collective: &roverv1.Collective{Op: "all_reduce"}}, {Collective: &roverv1.Collective{Seq: 1}}} {
+		{CommSeconds: -1}, {Collectives: -1}, {GpuCollectiveSeconds: -1}, {MatmulSeconds: math.NaN()}, {MatmulFlops: -1}, {Collective: &roverv1.Collective{Op: "all_reduce"}}, {Collective: &roverv1.Collective{Seq: 1}},
+		{DdpStep: &roverv1.DDPStep{Group: "world"}}, {DdpStep: &roverv1.DDPStep{Forwards: 1, Group: strings.Repeat("g", 257)}}} {
 		if checkProgress(bad, 2) == nil {
 			t.Errorf("%v passed the checks", bad)
 		}

@@ -408,9 +408,26 @@ func TestCollectivesShown(t *testing.T) {
 			t.Errorf("status lacks %q:\n%s", want, b.String())
 		}
 	}
-	if strings.Contains(b.String(), "TFLOPS") {
-		t.Errorf("status shows matmul throughput without GPU timing:\n%s", b.String())
+	if strings.Contains(b.String(), "TFLOPS") || strings.Contains(b.String(), "DDP STEP") {
+		t.Errorf("status shows matmul throughput without GPU timing, or DDP steps none reported:\n%s", b.String())
 	}
+	// Stock DDP with untimed buckets: the DDP step each rank is in, and a
+	// rank that issued no timed collective.
+	hc := j.Progress.HangCollectives
+	j.Progress.HangCollectives = []*roverv1.RankCollective{
+		{Rank: 0, NodeId: "node0", Collective: coll(1, true), DdpStep: &roverv1.DDPStep{Group: "world", Forwards: 15}},
+		{Rank: 1, NodeId: "node1", DdpStep: &roverv1.DDPStep{Group: "world", Forwards: 14}}}
+	b.Reset()
+	if err := Status(&b, j); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"STATE         DDP STEP  BUCKETS", "0     node0  all_reduce  1    world  8640   completed it  15        untimed",
+		"1     node1  -           -    -      -      -             14        untimed"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("status lacks %q:\n%s", want, b.String())
+		}
+	}
+	j.Progress.HangCollectives = hc
 	j.Progress.Nodes[0].MatmulTflops, j.Progress.Nodes[1].MatmulTflops = 61.5, 58.25
 	b.Reset()
 	if err := Status(&b, j); err != nil {

@@ -76,20 +76,43 @@ func writeProgress(b *bytes.Buffer, p *roverv1.JobProgress) {
 }
 
 // writeHangCollectives writes where each rank stood in its collectives
-// when the hang was declared.
+// when the hang was declared, and in its DDP steps where ranks report
+// them ("-": nothing reported).
 func writeHangCollectives(b *bytes.Buffer, rcs []*roverv1.RankCollective) {
 	if len(rcs) == 0 {
 		return
 	}
-	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "RANK\tNODE\tCOLLECTIVE\tSEQ\tGROUP\tBYTES\tSTATE")
+	steps := false
 	for _, rc := range rcs {
-		c := rc.GetCollective()
-		state := "in it"
-		if c.GetDone() {
-			state = "completed it"
+		steps = steps || rc.GetDdpStep() != nil
+	}
+	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
+	header := "RANK\tNODE\tCOLLECTIVE\tSEQ\tGROUP\tBYTES\tSTATE"
+	if steps {
+		header += "\tDDP STEP\tBUCKETS"
+	}
+	fmt.Fprintln(tw, header)
+	for _, rc := range rcs {
+		fmt.Fprintf(tw, "%d\t%s\t", rc.GetRank(), rc.GetNodeId())
+		if c := rc.GetCollective(); c != nil {
+			state := "in it"
+			if c.GetDone() {
+				state = "completed it"
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s", c.GetOp(), c.GetSeq(), c.GetGroup(), c.GetBytes(), state)
+		} else {
+			fmt.Fprint(tw, "-\t-\t-\t-\t-")
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%d\t%s\n", rc.GetRank(), rc.GetNodeId(), c.GetOp(), c.GetSeq(), c.GetGroup(), c.GetBytes(), state)
+		if d := rc.GetDdpStep(); steps && d != nil {
+			timed := "untimed"
+			if d.GetBucketsTimed() {
+				timed = "timed"
+			}
+			fmt.Fprintf(tw, "\t%d\t%s", d.GetForwards(), timed)
+		} else if steps {
+			fmt.Fprint(tw, "\t-\t-")
+		}
+		fmt.Fprint(tw, "\n")
 	}
 	_ = tw.Flush()
 }

@@ -151,9 +151,14 @@ func progressProto(p *jobstate.Progress, round int64, nodes []*roverv1.NodeStatu
 	}
 	slices.SortFunc(out.Nodes, func(a, b *roverv1.NodeStepTime) int { return cmp.Compare(a.NodeRank, b.NodeRank) })
 	for _, rc := range v.HangCollectives {
-		c := rc.Collective
-		out.HangCollectives = append(out.HangCollectives, &roverv1.RankCollective{Rank: rc.Rank, NodeId: rc.Node,
-			Collective: &roverv1.Collective{Op: c.Op, Bytes: c.Bytes, Group: c.Group, Seq: c.Seq, Done: c.Done}})
+		prc := &roverv1.RankCollective{Rank: rc.Rank, NodeId: rc.Node}
+		if c := rc.Collective; c.Seq > 0 {
+			prc.Collective = &roverv1.Collective{Op: c.Op, Bytes: c.Bytes, Group: c.Group, Seq: c.Seq, Done: c.Done}
+		}
+		if s := rc.Step; s.Forwards > 0 {
+			prc.DdpStep = &roverv1.DDPStep{Group: s.Group, Forwards: s.Forwards, BucketsTimed: s.BucketsTimed}
+		}
+		out.HangCollectives = append(out.HangCollectives, prc)
 	}
 	return out
 }
@@ -185,6 +190,9 @@ func nodeReport(np *roverv1.NodeProgress) jobstate.NodeReport {
 			MatmulFlops: w.GetMatmulFlops(), MatmulSeconds: w.GetMatmulSeconds(), Samples: max(w.GetSamples(), 0)}
 		if c := w.GetCollective(); c != nil {
 			wr.Collective = &stall.Collective{Op: c.GetOp(), Bytes: c.GetBytes(), Group: c.GetGroup(), Seq: c.GetSeq(), Done: c.GetDone()}
+		}
+		if d := w.GetDdpStep(); d != nil {
+			wr.DDPStep = &stall.DDPStep{Group: d.GetGroup(), Forwards: d.GetForwards(), BucketsTimed: d.GetBucketsTimed()}
 		}
 		r.Workers = append(r.Workers, wr)
 	}

@@ -15,6 +15,8 @@ func TestParseErrors(t *testing.T) {
 		want    []string // substrings that must all appear
 		notWant []string // substrings that must not appear
 	}{
+		{name: "collective timing mode", args: []string{"train.py"}, env: map[string]string{"ROVER_COLLECTIVE_TIMING": "on"},
+			want: []string{`ROVER_COLLECTIVE_TIMING="on": want 0 (collective timing off), 1 (the default`, "or always"}},
 		{name: "a flag of rover submit", args: []string{"--auto-scale", "train.py"},
 			want: []string{"--auto-scale is rover submit's, not rover run's", "rover submit --auto-scale"}},
 		{name: "unknown flag", args: []string{"--foo", "train.py"},

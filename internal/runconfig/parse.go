@@ -120,6 +120,7 @@ func (p Parser) Parse(args []string) (*Config, error) {
 	if err := kubeflowEndpoint(c, src, p.Getenv); err != nil {
 		errs = append(errs, err)
 	}
+	errs = append(errs, checkCollectiveTiming(p.Getenv)...)
 	resolveStandalone(c, src)
 	ignoreForStandalone(c, src)
 	staticWorld(c)

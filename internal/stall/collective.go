@@ -21,11 +21,13 @@ func (c Collective) String() string {
 	return fmt.Sprintf("%s #%d (group %s, %s)", c.Op, c.Seq, c.Group, byteSize(c.Bytes))
 }
 
-// RankCollective is where one rank stands: the newest collective it issued.
+// RankCollective is where one rank stands: the newest collective it
+// issued (Seq 0: none), and the DDP step it is in (Forwards 0: none).
 type RankCollective struct {
 	Rank       int32
 	Node       string
 	Collective Collective
+	Step       DDPStep
 }
 
 // Location says where a hung job's ranks stand in their collectives.
@@ -48,11 +50,14 @@ type Location struct {
 // sequence number still in flight wait for the ranks whose newest is
 // lower. Where several groups have such a collective, the one with the
 // most waiting ranks is chosen (then the first group by name). ok is false
-// when no collective is in flight that a rank has not arrived at.
+// when no collective is in flight that a rank has not arrived at. Ranks
+// that issued none are among the Others.
 func Locate(ranks []RankCollective) (Location, bool) {
 	byGroup := map[string][]RankCollective{}
 	for _, r := range ranks {
-		byGroup[r.Collective.Group] = append(byGroup[r.Collective.Group], r)
+		if r.Collective.Seq > 0 {
+			byGroup[r.Collective.Group] = append(byGroup[r.Collective.Group], r)
+		}
 	}
 	var best Location
 	found := false

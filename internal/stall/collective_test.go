@@ -89,6 +89,9 @@ func TestLocate(t *testing.T) {
 			in(0, "n0", "all_reduce", 15, false), in(1, "n1", "all_reduce", 12, true),
 			{Rank: 2, Node: "n1", Collective: Collective{Op: "broadcast", Group: "ranks 2,3", Seq: 1}}}, true,
 			"rank 0 waits in all_reduce #15 (group world, 8.4 KiB); rank 1 (n1) never arrived: it last completed all_reduce #12 (group world, 8.4 KiB)", 1},
+		{"a rank that issued no collective is among the others", []RankCollective{
+			in(0, "n0", "all_reduce", 2, false), in(1, "n1", "all_reduce", 1, true), {Rank: 2, Node: "n1", Step: DDPStep{Group: "world", Forwards: 3}}}, true,
+			"rank 0 waits in all_reduce #2 (group world, 8.4 KiB); rank 1 (n1) never arrived: it last completed all_reduce #1 (group world, 8.4 KiB)", 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -4,11 +4,12 @@ startup hook (``_sitecustomize.py``), with no change to the script.
 When ``torch.distributed`` is imported, its collectives (all_reduce,
 all_gather, all_gather_into_tensor, reduce_scatter, reduce_scatter_tensor,
 broadcast, barrier, reduce, gather, scatter, all_to_all, all_to_all_single)
-are wrapped, and so is DDP's bucketed all-reduce: a communication hook the
-script registers is timed, and a DDP with none gets Rover's, which does
-what DDP's built-in one does (each gradient scaled by 1/world size, then
-summed) so that results do not change. Object collectives count as the
-collectives they run.
+are wrapped, and so is DDP's bucketed all-reduce (``_ddptiming.py``): a
+communication hook the script registers is timed, and a DDP with none gets
+Rover's, which does what DDP's built-in one does (each gradient scaled by
+1/world size, then summed) so that results do not change, once its steps
+are long enough that the Python hook costs under 1% of one. Object
+collectives count as the collectives they run.
 
 What is kept is cheap and aggregate, never one record per call:
 
@@ -20,7 +21,10 @@ What is kept is cheap and aggregate, never one record per call:
 * the number of collectives issued;
 * the newest collective issued: its op, bytes, process group, sequence
   number in that group, and whether it completed. After a hang, the ranks
-  that wait are in one collective and a rank that never arrived is not.
+  that wait are in one collective and a rank that never arrived is not;
+* the newest DDP forward call: the DDP step the rank is in, and whether
+  its gradient buckets are timed. Where they are not, a rank that never
+  began the step the others are in is still found.
 
 Where collectives run on a GPU, a CudaTimer also times, with CUDA events,
 the kernels of the synchronous collectives and of the matrix multiplies
@@ -28,8 +32,9 @@ the kernels of the synchronous collectives and of the matrix multiplies
 their floating-point operations: the GPU's matmul throughput.
 
 Everything reaches the agent with the progress reports (``progress.py``).
-Set ``ROVER_COLLECTIVE_TIMING=0`` to leave torch untouched. Every error of
-the installation is swallowed: timing must never break a worker.
+Set ``ROVER_COLLECTIVE_TIMING=0`` to leave torch untouched, ``always`` to
+time stock DDP's buckets whatever it costs. Every error of the
+installation is swallowed: timing must never break a worker.
 docs/design/collective-timing.md has the design.
 """
 
@@ -78,6 +83,8 @@ class Clock:
         self._seq = {}  # newest sequence number by group
         self.newest = None  # the newest Collective issued
         self.changed = False  # the newest collective changed since the last take
+        self.ddp = None  # the newest DDP forward call: (its group, forward calls, buckets timed)
+        self.ddp_changed = False  # ddp changed since the last take
         self.cuda = None  # a CudaTimer once a collective ran on a GPU (_cuda_timer)
 
     def begin(self, op, nbytes, group):
@@ -111,6 +118,20 @@ class Clock:
             if self._inflight:
                 return self._total + self._now() - self._since
             return self._total
+
+    def ddp_step(self, group, forwards, timed):
+        """Records a DDP forward call: the rank is in its model's step
+        number forwards (_ddptiming.py). No lock: one assignment."""
+        self.ddp, self.ddp_changed = (group, forwards, timed), True
+
+    def take_ddp(self):
+        """The newest DDP step's report when it changed since the last
+        take, else None."""
+        if not self.ddp_changed or self.ddp is None:
+            return None
+        self.ddp_changed = False
+        group, forwards, timed = self.ddp
+        return {"group": group, "forwards": str(forwards), "bucketsTimed": timed}
 
     def take_newest(self):
         """The newest collective's report when it changed since the last
@@ -394,93 +415,13 @@ def _drain_callbacks(limit=1.0):
         time.sleep(0.001)
 
 
-def _timed_hook(c10d, hook):
-    """Wraps a DDP communication hook: the bucket's reduction, from the
-    hook's call to its future's completion, is one collective."""
-
-    def rover_timed_hook(state, bucket):
-        group = state if state is not None and hasattr(state, "size") else None
-        buf = bucket.buffer()
-        c = clock.begin("all_reduce (DDP bucket)", _nbytes(buf), _group_name(c10d, group))
-        if clock.cuda is None and _on_gpu(buf):
-            _cuda_timer(sys.modules["torch"])  # the model's matmuls are timed from now on
-        _local.depth = getattr(_local, "depth", 0) + 1
-        try:
-            fut = hook(state, bucket)
-        except BaseException:
-            clock.end(c)
-            raise
-        finally:
-            _local.depth -= 1
-
-        return fut.then(_Done(c, _ALL))
-
-    rover_timed_hook.__wrapped__ = hook
-    return rover_timed_hook
-
-
-def _timed_default_hook(c10d):
-    """DDP's built-in reduction as one timed hook: the bucket scaled by
-    1/world size (as DDP scales it), summed by the process group's own
-    all_reduce (not the timed wrapper of c10d's), and timed from the call to
-    the sum's completion with a single callback, which is what the hook's
-    cost on every step comes to."""
-    all_reduce = getattr(c10d.all_reduce, "__wrapped__", c10d.all_reduce)
-    world_of = {}  # id(group) -> (world size, group name)
-
-    def rover_timed_allreduce_hook(group, bucket):
-        key = id(group)
-        known = world_of.get(key)
-        if known is None:
-            known = world_of[key] = (c10d.get_world_size(group), _group_name(c10d, group))
-        world, name = known
-        buf = bucket.buffer()
-        c = clock.begin("all_reduce (DDP bucket)", buf.numel() * buf.element_size(), name)
-        if clock.cuda is None and buf.is_cuda:
-            _cuda_timer(sys.modules["torch"])  # the model's matmuls are timed from now on
-        try:
-            buf.mul_(1.0 / world)
-            fut = all_reduce(buf, group=group, async_op=True).get_future()
-        except BaseException:
-            clock.end(c)
-            raise
-
-        return fut.then(_Done(c, _FIRST))
-
-    return rover_timed_allreduce_hook
-
-
 def _patch_ddp(ddp_mod):
+    """Times DDP's gradient buckets (_ddptiming.py)."""
     import torch.distributed.distributed_c10d as c10d
 
-    DDP = ddp_mod.DistributedDataParallel
-    if getattr(DDP, "_rover_timed", False):
-        return
-    register, builtin, ddp_forward = DDP.register_comm_hook, DDP._register_builtin_comm_hook, DDP.forward
+    from . import _ddptiming
 
-    def register_comm_hook(self, state, hook):
-        self._rover_hooked = True
-        return register(self, state, _timed_hook(c10d, hook))
-
-    def _register_builtin_comm_hook(self, comm_hook_type):
-        self._rover_hooked = True  # a C++ hook: not timed
-        return builtin(self, comm_hook_type)
-
-    def forward(self, *args, **kwargs):
-        if not getattr(self, "_rover_hooked", False):
-            self._rover_hooked = True
-            try:
-                if c10d.get_backend(self.process_group) in ("gloo", "nccl"):
-                    register(self, self.process_group, _timed_default_hook(c10d))
-            except Exception:
-                pass  # DDP without its hook: untimed, as before
-        return ddp_forward(self, *args, **kwargs)
-
-    for f, orig in ((register_comm_hook, register), (_register_builtin_comm_hook, builtin), (forward, ddp_forward)):
-        f.__doc__, f.__wrapped__ = orig.__doc__, orig
-    DDP.register_comm_hook, DDP._register_builtin_comm_hook, DDP.forward = (
-        register_comm_hook, _register_builtin_comm_hook, forward)
-    DDP._rover_timed = True
+    _ddptiming.patch(ddp_mod, c10d, _mode, _hook_seconds)
 
 
 class _Finder:
@@ -520,11 +461,44 @@ class _Finder:
         return spec
 
 
+# How stock DDP's buckets are timed (_ddptiming.py): "adaptive" or "always".
+_mode = "adaptive"
+
+# The cost of Rover's hook per DDP bucket per step that the adaptive rule
+# assumes, from ROVER_COLLECTIVE_TIMING_HOOK_US; None: _ddptiming's default.
+_hook_seconds = None
+
+# ROVER_COLLECTIVE_TIMING's values: what each means.
+MODES = {"0": None, "1": "adaptive", "": "adaptive", "always": "always"}
+
+
 def install():
     """Times torch's collectives once torch.distributed loads (at once if
-    it has); a no-op with ROVER_COLLECTIVE_TIMING=0."""
-    if os.environ.get("ROVER_COLLECTIVE_TIMING", "1") == "0":
+    it has), as ROVER_COLLECTIVE_TIMING says: 0 off (a no-op), 1 or unset
+    the default (stock DDP's buckets timed where that costs under 1% of a
+    step), always (stock DDP's buckets timed whatever it costs).
+    ROVER_COLLECTIVE_TIMING_HOOK_US replaces the hook's cost per bucket per
+    step that the default assumes (_ddptiming.HOOK_SECONDS_PER_BUCKET), for
+    a host where it was measured. rover run refuses other values; here they
+    count as the default, with a warning."""
+    global _mode, _hook_seconds
+    value = os.environ.get("ROVER_COLLECTIVE_TIMING", "")
+    if value not in MODES:
+        sys.stderr.write("rover: ROVER_COLLECTIVE_TIMING=%r: want 0 (off), 1 (the default: stock DDP's buckets timed "
+                         "where that costs under 1%% of a step) or always; using 1\n" % value)
+        value = "1"
+    if MODES[value] is None:
         return
+    _mode = MODES[value]
+    us = os.environ.get("ROVER_COLLECTIVE_TIMING_HOOK_US", "")
+    if us:
+        try:
+            seconds = float(us) * 1e-6
+            if not 0 <= seconds <= 1e3:
+                raise ValueError(us)
+            _hook_seconds = seconds
+        except ValueError:
+            sys.stderr.write("rover: ROVER_COLLECTIVE_TIMING_HOOK_US=%r: want microseconds, 0 to 1e9; using the default\n" % us)
     atexit.register(_drain_callbacks)
     if _C10D in sys.modules:
         _patch_c10d(sys.modules[_C10D])

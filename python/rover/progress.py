@@ -136,7 +136,10 @@ class _Reporter:
         samples = self.samples if self.explicit_samples else self.sampler_samples
         if samples:
             req["progress"]["samples"] = str(samples)
-        if self.collectives:  # collective timing (_colltime.py)
+        ddp = _colltime.clock.ddp
+        if self.collectives and (ddp is None or ddp[2]):  # collective timing (_colltime.py)
+            # Not where DDP's gradient buckets are untimed: their waits
+            # would count as compute, and the split would be false.
             req["progress"]["commSeconds"] = self.comm
             req["progress"]["collectives"] = str(self.collectives)
         if _colltime.clock.cuda is not None:  # GPU kernels timed with CUDA events
@@ -147,6 +150,9 @@ class _Reporter:
         newest = _colltime.clock.take_newest()
         if newest is not None:
             req["progress"]["collective"] = newest
+        ddp = _colltime.clock.take_ddp()
+        if ddp is not None:  # the DDP step this rank is in
+            req["progress"]["ddpStep"] = ddp
         try:
             _agent.call("ReportProgress", req, timeout=5.0)
             self.failures = 0
@@ -197,12 +203,13 @@ def _schedule(delay, fn):
 def _flush():
     """The reporter's timer, once a second from the first unsent step on:
     sends the newest step if it is not sent yet, or the newest collective
-    if it changed (where a hang sits: the step does not move then)."""
+    or DDP step if it changed (where a hang sits: the step does not move
+    then)."""
     with _lock:
         r = _reporter
         if r is None:
             return
-        if r.pending or _colltime.clock.changed:
+        if r.pending or _colltime.clock.changed or _colltime.clock.ddp_changed:
             r.send(time.monotonic())
         _schedule(_INTERVAL, _flush)
 

@@ -66,7 +66,10 @@ type WorkerProgress struct {
 	// (rover.progress.step(step, samples=...), or its ElasticSampler's
 	// batches); 0 unknown. The master sums its ranks' per step into the
 	// job's throughput in samples per second (docs/design/autoscale.md).
-	Samples       int64 `protobuf:"varint,14,opt,name=samples,proto3" json:"samples,omitempty"`
+	Samples int64 `protobuf:"varint,14,opt,name=samples,proto3" json:"samples,omitempty"`
+	// The DDP step the worker is in, when it changed since the worker's
+	// previous report; unset otherwise (and where the script runs no DDP).
+	DdpStep       *DDPStep `protobuf:"bytes,15,opt,name=ddp_step,json=ddpStep,proto3" json:"ddp_step,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -199,6 +202,85 @@ func (x *WorkerProgress) GetSamples() int64 {
 	return 0
 }
 
+func (x *WorkerProgress) GetDdpStep() *DDPStep {
+	if x != nil {
+		return x.DdpStep
+	}
+	return nil
+}
+
+// DDPStep is where a worker stands in the steps of its
+// DistributedDataParallel model: collective timing counts the model's
+// forward calls, and the step a rank is in is the number it made. Where
+// DDP's gradient buckets are not timed (stock DDP whose steps are too
+// short for Rover's hook to cost under 1% of one:
+// docs/design/collective-timing.md), it is what locates a rank that never
+// began the step the others are in.
+type DDPStep struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The model's process group: "world", or "ranks 0,2,...".
+	Group string `protobuf:"bytes,1,opt,name=group,proto3" json:"group,omitempty"`
+	// Forward calls so far, from 1: the same step has the same number on
+	// every rank.
+	Forwards int64 `protobuf:"varint,2,opt,name=forwards,proto3" json:"forwards,omitempty"`
+	// Whether the gradient buckets' all-reduces are timed (they are then
+	// collectives of their own, "all_reduce (DDP bucket)").
+	BucketsTimed  bool `protobuf:"varint,3,opt,name=buckets_timed,json=bucketsTimed,proto3" json:"buckets_timed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DDPStep) Reset() {
+	*x = DDPStep{}
+	mi := &file_api_rover_v1_progress_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DDPStep) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DDPStep) ProtoMessage() {}
+
+func (x *DDPStep) ProtoReflect() protoreflect.Message {
+	mi := &file_api_rover_v1_progress_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DDPStep.ProtoReflect.Descriptor instead.
+func (*DDPStep) Descriptor() ([]byte, []int) {
+	return file_api_rover_v1_progress_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *DDPStep) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *DDPStep) GetForwards() int64 {
+	if x != nil {
+		return x.Forwards
+	}
+	return 0
+}
+
+func (x *DDPStep) GetBucketsTimed() bool {
+	if x != nil {
+		return x.BucketsTimed
+	}
+	return false
+}
+
 // Collective is one collective operation of a worker.
 type Collective struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -220,7 +302,7 @@ type Collective struct {
 
 func (x *Collective) Reset() {
 	*x = Collective{}
-	mi := &file_api_rover_v1_progress_proto_msgTypes[1]
+	mi := &file_api_rover_v1_progress_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -232,7 +314,7 @@ func (x *Collective) String() string {
 func (*Collective) ProtoMessage() {}
 
 func (x *Collective) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_progress_proto_msgTypes[1]
+	mi := &file_api_rover_v1_progress_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -245,7 +327,7 @@ func (x *Collective) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Collective.ProtoReflect.Descriptor instead.
 func (*Collective) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_progress_proto_rawDescGZIP(), []int{1}
+	return file_api_rover_v1_progress_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Collective) GetOp() string {
@@ -288,15 +370,18 @@ type RankCollective struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Rank   int32                  `protobuf:"varint,1,opt,name=rank,proto3" json:"rank,omitempty"`
 	NodeId string                 `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	// The newest collective it issued (done: the one it last completed).
-	Collective    *Collective `protobuf:"bytes,3,opt,name=collective,proto3" json:"collective,omitempty"`
+	// The newest collective it issued (done: the one it last completed);
+	// unset when it issued none.
+	Collective *Collective `protobuf:"bytes,3,opt,name=collective,proto3" json:"collective,omitempty"`
+	// The DDP step it was in; unset where it reported none.
+	DdpStep       *DDPStep `protobuf:"bytes,4,opt,name=ddp_step,json=ddpStep,proto3" json:"ddp_step,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RankCollective) Reset() {
 	*x = RankCollective{}
-	mi := &file_api_rover_v1_progress_proto_msgTypes[2]
+	mi := &file_api_rover_v1_progress_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -308,7 +393,7 @@ func (x *RankCollective) String() string {
 func (*RankCollective) ProtoMessage() {}
 
 func (x *RankCollective) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_progress_proto_msgTypes[2]
+	mi := &file_api_rover_v1_progress_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -321,7 +406,7 @@ func (x *RankCollective) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RankCollective.ProtoReflect.Descriptor instead.
 func (*RankCollective) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_progress_proto_rawDescGZIP(), []int{2}
+	return file_api_rover_v1_progress_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *RankCollective) GetRank() int32 {
@@ -345,6 +430,13 @@ func (x *RankCollective) GetCollective() *Collective {
 	return nil
 }
 
+func (x *RankCollective) GetDdpStep() *DDPStep {
+	if x != nil {
+		return x.DdpStep
+	}
+	return nil
+}
+
 type ReportProgressRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Progress      *WorkerProgress        `protobuf:"bytes,1,opt,name=progress,proto3" json:"progress,omitempty"`
@@ -354,7 +446,7 @@ type ReportProgressRequest struct {
 
 func (x *ReportProgressRequest) Reset() {
 	*x = ReportProgressRequest{}
-	mi := &file_api_rover_v1_progress_proto_msgTypes[3]
+	mi := &file_api_rover_v1_progress_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -366,7 +458,7 @@ func (x *ReportProgressRequest) String() string {
 func (*ReportProgressRequest) ProtoMessage() {}
 
 func (x *ReportProgressRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_progress_proto_msgTypes[3]
+	mi := &file_api_rover_v1_progress_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -379,7 +471,7 @@ func (x *ReportProgressRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportProgressRequest.ProtoReflect.Descriptor instead.
 func (*ReportProgressRequest) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_progress_proto_rawDescGZIP(), []int{3}
+	return file_api_rover_v1_progress_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ReportProgressRequest) GetProgress() *WorkerProgress {
@@ -397,7 +489,7 @@ type ReportProgressResponse struct {
 
 func (x *ReportProgressResponse) Reset() {
 	*x = ReportProgressResponse{}
-	mi := &file_api_rover_v1_progress_proto_msgTypes[4]
+	mi := &file_api_rover_v1_progress_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -409,7 +501,7 @@ func (x *ReportProgressResponse) String() string {
 func (*ReportProgressResponse) ProtoMessage() {}
 
 func (x *ReportProgressResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_progress_proto_msgTypes[4]
+	mi := &file_api_rover_v1_progress_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -422,7 +514,7 @@ func (x *ReportProgressResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportProgressResponse.ProtoReflect.Descriptor instead.
 func (*ReportProgressResponse) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_progress_proto_rawDescGZIP(), []int{4}
+	return file_api_rover_v1_progress_proto_rawDescGZIP(), []int{5}
 }
 
 // DeviceHealth is one accelerator's state, as NVML reports it.
@@ -441,7 +533,7 @@ type DeviceHealth struct {
 
 func (x *DeviceHealth) Reset() {
 	*x = DeviceHealth{}
-	mi := &file_api_rover_v1_progress_proto_msgTypes[5]
+	mi := &file_api_rover_v1_progress_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -453,7 +545,7 @@ func (x *DeviceHealth) String() string {
 func (*DeviceHealth) ProtoMessage() {}
 
 func (x *DeviceHealth) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_progress_proto_msgTypes[5]
+	mi := &file_api_rover_v1_progress_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -466,7 +558,7 @@ func (x *DeviceHealth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeviceHealth.ProtoReflect.Descriptor instead.
 func (*DeviceHealth) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_progress_proto_rawDescGZIP(), []int{5}
+	return file_api_rover_v1_progress_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *DeviceHealth) GetIndex() int32 {
@@ -520,7 +612,7 @@ type NodeProgress struct {
 
 func (x *NodeProgress) Reset() {
 	*x = NodeProgress{}
-	mi := &file_api_rover_v1_progress_proto_msgTypes[6]
+	mi := &file_api_rover_v1_progress_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -532,7 +624,7 @@ func (x *NodeProgress) String() string {
 func (*NodeProgress) ProtoMessage() {}
 
 func (x *NodeProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_progress_proto_msgTypes[6]
+	mi := &file_api_rover_v1_progress_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -545,7 +637,7 @@ func (x *NodeProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeProgress.ProtoReflect.Descriptor instead.
 func (*NodeProgress) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_progress_proto_rawDescGZIP(), []int{6}
+	return file_api_rover_v1_progress_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *NodeProgress) GetRound() int64 {
@@ -605,7 +697,7 @@ type NodeUsage struct {
 
 func (x *NodeUsage) Reset() {
 	*x = NodeUsage{}
-	mi := &file_api_rover_v1_progress_proto_msgTypes[7]
+	mi := &file_api_rover_v1_progress_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -617,7 +709,7 @@ func (x *NodeUsage) String() string {
 func (*NodeUsage) ProtoMessage() {}
 
 func (x *NodeUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_progress_proto_msgTypes[7]
+	mi := &file_api_rover_v1_progress_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -630,7 +722,7 @@ func (x *NodeUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeUsage.ProtoReflect.Descriptor instead.
 func (*NodeUsage) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_progress_proto_rawDescGZIP(), []int{7}
+	return file_api_rover_v1_progress_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *NodeUsage) GetResidentBytes() int64 {
@@ -670,7 +762,7 @@ type HangNotice struct {
 
 func (x *HangNotice) Reset() {
 	*x = HangNotice{}
-	mi := &file_api_rover_v1_progress_proto_msgTypes[8]
+	mi := &file_api_rover_v1_progress_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -682,7 +774,7 @@ func (x *HangNotice) String() string {
 func (*HangNotice) ProtoMessage() {}
 
 func (x *HangNotice) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_progress_proto_msgTypes[8]
+	mi := &file_api_rover_v1_progress_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -695,7 +787,7 @@ func (x *HangNotice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HangNotice.ProtoReflect.Descriptor instead.
 func (*HangNotice) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_progress_proto_rawDescGZIP(), []int{8}
+	return file_api_rover_v1_progress_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *HangNotice) GetId() int64 {
@@ -749,7 +841,7 @@ type NodeStepTime struct {
 
 func (x *NodeStepTime) Reset() {
 	*x = NodeStepTime{}
-	mi := &file_api_rover_v1_progress_proto_msgTypes[9]
+	mi := &file_api_rover_v1_progress_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -761,7 +853,7 @@ func (x *NodeStepTime) String() string {
 func (*NodeStepTime) ProtoMessage() {}
 
 func (x *NodeStepTime) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_progress_proto_msgTypes[9]
+	mi := &file_api_rover_v1_progress_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -774,7 +866,7 @@ func (x *NodeStepTime) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStepTime.ProtoReflect.Descriptor instead.
 func (*NodeStepTime) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_progress_proto_rawDescGZIP(), []int{9}
+	return file_api_rover_v1_progress_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *NodeStepTime) GetNodeId() string {
@@ -876,7 +968,7 @@ type JobProgress struct {
 
 func (x *JobProgress) Reset() {
 	*x = JobProgress{}
-	mi := &file_api_rover_v1_progress_proto_msgTypes[10]
+	mi := &file_api_rover_v1_progress_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -888,7 +980,7 @@ func (x *JobProgress) String() string {
 func (*JobProgress) ProtoMessage() {}
 
 func (x *JobProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_api_rover_v1_progress_proto_msgTypes[10]
+	mi := &file_api_rover_v1_progress_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -901,7 +993,7 @@ func (x *JobProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobProgress.ProtoReflect.Descriptor instead.
 func (*JobProgress) Descriptor() ([]byte, []int) {
-	return file_api_rover_v1_progress_proto_rawDescGZIP(), []int{10}
+	return file_api_rover_v1_progress_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *JobProgress) GetStep() int64 {
@@ -964,7 +1056,7 @@ var File_api_rover_v1_progress_proto protoreflect.FileDescriptor
 
 const file_api_rover_v1_progress_proto_rawDesc = "" +
 	"\n" +
-	"\x1bapi/rover/v1/progress.proto\x12\brover.v1\"\xee\x03\n" +
+	"\x1bapi/rover/v1/progress.proto\x12\brover.v1\"\x9c\x04\n" +
 	"\x0eWorkerProgress\x12\x1d\n" +
 	"\n" +
 	"local_rank\x18\x01 \x01(\x05R\tlocalRank\x12\x12\n" +
@@ -984,20 +1076,26 @@ const file_api_rover_v1_progress_proto_rawDesc = "" +
 	"\x16gpu_collective_seconds\x18\v \x01(\x01R\x14gpuCollectiveSeconds\x12%\n" +
 	"\x0ematmul_seconds\x18\f \x01(\x01R\rmatmulSeconds\x12!\n" +
 	"\fmatmul_flops\x18\r \x01(\x03R\vmatmulFlops\x12\x18\n" +
-	"\asamples\x18\x0e \x01(\x03R\asamples\"n\n" +
+	"\asamples\x18\x0e \x01(\x03R\asamples\x12,\n" +
+	"\bddp_step\x18\x0f \x01(\v2\x11.rover.v1.DDPStepR\addpStep\"`\n" +
+	"\aDDPStep\x12\x14\n" +
+	"\x05group\x18\x01 \x01(\tR\x05group\x12\x1a\n" +
+	"\bforwards\x18\x02 \x01(\x03R\bforwards\x12#\n" +
+	"\rbuckets_timed\x18\x03 \x01(\bR\fbucketsTimed\"n\n" +
 	"\n" +
 	"Collective\x12\x0e\n" +
 	"\x02op\x18\x01 \x01(\tR\x02op\x12\x14\n" +
 	"\x05bytes\x18\x02 \x01(\x03R\x05bytes\x12\x14\n" +
 	"\x05group\x18\x03 \x01(\tR\x05group\x12\x10\n" +
 	"\x03seq\x18\x04 \x01(\x03R\x03seq\x12\x12\n" +
-	"\x04done\x18\x05 \x01(\bR\x04done\"s\n" +
+	"\x04done\x18\x05 \x01(\bR\x04done\"\xa1\x01\n" +
 	"\x0eRankCollective\x12\x12\n" +
 	"\x04rank\x18\x01 \x01(\x05R\x04rank\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x124\n" +
 	"\n" +
 	"collective\x18\x03 \x01(\v2\x14.rover.v1.CollectiveR\n" +
-	"collective\"M\n" +
+	"collective\x12,\n" +
+	"\bddp_step\x18\x04 \x01(\v2\x11.rover.v1.DDPStepR\addpStep\"M\n" +
 	"\x15ReportProgressRequest\x124\n" +
 	"\bprogress\x18\x01 \x01(\v2\x18.rover.v1.WorkerProgressR\bprogress\"\x18\n" +
 	"\x16ReportProgressResponse\"\x92\x01\n" +
@@ -1060,34 +1158,37 @@ func file_api_rover_v1_progress_proto_rawDescGZIP() []byte {
 	return file_api_rover_v1_progress_proto_rawDescData
 }
 
-var file_api_rover_v1_progress_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_api_rover_v1_progress_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_api_rover_v1_progress_proto_goTypes = []any{
 	(*WorkerProgress)(nil),         // 0: rover.v1.WorkerProgress
-	(*Collective)(nil),             // 1: rover.v1.Collective
-	(*RankCollective)(nil),         // 2: rover.v1.RankCollective
-	(*ReportProgressRequest)(nil),  // 3: rover.v1.ReportProgressRequest
-	(*ReportProgressResponse)(nil), // 4: rover.v1.ReportProgressResponse
-	(*DeviceHealth)(nil),           // 5: rover.v1.DeviceHealth
-	(*NodeProgress)(nil),           // 6: rover.v1.NodeProgress
-	(*NodeUsage)(nil),              // 7: rover.v1.NodeUsage
-	(*HangNotice)(nil),             // 8: rover.v1.HangNotice
-	(*NodeStepTime)(nil),           // 9: rover.v1.NodeStepTime
-	(*JobProgress)(nil),            // 10: rover.v1.JobProgress
+	(*DDPStep)(nil),                // 1: rover.v1.DDPStep
+	(*Collective)(nil),             // 2: rover.v1.Collective
+	(*RankCollective)(nil),         // 3: rover.v1.RankCollective
+	(*ReportProgressRequest)(nil),  // 4: rover.v1.ReportProgressRequest
+	(*ReportProgressResponse)(nil), // 5: rover.v1.ReportProgressResponse
+	(*DeviceHealth)(nil),           // 6: rover.v1.DeviceHealth
+	(*NodeProgress)(nil),           // 7: rover.v1.NodeProgress
+	(*NodeUsage)(nil),              // 8: rover.v1.NodeUsage
+	(*HangNotice)(nil),             // 9: rover.v1.HangNotice
+	(*NodeStepTime)(nil),           // 10: rover.v1.NodeStepTime
+	(*JobProgress)(nil),            // 11: rover.v1.JobProgress
 }
 var file_api_rover_v1_progress_proto_depIdxs = []int32{
-	1, // 0: rover.v1.WorkerProgress.collective:type_name -> rover.v1.Collective
-	1, // 1: rover.v1.RankCollective.collective:type_name -> rover.v1.Collective
-	0, // 2: rover.v1.ReportProgressRequest.progress:type_name -> rover.v1.WorkerProgress
-	0, // 3: rover.v1.NodeProgress.workers:type_name -> rover.v1.WorkerProgress
-	5, // 4: rover.v1.NodeProgress.devices:type_name -> rover.v1.DeviceHealth
-	7, // 5: rover.v1.NodeProgress.usage:type_name -> rover.v1.NodeUsage
-	9, // 6: rover.v1.JobProgress.nodes:type_name -> rover.v1.NodeStepTime
-	2, // 7: rover.v1.JobProgress.hang_collectives:type_name -> rover.v1.RankCollective
-	8, // [8:8] is the sub-list for method output_type
-	8, // [8:8] is the sub-list for method input_type
-	8, // [8:8] is the sub-list for extension type_name
-	8, // [8:8] is the sub-list for extension extendee
-	0, // [0:8] is the sub-list for field type_name
+	2,  // 0: rover.v1.WorkerProgress.collective:type_name -> rover.v1.Collective
+	1,  // 1: rover.v1.WorkerProgress.ddp_step:type_name -> rover.v1.DDPStep
+	2,  // 2: rover.v1.RankCollective.collective:type_name -> rover.v1.Collective
+	1,  // 3: rover.v1.RankCollective.ddp_step:type_name -> rover.v1.DDPStep
+	0,  // 4: rover.v1.ReportProgressRequest.progress:type_name -> rover.v1.WorkerProgress
+	0,  // 5: rover.v1.NodeProgress.workers:type_name -> rover.v1.WorkerProgress
+	6,  // 6: rover.v1.NodeProgress.devices:type_name -> rover.v1.DeviceHealth
+	8,  // 7: rover.v1.NodeProgress.usage:type_name -> rover.v1.NodeUsage
+	10, // 8: rover.v1.JobProgress.nodes:type_name -> rover.v1.NodeStepTime
+	3,  // 9: rover.v1.JobProgress.hang_collectives:type_name -> rover.v1.RankCollective
+	10, // [10:10] is the sub-list for method output_type
+	10, // [10:10] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_api_rover_v1_progress_proto_init() }
@@ -1101,7 +1202,7 @@ func file_api_rover_v1_progress_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_rover_v1_progress_proto_rawDesc), len(file_api_rover_v1_progress_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   11,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

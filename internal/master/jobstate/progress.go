@@ -41,7 +41,8 @@ type nodeProgress struct {
 	last  time.Time       // of its newest progress
 	step  int64
 	util  []int // its devices' utilisation in the newest sample
-	// colls is the newest collective of each local rank that reported one.
+	// colls is the newest collective and DDP step of each local rank that
+	// reported one.
 	colls map[int32]stall.RankCollective
 }
 
@@ -69,6 +70,9 @@ type WorkerReport struct {
 	CommSeconds float64
 	Collectives int64
 	Collective  *stall.Collective
+	// The DDP step the worker is in (nil: unchanged since its previous
+	// report, or no DDP).
+	DDPStep *stall.DDPStep
 	// GPU timing with CUDA events, where the worker reports it: the
 	// floating-point operations of its matmuls and their kernels' seconds.
 	MatmulFlops   int64
@@ -149,8 +153,16 @@ func (p *Progress) Report(node string, r NodeReport, now time.Time) {
 	var wall, busy, compute, wait, flops, matmul float64
 	for _, w := range r.Workers {
 		flops, matmul = flops+float64(w.MatmulFlops), matmul+w.MatmulSeconds
-		if c := w.Collective; c != nil {
-			n.colls[w.LocalRank] = stall.RankCollective{Rank: w.Rank, Node: node, Collective: *c}
+		if w.Collective != nil || w.DDPStep != nil {
+			rc := n.colls[w.LocalRank]
+			rc.Rank, rc.Node = w.Rank, node
+			if w.Collective != nil {
+				rc.Collective = *w.Collective
+			}
+			if w.DDPStep != nil {
+				rc.Step = *w.DDPStep
+			}
+			n.colls[w.LocalRank] = rc
 		}
 		if old, ok := n.steps[w.LocalRank]; !ok || old != w.Step {
 			moved = true
@@ -214,8 +226,12 @@ func (p *Progress) Tick(now time.Time, running bool) ProgressTick {
 	return out
 }
 
-// locate records where the ranks stand in their collectives, and says it
-// ("" when no rank reported a collective).
+// locate records where the ranks stand in their collectives and DDP
+// steps, and says it ("" when no rank reported either): the collective
+// some ranks wait in for the others (stall.Locate), else the DDP step
+// some ranks never began (stall.LocateStep: where DDP's gradient buckets
+// are not timed, a rank missing from them shows only there), else where
+// they all stand.
 func (p *Progress) locate() string {
 	p.at = p.at[:0]
 	for _, n := range p.nodes {
@@ -230,13 +246,13 @@ func (p *Progress) locate() string {
 	if l, ok := stall.Locate(p.at); ok {
 		return "; collectives: " + l.String()
 	}
-	newest := p.at[0].Collective
-	for _, c := range p.at {
-		if c.Collective.Group == newest.Group && c.Collective.Seq > newest.Seq {
-			newest = c.Collective
-		}
+	if l, ok := stall.LocateStep(p.at); ok {
+		return "; DDP steps: " + l.String()
 	}
-	return fmt.Sprintf("; collectives: no rank waits for another (newest %s, done %v): the ranks are outside collectives", newest, newest.Done)
+	if s := stall.Unlocated(p.at); s != "" {
+		return "; collectives: " + s
+	}
+	return ""
 }
 
 // utilisation describes the devices' utilisation, where nodes report it.

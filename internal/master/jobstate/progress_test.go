@@ -198,6 +198,70 @@ func TestProgressCollectives(t *testing.T) {
 	}
 }
 
+// TestProgressDDPSteps: where stock DDP's gradient buckets are not timed,
+// a hang is located from the DDP step each rank is in: the ranks that
+// never began the others' step are named; a collective some ranks wait in
+// is named first; and ranks all in one step are said to be in it, not
+// outside collectives.
+func TestProgressDDPSteps(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	loss := func(seq int64, done bool) *stall.Collective {
+		return &stall.Collective{Op: "all_reduce", Bytes: 4, Group: "world", Seq: seq, Done: done}
+	}
+	step := func(forwards int64) *stall.DDPStep { return &stall.DDPStep{Group: "world", Forwards: forwards} }
+	tests := []struct {
+		name  string
+		last  [3]WorkerReport // each rank's newest report
+		want  string
+		steps [3]int64 // the view's DDP steps by rank
+	}{
+		{"a rank never began the step", [3]WorkerReport{
+			{Rank: 0, Step: 50, DDPStep: step(51)}, {Rank: 1, Step: 50, DDPStep: step(51)}, {Rank: 2, Step: 50}},
+			"; DDP steps: ranks 0-1 are in DDP step #51 (group world), whose gradient buckets are not timed; rank 2 (c) never began it: it is in DDP step #50",
+			[3]int64{51, 51, 50}},
+		{"a timed collective some ranks wait in", [3]WorkerReport{
+			{Rank: 0, Step: 50, Collective: loss(6, false)}, {Rank: 1, Step: 50, Collective: loss(6, false)}, {Rank: 2, Step: 50, DDPStep: step(51)}},
+			"; collectives: ranks 0-1 wait in all_reduce #6 (group world, 4 B); rank 2 (c) never arrived: it last completed all_reduce #5 (group world, 4 B)",
+			[3]int64{50, 50, 51}},
+		{"every rank in the same step", [3]WorkerReport{
+			{Rank: 0, Step: 50, DDPStep: step(51)}, {Rank: 1, Step: 50, DDPStep: step(51)}, {Rank: 2, Step: 50, DDPStep: step(51)}},
+			"; collectives: no rank waits for another in a timed collective (newest all_reduce #5 (group world, 4 B), done true); " +
+				"the ranks are in DDP step #51 (group world), whose gradient buckets are not timed: they may wait in its gradient all-reduce",
+			[3]int64{51, 51, 51}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := NewProgress()
+			p.Follow(jobconfig.Hang{Timeout: 10 * time.Second}, 1)
+			now := t0
+			for i := int64(1); i <= 50; i++ { // steps of 10 ms, every tenth with the loss's all-reduce
+				now = t0.Add(time.Duration(i) * 10 * time.Millisecond)
+				for r, node := range []string{"a", "b", "c"} {
+					w := WorkerReport{Rank: int32(r), Step: i, Steps: 1, WallSeconds: 0.01, CPUSeconds: 0.01, DDPStep: step(i)}
+					if i%10 == 0 {
+						w.Collective, w.Collectives, w.CommSeconds = loss(i/10, true), 1, 0.001
+					}
+					p.Report(node, NodeReport{Round: 1, Workers: []WorkerReport{w}}, now)
+				}
+			}
+			for r, node := range []string{"a", "b", "c"} {
+				p.Report(node, NodeReport{Round: 1, Workers: []WorkerReport{tt.last[r]}}, now)
+			}
+			tick := p.Tick(now.Add(11*time.Second), true)
+			if tick.Hang == nil || !strings.HasSuffix(tick.Hang.Reason, tt.want) {
+				t.Fatalf("hang %+v, want the location %q", tick.Hang, tt.want)
+			}
+			var got [3]int64
+			for _, rc := range p.View(1).HangCollectives {
+				got[rc.Rank] = rc.Step.Forwards
+			}
+			if got != tt.steps {
+				t.Errorf("the view's DDP steps %v, want %v", got, tt.steps)
+			}
+		})
+	}
+}
+
 // TestProgressMatmulThroughput: a node's GPU matmul throughput is its
 // workers' operations over their kernel seconds, in the view.
 func TestProgressMatmulThroughput(t *testing.T) {

@@ -5,11 +5,18 @@ so that the machine's load falls on both alike, and rank 0 prints the
 median step time of each. Run by BenchmarkCollectiveTimingInProcess
 (test/e2e/colltime_bench_test.go) as
 
-    ROVER_PYTHON=<rover's python dir> RANK=r PORT=p STEPS=n ALLREDUCE=ordered|ddp python3 colltime_ab.py
+    ROVER_PYTHON=<rover's python dir> RANK=r PORT=p STEPS=n ALLREDUCE=ordered|ddp \
+        [ROVER_COLLECTIVE_TIMING=1|always] [HIDDEN=64] [BATCH=16] python3 colltime_ab.py
 
 "ordered": both copies use the example's all-gather communication hook,
 and the hook wraps one of them; "ddp": one copy keeps DDP's C++ reducer,
-the other gets the hook's Python equivalent of it.
+the other is stock DDP under collective timing, which gives it the hook's
+Python equivalent of DDP's reducer as ROVER_COLLECTIVE_TIMING says: with 1
+(the default) only once its steps are long enough for the hook to cost
+under 1% of one (so never with the example's tiny steps), with always at
+its first step. HIDDEN and BATCH set the width of the model's hidden
+layers and the samples per step (the example's: 64 and 16), for longer
+steps and more gradient buckets.
 """
 
 import importlib.util
@@ -17,9 +24,11 @@ import os
 import statistics
 import sys
 import time
+import types
 
 sys.path.insert(0, os.environ["ROVER_PYTHON"])
 import rover._colltime as colltime  # noqa: E402
+import rover._ddptiming as ddptiming  # noqa: E402
 
 colltime.install()
 
@@ -37,10 +46,13 @@ rank, steps, mode = int(os.environ["RANK"]), int(os.environ.get("STEPS", "2000")
 dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%s" % os.environ["PORT"], rank=rank, world_size=2)
 
 
+hidden, batch = int(os.environ.get("HIDDEN", train.HIDDEN)), int(os.environ.get("BATCH", "16"))
+
+
 def model():
     torch.manual_seed(0)
-    return nn.Sequential(nn.Linear(train.IN_DIM, train.HIDDEN), nn.Tanh(), nn.Linear(train.HIDDEN, train.HIDDEN),
-                         nn.Tanh(), nn.Linear(train.HIDDEN, 1))
+    return nn.Sequential(nn.Linear(train.IN_DIM, hidden), nn.Tanh(), nn.Linear(hidden, hidden),
+                         nn.Tanh(), nn.Linear(hidden, 1))
 
 
 plain, timed = DDP(model()), DDP(model())
@@ -48,20 +60,27 @@ untimed_register = DDP.register_comm_hook.__wrapped__
 if mode == "ordered":
     untimed_register(plain, None, train.ordered_allreduce_hook)
     timed.register_comm_hook(None, train.ordered_allreduce_hook)
-plain._rover_hooked = True  # the hook leaves it alone
+plain.forward = types.MethodType(DDP.forward.__wrapped__, plain)  # untouched by collective timing
 times = {"plain": [], "timed": []}
-x, y = torch.randn(16, train.IN_DIM), torch.randn(16, 1)
+cpu = {"plain": [], "timed": []}  # the process's CPU seconds per step: less disturbed by other load
+x, y = torch.randn(batch, train.IN_DIM), torch.randn(batch, 1)
 for i in range(steps):
     pair = (("plain", plain), ("timed", timed))
     for name, m in pair if i % 2 else pair[::-1]:
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         m.zero_grad(set_to_none=True)
         ((m(x) - y) ** 2).mean().backward()
         times[name].append(time.perf_counter() - t)
+        cpu[name].append(time.process_time() - c)
 if rank == 0:
     skip = min(100, steps // 10)  # the first steps build DDP's buckets
     off, on = statistics.median(times["plain"][skip:]), statistics.median(times["timed"][skip:])
+    st = timed.__dict__.get("_rover_ddp")
     print("in-process: %d steps, --allreduce %s: %.1f us per step with the hook, %.1f us without" % (steps, mode, on * 1e6, off * 1e6),
           flush=True)
+    coff, con = statistics.median(cpu["plain"][skip:]), statistics.median(cpu["timed"][skip:])
+    print("in-process CPU: %.1f us per step with the hook, %.1f us without" % (con * 1e6, coff * 1e6), flush=True)
+    print("in-process: %d gradient buckets, buckets timed %s, Rover's hook registered at step %d (0: never)" % (
+        ddptiming.bucket_count(timed), st.timed if st else False, st.registered_at if st else 0), flush=True)
 dist.barrier()  # neither rank leaves while the other still runs
 dist.destroy_process_group()
