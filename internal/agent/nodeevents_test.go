@@ -152,7 +152,8 @@ func torchPython(t *testing.T) string {
 // nodeEventsScript trains 8 steps with rover.checkpoint (a memory save every
 // step, persisted at step 3) and reports its steps. Both workers load, then
 // wait for each other. In restart 0 they wait for the file "go"; local rank 1 then dies after step 5,
-// while local rank 0 waits there to be stopped. In restart 1 both resume
+// once local rank 0 saved it too (the ranks do not step together), while local rank 0 waits there to be
+// stopped. In restart 1 both resume
 // from memory, finish, and wait for the file "done" before exiting.
 const nodeEventsScript = `
 import os, sys, time, torch
@@ -179,7 +180,9 @@ for step in range(start, 8):
     ck.save(step, {"w": w}, persist=(step == 3))
     rover.progress.step(step)
     if restart == "0" and step == 5:
+        open(os.path.join(d, f"saved5-{local}"), "w").close()
         if local == "1":
+            wait_file("saved5-0")  # both ranks hold step 5 in memory before one dies
             os._exit(3)
         while True:
             time.sleep(0.05)
