@@ -174,9 +174,8 @@ func (n *Nodes) ClusterVersion() int {
 // is not created and the error says why.
 func (n *Nodes) Create(ctx context.Context, spec platform.NodeSpec) error {
 	n.mu.Lock()
-	ps := n.ps
 	if spec.Group == tfconfig.PS && (spec.Relaunch > 0 || spec.Rank >= n.ps) {
-		ps = max(n.ps, spec.Rank+1)
+		ps := max(n.ps, spec.Rank+1)
 		cur, err := n.cfg.Cluster.WithCount(tfconfig.PS, ps)
 		var text string
 		if err == nil {
