@@ -20,7 +20,7 @@ build: ## build bin/rover
 test: deps-test testbin ## run every test (unit, integration, Kubernetes, end-to-end with real torch)
 	KUBEBUILDER_ASSETS="$(TESTBIN)" PYTHON_EXEC="$$(scripts/find-python)" $(GO) test -race -timeout 30m $$($(GO) list ./... | grep -v /test/e2e)
 	@# The end-to-end scenarios run after the rest, alone, with a timeout of their own: on 2 cores they
-	@# take about 40 minutes (real jobs under faults, a Kubernetes API server, the soak).
+	@# take about 21 minutes alone (real jobs under faults, a Kubernetes API server, the soak).
 	KUBEBUILDER_ASSETS="$(TESTBIN)" PYTHON_EXEC="$$(scripts/find-python)" $(GO) test -race -timeout 75m ./test/e2e
 	CGO_ENABLED=1 CGO_CFLAGS=-Wno-deprecated-declarations $(GO) test -tags nvml ./internal/nvml/
 
