@@ -111,26 +111,7 @@ func TestBackupRestoreAssignment(t *testing.T) {
 			t.Errorf("%s: peerRestores = %q", how, got)
 		}
 	}
-	check(c1, "live")
-	c2 := newCore("job", st)
-	if _, err := c2.restore(ctx, now.Add(time.Minute)); err != nil {
-		t.Fatal(err)
-	}
-	check(c2, "restored from the journal")
-	c1.mu.Lock()
-	snap, err := c1.marshalStateLocked()
-	c1.mu.Unlock()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c3 := newCore("job", store.NewMemory())
-	c3.mu.Lock()
-	err = c3.restoreStateLocked(snap)
-	c3.mu.Unlock()
-	if err != nil {
-		t.Fatal(err)
-	}
-	check(c3, "restored from a snapshot")
+	checkLiveAndRestored(t, c1, st, now, check)
 }
 
 func TestValidatePeerAddr(t *testing.T) {
@@ -196,24 +177,31 @@ func TestPeerRestoreAssignment(t *testing.T) {
 			t.Errorf("%s: peerRestores = %q", how, got)
 		}
 	}
-	check(c1, "live")
-	c2 := newCore("job", st)
-	if _, err := c2.restore(ctx, now.Add(time.Minute)); err != nil {
+	checkLiveAndRestored(t, c1, st, now, check)
+}
+
+// checkLiveAndRestored runs check on c, whose journal is st, then on a core
+// restored from that journal and on one restored from c's snapshot.
+func checkLiveAndRestored(t *testing.T, c *core, st *store.Memory, now time.Time, check func(*core, string)) {
+	t.Helper()
+	check(c, "live")
+	fromJournal := newCore("job", st)
+	if _, err := fromJournal.restore(context.Background(), now.Add(time.Minute)); err != nil {
 		t.Fatal(err)
 	}
-	check(c2, "restored from the journal")
-	c1.mu.Lock()
-	snap, err := c1.marshalStateLocked()
-	c1.mu.Unlock()
+	check(fromJournal, "restored from the journal")
+	c.mu.Lock()
+	snap, err := c.marshalStateLocked()
+	c.mu.Unlock()
 	if err != nil {
 		t.Fatal(err)
 	}
-	c3 := newCore("job", store.NewMemory())
-	c3.mu.Lock()
-	err = c3.restoreStateLocked(snap)
-	c3.mu.Unlock()
+	fromSnapshot := newCore("job", store.NewMemory())
+	fromSnapshot.mu.Lock()
+	err = fromSnapshot.restoreStateLocked(snap)
+	fromSnapshot.mu.Unlock()
 	if err != nil {
 		t.Fatal(err)
 	}
-	check(c3, "restored from a snapshot")
+	check(fromSnapshot, "restored from a snapshot")
 }
