@@ -93,8 +93,15 @@ func (s *arenas) inventory() []*roverv1.MemorySnapshot {
 		ranks[r] = a
 	}
 	s.mu.Unlock()
+	return describeArenas(ranks, func(*roverv1.MemorySnapshot) bool { return true })
+}
+
+// describeArenas lists the committed snapshots of the arenas, keyed by
+// local rank, that keep says to keep, ordered by local rank and step.
+// Snapshots whose header cannot be read are left out.
+func describeArenas(byLocal map[int]*ckpt.Arena, keep func(*roverv1.MemorySnapshot) bool) []*roverv1.MemorySnapshot {
 	var out []*roverv1.MemorySnapshot
-	for local, a := range ranks {
+	for local, a := range byLocal {
 		slots, err := a.Slots()
 		if err != nil {
 			continue
@@ -107,7 +114,7 @@ func (s *arenas) inventory() []*roverv1.MemorySnapshot {
 			if !ok {
 				continue
 			}
-			if m, ok := snapshotMeta(local, snap); ok {
+			if m, ok := snapshotMeta(local, snap); ok && keep(m) {
 				out = append(out, m)
 			}
 		}

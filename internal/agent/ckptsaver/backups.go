@@ -1,13 +1,11 @@
 package ckptsaver
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -300,29 +298,12 @@ func (b *backupArenas) snapshot(step int64, rank int) ([]byte, uint32, func() bo
 func (b *backupArenas) inventory() []*roverv1.MemorySnapshot {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	var out []*roverv1.MemorySnapshot
-	for local, a := range b.byLocal {
-		slots, err := a.Slots()
-		if err != nil {
-			continue
-		}
-		for _, si := range slots {
-			if si.State != ckpt.SlotValid {
-				continue
-			}
-			snap, ok := a.Valid(si.Step)
-			if !ok {
-				continue
-			}
-			if m, ok := snapshotMeta(local, snap); ok && m.GetMode() == string(ckpt.Sharded) {
-				m.Backup = true
-				out = append(out, m)
-			}
-		}
-	}
-	slices.SortFunc(out, func(x, y *roverv1.MemorySnapshot) int {
-		return cmp.Or(cmp.Compare(x.GetLocalRank(), y.GetLocalRank()), cmp.Compare(x.GetStep(), y.GetStep()))
+	out := describeArenas(b.byLocal, func(m *roverv1.MemorySnapshot) bool {
+		return m.GetMode() == string(ckpt.Sharded)
 	})
+	for _, m := range out {
+		m.Backup = true
+	}
 	return out
 }
 
