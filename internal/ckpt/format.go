@@ -314,7 +314,11 @@ func Decode(data []byte) ([]Tensor, map[string]string, error) {
 
 // Metadata returns the __metadata__ of a safetensors file, parsing only its
 // header: a cheap look at a snapshot's step and rank. The tensors are not
-// checked; use [Decode] before trusting the data.
+// checked; use [Decode] before trusting the data. data may be shared memory
+// that a writer changes meanwhile (an arena slot being reused): the header
+// is copied before it is parsed, so a torn read is an ErrCorrupt, never a
+// panic, and the caller checks the slot was not reused before trusting the
+// answer ([Arena.Check]).
 func Metadata(data []byte) (map[string]string, error) {
 	if len(data) < 8 {
 		return nil, corruptf("safetensors file of %d bytes is shorter than its 8-byte header length", len(data))
@@ -326,7 +330,9 @@ func Metadata(data []byte) (map[string]string, error) {
 	var h struct {
 		Meta map[string]string `json:"__metadata__"`
 	}
-	if err := json.Unmarshal(data[8:8+n], &h); err != nil {
+	// encoding/json panics when its input changes between its validity scan
+	// and its decode; a private copy cannot.
+	if err := json.Unmarshal(bytes.Clone(data[8:8+n]), &h); err != nil {
 		return nil, corruptf("safetensors header: %v", err)
 	}
 	return h.Meta, nil

@@ -98,7 +98,8 @@ func (s *arenas) inventory() []*roverv1.MemorySnapshot {
 
 // describeArenas lists the committed snapshots of the arenas, keyed by
 // local rank, that keep says to keep, ordered by local rank and step.
-// Snapshots whose header cannot be read are left out.
+// Snapshots whose header cannot be read, or whose slot a save reuses as it
+// is read, are left out.
 func describeArenas(byLocal map[int]*ckpt.Arena, keep func(*roverv1.MemorySnapshot) bool) []*roverv1.MemorySnapshot {
 	var out []*roverv1.MemorySnapshot
 	for local, a := range byLocal {
@@ -114,7 +115,11 @@ func describeArenas(byLocal map[int]*ckpt.Arena, keep func(*roverv1.MemorySnapsh
 			if !ok {
 				continue
 			}
-			if m, ok := snapshotMeta(local, snap); ok && keep(m) {
+			m, ok := snapshotMeta(local, snap)
+			if !ok || a.Check(snap) != nil {
+				continue // unreadable, or the slot was reused as it was read
+			}
+			if keep(m) {
 				out = append(out, m)
 			}
 		}
