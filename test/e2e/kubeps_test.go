@@ -14,6 +14,8 @@ import (
 
 	elasticv1 "github.com/roverml/rover/api/elastic/v1alpha1"
 	"github.com/roverml/rover/internal/kubenames"
+	"github.com/roverml/rover/internal/platform/kubernetes"
+	"github.com/roverml/rover/test/kubelet"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -212,6 +214,16 @@ func kubernetesParameterServer(t *testing.T, k *kube) {
 	if cpu := k.pod(t, job+"-ps-1-2").Spec.Containers[0].Resources.Requests.Cpu(); cpu.MilliValue() != 2000 {
 		t.Errorf("the migrated PS 1 asks for %s of CPU, want 2", cpu)
 	}
+	// The kubelet writes a changed ConfigMap into each pod's volume after
+	// the change (a real one within its sync period): the workers go on
+	// once their mounted files say version 4.
+	for w := range 3 {
+		file := k.clusterVersionFile(t, fmt.Sprintf("%s-worker-%d-0", job, w))
+		waitFor(t, jobTimeout, fmt.Sprintf("worker %d's mounted cluster version to say 4", w), func() bool {
+			b, _ := os.ReadFile(file)
+			return strings.TrimSpace(string(b)) == "4"
+		})
+	}
 	if err := os.WriteFile(filepath.Join(out, "go"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -296,4 +308,22 @@ func (k *kube) psPodLogs(job string) string {
 		}
 	}
 	return b.String()
+}
+
+// clusterVersionFile is where the test kubelet keeps pod's copy of the
+// cluster version, the file its processes read at
+// kubernetes.ClusterVersionFile.
+func (k *kube) clusterVersionFile(t *testing.T, pod string) string {
+	t.Helper()
+	p := k.pod(t, pod)
+	if p == nil {
+		t.Fatalf("no pod %s", pod)
+	}
+	for _, vm := range p.Spec.Containers[0].VolumeMounts {
+		if vm.MountPath == kubernetes.ClusterDir {
+			return filepath.Join(kubelet.VolumeDir(k.work, p.Namespace, p.Name, vm.Name), kubernetes.ClusterVersionKey)
+		}
+	}
+	t.Fatalf("pod %s mounts nothing at %s", pod, kubernetes.ClusterDir)
+	return ""
 }
