@@ -247,14 +247,7 @@ func kubernetesParameterServer(t *testing.T, k *kube) {
 			}
 		}
 	}
-	var res struct{ Totals []int }
-	b, err := os.ReadFile(filepath.Join(out, "result"))
-	if err != nil {
-		t.Fatalf("the chief wrote no result: %v", err)
-	}
-	if err := json.Unmarshal(b, &res); err != nil {
-		t.Fatal(err)
-	}
+	res := readPSResult(t, out)
 	checkNoDups(t, out)
 	if len(res.Totals) != 2 || res.Totals[0]+res.Totals[1] != 3*steps {
 		t.Errorf("the PS counted %v steps, want %d in all: each of 3 workers' %d steps once", res.Totals, 3*steps, steps)

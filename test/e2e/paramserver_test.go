@@ -113,14 +113,7 @@ spec:
 	if !strings.Contains(ev, fmt.Sprintf("worker 1 start version 0 resume at %d\n", pause)) && !strings.Contains(ev, fmt.Sprintf("worker 1 start version 1 resume at %d\n", pause)) {
 		t.Errorf("the relaunched worker 1 did not resume at step %d:\n%s", pause, ev)
 	}
-	var res struct{ Totals []int }
-	b, err := os.ReadFile(filepath.Join(out, "result"))
-	if err != nil {
-		t.Fatalf("the chief wrote no result: %v", err)
-	}
-	if err := json.Unmarshal(b, &res); err != nil {
-		t.Fatal(err)
-	}
+	res := readPSResult(t, out)
 	checkNoDups(t, out)
 	if sum := res.Totals[0] + res.Totals[1]; sum != 3*steps {
 		t.Errorf("the PS counted %v = %d steps, want %d: each of 3 workers' %d steps once", res.Totals, sum, 3*steps, steps)

@@ -80,7 +80,7 @@ func psBenchJob(b *testing.B, job, out, hot string) *submitted {
 //	resumed     the kill, to the first step applied on the new PS 0
 //	gap         PS 0's last step before the kill, to that first step
 func BenchmarkPSRecovery(b *testing.B) {
-	var relaunched, resumed, gap time.Duration
+	var total psInterruption
 	for i := range b.N {
 		out := b.TempDir()
 		s := psBenchJob(b, uniqueJob(fmt.Sprintf("psrec%d", i)), out, "")
@@ -102,22 +102,46 @@ func BenchmarkPSRecovery(b *testing.B) {
 		if err := syscall.Kill(p, syscall.SIGKILL); err != nil {
 			b.Fatal(err)
 		}
-		var last, start, first time.Time
-		waitFor(b, 2*time.Minute, "a step on the relaunched PS 0", func() bool {
-			last, start, first = psPhases(readPSTimes(b, out), 0, killed)
-			return !first.IsZero()
-		})
-		s.stop(b)
-		relaunched += start.Sub(killed)
-		resumed += first.Sub(killed)
-		gap += first.Sub(last)
-		b.Logf("run %d: relaunched %v, resumed %v, gap %v", i, start.Sub(killed).Round(time.Millisecond),
-			first.Sub(killed).Round(time.Millisecond), first.Sub(last).Round(time.Millisecond))
+		total.add(b, i, "relaunched", measurePSInterruption(b, s, out, 0, killed))
 	}
-	n := float64(b.N)
-	b.ReportMetric(float64(relaunched.Microseconds())/1000/n, "relaunched-ms")
-	b.ReportMetric(float64(resumed.Microseconds())/1000/n, "resumed-ms")
-	b.ReportMetric(float64(gap.Microseconds())/1000/n, "gap-ms")
+	total.report(b, "relaunched")
+}
+
+// psInterruption is how long training on one PS stopped, measured from a
+// kill or a decision: to the new PS serving, to the first step applied on
+// it (resumed), and from the old PS's last step to that first one (gap).
+type psInterruption struct{ serving, resumed, gap time.Duration }
+
+// measurePSInterruption waits for a step applied on the new PS ps after
+// from, and stops s.
+func measurePSInterruption(b *testing.B, s *submitted, out string, ps int, from time.Time) psInterruption {
+	var last, start, first time.Time
+	waitFor(b, 2*time.Minute, fmt.Sprintf("a step on the new PS %d", ps), func() bool {
+		last, start, first = psPhases(readPSTimes(b, out), ps, from)
+		return !first.IsZero()
+	})
+	s.stop(b)
+	return psInterruption{serving: start.Sub(from), resumed: first.Sub(from), gap: first.Sub(last)}
+}
+
+// add adds run i's interruption to the total and logs it, calling the
+// time to serving what serving names.
+func (p *psInterruption) add(b *testing.B, i int, serving string, run psInterruption) {
+	b.Helper()
+	p.serving += run.serving
+	p.resumed += run.resumed
+	p.gap += run.gap
+	b.Logf("run %d: %s %v, resumed %v, gap %v", i, serving, run.serving.Round(time.Millisecond),
+		run.resumed.Round(time.Millisecond), run.gap.Round(time.Millisecond))
+}
+
+// report reports the mean of b.N runs' interruptions as serving-ms (named
+// by serving), resumed-ms and gap-ms.
+func (p psInterruption) report(b *testing.B, serving string) {
+	mean := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 / float64(b.N) }
+	b.ReportMetric(mean(p.serving), serving+"-ms")
+	b.ReportMetric(mean(p.resumed), "resumed-ms")
+	b.ReportMetric(mean(p.gap), "gap-ms")
 }
 
 // psLogTime reads the time of the first slog line of text holding msg.
@@ -143,7 +167,7 @@ func psLogTime(text, msg string) (time.Time, bool) {
 //	resumed   the first step applied on it
 //	gap       the old PS 1's last step, to that first step
 func BenchmarkPSMigration(b *testing.B) {
-	var serving, resumed, gap time.Duration
+	var total psInterruption
 	for i := range b.N {
 		out := b.TempDir()
 		s := psBenchJob(b, uniqueJob(fmt.Sprintf("psmigb%d", i)), out, "1")
@@ -153,22 +177,9 @@ func BenchmarkPSMigration(b *testing.B) {
 			decided, ok = psLogTime(s.stderr.String(), "PS scaling")
 			return ok
 		})
-		var last, start, first time.Time
-		waitFor(b, 2*time.Minute, "a step on the migrated PS 1", func() bool {
-			last, start, first = psPhases(readPSTimes(b, out), 1, decided)
-			return !first.IsZero()
-		})
-		s.stop(b)
-		serving += start.Sub(decided)
-		resumed += first.Sub(decided)
-		gap += first.Sub(last)
-		b.Logf("run %d: serving %v, resumed %v, gap %v", i, start.Sub(decided).Round(time.Millisecond),
-			first.Sub(decided).Round(time.Millisecond), first.Sub(last).Round(time.Millisecond))
+		total.add(b, i, "serving", measurePSInterruption(b, s, out, 1, decided))
 	}
-	n := float64(b.N)
-	b.ReportMetric(float64(serving.Microseconds())/1000/n, "serving-ms")
-	b.ReportMetric(float64(resumed.Microseconds())/1000/n, "resumed-ms")
-	b.ReportMetric(float64(gap.Microseconds())/1000/n, "gap-ms")
+	total.report(b, "serving")
 }
 
 // stop stops rover submit as Ctrl-C would and waits for it.

@@ -13,12 +13,15 @@ import (
 	"time"
 )
 
-// psDups reads the duplicates each PS counted (a step or shard it was
-// sent twice, not as a retry: samples trained twice) from the chief's
-// result.
-func psDups(t testing.TB, out string) []int {
+// psResult is what ps_roles.py's chief wrote, per PS: Totals, the steps
+// or samples each counted, and Dups, those it was sent twice (not as a
+// retry: samples trained twice).
+type psResult struct{ Totals, Dups []int }
+
+// readPSResult reads the chief's result.
+func readPSResult(t testing.TB, out string) psResult {
 	t.Helper()
-	var res struct{ Dups []int }
+	var res psResult
 	b, err := os.ReadFile(filepath.Join(out, "result"))
 	if err != nil {
 		t.Fatalf("the chief wrote no result: %v", err)
@@ -26,13 +29,13 @@ func psDups(t testing.TB, out string) []int {
 	if err := json.Unmarshal(b, &res); err != nil {
 		t.Fatal(err)
 	}
-	return res.Dups
+	return res
 }
 
 // checkNoDups fails the test when a PS was sent a step or a shard twice.
 func checkNoDups(t testing.TB, out string) {
 	t.Helper()
-	for j, d := range psDups(t, out) {
+	for j, d := range readPSResult(t, out).Dups {
 		if d != 0 {
 			t.Errorf("PS %d was sent %d steps or shards twice: samples trained twice", j, d)
 		}
@@ -98,7 +101,7 @@ spec:
 		t.Fatalf("rover submit exited with %d, want 0:\n%s", code, lastLines(s.stderr.String(), 40))
 	}
 	ev := events()
-	totals := psTotals(t, out)
+	totals := readPSResult(t, out).Totals
 	if len(totals) != 2 || totals[0]+totals[1] != samples {
 		t.Errorf("the PS hold %v samples, want %d in all:\n%s", totals, samples, ev)
 	}

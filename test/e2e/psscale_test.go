@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -43,20 +42,6 @@ spec:
 		t.Fatal(err)
 	}
 	return file
-}
-
-// psTotals reads the totals the chief wrote.
-func psTotals(t testing.TB, out string) []int {
-	t.Helper()
-	var res struct{ Totals []int }
-	b, err := os.ReadFile(filepath.Join(out, "result"))
-	if err != nil {
-		t.Fatalf("the chief wrote no result: %v", err)
-	}
-	if err := json.Unmarshal(b, &res); err != nil {
-		t.Fatal(err)
-	}
-	return res.Totals
 }
 
 // TestParameterServerMigration: PS 1 of a job whose ps group is
@@ -105,7 +90,7 @@ func TestParameterServerMigration(t *testing.T) {
 		t.Errorf("PS 0 started %d times, want once: only the hot PS is migrated", n)
 	}
 	checkNoDups(t, out)
-	if totals := psTotals(t, out); len(totals) != 2 || totals[0]+totals[1] != 3*steps {
+	if totals := readPSResult(t, out).Totals; len(totals) != 2 || totals[0]+totals[1] != 3*steps {
 		t.Errorf("the PS counted %v steps, want %d: each of 3 workers' %d steps once", totals, 3*steps, steps)
 	}
 	// The decision is in the job's event log, and the summary shows the
@@ -157,7 +142,7 @@ func TestParameterServerGrowth(t *testing.T) {
 		}
 	}
 	checkNoDups(t, out)
-	totals := psTotals(t, out)
+	totals := readPSResult(t, out).Totals
 	if len(totals) != 3 || totals[0]+totals[1]+totals[2] != 3*steps || totals[2] == 0 {
 		t.Errorf("the PS counted %v steps, want 3 PS, %d in all, some on PS 2", totals, 3*steps)
 	}
