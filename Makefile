@@ -9,7 +9,7 @@ KUBE_API := ./api/elastic/...
 TESTBIN ?= $(HOME)/.cache/rover/testbin-v1.37.2
 TESTBIN_EXTRA ?= kubectl kube-scheduler kube-controller-manager kwok
 
-.PHONY: help build test test-unit testbin deps-test lint generate check-generated manifests check-manifests demo bench bench-ckpt bench-ckpt-steady bench-relaunch bench-restart bench-backup bench-backup-restore bench-colltime bench-autoscale bench-k8s soak clean
+.PHONY: help build test test-unit testbin deps-test lint generate check-generated manifests check-manifests demo bench bench-ckpt bench-ckpt-steady bench-relaunch bench-restart bench-backup bench-backup-restore bench-colltime bench-autoscale bench-ps bench-k8s soak clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -106,6 +106,9 @@ bench-colltime: ## collective timing's cost: the DDP example's step time with th
 
 bench-autoscale: ## auto-scaling on rover submit: wall time, throughput and node-seconds of the same job on fixed MIN, fixed MAX and --auto-scale, linear and saturating
 	PYTHON_EXEC="$$(scripts/find-python --install)" $(GO) test ./test/e2e -run '^$$' -bench AutoScale -benchtime $${RUNS:-1}x -timeout 60m
+
+bench-ps: ## parameter-server jobs on rover submit: a PS's SIGKILL, and a hot PS's migration, to the new PS serving and its first step
+	PYTHON_EXEC="$$(scripts/find-python --install)" $(GO) test ./test/e2e -run '^$$' -bench 'PS(Recovery|Migration)$$' -benchtime $${RUNS:-5}x -timeout 30m
 
 soak: build ## goodput of a real 2-worker DDP job under faults (default 10 minutes, 1 worker fault a minute), Rover against a torchrun baseline
 	PYTHON_EXEC="$$(scripts/find-python --install)" $(BIN)/rover soak --duration $${DURATION:-10m} --fault-rate $${RATE:-1} --faults $${FAULTS:-worker}
